@@ -1,0 +1,5 @@
+import sys
+
+from deffcore.cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""`python -m deffcore <command>`: every measurement from the command line.
+
+Each subcommand lives in its own module under `deffcore/commands/`, which defines
+`add_parser(subparsers)` (registering its arguments, with `func=run`) and `run(args) -> int`.
+Errors meant for people (`DeffError`) are printed as one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+from deffcore.errors import DeffError
+
+#: Subcommand modules, in the order `--help` lists them. A module that is missing is skipped,
+#: so a partial install still serves the commands it has.
+COMMAND_MODULES: tuple[str, ...] = (
+    "synthetic",
+    "measure",
+    "runs",
+    "interventions",
+    "pruning",
+    "carry",
+    "dynamics",
+    "aggregations",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m deffcore",
+        description="Effective depth (D_eff) of a transformer's residual stream.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"deffcore.commands.{name}")
+        except ModuleNotFoundError as err:
+            if err.name == f"deffcore.commands.{name}":
+                continue
+            raise
+        module.add_parser(subparsers)
+    return parser
+
+
+def print_json(obj: Any) -> None:
+    """Print one JSON object (NaN/inf are written as null so any JSON parser reads it)."""
+    print(json.dumps(_json_safe(obj), indent=2, sort_keys=False))
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return _json_safe(obj.tolist())
+    return obj
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except DeffError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

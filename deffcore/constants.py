@@ -1,0 +1,17 @@
+"""Names shared by every module: poolings, metrics, the code version that enters cache keys."""
+
+from __future__ import annotations
+
+#: Every pooling control the project reports (SPEC section 2).
+POOLINGS: tuple[str, ...] = ("default", "first_non_bos", "token_normed", "top1_pc", "top3_pc")
+#: The poolings computed during the forward pass; the PC controls derive from `default`.
+EXTRACTED_POOLINGS: tuple[str, ...] = ("default", "first_non_bos", "token_normed")
+#: PC controls and how many principal directions each projects out.
+PC_CONTROLS: dict[str, int] = {"top1_pc": 1, "top3_pc": 3}
+#: Similarity metrics between layers (SPEC section 3).
+METRICS: tuple[str, ...] = ("cka", "unbiased_cka", "cosine")
+#: Maximum lags reported by the lag-sensitivity check (SPEC section 8), plus K = L-1.
+SENSITIVITY_LAGS: tuple[int, ...] = (5, 10, 15, 25)
+
+#: Bump when a change alters extracted numbers; it is part of every cache key.
+CODE_VERSION = "1"

@@ -1,0 +1,47 @@
+"""Every error deffcore raises on bad input, one class per situation.
+
+All derive from `DeffError` (a `ValueError`), so callers (the CLI, the app) can catch one type
+and show `str(err)`, which is always a complete, specific sentence for a person to read.
+"""
+
+from __future__ import annotations
+
+
+class DeffError(ValueError):
+    """Base class: bad input or an environment problem with a clear message."""
+
+
+class InvalidStatesError(DeffError):
+    """States have the wrong shape, too few layers/passages, or NaN/inf values."""
+
+
+class NonFiniteActivationsError(InvalidStatesError):
+    """The model produced NaN or inf in its residual stream."""
+
+
+class UnknownModelError(DeffError):
+    """A model id that is neither packaged, a local path, nor reachable on the hub."""
+
+
+class HubUnavailableError(DeffError):
+    """The Hugging Face hub cannot be reached; the message names the offline models."""
+
+
+class UnknownDatasetError(DeffError):
+    """A dataset spec that names nothing we can read."""
+
+
+class TooFewPassagesError(DeffError):
+    """Fewer usable passages than the measurement needs."""
+
+
+class CacheCorruptError(DeffError):
+    """A cache entry failed validation (truncated, wrong checksum, unreadable)."""
+
+
+class UnsupportedArchitectureError(DeffError):
+    """The model lacks what an operation needs (e.g. Gemma-style post norms for an intervention)."""
+
+
+class OutOfMemoryError(DeffError):
+    """Even batch size 1 does not fit in memory."""
