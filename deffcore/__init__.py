@@ -38,4 +38,4 @@ __all__ = [
     "UnknownModelError",
     "UnsupportedArchitectureError",
 ]
-# Engine re-exports: owned by the engine module authors. Pipeline/labs exports are added at integration.
+# Engine re-exports follow (engine authors); pipeline and lab exports are added at integration.
