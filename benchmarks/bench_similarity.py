@@ -1,0 +1,163 @@
+"""Benchmark: all-pairs `similarity_matrix` against the per-pair float64 loop, same process.
+
+    .venv/bin/python benchmarks/bench_similarity.py                    # both sizes + anchors
+    .venv/bin/python benchmarks/bench_similarity.py --sizes small --no-anchors
+    .venv/bin/python benchmarks/bench_similarity.py --sizes large --naive-pairs 16
+
+Sizes: small = (N=2000, d=576, L=30) (SmolLM2-135M's shape), large = (N=10000, d=1024, L=32)
+(the paper's synthetic anchor). States are an accumulated random walk (float32), so S is far
+from trivial. Peak memory is the peak resident set size above the pre-call baseline, sampled
+every 2 ms by a thread (covers numpy and torch allocations alike).
+
+`--naive-pairs P` times the naive loop on P random layer pairs only and extrapolates its time
+to all L(L-1)/2 pairs (printed as "extrapolated"); agreement is then checked on those pairs.
+The anchors print D_eff/L and rho_hat(1) of independent states at N=10000, d=1024, L=32
+(paper: 0.258, 0.093) and the orthogonal-update sweep of Table S2 (`--sweep full` at the
+paper's size takes ~7 full-size similarity matrices; the default runs it at the same d/N, L).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import deffcore as dc
+from deffcore.similarity import _naive_pair, choose_route
+
+SIZES = {"small": (2000, 576, 30), "large": (10_000, 1024, 32)}
+TABLE_S2 = {0.01: 0.031, 0.05: 0.032, 0.10: 0.034, 0.30: 0.044, 0.50: 0.049, 1.00: 0.054}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measured(fn):
+    """Run fn() -> (result, seconds, peak RSS above baseline in bytes)."""
+    base = rss_bytes()
+    peak = [base]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_bytes())
+            time.sleep(0.002)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    start = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - start
+    done.set()
+    t.join()
+    peak[0] = max(peak[0], rss_bytes())
+    return result, seconds, peak[0] - base
+
+
+def walk_states(n: int, d: int, layers: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((layers, n, d), dtype=np.float32)
+    np.cumsum(x, axis=0, out=x)
+    x += 3.0
+    return x
+
+
+def bench_size(name: str, naive_pairs: int | None) -> None:
+    n, d, layers = SIZES[name]
+    x = walk_states(n, d, layers)
+    print(f"\n== {name}: N={n} d={d} L={layers}  route(auto)={choose_route(n, d, layers)}")
+    fast, t_fast, mem_fast = measured(lambda: dc.similarity_matrix(x))
+    print(f"similarity_matrix (all pairs)   {t_fast:9.2f} s   peak +{mem_fast / 2**20:8.1f} MiB")
+    pairs = [(i, j) for i in range(layers) for j in range(i + 1, layers)]
+    if naive_pairs is None or naive_pairs >= len(pairs):
+        naive, t_naive, mem_naive = measured(lambda: dc.naive_similarity_matrix(x))
+        diff = float(np.abs(naive - fast).max())
+        label = "naive per-pair float64 loop"
+    else:
+        rng = np.random.default_rng(1)
+        chosen = [pairs[k] for k in rng.choice(len(pairs), naive_pairs, replace=False)]
+        layers64 = {}
+
+        def run_subset() -> list[float]:
+            out = []
+            for i, j in chosen:
+                for k in (i, j):
+                    if k not in layers64:
+                        layers64[k] = x[k].astype(np.float64)
+                out.append(_naive_pair(layers64[i], layers64[j], "cka"))
+            return out
+
+        vals, t_sub, mem_naive = measured(run_subset)
+        t_naive = t_sub * len(pairs) / len(chosen)
+        diff = max(abs(v - fast[i, j]) for v, (i, j) in zip(vals, chosen, strict=True))
+        label = f"naive loop, extrapolated from {len(chosen)}/{len(pairs)} pairs ({t_sub:.1f} s)"
+    print(f"{label:<31} {t_naive:9.2f} s   peak +{mem_naive / 2**20:8.1f} MiB")
+    print(f"speed-up {t_naive / t_fast:8.1f}x   max |S_fast - S_naive| = {diff:.2e}")
+
+
+def bench_anchors(sweep: str) -> None:
+    n, d, layers = SIZES["large"]
+    print(f"\n== anchors at N={n} d={d} L={layers} (paper values in brackets)")
+    syn = dc.independent_states(n, d, layers, seed=0)
+    t0 = time.perf_counter()
+    s = dc.depth_summary(dc.similarity_matrix(syn.states))
+    iid = dc.iid_reference_depth(n, d, layers) / layers
+    print(
+        f"independent states: D_eff/L = {s.deff_over_L:.4f} [0.258]  rho1 = {s.rho1:.4f} [0.093]"
+        f"  iid formula {iid:.4f}  ({time.perf_counter() - t0:.1f} s)"
+    )
+    del syn
+    if sweep == "none":
+        return
+    if sweep == "scaled":  # same d/N and L as the paper, 5x fewer passages: ~25x cheaper
+        n, d = 2000, 205
+    print(
+        f"orthogonal updates (Table S2) at N={n} d={d} L={layers}: "
+        "scale  D_eff(h)/L [paper]  D_eff(f)/L  rho1(h)"
+    )
+    deff_f = None
+    for scale, paper in TABLE_S2.items():
+        t0 = time.perf_counter()
+        syn = dc.orthogonal_updates(n, d, layers, scale=scale, seed=0)
+        s = dc.depth_summary(dc.similarity_matrix(syn.states))
+        if deff_f is None:  # CKA is scale invariant: the updates' depth is the same at every s
+            deff_f = dc.effective_depth(dc.similarity_matrix(syn.updates)) / layers
+        print(
+            f"  {scale:5.2f}  {s.deff_over_L:.4f} [{paper:.3f}]  {deff_f:.4f} [0.258]  "
+            f"{s.rho1:.4f}  ({time.perf_counter() - t0:.1f} s)"
+        )
+        del syn
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="small,large", help="comma list of: small, large")
+    p.add_argument("--naive-pairs", type=int, default=None, help="naive loop on P pairs only")
+    p.add_argument("--no-anchors", action="store_true", help="skip the N=10000 anchors")
+    p.add_argument(
+        "--sweep",
+        choices=("none", "scaled", "full"),
+        default="scaled",
+        help="Table S2 sweep: none, scaled (N=2000, d=205, L=32; default) or full (N=10000)",
+    )
+    args = p.parse_args()
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, numpy {np.__version__}")
+    for name in args.sizes.split(","):
+        bench_size(name.strip(), args.naive_pairs if name.strip() == "large" else None)
+    if not args.no_anchors:
+        bench_anchors(sweep=args.sweep)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Top-PC pooling controls: project the top principal directions out of pooled states.
+
+SPEC section 2: for `top1_pc` / `top3_pc`, each layer's `default` pooled N x d matrix is
+column-centred and its top-1 / top-3 right singular vectors are projected out:
+
+    X_c = X - mean(X)          (N, d)
+    X_c = U S V^T              V_k = first k columns of V   (d, k)
+    out = X_c - X_c V_k V_k^T  (N, d)
+
+Decision: the output stays centred (CKA re-centres anyway; cosine then compares centred,
+PC-removed vectors). k is capped at min(N, d) - nothing is left to remove beyond the rank.
+SVD runs in float64 for stable directions; the result has the input's floating dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from deffcore.constants import PC_CONTROLS
+from deffcore.errors import DeffError, InvalidStatesError
+from deffcore.similarity import _as_tensor, _validated
+
+
+def remove_top_pcs(pooled: Any, k: int) -> np.ndarray | torch.Tensor:
+    """pooled (N, d) -> (N, d): centred, with its top-k right singular vectors projected out.
+
+    Returns the same kind (numpy / torch on the same device) as the input.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise DeffError(f"The number of principal directions to remove must be >= 0; got {k!r}.")
+    x = _as_tensor(pooled)
+    if x.ndim != 2:
+        raise InvalidStatesError(
+            f"remove_top_pcs takes one (N, d) pooled matrix; got shape {tuple(x.shape)}."
+        )
+    if not bool(torch.isfinite(x).all()):
+        raise InvalidStatesError("The pooled matrix contains NaN or inf values.")
+    out_dtype = x.dtype if x.is_floating_point() else torch.float64
+    xc = x.to(torch.float64)
+    xc = xc - xc.mean(dim=0, keepdim=True)
+    k = min(k, *xc.shape)
+    if k > 0:
+        _, _, vh = torch.linalg.svd(xc, full_matrices=False)  # vh: (min(N, d), d)
+        v = vh[:k].T  # (d, k)
+        xc = xc - (xc @ v) @ v.T
+    out = xc.to(out_dtype)
+    return out.cpu().numpy() if isinstance(pooled, np.ndarray) else out
+
+
+def apply_pc_control(states: Any, control: str) -> np.ndarray | torch.Tensor:
+    """states (L, N, d) -> (L, N, d) with `remove_top_pcs` applied per layer.
+
+    control: "top1_pc" or "top3_pc" (see `deffcore.constants.PC_CONTROLS`).
+    """
+    if control not in PC_CONTROLS:
+        raise DeffError(f"Unknown PC control {control!r}; choose one of {', '.join(PC_CONTROLS)}.")
+    x = _validated(states, min_layers=1, min_passages=2)
+    k = PC_CONTROLS[control]
+    out = torch.stack([remove_top_pcs(x[i], k) for i in range(x.shape[0])])
+    return out.cpu().numpy() if not isinstance(states, torch.Tensor) else out

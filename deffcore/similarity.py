@@ -1,0 +1,373 @@
+"""Layer-by-layer similarity matrices: linear CKA, unbiased CKA, cosine (SPEC section 3).
+
+All L x L pairs are computed at once. Everything reduces to two ingredients:
+
+    M[i, j] = <K_i, K_j> = ||X_i^T X_j||_F^2      (K_l = X_l X_l^T, X_l column-centred)
+    r[l, a] = ||x_{l,a}||^2                        (row squared norms of the centred X_l)
+
+    linear CKA     S = M_ij / sqrt(M_ii M_jj)
+    unbiased CKA   the same with M replaced by the unbiased HSIC numerator (see below)
+
+M has two routes, picked by an explicit cost model (multiply-adds, symmetry used in both):
+
+    feature route  per layer block i: X_i^T [X_i .. X_L]  ->  N * d^2 * L(L+1)/2
+    gram route     per row block of B passages: the B x N strip of every centred Gram matrix
+                   (a batched (L, B, d) @ (L, d, N) product), then one (L, B*N) @ (B*N, L)
+                   product accumulates all pairwise inner products
+                                               ->  N^2/2 * (L*d + L^2)
+
+so the Gram route wins when N (d + L) < d^2 (L + 1), i.e. roughly when N < d*L. Only the
+upper triangle of the Gram matrices is formed (off-diagonal strips count twice). Memory is
+one centred float32 copy of the states plus one block of `block_size` elements, never
+L * N^2 at once.
+
+Unbiased CKA (Song et al. 2012, zeroed Gram diagonals, needs N >= 4). With uncentred Gram
+matrices K~ (diagonal set to zero) the unbiased HSIC is
+
+    [tr(K~ L~) + (1'K~1)(1'L~1)/((n-1)(n-2)) - 2/(n-2) 1'K~L~1] / (n(n-3)).
+
+The estimator is translation invariant, so we may evaluate it on column-centred data, where
+1'K1 = 0 gives K~1 = -r and 1'K~1 = -tr K, hence
+
+    n(n-3) HSIC_u(K, L) = <K, L> - n/(n-2) r_K . r_L + tr(K) tr(L) / ((n-1)(n-2)).
+
+The same M plus one (L, N) @ (N, L) product of row norms. It can be slightly negative.
+
+Cosine: the mean over passages of cos(x_{i,a}, x_{j,a}) on the *uncentred* pooled vectors;
+unit diagonal. Decision: a pooled vector with zero norm makes the cosine undefined, so it
+raises `InvalidStatesError` (naming the layer and count) instead of returning NaN or
+silently treating it as 0.
+
+Decision (degenerate layers): a layer whose centred matrix is all zero (the same vector for
+every passage) has no CKA; it raises `InvalidStatesError` rather than returning NaN.
+
+Precision: the blocks are formed in float32 (float64 when the input is float64) and each
+block's L x L contribution is accumulated in float64. Column means are taken in float64.
+Computation runs on the device of a torch input (CUDA when the input is there).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from deffcore.constants import METRICS
+from deffcore.errors import DeffError, InvalidStatesError
+
+#: Elements (floats) one streamed block may hold; ~256 MB in float32.
+DEFAULT_BLOCK_ELEMENTS = 64 * 1024 * 1024
+ROUTES = ("auto", "gram", "feature")
+
+
+def cka_finite_sample_bias(n: int, d: int) -> float:
+    """Expected linear CKA of independent isotropic data, about d / (n + d) (SPEC section 3)."""
+    return float(d) / float(n + d)
+
+
+# ---------------------------------------------------------------------------------------------
+# input handling
+
+
+def _as_tensor(states: Any) -> torch.Tensor:
+    """(L, N, d) array / tensor / list of (N, d) -> a torch tensor (no copy when possible)."""
+    if isinstance(states, torch.Tensor):
+        return states.detach()
+    if isinstance(states, np.ndarray):
+        if not states.dtype.isnative:
+            states = states.astype(states.dtype.newbyteorder("="))
+        with warnings.catch_warnings():  # read-only arrays (memmaps) are fine: we never write
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(states)
+    if isinstance(states, Sequence) and not isinstance(states, str | bytes):
+        if len(states) == 0:
+            raise InvalidStatesError("States are empty: expected L >= 2 layers of (N, d) arrays.")
+        layers = [_as_tensor(x) for x in states]
+        shapes = [tuple(x.shape) for x in layers]
+        for i, shape in enumerate(shapes):
+            if len(shape) != 2:
+                raise InvalidStatesError(
+                    f"Layer {i} has shape {shape}; each layer must be a 2-D (N, d) matrix."
+                )
+            if shape != shapes[0]:
+                raise InvalidStatesError(
+                    f"Layer {i} has shape {shape} but layer 0 has shape {shapes[0]}; all "
+                    "layers must have the same (N, d) shape."
+                )
+        device = layers[0].device
+        return torch.stack([x.to(device) for x in layers])
+    raise InvalidStatesError(
+        f"States must be an (L, N, d) numpy array, torch tensor or list of (N, d) arrays, "
+        f"not {type(states).__name__}."
+    )
+
+
+def validate_states(states: Any, *, min_layers: int = 2, min_passages: int = 2) -> None:
+    """Raise `InvalidStatesError` unless `states` is a finite (L, N, d) stack.
+
+    Checks, in order: type and ndim, equal per-layer shapes, L >= min_layers,
+    N >= min_passages, d >= 1, and finiteness (the message names the first bad layer).
+    """
+    _validated(states, min_layers=min_layers, min_passages=min_passages)
+
+
+def _validated(states: Any, *, min_layers: int = 2, min_passages: int = 2) -> torch.Tensor:
+    x = _as_tensor(states)
+    if x.ndim != 3:
+        raise InvalidStatesError(
+            f"States have {x.ndim} dimensions (shape {tuple(x.shape)}); expected a 3-D "
+            "(L, N, d) stack: L layers, N passages, d features."
+        )
+    if not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64)):
+        raise InvalidStatesError(f"States have dtype {x.dtype}; expected a floating-point type.")
+    n_layers, n, d = x.shape
+    if n_layers < min_layers:
+        raise InvalidStatesError(
+            f"States have {n_layers} layer(s); at least {min_layers} are needed to compare layers."
+        )
+    if n < min_passages:
+        raise InvalidStatesError(
+            f"States have {n} passage(s); this measurement needs at least {min_passages}."
+        )
+    if d < 1:
+        raise InvalidStatesError("States have 0 features per passage; expected d >= 1.")
+    if x.is_floating_point():
+        finite = torch.isfinite(x).reshape(n_layers, -1).all(dim=1)
+        if not bool(finite.all()):
+            bad = int((~finite).nonzero()[0, 0])
+            count = int((~torch.isfinite(x[bad])).sum())
+            raise InvalidStatesError(
+                f"Layer {bad} (0-based index in the stack) contains {count} NaN or inf "
+                "value(s); similarities need finite states."
+            )
+    return x
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _centred(x: torch.Tensor) -> torch.Tensor:
+    """(L, N, d) -> column-centred copy in the compute dtype; means taken in float64."""
+    dtype = _compute_dtype(x)
+    out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    for i in range(x.shape[0]):  # one layer at a time keeps the float64 temporaries small
+        layer = x[i].to(torch.float64)
+        out[i] = (layer - layer.mean(dim=0, keepdim=True)).to(dtype)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the two routes for M[i, j] = <K_i, K_j>
+
+
+def route_costs(n: int, d: int, n_layers: int) -> dict[str, float]:
+    """Multiply-add counts of the two routes (the cost model that `route="auto"` uses)."""
+    feature = n * d * d * n_layers * (n_layers + 1) / 2
+    gram = n * n / 2 * (n_layers * d + n_layers * n_layers)
+    return {"feature": float(feature), "gram": float(gram)}
+
+
+def choose_route(n: int, d: int, n_layers: int) -> str:
+    costs = route_costs(n, d, n_layers)
+    return "gram" if costs["gram"] < costs["feature"] else "feature"
+
+
+def _gram_inner_products(xc: torch.Tensor, block_size: int | None) -> torch.Tensor:
+    """Centred (L, N, d) -> M (L, L) float64 with M[i, j] = <K_i, K_j>, streaming row blocks.
+
+    Row block [r0, r1) forms the strip K_l[r0:r1, r0:] of every layer: the square part
+    [r0:r1, r0:r1] enters once, the rest [r0:r1, r1:] twice (the Gram matrices are symmetric).
+    """
+    n_layers, n, _ = xc.shape
+    budget = block_size if block_size is not None else DEFAULT_BLOCK_ELEMENTS
+    rows = max(1, min(n, budget // max(1, n_layers * n)))
+    m = torch.zeros(n_layers, n_layers, dtype=torch.float64, device=xc.device)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        rows_x = xc[:, r0:r1]  # (L, B, d)
+        # two contiguous products instead of slicing one strip: no copies of the block
+        square = torch.bmm(rows_x, rows_x.transpose(1, 2)).reshape(n_layers, -1)
+        m += (square @ square.T).to(torch.float64)
+        del square
+        if r1 < n:
+            rest = torch.bmm(rows_x, xc[:, r1:].transpose(1, 2)).reshape(n_layers, -1)
+            m += 2.0 * (rest @ rest.T).to(torch.float64)
+    return m
+
+
+def _feature_inner_products(xc: torch.Tensor, block_size: int | None) -> torch.Tensor:
+    """Centred (L, N, d) -> M (L, L) float64 with M[i, j] = ||X_i^T X_j||_F^2.
+
+    For each layer i, the cross-covariances X_i^T X_j for j >= i come from one product with
+    the stacked layers, taken in chunks of layers so a block stays within `block_size`.
+    """
+    n_layers, _, d = xc.shape
+    budget = block_size if block_size is not None else DEFAULT_BLOCK_ELEMENTS
+    per_chunk = max(1, budget // max(1, d * d))
+    m = torch.zeros(n_layers, n_layers, dtype=torch.float64, device=xc.device)
+    for i in range(n_layers):
+        for j0 in range(i, n_layers, per_chunk):
+            j1 = min(n_layers, j0 + per_chunk)
+            cross = torch.matmul(xc[i].T, xc[j0:j1])  # (j1 - j0, d, d)
+            vals = cross.to(torch.float64).pow(2).sum(dim=(1, 2))
+            m[i, j0:j1] = vals
+            m[j0:j1, i] = vals
+    return m
+
+
+def _cosine_matrix(x: torch.Tensor, block_size: int | None) -> torch.Tensor:
+    """(L, N, d) uncentred -> (L, L) mean over passages of cos(x_{i,a}, x_{j,a}), float64."""
+    n_layers, n, d = x.shape
+    dtype = _compute_dtype(x)
+    norms = torch.linalg.vector_norm(x.to(dtype), dim=2)  # (L, N)
+    zero = norms == 0
+    if bool(zero.any()):
+        bad = int(zero.any(dim=1).nonzero()[0, 0])
+        raise InvalidStatesError(
+            f"Layer {bad} (0-based) has {int(zero[bad].sum())} passage(s) whose pooled vector "
+            "is exactly zero; cosine similarity is undefined for them (drop those passages or "
+            "use metric='cka')."
+        )
+    budget = block_size if block_size is not None else DEFAULT_BLOCK_ELEMENTS
+    rows = max(1, min(n, budget // max(1, n_layers * d)))
+    total = torch.zeros(n_layers, n_layers, dtype=torch.float64, device=x.device)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        unit = x[:, r0:r1].to(dtype) / norms[:, r0:r1, None]
+        flat = unit.reshape(n_layers, -1)
+        total += (flat @ flat.T).to(torch.float64)
+    s = total / n
+    s.fill_diagonal_(1.0)
+    return s
+
+
+def _normalise(m: torch.Tensor, what: str) -> np.ndarray:
+    """M (L, L) of (unbiased) HSIC numerators -> S = M_ij / sqrt(M_ii M_jj), unit diagonal."""
+    diag = torch.diagonal(m).clone()
+    if bool((diag <= 0).any()):
+        bad = int((diag <= 0).nonzero()[0, 0])
+        if what == "CKA":
+            reason = "has no variance across passages (its centred matrix is zero)"
+        else:
+            reason = (
+                "has a non-positive unbiased HSIC estimate with itself (no variance, or too "
+                "few passages for the unbiased estimator)"
+            )
+        raise InvalidStatesError(f"Layer {bad} (0-based) {reason}, so {what} is undefined for it.")
+    s = m / torch.sqrt(diag[:, None] * diag[None, :])
+    s = 0.5 * (s + s.T)  # exact symmetry despite rounding
+    s.fill_diagonal_(1.0)
+    return s.cpu().numpy()
+
+
+def unbiased_hsic_matrix(
+    m: torch.Tensor, row_norms: torch.Tensor, n: int, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """n(n-3) * unbiased HSIC for all pairs from M (L, L) and centred row norms (L, N), float64.
+
+    `row_norms[l, a]` = ||x_{l,a} - mean||^2. `weights` (N,) are passage multiplicities (the
+    bootstrap: passage a appears w_a times, n = sum(w)); then r_K . r_L and tr(K) are the
+    weighted sums over the distinct passages.
+    """
+    r = row_norms.to(torch.float64)
+    if weights is None:
+        rr, tr = r @ r.T, r.sum(dim=1)
+    else:
+        w = weights.to(torch.float64)
+        rr, tr = (r * w) @ r.T, r @ w
+    return m - n / (n - 2) * rr + torch.outer(tr, tr) / ((n - 1) * (n - 2))
+
+
+def similarity_matrix(
+    states: Any,
+    metric: str = "cka",
+    *,
+    block_size: int | None = None,
+    route: str = "auto",
+) -> np.ndarray:
+    """All-pairs layer similarity. states (L, N, d) -> S (L, L) float64 numpy.
+
+    metric: "cka" (linear CKA), "unbiased_cka" (needs N >= 4) or "cosine".
+    route: "auto" (cost model, see module docstring), "gram" or "feature"; ignored for cosine.
+    block_size: maximum number of elements of one streamed block (default ~64M); it bounds
+    memory and never changes the result beyond rounding.
+    """
+    if metric not in METRICS:
+        raise DeffError(
+            f"Unknown similarity metric {metric!r}; choose one of {', '.join(METRICS)}."
+        )
+    if route not in ROUTES:
+        raise DeffError(f"Unknown route {route!r}; choose one of {', '.join(ROUTES)}.")
+    if block_size is not None and block_size < 1:
+        raise DeffError(f"block_size must be a positive number of elements, not {block_size}.")
+    x = _validated(states, min_passages=4 if metric == "unbiased_cka" else 2)
+    if not x.is_floating_point():
+        x = x.to(torch.float64)
+    n_layers, n, d = x.shape
+    if metric == "cosine":
+        return _cosine_matrix(x, block_size).cpu().numpy()
+
+    xc = _centred(x)
+    chosen = choose_route(n, d, n_layers) if route == "auto" else route
+    if chosen == "gram":
+        m = _gram_inner_products(xc, block_size)
+    else:
+        m = _feature_inner_products(xc, block_size)
+    if metric == "cka":
+        return _normalise(m, "CKA")
+    row_norms = xc.to(torch.float64).pow(2).sum(dim=2)  # (L, N)
+    return _normalise(unbiased_hsic_matrix(m, row_norms, n), "unbiased CKA")
+
+
+# ---------------------------------------------------------------------------------------------
+# the plain reference implementation
+
+
+def _naive_pair(xi: np.ndarray, xj: np.ndarray, metric: str) -> float:
+    """One pair, float64, straight from the definitions (no shortcuts shared with the fast path)."""
+    if metric == "cosine":
+        num = np.sum(xi * xj, axis=1)
+        den = np.linalg.norm(xi, axis=1) * np.linalg.norm(xj, axis=1)
+        return float(np.mean(num / den))
+    if metric == "cka":
+        xi = xi - xi.mean(axis=0)
+        xj = xj - xj.mean(axis=0)
+        cross = np.linalg.norm(xi.T @ xj) ** 2
+        return float(cross / (np.linalg.norm(xi.T @ xi) * np.linalg.norm(xj.T @ xj)))
+
+    # unbiased: Song et al. (2012) on the uncentred Gram matrices with zeroed diagonals
+    def hsic(k: np.ndarray, l: np.ndarray) -> float:
+        n = k.shape[0]
+        k = k.copy()
+        l = l.copy()
+        np.fill_diagonal(k, 0.0)
+        np.fill_diagonal(l, 0.0)
+        ones = np.ones(n)
+        term1 = np.trace(k @ l)
+        term2 = (ones @ k @ ones) * (ones @ l @ ones) / ((n - 1) * (n - 2))
+        term3 = 2.0 / (n - 2) * (ones @ k @ l @ ones)
+        return float((term1 + term2 - term3) / (n * (n - 3)))
+
+    ki = xi @ xi.T
+    kj = xj @ xj.T
+    return hsic(ki, kj) / np.sqrt(hsic(ki, ki) * hsic(kj, kj))
+
+
+def naive_similarity_matrix(states: Any, metric: str = "cka") -> np.ndarray:
+    """Reference implementation: a plain float64 loop over layer pairs (clear, not fast)."""
+    if metric not in METRICS:
+        raise DeffError(
+            f"Unknown similarity metric {metric!r}; choose one of {', '.join(METRICS)}."
+        )
+    x = _validated(states, min_passages=4 if metric == "unbiased_cka" else 2)
+    layers = [x[i].cpu().to(torch.float64).numpy() for i in range(x.shape[0])]
+    n_layers = len(layers)
+    s = np.eye(n_layers)
+    for i in range(n_layers):
+        for j in range(i + 1, n_layers):
+            s[i, j] = s[j, i] = _naive_pair(layers[i], layers[j], metric)
+    return s

@@ -1,0 +1,68 @@
+"""Passage bootstrap: the fast Gram route against resample-and-recompute and the naive loop."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import deffcore as dc
+from deffcore.bootstrap import (
+    bootstrap_deff_over_L,
+    bootstrap_similarities,
+    resample_indices,
+)
+from deffcore.errors import DeffError
+
+
+def walk(layers: int = 6, n: int = 40, d: int = 7, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (np.cumsum(rng.standard_normal((layers, n, d)), axis=0) + 3.0).astype(np.float32)
+
+
+@pytest.mark.parametrize("metric", ["cka", "unbiased_cka", "cosine"])
+def test_fast_replicates_equal_resampled_naive(metric: str) -> None:
+    x = walk()
+    indices = resample_indices(40, 4, seed=3)
+    assert (np.diff(np.sort(indices[0])) == 0).any()  # duplicates are really present
+    fast = bootstrap_similarities(x, indices, metric, method="gram")
+    recompute = bootstrap_similarities(x, indices, metric, method="recompute")
+    for idx, f, r in zip(indices, fast, recompute, strict=True):
+        naive = dc.naive_similarity_matrix(x[:, idx], metric)
+        np.testing.assert_allclose(f, naive, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(r, naive, atol=1e-5, rtol=0)
+
+
+def test_result_fields_and_reproducibility() -> None:
+    x = walk(n=60)
+    res = bootstrap_deff_over_L(x, B=30, seed=1)
+    again = bootstrap_deff_over_L(x, B=30, seed=1, method="recompute")
+    np.testing.assert_allclose(res.samples, again.samples, atol=1e-6)
+    assert res.samples.shape == (30,) and res.B == 30 and res.ci == 0.95
+    assert res.point == pytest.approx(dc.effective_depth(dc.similarity_matrix(x)) / 6)
+    assert res.low == pytest.approx(np.quantile(res.samples, 0.025))
+    assert res.high == pytest.approx(np.quantile(res.samples, 0.975))
+    assert res.low <= res.mean <= res.high
+    assert res.high > res.low  # resampling actually varies the estimate
+    other = bootstrap_deff_over_L(x, B=30, seed=2)
+    assert not np.allclose(other.samples, res.samples)
+    assert json.loads(json.dumps(res.to_dict()))["B"] == 30
+    at_k = bootstrap_deff_over_L(x, B=5, seed=1, K=1)
+    assert at_k.point == pytest.approx(dc.effective_depth(dc.similarity_matrix(x), K=1) / 6)
+
+
+def test_ci_narrows_with_more_passages() -> None:
+    small = bootstrap_deff_over_L(walk(n=30, seed=4), B=40)
+    large = bootstrap_deff_over_L(walk(n=400, seed=4), B=40)
+    assert large.high - large.low < small.high - small.low
+
+
+def test_bad_arguments() -> None:
+    x = walk()
+    with pytest.raises(DeffError, match="B must be an integer >= 2"):
+        bootstrap_deff_over_L(x, B=1)
+    with pytest.raises(DeffError, match="strictly between 0 and 1"):
+        bootstrap_deff_over_L(x, ci=1.5)
+    with pytest.raises(DeffError, match="Unknown bootstrap method"):
+        bootstrap_deff_over_L(x, method="jackknife")
