@@ -38,7 +38,7 @@ __all__ = [
     "UnknownModelError",
     "UnsupportedArchitectureError",
 ]
-# Engine re-exports follow (engine authors); pipeline and lab exports are added at integration.
+# The engine is imported eagerly (numpy + torch only).
 from deffcore import synthetic
 from deffcore.bootstrap import BootstrapResult, bootstrap_deff_over_L
 from deffcore.controls import apply_pc_control, remove_top_pcs
@@ -102,3 +102,45 @@ __all__ += [
     "update_states",
     "validate_states",
 ]
+
+# The pipeline and the labs import transformers (seconds); they load on first attribute access,
+# so `import deffcore` stays light for the engine, the synthetic CLI and the synthetic lab.
+_LAZY: dict[str, str] = {
+    "measure": "deffcore.measure",
+    "Measurement": "deffcore.measure",
+    "load_model": "deffcore.models",
+    "LoadedModel": "deffcore.models",
+    "PACKAGED_MODELS": "deffcore.models",
+    "TINY_MODELS": "deffcore.models",
+    "base_model": "deffcore.models",
+    "decoder_layers": "deffcore.models",
+    "final_norm": "deffcore.models",
+    "model_identity": "deffcore.models",
+    "load_passages": "deffcore.texts",
+    "dataset_identity": "deffcore.texts",
+    "extract_pooled": "deffcore.extract",
+    "PooledStates": "deffcore.extract",
+    "RunSpec": "deffcore.cache",
+    "list_runs": "deffcore.cache",
+    "norm_intervention": "deffcore.labs.interventions",
+    "intervention_table": "deffcore.labs.interventions",
+    "block_influence": "deffcore.labs.pruning",
+    "local_delta_deff": "deffcore.labs.pruning",
+    "perplexity": "deffcore.labs.pruning",
+    "skip_blocks": "deffcore.labs.pruning",
+    "pruning_check": "deffcore.labs.pruning",
+    "run_carry_sweep": "deffcore.labs.residual_carry",
+    "dynamics_sweep": "deffcore.labs.dynamics",
+    "aggregation_table": "deffcore.labs.aggregations",
+}
+__all__ += sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'deffcore' has no attribute {name!r}")

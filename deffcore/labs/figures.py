@@ -1,0 +1,371 @@
+"""Plotly figures and tables for the labs: results (plain dicts, as the labs' `to_dict()`) in,
+`go.Figure` / `pd.DataFrame` out. No Streamlit. Colours follow `deffcore.figures`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from deffcore.constants import POOLINGS
+from deffcore.figures import COLOR_PAPER, COLOR_REFERENCE, POOLING_COLORS
+
+_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
+
+INTERVENTION_COLORS = {
+    "none": "#1f77b4",
+    "no_post": "#ff7f0e",
+    "no_qk": "#2ca02c",
+    "no_post_no_qk": "#d62728",
+}
+RANKING_COLORS = {"bi": "#1f77b4", "local_deff": "#d62728"}
+METRIC_COLORS = {"cka": "#1f77b4", "unbiased_cka": "#ff7f0e", "cosine": "#2ca02c"}
+#: One colour per gamma of the residual-carry lab (others fall back to grey).
+GAMMA_COLORS = {1.0: "#1f77b4", 0.75: "#2ca02c", 0.5: "#ff7f0e", 0.25: "#d62728"}
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Interventions
+
+
+def intervention_frame(
+    rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[str, Any]] = ()
+) -> pd.DataFrame:
+    """intervention x pooling table of gap%: this run's columns, then each paper model's."""
+    from deffcore.labs.interventions import INTERVENTIONS
+
+    parts = []
+    sources = [(pd.DataFrame(rows), "this run")] if rows else []
+    if paper_rows:
+        paper = pd.DataFrame(paper_rows)
+        sources += [(sub, f"{model}, paper") for model, sub in paper.groupby("model", sort=False)]
+    for frame, tag in sources:
+        piv = frame.pivot(index="intervention", columns="pooling", values="gap_pct")
+        piv = piv.reindex(columns=[p for p in POOLINGS if p in piv.columns])
+        piv.columns = [f"{p} ({tag})" for p in piv.columns]
+        parts.append(piv)
+    if not parts:
+        return pd.DataFrame()
+    table = pd.concat(parts, axis=1)
+    order = [i for i in INTERVENTIONS if i in table.index]
+    if rows:  # only the interventions of this run
+        order = [i for i in order if i in {r["intervention"] for r in rows}]
+    table = table.reindex(order)
+    table.index.name = "intervention"
+    return table
+
+
+def intervention_plot(
+    rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[str, Any]] = ()
+) -> go.Figure:
+    """Gap% per pooling control (x) for each intervention (colour); paper values as open marks."""
+    fig = go.Figure()
+    order = list(dict.fromkeys(r["intervention"] for r in rows))
+    for name in order:
+        sub = [r for r in rows if r["intervention"] == name]
+        fig.add_trace(
+            go.Bar(
+                x=[r["pooling"] for r in sub],
+                y=[r["gap_pct"] for r in sub],
+                name=f"{name} (this run)",
+                marker_color=INTERVENTION_COLORS.get(name, COLOR_PAPER),
+                hovertemplate="%{x}<br>gap = %{y:.2f}%<extra>" + name + "</extra>",
+            )
+        )
+    symbols = ["circle-open", "diamond-open", "square-open"]
+    for i, model in enumerate(dict.fromkeys(r["model"] for r in paper_rows)):
+        for name in order:
+            sub = [r for r in paper_rows if r["model"] == model and r["intervention"] == name]
+            if not sub:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=[r["pooling"] for r in sub],
+                    y=[r["gap_pct"] for r in sub],
+                    mode="markers",
+                    name=f"{name} ({model}, paper)",
+                    marker={
+                        "symbol": symbols[i % len(symbols)],
+                        "size": 11,
+                        "color": INTERVENTION_COLORS.get(name, COLOR_PAPER),
+                        "line": {"width": 2},
+                    },
+                    hovertemplate="%{x}<br>paper gap = %{y:.1f}%<extra>" + model + "</extra>",
+                )
+            )
+    fig.add_hline(y=0, line_color=COLOR_REFERENCE, line_dash="dash")
+    fig.update_layout(
+        title="Gap to F_L under norm interventions (> 0: sub-reference)",
+        barmode="group",
+        xaxis_title="pooling control",
+        yaxis_title="gap to F_L (%)",
+        height=460,
+        **_LAYOUT,
+    )
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Pruning
+
+
+def pruning_plot(result: Mapping[str, Any]) -> go.Figure:
+    """PPL against k skipped blocks for each ranking (log y), with the 1.10 x PPL_0 line."""
+    from deffcore.labs.pruning import PPL_TOLERANCE, RANKING_LABELS
+
+    fig = go.Figure()
+    for ranking, ppl in result["ppl"].items():
+        ks = sorted(int(k) for k in ppl)
+        fig.add_trace(
+            go.Scatter(
+                x=ks,
+                y=[ppl[str(k)] for k in ks],
+                mode="lines+markers",
+                name=f"{RANKING_LABELS.get(ranking, ranking)} "
+                f"(k_1.10 = {result['k_1.10'][ranking]})",
+                line={"color": RANKING_COLORS.get(ranking, COLOR_PAPER)},
+                hovertemplate="k = %{x}<br>PPL = %{y:.3f}<extra></extra>",
+            )
+        )
+    fig.add_hline(
+        y=PPL_TOLERANCE * result["ppl0"],
+        line_dash="dash",
+        line_color=COLOR_REFERENCE,
+        annotation_text=f"{PPL_TOLERANCE:.2f} × PPL_0",
+    )
+    fig.update_layout(
+        title=f"Held-out perplexity after skipping k blocks "
+        f"({result['model']}, L = {result['layers']})",
+        xaxis_title="k (blocks skipped, lowest-ranked first)",
+        yaxis_title="perplexity",
+        yaxis_type="log",
+        height=440,
+        **_LAYOUT,
+    )
+    return fig
+
+
+def pruning_scores_plot(result: Mapping[str, Any]) -> go.Figure:
+    """BI and local Delta D_eff per block, side by side (their rankings are what is compared)."""
+    L = result["layers"]
+    blocks = list(range(1, L + 1))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Block Influence", "local ΔD_eff"))
+    fig.add_trace(
+        go.Bar(x=blocks, y=result["block_influence"], name="BI", marker_color=RANKING_COLORS["bi"]),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=blocks,
+            y=result["local_delta_deff"],
+            name="local ΔD_eff",
+            marker_color=RANKING_COLORS["local_deff"],
+        ),
+        row=1,
+        col=2,
+    )
+    fig.update_xaxes(title_text="block l")
+    fig.update_layout(
+        title="Per-block scores (the lowest are skipped first)",
+        height=360,
+        showlegend=False,
+        **_LAYOUT,
+    )
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Residual carry
+
+CARRY_PANELS: tuple[tuple[str, str], ...] = (
+    ("deff_h_over_L", "D_eff(h)/L"),
+    ("deff_upd_over_L", "D_eff(update)/L"),
+    ("val_loss", "validation loss"),
+    ("f_over_h", "||f|| / ||h||"),
+)
+
+
+def carry_trajectories(records: Sequence[Mapping[str, Any]]) -> go.Figure:
+    """2 x 2 panels against step: per gamma, each seed faint and the across-seed mean bold."""
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[label for _, label in CARRY_PANELS])
+    frame = pd.DataFrame(records)
+    if frame.empty:
+        return fig
+    for gamma, by_gamma in frame.groupby("gamma", sort=False):
+        color = GAMMA_COLORS.get(float(gamma), COLOR_PAPER)
+        for p_index, (quantity, label) in enumerate(CARRY_PANELS):
+            row, col = divmod(p_index, 2)
+            for seed, run in by_gamma.groupby("seed"):
+                run = run.sort_values("step")
+                fig.add_trace(
+                    go.Scatter(
+                        x=run["step"],
+                        y=run[quantity],
+                        mode="lines",
+                        line={"color": _rgba(color, 0.3), "width": 1},
+                        name=f"γ={gamma:g} seed {seed}",
+                        legendgroup=f"g{gamma}",
+                        showlegend=False,
+                        hovertemplate=f"γ={gamma:g} seed {seed}<br>step %{{x}}"
+                        f"<br>{label} = %{{y:.4f}}<extra></extra>",
+                    ),
+                    row=row + 1,
+                    col=col + 1,
+                )
+            mean = by_gamma.groupby("step")[quantity].mean()
+            fig.add_trace(
+                go.Scatter(
+                    x=mean.index,
+                    y=mean.values,
+                    mode="lines",
+                    line={"color": color, "width": 3},
+                    name=f"γ = {gamma:g} (mean)",
+                    legendgroup=f"g{gamma}",
+                    showlegend=p_index == 0,
+                    hovertemplate=f"γ={gamma:g} mean<br>step %{{x}}<br>{label} = %{{y:.4f}}"
+                    "<extra></extra>",
+                ),
+                row=row + 1,
+                col=col + 1,
+            )
+    fig.update_xaxes(title_text="training step")
+    fig.update_layout(
+        title="Residual carry: h_l = γ h_{l-1} + block(h_{l-1})", height=640, **_LAYOUT
+    )
+    return fig
+
+
+CARRY_TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("val_loss", "val. loss"),
+    ("deff_h_over_L", "D_eff(h)/L"),
+    ("deff_upd_over_L", "D_eff(update)/L"),
+    ("rho1", "ρ̂(1)"),
+    ("f_over_h", "||f||/||h||"),
+)
+
+
+def carry_table(final: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """The final-step table: mean [min, max] across seeds per gamma (as Table S14)."""
+    rows = []
+    for r in final:
+        row: dict[str, Any] = {"γ": r["gamma"], "seeds": r["seeds"], "step": r["step"]}
+        for quantity, label in CARRY_TABLE_COLUMNS:
+            lo, hi = r[f"{quantity}_min"], r[f"{quantity}_max"]
+            row[label] = f"{r[quantity]:.3f} [{lo:.3f}, {hi:.3f}]"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Training dynamics
+
+
+def dynamics_plot(result: Mapping[str, Any], *, log_x: bool = False) -> go.Figure:
+    """Gap to F_L (left) and D_eff/L (right) against tokens/steps; missing checkpoints are
+    dotted vertical lines labelled "missing", and lines are broken there (never interpolated)."""
+    axis = result["x_axis"]
+    points = list(result["points"])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("gap to F_L (%)", "D_eff / L"))
+
+    def x_of(i: int, p: Mapping[str, Any]) -> float | None:
+        if axis == "index":
+            return i
+        return p[axis]
+
+    xs = [x_of(i, p) for i, p in enumerate(points)]
+    for col, quantity in ((1, "gap_pct"), (2, "deff_over_L")):
+        ys = [p[quantity] if p["status"] == "ok" else None for p in points]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines+markers",
+                connectgaps=False,
+                name=quantity,
+                text=[p["label"] for p in points],
+                line={"color": POOLING_COLORS["default"]},
+                hovertemplate="%{text}<br>" + axis + " %{x}<br>%{y:.4f}<extra></extra>",
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
+    for x, p in zip(xs, points, strict=True):
+        if p["status"] != "ok" and x is not None:
+            for col in (1, 2):
+                fig.add_vline(
+                    x=x,
+                    line_dash="dot",
+                    line_color=COLOR_PAPER,
+                    row=1,
+                    col=col,
+                    annotation_text="missing",
+                    annotation_textangle=-90,
+                )
+    if log_x:
+        fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text=f"training {axis}")
+    missing = [p["label"] for p in points if p["status"] != "ok"]
+    title = f"Training dynamics: {result['landed']} of {result['planned']} checkpoints landed"
+    if missing:
+        title += f" (missing: {', '.join(missing[:4])}{' …' if len(missing) > 4 else ''})"
+    fig.update_layout(title=title, height=420, **_LAYOUT)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Aggregations
+
+
+def aggregations_plot(table: Mapping[str, Any]) -> go.Figure:
+    """Value / L of every aggregation (x) under each metric (colour)."""
+    from deffcore.labs.aggregations import AGGREGATION_LABELS, AGGREGATIONS
+
+    fig = go.Figure()
+    for metric in table["xi"]:
+        sub = {r["aggregation"]: r for r in table["rows"] if r["metric"] == metric}
+        fig.add_trace(
+            go.Bar(
+                x=[AGGREGATION_LABELS[a] for a in AGGREGATIONS],
+                y=[sub[a]["value_over_L"] for a in AGGREGATIONS],
+                name=metric,
+                marker_color=METRIC_COLORS.get(metric, COLOR_PAPER),
+                hovertemplate="%{x}<br>value / L = %{y:.4f}<extra>" + metric + "</extra>",
+            )
+        )
+    L = table["layers"]
+    fig.add_hline(
+        y=2 / (L + 1),
+        line_dash="dash",
+        line_color=COLOR_REFERENCE,
+        annotation_text="F_L / L (D_eff of the orthogonal-update reference)",
+    )
+    fig.update_layout(
+        title=f"Aggregations of the same similarity matrix (L = {L})",
+        barmode="group",
+        yaxis_title="effective number of layers / L",
+        height=440,
+        **_LAYOUT,
+    )
+    return fig
+
+
+def aggregations_frame(table: Mapping[str, Any]) -> pd.DataFrame:
+    """aggregation x metric table of value / L."""
+    frame = pd.DataFrame(table["rows"]).pivot(
+        index="aggregation", columns="metric", values="value_over_L"
+    )
+    from deffcore.labs.aggregations import AGGREGATIONS
+
+    return frame.reindex(index=list(AGGREGATIONS), columns=list(table["xi"]))

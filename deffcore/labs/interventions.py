@@ -1,0 +1,328 @@
+"""Norm interventions (paper Table S6): Gemma-style norms replaced by identity at inference.
+
+Gemma-2/3 blocks normalise each sub-layer's output before adding it to the residual stream
+("post" norms: `post_attention_layernorm`, `post_feedforward_layernorm`) and normalise queries
+and keys per head ("QK" norms: `self_attn.q_norm`, `self_attn.k_norm`). The paper asks how much
+of the sub-reference effective depth these norms cause by running the same weights with them
+removed:
+
+    with norm_intervention(model, "no_post"):
+        model(input_ids)          # post norms act as identity
+    # here the model is exactly as before
+
+Decisions (SPEC section 9 is silent on the mechanics):
+- "Identity" is implemented with forward hooks that return the norm's input unchanged. No
+  weight or module is touched, so leaving the block restores the model bit for bit (the hooks
+  are removed in a `finally`, also when the body raises). The norm itself still runs and its
+  result is discarded; that costs a few percent of the forward pass and keeps other people's
+  hooks on the same modules working.
+- A block counts as having post norms only if it has `post_feedforward_layernorm`: Llama,
+  Qwen and Mistral also have a module called `post_attention_layernorm`, but there it is the
+  *pre*-MLP norm, and removing it is not the paper's intervention. Gemma-2/3 and OLMo-2 have
+  both and apply them to the sub-layer outputs.
+- QK norms are any attention module holding both `q_norm` and `k_norm` (Gemma-3, OLMo-2,
+  Qwen3). The intervention applies to every such module in the model.
+
+The lab itself, `intervention_table`, measures every pooling control under each intervention
+through `deffcore.measure.measure(..., intervention=name)`, which passes the name back here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from deffcore.constants import POOLINGS
+from deffcore.errors import UnsupportedArchitectureError
+
+#: Intervention names, in the order the paper's Table S6 lists them.
+INTERVENTIONS: tuple[str, ...] = ("none", "no_post", "no_qk", "no_post_no_qk")
+#: How the paper (and paper_reference.csv's `note` column) writes each intervention.
+PAPER_LABELS: dict[str, str] = {
+    "none": "none",
+    "no_post": "no post",
+    "no_qk": "no QK",
+    "no_post_no_qk": "no post/no QK",
+}
+_POST_NORMS = ("post_attention_layernorm", "post_feedforward_layernorm")
+_QK_NORMS = ("q_norm", "k_norm")
+
+
+def post_norm_modules(model: nn.Module) -> list[nn.Module]:
+    """The post-attention and post-feed-forward norms of every block (empty if there are none).
+
+    A block is any module with a `post_feedforward_layernorm` child (see the module docstring
+    for why `post_attention_layernorm` alone does not count).
+    """
+    found = []
+    for module in model.modules():
+        if isinstance(getattr(module, "post_feedforward_layernorm", None), nn.Module):
+            post_attn = getattr(module, "post_attention_layernorm", None)
+            if isinstance(post_attn, nn.Module):
+                found.append(post_attn)
+            found.append(module.post_feedforward_layernorm)
+    return found
+
+
+def qk_norm_modules(model: nn.Module) -> list[nn.Module]:
+    """The query and key norms of every attention module (empty if there are none)."""
+    found = []
+    for module in model.modules():
+        q_norm, k_norm = (getattr(module, name, None) for name in _QK_NORMS)
+        if isinstance(q_norm, nn.Module) and isinstance(k_norm, nn.Module):
+            found.extend([q_norm, k_norm])
+    return found
+
+
+def intervention_targets(model: nn.Module, name: str) -> list[nn.Module]:
+    """The norm modules that `name` replaces by identity; raises if the model lacks them."""
+    if name not in INTERVENTIONS:
+        raise UnsupportedArchitectureError(
+            f"Unknown norm intervention {name!r}; choose one of {', '.join(INTERVENTIONS)}."
+        )
+    arch = type(model).__name__
+    targets: list[nn.Module] = []
+    if name in ("no_post", "no_post_no_qk"):
+        post = post_norm_modules(model)
+        if not post:
+            raise UnsupportedArchitectureError(
+                f"The {name!r} intervention needs Gemma-style post-sub-layer norms "
+                f"(post_attention_layernorm and post_feedforward_layernorm applied to each "
+                f"sub-layer's output), and {arch} has none; it applies to Gemma-2/3 and OLMo-2."
+            )
+        targets += post
+    if name in ("no_qk", "no_post_no_qk"):
+        qk = qk_norm_modules(model)
+        if not qk:
+            raise UnsupportedArchitectureError(
+                f"The {name!r} intervention needs query/key norms (self_attn.q_norm and "
+                f"self_attn.k_norm), and {arch} has none; it applies to Gemma-3, OLMo-2 and Qwen3."
+            )
+        targets += qk
+    return targets
+
+
+def _identity_hook(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
+    # The value a forward hook returns replaces the module's output: hand back its input.
+    return args[0]
+
+
+@contextlib.contextmanager
+def norm_intervention(model: nn.Module, name: str) -> Iterator[nn.Module]:
+    """Inside the `with`, the norms `name` names act as identity; on exit nothing is left over.
+
+    name: one of `INTERVENTIONS` ("none" changes nothing and works on any model).
+    Raises `UnsupportedArchitectureError` (before anything is changed) for an unknown name or a
+    model lacking the norms. Inference only: the hooks also apply in training mode, but the
+    paper's intervention is never trained with.
+    """
+    targets = intervention_targets(model, name)
+    handles = [module.register_forward_hook(_identity_hook) for module in targets]
+    try:
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def supported_interventions(model: nn.Module) -> list[str]:
+    """The intervention names this model supports (always includes "none")."""
+    supported = []
+    for name in INTERVENTIONS:
+        try:
+            intervention_targets(model, name)
+        except UnsupportedArchitectureError:
+            continue
+        supported.append(name)
+    return supported
+
+
+# ----------------------------------------------------------------------------------------------
+# The lab: every pooling control under every intervention.
+
+
+@dataclass
+class InterventionTable:
+    """D_eff/L, gap% and rho_hat(1) per (intervention, pooling) for one model and text sample.
+
+    rows: one dict per (intervention, pooling) with keys `intervention, pooling, deff,
+    deff_over_L, gap_pct, rho1, layers`.
+    """
+
+    model: str
+    dataset: str
+    n: int
+    max_tokens: int
+    metric: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lab": "interventions",
+            "model": self.model,
+            "dataset": self.dataset,
+            "n": self.n,
+            "max_tokens": self.max_tokens,
+            "metric": self.metric,
+            "rows": self.rows,
+        }
+
+    def value(self, intervention: str, pooling: str, quantity: str = "gap_pct") -> float:
+        for row in self.rows:
+            if row["intervention"] == intervention and row["pooling"] == pooling:
+                return row[quantity]
+        raise KeyError((intervention, pooling))
+
+
+def intervention_table(
+    model: str = "gemma3-270m",
+    dataset: str = "bbc-news",
+    *,
+    n: int = 128,
+    max_tokens: int = 128,
+    seed: int = 0,
+    metric: str = "cka",
+    interventions: Sequence[str] = INTERVENTIONS,
+    poolings: Sequence[str] = POOLINGS,
+    revision: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> InterventionTable:
+    """Measure every pooling control under each intervention (paper Table S6).
+
+    Each intervention is its own cached run (`RunSpec.intervention`, the same entry that
+    `measure(..., intervention=name)` reads and writes). Runs already in the cache are read;
+    for the others the model is loaded once (not once per intervention: loading a GGUF costs
+    more than a small extraction), checked for every requested intervention (an unsupported
+    one raises before any forward pass), and extracted under each intervention.
+    """
+    from deffcore import cache
+    from deffcore.cache import RunSpec
+    from deffcore.constants import METRICS
+    from deffcore.errors import DeffError, TooFewPassagesError
+    from deffcore.measure import MIN_PASSAGES, measure
+    from deffcore.models import load_model, resolve_device_dtype
+    from deffcore.texts import load_passages
+
+    for name in interventions:
+        if name not in INTERVENTIONS:
+            raise UnsupportedArchitectureError(
+                f"Unknown norm intervention {name!r}; choose one of {', '.join(INTERVENTIONS)}."
+            )
+    if metric not in METRICS:
+        raise DeffError(f"Unknown metric {metric!r}; choose one of {', '.join(METRICS)}.")
+    if not isinstance(n, int) or n < MIN_PASSAGES:
+        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
+    device, dtype = resolve_device_dtype(device, dtype)
+    specs = {
+        name: RunSpec(
+            model=model,
+            revision=revision,
+            dataset=dataset,
+            n=n,
+            max_tokens=max_tokens,
+            seed=seed,
+            dtype=dtype,
+            intervention=name,
+        )
+        for name in interventions
+    }
+    missing = {name for name, spec in specs.items() if cache.load(spec) is None}
+    loaded = passages = None
+    if missing:
+        if progress is not None:
+            progress(0, len(interventions), f"loading {model}")
+        loaded = load_model(model, revision=revision, device=device, dtype=dtype)
+        for name in interventions:  # refuse before any forward pass
+            intervention_targets(loaded.model, name)
+        passages = load_passages(dataset, n, seed=seed)
+    table = InterventionTable(model, dataset, n, max_tokens, metric)
+    for i, name in enumerate(interventions):
+        if progress is not None:
+            progress(i, len(interventions), f"intervention {name}")
+        if name in missing:
+            result = _measure_loaded(specs[name], loaded, passages, metric)
+        else:  # a cache hit: measure() reads it
+            result = measure(
+                model=model,
+                dataset=dataset,
+                n=n,
+                max_tokens=max_tokens,
+                seed=seed,
+                metric=metric,
+                revision=revision,
+                device=device,
+                dtype=dtype,
+                intervention=name,
+            )
+        for pooling in poolings:
+            summary = result.summary(pooling)
+            table.rows.append(
+                {
+                    "intervention": name,
+                    "pooling": pooling,
+                    "layers": summary.layers,
+                    "deff": summary.deff,
+                    "deff_over_L": summary.deff_over_L,
+                    "gap_pct": summary.gap_pct,
+                    "rho1": summary.rho1,
+                }
+            )
+    if progress is not None:
+        progress(len(interventions), len(interventions), "done")
+    return table
+
+
+def _measure_loaded(spec: Any, loaded: Any, passages: list[str], metric: str) -> Any:
+    """`measure()` for a model that is already loaded: the same cache entry, one extraction."""
+    from deffcore import cache
+    from deffcore.errors import TooFewPassagesError
+    from deffcore.extract import extract_pooled
+    from deffcore.measure import MIN_PASSAGES, Measurement
+
+    def compute() -> Any:
+        with norm_intervention(loaded.model, spec.intervention):
+            return extract_pooled(loaded, passages, max_tokens=spec.max_tokens)
+
+    pooled, cached, meta = cache.get_or_compute(spec, compute)
+    if pooled.n < MIN_PASSAGES:
+        raise TooFewPassagesError(
+            f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens; a run needs "
+            f"at least {MIN_PASSAGES}."
+        )
+    return Measurement(spec=spec, pooled=pooled, metric=metric, cached=cached, meta=meta)
+
+
+def paper_intervention_rows(path: str | None = None) -> list[dict[str, Any]]:
+    """The paper's Table S6 values (Gemma-3-4B/12B gap%), for display beside a measurement.
+
+    Returns dicts `model, intervention, pooling, gap_pct` (intervention as in `INTERVENTIONS`).
+    """
+    import csv
+
+    from deffcore.paper import require_paper_reference_path
+
+    label_to_name = {label: name for name, label in PAPER_LABELS.items()}
+    rows = []
+    with open(path or require_paper_reference_path(), newline="") as fh:
+        for rec in csv.DictReader(fh):
+            if rec["source"] != "Table S6" or rec["quantity"] != "gap_pct":
+                continue
+            label = rec["note"].removeprefix("intervention: ").strip()
+            if label not in label_to_name:
+                continue
+            rows.append(
+                {
+                    "model": rec["model"],
+                    "intervention": label_to_name[label],
+                    "pooling": rec["setting"],
+                    "gap_pct": float(rec["value"]),
+                }
+            )
+    return rows

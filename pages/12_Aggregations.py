@@ -1,0 +1,38 @@
+"""Aggregations and metrics (paper Figure S4, Table S11) of the current run."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import ui_common as ui
+from deffcore.labs import figures as lab_figures
+from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
+
+ctx = ui.require_view("Aggregations and metrics")
+if ctx is None:
+    st.stop()
+view, settings = ctx
+st.markdown(
+    "D_eff is one way to turn the layer-similarity matrix into an effective number of layers. "
+    "Here the same matrix is aggregated four other ways, under each similarity metric: "
+    + "; ".join(f"**{v}**" for v in AGGREGATION_LABELS.values())
+    + ". Every value is divided by L: 1 means all layers differ, 1/L means all are the same."
+)
+st.caption(f"Run: {view.label} · pooling {settings.pooling} (change it in the sidebar)")
+with ui.guarded("The aggregations"):
+    table = aggregation_table(view, pooling=settings.pooling)
+    ui.show_figure(lab_figures.aggregations_plot(table), key="aggregations")
+    frame = lab_figures.aggregations_frame(table)
+    frame.index = [AGGREGATION_LABELS[a] for a in frame.index]
+    st.dataframe(frame.style.format("{:.4f}"), key="ag_table")
+    st.caption(
+        "Fitted correlation length ξ (layers) of the exponential lag fit: "
+        + ", ".join(f"{m} {xi:.2f}" for m, xi in table["xi"].items())
+    )
+paper = ui.paper_table()
+if paper is not None:
+    st.subheader("Paper, Table S11: D_eff/L under each metric (display only)")
+    s11 = paper[paper["source"] == "Table S11"].pivot(
+        index="model", columns="quantity", values="value"
+    )
+    st.dataframe(s11, key="ag_paper")

@@ -1,0 +1,133 @@
+"""Is the measured depth special? Random-weight null, matched references, updates, bootstrap."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+import ui_common as ui
+from deffcore import figures
+
+RANDOM_SEEDS = (1, 2, 3)
+
+ctx = ui.require_view("Baselines")
+if ctx is None:
+    st.stop()
+view, settings = ctx
+pooling, metric = settings.pooling, settings.metric
+h = view.headline(pooling, metric)
+st.caption(f"{view.label} · {metric} · pooling {pooling} · K = L-1")
+
+# --- random-weight null ----------------------------------------------------------------------
+st.subheader("Trained vs random-weight null")
+st.markdown(
+    "The same architecture and config, freshly initialised (several seeds), measured on the "
+    "same passages. Band: mean ± 2σ over seeds."
+)
+band = view.random_band(pooling, metric)
+if band:
+    ui.show_figure(
+        figures.null_baseline(h.deff_over_L, band["deff_over_L"], label="trained"),
+        key="null_baseline",
+    )
+    inside = band["low"] <= h.deff_over_L <= band["high"]
+    st.markdown(
+        f"Trained D_eff/L = **{h.deff_over_L:.4f}**; random seeds {band['seeds']}: mean "
+        f"**{band['mean']:.4f}**, band [{band['low']:.4f}, {band['high']:.4f}] — the trained "
+        f"model is {'inside' if inside else 'outside'} the null band."
+    )
+elif view.measurement is None:
+    st.info("The precomputed run has no random-weight null for this metric; press Run first.")
+else:
+    st.info(f"No random-weight null yet for this run ({len(RANDOM_SEEDS)} seeds to compute).")
+    if st.button(f"Compute the random-weight null ({len(RANDOM_SEEDS)} seeds)", key="run_null"):
+        spec = view.spec
+        bar = st.progress(0.0, text="starting")
+        with ui.guarded("The random-weight null"):
+            from deffcore.measure import measure
+
+            m = measure(
+                model=spec["model"],
+                revision=spec["revision"],
+                dataset=spec["dataset"],
+                n=int(spec["n"]),
+                max_tokens=int(spec["max_tokens"]),
+                seed=int(spec["seed"]),
+                dtype=spec["dtype"],
+                metric=metric,
+                random_seeds=RANDOM_SEEDS,
+                progress=ui.progress_callback(bar),
+            )
+            ui.set_view(ui.MeasurementView(m))
+            st.rerun()
+
+# --- matched references ------------------------------------------------------------------------
+st.subheader("Matched references")
+st.markdown(
+    "Closed forms from this run's own statistics: F_norm uses the measured update sizes, "
+    "F_h0+norm adds the persistent initial state h_0, F_h0+corr also keeps the measured update "
+    "correlations."
+)
+refs = None
+with ui.guarded("The matched references"):
+    refs = view.matched_references(pooling, metric)
+if refs:
+    names = ["F_L", "F_norm", "F_h0+norm", "F_h0+corr"]
+    ui.show_figure(
+        figures.matched_references_bars(refs["deff"], {k: refs[k] for k in names}),
+        key="matched_references",
+    )
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "reference": names,
+                "depth": [refs[k] for k in names],
+                "gap (%)": [refs[f"gap_pct_{k}"] for k in names],
+            }
+        ),
+        hide_index=True,
+    )
+elif refs is None and view.measurement is None:
+    st.info("The precomputed run holds matched references for the cka metric only.")
+
+# --- update-based depth ------------------------------------------------------------------------
+st.subheader("Update-based depth")
+upd = None
+with ui.guarded("The update-based depth"):
+    upd = view.update_depth(pooling, metric)
+if upd:
+    c1, c2, c3 = st.columns(3)
+    c1.metric("D_eff^upd / L", f"{upd['deff_upd_over_L']:.4f}", help=f"states: {h.deff_over_L:.4f}")
+    c2.metric("ρ̂_upd(1)", f"{upd['rho1_upd']:.4f}", help=f"states: {h.rho1:.4f}")
+    c3.metric("‖f‖ / ‖h‖", f"{upd['update_to_state_norm']:.3f}")
+    if upd.get("rho_upd"):
+        ui.show_figure(
+            figures.states_vs_updates(view.lag_profile(pooling, metric), upd["rho_upd"]),
+            key="updates_vs_states",
+        )
+elif view.measurement is None:
+    st.info("The precomputed run holds the update-based depth for the cka metric only.")
+
+# --- bootstrap -----------------------------------------------------------------------------------
+st.subheader("Passage bootstrap")
+m = view.measurement
+if m is None:
+    st.info("The bootstrap resamples the pooled states: press Run to measure this run here first.")
+else:
+    B = st.select_slider("Resamples B", [20, 50, 100, 200, 500], value=100, key="bootstrap_B")
+    boot_key = ("bootstrap", view.key, pooling, metric, B)
+    if st.button("Compute the bootstrap CI", key="run_bootstrap"):
+        with st.spinner(f"Bootstrapping D_eff/L ({B} resamples)…"), ui.guarded("The bootstrap"):
+            st.session_state[boot_key] = m.bootstrap(pooling, metric, B=B).to_dict()
+    boot = st.session_state.get(boot_key)
+    if boot:
+        ui.show_figure(
+            figures.bootstrap_histogram(
+                boot["samples"], point=boot["point"], low=boot["low"], high=boot["high"]
+            ),
+            key="bootstrap",
+        )
+        st.markdown(
+            f"D_eff/L = **{boot['point']:.4f}**, {100 * boot['ci']:.0f}% CI "
+            f"[{boot['low']:.4f}, {boot['high']:.4f}] from B = {boot['B']} resamples."
+        )

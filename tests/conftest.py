@@ -1,0 +1,96 @@
+"""Shared test fixtures (every test module may use them).
+
+Environment, set once for the whole session before transformers/datasets are imported:
+    HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1, TRANSFORMERS_OFFLINE=1: no test ever touches the
+    network; a hub id that is not on the machine fails fast.
+
+Fixtures:
+    deff_cache_dir     (autouse) a fresh, empty cache folder per test: `DEFF_CACHE_DIR` points at
+                       `tmp_path/cache`, so no test reads or writes the repo's cache/.
+    tiny_model         factory `tiny_model(arch="llama", bos=True) -> LoadedModel`: a tiny
+                       from_config model (4 blocks, d=64, seeded weights, CPU float32) with the
+                       built-in byte tokenizer; `bos=False` gives the tokenizer that adds no BOS
+                       (same weights). Memoised per session: do not change its weights; use
+                       `deffcore.models.load_model("tiny-<arch>")` for a private copy.
+    tiny_arch          parametrised over TINY_ARCHS (every tested architecture): a test taking
+                       it runs once per architecture.
+    tiny_passages      12 short English passages of different lengths (6 to 30 words).
+    tiny_dataset       a .txt dataset file of `tiny_passages` (blank-line separated); its path
+                       is a dataset spec for `measure(dataset=...)`.
+
+Constants:
+    TINY_ARCHS         ("llama", "gemma3", "gpt2", "gptneox", "qwen2", "qwen3", "olmo2")
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import pytest
+
+TINY_ARCHS: tuple[str, ...] = ("llama", "gemma3", "gpt2", "gptneox", "qwen2", "qwen3", "olmo2")
+
+TINY_PASSAGES: tuple[str, ...] = (
+    "The committee met on Tuesday to discuss the budget.",
+    "Rain is expected across the north of the country later this week, forecasters said.",
+    "Shares in the company rose sharply after it reported record profits for the third "
+    "quarter in a row.",
+    "A new museum opened its doors to the public.",
+    "The striker scored twice in the second half to secure a comfortable win for the "
+    "visitors, who now lead the table by four points.",
+    "Engineers are testing a faster way to charge electric cars.",
+    "The film, which cost less than a million pounds to make, has already earned more than "
+    "twenty times its budget at the box office and is tipped for several awards.",
+    "Voters will go to the polls next month.",
+    "Scientists said the discovery could change how we think about the early universe.",
+    "The band announced a farewell tour.",
+    "Local councils warned that rising costs would force them to cut services unless the "
+    "government provided extra funding before the end of the financial year, a report said.",
+    "Train services were delayed by a signal fault near the station this morning.",
+)
+
+
+@pytest.fixture(autouse=True)
+def deff_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "cache"
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(path))
+    return path
+
+
+_TINY_MEMO: dict[tuple[str, bool], object] = {}
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    from deffcore.models import load_model
+
+    def factory(arch: str = "llama", bos: bool = True):
+        key = (arch, bos)
+        if key not in _TINY_MEMO:
+            spec = f"tiny-{arch}" if bos else f"tiny-{arch}-nobos"
+            _TINY_MEMO[key] = load_model(spec, device="cpu", dtype="float32")
+        return _TINY_MEMO[key]
+
+    return factory
+
+
+@pytest.fixture(params=TINY_ARCHS)
+def tiny_arch(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def tiny_passages() -> list[str]:
+    return list(TINY_PASSAGES)
+
+
+@pytest.fixture
+def tiny_dataset(tmp_path: Path) -> str:
+    path = tmp_path / "tiny_passages.txt"
+    path.write_text("\n\n".join(TINY_PASSAGES) + "\n")
+    return str(path)

@@ -1,0 +1,88 @@
+"""The lab subcommands: --json output is one parseable object with the library's numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deffcore.cli import main
+
+TINY = ["--n", "8", "--max-tokens", "24", "--no-progress"]
+CARRY = [
+    "carry", "--preset", "tiny", "--gammas", "1,0.5", "--seeds", "0", "--iters", "2",
+    "--eval-interval", "2", "--layers", "2", "--n-embd", "16", "--n-head", "2",
+    "--block-size", "16", "--batch-size", "2", "--max-chars", "20000", "--no-progress",
+]  # fmt: skip
+
+
+def run_json(capsys, argv: list[str]) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)  # stdout holds nothing but the object
+
+
+def test_interventions_json(capsys):
+    from deffcore.labs.interventions import intervention_table
+
+    out = run_json(capsys, ["interventions", "--model", "tiny-gemma3", *TINY])
+    assert out["lab"] == "interventions" and len(out["rows"]) == 4 * 5
+    direct = intervention_table("tiny-gemma3", n=8, max_tokens=24)  # cache hit
+    for row in out["rows"]:
+        assert row["gap_pct"] == pytest.approx(direct.value(row["intervention"], row["pooling"]))
+    assert (
+        main(["interventions", "--model", "tiny-gemma3", "--interventions", "none,no_qk", *TINY])
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "gap% to F_L" in text and "no_qk" in text and "no_post" not in text
+
+
+def test_interventions_refuses_with_exit_2(capsys):
+    assert main(["interventions", "--model", "tiny-llama", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "post_attention_layernorm" in err
+
+
+def test_pruning_json(capsys):
+    out = run_json(
+        capsys, ["pruning", "--model", "tiny-llama", "--n-heldout", "4", "--ks", "0,1,2,8", *TINY]
+    )
+    assert out["lab"] == "pruning" and out["ks"] == [0, 1, 2] and out["layers"] == 4
+    assert set(out["k_1.10"]) == {"bi", "local_deff"}
+    assert len(out["block_influence"]) == len(out["local_delta_deff"]) == 4
+    assert main(["pruning", "--model", "tiny-llama", "--n-heldout", "4", *TINY]) == 0
+    assert "k_1.10" in capsys.readouterr().out
+
+
+def test_carry_then_dynamics_json(capsys, tmp_path):
+    out = run_json(capsys, [*CARRY, "--checkpoint-dir", str(tmp_path / "ck")])
+    assert out["lab"] == "residual_carry"
+    assert [row["gamma"] for row in out["final"]] == [1.0, 0.5]
+    assert len(out["records"]) == 2 * 2
+    # --n equal to the tiny preset's n_probe (32): the same probe windows as during training
+    dyn = run_json(
+        capsys, ["dynamics", "--checkpoints", str(tmp_path / "ck"), "--n", "32", "--no-progress"]
+    )
+    assert dyn["landed"] == dyn["planned"] == 4 and dyn["x_axis"] == "tokens"
+    by_run = {(r["gamma"], r["step"]): r["deff_h_over_L"] for r in out["records"]}
+    for p in dyn["points"]:
+        gamma = 1.0 if p["label"].startswith("gamma1_") else 0.5
+        assert p["deff_over_L"] == pytest.approx(by_run[(gamma, p["step"])], rel=1e-6)
+    assert main([*CARRY]) == 0
+    assert "D_eff(h)/L" in capsys.readouterr().out
+
+
+def test_dynamics_needs_checkpoints(capsys):
+    assert main(["dynamics", "--no-progress"]) == 2
+    assert "--checkpoints" in capsys.readouterr().err
+
+
+def test_aggregations_json(capsys):
+    from deffcore.labs.aggregations import aggregation_table
+    from deffcore.measure import measure
+
+    out = run_json(capsys, ["aggregations", "--model", "tiny-llama", *TINY])
+    assert out["lab"] == "aggregations" and out["layers"] == 4 and len(out["rows"]) == 3 * 5
+    direct = aggregation_table(measure(model="tiny-llama", n=8, max_tokens=24))
+    for got, want in zip(out["rows"], direct["rows"], strict=True):
+        assert got["value"] == pytest.approx(want["value"])

@@ -1,0 +1,173 @@
+"""AppTest of the five lab pages on tiny models: each runs and shows the library's numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 12, "max_tokens": 24, "seed": 0}
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def titles(at: AppTest) -> list[str]:
+    specs = [json.loads(el.proto.spec)["layout"] for el in at.get("plotly_chart")]
+    return [layout.get("title", {}).get("text", "") for layout in specs]
+
+
+def table_with(at: AppTest, column: str):
+    """The first dataframe on the page that has `column` (AppTest exposes no dataframe keys)."""
+    for el in at.dataframe:
+        frame = el.value
+        if column in frame.columns:
+            return frame
+    raise AssertionError(
+        f"no table with column {column!r}; have {[list(d.value.columns) for d in at.dataframe]}"
+    )
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lab_cache")
+    old = os.environ.get("DEFF_CACHE_DIR")
+    os.environ["DEFF_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("DEFF_CACHE_DIR", None)
+    else:
+        os.environ["DEFF_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def app(cache_dir):
+    """The app with a tiny-llama run pressed in the sidebar (the current run of the session)."""
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
+    at.radio(key="model_source").set_value("Packaged (offline)")
+    at.run()
+    at.selectbox(key="model_packaged").set_value(RUN["model"])
+    at.number_input(key="n").set_value(RUN["n"])
+    at.number_input(key="max_tokens").set_value(RUN["max_tokens"])
+    at.button(key="run").click()
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(page)
+    return at.run()
+
+
+def test_interventions_page_shows_paper_then_measures(app):
+    from deffcore.labs.interventions import intervention_table
+
+    at = goto(app, "pages/8_Interventions.py")
+    assert_clean(at)
+    table = table_with(at, "default (Gemma-3-4B, paper)")
+    assert "default (this run)" not in table.columns  # paper values before any run
+    at.selectbox(key="iv_model").set_value("tiny-gemma3")
+    at.number_input(key="iv_n").set_value(8)
+    at.number_input(key="iv_max_tokens").set_value(24)
+    at.button(key="iv_run").click()
+    at.run()
+    assert_clean(at)
+    shown = table_with(at, "default (this run)")
+    direct = intervention_table("tiny-gemma3", n=8, max_tokens=24)  # cache hit
+    for name in ("none", "no_post", "no_qk", "no_post_no_qk"):
+        assert shown.loc[name, "default (this run)"] == pytest.approx(direct.value(name, "default"))
+        assert shown.loc[name, "token_normed (this run)"] == pytest.approx(
+            direct.value(name, "token_normed")
+        )
+    assert any("norm interventions" in t for t in titles(at))
+
+
+def test_interventions_page_refuses_clearly(app):
+    at = goto(app, "pages/8_Interventions.py")
+    at.selectbox(key="iv_model").set_value("tiny-qwen3")  # QK norms, no post norms
+    at.number_input(key="iv_n").set_value(8)
+    at.button(key="iv_run").click()
+    at.run()
+    assert not at.exception
+    assert any("post" in e.value and "Qwen3ForCausalLM" in e.value for e in at.error)
+
+
+def test_pruning_page(app):
+    from deffcore.labs.pruning import pruning_check
+
+    at = goto(app, "pages/9_Pruning_boundary.py")
+    assert_clean(at)
+    at.text_input(key="pr_model").set_value("tiny-llama")
+    at.number_input(key="pr_n").set_value(8)
+    at.number_input(key="pr_heldout").set_value(4)
+    at.number_input(key="pr_max_tokens").set_value(24)
+    at.button(key="pr_run").click()
+    at.run()
+    assert_clean(at)
+    direct = pruning_check("tiny-llama", n=8, n_heldout=4, max_tokens=24).to_dict()
+    assert metric(at, "PPL₀ (held-out)") == f"{direct['ppl0']:.2f}"
+    assert metric(at, "k₁.₁₀ by BI") == str(direct["k_1.10"]["bi"])
+    shown = table_with(at, "Block Influence")
+    assert shown.loc[2, "Block Influence"] == pytest.approx(direct["ppl"]["bi"]["2"])
+    assert any("Held-out perplexity" in t for t in titles(at))
+
+
+def test_carry_then_dynamics_pages(app):
+    from deffcore.cache import cache_dir
+
+    at = goto(app, "pages/10_Residual_carry.py")
+    assert_clean(at)
+    assert table_with(at, "deff_h_over_L").shape[0] == 4
+    at.multiselect(key="rc_gammas").set_value([1.0, 0.5])
+    at.number_input(key="rc_seeds").set_value(1)
+    at.number_input(key="rc_iters").set_value(4)
+    at.number_input(key="rc_layers").set_value(2)
+    at.number_input(key="rc_eval").set_value(2)
+    at.button(key="rc_run").click()
+    at.run()
+    assert_clean(at)
+    table = table_with(at, "γ")
+    assert list(table["γ"]) == [1.0, 0.5]
+    assert any("Residual carry" in t for t in titles(at))
+    root = cache_dir() / "carry" / "tiny"  # the page saves checkpoints under the cache
+    run_dirs = sorted(root.iterdir())
+    assert [p.name for p in run_dirs if p.is_dir()] == ["gamma0.5_seed0", "gamma1_seed0"]
+
+    at = goto(at, "pages/11_Training_dynamics.py")
+    assert_clean(at)
+    at.selectbox(key="dy_carry_run").set_value(str(root / "gamma1_seed0"))
+    at.number_input(key="dy_n").set_value(8)
+    at.button(key="dy_run").click()
+    at.run()
+    assert_clean(at)
+    points = table_with(at, "status")
+    assert list(points["step"]) == [0, 2, 4]
+    assert (points["status"] == "ok").all()
+    assert any("3 of 3 checkpoints landed" in t for t in titles(at))
+
+
+def test_aggregations_page_matches_the_library(app):
+    from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
+    from deffcore.measure import measure
+
+    at = goto(app, "pages/12_Aggregations.py")
+    assert_clean(at)
+    shown = table_with(at, "unbiased_cka")
+    direct = aggregation_table(measure(**RUN))
+    for row in direct["rows"]:
+        got = shown.loc[AGGREGATION_LABELS[row["aggregation"]], row["metric"]]
+        assert got == pytest.approx(row["value_over_L"])
+    assert np.isfinite(shown.to_numpy()).all()
+    assert "deff_over_L_cka" in table_with(at, "deff_over_L_cka").columns

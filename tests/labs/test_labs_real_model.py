@@ -1,0 +1,33 @@
+"""The interventions lab on the packaged Gemma-3-270M (offline GGUF), a dozen passages."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from deffcore.constants import POOLINGS
+
+
+@pytest.mark.slow
+def test_gemma3_270m_interventions():
+    from deffcore.labs.interventions import INTERVENTIONS, intervention_table, norm_intervention
+    from deffcore.labs.pruning import perplexity
+    from deffcore.models import load_model
+    from deffcore.texts import load_passages
+
+    table = intervention_table("gemma3-270m", n=12, max_tokens=64, device="cpu", dtype="float32")
+    assert len(table.rows) == len(INTERVENTIONS) * len(POOLINGS)
+    assert {r["layers"] for r in table.rows} == {18}
+    assert all(math.isfinite(r["gap_pct"]) for r in table.rows)
+    none, no_post = table.value("none", "default"), table.value("no_post", "default")
+    assert abs(none - no_post) > 0.5  # removing the post norms changes the measured geometry
+    # the real forward pass changes under the intervention and is restored afterwards
+    loaded = load_model("gemma3-270m", device="cpu", dtype="float32")
+    text = load_passages("bbc-news", 2, seed=0)
+    base = perplexity(loaded.model, loaded.tokenizer, text, max_tokens=32)["ppl"]
+    with norm_intervention(loaded.model, "no_post_no_qk"):
+        changed = perplexity(loaded.model, loaded.tokenizer, text, max_tokens=32)["ppl"]
+    assert changed != pytest.approx(base, rel=1e-3)
+    assert perplexity(loaded.model, loaded.tokenizer, text, max_tokens=32)["ppl"] == base
+    assert base < 200  # the trained model predicts English news reasonably

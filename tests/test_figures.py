@@ -1,0 +1,160 @@
+"""Figures carry exactly the numbers they are given, and the references they draw are right."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from deffcore import figures
+from deffcore.depth import lag_profile
+
+
+def _sym(L: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.2, 0.9, size=(L, L))
+    S = (a + a.T) / 2
+    np.fill_diagonal(S, 1.0)
+    return S
+
+
+def test_heatmap_holds_the_matrix_and_one_based_layers():
+    S = _sym(5)
+    fig = figures.similarity_heatmap(S, metric="cosine", pooling="top1_pc")
+    (trace,) = fig.data
+    assert trace.type == "heatmap"
+    np.testing.assert_array_equal(np.asarray(trace.z), S)
+    assert list(trace.x) == [1, 2, 3, 4, 5] == list(trace.y)
+    assert "cosine" in fig.layout.title.text and "top1_pc" in fig.layout.title.text
+
+
+def test_similarity_rows_are_the_rows_of_S():
+    S = _sym(6)
+    fig = figures.similarity_rows(S, [2, 5])
+    assert [t.name for t in fig.data] == ["layer 2", "layer 5"]
+    np.testing.assert_array_equal(np.asarray(fig.data[1].y), S[4])
+
+
+def test_reference_lag_profile_hand_computed_L3():
+    # S = [[1, 1/2, 1/3], [1/2, 1, 2/3], [1/3, 2/3, 1]]: rho(1) = (1/2 + 2/3)/2, rho(2) = 1/3.
+    np.testing.assert_allclose(figures.reference_lag_profile(3), [7 / 12, 1 / 3])
+
+
+@pytest.mark.parametrize("L", [2, 7, 30])
+def test_reference_lag_profile_matches_engine_on_min_over_max(L):
+    i = np.arange(1, L + 1)
+    S = np.minimum.outer(i, i) / np.maximum.outer(i, i)
+    np.testing.assert_allclose(figures.reference_lag_profile(L), lag_profile(S), rtol=1e-12)
+
+
+def test_lag_decay_traces_and_iid_floor():
+    rho = np.array([0.9, 0.8, 0.7])
+    fig = figures.lag_decay(rho, n=100, d=25)
+    measured, reference, floor = fig.data
+    np.testing.assert_array_equal(np.asarray(measured.y), rho)
+    assert list(measured.x) == [1, 2, 3]
+    np.testing.assert_allclose(np.asarray(reference.y), figures.reference_lag_profile(4))
+    np.testing.assert_allclose(np.asarray(floor.y), [0.2] * 3)  # 25 / (100 + 25)
+    assert len(figures.lag_decay(rho).data) == 2  # no floor without n and d
+
+
+def test_deff_vs_K_reference_is_2_over_L_plus_1():
+    fig = figures.deff_vs_K({3: 0.5, 1: 0.9, 2: 0.7}, L=4)
+    assert list(fig.data[0].x) == [1, 2, 3]
+    assert list(fig.data[0].y) == [0.9, 0.7, 0.5]
+    np.testing.assert_allclose(np.asarray(fig.data[1].y), [0.4] * 3)
+
+
+def test_gap_bars_separates_paper_from_measurements_and_colours_by_regime():
+    table = pd.DataFrame(
+        {
+            "label": ["Pythia-70M (paper)", "Gemma-3-12B (paper)", "mine", "cached one"],
+            "family": ["Pythia", "Gemma-3", "SmolLM2", "SmolLM2"],
+            "gap_pct": [28.2, -17.0, -3.0, 12.5],
+            "source": ["paper", "paper", "this run", "cached"],
+        }
+    )
+    fig = figures.gap_bars(table)
+    by_name = {t.name: t for t in fig.data}
+    assert set(by_name) == {"paper", "this run", "cached"}
+    assert list(by_name["paper"].y) == ["Gemma-3-12B (paper)", "Pythia-70M (paper)"]
+    assert list(by_name["this run"].x) == [-3.0]
+    assert by_name["this run"].marker.color == (figures.COLOR_ABOVE,)
+    assert by_name["cached"].marker.color == (figures.COLOR_SUB,)
+    assert set(by_name["paper"].marker.color) == {figures.COLOR_PAPER}
+    # grouped by family: each family's bars are contiguous in the category order
+    order = list(fig.layout.yaxis.categoryarray)
+    fam = dict(zip(table["label"], table["family"], strict=True))
+    families = [fam[label] for label in order]
+    assert families == sorted(families, key=families.index)
+
+
+def test_controls_dotplot_one_trace_per_pooling():
+    table = pd.DataFrame(
+        {
+            "label": ["a", "a", "b", "b"],
+            "pooling": ["default", "top1_pc", "default", "top1_pc"],
+            "gap_pct": [1.0, 2.0, 3.0, 4.0],
+            "source": ["this run", "this run", "paper", "paper"],
+        }
+    )
+    fig = figures.controls_dotplot(table)
+    assert [t.name for t in fig.data] == ["default", "top1_pc"]
+    assert list(fig.data[1].x) == [2.0, 4.0]
+
+
+def test_pos0_ratio_names_the_peak_layer():
+    fig = figures.pos0_ratio(np.array([1.0, 3.0, 18.4, 2.0]))
+    assert "18.4x at layer 2" in fig.layout.title.text
+    assert list(fig.data[0].x) == [0, 1, 2, 3]
+
+
+def test_synthetic_sweep_iid_reference_matches_paper_anchor():
+    # SPEC section 7: N = 10,000, d = 1024, L = 32 gives D_eff/L = 0.258 for iid states.
+    table = pd.DataFrame({"construction": ["iid"], "L": [32], "deff_over_L": [0.26]})
+    fig = figures.synthetic_sweep(table, n=10_000, d=1024)
+    iid = fig.data[-1]
+    assert iid.y[0] == pytest.approx(0.258, abs=5e-4)
+    assert fig.data[-2].y[0] == pytest.approx(2 / 33)
+
+
+def test_null_baseline_two_sigma_band():
+    values = [0.10, 0.12, 0.14]
+    fig = figures.null_baseline(0.07, values, label="trained")
+    band = next(t for t in fig.data if t.name == "random mean ± 2σ")
+    assert band.y[0] == pytest.approx(0.12)
+    assert band.error_y.array[0] == pytest.approx(2 * 0.02)  # sample std (ddof=1) = 0.02
+    assert next(t for t in fig.data if t.name == "trained").y[0] == 0.07
+
+
+def test_matched_references_gaps():
+    fig = figures.matched_references_bars(1.0, {"F_L": 2.0, "F_norm": 1.25})
+    np.testing.assert_allclose(np.asarray(fig.data[0].customdata), [50.0, 20.0])
+
+
+def test_overlay_uses_relative_lag():
+    fig = figures.overlay_lag_profiles({"a": np.array([0.9, 0.8, 0.7]), "b": np.array([0.5])})
+    np.testing.assert_allclose(np.asarray(fig.data[0].x), [0.25, 0.5, 0.75])
+    np.testing.assert_allclose(np.asarray(fig.data[1].x), [0.5])
+
+
+def test_figure_data_and_csv_round_trip_heatmap():
+    S = _sym(3)
+    fig = figures.similarity_heatmap(S)
+    data = figures.figure_data(fig)
+    assert len(data) == 9
+    row = data[(data.x == 3) & (data.y == 1)].iloc[0]
+    assert row.z == S[0, 2]
+    back = pd.read_csv(io.StringIO(figures.figure_csv(fig)))
+    np.testing.assert_allclose(back["z"].to_numpy().reshape(3, 3), S, rtol=1e-12)
+
+
+def test_figure_data_scatter_and_html():
+    fig = figures.lag_decay(np.array([0.9, 0.8]), n=10, d=10)
+    data = figures.figure_data(fig)
+    assert set(data["trace"]) == {t.name for t in fig.data}
+    assert list(data[data.trace == "this run"]["y"]) == [0.9, 0.8]
+    html = figures.figure_html(fig)
+    assert "<html>" in html and "Plotly.newPlot" in html and "0.9" in html

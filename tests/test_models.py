@@ -1,0 +1,167 @@
+"""Model sources: tiny models per architecture, random nulls, local folders/GGUF, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deffcore import models
+from deffcore.errors import DeffError, HubUnavailableError, UnknownModelError
+from deffcore.models import (
+    PACKAGED_MODELS,
+    TINY_MODELS,
+    base_model,
+    decoder_layers,
+    final_norm,
+    load_model,
+    model_identity,
+    resolve_device_dtype,
+)
+
+ARCH_CLASSES = {
+    "llama": "LlamaForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+    "gptneox": "GPTNeoXForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+}
+
+
+def _weights(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_tiny_model_per_architecture(tiny_model, tiny_arch):
+    lm = tiny_model(tiny_arch)
+    assert lm.architecture == ARCH_CLASSES[tiny_arch]
+    assert (lm.layers, lm.d_model, lm.device, lm.dtype) == (4, 64, "cpu", "float32")
+    assert len(decoder_layers(lm.model)) == 4
+    assert final_norm(lm.model) is not None
+    assert base_model(lm.model) is not lm.model and not hasattr(base_model(lm.model), "lm_head")
+    assert not lm.model.training
+    assert lm.adds_bos
+    assert f"tiny-{tiny_arch}" in TINY_MODELS and f"tiny-{tiny_arch}-nobos" in TINY_MODELS
+
+
+def test_tiny_weights_are_reproducible_and_random_nulls_differ():
+    a, b = load_model("tiny-llama"), load_model("tiny-llama")
+    r1, r1b, r2 = (load_model(f"random:tiny-llama:{s}") for s in (1, 1, 2))
+    wa, wb, w1, w1b, w2 = (_weights(m.model) for m in (a, b, r1, r1b, r2))
+    assert all(torch.equal(x, y) for x, y in zip(wa, wb, strict=True))
+    assert all(torch.equal(x, y) for x, y in zip(w1, w1b, strict=True))
+    assert not all(torch.equal(x, y) for x, y in zip(wa, w1, strict=True))
+    assert not all(torch.equal(x, y) for x, y in zip(w1, w2, strict=True))
+    # the random null keeps the architecture, the config and the tokenizer
+    assert r1.architecture == a.architecture and r1.layers == a.layers
+    assert r1.tokenizer("abc").input_ids == a.tokenizer("abc").input_ids
+    assert load_model("random:tiny-llama:0").weights_id != a.weights_id  # null != base spec
+
+
+def test_nobos_variant_has_same_weights():
+    a, b = load_model("tiny-gemma3"), load_model("tiny-gemma3-nobos")
+    assert all(torch.equal(x, y) for x, y in zip(_weights(a.model), _weights(b.model), strict=True))
+    assert a.adds_bos and not b.adds_bos
+
+
+def test_local_folder_roundtrip(tmp_path, tiny_model):
+    lm = tiny_model("qwen3")
+    folder = tmp_path / "my-model"
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    loaded = load_model(str(folder))
+    assert loaded.architecture == "Qwen3ForCausalLM" and loaded.layers == 4
+    ids = torch.tensor([lm.tokenizer("hello there").input_ids])
+    assert loaded.tokenizer("hello there").input_ids == ids[0].tolist()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(ids).logits, lm.model(ids).logits)
+    ident = model_identity(str(folder))
+    assert ident["source"] == "folder" and ident["weights_id"] == loaded.weights_id
+    # a random null of a local folder: its config, fresh weights
+    null = load_model(f"random:{folder}:0")
+    assert null.architecture == "Qwen3ForCausalLM"
+
+
+def test_model_identity_is_cheap_and_distinct(tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "load_model", None)  # identity must not load anything
+    ids = {spec: model_identity(spec)["weights_id"] for spec in
+           ["smollm2-135m", "gemma3-270m", "tiny-llama", "tiny-gpt2", "random:tiny-llama:0",
+            "random:tiny-llama:1", "random:smollm2-135m:0"]}  # fmt: skip
+    assert len(set(ids.values())) == len(ids)
+    assert model_identity("org/model", revision="step100")["weights_id"] == "revision:step100"
+    assert model_identity("org/model")["weights_id"] == "revision:main"
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF fake")
+    first = model_identity(str(gguf))["weights_id"]
+    gguf.write_bytes(b"GGUF other")
+    assert first.startswith("sha256:") and model_identity(str(gguf))["weights_id"] != first
+
+
+def test_unknown_hub_id_offline_names_offline_models():
+    with pytest.raises((HubUnavailableError, UnknownModelError)) as err:
+        load_model("no-such-org/no-such-model-deff")
+    assert "smollm2-135m" in str(err.value) and "tiny-llama" in str(err.value)
+    assert isinstance(err.value, HubUnavailableError)  # HF_HUB_OFFLINE=1 in conftest
+    assert "HF_HUB_OFFLINE" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("tiny-transformerxl", "Unknown tiny model"),
+        ("./no/such/folder", "neither an existing local folder"),
+        ("/no/such/model.gguf", "does not exist"),
+        ("random:tiny-llama", "random:<model>:<seed>"),
+        ("random:tiny-llama:x", "random:<model>:<seed>"),
+    ],
+)
+def test_bad_specs_raise_specific_errors(spec, match):
+    with pytest.raises(UnknownModelError, match=match):
+        load_model(spec)
+
+
+def test_not_a_gguf_file(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    with pytest.raises(DeffError):
+        load_model(str(bad))
+
+
+def test_device_and_dtype_defaults(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device_dtype() == ("cpu", "float32")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device_dtype() == ("cuda", "bfloat16")
+    assert resolve_device_dtype("cuda", "float32") == ("cuda", "float32")
+    with pytest.raises(UnknownModelError, match="dtype"):
+        resolve_device_dtype("cpu", "int8")
+
+
+def test_bfloat16_override_on_cpu():
+    lm = load_model("tiny-olmo2", dtype="bfloat16")
+    assert next(lm.model.parameters()).dtype == torch.bfloat16 and lm.dtype == "bfloat16"
+
+
+def test_packaged_models_are_listed():
+    assert set(PACKAGED_MODELS) == {"smollm2-135m", "gemma3-270m"}
+    assert models.smollm2_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.slow
+def test_packaged_smollm2_and_its_random_null():
+    lm = load_model("smollm2-135m")
+    assert (lm.layers, lm.d_model, lm.architecture) == (30, 576, "LlamaForCausalLM")
+    assert not lm.adds_bos  # SmolLM2's tokenizer adds no BOS
+    null = load_model("random:smollm2-135m:0")
+    assert (null.layers, null.d_model) == (30, 576)
+    w, wn = _weights(lm.model), _weights(null.model)
+    assert not torch.equal(w[1], wn[1])
+
+
+@pytest.mark.slow
+def test_packaged_gemma3_is_assembled_into_the_cache(deff_cache_dir):
+    lm = load_model("gemma3-270m")
+    assert (lm.layers, lm.d_model, lm.architecture) == (18, 640, "Gemma3ForCausalLM")
+    assert lm.adds_bos
+    assert (deff_cache_dir / "models" / models.GEMMA3_FILE).is_file()
