@@ -232,7 +232,7 @@ _progress_callback = progress_callback  # the name the first pages used
 
 def run_measurement(settings: Settings, *, progress_bar: Any = None) -> RunView | None:
     """Measure (or read from the cache) and make it the session's current run."""
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     if not settings.model:
         st.error("Enter a model (Hugging Face id or local path) before pressing Run.")
@@ -267,7 +267,7 @@ def cached_runs() -> list[dict[str, Any]]:
 def measurement_from_cache(key: str) -> Any:
     """The `Measurement` of a cached run, read from disk (the model is not run)."""
     from deffcore import cache
-    from deffcore.measure import Measurement
+    from deffcore.measurement import Measurement
 
     meta = cache.load_meta(key)
     spec = cache.RunSpec(**meta["spec"])

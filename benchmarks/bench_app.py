@@ -68,7 +68,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--cold", action="store_true", help="also time a run from an empty cache")
     args = p.parse_args()
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     run = {"model": args.model, "dataset": args.dataset, "n": args.n, "max_tokens": args.max_tokens}
     start = time.perf_counter()

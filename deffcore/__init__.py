@@ -106,8 +106,8 @@ __all__ += [
 # The pipeline and the labs import transformers (seconds); they load on first attribute access,
 # so `import deffcore` stays light for the engine, the synthetic CLI and the synthetic lab.
 _LAZY: dict[str, str] = {
-    "measure": "deffcore.measure",
-    "Measurement": "deffcore.measure",
+    "measure": "deffcore.measurement",
+    "Measurement": "deffcore.measurement",
     "load_model": "deffcore.models",
     "LoadedModel": "deffcore.models",
     "PACKAGED_MODELS": "deffcore.models",

@@ -27,9 +27,11 @@ import hashlib
 import importlib.util
 import json
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from torch import nn
@@ -385,6 +387,21 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP connection to the hub's host (`$HF_ENDPOINT`, default huggingface.co).
+
+    Without it an offline machine spends ~25 s in transformers' retries before failing; with
+    it the load goes straight to the local cache (`local_files_only`) and a clear error.
+    """
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 def _source(spec: str) -> tuple[str, dict[str, Any]]:
     """(path or id, extra from_pretrained kwargs) for a non-tiny, non-random spec."""
     if spec == "smollm2-135m":
@@ -416,7 +433,8 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
     if kind == "model":
         cls = transformers.AutoModelForCausalLM
     is_hub = not Path(source).exists()
-    if is_hub and _offline():
+    no_hub = is_hub and (_offline() or not _hub_reachable())
+    if no_hub:
         kwargs = {**kwargs, "local_files_only": True}
     try:
         return cls.from_pretrained(source, **kwargs)
@@ -424,7 +442,7 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
         if not is_hub:
             raise UnknownModelError(f"Could not load model {spec!r} from {source}: {err}") from err
         text = str(err).lower()
-        if _offline() or "offline" in text or "connect" in text or "resolve" in text:
+        if no_hub or "offline" in text or "connect" in text or "resolve" in text:
             raise HubUnavailableError(
                 f"Model {spec!r} is not on this machine and the Hugging Face hub cannot be "
                 f"reached{' (HF_HUB_OFFLINE is set)' if _offline() else ''}. "

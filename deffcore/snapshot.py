@@ -13,15 +13,13 @@ the same data give the same numbers for every pooling, metric and K.
 
 Regenerate the shipped snapshot with
 
-    python -m deffcore.snapshot --out deffcore/data/default_run.json
+    python -m deffcore measure --model smollm2-135m --dataset bbc-news --n 512 \
+        --max-tokens 128 --seed 0 --random-seeds 1,2,3 --snapshot deffcore/data/default_run.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import shlex
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +136,7 @@ class RunView:
 
 
 class MeasurementView(RunView):
-    """A live `deffcore.measure.Measurement` (its similarity matrices are memoised there)."""
+    """A live `deffcore.measurement.Measurement` (its similarity matrices are memoised there)."""
 
     source = "measured"
 
@@ -193,7 +191,7 @@ class SnapshotView(RunView):
         if data.get("format") != SNAPSHOT_FORMAT:
             raise ValueError(
                 f"Snapshot format {data.get('format')!r} is not {SNAPSHOT_FORMAT}; "
-                "regenerate it with `python -m deffcore.snapshot`."
+                "regenerate it with `python -m deffcore measure ... --snapshot PATH`."
             )
         self.data = data
         self.spec = dict(data["spec"])
@@ -261,7 +259,7 @@ def _plain(obj: Any) -> Any:
 def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
     """Everything the pages read from a run, as a JSON-ready dict (~150 kB for L = 30).
 
-    measurement: a `deffcore.measure.Measurement` (with `random_null` when measured with
+    measurement: a `deffcore.measurement.Measurement` (with `random_null` when measured with
     `random_seeds`, so the Baselines page can show the null band without running anything).
     """
     view = MeasurementView(measurement)
@@ -287,52 +285,3 @@ def load_snapshot(path: Path | str = DEFAULT_RUN_PATH) -> SnapshotView | None:
     if not path.is_file():
         return None
     return SnapshotView(json.loads(path.read_text()))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m deffcore.snapshot",
-        description="Measure a run and write the explorer's JSON snapshot of it.",
-    )
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--dataset", default="bbc-news")
-    parser.add_argument("--n", type=int, default=512)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--random-seeds", default="1,2,3", help="comma-separated; '' for none")
-    parser.add_argument("--out", type=Path, default=DEFAULT_RUN_PATH)
-    args = parser.parse_args(argv)
-
-    from deffcore.measure import measure
-
-    seeds = tuple(int(x) for x in args.random_seeds.split(",") if x.strip())
-
-    def progress(done: int, total: int, stage: str) -> None:
-        print(f"\r{stage}: {done}/{total}", end="", file=sys.stderr, flush=True)
-
-    m = measure(
-        model=args.model,
-        dataset=args.dataset,
-        n=args.n,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        progress=progress,
-        random_seeds=seeds,
-    )
-    print(file=sys.stderr)
-    command = (
-        f"python -m deffcore measure --model {shlex.quote(args.model)} --dataset "
-        f"{shlex.quote(args.dataset)} --n {args.n} --max-tokens {args.max_tokens} "
-        f"--seed {args.seed}"
-    )
-    if seeds:
-        command += " --random-seeds " + ",".join(map(str, seeds))
-    data = snapshot(m, command=command)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, separators=(",", ":")))
-    print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} kB)", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

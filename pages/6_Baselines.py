@@ -44,7 +44,7 @@ else:
         spec = view.spec
         bar = st.progress(0.0, text="starting")
         with ui.guarded("The random-weight null"):
-            from deffcore.measure import measure
+            from deffcore.measurement import measure
 
             m = measure(
                 model=spec["model"],

@@ -106,6 +106,22 @@ def test_unknown_hub_id_offline_names_offline_models():
     assert "HF_HUB_OFFLINE" in str(err.value)
 
 
+def test_unreachable_hub_without_offline_flag_fails_fast(monkeypatch):
+    # A machine with no route to the hub but no HF_HUB_OFFLINE: the quick probe decides, so the
+    # load goes to the local cache only and fails with the hub message, not a retry loop.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    probes = []
+    monkeypatch.setattr(models, "_hub_reachable", lambda: probes.append(1) or False)
+    with pytest.raises(HubUnavailableError, match="hub cannot be reached") as err:
+        load_model("no-such-org/no-such-model-deff")
+    assert probes and "HF_HUB_OFFLINE" not in str(err.value) and "smollm2-135m" in str(err.value)
+
+
+def test_hub_probe_reports_a_closed_port(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    assert models._hub_reachable(timeout=1.0) is False
+
+
 @pytest.mark.parametrize(
     ("spec", "match"),
     [

@@ -23,7 +23,7 @@ from deffcore.snapshot import (
 def tiny_measurement(tmp_path_factory):
     import os
 
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     old = os.environ.get("DEFF_CACHE_DIR")
     os.environ["DEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("snap_cache"))

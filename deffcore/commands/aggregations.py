@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from deffcore.cli import print_json
-from deffcore.commands._lab_common import (
+from deffcore.commands._common import (
     Progress,
     add_output_args,
     add_run_args,
@@ -52,7 +52,7 @@ def _table(d: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from deffcore.labs.aggregations import aggregation_table
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
         m = measure(

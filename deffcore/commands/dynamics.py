@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from deffcore.cli import print_json
-from deffcore.commands._lab_common import (
+from deffcore.commands._common import (
     Progress,
     add_output_args,
     fmt,

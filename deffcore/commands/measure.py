@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
+from pathlib import Path
 
 from deffcore.cli import print_json
-from deffcore.constants import METRICS, POOLINGS
+from deffcore.commands._common import (
+    Progress,
+    add_output_args,
+    add_run_args,
+    int_list,
+    result_only_stdout,
+)
+from deffcore.constants import POOLINGS
 
 
 def add_parser(subparsers) -> None:
@@ -16,30 +26,7 @@ def add_parser(subparsers) -> None:
         description="Measure the effective depth of a model's residual stream. A second "
         "identical call is served from the cache (see `python -m deffcore runs`).",
     )
-    p.add_argument(
-        "--model",
-        default="smollm2-135m",
-        help="smollm2-135m, gemma3-270m, tiny-<arch>, random:<model>:<seed>, a "
-        "Hugging Face id, a local folder or .gguf file (default: smollm2-135m)",
-    )
-    p.add_argument("--revision", default=None, help="hub revision (branch, tag, commit)")
-    p.add_argument(
-        "--dataset",
-        default="bbc-news",
-        help="bbc-news, hf:<name>[:<config>]:<split>[:<column>], or a local "
-        ".txt/.jsonl/.csv/.parquet path[:column] (default: bbc-news)",
-    )
-    p.add_argument("--n", type=int, default=512, help="number of passages (default 512)")
-    p.add_argument("--max-tokens", type=int, default=128, help="tokens per passage, BOS counts")
-    p.add_argument("--seed", type=int, default=0, help="passage sampling seed")
-    p.add_argument("--metric", choices=METRICS, default="cka")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
-    p.add_argument(
-        "--dtype",
-        default=None,
-        choices=("float32", "bfloat16", "float16"),
-        help="forward dtype (default: bfloat16 on CUDA, float32 on CPU)",
-    )
+    add_run_args(p, model="smollm2-135m", n=512)
     p.add_argument("--batch-size", type=int, default=None, help="fixed batch size (default: auto)")
     p.add_argument(
         "--intervention",
@@ -51,41 +38,16 @@ def add_parser(subparsers) -> None:
         default="",
         help="comma-separated seeds of the random-weight null, e.g. 0,1,2",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument(
+        "--snapshot",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the explorer's JSON snapshot (every similarity matrix) to PATH; "
+        "this is how deffcore/data/default_run.json, the app's first screen, is made",
+    )
+    add_output_args(p)
     p.set_defaults(func=run)
-
-
-def _seeds(text: str) -> tuple[int, ...]:
-    from deffcore.errors import DeffError
-
-    try:
-        return tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError as err:
-        raise DeffError(f"--random-seeds must be comma-separated integers, got {text!r}.") from err
-
-
-class _Bar:
-    """measure's progress(done, total, stage) -> a tqdm bar on stderr, one per stage."""
-
-    def __init__(self) -> None:
-        self.bar = None
-        self.stage = None
-
-    def __call__(self, done: int, total: int, stage: str) -> None:
-        from tqdm import tqdm
-
-        if stage != self.stage:
-            self.close()
-            self.stage = stage
-            self.bar = tqdm(total=total, desc=stage, unit="passage", file=sys.stderr, leave=False)
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
 
 
 def _table(d: dict) -> str:
@@ -123,10 +85,10 @@ def _table(d: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
-    bar = None if args.no_progress else _Bar()
-    try:
+    seeds = int_list(args.random_seeds, "--random-seeds")
+    with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
         m = measure(
             model=args.model,
             dataset=args.dataset,
@@ -138,16 +100,31 @@ def run(args: argparse.Namespace) -> int:
             device=args.device,
             dtype=args.dtype,
             progress=bar,
-            random_seeds=_seeds(args.random_seeds),
+            random_seeds=seeds,
             intervention=args.intervention,
             batch_size=args.batch_size,
         )
-    finally:
-        if bar is not None:
-            bar.close()
     d = m.to_dict()
+    if args.snapshot is not None:
+        _write_snapshot(m, args, seeds)
     if args.json:
         print_json(d)
     else:
         print(_table(d))
     return 0
+
+
+def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...]) -> None:
+    """The explorer's snapshot of this run, stamped with the command that reproduces it."""
+    from deffcore.snapshot import snapshot
+
+    command = (
+        f"python -m deffcore measure --model {shlex.quote(args.model)} --dataset "
+        f"{shlex.quote(args.dataset)} --n {args.n} --max-tokens {args.max_tokens} "
+        f"--seed {args.seed}"
+    )
+    if seeds:
+        command += " --random-seeds " + ",".join(map(str, seeds))
+    args.snapshot.parent.mkdir(parents=True, exist_ok=True)
+    args.snapshot.write_text(json.dumps(snapshot(m, command=command), separators=(",", ":")))
+    print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)

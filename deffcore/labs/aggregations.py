@@ -152,7 +152,7 @@ def aggregation_table(
     pooling: str = "default",
     metrics: Sequence[str] = ("cka", "unbiased_cka", "cosine"),
 ) -> dict[str, Any]:
-    """All aggregations under every metric for one run (a `deffcore.measure.Measurement`).
+    """All aggregations under every metric for one run (a `deffcore.measurement.Measurement`).
 
     Returns {"lab": "aggregations", "pooling", "layers", "rows": [{metric, aggregation, value,
     value_over_L}], "xi": {metric: xi}, "similarity": {metric: S as nested lists}}.

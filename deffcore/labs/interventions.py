@@ -24,7 +24,7 @@ Decisions (SPEC section 9 is silent on the mechanics):
   Qwen3). The intervention applies to every such module in the model.
 
 The lab itself, `intervention_table`, measures every pooling control under each intervention
-through `deffcore.measure.measure(..., intervention=name)`, which passes the name back here.
+through `deffcore.measurement.measure(..., intervention=name)`, which passes the name back here.
 """
 
 from __future__ import annotations
@@ -206,9 +206,8 @@ def intervention_table(
     from deffcore.cache import RunSpec
     from deffcore.constants import METRICS
     from deffcore.errors import DeffError, TooFewPassagesError
-    from deffcore.measure import MIN_PASSAGES, measure
+    from deffcore.measurement import MIN_PASSAGES, measure_spec
     from deffcore.models import load_model, resolve_device_dtype
-    from deffcore.texts import load_passages
 
     for name in interventions:
         if name not in INTERVENTIONS:
@@ -234,33 +233,19 @@ def intervention_table(
         for name in interventions
     }
     missing = {name for name, spec in specs.items() if cache.load(spec) is None}
-    loaded = passages = None
+    loaded = None
     if missing:
         if progress is not None:
             progress(0, len(interventions), f"loading {model}")
         loaded = load_model(model, revision=revision, device=device, dtype=dtype)
         for name in interventions:  # refuse before any forward pass
             intervention_targets(loaded.model, name)
-        passages = load_passages(dataset, n, seed=seed)
     table = InterventionTable(model, dataset, n, max_tokens, metric)
     for i, name in enumerate(interventions):
         if progress is not None:
             progress(i, len(interventions), f"intervention {name}")
-        if name in missing:
-            result = _measure_loaded(specs[name], loaded, passages, metric)
-        else:  # a cache hit: measure() reads it
-            result = measure(
-                model=model,
-                dataset=dataset,
-                n=n,
-                max_tokens=max_tokens,
-                seed=seed,
-                metric=metric,
-                revision=revision,
-                device=device,
-                dtype=dtype,
-                intervention=name,
-            )
+        # a cached run is read; a missing one is extracted with the model loaded once above
+        result = measure_spec(specs[name], metric=metric, device=device, loaded=loaded)
         for pooling in poolings:
             summary = result.summary(pooling)
             table.rows.append(
@@ -277,26 +262,6 @@ def intervention_table(
     if progress is not None:
         progress(len(interventions), len(interventions), "done")
     return table
-
-
-def _measure_loaded(spec: Any, loaded: Any, passages: list[str], metric: str) -> Any:
-    """`measure()` for a model that is already loaded: the same cache entry, one extraction."""
-    from deffcore import cache
-    from deffcore.errors import TooFewPassagesError
-    from deffcore.extract import extract_pooled
-    from deffcore.measure import MIN_PASSAGES, Measurement
-
-    def compute() -> Any:
-        with norm_intervention(loaded.model, spec.intervention):
-            return extract_pooled(loaded, passages, max_tokens=spec.max_tokens)
-
-    pooled, cached, meta = cache.get_or_compute(spec, compute)
-    if pooled.n < MIN_PASSAGES:
-        raise TooFewPassagesError(
-            f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens; a run needs "
-            f"at least {MIN_PASSAGES}."
-        )
-    return Measurement(spec=spec, pooled=pooled, metric=metric, cached=cached, meta=meta)
 
 
 def paper_intervention_rows(path: str | None = None) -> list[dict[str, Any]]:

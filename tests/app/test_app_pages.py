@@ -113,7 +113,7 @@ def deff_cache_dir(cache_dir, monkeypatch):
 
 @pytest.fixture(scope="module")
 def measurement(cache_dir):
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     return measure(**RUN)
 
@@ -411,7 +411,7 @@ def test_missing_model_path_is_a_clear_error(app, tmp_path):
 )
 def test_pipeline_failures_are_messages_and_the_cache_is_kept(app, monkeypatch, error):
     import deffcore.errors
-    import deffcore.measure
+    import deffcore.measurement
     from deffcore import cache
 
     name, text = error.split(":", 1)
@@ -420,7 +420,7 @@ def test_pipeline_failures_are_messages_and_the_cache_is_kept(app, monkeypatch, 
     def failing(*args, **kwargs):
         raise exc(text)
 
-    monkeypatch.setattr(deffcore.measure, "measure", failing)
+    monkeypatch.setattr(deffcore.measurement, "measure", failing)
     at = goto(app, None)
     before, runs = metric(at, "D_eff"), {m["key"] for m in cache.list_runs()}
     at.button(key="run").click().run()

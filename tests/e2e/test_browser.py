@@ -154,7 +154,7 @@ def shot(page, name: str) -> None:
 
 
 def test_run_switch_pooling_and_visit_every_page(server, page):
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     page.goto(server["url"])
     page.get_by_role("heading", name="Effective Depth Explorer").wait_for()

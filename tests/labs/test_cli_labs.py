@@ -79,7 +79,7 @@ def test_dynamics_needs_checkpoints(capsys):
 
 def test_aggregations_json(capsys):
     from deffcore.labs.aggregations import aggregation_table
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     out = run_json(capsys, ["aggregations", "--model", "tiny-llama", *TINY])
     assert out["lab"] == "aggregations" and out["layers"] == 4 and len(out["rows"]) == 3 * 5

@@ -186,7 +186,7 @@ def test_other_architectures(spec, supported, token_ids):
 def test_intervention_table_second_call_reads_the_cache(monkeypatch):
     import deffcore.models
     from deffcore.labs.interventions import intervention_table
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     first = intervention_table("tiny-gemma3", n=8, max_tokens=24, interventions=["none", "no_qk"])
 

@@ -160,7 +160,7 @@ def test_carry_then_dynamics_pages(app):
 
 def test_aggregations_page_matches_the_library(app):
     from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
-    from deffcore.measure import measure
+    from deffcore.measurement import measure
 
     at = goto(app, "pages/12_Aggregations.py")
     assert_clean(at)

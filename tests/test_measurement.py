@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deffcore import measure as measure_mod
+import deffcore.measurement as measure_mod
 from deffcore.constants import POOLINGS
 from deffcore.controls import apply_pc_control
 from deffcore.depth import depth_summary, effective_depth
 from deffcore.errors import DeffError, TooFewPassagesError, UnknownDatasetError, UnknownModelError
-from deffcore.measure import measure
+from deffcore.measurement import measure
 from deffcore.references import matched_references, update_depth
 from deffcore.similarity import similarity_matrix
 

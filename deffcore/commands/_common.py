@@ -1,4 +1,4 @@
-"""Arguments and progress shared by the lab subcommands (interventions, pruning, carry, ...)."""
+"""Arguments, parsing and progress shared by the subcommands (measure and the labs)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,32 @@ from deffcore.errors import DeffError
 
 def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int) -> None:
     """--model/--revision/--dataset/--n/--max-tokens/--seed/--metric/--device/--dtype."""
-    p.add_argument("--model", default=model, help=f"model spec (default: {model})")
+    p.add_argument(
+        "--model",
+        default=model,
+        help="smollm2-135m, gemma3-270m, tiny-<arch>, random:<model>:<seed>, a Hugging Face "
+        f"id, a local folder or .gguf file (default: {model})",
+    )
     p.add_argument("--revision", default=None, help="hub revision (branch, tag, commit)")
-    p.add_argument("--dataset", default="bbc-news", help="text spec (default: bbc-news)")
+    p.add_argument(
+        "--dataset",
+        default="bbc-news",
+        help="bbc-news, hf:<name>[:<config>]:<split>[:<column>], or a local "
+        ".txt/.jsonl/.csv/.parquet path[:column] (default: bbc-news)",
+    )
     p.add_argument("--n", type=int, default=n, help=f"number of passages (default {n})")
-    p.add_argument("--max-tokens", type=int, default=128, help="tokens per passage (default 128)")
+    p.add_argument(
+        "--max-tokens", type=int, default=128, help="tokens per passage, BOS counts (default 128)"
+    )
     p.add_argument("--seed", type=int, default=0, help="passage sampling seed")
     p.add_argument("--metric", choices=METRICS, default="cka")
     p.add_argument("--device", default=None, help="cpu, cuda (default: cuda if present)")
-    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"))
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="forward dtype (default: bfloat16 on CUDA, float32 on CPU)",
+    )
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ sample standard deviations (ddof=1) of D_eff/L over seeds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,7 @@ from deffcore.controls import apply_pc_control
 from deffcore.depth import DepthSummary, depth_summary, effective_depth, gap_percent
 from deffcore.errors import DeffError, TooFewPassagesError
 from deffcore.extract import PooledStates, extract_pooled
-from deffcore.models import load_model, resolve_device_dtype
+from deffcore.models import LoadedModel, load_model, resolve_device_dtype
 from deffcore.references import MatchedReferences, UpdateDepth, matched_references, update_depth
 from deffcore.similarity import cka_finite_sample_bias, similarity_matrix
 from deffcore.texts import load_passages
@@ -63,6 +64,7 @@ class Measurement:
     _states: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _sim: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False)
     _upd: dict[tuple[str, str], UpdateDepth] = field(default_factory=dict, repr=False)
+    _refs: dict[tuple[str, str], MatchedReferences] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.layers = self.layers or self.pooled.layers
@@ -124,8 +126,12 @@ class Measurement:
     ) -> MatchedReferences:
         """F_L, F_norm, F_h0+norm, F_h0+corr for this pooling's D_eff (SPEC section 5)."""
         metric = metric or self.metric
-        deff = self.summary(pooling, metric).deff
-        return matched_references(self.states_with_h0(pooling), deff=deff, metric=metric)
+        if (pooling, metric) not in self._refs:
+            deff = self.summary(pooling, metric).deff
+            self._refs[(pooling, metric)] = matched_references(
+                self.states_with_h0(pooling), deff=deff, metric=metric
+            )
+        return self._refs[(pooling, metric)]
 
     def bootstrap(
         self,
@@ -207,29 +213,38 @@ class Measurement:
         return out
 
 
-def _measure_one(
-    spec: RunSpec, *, device: str, batch_size: int | None, progress: Progress | None, metric: str
+def measure_spec(
+    spec: RunSpec,
+    *,
+    metric: str = "cka",
+    device: str | None = None,
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+    loaded: LoadedModel | None = None,
 ) -> Measurement:
+    """Measure one fully specified run: read it from the cache or extract and store it.
+
+    `loaded` reuses a model that is already in memory (it must be `spec.model` at
+    `spec.revision`; the labs pass it to extract several runs from one load). The
+    intervention named by `spec.intervention` is applied around the extraction.
+    """
     start = time.perf_counter()
+    device = device or resolve_device_dtype(None, spec.dtype)[0]
 
     def compute() -> PooledStates:
-        if progress is not None:
-            progress(0, spec.n, f"loading {spec.model}")
-        loaded = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
+        model = loaded
+        if model is None:
+            if progress is not None:
+                progress(0, spec.n, f"loading {spec.model}")
+            model = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
         passages = load_passages(spec.dataset, spec.n, seed=spec.seed)
-        if spec.intervention == "none":
-            return extract_pooled(
-                loaded,
-                passages,
-                max_tokens=spec.max_tokens,
-                batch_size=batch_size,
-                progress=progress,
-            )
-        from deffcore.labs.interventions import norm_intervention
+        with contextlib.ExitStack() as stack:
+            if spec.intervention != "none":
+                from deffcore.labs.interventions import norm_intervention
 
-        with norm_intervention(loaded.model, spec.intervention):
+                stack.enter_context(norm_intervention(model.model, spec.intervention))
             return extract_pooled(
-                loaded,
+                model,
                 passages,
                 max_tokens=spec.max_tokens,
                 batch_size=batch_size,
@@ -285,13 +300,13 @@ def measure(
         dtype=dtype,
         intervention=intervention,
     )
-    main = _measure_one(
+    main = measure_spec(
         spec, device=device, batch_size=batch_size, progress=progress, metric=metric
     )
     for s in random_seeds:
         rspec = replace(spec, model=f"random:{model}:{int(s)}")
         main.random_null.append(
-            _measure_one(
+            measure_spec(
                 rspec, device=device, batch_size=batch_size, progress=progress, metric=metric
             )
         )
