@@ -134,3 +134,62 @@ def test_bad_reference_input() -> None:
         accumulated_similarity([0.0, 1.0])
     with pytest.raises(DeffError, match=">= 0"):
         accumulated_similarity([-1.0, 1.0])
+
+
+def _naive_matched_depths(with_h0: np.ndarray, metric: str) -> tuple[float, float, float]:
+    """F_norm, F_h0+norm, F_h0+corr straight from SPEC section 5, with explicit loops.
+
+    Index 0 is the initial state: its correlation with every update is 0, with itself 1.
+    """
+    L = with_h0.shape[0] - 1
+    centred = [x - x.mean(axis=0) for x in with_h0]
+    updates = [with_h0[m] - with_h0[m - 1] for m in range(1, L + 1)]
+    a = [0.0] + [float(np.sum((f - f.mean(axis=0)) ** 2)) for f in updates]  # a[m], m = 1..L
+    a0 = float(np.sum(centred[0] ** 2))
+    s_upd = dc.naive_similarity_matrix(np.stack(updates), metric)
+    rho_upd = [np.mean([s_upd[i, i + k] for i in range(L - k)]) for k in range(1, L)]
+
+    def corr(m: int, n: int) -> float:
+        if m == n:
+            return 1.0
+        if m == 0 or n == 0:
+            return 0.0  # the initial state is uncorrelated with the updates
+        return float(np.sqrt(max(rho_upd[abs(m - n) - 1], 0.0)))
+
+    def depth(sizes: list[float], with_corr: bool) -> float:
+        G = np.zeros((L + 1, L + 1))
+        for i in range(1, L + 1):
+            for j in range(1, L + 1):
+                G[i, j] = sum(
+                    (corr(m, n) if with_corr else float(m == n)) * np.sqrt(sizes[m] * sizes[n])
+                    for m in range(i + 1)
+                    for n in range(j + 1)
+                )
+        S = np.array(
+            [[G[i, j] ** 2 / (G[i, i] * G[j, j]) for j in range(1, L + 1)] for i in range(1, L + 1)]
+        )
+        return L**2 / S.sum()
+
+    return depth(a, False), depth([a0, *a[1:]], False), depth([a0, *a[1:]], True)
+
+
+@pytest.mark.parametrize("metric", ["cka", "unbiased_cka"])
+def test_matched_references_match_naive_loops(metric: str) -> None:
+    """Uncentred states and updates (large per-layer offsets): a_m and a_0 must be the sizes of
+    the *centred* pooled matrices; unbiased CKA gives some negative rho_upd(k), which SPEC clamps
+    at 0 before the square root."""
+    rng = np.random.default_rng(0)
+    n, d, L = 40, 5, 6
+    h0 = rng.standard_normal((n, d)) + 10.0 * rng.standard_normal(d)
+    f = rng.standard_normal((L, n, d)) * rng.uniform(0.5, 2.0, L)[:, None, None]
+    f += 10.0 * rng.standard_normal((L, 1, d))  # non-zero mean per update
+    f[1:] += 0.5 * f[:-1]  # correlated neighbours: rho_upd(1) > 0
+    with_h0 = np.concatenate([h0[None], h0 + np.cumsum(f, axis=0)])
+    refs = matched_references(with_h0, metric=metric)
+    if metric == "unbiased_cka":
+        assert min(refs.rho_upd) < -0.01  # the clamp matters here
+    F_norm, F_h0_norm, F_h0_corr = _naive_matched_depths(with_h0, metric)
+    assert refs.F_norm == pytest.approx(F_norm, rel=1e-9)
+    assert refs.F_h0_norm == pytest.approx(F_h0_norm, rel=1e-9)
+    assert refs.F_h0_corr == pytest.approx(F_h0_corr, rel=1e-9)
+    assert refs.F_h0_corr < refs.F_h0_norm  # the correlations lower the reference

@@ -187,3 +187,36 @@ def test_degenerate_layers_raise_instead_of_nan() -> None:
     zero[2, 3] = 0.0
     with pytest.raises(InvalidStatesError, match=r"Layer 2 .* 1 passage\(s\) .* zero"):
         dc.similarity_matrix(zero, "cosine")
+
+
+def test_unbiased_cka_equals_brute_force_u_statistic() -> None:
+    """Song et al. (2012), Theorem 2: the unbiased HSIC is the U-statistic over ordered distinct
+    quadruples (i, j, q, r) of k_ij l_ij + k_ij l_qr - 2 k_ij l_iq. Summed by brute force here,
+    on uncentred data, so it shares no algebra with either the fast path or the naive matrix
+    formula (both could carry the same wrong constant and still agree with each other)."""
+    from itertools import permutations
+
+    rng = np.random.default_rng(7)
+    n, d = 6, 3
+    x = rng.standard_normal((3, n, d)) + np.array([2.0, -1.0, 4.0])  # non-zero mean
+    x[1] += 0.8 * x[0]
+    x[2] += 0.5 * x[1]
+
+    def hsic_u(k: np.ndarray, l: np.ndarray) -> float:
+        total = sum(
+            k[i, j] * l[i, j] + k[i, j] * l[q, r] - 2.0 * k[i, j] * l[i, q]
+            for i, j, q, r in permutations(range(n), 4)
+        )
+        return total / (n * (n - 1) * (n - 2) * (n - 3))
+
+    grams = [layer @ layer.T for layer in x]
+    want = np.array(
+        [
+            [hsic_u(ki, kj) / np.sqrt(hsic_u(ki, ki) * hsic_u(kj, kj)) for kj in grams]
+            for ki in grams
+        ]
+    )
+    for route in ("gram", "feature"):
+        got = dc.similarity_matrix(x, "unbiased_cka", route=route)
+        np.testing.assert_allclose(got, want, atol=1e-10)
+    np.testing.assert_allclose(dc.naive_similarity_matrix(x, "unbiased_cka"), want, atol=1e-10)

@@ -181,7 +181,8 @@ def block_influence(
             h_in = _block_input(args, kwargs).float()
             h_out = _block_output(output).float()
             cos = F.cosine_similarity(h_in, h_out, dim=-1)  # (B, T)
-            cos_sum[index] += (cos * mask_box["mask"]).sum().double().cpu()
+            # where, not a product: a NaN at a padding position must not reach the sum
+            cos_sum[index] += torch.where(mask_box["mask"] > 0, cos, 0.0).sum().double().cpu()
 
         return hook
 
