@@ -37,9 +37,16 @@ with left:
     )
 with right:
     rho = view.lag_profile(settings.pooling, settings.metric)
-    ui.show_figure(figures.lag_decay(rho, n=view.n, d=view.d_model), key="overview_lag")
+    biased = settings.metric == "cka"  # d/(N+d) is linear CKA's finite-sample floor
+    ui.show_figure(
+        figures.lag_decay(rho, n=view.n if biased else None, d=view.d_model if biased else None),
+        key="overview_lag",
+    )
 st.caption(
-    "Pages: Similarity (the matrix), Lag decay (ρ(k) and K), Gap to F_L (beside the "
-    "paper), BOS & controls, Synthetic lab (constructions with known answers), Baselines "
-    "(random-weight null, matched references, bootstrap), Runs (compare and delete)."
+    "Pages (sidebar): Similarity (the matrix; click a layer), Lag decay (ρ(k) and K), Gap to "
+    "F_L (beside the paper's models), BOS & controls (pooling controls, position-0 norms), "
+    "Synthetic lab (constructions with known answers), Baselines (random-weight null, matched "
+    "references, bootstrap), Runs (open, compare, delete). Labs: Interventions (Gemma norms), "
+    "Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training dynamics "
+    "(checkpoints over training), Aggregations (other ways to count layers)."
 )

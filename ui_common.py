@@ -469,6 +469,11 @@ def require_view(title: str) -> tuple[RunView, Settings] | None:
     if view is None:
         st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
         return None
+    if isinstance(view, SnapshotView):
+        st.caption(
+            "ℹ️ Showing the shipped precomputed default run (see the first page); press **Run** "
+            "in the sidebar to measure your own model and data."
+        )
     return view, settings
 
 

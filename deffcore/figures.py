@@ -23,6 +23,12 @@ COLOR_PAPER = "#9e9e9e"
 COLOR_SUB = "#d62728"  # gap > 0: D_eff < F_L (sub-reference, more redundancy)
 COLOR_ABOVE = "#2ca02c"  # gap < 0: D_eff > F_L (above-reference)
 COLOR_REFERENCE = "#7f7f7f"
+#: Synthetic constructions: none of them red, which marks the iid reference they are read against.
+CONSTRUCTION_COLORS = {
+    "independent states": "#ff7f0e",
+    "orthogonal states": "#2ca02c",
+    "orthogonal updates": "#1f77b4",
+}
 #: A fixed colour per pooling control, so the same control looks the same on every page.
 POOLING_COLORS = {
     "default": "#1f77b4",
@@ -35,6 +41,15 @@ POOLING_COLORS = {
 # No template here: building a plotly template object costs ~0.3 s per figure, and
 # st.plotly_chart applies the app theme anyway.
 _LAYOUT = {"margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
+
+
+def _integer_ticks(fig: go.Figure, n: int, axes: str = "x") -> None:
+    """Whole-number ticks on layer / lag axes of short runs (plotly would label 1.5, 2.5)."""
+    if n <= 12:
+        if "x" in axes:
+            fig.update_xaxes(dtick=1)
+        if "y" in axes:
+            fig.update_yaxes(dtick=1)
 
 
 def regime_color(gap_pct: float) -> str:
@@ -53,10 +68,21 @@ def regime_label(gap_pct: float) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+#: `meta` of helper traces that carry no data of their own (skipped by `figure_data`).
+CLICK_TARGET = "click-target"
+
+
 def similarity_heatmap(
-    S: np.ndarray, *, metric: str = "cka", pooling: str = "default"
+    S: np.ndarray, *, metric: str = "cka", pooling: str = "default", selectable: bool = False
 ) -> go.Figure:
-    """Layer x layer heatmap of `S (L, L)`; hover shows the pair and the exact value."""
+    """Layer x layer heatmap of `S (L, L)`; hover shows the pair and the exact value.
+
+    selectable: also lay an invisible marker on every cell. Plotly heatmap traces emit no
+    selection events (a click or box on them selects nothing), so this transparent scatter is
+    what a click or a box selection picks; its points carry `y` = layer i. Its `meta` is
+    `CLICK_TARGET`, so exports skip it. (Streamlit selects on click only while the drag mode is
+    pan, its default for point selection, so no drag mode is set here.)
+    """
     S = np.asarray(S, dtype=np.float64)
     layers = list(range(1, S.shape[0] + 1))
     fig = go.Figure(
@@ -74,14 +100,36 @@ def similarity_heatmap(
     )
     fig.update_layout(
         title=f"Layer similarity S(i, j): {metric}, pooling {pooling}",
-        xaxis_title="layer j",
-        yaxis_title="layer i",
-        yaxis_autorange="reversed",
+        xaxis={"title": "layer j", "range": [0.5, S.shape[0] + 0.5]},
+        yaxis={"title": "layer i", "range": [S.shape[0] + 0.5, 0.5]},  # layer 1 at the top
         height=520,
         **_LAYOUT,
     )
     fig.update_xaxes(constrain="domain")
     fig.update_yaxes(scaleanchor="x", constrain="domain")
+    _integer_ticks(fig, S.shape[0], "xy")
+    if selectable:
+        L = S.shape[0]
+        ii, jj = np.meshgrid(layers, layers, indexing="ij")
+        fig.add_trace(
+            go.Scatter(
+                x=jj.ravel(),
+                y=ii.ravel(),
+                mode="markers",
+                marker={"size": max(4, min(24, 400 // L)), "color": "rgba(0,0,0,0)"},
+                customdata=S.ravel(),
+                name="pick a layer",
+                meta=CLICK_TARGET,
+                showlegend=False,
+                hovertemplate="layer %{y} vs layer %{x}<br>S = %{customdata:.6f}"
+                "<br>click: show row %{y}<extra></extra>",
+                # keep the cells' look when points are (de)selected
+                selected={"marker": {"opacity": 0}},
+                unselected={"marker": {"opacity": 0}},
+            )
+        )
+        fig.data[0].hoverinfo = "skip"
+        fig.data[0].hovertemplate = None
     return fig
 
 
@@ -101,12 +149,13 @@ def similarity_rows(S: np.ndarray, layers: Sequence[int], *, metric: str = "cka"
             )
         )
     fig.update_layout(
-        title=f"Similarity of the selected layer(s) to every layer ({metric})",
+        title=f"S(i, j) of the selected layer i = {', '.join(map(str, layers))} ({metric})",
         xaxis_title="layer j",
         yaxis_title=f"S(i, j), {metric}",
         height=380,
         **_LAYOUT,
     )
+    _integer_ticks(fig, S.shape[0])
     return fig
 
 
@@ -168,16 +217,22 @@ def lag_decay(
         )
     fig.update_layout(
         title="Lag decay: mean similarity at layer distance k",
-        xaxis_title="lag k",
-        yaxis_title="rho(k)",
-        height=420,
+        xaxis_title="lag k (layers apart)",
+        yaxis_title="ρ(k) = mean S(i, i+k)",
+        height=460,
+        # below the axis, so the curve keeps the full width (also in a half-width column)
+        legend={"orientation": "h", "x": 0, "y": -0.28, "yanchor": "top"},
         **_LAYOUT,
     )
+    _integer_ticks(fig, L - 1)
     return fig
 
 
-def deff_vs_K(deff_over_L_by_K: Mapping[int, float], *, L: int) -> go.Figure:
-    """D_eff/L as a function of the maximum lag K, with F_L/L (which does not depend on K)."""
+def deff_vs_K(deff_over_L_by_K: Mapping[int, float], *, L: int, K: int | None = None) -> go.Figure:
+    """D_eff/L as a function of the maximum lag K, with F_L/L (which does not depend on K).
+
+    K: the maximum lag the headline uses (the sidebar's), marked with a vertical line.
+    """
     Ks = sorted(deff_over_L_by_K)
     fig = go.Figure()
     fig.add_trace(
@@ -201,6 +256,13 @@ def deff_vs_K(deff_over_L_by_K: Mapping[int, float], *, L: int) -> go.Figure:
             hovertemplate="F_L/L = %{y:.6f}<extra></extra>",
         )
     )
+    if K is not None and K in deff_over_L_by_K:
+        fig.add_vline(
+            x=K,
+            line={"color": COLOR_MEASURED, "dash": "dot", "width": 1},
+            annotation_text=f"K = {K} (headline): D_eff/L = {deff_over_L_by_K[K]:.4f}",
+            annotation_position="top left" if max(Ks) / 2 < K else "top right",
+        )
     fig.update_layout(
         title="Effective depth against the maximum lag K",
         xaxis_title="maximum lag K",
@@ -208,6 +270,7 @@ def deff_vs_K(deff_over_L_by_K: Mapping[int, float], *, L: int) -> go.Figure:
         height=380,
         **_LAYOUT,
     )
+    _integer_ticks(fig, L - 1)
     return fig
 
 
@@ -281,13 +344,19 @@ def controls_dotplot(table: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     for pooling in table["pooling"].unique():
         part = table[table["pooling"] == pooling]
+        is_paper = part["source"].astype(str).str.startswith("paper")
         fig.add_trace(
             go.Scatter(
                 x=part["gap_pct"],
                 y=part["label"],
                 mode="markers",
                 name=pooling,
-                marker={"size": 11, "color": POOLING_COLORS.get(pooling)},
+                marker={
+                    "size": 11,
+                    "color": POOLING_COLORS.get(pooling),
+                    "symbol": ["circle-open" if p else "circle" for p in is_paper],
+                    "line": {"width": 2},
+                },
                 customdata=part["source"],
                 hovertemplate=(
                     f"%{{y}}<br>{pooling}: gap = %{{x:.2f}}%<br>%{{customdata}}<extra></extra>"
@@ -296,8 +365,8 @@ def controls_dotplot(table: pd.DataFrame) -> go.Figure:
         )
     fig.add_vline(x=0, line={"color": "black", "width": 1, "dash": "dash"})
     fig.update_layout(
-        title="Pooling controls: gap to F_L (%)",
-        xaxis_title="gap to F_L (%)",
+        title="Pooling controls: gap to F_L (%)  (filled: measured, open: paper)",
+        xaxis_title="gap to F_L (%)  (> 0: D_eff < F_L, sub-reference)",
         height=max(300, 50 * table["label"].nunique() + 150),
         **_LAYOUT,
     )
@@ -322,7 +391,7 @@ def pos0_ratio(ratios: np.ndarray) -> go.Figure:
     fig.update_layout(
         title=f"Position-0 norm ratio per layer (peak {ratios[peak]:.1f}x at layer {peak})",
         xaxis_title="layer (0 = h_0, the input of block 1)",
-        yaxis_title="norm ratio",
+        yaxis_title="‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖",
         height=360,
         **_LAYOUT,
     )
@@ -349,6 +418,8 @@ def synthetic_sweep(table: pd.DataFrame, *, n: int, d: int) -> go.Figure:
                 y=part["deff_over_L"],
                 mode="lines+markers",
                 name=name,
+                line={"color": CONSTRUCTION_COLORS.get(name), "width": 3},
+                marker={"size": 8},
                 hovertemplate=f"{name}<br>L = %{{x}}<br>D_eff/L = %{{y:.6f}}<extra></extra>",
             )
         )
@@ -372,7 +443,7 @@ def synthetic_sweep(table: pd.DataFrame, *, n: int, d: int) -> go.Figure:
             y=[iid_reference_depth(n, d, int(L)) / L for L in Ls],
             mode="lines",
             name=f"iid reference, b = d/(N+d) = {b:.3f}",
-            line={"color": COLOR_SUB, "dash": "dot"},
+            line={"color": COLOR_SUB, "dash": "dot", "width": 2},
             hovertemplate="L = %{x}<br>D_iid/L = %{y:.6f}<extra></extra>",
         )
     )
@@ -419,7 +490,7 @@ def states_vs_updates(rho_states: np.ndarray, rho_updates: np.ndarray) -> go.Fig
     fig.update_layout(
         title="Updates vs accumulated states: lag profiles",
         xaxis_title="lag k",
-        yaxis_title="rho(k)",
+        yaxis_title="ρ(k) = mean S(i, i+k)",
         height=380,
         **_LAYOUT,
     )
@@ -514,13 +585,24 @@ def bootstrap_histogram(samples: np.ndarray, *, point: float, low: float, high: 
             hovertemplate="D_eff/L in %{x}<br>count %{y}<extra></extra>",
         )
     )
+    # labels on the side away from the neighbouring line, so close lines keep readable labels
+    if point > high:
+        sides = {"point": "top right", "low": "top left", "high": "top left"}
+    elif point < low:
+        sides = {"point": "top left", "low": "top right", "high": "top right"}
+    else:
+        sides = {"point": "bottom right", "low": "top left", "high": "top right"}
     for value, name, dash in (
         (point, "point", "solid"),
         (low, "low", "dash"),
         (high, "high", "dash"),
     ):
         fig.add_vline(
-            x=value, line={"color": "black", "dash": dash}, annotation_text=f"{name} {value:.4f}"
+            x=value,
+            line={"color": "black", "dash": dash},
+            annotation_text=f"{name} {value:.4f}",
+            annotation_position=sides[name],
+            annotation_bgcolor="rgba(255,255,255,0.8)",
         )
     fig.update_layout(
         title="Passage bootstrap of D_eff/L", xaxis_title="D_eff/L", height=340, **_LAYOUT
@@ -554,7 +636,7 @@ def overlay_lag_profiles(profiles: Mapping[str, np.ndarray]) -> go.Figure:
     fig.update_layout(
         title="Lag profiles of the selected runs",
         xaxis_title="relative lag k/L",
-        yaxis_title="rho(k)",
+        yaxis_title="ρ(k) = mean S(i, i+k)",
         height=400,
         **_LAYOUT,
     )
@@ -578,6 +660,8 @@ def figure_data(fig: go.Figure) -> pd.DataFrame:
     """
     frames = []
     for i, trace in enumerate(fig.data):
+        if getattr(trace, "meta", None) == CLICK_TARGET:
+            continue
         name = trace.name if trace.name is not None else f"trace {i}"
         if trace.type == "heatmap":
             z = np.asarray(trace.z, dtype=np.float64)

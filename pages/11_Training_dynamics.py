@@ -66,7 +66,13 @@ if st.button("Measure checkpoints", type="primary", key="dy_run"):
         bar.progress(1.0, text="done")
 
 result = st.session_state.get("dy_result")
-if result is not None:
+if result is None:
+    st.info(
+        "Pick the checkpoints above and press **Measure checkpoints**. Each checkpoint is "
+        "measured with the sidebar's dataset, seed, metric and pooling; the gap to F_L and "
+        "D_eff/L then appear here against training steps (or tokens)."
+    )
+else:
     ui.show_figure(lab_figures.dynamics_plot(result, log_x=log_x), key="dynamics")
     table = pd.DataFrame(result["points"])[
         ["label", "step", "tokens", "status", "gap_pct", "deff_over_L", "rho1", "reason"]

@@ -35,4 +35,5 @@ if paper is not None:
     s11 = paper[paper["source"] == "Table S11"].pivot(
         index="model", columns="quantity", values="value"
     )
+    s11.columns = [f"{c.removeprefix('deff_over_L_')} (paper)" for c in s11.columns]
     st.dataframe(s11, key="ag_paper")

@@ -15,17 +15,39 @@ st.caption(f"{view.label} · {settings.metric} · pooling {settings.pooling}")
 
 S = view.similarity(settings.pooling, settings.metric)
 L = S.shape[0]
-st.markdown("Click a cell (or drag a box) to pick rows; the slider is the fallback.")
-event = ui.show_figure(
-    figures.similarity_heatmap(S, metric=settings.metric, pooling=settings.pooling),
-    key="similarity_heatmap",
-    on_select="rerun",
-    selection_mode=("points", "box"),
+st.markdown(
+    "Each cell is the similarity S(i, j) of the residual stream after block i and after "
+    "block j (1 on the diagonal). **Click a cell** to show its row i beside the map, or pick "
+    "the **box select** tool (top right of the map) and drag over several rows. Double-click "
+    "the map to clear the selection; the slider then picks the row."
 )
+left, right = st.columns([11, 9])
+with left:
+    event = ui.show_figure(
+        figures.similarity_heatmap(
+            S, metric=settings.metric, pooling=settings.pooling, selectable=True
+        ),
+        key="similarity_heatmap",
+        on_select="rerun",
+        selection_mode=("points", "box"),
+    )
 points = (event or {}).get("selection", {}).get("points", []) if event else []
 picked = sorted({int(p["y"]) for p in points if p.get("y") is not None})
-if not picked:
-    picked = [st.slider("Layer i", 1, L, 1, key=f"similarity_layer_L{L}")]
-else:
-    st.caption(f"Selected layer(s): {', '.join(map(str, picked))}")
-ui.show_figure(figures.similarity_rows(S, picked, metric=settings.metric), key="similarity_rows")
+with right:
+    if picked:
+        shown = ", ".join(map(str, picked))
+        st.caption(f"Selected on the heatmap: layer(s) {shown}. Double-click it to clear.")
+    else:
+        picked = [
+            st.slider(
+                "Layer i (or click a heatmap cell)",
+                1,
+                L,
+                1,
+                key=f"similarity_layer_L{L}",
+                help="Clicking a cell or dragging a box on the heatmap overrides this slider.",
+            )
+        ]
+    ui.show_figure(
+        figures.similarity_rows(S, picked, metric=settings.metric), key="similarity_rows"
+    )

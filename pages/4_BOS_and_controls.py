@@ -13,7 +13,13 @@ ctx = ui.require_view("BOS & controls")
 if ctx is None:
     st.stop()
 view, settings = ctx
-st.caption(f"{view.label} · {settings.metric} · K = {settings.K or view.layers - 1}")
+k_max = settings.K or view.layers - 1
+st.caption(f"{view.label} · {settings.metric} · K = {k_max}")
+if k_max != view.layers - 1:
+    st.info(
+        f"This run uses the sidebar's K = {k_max}; the paper's controls are at K = L-1, so set K "
+        f"to {view.layers - 1} before comparing the two."
+    )
 
 with st.spinner("Similarity of every pooling control (computed once per run)…"):
     headlines = {}
@@ -78,10 +84,15 @@ if not mine.empty:
             f"default gap is {default:+.1f}% and the largest move is {spread:.1f} points."
         )
     st.dataframe(
-        mine[["gap_pct", "deff_over_L", "rho1"]].rename(
-            columns={"gap_pct": "gap to F_L (%)", "deff_over_L": "D_eff/L", "rho1": "ρ̂(1)"}
-        )
+        mine[["gap_pct", "deff_over_L", "rho1"]]
+        .rename(columns={"gap_pct": "gap to F_L (%)", "deff_over_L": "D_eff/L", "rho1": "ρ̂(1)"})
+        .style.format({"gap to F_L (%)": "{:+.2f}", "D_eff/L": "{:.4f}", "ρ̂(1)": "{:.4f}"})
     )
 
 ratios = view.pos0_norm_ratio()
 ui.show_figure(figures.pos0_ratio(ratios), key="pos0_ratio")
+st.caption(
+    "How much larger the state at position 0 (the BOS / first token) is than the mean state of "
+    "the other positions, per layer; dashed: 1 (no outlier). A large ratio means default "
+    "pooling is dominated by position 0, which first_non_bos and token_normed remove."
+)

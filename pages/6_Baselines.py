@@ -32,7 +32,8 @@ if band:
     )
     inside = band["low"] <= h.deff_over_L <= band["high"]
     st.markdown(
-        f"Trained D_eff/L = **{h.deff_over_L:.4f}**; random seeds {band['seeds']}: mean "
+        f"Trained D_eff/L = **{h.deff_over_L:.4f}**; random seeds "
+        f"{', '.join(map(str, band['seeds']))}: mean "
         f"**{band['mean']:.4f}**, band [{band['low']:.4f}, {band['high']:.4f}] — the trained "
         f"model is {'inside' if inside else 'outside'} the null band."
     )
@@ -86,6 +87,10 @@ if refs:
             }
         ),
         hide_index=True,
+        column_config={
+            "depth": st.column_config.NumberColumn(format="%.4f"),
+            "gap (%)": st.column_config.NumberColumn(format="%+.2f"),
+        },
     )
 elif refs is None and view.measurement is None:
     st.info("The precomputed run holds matched references for the cka metric only.")
@@ -131,3 +136,12 @@ else:
             f"D_eff/L = **{boot['point']:.4f}**, {100 * boot['ci']:.0f}% CI "
             f"[{boot['low']:.4f}, {boot['high']:.4f}] from B = {boot['B']} resamples."
         )
+        if not boot["low"] <= boot["point"] <= boot["high"]:
+            st.warning(
+                "The point estimate lies outside its own percentile interval. A resample "
+                "draws passages with replacement, so it holds fewer distinct passages, and the "
+                "similarity metric's finite-sample bias grows as N shrinks, shifting every "
+                "resample's D_eff. "
+                "Read the interval's width as the sampling spread, not its position; with more "
+                "passages the shift gets smaller."
+            )

@@ -91,6 +91,11 @@ if len(picked) >= 2:
             ),
             hide_index=True,
         )
+elif len(labels) < 2:
+    st.caption(
+        "Only one cached run so far: press Run in the sidebar with another model or setting "
+        "(e.g. Model source → Random-weight null) to have something to compare."
+    )
 else:
     st.caption("Pick at least two runs, e.g. instruct vs base or trained vs random:<model>:<seed>.")
 

@@ -22,7 +22,8 @@ st.markdown(
     "stream (**post** norms) and normalise queries and keys (**QK** norms). Here the same "
     "weights run with those norms replaced by identity (inference only), and every pooling "
     "control is measured under each intervention. Architectures without those norms are "
-    "refused. Grey columns / open markers are the paper's Gemma-3-4B/12B values (display only)."
+    "refused. Columns marked *paper* and open markers are the paper's Gemma-3-4B/12B values "
+    "(Table S6, display only; never measured here)."
 )
 c1, c2, c3 = st.columns(3)
 model = c1.selectbox("Model", MODELS, key="iv_model", help="Gemma-3, OLMo-2 or Qwen3 blocks")

@@ -158,3 +158,50 @@ def test_figure_data_scatter_and_html():
     assert list(data[data.trace == "this run"]["y"]) == [0.9, 0.8]
     html = figures.figure_html(fig)
     assert "<html>" in html and "Plotly.newPlot" in html and "0.9" in html
+
+
+def test_selectable_heatmap_has_a_click_target_per_cell_that_exports_skip():
+    # plotly heatmaps emit no selection events: the invisible scatter is what a click picks
+    S = _sym(4)
+    fig = figures.similarity_heatmap(S, selectable=True)
+    heat, target = fig.data
+    assert heat.type == "heatmap" and target.type == "scatter"
+    assert target.meta == figures.CLICK_TARGET
+    cells = {
+        (int(x), int(y)): c for x, y, c in zip(target.x, target.y, target.customdata, strict=True)
+    }
+    assert len(cells) == 16 and cells[(3, 1)] == S[0, 2]  # x = layer j, y = layer i
+    assert len(figures.figure_data(fig)) == 16  # only the heatmap's cells
+
+
+def test_deff_vs_K_marks_the_headline_K():
+    fig = figures.deff_vs_K({1: 0.9, 2: 0.7, 3: 0.5}, L=4, K=2)
+    (line,) = [s for s in fig.layout.shapes if s.type == "line" and s.x0 == 2]
+    assert line.x1 == 2
+    assert "K = 2" in fig.layout.annotations[0].text and "0.7000" in fig.layout.annotations[0].text
+
+
+def test_controls_dotplot_draws_paper_values_open():
+    table = pd.DataFrame(
+        {
+            "label": ["mine", "Pythia-70M (paper)"],
+            "pooling": ["default", "default"],
+            "gap_pct": [1.0, 28.2],
+            "source": ["this run", "paper: Table S4"],
+        }
+    )
+    (trace,) = figures.controls_dotplot(table).data
+    assert list(trace.marker.symbol) == ["circle", "circle-open"]
+
+
+def test_intervention_plot_shows_the_paper_before_any_run():
+    from deffcore.labs.figures import intervention_plot
+
+    paper = [
+        {"model": "Gemma-3-4B", "intervention": "no_qk", "pooling": "default", "gap_pct": -60.2},
+        {"model": "Gemma-3-4B", "intervention": "no_post", "pooling": "default", "gap_pct": 48.1},
+    ]
+    fig = intervention_plot([], paper)
+    names = [t.name for t in fig.data]
+    assert names == ["no_post (Gemma-3-4B, paper)", "no_qk (Gemma-3-4B, paper)"]
+    assert list(fig.data[1].y) == [-60.2]

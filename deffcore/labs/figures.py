@@ -68,11 +68,19 @@ def intervention_frame(
 def intervention_plot(
     rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[str, Any]] = ()
 ) -> go.Figure:
-    """Gap% per pooling control (x) for each intervention (colour); paper values as open marks."""
+    """Gap% per pooling control (x) for each intervention (colour); paper values as open marks.
+
+    Before any run (no `rows`) the paper's values are drawn alone, for every intervention.
+    """
+    from deffcore.labs.interventions import INTERVENTIONS
+
     fig = go.Figure()
-    order = list(dict.fromkeys(r["intervention"] for r in rows))
+    present = {r["intervention"] for r in rows or paper_rows}
+    order = [i for i in INTERVENTIONS if i in present] + sorted(present - set(INTERVENTIONS))
     for name in order:
         sub = [r for r in rows if r["intervention"] == name]
+        if not sub:  # no run yet: the paper's values alone
+            continue
         fig.add_trace(
             go.Bar(
                 x=[r["pooling"] for r in sub],
@@ -107,8 +115,13 @@ def intervention_plot(
     fig.update_layout(
         title="Gap to F_L under norm interventions (> 0: sub-reference)",
         barmode="group",
-        xaxis_title="pooling control",
+        xaxis={
+            "title": "pooling control",
+            "categoryorder": "array",
+            "categoryarray": list(POOLINGS),
+        },
         yaxis_title="gap to F_L (%)",
+        legend_title_text="intervention (bars: this run, open: paper)",
         height=460,
         **_LAYOUT,
     )
@@ -345,11 +358,17 @@ def aggregations_plot(table: Mapping[str, Any]) -> go.Figure:
             )
         )
     L = table["layers"]
-    fig.add_hline(
-        y=2 / (L + 1),
-        line_dash="dash",
-        line_color=COLOR_REFERENCE,
-        annotation_text="F_L / L (D_eff of the orthogonal-update reference)",
+    # a legend entry, not a text annotation on an hline, which would sit on the bars
+    labels = [AGGREGATION_LABELS[a] for a in AGGREGATIONS]
+    fig.add_trace(
+        go.Scatter(
+            x=labels,
+            y=[2 / (L + 1)] * len(labels),
+            mode="lines",
+            hovertemplate="F_L/L = %{y:.4f}<extra></extra>",
+            name=f"F_L/L = {2 / (L + 1):.4f}",
+            line={"color": COLOR_REFERENCE, "dash": "dash"},
+        )
     )
     fig.update_layout(
         title=f"Aggregations of the same similarity matrix (L = {L})",

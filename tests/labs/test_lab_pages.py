@@ -170,4 +170,4 @@ def test_aggregations_page_matches_the_library(app):
         got = shown.loc[AGGREGATION_LABELS[row["aggregation"]], row["metric"]]
         assert got == pytest.approx(row["value_over_L"])
     assert np.isfinite(shown.to_numpy()).all()
-    assert "deff_over_L_cka" in table_with(at, "deff_over_L_cka").columns
+    assert "cka (paper)" in table_with(at, "cka (paper)").columns
