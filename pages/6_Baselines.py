@@ -133,8 +133,10 @@ else:
             key="bootstrap",
         )
         st.markdown(
-            f"D_eff/L = **{boot['point']:.4f}**, {100 * boot['ci']:.0f}% CI "
-            f"[{boot['low']:.4f}, {boot['high']:.4f}] from B = {boot['B']} resamples."
+            f"D_eff/L = **{boot['point']:.4f}**, {100 * boot['ci']:.0f}% percentile CI "
+            f"[{boot['low']:.4f}, {boot['high']:.4f}], bias-corrected (basic) CI "
+            f"[{boot['basic_low']:.4f}, {boot['basic_high']:.4f}], bootstrap bias "
+            f"{boot['bias']:+.4f}, from B = {boot['B']} resamples."
         )
         if not boot["low"] <= boot["point"] <= boot["high"]:
             st.warning(
@@ -142,6 +144,8 @@ else:
                 "draws passages with replacement, so it holds fewer distinct passages, and the "
                 "similarity metric's finite-sample bias grows as N shrinks, shifting every "
                 "resample's D_eff. "
-                "Read the interval's width as the sampling spread, not its position; with more "
-                "passages the shift gets smaller."
+                "Read the percentile interval's width as the sampling spread, not its "
+                "position. The bias-corrected (basic) interval treats the shift as the "
+                "estimator's own finite-N bias and moves the other way, towards the large-N "
+                "value; with more passages both shifts get smaller."
             )

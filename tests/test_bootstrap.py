@@ -52,6 +52,28 @@ def test_result_fields_and_reproducibility() -> None:
     assert at_k.point == pytest.approx(dc.effective_depth(dc.similarity_matrix(x), K=1) / 6)
 
 
+def test_basic_interval_reflects_the_percentile_interval_about_the_point() -> None:
+    res = bootstrap_deff_over_L(walk(n=50, seed=5), B=40, seed=2)
+    assert res.bias == pytest.approx(res.samples.mean() - res.point)
+    # basic interval = [2 point - q_hi, 2 point - q_lo]: same width, mirrored about the point
+    assert res.basic_low == pytest.approx(2 * res.point - np.quantile(res.samples, 0.975))
+    assert res.basic_high == pytest.approx(2 * res.point - np.quantile(res.samples, 0.025))
+    assert res.basic_high - res.basic_low == pytest.approx(res.high - res.low)
+    d = res.to_dict()
+    assert (d["basic_low"], d["basic_high"], d["bias"]) == (res.basic_low, res.basic_high, res.bias)
+
+
+def test_duplicates_shift_replicates_down_and_the_basic_interval_corrects_towards_large_n() -> None:
+    # Independent isotropic layers: at infinite N their CKA is 0 and D_eff/L = 1; at finite N
+    # CKA's bias ~ d/(N+d) pulls D_eff/L down, more so in a resample with ~0.63 N distinct
+    # passages. So every replicate falls below the point (the percentile interval misses it),
+    # and the basic interval, which subtracts the bootstrap bias, moves towards 1.
+    x = dc.independent_states(60, 40, 8, seed=0).states
+    res = bootstrap_deff_over_L(x, B=40, seed=0)
+    assert res.bias < 0 and res.high < res.point
+    assert res.point < res.basic_low < res.basic_high < 1.0
+
+
 def test_ci_narrows_with_more_passages() -> None:
     small = bootstrap_deff_over_L(walk(n=30, seed=4), B=40)
     large = bootstrap_deff_over_L(walk(n=400, seed=4), B=40)
