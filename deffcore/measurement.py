@@ -263,6 +263,38 @@ def measure_spec(
     )
 
 
+def run_spec(
+    model: str,
+    dataset: str,
+    n: int,
+    max_tokens: int,
+    seed: int,
+    metric: str,
+    revision: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    intervention: str = "none",
+) -> tuple[RunSpec, str]:
+    """Check a run's arguments and resolve device/dtype -> (RunSpec, device)."""
+    _check_choice(metric, METRICS, "metric")
+    if not isinstance(n, int) or n < MIN_PASSAGES:
+        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
+    if not isinstance(max_tokens, int) or max_tokens < 2:
+        raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
+    device, dtype = resolve_device_dtype(device, dtype)
+    spec = RunSpec(
+        model=model,
+        revision=revision,
+        dataset=dataset,
+        n=n,
+        max_tokens=max_tokens,
+        seed=seed,
+        dtype=dtype,
+        intervention=intervention,
+    )
+    return spec, device
+
+
 def measure(
     model: str = "smollm2-135m",
     dataset: str = "bbc-news",
@@ -284,21 +316,8 @@ def measure(
     With `random_seeds`, `Measurement.random_null` holds one measurement of
     `random:<model>:<seed>` per seed.
     """
-    _check_choice(metric, METRICS, "metric")
-    if not isinstance(n, int) or n < MIN_PASSAGES:
-        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
-    if not isinstance(max_tokens, int) or max_tokens < 2:
-        raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
-    device, dtype = resolve_device_dtype(device, dtype)
-    spec = RunSpec(
-        model=model,
-        revision=revision,
-        dataset=dataset,
-        n=n,
-        max_tokens=max_tokens,
-        seed=seed,
-        dtype=dtype,
-        intervention=intervention,
+    spec, device = run_spec(
+        model, dataset, n, max_tokens, seed, metric, revision, device, dtype, intervention
     )
     main = measure_spec(
         spec, device=device, batch_size=batch_size, progress=progress, metric=metric

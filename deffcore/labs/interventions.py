@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -203,41 +203,22 @@ def intervention_table(
     one raises before any forward pass), and extracted under each intervention.
     """
     from deffcore import cache
-    from deffcore.cache import RunSpec
-    from deffcore.constants import METRICS
-    from deffcore.errors import DeffError, TooFewPassagesError
-    from deffcore.measurement import MIN_PASSAGES, measure_spec
-    from deffcore.models import load_model, resolve_device_dtype
+    from deffcore.measurement import measure_spec, run_spec
+    from deffcore.models import load_model
 
     for name in interventions:
         if name not in INTERVENTIONS:
             raise UnsupportedArchitectureError(
                 f"Unknown norm intervention {name!r}; choose one of {', '.join(INTERVENTIONS)}."
             )
-    if metric not in METRICS:
-        raise DeffError(f"Unknown metric {metric!r}; choose one of {', '.join(METRICS)}.")
-    if not isinstance(n, int) or n < MIN_PASSAGES:
-        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
-    device, dtype = resolve_device_dtype(device, dtype)
-    specs = {
-        name: RunSpec(
-            model=model,
-            revision=revision,
-            dataset=dataset,
-            n=n,
-            max_tokens=max_tokens,
-            seed=seed,
-            dtype=dtype,
-            intervention=name,
-        )
-        for name in interventions
-    }
+    base, device = run_spec(model, dataset, n, max_tokens, seed, metric, revision, device, dtype)
+    specs = {name: replace(base, intervention=name) for name in interventions}
     missing = {name for name, spec in specs.items() if cache.load(spec) is None}
     loaded = None
     if missing:
         if progress is not None:
             progress(0, len(interventions), f"loading {model}")
-        loaded = load_model(model, revision=revision, device=device, dtype=dtype)
+        loaded = load_model(model, revision=revision, device=device, dtype=base.dtype)
         for name in interventions:  # refuse before any forward pass
             intervention_targets(loaded.model, name)
     table = InterventionTable(model, dataset, n, max_tokens, metric)
