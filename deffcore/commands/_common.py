@@ -39,6 +39,12 @@ def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int) -> None:
     )
 
 
+def run_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """The values `add_run_args` registered, as keyword arguments of `measure` and the labs."""
+    names = ("model", "dataset", "n", "max_tokens", "seed", "metric", "revision", "device", "dtype")
+    return {name: getattr(args, name) for name in names}
+
+
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

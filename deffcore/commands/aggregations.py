@@ -10,6 +10,7 @@ from deffcore.commands._common import (
     add_output_args,
     add_run_args,
     result_only_stdout,
+    run_kwargs,
 )
 from deffcore.constants import POOLINGS
 
@@ -55,18 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from deffcore.measurement import measure
 
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
-        m = measure(
-            model=args.model,
-            dataset=args.dataset,
-            n=args.n,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-            metric=args.metric,
-            revision=args.revision,
-            device=args.device,
-            dtype=args.dtype,
-            progress=bar,
-        )
+        m = measure(**run_kwargs(args), progress=bar)
     d = {"model": args.model, **aggregation_table(m, pooling=args.pooling)}
     print_json(d) if args.json else print(_table(d))
     return 0

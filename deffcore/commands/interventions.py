@@ -11,6 +11,7 @@ from deffcore.commands._common import (
     add_run_args,
     fmt,
     result_only_stdout,
+    run_kwargs,
     str_list,
 )
 from deffcore.constants import POOLINGS
@@ -59,17 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     with result_only_stdout(), Progress("intervention", enabled=not args.no_progress) as bar:
         table = intervention_table(
-            args.model,
-            args.dataset,
-            n=args.n,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-            metric=args.metric,
-            interventions=str_list(args.interventions),
-            revision=args.revision,
-            device=args.device,
-            dtype=args.dtype,
-            progress=bar,
+            **run_kwargs(args), interventions=str_list(args.interventions), progress=bar
         )
     d = table.to_dict()
     print_json(d) if args.json else print(_table(d))

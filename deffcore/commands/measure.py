@@ -15,6 +15,7 @@ from deffcore.commands._common import (
     add_run_args,
     int_list,
     result_only_stdout,
+    run_kwargs,
 )
 from deffcore.constants import POOLINGS
 
@@ -90,15 +91,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = int_list(args.random_seeds, "--random-seeds")
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
         m = measure(
-            model=args.model,
-            dataset=args.dataset,
-            n=args.n,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-            metric=args.metric,
-            revision=args.revision,
-            device=args.device,
-            dtype=args.dtype,
+            **run_kwargs(args),
             progress=bar,
             random_seeds=seeds,
             intervention=args.intervention,

@@ -12,6 +12,7 @@ from deffcore.commands._common import (
     fmt,
     int_list,
     result_only_stdout,
+    run_kwargs,
 )
 
 
@@ -55,17 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
         result = pruning_check(
-            args.model,
-            args.dataset,
-            n=args.n,
+            **run_kwargs(args),
             n_heldout=args.n_heldout,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
             ks=int_list(args.ks, "--ks"),
-            metric=args.metric,
-            revision=args.revision,
-            device=args.device,
-            dtype=args.dtype,
             progress=bar,
         )
     d = result.to_dict()
