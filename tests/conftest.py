@@ -15,6 +15,7 @@ Fixtures:
     tiny_arch          parametrised over TINY_ARCHS (every tested architecture): a test taking
                        it runs once per architecture.
     tiny_passages      12 short English passages of different lengths (6 to 30 words).
+    cache_dir          (module scope) one cache folder for a whole test module (AppTest pages).
     tiny_dataset       a .txt dataset file of `tiny_passages` (blank-line separated); its path
                        is a dataset spec for `measure(dataset=...)`.
 
@@ -94,3 +95,17 @@ def tiny_dataset(tmp_path: Path) -> str:
     path = tmp_path / "tiny_passages.txt"
     path.write_text("\n\n".join(TINY_PASSAGES) + "\n")
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """One cache folder shared by a whole test module (`DEFF_CACHE_DIR`), for AppTest modules
+    whose tests share one app session and so must see the same cache."""
+    path = tmp_path_factory.mktemp("module_cache")
+    old = os.environ.get("DEFF_CACHE_DIR")
+    os.environ["DEFF_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("DEFF_CACHE_DIR", None)
+    else:
+        os.environ["DEFF_CACHE_DIR"] = old

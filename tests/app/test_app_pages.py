@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -89,18 +88,6 @@ def press_run(at: AppTest, **overrides) -> AppTest:
     at.number_input(key="seed").set_value(run["seed"])
     at.button(key="run").click()
     return at.run()
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("deff_cache")
-    old = os.environ.get("DEFF_CACHE_DIR")
-    os.environ["DEFF_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("DEFF_CACHE_DIR", None)
-    else:
-        os.environ["DEFF_CACHE_DIR"] = old
 
 
 @pytest.fixture(autouse=True)

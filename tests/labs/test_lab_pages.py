@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -37,18 +36,6 @@ def table_with(at: AppTest, column: str):
 
 def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lab_cache")
-    old = os.environ.get("DEFF_CACHE_DIR")
-    os.environ["DEFF_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("DEFF_CACHE_DIR", None)
-    else:
-        os.environ["DEFF_CACHE_DIR"] = old
 
 
 @pytest.fixture(scope="module")
