@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 #: Every pooling control the project reports (SPEC section 2).
-POOLINGS: tuple[str, ...] = ("default", "first_non_bos", "token_normed", "top1_pc", "top3_pc")
+POOLINGS: tuple[str, ...] = (
+    "default",
+    "first_non_bos",
+    "token_normed",
+    "no_pos0",
+    "top1_pc",
+    "top3_pc",
+)
 #: The poolings computed during the forward pass; the PC controls derive from `default`.
-EXTRACTED_POOLINGS: tuple[str, ...] = ("default", "first_non_bos", "token_normed")
+EXTRACTED_POOLINGS: tuple[str, ...] = ("default", "first_non_bos", "token_normed", "no_pos0")
 #: PC controls and how many principal directions each projects out.
 PC_CONTROLS: dict[str, int] = {"top1_pc": 1, "top3_pc": 3}
 #: Similarity metrics between layers (SPEC section 3).
@@ -13,5 +20,11 @@ METRICS: tuple[str, ...] = ("cka", "unbiased_cka", "cosine")
 #: Maximum lags reported by the lag-sensitivity check (SPEC section 8), plus K = L-1.
 SENSITIVITY_LAGS: tuple[int, ...] = (5, 10, 15, 25)
 
+#: How a dataset becomes passages (SPEC section 12): whole documents (truncated to max_tokens)
+#: or consecutive non-overlapping token windows of max_tokens tokens.
+PASSAGE_MODES: tuple[str, ...] = ("documents", "windows")
+#: BOS handling (SPEC section 11.4): the tokenizer's choice, exactly one BOS, or none.
+BOS_OPTIONS: tuple[str, ...] = ("default", "add", "none")
+
 #: Bump when a change alters extracted numbers; it is part of every cache key.
-CODE_VERSION = "1"
+CODE_VERSION = "2"

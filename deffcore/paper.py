@@ -1,37 +1,70 @@
-"""Where the paper's published values live (`paper_reference.csv`): display only, never a result.
+"""The paper's published values: display only, never a result.
 
-The CSV (columns `source, model, layers, dataset, setting, quantity, value, note`) ships in
-the project's `shared/` folder, which sits beside the repository checkout. Lookup order:
-`$DEFF_PAPER_REFERENCE`, `../shared/paper_reference.csv`, `./shared/paper_reference.csv`.
+`deffcore/data/paper_reference.csv` is the project's own copy of the values that *The Residual
+Stream's Effective Depth* (Gahtan, Galil, Bronstein, 2026) publishes, one row per value with
+its source table: columns `source, model, layers, dataset, setting, quantity, value, note`
+(e.g. `Table 2, Pythia-70M, 6, FineWeb-Edu, default, gap_pct, 28.2,`). It covers Tables 1, 2 and
+S3-S17, including Table S7 (initialisation-only norm probes) and Table S14 (residual carry).
+
+`$DEFF_PAPER_REFERENCE` may point at another CSV of the same columns (for a newer version of
+the values); nothing depends on it: without it the packaged copy is read.
 """
 
 from __future__ import annotations
 
+import csv
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from deffcore.errors import DeffError
 
-_REPO = Path(__file__).resolve().parents[1]
+PACKAGED_PATH = Path(__file__).resolve().parent / "data" / "paper_reference.csv"
+COLUMNS: tuple[str, ...] = (
+    "source",
+    "model",
+    "layers",
+    "dataset",
+    "setting",
+    "quantity",
+    "value",
+    "note",
+)
 
 
-def paper_reference_path() -> Path | None:
-    """The CSV's path, or None when it is not found."""
+def paper_reference_path() -> Path:
+    """The CSV in use: `$DEFF_PAPER_REFERENCE` when it names a file, else the packaged copy."""
     env = os.environ.get("DEFF_PAPER_REFERENCE")
-    candidates = [Path(env)] if env else []
-    candidates += [
-        _REPO.parent / "shared" / "paper_reference.csv",
-        _REPO / "shared" / "paper_reference.csv",
-    ]
-    return next((p for p in candidates if p.is_file()), None)
+    if env and Path(env).expanduser().is_file():
+        return Path(env).expanduser()
+    return PACKAGED_PATH
 
 
 def require_paper_reference_path() -> Path:
-    """The CSV's path; raises DeffError with what to do when it is not found."""
+    """The CSV in use; raises DeffError when it is missing (a broken install)."""
     path = paper_reference_path()
-    if path is None:
+    if not path.is_file():
         raise DeffError(
-            "The paper's reference values (paper_reference.csv) were not found beside the "
-            "repository; set DEFF_PAPER_REFERENCE to its path."
+            f"The paper's reference values are missing from this install ({path}); reinstall "
+            "the project."
         )
     return path
+
+
+@lru_cache(maxsize=4)
+def _read(path: str, mtime_ns: int) -> tuple[dict[str, str], ...]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DeffError(
+                f"The paper reference file {path} lacks the column(s) {', '.join(missing)}."
+            )
+        return tuple({c: (row.get(c) or "") for c in COLUMNS} for row in reader)
+
+
+def paper_rows(source: str | None = None) -> list[dict[str, str]]:
+    """Every published value as a dict of the CSV's columns (strings), optionally of one table."""
+    path = require_paper_reference_path()
+    rows = _read(str(path), path.stat().st_mtime_ns)
+    return [dict(r) for r in rows if source is None or r["source"] == source]

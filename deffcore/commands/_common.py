@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from deffcore.constants import METRICS
+from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES
 from deffcore.errors import DeffError
 
 
-def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int) -> None:
-    """--model/--revision/--dataset/--n/--max-tokens/--seed/--metric/--device/--dtype."""
+def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int, passages: bool = True) -> None:
+    """--model/--revision/--dataset/--n/--max-tokens/--seed/--metric/--device/--dtype, and
+    --passages/--bos unless `passages` is False (a command that tokenises on its own)."""
     p.add_argument(
         "--model",
         default=model,
@@ -29,6 +30,8 @@ def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int) -> None:
         "--max-tokens", type=int, default=128, help="tokens per passage, BOS counts (default 128)"
     )
     p.add_argument("--seed", type=int, default=0, help="passage sampling seed")
+    if passages:
+        add_passage_args(p)
     p.add_argument("--metric", choices=METRICS, default="cka")
     p.add_argument("--device", default=None, help="cpu, cuda (default: cuda if present)")
     p.add_argument(
@@ -39,10 +42,39 @@ def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int) -> None:
     )
 
 
+def add_passage_args(p: argparse.ArgumentParser) -> None:
+    """--passages documents|windows and --bos default|add|none."""
+    p.add_argument(
+        "--passages",
+        choices=PASSAGE_MODES,
+        default="documents",
+        help="documents (each passage one document, truncated) or windows (consecutive "
+        "non-overlapping windows of --max-tokens tokens; reaches N = 10,000 on bbc-news)",
+    )
+    p.add_argument(
+        "--bos",
+        choices=BOS_OPTIONS,
+        default="default",
+        help="default (the tokenizer's choice), add (exactly one BOS) or none (no BOS)",
+    )
+
+
 def run_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """The values `add_run_args` registered, as keyword arguments of `measure` and the labs."""
-    names = ("model", "dataset", "n", "max_tokens", "seed", "metric", "revision", "device", "dtype")
-    return {name: getattr(args, name) for name in names}
+    names = (
+        "model",
+        "dataset",
+        "n",
+        "max_tokens",
+        "seed",
+        "metric",
+        "revision",
+        "device",
+        "dtype",
+        "passages",
+        "bos",
+    )
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:

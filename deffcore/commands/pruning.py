@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
         description="Paper Tables S16-S18: rank blocks by Block Influence and by local "
         "Delta D_eff, skip the k lowest-ranked, and measure perplexity on held-out passages.",
     )
-    add_run_args(p, model="smollm2-135m", n=64)
+    add_run_args(p, model="smollm2-135m", n=64, passages=False)
     p.add_argument("--n-heldout", type=int, default=32, help="held-out passages for perplexity")
     p.add_argument("--ks", default="0,1,2,4,6,8", help="skip counts (those < L are used)")
     add_output_args(p)

@@ -20,6 +20,7 @@ windows the carry lab's probe uses when `n` equals its `n_probe`).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -74,6 +75,8 @@ def local_checkpoints(root: str | Path) -> list[Checkpoint]:
 
     `root` itself may be a single checkpoint folder. Sorted by (tokens or step, name).
     """
+    if not str(root).strip():
+        raise DeffError("Name a checkpoint folder (the field is empty).")
     root = Path(root).expanduser()
     if not root.exists():
         raise DeffError(f"The checkpoint folder {root} does not exist.")
@@ -96,16 +99,21 @@ def local_checkpoints(root: str | Path) -> list[Checkpoint]:
 
 
 def carry_checkpoint(path: str | Path) -> Checkpoint:
-    """A residual-carry lab checkpoint; its step and tokens are read from the file."""
-    import torch
+    """A residual-carry lab checkpoint, listed WITHOUT opening the .pt (listing loads nothing).
+
+    Step and tokens come from the JSON sidecar the lab writes beside each checkpoint, else from
+    the file name; the weights are read (with `weights_only=True`) only when measured, and a bad
+    file then becomes a missing point with its reason.
+    """
+    from deffcore.labs.residual_carry import checkpoint_sidecar
 
     path = Path(path)
     step, tokens = parse_step_tokens(path.stem)
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=False)
-        step, tokens = int(blob["step"]), float(blob["tokens"])
-    except Exception:  # unreadable: it becomes a missing point when measured
-        pass
+        side = json.loads(checkpoint_sidecar(path).read_text())
+        step, tokens = int(side["step"]), float(side["tokens"])
+    except (OSError, ValueError, TypeError, KeyError):
+        pass  # no sidecar (or a damaged one): the name's step, no token count
     label = f"{path.parent.name}/{path.stem}" if path.parent.name else path.stem
     return Checkpoint(label=label, kind="carry", model=str(path), step=step, tokens=tokens)
 

@@ -369,18 +369,36 @@ def save_checkpoint(
         tmp,
     )
     tmp.replace(path)  # atomic: a reader never sees half a checkpoint
+    # A plain-JSON sidecar lets a folder listing show step and tokens without opening the .pt.
+    side = checkpoint_sidecar(path)
+    side_tmp = side.with_suffix(".json.tmp")
+    side_tmp.write_text(json.dumps({"kind": "deffcore-carry-gpt", "step": step, "tokens": tokens}))
+    side_tmp.replace(side)
+
+
+def checkpoint_sidecar(path: str | Path) -> Path:
+    """`step000100.pt` -> `step000100.json` (step and tokens, readable without torch.load)."""
+    return Path(path).with_suffix(".json")
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[CarryGPT, dict[str, Any]]:
     """A saved carry-lab checkpoint -> (model in eval mode, meta: step, tokens, chars, config)."""
+    # weights_only=True: a checkpoint is a file a user can name, and unpickling arbitrary
+    # objects from it could run code. Ours holds only tensors, numbers, strings, lists, dicts.
     try:
-        blob = torch.load(path, map_location=device, weights_only=False)
-    except (OSError, RuntimeError, EOFError) as err:
-        raise DeffError(f"Cannot read the carry-lab checkpoint {path}: {err}") from err
+        blob = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # pickle, zip and I/O errors all mean "not a readable checkpoint"
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DeffError(
+            f"Cannot read the carry-lab checkpoint {path}: {reason[:200]}"
+        ) from err
     if not isinstance(blob, dict) or blob.get("kind") != "deffcore-carry-gpt":
         raise DeffError(f"{path} is not a residual-carry lab checkpoint.")
-    model = CarryGPT(CarryConfig(**blob["config"])).to(device)
-    model.load_state_dict(blob["state_dict"])
+    try:
+        model = CarryGPT(CarryConfig(**blob["config"])).to(device)
+        model.load_state_dict(blob["state_dict"])
+    except (KeyError, TypeError, RuntimeError) as err:
+        raise DeffError(f"The carry-lab checkpoint {path} is incomplete or damaged: {err}") from err
     model.eval()
     meta = {k: blob.get(k) for k in ("step", "tokens", "chars", "config", "settings")}
     return model, meta
@@ -544,15 +562,21 @@ def settings_from(preset: str = "cpu", **overrides: Any) -> CarrySettings:
 def paper_carry_rows() -> list[dict[str, Any]]:
     """Table S14 of the paper (12-layer nanoGPT on shakespeare_char, iter 5000), display only.
 
-    Transcribed from the paper text (paper_reference.csv does not hold Table S14).
+    Read from the project's copy of the published values (`deffcore.paper`): one dict per gamma
+    with `gamma, val_loss, deff_h_over_L, rho1, f_over_h`, largest gamma first.
     """
-    table = [
-        (1.00, 3.46, 0.094, 0.96, 0.32),
-        (0.75, 1.76, 0.092, 0.95, 0.82),
-        (0.50, 3.35, 0.124, 0.84, 0.82),
-        (0.25, 3.35, 0.268, 0.52, 1.25),
-    ]
-    return [
-        {"gamma": g, "val_loss": v, "deff_h_over_L": d, "rho1": r, "f_over_h": f}
-        for g, v, d, r, f in table
-    ]
+    from deffcore.paper import paper_rows
+
+    names = {
+        "val_loss": "val_loss",
+        "deff_over_L": "deff_h_over_L",
+        "rho1": "rho1",
+        "update_to_state_norm": "f_over_h",
+    }
+    by_gamma: dict[float, dict[str, Any]] = {}
+    for row in paper_rows("Table S14"):
+        gamma = float(row["setting"].removeprefix("gamma="))
+        if row["quantity"] in names:
+            entry = by_gamma.setdefault(gamma, {"gamma": gamma})
+            entry[names[row["quantity"]]] = float(row["value"])
+    return [by_gamma[g] for g in sorted(by_gamma, reverse=True)]

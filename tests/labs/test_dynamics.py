@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 import torch
@@ -121,3 +123,35 @@ def test_empty_or_absent_refuses(tmp_path):
         local_checkpoints(tmp_path)
     with pytest.raises(DeffError, match="at least one"):
         dynamics_sweep([])
+
+
+class _Payload:
+    """Unpickling this object would create `marker` (a stand-in for arbitrary code)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def test_listing_and_measuring_never_unpickle_a_crafted_checkpoint(tmp_path):
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    marker = tmp_path / "code_ran"
+    torch.save({"step": 5, "payload": _Payload(marker)}, folder / "step000005.pt")
+    (folder / "step000009.pt").write_bytes(b"not a checkpoint at all")
+    cps = local_checkpoints(folder)  # listing opens no .pt
+    assert not marker.exists()
+    assert [c.step for c in cps] == [5, 9] and all(c.tokens is None for c in cps)
+    result = dynamics_sweep(cps, n=8)
+    assert not marker.exists()  # weights_only=True refused the payload
+    assert [p["status"] for p in result.points] == ["missing", "missing"]
+    assert all("Cannot read the carry-lab checkpoint" in p["reason"] for p in result.points)
+
+
+def test_empty_folder_field_is_refused_not_searched():
+    with pytest.raises(DeffError, match="field is empty"):
+        local_checkpoints("")
+    with pytest.raises(DeffError, match="field is empty"):
+        local_checkpoints("   ")
