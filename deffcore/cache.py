@@ -1,63 +1,96 @@
-"""Keyed on-disk store of pooled states: atomic, locked, corruption-safe.
+"""Keyed on-disk store of pooled states: atomic, locked, corruption-safe, resumable.
 
 Layout (under `cache_dir()`, which is `$DEFF_CACHE_DIR` or `<repo>/cache`):
 
     <key>/states.npz   pooled matrices, float32:
-                         default, first_non_bos, token_normed   (L+1, N, d)  h_0 .. h_L
-                         pos0_norm_ratio                        (L+1,)
-                         lengths                                (N,) int64   tokens per passage
+                         default, first_non_bos, token_normed, no_pos0   (L+1, N, d)  h_0 .. h_L
+                         pos0_norm_ratio                                 (L+1,)
+                         lengths                                 (N,) int64   tokens per passage
     <key>/meta.json    {"format": 1, "key", "spec": {RunSpec fields}, "code_version",
                         "states_sha256": sha256 of states.npz, "states_bytes", "created",
                         "layers", "d_model", "n", "n_dropped_short", "tokens", "elapsed_s",
                         "model_identity", "dataset_identity", "extract_meta": {...}}
+    <key>/partial/     an unfinished extraction (see `PartialRun`): manifest.json (the plan)
+                       and one batch-<index>-<rows>.npz per saved chunk of finished batches;
+                       removed once the complete entry is written
     <key>.lock         a filelock held while one process computes the entry
-    models/            assembled packaged model files (gemma3-270m GGUF)
+    models/, carry/,   other owners' folders (packaged model files, lab checkpoints): never
+    .uploads/ ...      listed, never deleted here
 
 `key` is the first 20 hex digits of a sha256 over the RunSpec fields, the model's weights id,
 the dataset's content id and `CODE_VERSION` (see `RunSpec.key`).
 
-Writes are atomic: each file is written to a temp name in the entry folder and moved into place
-with `os.replace`; `meta.json` is written last, so an entry without a valid meta is incomplete.
-On load, the npz's sha256 must match the meta and every array must have the shapes the meta
-states; anything else (truncated file, bad JSON, wrong checksum) counts as corrupt: `load`
-returns None with a warning and `get_or_compute` recomputes and overwrites.
+Writes are atomic: each file is written to a temp name in its folder and moved into place with
+`os.replace`; `meta.json` is written last, so an entry without a valid meta is incomplete.
+Nothing read is trusted: a meta.json that is not an object with the documented fields and types,
+an npz whose sha256 does not match the meta, arrays whose shapes differ from what the meta
+states — each makes the entry corrupt: `load` returns None with a warning and `get_or_compute`
+recomputes and overwrites.
+
+Only a *run entry* is ever listed or deleted: a folder named like a key (20 lowercase hex
+digits) that holds meta.json, states.npz or partial/ and nothing but those (and our temp files).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from deffcore.constants import CODE_VERSION, EXTRACTED_POOLINGS
 from deffcore.errors import CacheCorruptError, DeffError
-from deffcore.extract import PooledStates
+from deffcore.extract import PooledStates, SavedBatch
+from deffcore.paths import cache_dir
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PartialRun",
+    "RunInUseError",
+    "RunSpec",
+    "UnknownRunError",
+    "cache_dir",
+    "cleanup_stale",
+    "delete",
+    "get_or_compute",
+    "is_key",
+    "list_runs",
+    "load",
+    "load_meta",
+    "store",
+]
 
 FORMAT_VERSION = 1
-_REPO_CACHE = Path(__file__).resolve().parent.parent / "cache"
+PARTIAL_FORMAT = 1
+_KEY_RE = re.compile(r"[0-9a-f]{20}")
+_TMP_RE = re.compile(r"\..+\.tmp")
+_BATCH_RE = re.compile(r"batch-(\d{6})-(\d{6})\.npz")
 
 
 class UnknownRunError(DeffError):
     """A cache key that names no stored run."""
 
 
-def cache_dir() -> Path:
-    """`$DEFF_CACHE_DIR` if set, else `<repo>/cache`; created on first use."""
-    path = Path(os.environ.get("DEFF_CACHE_DIR") or _REPO_CACHE).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+class RunInUseError(DeffError):
+    """A run that a process is computing right now (its lock is held)."""
+
+
+def is_key(name: object) -> bool:
+    """True when `name` has the format of a run key (20 lowercase hex digits)."""
+    return isinstance(name, str) and _KEY_RE.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
@@ -72,6 +105,10 @@ class RunSpec:
     seed: int
     dtype: str
     intervention: str = "none"
+    #: "documents" or "windows" (SPEC section 12): part of the dataset's identity.
+    passages: str = "documents"
+    #: BOS option "default", "add" or "none" (SPEC section 11.4).
+    bos: str = "default"
 
     def identity(self) -> dict[str, Any]:
         """The plain values hashed into the key (model weights id and dataset content id too)."""
@@ -90,8 +127,16 @@ class RunSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+_SPEC_FIELDS = {f.name for f in fields(RunSpec)}
+_SPEC_REQUIRED = {"model": str, "dataset": str, "n": int, "max_tokens": int, "seed": int}
+
+
 def _entry(key: str) -> Path:
     return cache_dir() / key
+
+
+def _lock_path(key: str) -> Path:
+    return cache_dir() / f"{key}.lock"
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -107,8 +152,63 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+# ----------------------------------------------------------------------------------------------
+# Validation: nothing read from disk is trusted.
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_spec(spec: object, where: str) -> dict[str, Any]:
+    if not isinstance(spec, dict) or not set(spec) <= _SPEC_FIELDS:
+        raise CacheCorruptError(f"{where}: its 'spec' is not a run specification.")
+    for name, kind in _SPEC_REQUIRED.items():
+        value = spec.get(name)
+        if not (_is_int(value) if kind is int else isinstance(value, kind)):
+            raise CacheCorruptError(f"{where}: its spec field {name!r} is missing or not {kind}.")
+    return spec
+
+
+def _check_meta(meta: object, key: str) -> dict[str, Any]:
+    """`meta` if it is a format-1 meta.json of run `key`; CacheCorruptError otherwise."""
+    where = f"Cache entry {key}"
+    if not isinstance(meta, dict):
+        raise CacheCorruptError(f"{where}: meta.json is not a JSON object.")
+    if meta.get("format") != FORMAT_VERSION:
+        raise CacheCorruptError(f"{where} has format {meta.get('format')!r}.")
+    if meta.get("key") != key:
+        raise CacheCorruptError(f"{where}: meta.json names key {meta.get('key')!r}.")
+    for name in ("layers", "d_model", "n", "n_dropped_short", "tokens", "states_bytes"):
+        value = meta.get(name)
+        if not _is_int(value) or value < (1 if name in ("layers", "d_model") else 0):
+            raise CacheCorruptError(f"{where}: meta field {name!r} is missing or not a count.")
+    sha = meta.get("states_sha256")
+    if not isinstance(sha, str) or re.fullmatch(r"[0-9a-f]{64}", sha) is None:
+        raise CacheCorruptError(f"{where}: meta field 'states_sha256' is not a sha256.")
+    if not isinstance(meta.get("extract_meta", {}), dict | None):
+        raise CacheCorruptError(f"{where}: meta field 'extract_meta' is not an object.")
+    _check_spec(meta.get("spec"), where)
+    return meta
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CacheCorruptError(f"{path} cannot be read: {err}.") from err
+
+
+# ----------------------------------------------------------------------------------------------
+# Complete entries
+
+
 def store(spec: RunSpec, pooled: PooledStates, *, elapsed_s: float | None = None) -> Path:
-    """Write `pooled` under `spec.key()` atomically; returns the entry folder."""
+    """Write `pooled` under `spec.key()` atomically; returns the entry folder.
+
+    The entry's partial/ folder (finished batches of an interrupted run) is removed once the
+    complete entry is in place.
+    """
     from deffcore.models import model_identity
     from deffcore.texts import dataset_identity
 
@@ -144,6 +244,7 @@ def store(spec: RunSpec, pooled: PooledStates, *, elapsed_s: float | None = None
     (folder / "meta.json").unlink(missing_ok=True)
     _atomic_write(folder / "states.npz", npz)
     _atomic_write(folder / "meta.json", json.dumps(meta, indent=2, default=str).encode())
+    shutil.rmtree(folder / "partial", ignore_errors=True)
     return folder
 
 
@@ -155,17 +256,15 @@ def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
         if npz_path.exists():
             raise CacheCorruptError(f"Cache entry {key} has states but no meta.json.")
         return None
+    meta = _check_meta(_read_json(meta_path), key)
     try:
-        meta = json.loads(meta_path.read_text())
         npz = npz_path.read_bytes()
-    except (OSError, ValueError) as err:
+    except OSError as err:
         raise CacheCorruptError(f"Cache entry {key} cannot be read: {err}.") from err
-    if meta.get("format") != FORMAT_VERSION:
-        raise CacheCorruptError(f"Cache entry {key} has format {meta.get('format')!r}.")
-    if hashlib.sha256(npz).hexdigest() != meta.get("states_sha256"):
+    if hashlib.sha256(npz).hexdigest() != meta["states_sha256"]:
         raise CacheCorruptError(f"Cache entry {key}: states.npz does not match its checksum.")
     try:
-        with np.load(io.BytesIO(npz)) as z:
+        with np.load(io.BytesIO(npz), allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
     except Exception as err:  # a valid checksum makes this unlikely; never crash on it
         raise CacheCorruptError(f"Cache entry {key}: states.npz is unreadable: {err}.") from err
@@ -173,19 +272,25 @@ def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
     for name in EXTRACTED_POOLINGS:
         if name not in arrays or arrays[name].shape != (L1, n, d):
             raise CacheCorruptError(f"Cache entry {key}: pooling {name!r} is missing or misshapen.")
+    ratio, lengths = arrays.get("pos0_norm_ratio"), arrays.get("lengths")
+    if ratio is None or ratio.shape != (L1,) or lengths is None or lengths.shape != (n,):
+        raise CacheCorruptError(f"Cache entry {key}: pos0_norm_ratio or lengths is misshapen.")
     pooled = PooledStates(
         pooled={name: arrays[name] for name in EXTRACTED_POOLINGS},
-        pos0_norm_ratio=arrays["pos0_norm_ratio"],
+        pos0_norm_ratio=ratio,
         n_dropped_short=meta["n_dropped_short"],
         tokens=meta["tokens"],
         meta=meta.get("extract_meta") or {},
-        lengths=arrays["lengths"],
+        lengths=lengths,
     )
     return pooled, meta
 
 
 def load(spec: RunSpec, *, strict: bool = False) -> PooledStates | None:
-    """The cached states of `spec`, or None (absent, or corrupt: a warning unless `strict`)."""
+    """The cached states of `spec`, or None (absent, or corrupt: a warning unless `strict`).
+
+    A partial entry (an interrupted extraction) is absent here: it never loads as complete.
+    """
     try:
         found = _read_entry(spec.key())
     except CacheCorruptError as err:
@@ -197,12 +302,29 @@ def load(spec: RunSpec, *, strict: bool = False) -> PooledStates | None:
 
 
 def load_meta(key: str) -> dict[str, Any]:
-    """The meta.json of a stored run (UnknownRunError if there is none)."""
-    path = _entry(key) / "meta.json"
+    """The meta.json of a complete stored run (UnknownRunError if there is none)."""
+    if not is_key(key):
+        raise UnknownRunError(f"{key!r} is not a run key (20 lowercase hex digits).")
+    folder = _entry(key)
+    if not (folder / "meta.json").exists() and (folder / "partial").is_dir():
+        raise UnknownRunError(
+            f"The run {key} was interrupted before it finished; run the same settings again to "
+            "resume it from its last finished batch."
+        )
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise UnknownRunError(f"No readable cached run with key {key!r} in {cache_dir()}.") from err
+        return _check_meta(_read_json(folder / "meta.json"), key)
+    except CacheCorruptError as err:
+        raise UnknownRunError(
+            f"No readable cached run with key {key!r} in {cache_dir()} ({err})"
+        ) from err
+
+
+def _drop_lock_file(lock: Path) -> None:
+    """Remove a lock file we hold (or that guards a complete entry).
+
+    Safe for waiters: filelock notices that the inode it locked was unlinked and retries on a
+    fresh file, where it finds the complete entry."""
+    lock.unlink(missing_ok=True)
 
 
 def get_or_compute(
@@ -211,7 +333,9 @@ def get_or_compute(
     """(pooled, cached, meta): the stored entry, or `compute()` stored under a file lock.
 
     The lock makes concurrent processes asking for the same key compute it once: the second
-    waits, then finds the first one's entry.
+    waits, then finds the first one's entry. The lock file is removed once the entry is
+    complete. `compute` may persist finished batches through `PartialRun(spec)` (it runs under
+    the lock, so one process writes a partial at a time).
     """
     key = spec.key()
     try:
@@ -220,13 +344,15 @@ def get_or_compute(
         found = None
     if found is not None:
         return found[0], True, found[1]
-    with FileLock(str(cache_dir() / f"{key}.lock")):
+    lock = _lock_path(key)
+    with FileLock(str(lock)):
         try:
             found = _read_entry(key)
         except CacheCorruptError as err:
             warnings.warn(f"{err} Recomputing it.", stacklevel=2)
             found = None
         if found is not None:
+            _drop_lock_file(lock)
             return found[0], True, found[1]
         start = time.perf_counter()
         pooled = compute()
@@ -234,31 +360,336 @@ def get_or_compute(
         store(spec, pooled, elapsed_s=elapsed)
         found = _read_entry(key)
         assert found is not None  # just written under the lock
+        _drop_lock_file(lock)
         return found[0], False, found[1]
 
 
+# ----------------------------------------------------------------------------------------------
+# Partial entries: finished batches of an unfinished extraction (issue 9, resumable runs).
+
+
+class PartialRun:
+    """The finished batches of `spec`'s extraction, kept in `<key>/partial/` as it goes.
+
+    Implements `deffcore.extract.BatchCheckpoint`. Files:
+
+        manifest.json                {"format": 1, "key", "spec", "created", "plan": {...}}
+        batch-<index>-<rows>.npz     one chunk of consecutive finished batches: slots (b,)
+                                     int64 (passage rows, in plan order), cap () int64
+                                     (batch-size cap after it, -1 = auto),
+                                     one (L+1, b, d) float32 array per extracted pooling,
+                                     pos0_ratio (L+1, b) float32
+
+    Every file is written to a temp name and renamed into place, so a kill at any instant
+    leaves whole files only. `plan` (from `extract_pooled`: token ids' sha256, L, d, device,
+    dtype, batching) must match the manifest's for the batches to be reused; otherwise the
+    partial is discarded. Only a caller holding the entry's lock (inside `get_or_compute`)
+    should write one.
+    """
+
+    def __init__(self, spec: RunSpec, key: str | None = None):
+        self.spec = spec
+        self.key = key or spec.key()
+        self.folder = _entry(self.key) / "partial"
+
+    def discard(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _start(self, plan: dict[str, Any]) -> None:
+        self.discard()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        manifest = {
+            "format": PARTIAL_FORMAT,
+            "key": self.key,
+            "spec": asdict(self.spec),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "plan": plan,
+        }
+        _atomic_write(self.folder / "manifest.json", json.dumps(manifest, indent=2).encode())
+
+    def resume(self, plan: dict[str, Any], order: list[int]) -> list[SavedBatch]:
+        """The finished batches that continue `order` from its start, in order.
+
+        Starts a fresh partial (and returns []) when there is none or its plan differs. A batch
+        file that is unreadable, misshapen, non-finite or does not continue `order` ends the
+        resumed prefix; it and every later file are deleted.
+        """
+        plan = json.loads(json.dumps(plan))  # the manifest's JSON form, for comparison
+        try:
+            manifest = _read_json(self.folder / "manifest.json")
+        except CacheCorruptError:
+            manifest = None
+        if not (
+            isinstance(manifest, dict)
+            and manifest.get("format") == PARTIAL_FORMAT
+            and manifest.get("key") == self.key
+            and manifest.get("plan") == plan
+        ):
+            if manifest is not None:
+                warnings.warn(
+                    f"The unfinished run {self.key} was extracted with other settings (device, "
+                    "dtype or batching); starting it again.",
+                    stacklevel=2,
+                )
+            self._start(plan)
+            return []
+        for tmp in self.folder.iterdir():  # half-written files of a killed process
+            if _TMP_RE.fullmatch(tmp.name):
+                tmp.unlink(missing_ok=True)
+        files = {}
+        for path in self.folder.iterdir():
+            m = _BATCH_RE.fullmatch(path.name)
+            if m:
+                files.setdefault(int(m.group(1)), []).append(path)
+        L1, d = plan["layers"] + 1, plan["d_model"]
+        saved: list[SavedBatch] = []
+        start, index = 0, 0
+        while len(files.get(index, [])) == 1:
+            batch = self._read_batch(files[index][0], L1, d)
+            if batch is None or batch.slots.tolist() != order[start : start + len(batch.slots)]:
+                break
+            saved.append(batch)
+            start += len(batch.slots)
+            index += 1
+        for idx, paths in files.items():
+            if idx >= index:
+                for path in paths:
+                    path.unlink(missing_ok=True)
+        return saved
+
+    @staticmethod
+    def _read_batch(path: Path, L1: int, d: int) -> SavedBatch | None:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {name: z[name] for name in z.files}
+        except Exception:  # a torn or foreign file: not a finished batch
+            return None
+        slots, cap = arrays.get("slots"), arrays.get("cap")
+        if slots is None or slots.ndim != 1 or slots.dtype != np.int64 or cap is None:
+            return None
+        b = len(slots)
+        rows = {}
+        for name in (*EXTRACTED_POOLINGS, "pos0_ratio"):
+            shape = (L1, b) if name == "pos0_ratio" else (L1, b, d)
+            arr = arrays.get(name)
+            if arr is None or arr.shape != shape or arr.dtype != np.float32:
+                return None
+            if not np.isfinite(arr).all():
+                return None
+            rows[name] = arr
+        cap_value = int(cap)
+        return SavedBatch(slots=slots, rows=rows, cap=None if cap_value < 1 else cap_value)
+
+    def save(self, index: int, batch: SavedBatch) -> None:
+        """Persist finished batch `index` (atomic)."""
+        buf = io.BytesIO()
+        np.savez(
+            buf,
+            slots=np.asarray(batch.slots, dtype=np.int64),
+            cap=np.asarray(-1 if batch.cap is None else batch.cap, dtype=np.int64),
+            **{name: np.asarray(arr, dtype=np.float32) for name, arr in batch.rows.items()},
+        )
+        name = f"batch-{index:06d}-{len(batch.slots):06d}.npz"
+        _atomic_write(self.folder / name, buf.getvalue())
+
+
+def _partial_info(folder: Path) -> dict[str, Any]:
+    """Spec and progress of a partial folder (CacheCorruptError if its manifest is bad)."""
+    manifest = _read_json(folder / "manifest.json")
+    where = f"Unfinished run {folder.parent.name}"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("plan"), dict):
+        raise CacheCorruptError(f"{where}: manifest.json is not a run manifest.")
+    total = manifest["plan"].get("n")
+    if not _is_int(total):
+        raise CacheCorruptError(f"{where}: manifest.json has no passage count.")
+    done = 0
+    for path in folder.iterdir():
+        m = _BATCH_RE.fullmatch(path.name)
+        if m:
+            done += int(m.group(2))
+    layers = manifest["plan"].get("layers")
+    return {
+        "layers": layers if _is_int(layers) else None,
+        "spec": _check_spec(manifest.get("spec"), where),
+        "created": manifest.get("created") if isinstance(manifest.get("created"), str) else "",
+        "done_passages": min(done, total),
+        "total_passages": total,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Listing, deleting, cleaning: only what is provably a run entry.
+
+
+def _is_our_file(path: Path, names: tuple[str, ...] | re.Pattern) -> bool:
+    if path.is_symlink() or not path.is_file():
+        return False
+    name = path.name
+    if _TMP_RE.fullmatch(name):
+        return True
+    return name in names if isinstance(names, tuple) else names.fullmatch(name) is not None
+
+
+_PARTIAL_NAMES = re.compile(r"manifest\.json|batch-\d{6}-\d{6}\.npz")
+#: Files other modules keep inside a run's entry (deffcore.diagnostics), deleted with it.
+_SIDE_FILES = ("diagnostics.json", ".diagnostics.lock")
+
+
+def _is_run_entry(folder: Path) -> bool:
+    """True when `folder` is a run entry and holds nothing else: a key-named real folder with
+    meta.json, states.npz and/or partial/ (and our temp files), none of them a link."""
+    if not is_key(folder.name) or folder.is_symlink() or not folder.is_dir():
+        return False
+    marked = False
+    for child in folder.iterdir():
+        if child.name == "partial" and child.is_dir() and not child.is_symlink():
+            if not all(_is_our_file(f, _PARTIAL_NAMES) for f in child.iterdir()):
+                return False
+            marked = True
+        elif _is_our_file(child, ("meta.json", "states.npz")):
+            marked = marked or not _TMP_RE.fullmatch(child.name)
+        elif _is_our_file(child, _SIDE_FILES):
+            continue  # written beside a run (BOS diagnostics); never makes a folder a run
+        else:
+            return False
+    return marked
+
+
+def _probe_lock(key: str, *, remove: bool) -> bool:
+    """True when a process holds `<key>.lock`; when nobody does and `remove`, the stale lock
+    file is removed (taken first, so nobody can be computing under it)."""
+    path = _lock_path(key)
+    if not path.exists():
+        return False
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    try:
+        if remove:
+            _drop_lock_file(path)
+    finally:
+        lock.release()
+    return False
+
+
+def _status(folder: Path) -> dict[str, Any]:
+    """{"status": "complete" | "partial" | "corrupt", ...} of a run entry (cheap: the npz is
+    not hashed here; `load` does that)."""
+    key = folder.name
+    meta_path, npz_path = folder / "meta.json", folder / "states.npz"
+    if meta_path.exists() or npz_path.exists():
+        try:
+            meta = _check_meta(_read_json(meta_path), key)
+            if not npz_path.is_file() or npz_path.stat().st_size != meta["states_bytes"]:
+                raise CacheCorruptError(f"Cache entry {key}: states.npz is missing or truncated.")
+        except CacheCorruptError as err:
+            return {"key": key, "status": "corrupt", "reason": str(err)}
+        return {**meta, "status": "complete"}
+    try:
+        info = _partial_info(folder / "partial")
+    except CacheCorruptError as err:
+        return {"key": key, "status": "corrupt", "reason": str(err)}
+    return {"key": key, "status": "partial", **info}
+
+
+def cleanup_stale(max_age_s: float = 0.0) -> int:
+    """Remove leftovers no process needs; returns how many files/folders went.
+
+    - `<key>.lock` files older than `max_age_s` whose entry is complete, or that no process
+      holds (a held lock is a run in progress and stays);
+    - the partial/ folder and temp files of a complete entry whose lock nobody holds.
+    Only run entries and key-named lock files are looked at.
+    """
+    root, now, removed = cache_dir(), time.time(), 0
+    for path in root.iterdir():
+        try:
+            if path.suffix == ".lock" and is_key(path.stem) and path.is_file():
+                if now - path.stat().st_mtime < max_age_s:
+                    continue
+                entry = root / path.stem
+                if (entry / "meta.json").is_file() and _status(entry)["status"] == "complete":
+                    _drop_lock_file(path)
+                    removed += 1
+                elif not _probe_lock(path.stem, remove=True):
+                    removed += 1
+            elif _is_run_entry(path) and (path / "meta.json").is_file():
+                leftovers = [path / "partial"] if (path / "partial").is_dir() else []
+                leftovers += [f for f in path.iterdir() if _TMP_RE.fullmatch(f.name)]
+                leftovers = [f for f in leftovers if now - f.stat().st_mtime >= max_age_s]
+                if not leftovers or _status(path)["status"] != "complete":
+                    continue
+                if _probe_lock(path.name, remove=False):
+                    continue
+                for f in leftovers:
+                    shutil.rmtree(f) if f.is_dir() else f.unlink(missing_ok=True)
+                    removed += 1
+        except OSError:  # another process removed it first, or a read-only cache: not ours to fix
+            continue
+    return removed
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+
+
 def list_runs() -> list[dict[str, Any]]:
-    """Meta of every stored run, newest first, plus `path` and `size_bytes`; corrupt ones marked."""
+    """Every run entry, newest first: its meta (complete runs) or spec and progress (partial
+    ones) plus `key`, `status` ("complete" | "partial" | "corrupt", with `reason`), `corrupt`
+    (status == "corrupt"), `running` (a process is computing it now), `path`, `size_bytes`.
+
+    Partial runs carry `done_passages` and `total_passages`; rerunning their spec resumes them.
+    Folders that are not run entries (models/, lab folders, anything of the user's) are never
+    listed. Stale lock files are removed on the way (`cleanup_stale`).
+    """
+    with contextlib.suppress(OSError):
+        cleanup_stale()
     runs = []
     for folder in cache_dir().iterdir():
-        if not folder.is_dir() or folder.name == "models" or folder.name.startswith("."):
-            continue
-        meta_path = folder / "meta.json"
         try:
-            meta = json.loads(meta_path.read_text())
-            meta["corrupt"] = False
-        except (OSError, ValueError):
-            meta = {"key": folder.name, "corrupt": True}
-        meta["path"] = str(folder)
-        meta["size_bytes"] = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
-        runs.append(meta)
-    return sorted(runs, key=lambda m: m.get("created", ""), reverse=True)
+            if not _is_run_entry(folder):
+                continue
+            info = _status(folder)
+            info["corrupt"] = info["status"] == "corrupt"
+            info["running"] = _probe_lock(folder.name, remove=False)
+            info["path"] = str(folder)
+            info["size_bytes"] = _size(folder)
+        except OSError:  # removed while we looked
+            continue
+        runs.append(info)
+    return sorted(runs, key=lambda m: str(m.get("created") or ""), reverse=True)
 
 
 def delete(key: str) -> None:
-    """Remove a stored run (UnknownRunError if the key names none)."""
-    folder = _entry(key)
-    if not key or "/" in key or key.startswith(".") or key == "models" or not folder.is_dir():
-        raise UnknownRunError(f"No cached run with key {key!r} in {cache_dir()}.")
-    shutil.rmtree(folder)
-    (cache_dir() / f"{key}.lock").unlink(missing_ok=True)
+    """Remove a stored run, complete, partial or corrupt.
+
+    Refuses (UnknownRunError) anything that is not provably a run entry: a name that is not a
+    key, a folder holding anything but a run's files (a lab's or a user's folder), a link; and
+    (RunInUseError) a run a process is computing right now.
+    """
+    root = cache_dir()
+    if not is_key(key):
+        raise UnknownRunError(
+            f"{key!r} is not a run key (20 lowercase hex digits, see `python -m deffcore runs`);"
+            " nothing was deleted."
+        )
+    folder = root / key
+    if not folder.is_dir():
+        raise UnknownRunError(f"No cached run with key {key!r} in {root}.")
+    if not _is_run_entry(folder):
+        raise UnknownRunError(
+            f"{folder} holds files that are not a cached run's; nothing was deleted."
+        )
+    lock = FileLock(str(_lock_path(key)))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunInUseError(
+            f"The run {key} is being computed right now; wait for it or stop it first."
+        ) from None
+    try:
+        shutil.rmtree(folder)
+        _drop_lock_file(_lock_path(key))
+    finally:
+        lock.release()

@@ -45,3 +45,17 @@ class UnsupportedArchitectureError(DeffError):
 
 class OutOfMemoryError(DeffError):
     """Even batch size 1 does not fit in memory."""
+
+
+# core-B (issue 9, resumable runs): raised between batches when a caller's `should_stop()` says so.
+class RunCancelled(DeffError):
+    """A run was stopped on request; its finished batches are kept and a rerun resumes them."""
+
+
+class InvalidArgumentError(DeffError):
+    """An argument out of its range: a negative seed, a zero batch size, max_tokens beyond the
+    model's context, an output path that cannot be written."""
+
+
+class DeviceUnavailableError(DeffError):
+    """An unknown device name, or a device this machine does not have (CUDA without a GPU)."""

@@ -27,15 +27,18 @@ import numpy as np
 
 from deffcore import cache
 from deffcore.cache import RunSpec
-from deffcore.constants import METRICS, PC_CONTROLS, POOLINGS
+from deffcore.checks import check_cache_dir, check_int, check_seed
+from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, PC_CONTROLS, POOLINGS
 from deffcore.controls import apply_pc_control
 from deffcore.depth import DepthSummary, depth_summary, effective_depth, gap_percent
-from deffcore.errors import DeffError, TooFewPassagesError
-from deffcore.extract import PooledStates, extract_pooled
-from deffcore.models import LoadedModel, load_model, resolve_device_dtype
+from deffcore.errors import DeffError, RunCancelled, TooFewPassagesError
+from deffcore.extract import BatchCheckpoint, PooledStates, extract_pooled
+from deffcore.interventions import INTERVENTIONS
+from deffcore.models import LoadedModel, check_max_tokens, load_model, resolve_device_dtype
 from deffcore.references import MatchedReferences, UpdateDepth, matched_references, update_depth
 from deffcore.similarity import cka_finite_sample_bias, similarity_matrix
-from deffcore.texts import load_passages
+from deffcore.texts import all_documents, check_dataset, load_passages
+from deffcore.tokens import cut_windows, sample_windows
 
 Progress = Callable[[int, int, str], None]
 #: Smallest number of kept passages a run accepts (unbiased CKA needs 4).
@@ -60,6 +63,9 @@ class Measurement:
     cached: bool = False
     elapsed_s: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    #: passages taken from an interrupted run's finished batches when this run was computed
+    #: (0 when it was computed in one go or read from the cache)
+    resumed_passages: int = 0
     random_null: list[Measurement] = field(default_factory=list)
     _states: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _sim: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False)
@@ -195,6 +201,8 @@ class Measurement:
             "seed": self.spec.seed,
             "dtype": self.spec.dtype,
             "intervention": self.spec.intervention,
+            "passages": self.spec.passages,
+            "bos": self.spec.bos,
             "metric": metric,
             "key": self.spec.key(),
             "reference_FL": depth_summary(self.similarity("default", metric)).reference_FL,
@@ -203,6 +211,7 @@ class Measurement:
             "results": results,
             "cached": self.cached,
             "elapsed_s": self.elapsed_s,
+            "resumed_passages": self.resumed_passages,
         }
         if self.random_null:
             out["random_null"] = {
@@ -213,6 +222,58 @@ class Measurement:
         return out
 
 
+def extract_spec(
+    spec: RunSpec,
+    *,
+    device: str | None = None,
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+    loaded: LoadedModel | None = None,
+    checkpoint: BatchCheckpoint | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> PooledStates:
+    """Compute the pooled states of `spec` (no cache): text, then model, then one extraction.
+
+    The dataset is opened before the model loads, so a bad dataset fails in milliseconds.
+    `loaded` reuses a model already in memory (it must be `spec.model` at `spec.revision`).
+    The intervention named by `spec.intervention` is applied around the extraction.
+    `checkpoint` keeps finished batches and resumes them (`deffcore.cache.PartialRun(spec)`);
+    `should_stop()` is asked before the model loads and before every batch (RunCancelled).
+    """
+    device = device or resolve_device_dtype(None, spec.dtype)[0]
+    if spec.passages == "windows":
+        documents = all_documents(spec.dataset, spec.n, seed=spec.seed)
+    else:
+        documents = load_passages(spec.dataset, spec.n, seed=spec.seed)
+    model = loaded
+    if should_stop is not None and should_stop():
+        raise RunCancelled("The run was stopped before it started.")
+    if model is None:
+        if progress is not None:
+            progress(0, spec.n, f"loading {spec.model}")
+        model = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
+    token_ids = None
+    if spec.passages == "windows":
+        windows = cut_windows(model.tokenizer, documents, spec.max_tokens, spec.bos)
+        token_ids = sample_windows(windows, spec.n, spec.seed)
+    with contextlib.ExitStack() as stack:
+        if spec.intervention != "none":
+            from deffcore.interventions import norm_intervention
+
+            stack.enter_context(norm_intervention(model.model, spec.intervention))
+        return extract_pooled(
+            model,
+            None if token_ids is not None else documents,
+            token_ids=token_ids,
+            max_tokens=spec.max_tokens,
+            batch_size=batch_size,
+            progress=progress,
+            bos=spec.bos,
+            checkpoint=checkpoint,
+            should_stop=should_stop,
+        )
+
+
 def measure_spec(
     spec: RunSpec,
     *,
@@ -221,37 +282,39 @@ def measure_spec(
     batch_size: int | None = None,
     progress: Progress | None = None,
     loaded: LoadedModel | None = None,
+    use_cache: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Measurement:
     """Measure one fully specified run: read it from the cache or extract and store it.
 
     `loaded` reuses a model that is already in memory (it must be `spec.model` at
-    `spec.revision`; the labs pass it to extract several runs from one load). The
-    intervention named by `spec.intervention` is applied around the extraction.
+    `spec.revision`; the labs pass it to extract several runs from one load).
+    While extracting, finished batches are kept in the run's cache entry, so a run killed,
+    interrupted or cancelled (`should_stop()` returning True between batches: RunCancelled)
+    resumes from its last finished batch when measured again, with bit-identical results
+    (`Measurement.resumed_passages` says how many passages were resumed).
+    `use_cache=False` recomputes without reading or writing the cache at all.
     """
     start = time.perf_counter()
-    device = device or resolve_device_dtype(None, spec.dtype)[0]
 
-    def compute() -> PooledStates:
-        model = loaded
-        if model is None:
-            if progress is not None:
-                progress(0, spec.n, f"loading {spec.model}")
-            model = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
-        passages = load_passages(spec.dataset, spec.n, seed=spec.seed)
-        with contextlib.ExitStack() as stack:
-            if spec.intervention != "none":
-                from deffcore.labs.interventions import norm_intervention
+    def compute(checkpoint: BatchCheckpoint | None = None) -> PooledStates:
+        return extract_spec(
+            spec,
+            device=device,
+            batch_size=batch_size,
+            progress=progress,
+            loaded=loaded,
+            checkpoint=checkpoint,
+            should_stop=should_stop,
+        )
 
-                stack.enter_context(norm_intervention(model.model, spec.intervention))
-            return extract_pooled(
-                model,
-                passages,
-                max_tokens=spec.max_tokens,
-                batch_size=batch_size,
-                progress=progress,
-            )
-
-    pooled, was_cached, meta = cache.get_or_compute(spec, compute)
+    if use_cache:
+        pooled, was_cached, meta = cache.get_or_compute(
+            spec, lambda: compute(cache.PartialRun(spec))
+        )
+    else:
+        pooled, was_cached, meta = compute(), False, {}
+    resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
     if pooled.n < MIN_PASSAGES:
         raise TooFewPassagesError(
             f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens "
@@ -259,7 +322,13 @@ def measure_spec(
         )
     elapsed = time.perf_counter() - start
     return Measurement(
-        spec=spec, pooled=pooled, metric=metric, cached=was_cached, elapsed_s=elapsed, meta=meta
+        spec=spec,
+        pooled=pooled,
+        metric=metric,
+        cached=was_cached,
+        elapsed_s=elapsed,
+        meta=meta,
+        resumed_passages=resumed,
     )
 
 
@@ -274,14 +343,35 @@ def run_spec(
     device: str | None = None,
     dtype: str | None = None,
     intervention: str = "none",
+    passages: str = "documents",
+    bos: str = "default",
+    *,
+    batch_size: int | None = None,
+    device_here: bool = True,
 ) -> tuple[RunSpec, str]:
-    """Check a run's arguments and resolve device/dtype -> (RunSpec, device)."""
+    """Check a run's arguments and resolve device/dtype -> (RunSpec, device).
+
+    Every check is cheap and runs before any model loads (issue 8): the choices, n, max_tokens
+    (also against the model's context length, read from its config), seed, batch size, the
+    device (`device_here=False` skips the "does this machine have it" part, for a sweep whose
+    workers have their own GPUs), the cache folder and the dataset (opened, not read).
+    Raises a DeffError subclass with one sentence.
+    """
     _check_choice(metric, METRICS, "metric")
+    _check_choice(passages, PASSAGE_MODES, "passages mode")
+    _check_choice(bos, BOS_OPTIONS, "BOS option")
+    _check_choice(intervention, INTERVENTIONS, "norm intervention")
     if not isinstance(n, int) or n < MIN_PASSAGES:
         raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
     if not isinstance(max_tokens, int) or max_tokens < 2:
         raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
-    device, dtype = resolve_device_dtype(device, dtype)
+    check_seed(seed)
+    if batch_size is not None:
+        check_int(batch_size, "batch_size", 1)
+    device, dtype = resolve_device_dtype(device, dtype, check=device_here)
+    check_max_tokens(model, max_tokens, revision)
+    check_cache_dir()
+    check_dataset(dataset)
     spec = RunSpec(
         model=model,
         revision=revision,
@@ -291,6 +381,8 @@ def run_spec(
         seed=seed,
         dtype=dtype,
         intervention=intervention,
+        passages=passages,
+        bos=bos,
     )
     return spec, device
 
@@ -309,24 +401,44 @@ def measure(
     random_seeds: tuple[int, ...] | list[int] = (),
     intervention: str = "none",
     batch_size: int | None = None,
+    passages: str = "documents",
+    bos: str = "default",
+    use_cache: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Measurement:
     """Measure the effective depth of `model` on `n` passages of `dataset` (cached on disk).
 
+    An interrupted run resumes from its last finished batch; `use_cache=False` neither reads
+    nor writes the cache; `should_stop` cancels between batches (see `measure_spec`).
     Raises DeffError subclasses for unknown models/datasets, too few passages, NaN activations.
     With `random_seeds`, `Measurement.random_null` holds one measurement of
     `random:<model>:<seed>` per seed.
     """
     spec, device = run_spec(
-        model, dataset, n, max_tokens, seed, metric, revision, device, dtype, intervention
+        model,
+        dataset,
+        n,
+        max_tokens,
+        seed,
+        metric,
+        revision,
+        device,
+        dtype,
+        intervention,
+        passages=passages,
+        bos=bos,
+        batch_size=batch_size,
     )
-    main = measure_spec(
-        spec, device=device, batch_size=batch_size, progress=progress, metric=metric
-    )
+    options = {
+        "device": device,
+        "batch_size": batch_size,
+        "progress": progress,
+        "metric": metric,
+        "use_cache": use_cache,
+        "should_stop": should_stop,
+    }
+    main = measure_spec(spec, **options)
     for s in random_seeds:
         rspec = replace(spec, model=f"random:{model}:{int(s)}")
-        main.random_null.append(
-            measure_spec(
-                rspec, device=device, batch_size=batch_size, progress=progress, metric=metric
-            )
-        )
+        main.random_null.append(measure_spec(rspec, **options))
     return main

@@ -14,6 +14,7 @@ import pytest
 
 from deffcore import cache
 from deffcore.cache import RunSpec, UnknownRunError
+from deffcore.constants import EXTRACTED_POOLINGS
 from deffcore.errors import CacheCorruptError, DeffError
 from deffcore.extract import PooledStates
 
@@ -24,7 +25,7 @@ def make_pooled(L: int = 3, n: int = 5, d: int = 4, seed: int = 0) -> PooledStat
     rng = np.random.default_rng(seed)
     return PooledStates(
         pooled={p: rng.standard_normal((L + 1, n, d)).astype(np.float32)
-                for p in ("default", "first_non_bos", "token_normed")},
+                for p in EXTRACTED_POOLINGS},
         pos0_norm_ratio=rng.random(L + 1).astype(np.float32),
         n_dropped_short=2,
         tokens=40,
@@ -186,6 +187,7 @@ WORKER = textwrap.dedent(
     import numpy as np
     from deffcore import cache
     from deffcore.cache import RunSpec
+    from deffcore.constants import EXTRACTED_POOLINGS
     from deffcore.extract import PooledStates
 
     tmp = pathlib.Path({tmp!r})
@@ -198,7 +200,7 @@ WORKER = textwrap.dedent(
             f.write(sys.argv[1] + "\\n")
         time.sleep(1.5)
         x = np.ones((3, 4, 2), np.float32)
-        return PooledStates({{p: x for p in ("default", "first_non_bos", "token_normed")}},
+        return PooledStates({{p: x for p in EXTRACTED_POOLINGS}},
                             np.ones(3, np.float32), 0, 12, {{}}, np.full(4, 3))
 
     spec = RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")
@@ -221,3 +223,195 @@ def test_two_processes_compute_once(tmp_path, deff_cache_dir):
     assert len((tmp_path / "computed.txt").read_text().split()) == 1
     assert sorted(o[0].split()[0] for o in outs) == ["cached", "computed"]
     assert {o[0].split()[1] for o in outs} == {"24.0"}
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 8 item 4: the cache trusts nothing it reads, and deletes only run entries (core-B)
+
+
+def _meta_of(spec: RunSpec) -> dict:
+    return json.loads((_entry(spec) / "meta.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        None,
+        "a string",
+        42,
+        {},
+        {"format": 1},
+        "drop:layers",
+        "drop:spec",
+        "drop:states_sha256",
+        "set:layers=3.0",
+        "set:n=-1",
+        "set:n=true",
+        "set:spec=[]",
+        "set:spec={}",
+        "set:key=other",
+        "set:extract_meta=[1]",
+    ],
+)
+def test_meta_of_the_wrong_shape_is_a_corrupt_entry(bad, capsys):
+    from deffcore.cli import main
+
+    cache.store(SPEC, make_pooled())
+    meta = _meta_of(SPEC)
+    if isinstance(bad, str) and bad.startswith("drop:"):
+        del meta[bad[5:]]
+        bad = meta
+    elif isinstance(bad, str) and bad.startswith("set:"):
+        name, value = bad[4:].split("=")
+        meta[name] = json.loads(value) if value not in ("other",) else value
+        bad = meta
+    (_entry(SPEC) / "meta.json").write_text(json.dumps(bad))
+    with pytest.warns(UserWarning, match="recomputed"):
+        assert cache.load(SPEC) is None
+    (run,) = cache.list_runs()
+    assert run["status"] == "corrupt" and run["corrupt"] and run["key"] == SPEC.key()
+    assert main(["runs"]) == 0 and "corrupt" in capsys.readouterr().out
+    with pytest.raises(UnknownRunError):
+        cache.load_meta(SPEC.key())
+    fresh = make_pooled(seed=4)
+    with pytest.warns(UserWarning, match="Recomputing"):
+        got, was_cached, _ = cache.get_or_compute(SPEC, lambda: fresh)
+    assert not was_cached
+    assert_same(got, fresh)
+    assert [r["status"] for r in cache.list_runs()] == ["complete"]
+
+
+def test_only_run_entries_are_listed_or_deleted(deff_cache_dir, capsys):
+    from deffcore.cli import main
+
+    cache.store(SPEC, make_pooled())
+    for name in ("carry", "models", "Documents", ".uploads"):
+        (deff_cache_dir / name).mkdir()
+        (deff_cache_dir / name / "precious.txt").write_text("keep me")
+    lookalike = deff_cache_dir / ("f" * 20)  # key-named, but a user's folder
+    lookalike.mkdir()
+    (lookalike / "notes.txt").write_text("mine")
+    mixed = deff_cache_dir / ("e" * 20)  # run files plus something foreign
+    mixed.mkdir()
+    (mixed / "meta.json").write_text("{}")
+    (mixed / "thesis.tex").write_text("mine too")
+    linked = deff_cache_dir / ("d" * 20)  # a link to a run entry is not a run entry
+    linked.symlink_to(_entry(SPEC), target_is_directory=True)
+    assert [r["key"] for r in cache.list_runs()] == [SPEC.key()]
+    for name in ("Documents", "carry", "models", ".uploads", "f" * 20, "e" * 20, "d" * 20, ""):
+        with pytest.raises(UnknownRunError, match=r"nothing was deleted|No cached run"):
+            cache.delete(name)
+        assert main(["runs", "--delete", name]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
+    for name in ("carry", "models", "Documents", ".uploads"):
+        assert (deff_cache_dir / name / "precious.txt").read_text() == "keep me"
+    assert (lookalike / "notes.txt").exists() and (mixed / "thesis.tex").exists()
+    assert linked.is_symlink() and (_entry(SPEC) / "meta.json").exists()
+    assert main(["runs", "--delete", SPEC.key()]) == 0
+    assert not _entry(SPEC).exists() and cache.list_runs() == []
+
+
+def test_runs_delete_refuses_a_users_folder_in_a_plain_cache_dir(tmp_path, monkeypatch):
+    """DEFF_CACHE_DIR set to an ordinary folder: `runs --delete Documents` refuses (exit 2)."""
+    home = tmp_path / "home"
+    (home / "Documents").mkdir(parents=True)
+    (home / "Documents" / "letter.txt").write_text("dear")
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(home))
+    cmd = [sys.executable, "-m", "deffcore", "runs", "--delete", "Documents"]
+    env = {**__import__("os").environ, "DEFF_CACHE_DIR": str(home)}
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.startswith("error: ")
+    assert "Traceback" not in res.stderr
+    assert (home / "Documents" / "letter.txt").read_text() == "dear"
+    assert cache.list_runs() == []
+
+
+def test_cache_dir_that_is_a_file_is_one_sentence(tmp_path, monkeypatch, capsys):
+    from deffcore.cli import main
+
+    target = tmp_path / "a-file"
+    target.write_text("x")
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(target))
+    with pytest.raises(DeffError, match="is a file, not a folder"):
+        cache.cache_dir()
+    assert main(["runs"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(target / "below"))  # parent is a file
+    with pytest.raises(DeffError, match="cannot be created"):
+        cache.cache_dir()
+
+
+def test_stale_locks_are_removed_held_ones_kept(deff_cache_dir):
+    from filelock import FileLock
+
+    # get_or_compute leaves no lock file behind
+    cache.get_or_compute(SPEC, make_pooled)
+    assert sorted(p.name for p in deff_cache_dir.iterdir()) == [SPEC.key()]
+    done_lock = deff_cache_dir / f"{SPEC.key()}.lock"  # a complete run's leftover lock
+    done_lock.touch()
+    orphan = deff_cache_dir / f"{'a' * 20}.lock"  # a lock nobody holds, no entry
+    orphan.touch()
+    foreign = deff_cache_dir / "notes.lock"  # not a key: not ours
+    foreign.touch()
+    held_key = "b" * 20
+    held = FileLock(str(deff_cache_dir / f"{held_key}.lock"))
+    held.acquire()
+    try:
+        cache.PartialRun(dataclasses.replace(SPEC, seed=9), key=held_key)._start({"n": 5})
+        runs = {r["key"]: r for r in cache.list_runs()}
+        assert not done_lock.exists() and not orphan.exists() and foreign.exists()
+        assert (deff_cache_dir / f"{held_key}.lock").exists()  # a run in progress keeps it
+        assert runs[held_key]["status"] == "partial" and runs[held_key]["running"]
+        assert runs[held_key]["done_passages"] == 0 and runs[held_key]["total_passages"] == 5
+        assert runs[SPEC.key()]["status"] == "complete" and not runs[SPEC.key()]["running"]
+        with pytest.raises(cache.RunInUseError, match="being computed"):
+            cache.delete(held_key)
+    finally:
+        held.release()
+    assert cache.cleanup_stale() == 1  # now nobody holds it
+    assert not (deff_cache_dir / f"{held_key}.lock").exists()
+    cache.delete(held_key)  # a partial is a run entry: deletable
+    assert [r["key"] for r in cache.list_runs()] == [SPEC.key()]
+
+
+def test_leftover_partial_of_a_complete_entry_is_cleaned(deff_cache_dir):
+    cache.store(SPEC, make_pooled())
+    leftover = _entry(SPEC) / "partial"  # killed between the commit and the cleanup
+    leftover.mkdir()
+    (leftover / "manifest.json").write_text("{}")
+    (run,) = cache.list_runs()
+    assert run["status"] == "complete" and not leftover.exists()
+
+
+def test_partial_folder_never_loads_as_complete():
+    partial = cache.PartialRun(SPEC)
+    partial._start({"n": 5, "layers": 3, "d_model": 4})
+    assert cache.load(SPEC, strict=True) is None
+    with pytest.raises(UnknownRunError, match="interrupted"):
+        cache.load_meta(SPEC.key())
+    (run,) = cache.list_runs()
+    assert run["status"] == "partial" and run["spec"]["model"] == "tiny-llama"
+
+
+def test_bos_diagnostics_beside_a_run_keep_it_listed_and_deletable(tmp_path):
+    """diagnostics.json (deffcore.diagnostics) lives in the run's entry: the run stays a run,
+    and a folder holding only diagnostics is not listed as a run."""
+    import json as _json
+
+    from deffcore import cache as c
+
+    spec = c.RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")
+    c.store(spec, make_pooled())
+    folder = c.cache_dir() / spec.key()
+    (folder / "diagnostics.json").write_text(_json.dumps({"layers": 2}))
+    (folder / ".diagnostics.lock").write_text("")
+    runs = [r for r in c.list_runs() if r["key"] == spec.key()]
+    assert len(runs) == 1 and runs[0]["status"] == "complete"
+    lonely = c.cache_dir() / ("ab" * 10)
+    lonely.mkdir()
+    (lonely / "diagnostics.json").write_text("{}")
+    assert ("ab" * 10) not in {r["key"] for r in c.list_runs()}
+    c.delete(spec.key())
+    assert not folder.exists()

@@ -78,8 +78,9 @@ def test_switching_pooling_and_metric_never_reruns(tiny_dataset, monkeypatch):
 def test_to_dict_has_every_documented_field(tiny_dataset):
     d = measure(model="tiny-gemma3", dataset=tiny_dataset, n=8, max_tokens=32).to_dict()
     for key in ("model", "layers", "d_model", "n", "reference_FL", "pos0_norm_ratio", "results",
-                "n_dropped", "cka_bias", "cached", "elapsed_s"):  # fmt: skip
+                "n_dropped", "cka_bias", "cached", "elapsed_s", "resumed_passages"):  # fmt: skip
         assert key in d, key
+    assert d["resumed_passages"] == 0  # computed in one go (resuming: tests/test_resume.py)
     assert set(d["pos0_norm_ratio"]) == {"max", "layer"}
     assert set(d["results"]) == set(POOLINGS)
     for r in d["results"].values():
@@ -156,3 +157,11 @@ def test_smollm2_on_bbc_news_is_sub_reference():
     d = m.to_dict()
     assert d["pos0_norm_ratio"]["max"] > 1
     assert all(np.isfinite(d["results"][p]["deff"]) for p in POOLINGS)
+
+
+def test_random_null_follows_use_cache(tiny_dataset, deff_cache_dir):
+    """`use_cache=False` reaches the random-weight null runs too: nothing is written."""
+    m = measure(model="tiny-llama", dataset=tiny_dataset, n=6, max_tokens=16, random_seeds=(0,),
+                use_cache=False)  # fmt: skip
+    assert not m.cached and not m.random_null[0].cached
+    assert not deff_cache_dir.exists() or not any(deff_cache_dir.iterdir())

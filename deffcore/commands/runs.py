@@ -11,7 +11,9 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "runs",
         help="list or delete cached runs",
-        description="List the runs stored in the cache folder.",
+        description="List the runs stored in the cache folder: complete ones, partial ones "
+        "(interrupted; rerun the same settings to resume) and corrupt ones (recomputed when "
+        "rerun). Only run entries are listed or deleted, never other folders.",
     )
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.add_argument("--delete", metavar="KEY", default=None, help="delete the run with this key")
@@ -21,7 +23,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from deffcore import cache
 
-    if args.delete:
+    if args.delete is not None:
         cache.delete(args.delete)
         print(f"deleted {args.delete}")
         return 0
@@ -32,15 +34,26 @@ def run(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no cached runs in {cache.cache_dir()}")
         return 0
-    print(f"{'key':<22}{'created':<22}{'model':<28}{'dataset':<16}{'N':>6}{'max_tok':>8}{'L':>4}")
+    print(
+        f"{'key':<22}{'status':<10}{'created':<22}{'model':<28}{'dataset':<16}{'N':>6}"
+        f"{'max_tok':>8}{'L':>4}"
+    )
     for r in runs:
         s = r.get("spec") or {}
-        if r.get("corrupt") or not s:
-            print(f"{r['key']:<22}(corrupt entry: delete it or rerun)")
+        if r["status"] == "corrupt":
+            print(f"{r['key']:<22}{'corrupt':<10}{r.get('reason', '')}  (rerun or delete it)")
             continue
+        n = r.get("n", "?")
+        if r["status"] == "partial":
+            n = f"{r['done_passages']}/{r['total_passages']}"
+        status = r["status"] + ("*" if r.get("running") else "")
         print(
-            f"{r['key']:<22}{r.get('created', '?'):<22}{s.get('model', '?')[:27]:<28}"
-            f"{s.get('dataset', '?')[:15]:<16}{r.get('n', '?'):>6}{s.get('max_tokens', '?'):>8}"
-            f"{r.get('layers', '?'):>4}"
+            f"{r['key']:<22}{status:<10}{r.get('created', '?')!s:<22}"
+            f"{str(s.get('model', '?'))[:27]:<28}{str(s.get('dataset', '?'))[:15]:<16}{n:>6}"
+            f"{s.get('max_tokens', '?'):>8}{r.get('layers', '?'):>4}"
         )
+    if any(r.get("running") for r in runs):
+        print("* being computed right now")
+    if any(r["status"] == "partial" for r in runs):
+        print("partial: interrupted; measure the same settings again to resume it")
     return 0

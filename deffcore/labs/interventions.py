@@ -24,123 +24,30 @@ Decisions (SPEC section 9 is silent on the mechanics):
   Qwen3). The intervention applies to every such module in the model.
 
 The lab itself, `intervention_table`, measures every pooling control under each intervention
-through `deffcore.measurement.measure(..., intervention=name)`, which passes the name back here.
+through `deffcore.measurement.measure(..., intervention=name)`; the norm interventions themselves
+live in `deffcore.interventions` (part of the extraction pipeline) and are re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-
-import torch
-from torch import nn
 
 from deffcore.constants import POOLINGS
 from deffcore.errors import UnsupportedArchitectureError
 
-#: Intervention names, in the order the paper's Table S6 lists them.
-INTERVENTIONS: tuple[str, ...] = ("none", "no_post", "no_qk", "no_post_no_qk")
-#: How the paper (and paper_reference.csv's `note` column) writes each intervention.
-PAPER_LABELS: dict[str, str] = {
-    "none": "none",
-    "no_post": "no post",
-    "no_qk": "no QK",
-    "no_post_no_qk": "no post/no QK",
-}
-_POST_NORMS = ("post_attention_layernorm", "post_feedforward_layernorm")
-_QK_NORMS = ("q_norm", "k_norm")
-
-
-def post_norm_modules(model: nn.Module) -> list[nn.Module]:
-    """The post-attention and post-feed-forward norms of every block (empty if there are none).
-
-    A block is any module with a `post_feedforward_layernorm` child (see the module docstring
-    for why `post_attention_layernorm` alone does not count).
-    """
-    found = []
-    for module in model.modules():
-        if isinstance(getattr(module, "post_feedforward_layernorm", None), nn.Module):
-            post_attn = getattr(module, "post_attention_layernorm", None)
-            if isinstance(post_attn, nn.Module):
-                found.append(post_attn)
-            found.append(module.post_feedforward_layernorm)
-    return found
-
-
-def qk_norm_modules(model: nn.Module) -> list[nn.Module]:
-    """The query and key norms of every attention module (empty if there are none)."""
-    found = []
-    for module in model.modules():
-        q_norm, k_norm = (getattr(module, name, None) for name in _QK_NORMS)
-        if isinstance(q_norm, nn.Module) and isinstance(k_norm, nn.Module):
-            found.extend([q_norm, k_norm])
-    return found
-
-
-def intervention_targets(model: nn.Module, name: str) -> list[nn.Module]:
-    """The norm modules that `name` replaces by identity; raises if the model lacks them."""
-    if name not in INTERVENTIONS:
-        raise UnsupportedArchitectureError(
-            f"Unknown norm intervention {name!r}; choose one of {', '.join(INTERVENTIONS)}."
-        )
-    arch = type(model).__name__
-    targets: list[nn.Module] = []
-    if name in ("no_post", "no_post_no_qk"):
-        post = post_norm_modules(model)
-        if not post:
-            raise UnsupportedArchitectureError(
-                f"The {name!r} intervention needs Gemma-style post-sub-layer norms "
-                f"(post_attention_layernorm and post_feedforward_layernorm applied to each "
-                f"sub-layer's output), and {arch} has none; it applies to Gemma-2/3 and OLMo-2."
-            )
-        targets += post
-    if name in ("no_qk", "no_post_no_qk"):
-        qk = qk_norm_modules(model)
-        if not qk:
-            raise UnsupportedArchitectureError(
-                f"The {name!r} intervention needs query/key norms (self_attn.q_norm and "
-                f"self_attn.k_norm), and {arch} has none; it applies to Gemma-3, OLMo-2 and Qwen3."
-            )
-        targets += qk
-    return targets
-
-
-def _identity_hook(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
-    # The value a forward hook returns replaces the module's output: hand back its input.
-    return args[0]
-
-
-@contextlib.contextmanager
-def norm_intervention(model: nn.Module, name: str) -> Iterator[nn.Module]:
-    """Inside the `with`, the norms `name` names act as identity; on exit nothing is left over.
-
-    name: one of `INTERVENTIONS` ("none" changes nothing and works on any model).
-    Raises `UnsupportedArchitectureError` (before anything is changed) for an unknown name or a
-    model lacking the norms. Inference only: the hooks also apply in training mode, but the
-    paper's intervention is never trained with.
-    """
-    targets = intervention_targets(model, name)
-    handles = [module.register_forward_hook(_identity_hook) for module in targets]
-    try:
-        yield model
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def supported_interventions(model: nn.Module) -> list[str]:
-    """The intervention names this model supports (always includes "none")."""
-    supported = []
-    for name in INTERVENTIONS:
-        try:
-            intervention_targets(model, name)
-        except UnsupportedArchitectureError:
-            continue
-        supported.append(name)
-    return supported
-
+# The norm interventions are part of the extraction pipeline (deffcore.interventions); they are
+# re-exported here so `from deffcore.labs.interventions import norm_intervention` keeps working.
+from deffcore.interventions import (  # noqa: F401
+    INTERVENTIONS,
+    PAPER_LABELS,
+    intervention_targets,
+    norm_intervention,
+    post_norm_modules,
+    qk_norm_modules,
+    supported_interventions,
+)
 
 # ----------------------------------------------------------------------------------------------
 # The lab: every pooling control under every intervention.
@@ -193,6 +100,8 @@ def intervention_table(
     device: str | None = None,
     dtype: str | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    passages: str = "documents",
+    bos: str = "default",
 ) -> InterventionTable:
     """Measure every pooling control under each intervention (paper Table S6).
 
@@ -211,7 +120,19 @@ def intervention_table(
             raise UnsupportedArchitectureError(
                 f"Unknown norm intervention {name!r}; choose one of {', '.join(INTERVENTIONS)}."
             )
-    base, device = run_spec(model, dataset, n, max_tokens, seed, metric, revision, device, dtype)
+    base, device = run_spec(
+        model,
+        dataset,
+        n,
+        max_tokens,
+        seed,
+        metric,
+        revision,
+        device,
+        dtype,
+        passages=passages,
+        bos=bos,
+    )
     specs = {name: replace(base, intervention=name) for name in interventions}
     missing = {name for name, spec in specs.items() if cache.load(spec) is None}
     loaded = None

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from deffcore.constants import POOLINGS
 from deffcore.errors import UnsupportedArchitectureError
 from deffcore.labs.interventions import (
     INTERVENTIONS,
@@ -134,7 +135,7 @@ def test_intervention_table_matches_an_independent_measurement(tiny_gemma3, lab_
 
     table = intervention_table("tiny-gemma3", n=8, max_tokens=24, device="cpu", dtype="float32")
     rows = table.to_dict()["rows"]
-    assert len(rows) == len(INTERVENTIONS) * 5
+    assert len(rows) == len(INTERVENTIONS) * len(POOLINGS)
     assert {r["pooling"] for r in rows} == {
         "default",
         "first_non_bos",
