@@ -26,11 +26,15 @@ COMMAND_MODULES: tuple[str, ...] = (
     "carry",
     "dynamics",
     "aggregations",
+    "bos",
+    "sweep",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from deffcore.commands._common import OneLineArgumentParser  # core-A: one-line errors
+
+    parser = OneLineArgumentParser(
         prog="python -m deffcore",
         description="Effective depth (D_eff) of a transformer's residual stream.",
     )
@@ -70,3 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     except DeffError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # finished batches of an extraction are kept in the cache (deffcore.cache partials)
+        print("interrupted: finished batches are kept; rerun the same command to resume.",
+              file=sys.stderr)
+        return 130

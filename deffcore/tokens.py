@@ -17,11 +17,13 @@ Token windows (SPEC section 12): each document's body (no special tokens) is cut
 consecutive non-overlapping chunks of `max_tokens - len(prefix) - len(suffix)` tokens, each
 chunk wrapped in the same prefix and suffix, so every window has exactly `max_tokens` tokens;
 a last chunk shorter than that is dropped. `sample_windows` draws N of them with the run's
-seed (`numpy.random.default_rng(seed).permutation`, like documents).
+seed (`numpy.random.default_rng(seed).permutation`, like documents). `count_windows` says how
+many windows a (model, dataset, max_tokens, bos) choice yields from the tokenizer alone.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,19 +32,12 @@ import numpy as np
 from deffcore.constants import BOS_OPTIONS
 from deffcore.errors import DeffError, TooFewPassagesError
 
-_PROBE = "a"
-
-
-def special_tokens(tokenizer: Any) -> tuple[list[int], list[int]]:
-    """(prefix, suffix): the ids the tokenizer adds before and after a text by default."""
-    with_special = list(tokenizer(_PROBE).input_ids)
-    body = list(tokenizer(_PROBE, add_special_tokens=False).input_ids)
-    for start in range(len(with_special) - len(body) + 1):
-        if with_special[start : start + len(body)] == body:
-            return with_special[:start], with_special[start + len(body) :]
-    # a tokenizer that merges specials into the text's tokens: keep only a leading BOS
-    bos = tokenizer.bos_token_id
-    return ([bos] if with_special[:1] == [bos] else []), []
+# `special_tokens` and `adds_bos` live where tokenizers are loaded (models), so a LoadedModel
+# and this module answer "does it add a BOS" the one same way; they are re-exported here.
+from deffcore.models import adds_bos as adds_bos
+from deffcore.models import load_tokenizer, model_identity
+from deffcore.models import special_tokens as special_tokens
+from deffcore.texts import all_documents, dataset_identity
 
 
 def prefix_suffix(tokenizer: Any, bos: str = "default") -> tuple[list[int], list[int]]:
@@ -61,12 +56,6 @@ def prefix_suffix(tokenizer: Any, bos: str = "default") -> tuple[list[int], list
             "none; use --bos default or --bos none."
         )
     return ([bos_id, *[i for i in prefix if i != bos_id]]), suffix
-
-
-def adds_bos(tokenizer: Any) -> bool:
-    """Whether the tokenizer puts a BOS token in front of a text by default."""
-    prefix, _ = special_tokens(tokenizer)
-    return tokenizer.bos_token_id is not None and tokenizer.bos_token_id in prefix
 
 
 def _bodies(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
@@ -98,7 +87,11 @@ def encode_documents(
 def cut_windows(
     tokenizer: Any, documents: Sequence[str], max_tokens: int, bos: str = "default"
 ) -> list[list[int]]:
-    """Every full window of `max_tokens` ids of every document, in document order."""
+    """Every full window of `max_tokens` ids of every document, in document order.
+
+    A document whose body has b text tokens gives floor(b / room) windows, room =
+    `max_tokens` minus the special tokens; window j holds body[j*room : (j+1)*room].
+    """
     prefix, suffix = prefix_suffix(tokenizer, bos)
     room = body_length(max_tokens, prefix, suffix)
     windows: list[list[int]] = []
@@ -106,6 +99,50 @@ def cut_windows(
         for start in range(0, len(body) - room + 1, room):
             windows.append(prefix + body[start : start + room] + suffix)
     return windows
+
+
+_COUNT_MEMO: dict[tuple[Any, ...], int] = {}
+
+
+def count_windows(
+    model: str,
+    dataset: str,
+    max_tokens: int,
+    bos: str = "default",
+    revision: str | None = None,
+    *,
+    n: int | None = None,
+    seed: int = 0,
+) -> int:
+    """How many windows of `max_tokens` tokens `dataset` yields for `model` (SPEC section 12).
+
+    Loads only the tokenizer (`models.load_tokenizer`), never the weights, so the app can say
+    "this choice yields N windows" before a run. A streamed `hf:` dataset needs `n` (and the
+    run's `seed`): its first `n` shuffled documents are what a run of `n` passages cuts windows
+    from. Memoised on the tokenizer's and the dataset's identities.
+    """
+    streamed = dataset.startswith("hf:")
+    if streamed and n is None:
+        raise DeffError(
+            f"Counting the windows of the streamed dataset {dataset!r} needs the number of "
+            "documents to stream (n)."
+        )
+    tokenizer_id = model_identity(model, revision)
+    tokenizer_id = tokenizer_id.get("base", tokenizer_id)  # random:<m>:<s> tokenises like <m>
+    memo_key = (
+        json.dumps(tokenizer_id, sort_keys=True),
+        json.dumps(dataset_identity(dataset), sort_keys=True),
+        max_tokens,
+        bos,
+        (n, seed) if streamed else None,
+    )
+    if memo_key not in _COUNT_MEMO:
+        tokenizer = load_tokenizer(model, revision)
+        prefix, suffix = prefix_suffix(tokenizer, bos)
+        room = body_length(max_tokens, prefix, suffix)
+        documents = all_documents(dataset, n or 0, seed=seed)
+        _COUNT_MEMO[memo_key] = sum(len(b) // room for b in _bodies(tokenizer, documents))
+    return _COUNT_MEMO[memo_key]
 
 
 def sample_windows(windows: list[list[int]], n: int, seed: int) -> list[list[int]]:

@@ -87,9 +87,72 @@ def test_python_dash_m_entry_point(tiny_dataset, deff_cache_dir):
 
 
 def test_runs_lists_a_corrupt_entry_without_crashing(capsys, deff_cache_dir):
-    (deff_cache_dir / "abc123").mkdir(parents=True)
-    (deff_cache_dir / "abc123" / "meta.json").write_text("{truncated")
+    key = "abc123" + "0" * 14  # a run entry's name: 20 hex digits (core-B, issue 8)
+    (deff_cache_dir / key).mkdir(parents=True)
+    (deff_cache_dir / key / "meta.json").write_text("{truncated")
     assert main(["runs"]) == 0
-    assert "abc123" in capsys.readouterr().out
+    assert key in capsys.readouterr().out
     assert main(["runs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["corrupt"] is True
+
+
+def test_windows_mode_through_measure(capsys, tiny_dataset, tiny_passages, tiny_model):
+    """`--passages windows`: N windows of exactly max_tokens ids, sampled with the seed, the
+    mode in the key; the states are those of an extraction of the same windows by hand."""
+    import numpy as np
+
+    from deffcore.extract import extract_pooled
+    from deffcore.measurement import measure
+    from deffcore.tokens import cut_windows, sample_windows
+
+    windows_run = _measure_json(capsys, tiny_dataset, "--passages", "windows")
+    documents_run = _measure_json(capsys, tiny_dataset)
+    assert windows_run["n"] == 8 and windows_run["n_dropped"] == 0
+    assert windows_run["passages"] == "windows" and documents_run["passages"] == "documents"
+    assert windows_run["key"] != documents_run["key"]
+    m = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32, passages="windows")
+    assert m.cached and m.spec.key() == windows_run["key"]
+    lm = tiny_model("llama")
+    chosen = sample_windows(cut_windows(lm.tokenizer, tiny_passages, 32), 8, seed=0)
+    assert all(len(w) == 32 and w[0] == lm.tokenizer.bos_token_id for w in chosen)
+    direct = extract_pooled(lm, None, token_ids=chosen, max_tokens=32)
+    for pooling, states in direct.pooled.items():
+        np.testing.assert_array_equal(m.pooled.pooled[pooling], states)
+    other_seed = measure(
+        model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32, passages="windows", seed=1
+    )
+    assert not np.array_equal(other_seed.pooled.pooled["default"], m.pooled.pooled["default"])
+
+
+def test_too_few_windows_is_one_sentence(capsys, tiny_dataset):
+    args = ["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "500",
+            "--max-tokens", "32", "--passages", "windows", "--no-progress"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "windows of this length, fewer than n=500" in err and err.count("\n") == 1
+
+
+def test_bos_option_is_in_the_key_and_moves_exactly_one_token(capsys, tiny_dataset):
+    """tiny-llama and tiny-llama-nobos share weights and byte ids, so `--bos add` on the
+    tokenizer without BOS must reproduce tiny-llama's numbers exactly, and `--bos none` on
+    tiny-llama those of tiny-llama-nobos; each option is a different cache entry."""
+    with_bos = _measure_json(capsys, tiny_dataset)
+    added = _measure_json(capsys, tiny_dataset, "--model", "tiny-llama-nobos", "--bos", "add")
+    without = _measure_json(capsys, tiny_dataset, "--model", "tiny-llama-nobos")
+    removed = _measure_json(capsys, tiny_dataset, "--bos", "none")
+    assert added["results"] == with_bos["results"] and added["bos"] == "add"
+    assert removed["results"] == without["results"] and removed["bos"] == "none"
+    assert added["results"] != without["results"]
+    explicit = _measure_json(capsys, tiny_dataset, "--bos", "add")  # tiny-llama adds one already
+    assert explicit["results"] == with_bos["results"]
+    keys = {d["key"] for d in (with_bos, added, without, removed, explicit)}
+    assert len(keys) == 5
+
+
+def test_snapshot_command_remakes_a_windows_run(capsys, tiny_dataset, tmp_path):
+    path = tmp_path / "new" / "snap.json"
+    d = _measure_json(capsys, tiny_dataset, "--passages", "windows", "--bos", "none",
+                      "--snapshot", str(path))  # fmt: skip
+    snap = json.loads(path.read_text())
+    assert "--passages windows --bos none" in snap["command"]
+    assert "--intervention" not in snap["command"] and d["passages"] == "windows"

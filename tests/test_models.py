@@ -181,3 +181,120 @@ def test_packaged_gemma3_is_assembled_into_the_cache(deff_cache_dir):
     assert (lm.layers, lm.d_model, lm.architecture) == (18, 640, "Gemma3ForCausalLM")
     assert lm.adds_bos
     assert (deff_cache_dir / "models" / models.GEMMA3_FILE).is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks without weights: device, context length, GGUF header, tokenizer (issue 8 item 3)
+
+
+def _write_gguf(path, context: int = 123):
+    """A small valid GGUF written by the `gguf` package (independent of our reader)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(context)
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.arange(512, dtype=np.float32).reshape(64, 8))
+    w.add_tensor("x.weight", np.ones((3, 5), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_check_device(monkeypatch):
+    from deffcore.errors import DeviceUnavailableError
+
+    assert models.check_device("cpu") == "cpu"
+    for name in ("tpu", "gpu", "cuda:x", ""):
+        with pytest.raises(DeviceUnavailableError, match="device"):
+            models.check_device(name)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceUnavailableError, match="CUDA is not available on this machine"):
+        resolve_device_dtype("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert models.check_device("cuda:0") == "cuda:0"
+    with pytest.raises(DeviceUnavailableError, match="has 1 CUDA device"):
+        models.check_device("cuda:1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # a device on another machine (a sweep's workers) is not checked here
+    assert resolve_device_dtype("cuda", check=False) == ("cuda", "bfloat16")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "gemma3"])
+def test_context_length_of_tiny_models_from_their_config(arch):
+    config = models.tiny_config(arch)
+    want = getattr(config, "max_position_embeddings", None) or config.n_positions
+    assert models.context_length(f"tiny-{arch}") == want
+    assert models.context_length(f"tiny-{arch}-nobos") == want
+    assert models.context_length(f"random:tiny-{arch}:4") == want
+
+
+def test_context_length_of_folders_gguf_and_unknowns(tmp_path):
+    import json
+
+    flat, nested, bare = tmp_path / "flat", tmp_path / "nested", tmp_path / "bare"
+    for folder in (flat, nested, bare):
+        folder.mkdir()
+    (flat / "config.json").write_text(json.dumps({"n_positions": 77}))
+    (nested / "config.json").write_text(
+        json.dumps({"max_position_embeddings": 5, "text_config": {"max_position_embeddings": 9}})
+    )
+    assert models.context_length(str(flat)) == 77
+    assert models.context_length(str(nested)) == 9  # the text model's, inside a wrapper
+    assert models.context_length(str(bare)) is None
+    assert models.context_length(str(_write_gguf(tmp_path / "m.gguf", 123))) == 123
+    assert models.context_length("org/not-on-this-machine") is None
+    with pytest.raises(UnknownModelError, match="Unknown tiny model 'tiny-nope'"):
+        models.context_length("tiny-nope")
+
+
+def test_context_length_of_packaged_smollm2_reads_only_the_header():
+    assert models.context_length("smollm2-135m") == 8192
+
+
+def test_gguf_metadata_refuses_every_truncation(tmp_path):
+    from deffcore.errors import UnknownModelError
+
+    whole = _write_gguf(tmp_path / "whole.gguf")
+    meta = models.gguf_metadata(whole)
+    assert meta["general.architecture"] == "llama" and meta["llama.context_length"] == 123
+    data = whole.read_bytes()
+    # magic, version, header counts, a key, the tensor table, the tensors' data
+    for i, cut in enumerate((2, 6, 20, 40, 200, len(data) - 40)):
+        path = tmp_path / f"cut{i}.gguf"
+        path.write_bytes(data[:cut])
+        with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
+            models.gguf_metadata(path)
+        with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
+            load_model(str(path))  # never a struct.error or a reshape error
+        with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
+            models.check_max_tokens(str(path), 16)
+
+
+def test_check_max_tokens_names_the_context():
+    from deffcore.errors import InvalidArgumentError
+
+    models.check_max_tokens("tiny-llama", 512)
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"max_tokens=513 is beyond the context of 'tiny-llama', which is 512 tokens",
+    ):
+        models.check_max_tokens("tiny-llama", 513)
+    models.check_max_tokens("org/not-on-this-machine", 10**6)  # unknown: not refused here
+
+
+def test_load_tokenizer_builds_no_weights(monkeypatch):
+    from deffcore import tokens
+
+    monkeypatch.setattr(models, "_init_from_config", lambda *a: pytest.fail("weights built"))
+    tok = models.load_tokenizer("random:tiny-qwen2:9")
+    assert tok("ab").input_ids[0] == tok.bos_token_id == 1
+    with pytest.raises(UnknownModelError, match="Unknown tiny model"):
+        models.load_tokenizer("tiny-nope")
+    # one way to answer "does it add a BOS": LoadedModel.adds_bos and tokens.adds_bos agree
+    assert tokens.adds_bos is models.adds_bos
+    assert models.adds_bos(tok) and not models.adds_bos(models.load_tokenizer("tiny-gpt2-nobos"))

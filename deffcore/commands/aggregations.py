@@ -9,6 +9,7 @@ from deffcore.commands._common import (
     Progress,
     add_output_args,
     add_run_args,
+    check_args,
     result_only_stdout,
     run_kwargs,
 )
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from deffcore.labs.aggregations import aggregation_table
     from deffcore.measurement import measure
 
+    check_args(args)
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
         m = measure(**run_kwargs(args), progress=bar)
     d = {"model": args.model, **aggregation_table(m, pooling=args.pooling)}

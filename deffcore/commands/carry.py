@@ -8,6 +8,7 @@ from deffcore.cli import print_json
 from deffcore.commands._common import (
     Progress,
     add_output_args,
+    check_args,
     float_list,
     fmt,
     int_list,
@@ -66,9 +67,24 @@ def _table(d: dict) -> str:
     return "\n".join(lines)
 
 
+def _check_settings(settings) -> None:
+    """What the preset brings in (its device, its width and heads) is checked like an argument."""
+    from deffcore.errors import InvalidArgumentError
+    from deffcore.models import check_device
+
+    if settings.device is not None:
+        check_device(settings.device)
+    if settings.n_embd % settings.n_head:
+        raise InvalidArgumentError(
+            f"The width --n-embd ({settings.n_embd}) must be a multiple of the number of heads "
+            f"--n-head ({settings.n_head})."
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from deffcore.labs.residual_carry import run_carry_sweep, settings_from
 
+    check_args(args, uses_cache=False)
     settings = settings_from(
         args.preset,
         gammas=float_list(args.gammas, "--gammas") if args.gammas else None,
@@ -85,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir,
         threads=args.threads,
     )
+    _check_settings(settings)
     with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
         result = run_carry_sweep(settings, progress=bar)
     d = result.to_dict()

@@ -8,6 +8,7 @@ from deffcore.cli import print_json
 from deffcore.commands._common import (
     Progress,
     add_output_args,
+    check_args,
     fmt,
     result_only_stdout,
     str_list,
@@ -61,6 +62,7 @@ def _table(d: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from deffcore.labs.dynamics import dynamics_sweep, hf_revisions, local_checkpoints
 
+    check_args(args)
     if args.checkpoints:
         checkpoints = local_checkpoints(args.checkpoints)
     elif args.model and str_list(args.revisions):

@@ -9,6 +9,7 @@ from deffcore.commands._common import (
     Progress,
     add_output_args,
     add_run_args,
+    check_args,
     fmt,
     result_only_stdout,
     run_kwargs,
@@ -58,6 +59,7 @@ def _table(d: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from deffcore.labs.interventions import intervention_table
 
+    check_args(args)
     with result_only_stdout(), Progress("intervention", enabled=not args.no_progress) as bar:
         table = intervention_table(
             **run_kwargs(args), interventions=str_list(args.interventions), progress=bar

@@ -13,6 +13,7 @@ from deffcore.commands._common import (
     Progress,
     add_output_args,
     add_run_args,
+    check_args,
     int_list,
     result_only_stdout,
     run_kwargs,
@@ -46,6 +47,12 @@ def add_parser(subparsers) -> None:
         metavar="PATH",
         help="also write the explorer's JSON snapshot (every similarity matrix) to PATH; "
         "this is how deffcore/data/default_run.json, the app's first screen, is made",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="recompute without reading or writing the cache (an interrupted run is otherwise "
+        "resumed from its last finished batch)",
     )
     add_output_args(p)
     p.set_defaults(func=run)
@@ -88,6 +95,7 @@ def _table(d: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from deffcore.measurement import measure
 
+    check_args(args)
     seeds = int_list(args.random_seeds, "--random-seeds")
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
         m = measure(
@@ -96,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             random_seeds=seeds,
             intervention=args.intervention,
             batch_size=args.batch_size,
+            use_cache=not args.no_cache,
         )
     d = m.to_dict()
     if args.snapshot is not None:
@@ -116,6 +125,13 @@ def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...]) -> None
         f"{shlex.quote(args.dataset)} --n {args.n} --max-tokens {args.max_tokens} "
         f"--seed {args.seed}"
     )
+    for flag, value, default in (
+        ("--passages", args.passages, "documents"),
+        ("--bos", args.bos, "default"),
+        ("--intervention", args.intervention, "none"),
+    ):
+        if value != default:  # what sets this run apart must be in the command that remakes it
+            command += f" {flag} {shlex.quote(value)}"
     if seeds:
         command += " --random-seeds " + ",".join(map(str, seeds))
     args.snapshot.parent.mkdir(parents=True, exist_ok=True)

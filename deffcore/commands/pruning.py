@@ -9,6 +9,7 @@ from deffcore.commands._common import (
     Progress,
     add_output_args,
     add_run_args,
+    check_args,
     fmt,
     int_list,
     result_only_stdout,
@@ -54,6 +55,7 @@ def _table(d: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from deffcore.labs.pruning import pruning_check
 
+    check_args(args)
     with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
         result = pruning_check(
             **run_kwargs(args),

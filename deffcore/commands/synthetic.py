@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from deffcore.cli import print_json
+from deffcore.commands._common import check_args
 from deffcore.constants import METRICS
 from deffcore.depth import depth_summary
 from deffcore.references import iid_reference_depth, update_depth
@@ -67,6 +68,7 @@ def measure_synthetic(
 
 
 def run(args: argparse.Namespace) -> int:
+    check_args(args, uses_cache=False)
     result = measure_synthetic(
         args.construction, args.n, args.d, args.layers, args.scale, args.seed, args.metric
     )

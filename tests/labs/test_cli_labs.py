@@ -7,6 +7,7 @@ import json
 import pytest
 
 from deffcore.cli import main
+from deffcore.constants import POOLINGS
 
 TINY = ["--n", "8", "--max-tokens", "24", "--no-progress"]
 CARRY = [
@@ -25,7 +26,7 @@ def test_interventions_json(capsys):
     from deffcore.labs.interventions import intervention_table
 
     out = run_json(capsys, ["interventions", "--model", "tiny-gemma3", *TINY])
-    assert out["lab"] == "interventions" and len(out["rows"]) == 4 * 5
+    assert out["lab"] == "interventions" and len(out["rows"]) == 4 * len(POOLINGS)
     direct = intervention_table("tiny-gemma3", n=8, max_tokens=24)  # cache hit
     for row in out["rows"]:
         assert row["gap_pct"] == pytest.approx(direct.value(row["intervention"], row["pooling"]))

@@ -1,0 +1,203 @@
+"""Token ids of passages: the BOS option (SPEC 11.4) and token windows (SPEC 12).
+
+The tiny models' byte tokenizer makes every count checkable by hand: one token per UTF-8 byte,
+`<bos>` = 1 in front of every text for `tiny-llama`, nothing for `tiny-llama-nobos`. Both tiny
+variants have the same weights, so "nobos + add" must give exactly the ids (and states) of
+"bos + default".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from deffcore.errors import DeffError, TooFewPassagesError
+from deffcore.extract import tokenize
+from deffcore.models import load_tokenizer
+from deffcore.texts import all_passages
+from deffcore.tokens import (
+    adds_bos,
+    count_windows,
+    cut_windows,
+    encode_documents,
+    prefix_suffix,
+    sample_windows,
+)
+
+BOS = 1
+LONG = "The quick brown fox jumps over the lazy dog. " * 6  # 270 ASCII bytes
+
+
+@pytest.fixture(scope="module")
+def bos_tok():
+    return load_tokenizer("tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def nobos_tok():
+    return load_tokenizer("tiny-llama-nobos")
+
+
+def _n_bytes(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Window cutting
+
+
+@pytest.mark.parametrize("max_tokens", [2, 8, 16, 33])
+def test_window_counts_are_floor_body_over_room(bos_tok, nobos_tok, tiny_passages, max_tokens):
+    docs = [*tiny_passages, LONG, "é" * 20]  # a 2-byte character: 40 tokens
+    for tok, specials in ((bos_tok, 1), (nobos_tok, 0)):
+        room = max_tokens - specials
+        windows = cut_windows(tok, docs, max_tokens)
+        assert len(windows) == sum(_n_bytes(d) // room for d in docs)
+        assert all(len(w) == max_tokens for w in windows)
+
+
+def test_windows_are_consecutive_and_do_not_overlap(bos_tok, nobos_tok, tiny_passages):
+    for tok, prefix in ((bos_tok, [BOS]), (nobos_tok, [])):
+        for doc in [*tiny_passages, LONG]:
+            windows = cut_windows(tok, [doc], 16)
+            room = 16 - len(prefix)
+            assert all(w[: len(prefix)] == prefix for w in windows)
+            joined = [i for w in windows for i in w[len(prefix) :]]
+            body = tok(doc, add_special_tokens=False).input_ids
+            assert joined == body[: len(windows) * room]  # a prefix of the document's body
+            assert len(body) - len(joined) < room  # only a last partial window is dropped
+            # decoded independently of the ids: the windows spell the document's start
+            assert tok.decode(joined) == doc[: len(joined)]
+
+
+def test_special_tokens_per_window(bos_tok, nobos_tok):
+    with_bos = cut_windows(bos_tok, [LONG], 32)
+    assert all(w[0] == BOS and BOS not in w[1:] for w in with_bos)
+    assert all(BOS not in w for w in cut_windows(nobos_tok, [LONG], 32))
+    stripped = cut_windows(bos_tok, [LONG], 32, bos="none")
+    assert all(BOS not in w and len(w) == 32 for w in stripped)
+    # with the same weights and byte ids, "none" on tiny-llama is tiny-llama-nobos's default
+    assert stripped == cut_windows(nobos_tok, [LONG], 32)
+    assert cut_windows(nobos_tok, [LONG], 32, bos="add") == with_bos
+
+
+def test_sample_windows_is_seeded_and_without_replacement(bos_tok):
+    windows = cut_windows(bos_tok, [LONG * 4], 8)  # 1080 bytes / 7 = 154 windows
+    assert len(windows) == 1080 // 7
+    a, b = sample_windows(windows, 20, seed=0), sample_windows(windows, 20, seed=0)
+    c = sample_windows(windows, 20, seed=1)
+    assert a == b and a != c
+    # without replacement: 20 distinct positions (windows can repeat text, so count indices)
+    tagged = [[i, *w] for i, w in enumerate(windows)]
+    assert len({s[0] for s in sample_windows(tagged, 20, seed=0)}) == 20
+    assert sample_windows(windows, len(windows), seed=3) != windows  # permuted, all kept
+
+
+def test_sample_windows_refuses_too_many(bos_tok):
+    windows = cut_windows(bos_tok, ["x" * 70], 8)  # 70 // 7 = 10 windows
+    with pytest.raises(TooFewPassagesError, match=r"yields 10 windows .* fewer than n=11"):
+        sample_windows(windows, 11, seed=0)
+
+
+def test_window_with_no_room_for_text_is_refused(bos_tok):
+    with pytest.raises(DeffError, match="leaves no room for text"):
+        cut_windows(bos_tok, [LONG], 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# count_windows: tokenizer only
+
+
+def test_count_windows_matches_the_closed_form(tiny_dataset, tiny_passages, monkeypatch):
+    from deffcore import models
+
+    # no weights may be built for a count: only the tokenizer
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(models, "_init_from_config", lambda *a: pytest.fail("weights built"))
+    want_bos = sum(_n_bytes(p) // 15 for p in tiny_passages)
+    want_nobos = sum(_n_bytes(p) // 16 for p in tiny_passages)
+    assert count_windows("tiny-llama", tiny_dataset, 16) == want_bos
+    assert count_windows("random:tiny-llama:7", tiny_dataset, 16) == want_bos
+    assert count_windows("tiny-llama-nobos", tiny_dataset, 16) == want_nobos
+    assert count_windows("tiny-llama", tiny_dataset, 16, bos="none") == want_nobos
+    assert count_windows("tiny-llama-nobos", tiny_dataset, 16, bos="add") == want_bos
+    tok = load_tokenizer("tiny-llama")
+    assert want_bos == len(cut_windows(tok, tiny_passages, 16))
+
+
+def test_count_windows_bbc_reaches_paper_scale_for_tiny_llama():
+    want = sum(_n_bytes(doc) // 63 for doc in all_passages("bbc-news"))
+    got = count_windows("tiny-llama", "bbc-news", 64)
+    assert got == want and got >= 10_000
+
+
+def test_count_windows_of_a_streamed_dataset_needs_n():
+    with pytest.raises(DeffError, match="needs the number of documents"):
+        count_windows("tiny-llama", "hf:org/name:train", 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# The BOS option on documents
+
+
+def test_bos_add_on_a_tokenizer_without_bos_adds_exactly_one(nobos_tok, bos_tok):
+    short, long_ = "Short text.", LONG
+    default = encode_documents(nobos_tok, [short, long_], 64)
+    added = encode_documents(nobos_tok, [short, long_], 64, bos="add")
+    assert BOS not in default[0] and not adds_bos(nobos_tok)
+    assert added[0] == [BOS, *default[0]] and len(added[0]) == _n_bytes(short) + 1
+    assert len(added[1]) == 64 == len(default[1])  # budget kept: one text token fewer
+    assert added[1] == [BOS, *default[1][:63]]
+    # and it is exactly what the BOS-adding tokenizer does by default (same ids)
+    assert added == encode_documents(bos_tok, [short, long_], 64)
+    # "add" where the tokenizer already adds one: still exactly one BOS
+    twice = encode_documents(bos_tok, [short], 64, bos="add")[0]
+    assert twice.count(BOS) == 1 and twice[0] == BOS
+
+
+def test_bos_none_on_a_bos_adding_tokenizer_removes_it(bos_tok, nobos_tok):
+    short = "Short text."
+    default = encode_documents(bos_tok, [short, LONG], 64)
+    none = encode_documents(bos_tok, [short, LONG], 64, bos="none")
+    assert adds_bos(bos_tok) and default[0][0] == BOS
+    assert none[0] == default[0][1:] and BOS not in none[0]
+    assert len(none[1]) == 64 and none[1][:63] == default[1][1:]  # the freed slot holds text
+    assert none == encode_documents(nobos_tok, [short, LONG], 64)
+
+
+def test_extraction_tokenises_with_the_bos_option(bos_tok, nobos_tok):
+    ids, kept = tokenize(nobos_tok, ["ab", "c"], 8, bos="add")
+    assert ids == [[BOS, *nobos_tok("ab").input_ids], [BOS, *nobos_tok("c").input_ids]]
+    assert kept == [0, 1]
+    ids, kept = tokenize(bos_tok, ["ab", "c"], 8, bos="none")
+    assert ids == [nobos_tok("ab").input_ids] and kept == [0]  # "c" alone is 1 token: dropped
+
+
+def test_bos_add_without_a_bos_token_is_a_clear_error():
+    from transformers import PreTrainedTokenizerFast
+
+    from deffcore.tokenizers_builtin import byte_level_tokenizer
+
+    base = byte_level_tokenizer(add_bos=False)
+    no_bos_token = PreTrainedTokenizerFast(tokenizer_object=base.backend_tokenizer)
+    assert no_bos_token.bos_token_id is None
+    with pytest.raises(DeffError, match="needs a tokenizer with a BOS token"):
+        encode_documents(no_bos_token, ["text"], 8, bos="add")
+    with pytest.raises(DeffError, match="needs a tokenizer with a BOS token"):
+        cut_windows(no_bos_token, ["text"], 2, bos="add")
+    # "none" and "default" still work: there is nothing to remove
+    assert encode_documents(no_bos_token, ["ab"], 8, bos="none") == [base("ab").input_ids]
+
+
+def test_unknown_bos_option_is_refused(bos_tok):
+    with pytest.raises(DeffError, match="Unknown BOS option 'twice'"):
+        prefix_suffix(bos_tok, "twice")
+
+
+def test_load_tokenizer_is_memoised_and_matches_the_model(tiny_model):
+    assert load_tokenizer("tiny-llama") is load_tokenizer("tiny-llama")
+    lm = tiny_model("llama", bos=False)
+    text = "Tokenizers agree."
+    assert load_tokenizer("tiny-llama-nobos")(text).input_ids == lm.tokenizer(text).input_ids
+    assert (
+        load_tokenizer("random:tiny-llama-nobos:3")(text).input_ids == lm.tokenizer(text).input_ids
+    )
