@@ -1,0 +1,117 @@
+"""`python -m deffcore bos`: BOS sensitivity of a run: controls, massive activations, sinks."""
+
+from __future__ import annotations
+
+import argparse
+
+from deffcore.cli import print_json
+from deffcore.commands._common import (
+    Progress,
+    add_output_args,
+    add_run_args,
+    check_args,
+    result_only_stdout,
+    run_kwargs,
+)
+from deffcore.constants import POOLINGS
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bos",
+        help="BOS and attention-sink check: pooling controls, massive activations, sink heads",
+        description="Measure a run (cached) with every pooling control, then one small "
+        "eager-attention pass over its first min(N, 64) passages for massive activations "
+        "(per state h_0..h_L) and attention sinks (per block), and print one verdict. "
+        "Compare --bos add with --bos none to tell a BOS sink from a first-position sink.",
+    )
+    add_run_args(p, model="smollm2-135m", n=512)
+    p.add_argument("--batch-size", type=int, default=None, help="fixed batch size (default: auto)")
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def compute(args: argparse.Namespace, progress=None) -> dict:
+    """The run and its diagnostics, each cached; one model load serves both when needed."""
+    from deffcore import cache
+    from deffcore.diagnostics import bos_report, diagnose, read_diagnostics
+    from deffcore.measurement import measure_spec, run_spec
+    from deffcore.models import load_model
+
+    kw = run_kwargs(args)
+    spec, device = run_spec(
+        kw["model"],
+        kw["dataset"],
+        kw["n"],
+        kw["max_tokens"],
+        kw["seed"],
+        kw["metric"],
+        kw.get("revision"),
+        kw.get("device"),
+        kw.get("dtype"),
+        passages=kw.get("passages", "documents"),
+        bos=kw.get("bos", "default"),
+    )
+    loaded = None
+    if read_diagnostics(spec) is None or cache.load(spec) is None:
+        # the dataset is checked first (fails fast), then the model is loaded once for both
+        from deffcore.diagnostics import run_texts
+
+        run_texts(spec)
+        if progress is not None:
+            progress(0, spec.n, f"loading {spec.model}")
+        loaded = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
+    m = measure_spec(
+        spec,
+        metric=kw["metric"],
+        device=device,
+        batch_size=args.batch_size,
+        progress=progress,
+        loaded=loaded,
+    )
+    diag = diagnose(spec, device=device, loaded=loaded, progress=progress)
+    return bos_report(m, diag, kw["metric"])
+
+
+def _table(d: dict) -> str:
+    ratio = d["pos0_norm_ratio"]
+    onset = d["massive_onset"]
+    lines = [
+        f"model {d['model']}  layers L={d['layers']}  N={d['n']}  max_tokens={d['max_tokens']}  "
+        f"passages={d['passages']}  bos={d['bos']} (tokenizer adds BOS: {d['adds_bos']})",
+        "",
+        d["verdict"],
+        "",
+        f"{'pooling':<15}{'D_eff':>8}{'D_eff/L':>9}{'gap%':>8}{'rho1':>7}",
+    ]
+    for pooling in POOLINGS:
+        r = d["results"][pooling]
+        lines.append(
+            f"{pooling:<15}{r['deff']:>8.3f}{r['deff_over_L']:>9.3f}{r['gap_pct']:>8.1f}"
+            f"{r['rho1']:>7.3f}"
+        )
+    lines += [
+        "",
+        f"position-0 norm ratio: peak {ratio['max']:.1f}x at layer {ratio['layer']}",
+        f"massive activations ({d['diagnostic_passages']} passages): onset "
+        f"{'none' if onset is None else f'layer {onset}'}",
+        f"{'layer':>6}{'ratio':>12}{'position':>10}{'dim':>6}{'pos-0 ratio':>13}{'sinks':>8}",
+    ]
+    for layer, r in enumerate(d["massive_ratio"]):
+        sink = "" if layer == 0 else f"{100 * d['sink_fraction'][layer - 1]:>7.0f}%"
+        lines.append(
+            f"{layer:>6}{r:>12.1f}{d['massive_position'][layer]:>10}"
+            f"{d['massive_dim'][layer]:>6}{ratio['per_layer'][layer]:>12.1f}x{sink}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_args(args)  # every argument, cheaply, before anything loads
+    with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
+        d = compute(args, progress=bar)
+    if args.json:
+        print_json(d)
+    else:
+        print(_table(d))
+    return 0

@@ -1,0 +1,749 @@
+"""BOS and attention-sink diagnostics (SPEC section 11): massive activations, sink heads, verdict.
+
+One small extra forward pass, separate from the measurement, over the first `min(N, 64)`
+passages of a run's sample (the passages with >= 2 tokens, in the run's order), with the
+model's *eager* attention so the attention probabilities exist (ordinary runs keep their fast
+attention and are not slowed down). Hooks on the blocks capture every token state h_0 .. h_L
+(the same hooks as extraction: h_0 is the input of block 1, h_L the input of the final norm).
+
+Per state h_l, l = 0..L (Sun et al. 2024, SPEC 11.2), over real tokens only:
+
+    m_b                 max over positions t and features j of |h_l[b, t, j]|     (passage b)
+    massive_ratio_l     mean_b m_b / median over all real (b, t, j) of |h_l[b, t, j]|
+    massive_position_l  the most frequent position t of that maximum over passages (ties: smaller)
+    massive_dim_l       the most frequent feature j of that maximum (ties: smaller)
+    onset               the first l with massive_ratio_l > 100 (None when there is none)
+
+Per block l = 1..L and head h (Gu et al. 2024, SPEC 11.3):
+
+    a_{l,h}          mean over passages b of [ mean over queries t = 1..n_b-1 of A_{l,h}[b, t, 0] ]
+    sink_fraction_l  share of heads with a_{l,h} > 0.3
+
+Decisions where SPEC is silent: the median is numpy's (the mean of the two middle values for
+an even count), computed in float64 from float32 |h| values; positions count from the
+passage's first real token; per-token state norms ||h_l[b, t]|| of every diagnosed passage are
+kept for the passage inspector. Memory: the exact median needs a layer's |h| values at once,
+tokens x d x 4 bytes per layer (0.6 GB for all 31 states of SmolLM2 at 64 x 128); layers that
+do not fit `VALUES_BUDGET` together are collected in further passes, one group per pass.
+The eager pass runs in batches sized so that the attention probabilities of all L blocks fit a
+budget (`ATTENTION_BUDGET`).
+
+`diagnose(spec)` stores the result as `diagnostics.json` inside the run's cache entry folder
+(`cache_dir()/<key>/`, created when absent), so the app reads it without recomputing; deleting
+the run deletes it. `bos_verdict` turns the controls' gaps and the diagnostics into one sentence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from deffcore.errors import DeffError, NonFiniteActivationsError, UnsupportedArchitectureError
+
+#: Passages in the diagnostic pass (SPEC 11: the first min(N, 64) of the run's sample).
+DIAG_PASSAGES = 64
+#: A state has a massive activation when its ratio exceeds this (SPEC 11.2, the onset).
+MASSIVE_THRESHOLD = 100.0
+#: A head is a sink when its mean attention to position 0 exceeds this (SPEC 11.3).
+SINK_THRESHOLD = 0.3
+#: Bytes of attention probabilities (all L blocks of one batch) per diagnostic batch.
+ATTENTION_BUDGET = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
+#: Bytes of |h| values held at once for the exact medians; above it, layers go in groups,
+#: one extra forward pass per group (e.g. 64 passages x 2,048 tokens of Gemma-3: 4 passes).
+VALUES_BUDGET = 2 * 2**30
+#: Name of the file inside a run's cache entry; bump the format when its content changes.
+DIAG_FILE = "diagnostics.json"
+DIAG_FORMAT = 1
+
+Progress = Callable[[int, int, str], None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions (pure; tested on hand-made inputs)
+# ---------------------------------------------------------------------------------------------
+
+
+def passage_maxima(
+    hidden: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Largest |h| of each passage and where it is.
+
+    hidden (B, T, d), mask (B, T) bool (True at real tokens, any padding side).
+    Returns (value (B,) float32, position (B,) long counted from the passage's first real
+    token, feature (B,) long). Padding never wins, even when it holds NaN or inf.
+    """
+    a = hidden.float().abs()
+    a = torch.where(mask.bool()[..., None], a, -1.0)
+    B, _, d = a.shape
+    value, flat = a.reshape(B, -1).max(1)
+    first = mask.int().argmax(1)
+    return value, flat // d - first, flat % d
+
+
+def most_frequent(values: Sequence[int] | np.ndarray) -> int:
+    """The most frequent value; ties go to the smaller value (SPEC 11.2)."""
+    vals, counts = np.unique(np.asarray(values, dtype=np.int64), return_counts=True)
+    return int(vals[np.argmax(counts)])  # np.unique sorts, argmax takes the first maximum
+
+
+def median_abs(chunks: Sequence[np.ndarray]) -> float:
+    """Median of the concatenated |h| values (float32 chunks), computed in float64."""
+    x = np.concatenate([np.ravel(c) for c in chunks]).astype(np.float64)
+    return float(np.median(x))
+
+
+def massive_onset(ratio: Sequence[float], threshold: float = MASSIVE_THRESHOLD) -> int | None:
+    """The first layer index l whose massive ratio exceeds `threshold`, None if none does."""
+    for layer, r in enumerate(ratio):
+        if r is not None and np.isfinite(r) and r > threshold:
+            return layer
+    return None
+
+
+def sink_scores_batch(attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per passage and head, the mean attention of queries t >= 1 to position 0.
+
+    attn (B, H, T, T) attention probabilities (query, key); mask (B, T) bool (real tokens; each
+    row has >= 2). Position 0 is the passage's first real token and t counts from it.
+    Returns (B, H) float64. Query 0 is excluded: it can only attend to itself.
+    """
+    m = mask.bool()
+    B, H, T, _ = attn.shape
+    first = m.int().argmax(1)  # (B,)
+    idx = first.view(B, 1, 1, 1).expand(B, H, T, 1)
+    to_first = attn.gather(3, idx)[..., 0].double()  # (B, H, T): A[b, h, t, first_b]
+    w = m.double()
+    w[torch.arange(B, device=m.device), first] = 0.0
+    w = w / w.sum(1, keepdim=True)  # 1/(n_b - 1) at the real queries after the first
+    to_first = torch.where(w[:, None, :] > 0, to_first, 0.0)  # padded rows may hold anything
+    return (to_first * w[:, None, :]).sum(-1)
+
+
+def sink_fraction(scores: np.ndarray, threshold: float = SINK_THRESHOLD) -> np.ndarray:
+    """scores (L, H) mean attention to position 0 per block and head -> (L,) share of sinks."""
+    s = np.asarray(scores, dtype=np.float64)
+    return (s > threshold).mean(axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The diagnostic pass
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BosDiagnostics:
+    """Massive activations (h_0 .. h_L) and attention sinks (blocks 1..L) of one run.
+
+    massive_ratio, massive_position, massive_dim, massive_max (mean_b m_b), massive_median:
+        (L+1,) per state h_0 .. h_L
+    sink_scores:  (L, H) a_{l,h}; sink_fraction: (L,)
+    token_ids:    ids of each diagnosed passage; tokens: their strings
+    token_norms:  per passage (L+1, n_b) ||h_l[t]||
+    passage_max_position, passage_max_dim, passage_max_value: (n, L+1) where each passage's
+        largest |h| sits per state (the inspector marks it)
+    """
+
+    massive_ratio: np.ndarray
+    massive_position: np.ndarray
+    massive_dim: np.ndarray
+    massive_max: np.ndarray
+    massive_median: np.ndarray
+    sink_scores: np.ndarray
+    token_ids: list[list[int]]
+    tokens: list[list[str]]
+    token_norms: list[np.ndarray]
+    passage_max_position: np.ndarray
+    passage_max_dim: np.ndarray
+    passage_max_value: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def layers(self) -> int:
+        return int(self.sink_scores.shape[0])
+
+    @property
+    def n_passages(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def sink_fraction(self) -> np.ndarray:
+        return sink_fraction(self.sink_scores)
+
+    @property
+    def massive_onset(self) -> int | None:
+        return massive_onset(self.massive_ratio)
+
+    def to_dict(self, tokens: bool = True) -> dict[str, Any]:
+        """Plain JSON-ready values; `tokens=False` leaves out the per-token inspector data."""
+        out: dict[str, Any] = {
+            "layers": self.layers,
+            "heads": int(self.sink_scores.shape[1]),
+            "n_passages": self.n_passages,
+            "massive_ratio": _floats(self.massive_ratio),
+            "massive_position": [int(v) for v in self.massive_position],
+            "massive_dim": [int(v) for v in self.massive_dim],
+            "massive_max": _floats(self.massive_max),
+            "massive_median": _floats(self.massive_median),
+            "massive_onset": self.massive_onset,
+            "massive_threshold": MASSIVE_THRESHOLD,
+            "sink_fraction": _floats(self.sink_fraction),
+            "sink_scores": [_floats(row) for row in self.sink_scores],
+            "sink_threshold": SINK_THRESHOLD,
+            "meta": self.meta,
+        }
+        if tokens:
+            out["inspector"] = {
+                "token_ids": self.token_ids,
+                "tokens": self.tokens,
+                "token_norms": [[_floats(row, 5) for row in n] for n in self.token_norms],
+                "max_position": self.passage_max_position.tolist(),
+                "max_dim": self.passage_max_dim.tolist(),
+                "max_value": [_floats(row, 5) for row in self.passage_max_value],
+            }
+        return out
+
+
+def _floats(x: Any, digits: int | None = None) -> list[float | None]:
+    """float64 values as plain floats (NaN -> None); `digits` significant digits if given."""
+    out: list[float | None] = []
+    for v in np.asarray(x, dtype=np.float64).ravel():
+        if not np.isfinite(v):
+            out.append(None)
+        elif digits is None or v == 0:
+            out.append(float(v))
+        else:
+            out.append(float(f"{v:.{digits}g}"))
+    return out
+
+
+class _Collector:
+    """Hook target: keeps what the massive statistics and the inspector need from each state."""
+
+    def __init__(self, layers: int, n: int):
+        self.values: list[list[np.ndarray]] = [[] for _ in range(layers + 1)]
+        self.max_value = np.zeros((n, layers + 1), dtype=np.float64)
+        self.max_position = np.zeros((n, layers + 1), dtype=np.int64)
+        self.max_dim = np.zeros((n, layers + 1), dtype=np.int64)
+        self.norms: list[np.ndarray | None] = [None] * n
+        self.layers = layers
+        self.mask: torch.Tensor | None = None
+        self.slots: list[int] = []
+        #: layers whose |h| values this pass keeps (for the median); the per-passage maxima
+        #: and norms are taken on the first pass only
+        self.keep: set[int] = set(range(layers + 1))
+        self.first_pass = True
+
+    def __call__(self, layer: int, hidden: torch.Tensor) -> None:
+        m = self.mask.bool()
+        h = hidden.float()
+        if layer in self.keep:
+            self.values[layer].append(h[m].abs().cpu().numpy())  # (real tokens, d) float32
+        if not self.first_pass:
+            return
+        value, pos, dim = passage_maxima(h, m)
+        if not bool(torch.isfinite(value).all()):
+            raise NonFiniteActivationsError(
+                f"The model produced NaN or inf at layer {layer} during the diagnostic pass; "
+                "try float32 (--dtype float32) or check the weights."
+            )
+        norms = h.norm(dim=-1).cpu().numpy()  # (B, T)
+        lengths = m.sum(1).tolist()
+        for row, slot in enumerate(self.slots):
+            self.max_value[slot, layer] = float(value[row])
+            self.max_position[slot, layer] = int(pos[row])
+            self.max_dim[slot, layer] = int(dim[row])
+            if self.norms[slot] is None:
+                self.norms[slot] = np.zeros((self.layers + 1, lengths[row]), dtype=np.float64)
+            self.norms[slot][layer] = norms[row, : lengths[row]]  # right padding
+
+
+def _num_heads(model: torch.nn.Module) -> int:
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
+    cfg = cfg or model.config
+    for name in ("num_attention_heads", "n_head", "num_heads"):
+        if getattr(cfg, name, None):
+            return int(getattr(cfg, name))
+    return 16
+
+
+@contextlib.contextmanager
+def eager_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Inside the `with`, the model uses transformers' eager attention (it returns attention
+    probabilities); on exit the previous implementation is restored."""
+    previous = getattr(model.config, "_attn_implementation", None)
+    if previous == "eager":
+        yield
+        return
+    if not hasattr(model, "set_attn_implementation"):
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__} cannot switch to eager attention, so its attention "
+            "probabilities (needed for the sink diagnostics) cannot be read."
+        )
+    model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
+def _add_sink_scores(scores: np.ndarray, out: Any, mask: torch.Tensor, arch: str) -> np.ndarray:
+    """scores (L, H) plus this batch's per-passage sums of a_{l,h} (the model output's
+    `attentions`, one (B, H, T, T) per block)."""
+    attentions = getattr(out, "attentions", None)
+    L = scores.shape[0]
+    if not attentions or len(attentions) != L or attentions[0] is None:
+        raise UnsupportedArchitectureError(
+            f"{arch} does not return attention probabilities for all its blocks, so the sink "
+            "diagnostics cannot be computed."
+        )
+    if attentions[0].shape[1] != scores.shape[1]:  # the config's head count was wrong
+        if scores.any():
+            raise UnsupportedArchitectureError(f"{arch} changed its number of heads mid-run.")
+        scores = np.zeros((L, attentions[0].shape[1]), dtype=np.float64)
+    for layer, attn in enumerate(attentions):
+        scores[layer] += sink_scores_batch(attn, mask.bool()).sum(0).cpu().numpy()
+    return scores
+
+
+def _token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Each id decoded on its own (readable, unlike raw vocabulary pieces); specials kept."""
+    return [tokenizer.decode([i]) for i in ids]
+
+
+def bos_diagnostics(
+    loaded: Any,
+    passages: list[str] | None = None,
+    *,
+    token_ids: list[list[int]] | None = None,
+    max_tokens: int | None = None,
+    bos: str = "default",
+    max_passages: int = DIAG_PASSAGES,
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+) -> BosDiagnostics:
+    """Massive activations and attention sinks of `loaded` (a `LoadedModel`) on the first
+    `max_passages` passages with >= 2 tokens.
+
+    Either `passages` (texts, tokenised with `max_tokens` and the BOS option `bos`) or
+    `token_ids` (ready ids, e.g. the run's windows). One eager-attention forward pass per batch,
+    right padding; the model's attention implementation is restored afterwards.
+    Raises TooFewPassagesError (no passage with >= 2 tokens), NonFiniteActivationsError,
+    UnsupportedArchitectureError (no attention probabilities).
+    """
+    from deffcore.errors import TooFewPassagesError
+    from deffcore.extract import _pad, _register_hooks, keep_long_enough, tokenize
+    from deffcore.models import base_model
+
+    if token_ids is None:
+        if max_tokens is None:
+            raise DeffError("bos_diagnostics needs max_tokens when it is given passages.")
+        ids, _ = tokenize(loaded.tokenizer, list(passages or []), max_tokens, bos)
+    else:
+        ids, _ = keep_long_enough([list(s) for s in token_ids])
+    ids = ids[:max_passages]
+    if not ids:
+        raise TooFewPassagesError("No passage has the 2 tokens the diagnostics need.")
+    model, L = loaded.model, loaded.layers
+    heads = _num_heads(model)
+    tok = loaded.tokenizer
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    T = max(len(s) for s in ids)
+    if batch_size is None:
+        budget = ATTENTION_BUDGET["cuda" if loaded.device.startswith("cuda") else "cpu"]
+        batch_size = max(1, budget // (L * heads * T * T * 4))
+    collector = _Collector(L, len(ids))
+    scores = np.zeros((L, heads), dtype=np.float64)
+    medians = np.zeros(L + 1, dtype=np.float64)
+    # The exact median needs every |h| value of a layer at once: when all layers do not fit
+    # VALUES_BUDGET, later passes (no attention output) collect the remaining layers in groups.
+    per_layer = sum(len(s) for s in ids) * loaded.d_model * 4
+    group = max(1, min(L + 1, VALUES_BUDGET // max(per_layer, 1)))
+    groups = [list(range(g, min(g + group, L + 1))) for g in range(0, L + 1, group)]
+    handles = _register_hooks(model, collector)
+    base = base_model(model)
+    try:
+        with eager_attention(model), torch.inference_mode():
+            for g, layers in enumerate(groups):
+                collector.keep, collector.first_pass = set(layers), g == 0
+                for start in range(0, len(ids), batch_size):
+                    batch = list(range(start, min(start + batch_size, len(ids))))
+                    b_ids, b_mask, b_pos = _pad(
+                        [ids[i] for i in batch], pad_id, "right", loaded.device
+                    )
+                    collector.mask, collector.slots = b_mask, batch
+                    out = base(
+                        input_ids=b_ids,
+                        attention_mask=b_mask,
+                        position_ids=b_pos,
+                        use_cache=False,
+                        output_attentions=g == 0,
+                    )
+                    if g == 0:
+                        scores = _add_sink_scores(scores, out, b_mask, loaded.architecture)
+                    if progress is not None:
+                        done = g * len(ids) + batch[-1] + 1
+                        progress(done, len(groups) * len(ids), "diagnostics")
+                for layer in layers:  # free each group's |h| values once its median is taken
+                    medians[layer] = median_abs(collector.values[layer])
+                    collector.values[layer] = []
+    finally:
+        for h in handles:
+            h.remove()
+    n = len(ids)
+    mean_max = collector.max_value.mean(0)
+    return BosDiagnostics(
+        massive_ratio=mean_max / medians,
+        massive_position=np.array([most_frequent(c) for c in collector.max_position.T]),
+        massive_dim=np.array([most_frequent(c) for c in collector.max_dim.T]),
+        massive_max=mean_max,
+        massive_median=medians,
+        sink_scores=scores / n,
+        token_ids=[list(map(int, s)) for s in ids],
+        tokens=[_token_strings(tok, s) for s in ids],
+        token_norms=[np.asarray(x) for x in collector.norms],
+        passage_max_position=collector.max_position,
+        passage_max_dim=collector.max_dim,
+        passage_max_value=collector.max_value,
+        meta={
+            "model": loaded.spec,
+            "architecture": loaded.architecture,
+            "device": loaded.device,
+            "dtype": loaded.dtype,
+            "adds_bos": bool(loaded.adds_bos),
+            "batch_size": int(batch_size),
+            "passages": n,
+            "tokens": int(sum(len(s) for s in ids)),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's diagnostics, cached in its cache entry
+# ---------------------------------------------------------------------------------------------
+
+
+def run_token_ids(spec: Any, tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """The token ids of a run's sample, in the run's order (what `extract_spec` feeds the
+    model): `texts` are the run's passages (documents mode) or the documents its windows are
+    cut from (windows mode)."""
+    from deffcore.tokens import cut_windows, encode_documents, sample_windows
+
+    if spec.passages == "windows":
+        windows = cut_windows(tokenizer, texts, spec.max_tokens, spec.bos)
+        return sample_windows(windows, spec.n, spec.seed)
+    return encode_documents(tokenizer, texts, spec.max_tokens, spec.bos)
+
+
+def run_texts(spec: Any) -> list[str]:
+    """The texts behind a run: its sampled passages, or (windows) the documents windows are cut
+    from; opened before any model loads, so a bad dataset fails fast."""
+    from deffcore.texts import all_documents, load_passages
+
+    if spec.passages == "windows":
+        return all_documents(spec.dataset, spec.n, seed=spec.seed)
+    return load_passages(spec.dataset, spec.n, seed=spec.seed)
+
+
+def spec_from_fields(fields: Mapping[str, Any]) -> Any:
+    """The `RunSpec` of a run described by plain fields (e.g. a snapshot's `spec`); fields a
+    run did not record (`intervention`, `passages`, `bos`) take their defaults."""
+    from dataclasses import fields as dc_fields
+
+    from deffcore.cache import RunSpec
+
+    names = {f.name for f in dc_fields(RunSpec)}
+    return RunSpec(**{k: v for k, v in fields.items() if k in names})
+
+
+def diagnostics_path(spec: Any):
+    """`cache_dir()/<key>/diagnostics.json` (the folder is not created here)."""
+    from deffcore.cache import cache_dir
+
+    return cache_dir() / spec.key() / DIAG_FILE
+
+
+def read_diagnostics(spec: Any) -> dict[str, Any] | None:
+    """The stored diagnostics of `spec`, or None (absent, unreadable or of another format)."""
+    path = diagnostics_path(spec)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("format") != DIAG_FORMAT or data.get("key") != spec.key():
+        return None
+    return data
+
+
+def diagnose(
+    spec: Any,
+    *,
+    device: str | None = None,
+    loaded: Any = None,
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """The diagnostics of a run (`BosDiagnostics.to_dict()` plus `key`, `spec`, `cached`).
+
+    Read from `diagnostics.json` in the run's cache entry when present; else computed on the
+    first min(N, 64) passages of the run's sample (the dataset is opened before the model
+    loads; `loaded` reuses a model already in memory) and written there atomically. Only that
+    one file is written: a complete entry's meta.json/states.npz are never touched.
+    """
+    from dataclasses import asdict
+
+    from filelock import FileLock
+
+    from deffcore.cache import _atomic_write
+    from deffcore.models import load_model, resolve_device_dtype
+
+    found = read_diagnostics(spec)
+    if found is not None:
+        return {**found, "cached": True}
+    texts = run_texts(spec)
+    path = diagnostics_path(spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.parent / ".diagnostics.lock")):
+        found = read_diagnostics(spec)
+        if found is not None:
+            return {**found, "cached": True}
+        start = time.perf_counter()
+        if loaded is None:
+            device = device or resolve_device_dtype(None, spec.dtype)[0]
+            if progress is not None:
+                progress(0, spec.n, f"loading {spec.model}")
+            loaded = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
+        ids = run_token_ids(spec, loaded.tokenizer, texts)
+        with contextlib.ExitStack() as stack:
+            if spec.intervention != "none":
+                from deffcore.interventions import norm_intervention
+
+                stack.enter_context(norm_intervention(loaded.model, spec.intervention))
+            diag = bos_diagnostics(loaded, token_ids=ids, batch_size=batch_size, progress=progress)
+        data = {
+            "format": DIAG_FORMAT,
+            "key": spec.key(),
+            "spec": asdict(spec),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "elapsed_s": time.perf_counter() - start,
+            **diag.to_dict(),
+        }
+        _atomic_write(path, json.dumps(data, allow_nan=False).encode())
+    return {**data, "cached": False}
+
+
+# ---------------------------------------------------------------------------------------------
+# The verdict
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BosVerdict:
+    """What a researcher wants to know about BOS sensitivity, and one sentence saying it.
+
+    regime_depends: the controls disagree on the sign of the gap (D_eff below/above F_L);
+    flipped: the controls whose regime differs from `default`'s; gap_move: max - min gap over
+    the controls (points); massive_layer: the first state with a ratio > 100 *at position 0*
+    (None: none); massive_onset/_position: the first state with a ratio > 100 and where its
+    maximum sits; sink_max (its layer) and sink_mean: share of sink heads over blocks 1..L.
+    """
+
+    gaps: dict[str, float]
+    default_gap: float
+    regime_depends: bool
+    flipped: list[str]
+    gap_move: float
+    massive_layer: int | None = None
+    massive_onset: int | None = None
+    massive_onset_position: int | None = None
+    massive_peak: float | None = None
+    sink_max: float | None = None
+    sink_max_layer: int | None = None
+    sink_mean: float | None = None
+    sentence: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def _below(gap: float) -> bool:
+    """gap > 0 means D_eff < F_L (below the orthogonal-update reference)."""
+    return gap > 0
+
+
+def _regime(gap: float) -> str:
+    return "D_eff < F_L" if _below(gap) else "D_eff ≥ F_L"
+
+
+def bos_verdict(
+    gaps: Mapping[str, float],
+    *,
+    massive_ratio: Sequence[float] | None = None,
+    massive_position: Sequence[int] | None = None,
+    sink_fraction: Sequence[float] | None = None,
+    threshold: float = MASSIVE_THRESHOLD,
+) -> BosVerdict:
+    """One verdict from the gap to F_L (%) of each pooling control and the diagnostics.
+
+    gaps: {pooling: gap_pct}, `default` included; NaN gaps are left out. massive_ratio and
+    massive_position: (L+1,) per state h_0..h_L; sink_fraction: (L,) per block 1..L (layer
+    l = index + 1). Either may be None (not computed): the sentence then says so.
+    """
+    clean = {p: float(g) for p, g in gaps.items() if g is not None and math.isfinite(g)}
+    if "default" not in clean:
+        raise DeffError("The verdict needs the default pooling's gap to F_L.")
+    default = clean["default"]
+    flipped = [p for p, g in clean.items() if _below(g) != _below(default)]
+    move = max(clean.values()) - min(clean.values())
+    v = BosVerdict(
+        gaps=clean,
+        default_gap=default,
+        regime_depends=bool(flipped),
+        flipped=flipped,
+        gap_move=move,
+    )
+    if flipped:
+        parts = [
+            f"the regime depends on the control: default gives {_regime(default)} "
+            f"(gap {default:+.1f}%) but {_and(flipped)} give{'s' if len(flipped) == 1 else ''} "
+            f"{_regime(-default if default != 0 else 1.0)}, and the gap moves by {move:.1f} "
+            f"points across the {len(clean)} controls"
+        ]
+    else:
+        parts = [
+            f"the regime does not depend on the control: all {len(clean)} controls give "
+            f"{_regime(default)} (gaps {min(clean.values()):+.1f}% to "
+            f"{max(clean.values()):+.1f}%, a {move:.1f}-point move)"
+        ]
+    if massive_ratio is not None and massive_position is not None:
+        ratio = np.asarray([np.nan if r is None else r for r in massive_ratio], dtype=np.float64)
+        pos = list(massive_position)
+        v.massive_peak = float(np.nanmax(ratio))
+        v.massive_onset = massive_onset(ratio, threshold)
+        if v.massive_onset is not None:
+            v.massive_onset_position = int(pos[v.massive_onset])
+        at0 = [
+            layer
+            for layer, r in enumerate(ratio)
+            if np.isfinite(r) and r > threshold and pos[layer] == 0
+        ]
+        v.massive_layer = at0[0] if at0 else None
+        peak_layer = int(np.nanargmax(ratio))
+        if v.massive_layer is not None:
+            parts.append(
+                f"a massive activation sits at position 0 from layer {v.massive_layer} "
+                f"(peak ratio {v.massive_peak:,.0f}x at layer {peak_layer})"
+            )
+        elif v.massive_onset is not None:
+            parts.append(
+                f"a massive activation appears from layer {v.massive_onset}, at position "
+                f"{v.massive_onset_position}, not position 0"
+            )
+        else:
+            parts.append(
+                f"no massive activation (peak ratio {v.massive_peak:,.1f}x at layer "
+                f"{peak_layer}, below {threshold:.0f}x)"
+            )
+    else:
+        parts.append("massive activations not computed")
+    if sink_fraction is not None and len(sink_fraction):
+        frac = np.asarray(sink_fraction, dtype=np.float64)
+        v.sink_max = float(frac.max())
+        v.sink_max_layer = int(frac.argmax()) + 1
+        v.sink_mean = float(frac.mean())
+        if v.sink_max > 0:
+            parts.append(
+                f"up to {100 * v.sink_max:.0f}% of a block's heads are attention sinks "
+                f"(block {v.sink_max_layer}; {100 * v.sink_mean:.0f}% on average over blocks)"
+            )
+        else:
+            parts.append("no head is an attention sink in any block")
+    else:
+        parts.append("attention sinks not computed")
+    sentence = "; ".join(parts) + "."
+    v.sentence = sentence[0].upper() + sentence[1:]
+    return v
+
+
+def _and(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def verdict_for(
+    measurement: Any,
+    diagnostics: Mapping[str, Any] | None,
+    metric: str | None = None,
+    K: int | None = None,
+) -> BosVerdict:
+    """`bos_verdict` of a `Measurement` (every pooling control, maximum lag K) and its
+    `diagnose` dict (None: not computed)."""
+    from deffcore.constants import POOLINGS
+
+    gaps = {p: measurement.summary(p, metric, K).gap_pct for p in POOLINGS}
+    d = diagnostics or {}
+    return bos_verdict(
+        gaps,
+        massive_ratio=d.get("massive_ratio"),
+        massive_position=d.get("massive_position"),
+        sink_fraction=d.get("sink_fraction"),
+    )
+
+
+def bos_report(measurement: Any, diagnostics: Mapping[str, Any], metric: str | None = None):
+    """The `bos` command's JSON object (see `python -m deffcore bos --help`)."""
+    from deffcore.constants import POOLINGS
+    from deffcore.depth import reference_depth
+
+    metric = metric or measurement.metric
+    results = {}
+    for p in POOLINGS:
+        s = measurement.summary(p, metric)
+        results[p] = {
+            "deff": s.deff,
+            "deff_over_L": s.deff_over_L,
+            "gap_pct": s.gap_pct,
+            "rho1": s.rho1,
+        }
+    verdict = verdict_for(measurement, diagnostics, metric)
+    ratio, layer = measurement.pos0_peak()
+    spec = measurement.spec
+    return {
+        "model": spec.model,
+        "dataset": spec.dataset,
+        "n": measurement.n,
+        "n_requested": spec.n,
+        "max_tokens": spec.max_tokens,
+        "seed": spec.seed,
+        "passages": spec.passages,
+        "bos": spec.bos,
+        "adds_bos": (diagnostics.get("meta") or {}).get("adds_bos"),
+        "metric": metric,
+        "key": spec.key(),
+        "layers": measurement.layers,
+        "reference_FL": float(reference_depth(measurement.layers)),
+        "diagnostic_passages": diagnostics["n_passages"],
+        "massive_ratio": diagnostics["massive_ratio"],
+        "massive_position": diagnostics["massive_position"],
+        "massive_dim": diagnostics["massive_dim"],
+        "massive_onset": diagnostics["massive_onset"],
+        "sink_fraction": diagnostics["sink_fraction"],
+        "pos0_norm_ratio": {
+            "max": ratio,
+            "layer": layer,
+            "per_layer": np.asarray(measurement.pooled.pos0_norm_ratio, dtype=float).tolist(),
+        },
+        "results": results,
+        "verdict": verdict.sentence,
+        "verdict_detail": verdict.to_dict(),
+        "cached": {"run": bool(measurement.cached), "diagnostics": bool(diagnostics["cached"])},
+    }

@@ -1,0 +1,97 @@
+"""`python -m deffcore bos`: one JSON object whose numbers are the library's, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from deffcore.cli import main
+from deffcore.constants import POOLINGS
+
+ARGS = ["--model", "tiny-llama", "--n", "8", "--max-tokens", "24", "--no-progress"]
+
+
+def _run(capsys, *extra: str) -> tuple[int, str, str]:
+    code = main(["bos", *ARGS, *extra])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
+    from deffcore.diagnostics import bos_verdict, diagnose
+    from deffcore.measurement import measure
+
+    code, out, _ = _run(capsys, "--dataset", tiny_dataset, "--json")
+    assert code == 0
+    d = json.loads(out)
+    L = d["layers"]
+    assert L == 4
+    assert len(d["massive_ratio"]) == len(d["massive_position"]) == len(d["massive_dim"]) == L + 1
+    assert len(d["sink_fraction"]) == L
+    assert all(0 <= f <= 1 for f in d["sink_fraction"])
+    assert set(d["results"]) == set(POOLINGS)
+    m = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=24)  # cache hit
+    assert m.cached
+    for p in POOLINGS:
+        s = m.summary(p)
+        r = d["results"][p]
+        assert set(r) == {"deff", "deff_over_L", "gap_pct", "rho1"}
+        np.testing.assert_allclose(
+            [r["deff"], r["deff_over_L"], r["gap_pct"], r["rho1"]],
+            [s.deff, s.deff_over_L, s.gap_pct, s.rho1],
+            rtol=1e-12,
+        )
+    np.testing.assert_allclose(d["pos0_norm_ratio"]["per_layer"], m.pooled.pos0_norm_ratio)
+    diag = diagnose(m.spec)
+    assert diag["cached"] and d["massive_ratio"] == diag["massive_ratio"]
+    want = bos_verdict(
+        {p: d["results"][p]["gap_pct"] for p in POOLINGS},
+        massive_ratio=d["massive_ratio"],
+        massive_position=d["massive_position"],
+        sink_fraction=d["sink_fraction"],
+    )
+    assert d["verdict"] == want.sentence and d["verdict"].endswith(".")
+    assert d["bos"] == "default" and d["adds_bos"] is True
+    # second call: everything from the cache
+    _, out2, _ = _run(capsys, "--dataset", tiny_dataset, "--json")
+    assert json.loads(out2)["cached"] == {"run": True, "diagnostics": True}
+
+
+def test_bos_none_and_add_change_the_first_token(capsys, tiny_dataset):
+    from deffcore.diagnostics import diagnose
+    from deffcore.measurement import run_spec
+
+    cases = (("tiny-llama", "none", False), ("tiny-llama-nobos", "add", True))
+    for model, bos, first_is_bos in cases:
+        code = main(
+            ["bos", "--model", model, "--dataset", tiny_dataset, "--n", "8", "--max-tokens", "24",
+             "--bos", bos, "--json", "--no-progress"]
+        )  # fmt: skip
+        d = json.loads(capsys.readouterr().out)
+        assert code == 0 and d["bos"] == bos
+        spec, _ = run_spec(model, tiny_dataset, 8, 24, 0, "cka", bos=bos)
+        tokens = diagnose(spec)["inspector"]["tokens"]
+        assert all((t[0] == "<bos>") == first_is_bos for t in tokens)
+        assert all("<bos>" not in t[1:] for t in tokens)
+
+
+def test_bos_table_output(capsys, tiny_dataset):
+    code, out, _ = _run(capsys, "--dataset", tiny_dataset)
+    assert code == 0
+    assert "regime" in out and "no_pos0" in out and "massive activations" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--dataset", "/no/such/file.txt"], "file.txt"),
+        (["--dataset", "bbc-news", "--model", "tiny-nosuch"], "tiny-nosuch"),
+        (["--dataset", "bbc-news", "--n", "2"], "n must be"),
+    ],
+)
+def test_bos_bad_input_is_one_line_exit_2(capsys, extra, needle):
+    code, out, err = _run(capsys, *extra)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and needle in err and err.count("\n") == 1

@@ -1,0 +1,403 @@
+"""BOS and attention-sink diagnostics (SPEC section 11): no_pos0, massive activations, sinks,
+the cached `diagnose` entry point and the verdict.
+
+Every number is checked against a hand-computed case, a closed form or a naive loop (one
+passage at a time, no padding, `output_hidden_states` plus a pre-hook on the final norm for
+h_L, reductions in float64 numpy).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from deffcore.cache import RunSpec, cache_dir
+from deffcore.diagnostics import (
+    MASSIVE_THRESHOLD,
+    bos_diagnostics,
+    bos_verdict,
+    diagnose,
+    diagnostics_path,
+    massive_onset,
+    most_frequent,
+    passage_maxima,
+    read_diagnostics,
+    sink_fraction,
+    sink_scores_batch,
+)
+from deffcore.extract import extract_pooled, pool_states
+from deffcore.models import decoder_layers, final_norm, load_model
+
+# ---------------------------------------------------------------------------------------------
+# naive references
+# ---------------------------------------------------------------------------------------------
+
+
+def _raw_states(loaded, ids: list[int]) -> list[np.ndarray]:
+    """h_0 .. h_L of one unpadded passage, (T, d) float64 each: output_hidden_states for
+    h_0 .. h_{L-1}, a pre-hook on the final norm for h_L (the pre-norm residual)."""
+    captured = {}
+    handle = final_norm(loaded.model).register_forward_pre_hook(
+        lambda _m, args: captured.__setitem__("hL", args[0])
+    )
+    try:
+        with torch.no_grad():
+            res = loaded.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    finally:
+        handle.remove()
+    states = [hs[0].double().numpy() for hs in res.hidden_states[:-1]]
+    states.append(captured["hL"][0].double().numpy())
+    return states
+
+
+def _ids(loaded, passages, max_tokens):
+    return [s for s in (loaded.tokenizer(t).input_ids[:max_tokens] for t in passages) if len(s) > 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# no_pos0
+# ---------------------------------------------------------------------------------------------
+
+
+def test_no_pos0_hand_made_both_padding_sides():
+    # passage 0: (3,4), (0,2), (6,8) -> mean of t >= 1 = (3, 5); passage 1: (1,0), (0,1) -> (0,1)
+    h = torch.tensor([[[3.0, 4.0], [0.0, 2.0], [6.0, 8.0]], [[1.0, 0.0], [0.0, 1.0], [9.0, 9.0]]])
+    right = pool_states(h, torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool))
+    assert torch.allclose(right["no_pos0"], torch.tensor([[3.0, 5.0], [0.0, 1.0]]))
+    hl = torch.tensor(
+        [[[3.0, 4.0], [0.0, 2.0], [6.0, 8.0]], [[np.nan, np.nan], [1.0, 0.0], [0.0, 1.0]]]
+    )
+    left = pool_states(hl, torch.tensor([[1, 1, 1], [0, 1, 1]], dtype=torch.bool))
+    assert torch.allclose(left["no_pos0"], right["no_pos0"])
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("bos", [True, False])
+def test_no_pos0_matches_explicit_loop(tiny_model, tiny_passages, side, bos):
+    loaded = tiny_model("llama", bos=bos)
+    got = extract_pooled(loaded, tiny_passages, max_tokens=40, batch_size=5, padding_side=side)
+    want = []
+    for ids in _ids(loaded, tiny_passages, 40):
+        want.append(np.stack([x[1:].mean(0) for x in _raw_states(loaded, ids)]))  # (L+1, d)
+    want = np.stack(want, axis=1)  # (L+1, N, d)
+    np.testing.assert_allclose(got.pooled["no_pos0"], want, rtol=1e-5, atol=1e-5)
+    # a different control from default whenever position 0 differs from the rest
+    assert not np.allclose(got.pooled["no_pos0"], got.pooled["default"])
+
+
+# ---------------------------------------------------------------------------------------------
+# massive activations
+# ---------------------------------------------------------------------------------------------
+
+
+def test_passage_maxima_hand_made_left_padding_ignores_nan():
+    h = torch.zeros(2, 4, 3)
+    h[0, 2, 1] = -7.0  # passage 0 (right padding, 3 real tokens): position 2, feature 1
+    h[0, 3, 0] = 99.0  # padding
+    h[1, 0, :] = np.nan  # padding of passage 1 (left padding, 3 real tokens)
+    h[1, 1, 2] = 5.0  # passage 1's first real token: position 0, feature 2
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)
+    value, pos, dim = passage_maxima(h, mask)
+    assert value.tolist() == [7.0, 5.0]
+    assert pos.tolist() == [2, 0]
+    assert dim.tolist() == [1, 2]
+
+
+def test_most_frequent_and_onset():
+    assert most_frequent([3, 1, 3, 1, 2]) == 1  # tie 1 vs 3: the smaller
+    assert most_frequent([5, 5, 0]) == 5
+    assert massive_onset([1.0, 50.0, 100.0, 101.0, 3000.0]) == 3  # strictly above 100
+    assert massive_onset([1.0, float("nan"), 2.0]) is None
+
+
+def test_massive_statistics_match_naive_loop(tiny_model, tiny_passages):
+    loaded = tiny_model("llama")
+    got = bos_diagnostics(loaded, tiny_passages, max_tokens=40, batch_size=5)
+    per = [_raw_states(loaded, ids) for ids in _ids(loaded, tiny_passages, 40)]
+    L1 = loaded.layers + 1
+    for layer in range(L1):
+        a = [np.abs(p[layer]) for p in per]  # (T_b, d)
+        m = np.array([x.max() for x in a])
+        median = np.median(np.concatenate([x.ravel() for x in a]))
+        where = [np.unravel_index(np.argmax(x), x.shape) for x in a]
+        np.testing.assert_allclose(got.massive_ratio[layer], m.mean() / median, rtol=1e-5)
+        np.testing.assert_allclose(got.massive_median[layer], median, rtol=1e-5)
+        pos = np.array([w[0] for w in where])
+        dim = np.array([w[1] for w in where])
+        assert got.massive_position[layer] == most_frequent(pos)
+        assert got.massive_dim[layer] == most_frequent(dim)
+        np.testing.assert_array_equal(got.passage_max_position[:, layer], pos)
+        for b, p in enumerate(per):  # inspector norms: ||h_l[t]|| per token
+            np.testing.assert_allclose(
+                got.token_norms[b][layer], np.linalg.norm(p[layer], axis=1), rtol=1e-5
+            )
+    assert got.token_ids[0] == _ids(loaded, tiny_passages, 40)[0]
+    assert got.tokens[0][0] == "<bos>" and "".join(got.tokens[0][1:]) == tiny_passages[0][:39]
+
+
+@pytest.mark.parametrize(("k", "j"), [(2, 17), (1, 5)])
+def test_planted_massive_activation_is_found(tiny_passages, k, j):
+    """A hook on blocks k..L sets feature j at position 0 to 1e4 x the largest other |h|: the
+    onset is k (h_k, the output of block k), at position 0, feature j."""
+    loaded = load_model("tiny-llama", device="cpu", dtype="float32")  # private copy
+    clean = bos_diagnostics(loaded, tiny_passages, max_tokens=40)
+    assert clean.massive_onset is None  # random init: no natural massive activation
+
+    def plant(_module, _args, output):
+        h = output[0] if isinstance(output, tuple | list) else output
+        others = torch.cat([h[..., :j], h[..., j + 1 :]], -1).abs().amax()
+        h[:, 0, j] = 1e4 * others
+
+    blocks = decoder_layers(loaded.model)
+    handles = [blocks[i].register_forward_hook(plant) for i in range(k - 1, loaded.layers)]
+    try:
+        got = bos_diagnostics(loaded, tiny_passages, max_tokens=40, batch_size=4)
+    finally:
+        for h in handles:
+            h.remove()
+    assert got.massive_onset == k
+    assert all(r < MASSIVE_THRESHOLD for r in got.massive_ratio[:k])
+    assert all(r > 1e3 for r in got.massive_ratio[k:])
+    assert list(got.massive_position[k:]) == [0] * (loaded.layers + 1 - k)
+    assert list(got.massive_dim[k:]) == [j] * (loaded.layers + 1 - k)
+    v = bos_verdict(
+        {"default": 5.0}, massive_ratio=got.massive_ratio, massive_position=got.massive_position
+    )
+    assert v.massive_layer == k and f"position 0 from layer {k}" in v.sentence
+
+
+def test_layer_groups_under_a_small_memory_budget_give_the_same_numbers(
+    tiny_model, tiny_passages, monkeypatch
+):
+    """When the |h| values of all layers do not fit VALUES_BUDGET, the medians are taken over
+    extra passes, a group of layers each: the same numbers, one more pass per group."""
+    from deffcore import diagnostics
+
+    loaded = tiny_model("llama")
+    whole = bos_diagnostics(loaded, tiny_passages, max_tokens=40, batch_size=5)
+    calls = []
+    tokens = sum(len(s) for s in whole.token_ids)
+    monkeypatch.setattr(diagnostics, "VALUES_BUDGET", 2 * tokens * loaded.d_model * 4)
+    grouped = bos_diagnostics(
+        loaded, tiny_passages, max_tokens=40, batch_size=5, progress=lambda *a: calls.append(a)
+    )
+    np.testing.assert_array_equal(grouped.massive_median, whole.massive_median)
+    np.testing.assert_array_equal(grouped.massive_ratio, whole.massive_ratio)
+    np.testing.assert_array_equal(grouped.sink_scores, whole.sink_scores)
+    n = len(whole.token_ids)
+    assert len(calls) == 3 * 3  # 5 states in groups of 2 -> 3 passes of 3 batches
+    assert calls[-1][:2] == (3 * n, 3 * n)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention sinks
+# ---------------------------------------------------------------------------------------------
+# attention sinks
+# ---------------------------------------------------------------------------------------------
+
+
+def _planted_attention(T: int, n: int) -> torch.Tensor:
+    """(3, T, T) causal attention of one passage of n real tokens: head 0 puts 0.9 on key 0,
+    head 1 is uniform over the causal keys, head 2 puts 0.2 on key 0; rows >= n are NaN."""
+    A = torch.full((3, T, T), float("nan"), dtype=torch.float64)
+    for t in range(n):
+        for h, w0 in ((0, 0.9), (2, 0.2)):
+            A[h, t, : t + 1] = 0.0 if t else 1.0
+            if t:
+                A[h, t, 0] = w0
+                A[h, t, 1 : t + 1] = (1 - w0) / t
+        A[1, t, : t + 1] = 1.0 / (t + 1)
+        A[:, t, t + 1 :] = 0.0
+    return A
+
+
+def test_sink_scores_of_planted_attention_both_padding_sides():
+    T = 5
+    right = torch.stack([_planted_attention(T, 5), _planted_attention(T, 3)])
+    mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)
+    s = sink_scores_batch(right, mask).numpy()
+    uniform5 = (1 / 2 + 1 / 3 + 1 / 4 + 1 / 5) / 4  # mean over queries t = 1..4 of 1/(t+1)
+    uniform3 = (1 / 2 + 1 / 3) / 2
+    np.testing.assert_allclose(s, [[0.9, uniform5, 0.2], [0.9, uniform3, 0.2]], rtol=1e-12)
+    # the same passage left-padded: its keys and queries shift by the 2 padding slots
+    left = torch.full((1, 3, T, T), float("nan"), dtype=torch.float64)
+    left[0, :, 2:, 2:] = _planted_attention(3, 3)
+    s_left = sink_scores_batch(left, torch.tensor([[0, 0, 1, 1, 1]], dtype=torch.bool))
+    np.testing.assert_allclose(s_left.numpy(), s[1:], rtol=1e-12)
+    # mean over passages, then the share of heads above 0.3: uniform attention over <= 5
+    # positions still gives a sink (0.32 and 0.42 > 0.3), 0.2 does not
+    assert uniform5 > 0.3
+    np.testing.assert_allclose(sink_fraction(s.mean(0, keepdims=True)), [2 / 3])
+    np.testing.assert_allclose(sink_fraction(np.array([[0.3, 0.31], [0.0, 1.0]])), [0.5, 0.5])
+
+
+def test_sink_fraction_end_to_end_closed_form(tiny_passages):
+    """With every query projection zeroed, each head attends uniformly to the causal keys, so
+    a_{l,h} = mean_b mean_{t=1..n_b-1} 1/(t+1) in every block and head."""
+    loaded = load_model("tiny-llama", device="cpu", dtype="float32")  # private copy
+    for block in decoder_layers(loaded.model):
+        torch.nn.init.zeros_(block.self_attn.q_proj.weight)
+    got = bos_diagnostics(loaded, tiny_passages[:6], max_tokens=12, batch_size=4)
+    lengths = [len(s) for s in got.token_ids]
+    want = np.mean([np.mean([1 / (t + 1) for t in range(1, n)]) for n in lengths])
+    np.testing.assert_allclose(got.sink_scores, want, rtol=1e-5)
+    assert got.sink_fraction.tolist() == [float(want > 0.3)] * loaded.layers
+    assert loaded.model.config._attn_implementation == "sdpa"  # restored after the pass
+
+
+def test_sink_fraction_is_per_block_and_batch_independent(tiny_model, tiny_passages):
+    loaded = tiny_model("gemma3")  # sliding-window and global blocks
+    one = bos_diagnostics(loaded, tiny_passages, max_tokens=40, batch_size=1)
+    many = bos_diagnostics(loaded, tiny_passages, max_tokens=40, batch_size=7)
+    assert one.sink_fraction.shape == (loaded.layers,)
+    assert ((one.sink_fraction >= 0) & (one.sink_fraction <= 1)).all()
+    assert ((one.sink_scores >= 0) & (one.sink_scores <= 1)).all()
+    np.testing.assert_allclose(one.sink_scores, many.sink_scores, atol=1e-6)
+    np.testing.assert_allclose(one.massive_ratio, many.massive_ratio, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# diagnose: the run's passages, cached in the run's entry
+# ---------------------------------------------------------------------------------------------
+
+
+def _spec(dataset: str, **kw) -> RunSpec:
+    fields = {"model": "tiny-llama", "revision": None, "dataset": dataset, "n": 8}
+    fields.update({"max_tokens": 24, "seed": 0, "dtype": "float32", **kw})
+    return RunSpec(**fields)
+
+
+def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, monkeypatch):
+    from deffcore import measurement, models
+    from deffcore.texts import load_passages
+
+    spec = _spec(tiny_dataset)
+    first = diagnose(spec)
+    assert first["cached"] is False
+    path = cache_dir() / spec.key() / "diagnostics.json"
+    assert diagnostics_path(spec) == path and path.is_file()
+    assert not (path.parent / "meta.json").exists()  # the run's own files are not written
+    tok = models.load_model("tiny-llama").tokenizer
+    want = [tok(t).input_ids[:24] for t in load_passages(tiny_dataset, 8, seed=0)]
+    assert first["inspector"]["token_ids"] == want
+    assert len(first["massive_ratio"]) == 5 and len(first["sink_fraction"]) == 4
+    # the run itself can still be measured into the same folder, and diagnostics survive
+    m = measurement.measure_spec(spec)
+    assert not m.cached and (path.parent / "meta.json").is_file() and path.is_file()
+    # second call: read from disk, the model is not loaded
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    second = diagnose(spec)
+    assert second["cached"] is True
+    assert second["massive_ratio"] == first["massive_ratio"]
+    # a damaged file is recomputed, not trusted
+    path.write_text("{not json")
+    assert read_diagnostics(spec) is None
+
+
+def test_diagnose_windows_and_bos_add(tiny_dataset):
+    from deffcore.models import load_model as load
+    from deffcore.texts import all_documents
+    from deffcore.tokens import cut_windows, sample_windows
+
+    spec = _spec(tiny_dataset, model="tiny-llama-nobos", passages="windows", bos="add", n=6)
+    got = diagnose(spec)
+    tok = load("tiny-llama-nobos").tokenizer
+    docs = all_documents(tiny_dataset, 6, seed=0)
+    want = sample_windows(cut_windows(tok, docs, 24, "add"), 6, 0)
+    assert got["inspector"]["token_ids"] == want
+    assert all(s[0] == tok.bos_token_id and tok.bos_token_id not in s[1:] for s in want)
+    assert all(t[0] == "<bos>" for t in got["inspector"]["tokens"])
+    assert json.loads(diagnostics_path(spec).read_text())["spec"]["bos"] == "add"
+
+
+# ---------------------------------------------------------------------------------------------
+# the verdict
+# ---------------------------------------------------------------------------------------------
+
+FLIP = {
+    "default": 6.0,
+    "first_non_bos": -4.5,
+    "token_normed": 3.0,
+    "no_pos0": -2.0,
+    "top1_pc": 1.0,
+    "top3_pc": 0.5,
+}
+STABLE = {
+    "default": 12.0,
+    "first_non_bos": 9.5,
+    "token_normed": 11.0,
+    "no_pos0": 10.0,
+    "top1_pc": 7.25,
+    "top3_pc": 8.0,
+}
+
+
+def test_verdict_when_the_controls_flip_the_regime():
+    ratio = [3.0, 40.0, 150.0, 900.0, 1200.0]
+    position = [4, 0, 0, 0, 0]
+    sinks = [0.0, 0.25, 0.5, 0.75]
+    v = bos_verdict(FLIP, massive_ratio=ratio, massive_position=position, sink_fraction=sinks)
+    assert v.regime_depends and v.flipped == ["first_non_bos", "no_pos0"]
+    assert v.gap_move == pytest.approx(6.0 - (-4.5))
+    assert v.default_gap == 6.0
+    assert v.massive_onset == 2 and v.massive_layer == 2 and v.massive_peak == 1200.0
+    assert v.sink_max == 0.75 and v.sink_max_layer == 4 and v.sink_mean == pytest.approx(0.375)
+    s = v.sentence
+    assert s.startswith("The regime depends on the control")
+    assert "first_non_bos and no_pos0 give D_eff ≥ F_L" in s and "10.5 points" in s
+    assert "position 0 from layer 2" in s and "1,200x at layer 4" in s
+    assert "up to 75% of a block's heads" in s and "block 4" in s and "38% on average" in s
+
+
+def test_verdict_when_the_controls_agree():
+    ratio = [3.0, 40.0, 150.0, 90.0]  # above 100 at layer 2 but at position 3
+    position = [0, 0, 3, 0]
+    v = bos_verdict(STABLE, massive_ratio=ratio, massive_position=position, sink_fraction=[0, 0, 0])
+    assert not v.regime_depends and v.flipped == []
+    assert v.gap_move == pytest.approx(12.0 - 7.25)
+    assert v.massive_onset == 2 and v.massive_onset_position == 3 and v.massive_layer is None
+    assert v.sink_max == 0.0
+    s = v.sentence
+    assert "does not depend on the control: all 6 controls give D_eff < F_L" in s
+    assert "+7.2% to +12.0%, a 4.8-point move" in s
+    assert "from layer 2, at position 3, not position 0" in s
+    assert "no head is an attention sink" in s
+
+
+def test_verdict_without_diagnostics_and_nan_gaps():
+    v = bos_verdict({**STABLE, "top3_pc": float("nan")})
+    assert "top3_pc" not in v.gaps and "all 5 controls" in v.sentence
+    assert "massive activations not computed" in v.sentence
+    assert v.massive_layer is None and v.sink_max is None
+    below = bos_verdict({"default": -3.0, "no_pos0": 2.0})
+    assert below.flipped == ["no_pos0"] and "default gives D_eff ≥ F_L" in below.sentence
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (deffcore.figures, "BOS & attention sinks")
+# ---------------------------------------------------------------------------------------------
+
+
+def test_bos_figures_carry_the_numbers():
+    from deffcore import figures
+
+    ratio, pos, dim = [5.0, 150.0, 2000.0], [3, 0, 0], [1, 7, 7]
+    fig = figures.massive_ratio_figure(ratio, pos, dim)
+    assert fig.layout.yaxis.type == "log" and "onset at layer 1" in fig.layout.title.text
+    np.testing.assert_allclose(fig.data[0].y, ratio)
+    np.testing.assert_array_equal(np.asarray(fig.data[0].customdata)[:, 1], dim)
+    sinks = figures.sink_fraction_figure([0.0, 0.5, 1.0])
+    assert list(sinks.data[0].x) == [1, 2, 3]  # blocks 1..L
+    norms = np.array([[1.0, 10.0, 100.0], [0.1, 1.0, 1000.0]])
+    heat = figures.token_norm_heatmap(
+        norms, ["<bos>", "a", "\n"], max_position=[2, 2], max_dim=[4, 5], max_value=[9.0, 99.0]
+    )
+    np.testing.assert_allclose(heat.data[0].z, np.log10(norms))
+    np.testing.assert_allclose(heat.data[0].customdata, norms)
+    assert list(heat.data[0].text[0]) == ["<bos>", "a", "\\n"]
+    assert list(heat.data[1].x) == [2, 2]
+    assert list(heat.data[0].colorbar.ticktext) == ["0.1", "1", "10", "100", "1000"]
+    assert figures.POOLING_COLORS["no_pos0"] and figures.POOLING_SYMBOLS["no_pos0"]
