@@ -1,0 +1,236 @@
+"""`python -m deffcore sweep`: one measurement over a grid of cells, on Ray or serially.
+
+    python -m deffcore sweep --models tiny-llama,tiny-gpt2 --random-seeds 0,1 --n 64
+    python -m deffcore sweep --manifest cells.yaml --engine ray --address 10.0.0.5:6379
+    python -m deffcore sweep --table-s7 --n 128 --max-tokens 64
+
+Exit 0 when the sweep ran (even when some cells failed: their rows say why), 2 for a malformed
+sweep (no models, an unknown intervention, an unreadable manifest, bad shared options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from deffcore.cli import print_json
+from deffcore.commands._common import (
+    add_output_args,
+    add_run_args,
+    fmt,
+    int_list,
+    result_only_stdout,
+    run_kwargs,
+    str_list,
+)
+from deffcore.constants import POOLINGS
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="measure a grid of models/seeds/revisions/interventions as Ray tasks (cached)",
+        description="Measure every cell of a grid (models x revisions x random seeds x "
+        "interventions x datasets) or of a manifest file, each cell one `measure` run. Cells "
+        "already in the cache are read, not recomputed; a failing cell is reported with its "
+        "reason while the others finish. --engine auto runs cells in this process unless "
+        "--address is given or at least 8 cells need computing on a machine of 4+ cores, then as "
+        "Ray tasks on a local Ray runtime (bound to 127.0.0.1) or on the cluster at --address.",
+    )
+    add_run_args(p, model="smollm2-135m", n=512)
+    p.set_defaults(model=None)  # --models is the sweep's axis; --model adds one model to it
+    grid = p.add_argument_group("grid (or --manifest)")
+    grid.add_argument("--models", default="", help="comma-separated model specs")
+    grid.add_argument(
+        "--revisions", default="", help="comma-separated hub revisions (default: the default)"
+    )
+    grid.add_argument(
+        "--checkpoints",
+        default=None,
+        metavar="DIR",
+        help="also every save_pretrained checkpoint folder under DIR (training dynamics)",
+    )
+    grid.add_argument(
+        "--random-seeds",
+        default="",
+        help="comma-separated seeds: adds the random-weight null random:<model>:<seed> per seed",
+    )
+    grid.add_argument(
+        "--random-only", action="store_true", help="only the random nulls, not the trained model"
+    )
+    grid.add_argument(
+        "--interventions",
+        default="none",
+        help="comma-separated norm interventions: none, no_post, no_qk, no_post_no_qk",
+    )
+    grid.add_argument("--datasets", default="", help="comma-separated datasets (default --dataset)")
+    grid.add_argument(
+        "--manifest",
+        default=None,
+        metavar="FILE",
+        help="YAML or JSON file: a list of cells {model, revision, seed, intervention, "
+        "dataset} and/or a 'grid' mapping of the axes above",
+    )
+    grid.add_argument(
+        "--table-s7",
+        action="store_true",
+        help="paper Table S7: random:gemma3-270m:{0,1,2} x the four interventions, mean +- sd "
+        "per pooling control beside the paper's Gemma-3-4B values",
+    )
+    run = p.add_argument_group("execution")
+    run.add_argument("--engine", choices=("auto", "ray", "serial"), default="auto")
+    run.add_argument(
+        "--address", default=None, help="join this Ray cluster (host:port of `ray start --head`)"
+    )
+    run.add_argument(
+        "--num-cpus", type=int, default=None, help="CPUs of the local Ray runtime (default: all)"
+    )
+    run.add_argument("--cpus-per-cell", type=float, default=1.0, help="CPUs per cell (default 1)")
+    run.add_argument(
+        "--gpus-per-cell",
+        type=float,
+        default=None,
+        help="GPUs per cell, fractions share a GPU (default: 1 with CUDA, else 0)",
+    )
+    run.add_argument(
+        "--batch-size", type=int, default=None, help="fixed batch size (default: auto)"
+    )
+    run.add_argument(
+        "--pooling", choices=POOLINGS, default="default", help="pooling control the table shows"
+    )
+    add_output_args(p)
+    p.set_defaults(func=run_command)
+
+
+def cells_from_args(args: argparse.Namespace) -> list:
+    """The sweep's cells from the grid flags, the manifest or --table-s7 (SweepError if none)."""
+    from deffcore.sweep import (
+        SweepError,
+        checkpoint_cells,
+        grid_cells,
+        manifest_cells,
+        table_s7_cells,
+    )
+
+    if args.table_s7:
+        return [replace(c, dataset=args.dataset) for c in table_s7_cells()]
+    models = list(str_list(args.models))
+    if args.model:
+        models.append(args.model)
+    axes = {
+        "revisions": list(str_list(args.revisions)) or [args.revision],
+        "random_seeds": int_list(args.random_seeds, "--random-seeds"),
+        "trained": not args.random_only,
+        "interventions": list(str_list(args.interventions)) or ["none"],
+        "datasets": list(str_list(args.datasets)) or [args.dataset],
+    }
+    cells = []
+    if args.manifest:
+        cells += manifest_cells(args.manifest)
+    if models:
+        cells += grid_cells(models, **axes)
+    if args.checkpoints:
+        cells += checkpoint_cells(args.checkpoints, **axes)
+    if not cells:
+        raise SweepError(
+            "Name the sweep's cells: --models a,b, --checkpoints DIR or --manifest FILE."
+        )
+    return cells
+
+
+def _table(result) -> str:
+    pooling = result.settings["pooling"]
+    lines = [
+        f"engine {result.engine}"
+        + (f" at {result.address}" if result.address else "")
+        + f"   N={result.settings['n']} max_tokens={result.settings['max_tokens']} "
+        f"pooling={pooling}",
+        "",
+        f"{'cell':<44}{'status':>8}{'D_eff/L':>9}{'gap%':>8}{'s':>7}  worker / error",
+    ]
+    for r in result.rows:
+        tail = r["error"] if r["status"] == "failed" else (r["worker"] or "")
+        lines.append(
+            f"{r['label'][:43]:<44}{r['status']:>8}{fmt(r['deff_over_L']):>9}"
+            f"{fmt(r['gap_pct'], '.1f'):>8}{fmt(r['seconds'], '.1f'):>7}  {tail}"
+        )
+    c = result.counts()
+    lines += ["", f"{c['done']} done, {c['cached']} cached, {c['failed']} failed"]
+    return "\n".join(lines)
+
+
+def _s7_table(rows) -> str:
+    lines = [
+        "Table S7 (random init, norm probes): gap% mean +- sd over seeds; paper = Gemma-3-4B",
+        f"{'intervention':<15}{'pooling':<16}{'seeds':>6}{'gap% mean':>11}{'sd':>6}"
+        f"{'paper':>8}{'sd':>6}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['intervention']:<15}{r['pooling']:<16}{r['seeds']:>6}"
+            f"{fmt(r['gap_pct_mean'], '.2f'):>11}{fmt(r['gap_pct_sd'], '.2f'):>6}"
+            f"{fmt(r['paper_gap_pct'], '.2f'):>8}{fmt(r['paper_sd'], '.1f'):>6}"
+        )
+    return "\n".join(lines)
+
+
+class _CellBar:
+    """A tqdm bar over cells on stderr; each landed cell's status is written above it."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.bar = enabled, None
+
+    def __call__(self, row: dict, landed: int, total: int) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="cell", file=sys.stderr, leave=False)
+        extra = row["error"] if row["status"] == "failed" else fmt(row["deff_over_L"])
+        self.bar.write(f"[{landed}/{total}] {row['status']:<6} {row['label']}  {extra}", sys.stderr)
+        self.bar.set_description(row["status"], refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from deffcore.sweep import run_sweep, table_s7_rows
+
+    cells = cells_from_args(args)
+    kw = run_kwargs(args)
+    for name in ("model", "revision", "dataset"):
+        kw.pop(name, None)  # per cell
+    bar = _CellBar(enabled=not args.no_progress)
+    try:
+        with result_only_stdout():
+            result = run_sweep(
+                cells,
+                **kw,
+                batch_size=args.batch_size,
+                pooling=args.pooling,
+                engine=args.engine,
+                address=args.address,
+                num_cpus=args.num_cpus,
+                cpus_per_cell=args.cpus_per_cell,
+                gpus_per_cell=args.gpus_per_cell,
+                on_cell=bar,
+            )
+    finally:
+        bar.close()
+    s7 = table_s7_rows(result) if args.table_s7 else None
+    if args.json:
+        out = result.to_dict()
+        if s7 is not None:
+            out["table_s7"] = s7
+        print_json(out)
+    else:
+        print(_table(result))
+        if s7 is not None:
+            print()
+            print(_s7_table(s7))
+    return 0
