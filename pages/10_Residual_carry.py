@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 import torch
 
 import ui_common as ui
 from deffcore.cache import cache_dir
+from deffcore.glossary import human_columns
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.residual_carry import PRESETS, paper_carry_rows, run_carry_sweep, settings_from
 
@@ -58,13 +62,17 @@ if result is None:
     st.info("Press **Train**. The paper's Table S14 (12-layer nanoGPT, 5000 steps) is below.")
 else:
     s = result["settings"]
+    folder = Path(s["checkpoint_dir"])
+    with contextlib.suppress(ValueError):  # short: relative to the cache folder when inside it
+        folder = Path("<cache>") / folder.relative_to(cache_dir())
     st.caption(
         f"{s['n_layer']}-layer char GPT, d = {s['n_embd']}, {s['iters']} steps of "
         f"{s['batch_size']}×{s['block_size']} characters, {len(s['seeds'])} seed(s) · "
-        f"{result['seconds']:.0f} s · checkpoints in {s['checkpoint_dir']}"
+        f"{result['seconds']:.0f} s · checkpoints in {folder}",
+        help=f"Full path: {s['checkpoint_dir']}",
     )
     ui.show_figure(lab_figures.carry_trajectories(result["records"]), key="carry_trajectories")
     st.subheader("Final step: mean [min, max] across seeds")
     st.dataframe(lab_figures.carry_table(result["final"]), key="rc_table", hide_index=True)
 st.subheader("Paper, Table S14 (display only)")
-st.dataframe(pd.DataFrame(paper_carry_rows()), key="rc_paper", hide_index=True)
+st.dataframe(human_columns(pd.DataFrame(paper_carry_rows())), key="rc_paper", hide_index=True)

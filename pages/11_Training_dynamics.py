@@ -9,8 +9,10 @@ import streamlit as st
 
 import ui_common as ui
 from deffcore.cache import cache_dir
+from deffcore.glossary import human_columns
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.dynamics import dynamics_sweep, hf_revisions, local_checkpoints
+from deffcore.serving import check_local_path
 
 SOURCES = ("Residual-carry checkpoints", "Local checkpoint folder", "Hugging Face revisions")
 
@@ -30,7 +32,17 @@ if source == SOURCES[0]:
     )
     if not runs:
         st.info("No residual-carry checkpoints yet: train on the Residual carry page first.")
-    folder = st.selectbox("Run", runs, key="dy_carry_run") if runs else None
+    folder = (
+        st.selectbox(
+            "Run",
+            runs,
+            key="dy_carry_run",
+            format_func=lambda p: str(Path(p).relative_to(carry_root)),  # "tiny/gamma1_seed0"
+            help=f"Residual-carry checkpoints saved under {carry_root}",
+        )
+        if runs
+        else None
+    )
 elif source == SOURCES[1]:
     folder = st.text_input("Folder of checkpoints (save_pretrained sub-folders)", key="dy_folder")
 else:
@@ -50,8 +62,12 @@ if st.button("Measure checkpoints", type="primary", key="dy_run"):
             checkpoints = hf_revisions(
                 model, [r.strip() for r in revisions.split(",") if r.strip()]
             )
-        else:
-            checkpoints = local_checkpoints(Path(folder or "."))
+        elif source == SOURCES[1]:  # a folder the user typed: the serving policy applies
+            checkpoints = local_checkpoints(
+                check_local_path(folder or "", what="checkpoint folder") if folder else ""
+            )
+        else:  # one of our own residual-carry runs under the cache folder
+            checkpoints = local_checkpoints(folder or "")
         result = dynamics_sweep(
             checkpoints,
             dataset=settings.dataset,
@@ -77,4 +93,4 @@ else:
     table = pd.DataFrame(result["points"])[
         ["label", "step", "tokens", "status", "gap_pct", "deff_over_L", "rho1", "reason"]
     ]
-    st.dataframe(table, key="dy_table", hide_index=True)
+    st.dataframe(human_columns(table), key="dy_table", hide_index=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 import ui_common as ui
+from deffcore.glossary import human_columns, human_label
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
 
@@ -23,8 +25,8 @@ with ui.guarded("The aggregations"):
     table = aggregation_table(view, pooling=settings.pooling)
     ui.show_figure(lab_figures.aggregations_plot(table), key="aggregations")
     frame = lab_figures.aggregations_frame(table)
-    frame.index = [AGGREGATION_LABELS[a] for a in frame.index]
-    st.dataframe(frame.style.format("{:.4f}"), key="ag_table")
+    frame.index = pd.Index([AGGREGATION_LABELS[a] for a in frame.index], name="aggregation")
+    st.dataframe(human_columns(frame).style.format("{:.4f}"), key="ag_table")
     st.caption(
         "Fitted correlation length ξ (layers) of the exponential lag fit: "
         + ", ".join(f"{m} {xi:.2f}" for m, xi in table["xi"].items())
@@ -35,5 +37,5 @@ if paper is not None:
     s11 = paper[paper["source"] == "Table S11"].pivot(
         index="model", columns="quantity", values="value"
     )
-    s11.columns = [f"{c.removeprefix('deff_over_L_')} (paper)" for c in s11.columns]
-    st.dataframe(s11, key="ag_paper")
+    s11.columns = [f"{human_label(c.removeprefix('deff_over_L_'))} (paper)" for c in s11.columns]
+    st.dataframe(human_columns(s11), key="ag_paper")

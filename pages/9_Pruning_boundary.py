@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import ui_common as ui
+from deffcore.glossary import GLOSSARY
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.pruning import RANKING_LABELS, pruning_check
 
@@ -48,11 +49,20 @@ else:
     L = result["layers"]
     cols = st.columns(4)
     cols[0].metric("PPL₀ (held-out)", f"{result['ppl0']:.2f}")
-    cols[1].metric("k₁.₁₀ by BI", f"{result['k_1.10']['bi']}", f"f = {result['f_1.10']['bi']:.3f}")
+    k_help = GLOSSARY["k₁.₁₀"] + " f₁.₁₀ = k₁.₁₀ / L."
+    cols[1].metric(
+        "k₁.₁₀ by BI",
+        f"{result['k_1.10']['bi']}",
+        f"f = {result['f_1.10']['bi']:.3f}",
+        delta_color="off",
+        help=k_help,
+    )
     cols[2].metric(
         "k₁.₁₀ by local ΔD_eff",
         f"{result['k_1.10']['local_deff']}",
         f"f = {result['f_1.10']['local_deff']:.3f}",
+        delta_color="off",
+        help=k_help,
     )
     cols[3].metric("Spearman (BI, ΔD_eff)", f"{result['spearman_bi_vs_local_deff']:.2f}")
     st.caption(
@@ -67,7 +77,8 @@ else:
         {RANKING_LABELS[r]: {int(k): v for k, v in p.items()} for r, p in result["ppl"].items()}
     )
     table.index.name = "k skipped"
-    st.dataframe(table.style.format("{:.3f}"), key="pr_table")
+    # 4 significant digits: a skipped block can make PPL explode (1e63), which .3f would spell out
+    st.dataframe(table.style.format("{:.4g}"), key="pr_table")
     order = pd.DataFrame(
         {RANKING_LABELS[r]: [b + 1 for b in o] for r, o in result["skip_order"].items()}
     )

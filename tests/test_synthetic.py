@@ -71,3 +71,144 @@ def test_bad_construction_arguments() -> None:
         orthogonal_states(5, 3, 8)
     with pytest.raises(DeffError, match="no initial state"):
         independent_states(10, 3, 2).states_with_h0()
+
+
+# ---------------------------------------------------------------------------------------------
+# The Synthetic lab page (AppTest): every story step and preset renders, extremes stay safe
+
+
+def _lab(cache_dir):
+    import json
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/5_Synthetic_lab.py")
+    at.run()
+
+    def charts():
+        return {
+            json.loads(el.proto.spec)["layout"]["title"]["text"]: json.loads(el.proto.spec)
+            for el in at.get("plotly_chart")
+        }
+
+    return at, charts
+
+
+def _array(value) -> np.ndarray:
+    """A plotly JSON array: a list, or plotly's typed-array form {"dtype", "bdata", "shape"}."""
+    import base64
+
+    if isinstance(value, dict) and "bdata" in value:
+        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        return out.reshape([int(s) for s in str(shape).split(",")]) if shape else out
+    return np.asarray(value, dtype=float)
+
+
+def _clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.fixture
+def lab(cache_dir, monkeypatch):
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
+    return _lab(cache_dir)
+
+
+def test_lab_story_steps_show_the_closed_forms(lab):
+    from deffcore import teaching
+
+    at, charts = lab
+    _clean(at)
+    assert any("Metric: linear CKA" in m.value for m in at.markdown)
+    for step in teaching.STEP_KEYS:
+        at.radio(key="syn_step").set_value(step)
+        at.run()
+        _clean(at)
+        res = teaching.story_step(step, teaching.Knobs())
+        assert _metric(at, "D_eff") == f"{res.deff:.3f}"
+        assert _metric(at, "F_L = 2L/(L+1)") == f"{res.F_L:.3f}"
+        shown = charts()
+        heat = next(v for k, v in shown.items() if k.startswith("S(i, j), closed form"))
+        np.testing.assert_allclose(_array(heat["data"][0]["z"]), res.S)
+        assert any(k.startswith("Lag profile") for k in shown)
+        assert any(k.startswith("Effective depth beside F_L") for k in shown)
+    # projector layout: the same three charts, larger text
+    at.toggle(key="syn_projector").set_value(True)
+    at.run()
+    _clean(at)
+    story = {k: v for k, v in charts().items() if not k.startswith(("Synthetic", "Updates"))}
+    assert len(story) == 3
+    assert all(v["layout"]["font"]["size"] == 22 for v in story.values())
+    # the last step explains the bias and draws its floor
+    lag = next(v for k, v in charts().items() if k.startswith("Lag profile"))
+    assert any(t["name"].startswith("bias floor b = d/(N+d) = 0.2") for t in lag["data"])
+    assert any("Why a sampled curve can sit below F_L" in c.value for c in at.caption)
+
+
+def test_lab_presets_and_sampling_on_request(lab):
+    from deffcore import teaching
+
+    at, charts = lab
+    for name, (step, knobs) in teaching.PRESETS.items():
+        at.selectbox(key="syn_preset").set_value(name)
+        at.run()
+        _clean(at)
+        assert at.radio(key="syn_step").value == step
+        assert at.slider(key="syn_t_L").value == knobs.L
+        assert _metric(at, "D_eff") == f"{teaching.story_step(step, knobs).deff:.3f}"
+    # extreme preset (N = 16, d = 512, L = 48): a note, no error; sampling is refused politely
+    at.selectbox(key="syn_preset").set_value("Extreme: N = 16, d = 512, L = 48")
+    at.run()
+    assert any("not much larger" in i.value for i in at.info)
+    at.button(key="syn_sample").click()
+    at.run()
+    _clean(at)  # 48 * 16 * 512 fits the budget: sampled
+    lag = next(v for k, v in charts().items() if k.startswith("Lag profile"))
+    assert {"sampled, linear CKA", "sampled, unbiased CKA"} <= {t["name"] for t in lag["data"]}
+    # a size beyond the budget is refused in words, never an error
+    at.slider(key="syn_t_L").set_value(64)
+    at.select_slider(key="syn_t_n").set_value(100_000)
+    at.select_slider(key="syn_t_d").set_value(1024)
+    at.button(key="syn_sample").click()
+    at.run()
+    _clean(at)
+    assert any("classroom budget" in i.value for i in at.info)
+
+
+def test_lab_sweep_extremes_are_notes_not_errors(lab):
+    at, charts = lab
+    at.select_slider(key="syn_n").set_value(16)
+    at.slider(key="syn_L").set_value(48)
+    at.run()
+    _clean(at)
+    assert _metric(at, "orthogonal states: D_eff/L at L = 48") == "needs N > L"
+    assert any("Orthogonal states need N > L" in i.value for i in at.info)
+    at.button(key="syn_sweep_sample").click()
+    at.run()
+    _clean(at)
+    sweep = charts()["Synthetic constructions: D_eff/L against depth (N = 16, d = 64)"]
+    names = {t["name"] for t in sweep["data"]}
+    assert "independent states, sampled" in names and "orthogonal states, sampled" in names
+    # a slider move drops the samples (they belong to the settings they were drawn for)
+    at.slider(key="syn_L").set_value(47)
+    at.run()
+    sweep = charts()["Synthetic constructions: D_eff/L against depth (N = 16, d = 64)"]
+    assert not any(t["name"].endswith("sampled") for t in sweep["data"])
+    # too large to sample: a note
+    at.select_slider(key="syn_n").set_value(2048)
+    at.select_slider(key="syn_d").set_value(512)
+    at.button(key="syn_sweep_sample").click()
+    at.run()
+    _clean(at)
+    assert any("classroom budget" in i.value for i in at.info)
+    for table in at.dataframe:
+        assert not any("_" in str(c) and str(c).islower() for c in table.value.columns)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,20 +13,39 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deffcore.constants import POOLINGS
-from deffcore.figures import COLOR_PAPER, COLOR_REFERENCE, POOLING_COLORS
+from deffcore.figures import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO, POOLING_COLORS
+from deffcore.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
 
+# Okabe-Ito colours (colour-blind safe), each paired with a shape or dash so colour is never
+# the only cue.
 INTERVENTION_COLORS = {
-    "none": "#1f77b4",
-    "no_post": "#ff7f0e",
-    "no_qk": "#2ca02c",
-    "no_post_no_qk": "#d62728",
+    "none": OKABE_ITO["blue"],
+    "no_post": OKABE_ITO["orange"],
+    "no_qk": OKABE_ITO["bluish green"],
+    "no_post_no_qk": OKABE_ITO["vermillion"],
 }
-RANKING_COLORS = {"bi": "#1f77b4", "local_deff": "#d62728"}
-METRIC_COLORS = {"cka": "#1f77b4", "unbiased_cka": "#ff7f0e", "cosine": "#2ca02c"}
-#: One colour per gamma of the residual-carry lab (others fall back to grey).
-GAMMA_COLORS = {1.0: "#1f77b4", 0.75: "#2ca02c", 0.5: "#ff7f0e", 0.25: "#d62728"}
+INTERVENTION_PATTERNS = {"none": "", "no_post": "/", "no_qk": ".", "no_post_no_qk": "x"}
+RANKING_COLORS = {"bi": OKABE_ITO["blue"], "local_deff": OKABE_ITO["vermillion"]}
+RANKING_SYMBOLS = {"bi": "circle", "local_deff": "square"}
+METRIC_COLORS = {
+    "cka": OKABE_ITO["blue"],
+    "unbiased_cka": OKABE_ITO["orange"],
+    "cosine": OKABE_ITO["bluish green"],
+}
+METRIC_PATTERNS = {"cka": "", "unbiased_cka": "/", "cosine": "."}
+#: One colour and dash per gamma of the residual-carry lab (others fall back to grey).
+GAMMA_COLORS = {
+    1.0: OKABE_ITO["blue"],
+    0.75: OKABE_ITO["bluish green"],
+    0.5: OKABE_ITO["orange"],
+    0.25: OKABE_ITO["vermillion"],
+}
+GAMMA_DASHES = {1.0: "solid", 0.75: "dash", 0.5: "dot", 0.25: "dashdot"}
+#: Perplexities above this multiple of PPL_0 are drawn at the cap, marked "> cap": a skipped
+#: block can make PPL explode (1e63 was seen), which would squash every other point.
+PPL_CAP_FACTOR = 1000.0
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -87,7 +107,8 @@ def intervention_plot(
                 y=[r["gap_pct"] for r in sub],
                 name=f"{name} (this run)",
                 marker_color=INTERVENTION_COLORS.get(name, COLOR_PAPER),
-                hovertemplate="%{x}<br>gap = %{y:.2f}%<extra>" + name + "</extra>",
+                marker_pattern_shape=INTERVENTION_PATTERNS.get(name, ""),
+                hovertemplate="%{x}<br>gap = %{y:.3g}%<extra>" + name + "</extra>",
             )
         )
     symbols = ["circle-open", "diamond-open", "square-open"]
@@ -113,7 +134,7 @@ def intervention_plot(
             )
     fig.add_hline(y=0, line_color=COLOR_REFERENCE, line_dash="dash")
     fig.update_layout(
-        title="Gap to F_L under norm interventions (> 0: sub-reference)",
+        title="Gap to F_L under norm interventions (> 0: more redundant than orthogonal updates)",
         barmode="group",
         xaxis={
             "title": "pooling control",
@@ -133,21 +154,43 @@ def intervention_plot(
 
 
 def pruning_plot(result: Mapping[str, Any]) -> go.Figure:
-    """PPL against k skipped blocks for each ranking (log y), with the 1.10 x PPL_0 line."""
+    """PPL against k skipped blocks for each ranking (log y), with the 1.10 x PPL_0 line.
+
+    The y axis is fitted to the data: values above `PPL_CAP_FACTOR` x PPL_0 (or not finite) are
+    drawn at that cap as triangles labelled "> cap", their true value in the hover, so one
+    exploded perplexity does not squash the rest. `customdata` holds the true values.
+    """
     from deffcore.labs.pruning import PPL_TOLERANCE, RANKING_LABELS
 
     fig = go.Figure()
+    ppl0 = float(result["ppl0"])
+    cap = PPL_CAP_FACTOR * ppl0 if math.isfinite(ppl0) and ppl0 > 0 else math.inf
+    shown: list[float] = [PPL_TOLERANCE * ppl0]
+    capped_any = False
     for ranking, ppl in result["ppl"].items():
         ks = sorted(int(k) for k in ppl)
+        true = [float(ppl[str(k)]) for k in ks]
+        over = [not (math.isfinite(p) and p <= cap) for p in true]
+        capped_any |= any(over)
+        ys = [cap if o else p for p, o in zip(true, over, strict=True)]
+        shown += ys
+        symbol = RANKING_SYMBOLS.get(ranking, "circle")
         fig.add_trace(
             go.Scatter(
                 x=ks,
-                y=[ppl[str(k)] for k in ks],
-                mode="lines+markers",
+                y=ys,
+                mode="lines+markers+text",
                 name=f"{RANKING_LABELS.get(ranking, ranking)} "
-                f"(k_1.10 = {result['k_1.10'][ranking]})",
+                f"(k₁.₁₀ = {result['k_1.10'][ranking]})",
                 line={"color": RANKING_COLORS.get(ranking, COLOR_PAPER)},
-                hovertemplate="k = %{x}<br>PPL = %{y:.3f}<extra></extra>",
+                marker={
+                    "symbol": ["triangle-up" if o else symbol for o in over],
+                    "size": [13 if o else 8 for o in over],
+                },
+                text=[f"> {cap:.3g}" if o else "" for o in over],
+                textposition="top center",
+                customdata=true,
+                hovertemplate="k = %{x}<br>PPL = %{customdata:.4g}<extra></extra>",
             )
         )
     fig.add_hline(
@@ -156,12 +199,19 @@ def pruning_plot(result: Mapping[str, Any]) -> go.Figure:
         line_color=COLOR_REFERENCE,
         annotation_text=f"{PPL_TOLERANCE:.2f} × PPL_0",
     )
+    finite = [v for v in shown if math.isfinite(v) and v > 0]
+    low, high = (min(finite), max(finite)) if finite else (1.0, 10.0)
     fig.update_layout(
         title=f"Held-out perplexity after skipping k blocks "
         f"({result['model']}, L = {result['layers']})",
         xaxis_title="k (blocks skipped, lowest-ranked first)",
-        yaxis_title="perplexity",
-        yaxis_type="log",
+        yaxis={
+            "title": "perplexity (log scale"
+            + (f"; ▲ = above {cap:.3g}, off the chart)" if capped_any else ")"),
+            "type": "log",
+            # fitted to the drawn values, with room for the "> cap" labels
+            "range": [math.log10(low) - 0.1, math.log10(high) + (0.35 if capped_any else 0.1)],
+        },
         height=440,
         **_LAYOUT,
     )
@@ -174,7 +224,13 @@ def pruning_scores_plot(result: Mapping[str, Any]) -> go.Figure:
     blocks = list(range(1, L + 1))
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Block Influence", "local ΔD_eff"))
     fig.add_trace(
-        go.Bar(x=blocks, y=result["block_influence"], name="BI", marker_color=RANKING_COLORS["bi"]),
+        go.Bar(
+            x=blocks,
+            y=result["block_influence"],
+            name="BI",
+            marker_color=RANKING_COLORS["bi"],
+            hovertemplate="block %{x}<br>BI = %{y:.4g}<extra></extra>",
+        ),
         row=1,
         col=1,
     )
@@ -184,6 +240,7 @@ def pruning_scores_plot(result: Mapping[str, Any]) -> go.Figure:
             y=result["local_delta_deff"],
             name="local ΔD_eff",
             marker_color=RANKING_COLORS["local_deff"],
+            hovertemplate="block %{x}<br>local ΔD_eff = %{y:.4g}<extra></extra>",
         ),
         row=1,
         col=2,
@@ -226,12 +283,16 @@ def carry_trajectories(records: Sequence[Mapping[str, Any]]) -> go.Figure:
                         x=run["step"],
                         y=run[quantity],
                         mode="lines",
-                        line={"color": _rgba(color, 0.3), "width": 1},
+                        line={
+                            "color": _rgba(color, 0.3),
+                            "width": 1,
+                            "dash": GAMMA_DASHES.get(float(gamma), "solid"),
+                        },
                         name=f"γ={gamma:g} seed {seed}",
                         legendgroup=f"g{gamma}",
                         showlegend=False,
                         hovertemplate=f"γ={gamma:g} seed {seed}<br>step %{{x}}"
-                        f"<br>{label} = %{{y:.4f}}<extra></extra>",
+                        f"<br>{label} = %{{y:.4g}}<extra></extra>",
                     ),
                     row=row + 1,
                     col=col + 1,
@@ -242,11 +303,15 @@ def carry_trajectories(records: Sequence[Mapping[str, Any]]) -> go.Figure:
                     x=mean.index,
                     y=mean.values,
                     mode="lines",
-                    line={"color": color, "width": 3},
+                    line={
+                        "color": color,
+                        "width": 3,
+                        "dash": GAMMA_DASHES.get(float(gamma), "solid"),
+                    },
                     name=f"γ = {gamma:g} (mean)",
                     legendgroup=f"g{gamma}",
                     showlegend=p_index == 0,
-                    hovertemplate=f"γ={gamma:g} mean<br>step %{{x}}<br>{label} = %{{y:.4f}}"
+                    hovertemplate=f"γ={gamma:g} mean<br>step %{{x}}<br>{label} = %{{y:.4g}}"
                     "<extra></extra>",
                 ),
                 row=row + 1,
@@ -259,12 +324,9 @@ def carry_trajectories(records: Sequence[Mapping[str, Any]]) -> go.Figure:
     return fig
 
 
-CARRY_TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("val_loss", "val. loss"),
-    ("deff_h_over_L", "D_eff(h)/L"),
-    ("deff_upd_over_L", "D_eff(update)/L"),
-    ("rho1", "ρ̂(1)"),
-    ("f_over_h", "||f||/||h||"),
+CARRY_TABLE_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (key, COLUMN_LABELS[key])
+    for key in ("val_loss", "deff_h_over_L", "deff_upd_over_L", "rho1", "f_over_h")
 )
 
 
@@ -272,7 +334,7 @@ def carry_table(final: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The final-step table: mean [min, max] across seeds per gamma (as Table S14)."""
     rows = []
     for r in final:
-        row: dict[str, Any] = {"γ": r["gamma"], "seeds": r["seeds"], "step": r["step"]}
+        row: dict[str, Any] = {"γ": r["gamma"], "Seeds": r["seeds"], "Step": r["step"]}
         for quantity, label in CARRY_TABLE_COLUMNS:
             lo, hi = r[f"{quantity}_min"], r[f"{quantity}_max"]
             row[label] = f"{r[quantity]:.3f} [{lo:.3f}, {hi:.3f}]"
@@ -298,6 +360,7 @@ def dynamics_plot(result: Mapping[str, Any], *, log_x: bool = False) -> go.Figur
 
     xs = [x_of(i, p) for i, p in enumerate(points)]
     for col, quantity in ((1, "gap_pct"), (2, "deff_over_L")):
+        label = COLUMN_LABELS[quantity]
         ys = [p[quantity] if p["status"] == "ok" else None for p in points]
         fig.add_trace(
             go.Scatter(
@@ -305,10 +368,11 @@ def dynamics_plot(result: Mapping[str, Any], *, log_x: bool = False) -> go.Figur
                 y=ys,
                 mode="lines+markers",
                 connectgaps=False,
-                name=quantity,
+                name=label,
                 text=[p["label"] for p in points],
                 line={"color": POOLING_COLORS["default"]},
-                hovertemplate="%{text}<br>" + axis + " %{x}<br>%{y:.4f}<extra></extra>",
+                hovertemplate="%{text}<br>" + axis + " %{x}<br>" + label + " = %{y:.4g}"
+                "<extra></extra>",
                 showlegend=False,
             ),
             row=1,
@@ -352,9 +416,10 @@ def aggregations_plot(table: Mapping[str, Any]) -> go.Figure:
             go.Bar(
                 x=[AGGREGATION_LABELS[a] for a in AGGREGATIONS],
                 y=[sub[a]["value_over_L"] for a in AGGREGATIONS],
-                name=metric,
+                name=COLUMN_LABELS.get(metric, metric),
                 marker_color=METRIC_COLORS.get(metric, COLOR_PAPER),
-                hovertemplate="%{x}<br>value / L = %{y:.4f}<extra>" + metric + "</extra>",
+                marker_pattern_shape=METRIC_PATTERNS.get(metric, ""),
+                hovertemplate="%{x}<br>value / L = %{y:.4g}<extra>" + metric + "</extra>",
             )
         )
     L = table["layers"]
@@ -365,7 +430,7 @@ def aggregations_plot(table: Mapping[str, Any]) -> go.Figure:
             x=labels,
             y=[2 / (L + 1)] * len(labels),
             mode="lines",
-            hovertemplate="F_L/L = %{y:.4f}<extra></extra>",
+            hovertemplate="F_L/L = %{y:.4g}<extra></extra>",
             name=f"F_L/L = {2 / (L + 1):.4f}",
             line={"color": COLOR_REFERENCE, "dash": "dash"},
         )

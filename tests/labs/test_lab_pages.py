@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parents[2]
+#: a lower-case snake_case column name (deff_h_over_L, val_loss): never shown to a person
+SNAKE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9.]+)+")
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 12, "max_tokens": 24, "seed": 0}
 
 
@@ -36,6 +39,14 @@ def table_with(at: AppTest, column: str):
 
 def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.fixture(autouse=True)
+def deff_cache_dir(cache_dir, monkeypatch):
+    """Overrides tests/conftest.py's fresh cache per test: this module's tests share one app
+    session (its run is read back from the cache), so they share its cache folder."""
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
+    return cache_dir
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +127,9 @@ def test_carry_then_dynamics_pages(app):
 
     at = goto(app, "pages/10_Residual_carry.py")
     assert_clean(at)
-    assert table_with(at, "deff_h_over_L").shape[0] == 4
+    assert table_with(at, "D_eff(h)/L").shape[0] == 4  # human column names, not deff_h_over_L
+    snake = [c for d in at.dataframe for c in d.value.columns if SNAKE.fullmatch(str(c))]
+    assert not snake
     at.multiselect(key="rc_gammas").set_value([1.0, 0.5])
     at.number_input(key="rc_seeds").set_value(1)
     at.number_input(key="rc_iters").set_value(4)
@@ -131,6 +144,9 @@ def test_carry_then_dynamics_pages(app):
     root = cache_dir() / "carry" / "tiny"  # the page saves checkpoints under the cache
     run_dirs = sorted(root.iterdir())
     assert [p.name for p in run_dirs if p.is_dir()] == ["gamma0.5_seed0", "gamma1_seed0"]
+    # the caption names the checkpoint folder short, relative to the cache folder
+    assert any("checkpoints in <cache>/carry/tiny" in c.value for c in at.caption)
+    assert not any(str(root) in c.value for c in at.caption)
 
     at = goto(at, "pages/11_Training_dynamics.py")
     assert_clean(at)
@@ -139,22 +155,47 @@ def test_carry_then_dynamics_pages(app):
     at.button(key="dy_run").click()
     at.run()
     assert_clean(at)
-    points = table_with(at, "status")
-    assert list(points["step"]) == [0, 2, 4]
-    assert (points["status"] == "ok").all()
+    assert at.selectbox(key="dy_carry_run").options == ["tiny/gamma0.5_seed0", "tiny/gamma1_seed0"]
+    points = table_with(at, "Status")
+    assert list(points["Step"]) == [0, 2, 4]
+    assert (points["Status"] == "ok").all()
+    assert "D_eff / L" in points.columns and "Gap to F_L (%)" in points.columns
     assert any("3 of 3 checkpoints landed" in t for t in titles(at))
 
 
 def test_aggregations_page_matches_the_library(app):
+    from deffcore.glossary import COLUMN_LABELS
     from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
     from deffcore.measurement import measure
 
     at = goto(app, "pages/12_Aggregations.py")
     assert_clean(at)
-    shown = table_with(at, "unbiased_cka")
+    shown = table_with(at, "unbiased CKA")
+    assert list(shown.columns) == ["linear CKA", "unbiased CKA", "cosine"]
     direct = aggregation_table(measure(**RUN))
     for row in direct["rows"]:
-        got = shown.loc[AGGREGATION_LABELS[row["aggregation"]], row["metric"]]
+        got = shown.loc[AGGREGATION_LABELS[row["aggregation"]], COLUMN_LABELS[row["metric"]]]
         assert got == pytest.approx(row["value_over_L"])
     assert np.isfinite(shown.to_numpy()).all()
-    assert "cka (paper)" in table_with(at, "cka (paper)").columns
+    assert "linear CKA (paper)" in table_with(at, "linear CKA (paper)").columns
+
+
+def test_dynamics_folder_field_obeys_the_local_path_setting(cache_dir, monkeypatch, tmp_path):
+    """DEFF_LOCAL_PATHS=off: a typed checkpoint folder is refused with the same sentence whether
+    or not it exists, and nothing under it is listed."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("DEFF_LOCAL_PATHS", "off")
+    texts = []
+    for folder in (tmp_path, tmp_path / "absent"):
+        page = str(REPO / "pages/11_Training_dynamics.py")
+        at = AppTest.from_file(page, default_timeout=120).run()
+        at.radio(key="dy_source").set_value("Local checkpoint folder").run()
+        at.text_input(key="dy_folder").set_value(str(folder)).run()
+        at.button(key="dy_run").click().run()
+        assert not at.exception
+        texts.append(" ".join(e.value for e in at.error))
+    assert texts[0] and texts[0].replace(str(tmp_path), "") == texts[1].replace(
+        str(tmp_path / "absent"), ""
+    )
+    assert "does not exist" not in texts[1]
