@@ -1,52 +1,71 @@
-"""Effective Depth Explorer: `streamlit run app.py`. This script is also the first screen.
+"""Effective Depth Explorer: `streamlit run app.py`.
 
-Multipage layout: the pages/ folder (`pages/<number>_<Name>.py`, listed in numeric order), so
-a new page is one new file. Every page, this one included, starts with `ui_common.page()` or
-`ui_common.require_view()`, which draws the shared sidebar (model, data, Run, view controls;
-its values persist across pages) and returns the current run: the last run pressed in this
-session, else the shipped snapshot of the default run.
+This file is the router (`st.navigation`): it lists the pages, in their numeric order, in
+sections, and runs the one the visitor chose. Each page is its own file in pages/ and starts
+with `ui_common.page()` or `ui_common.require_view()`, which draws the shared sidebar (run
+settings and Run at the top, view controls below; values persist across pages), shows a
+background run's progress in the main area, and returns the current run: the last run landed
+in this session, else the shipped snapshot of the default run. The first page is
+pages/0_Overview.py, listed as "Overview".
+
+A page file this list does not name (a new page) is still listed, under "Labs", by its
+number: adding a page stays one new file.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import streamlit as st
 
-import ui_common as ui
-from deffcore import figures
+HERE = Path(__file__).resolve().parent
 
-view, settings = ui.page("Overview")
-st.title("Effective Depth Explorer")
-st.markdown(
-    "How does a transformer's residual stream accumulate across depth? "
-    "**Effective depth** $D_\\mathrm{eff} = L^2 / \\sum_{ij} S_{ij}$ counts how many "
-    "*independent* layers the similarity matrix $S$ is worth; accumulated orthogonal "
-    "updates give exactly $F_L = 2L/(L+1)$."
-)
-if view is None:
-    st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
-    st.stop()
-st.subheader(view.label)
-ui.precomputed_note(view)
-ui.headline_cards(view, settings)
-left, right = st.columns(2)
-with left:
-    S = view.similarity(settings.pooling, settings.metric)
-    ui.show_figure(
-        figures.similarity_heatmap(S, metric=settings.metric, pooling=settings.pooling),
-        key="overview_heatmap",
-    )
-with right:
-    rho = view.lag_profile(settings.pooling, settings.metric)
-    biased = settings.metric == "cka"  # d/(N+d) is linear CKA's finite-sample floor
-    ui.show_figure(
-        figures.lag_decay(rho, n=view.n if biased else None, d=view.d_model if biased else None),
-        key="overview_lag",
-    )
-st.caption(
-    "Pages (sidebar): Similarity (the matrix; click a layer), Lag decay (ρ(k) and K), Gap to "
-    "F_L (beside the paper's models), BOS & controls (pooling controls, position-0 norms), "
-    "Synthetic lab (constructions with known answers), Baselines (random-weight null, matched "
-    "references, bootstrap), Runs (open, compare, delete). Labs: Interventions (Gemma norms), "
-    "Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training dynamics "
-    "(checkpoints over training), Aggregations (other ways to count layers)."
-)
+#: (section, file in pages/, title). Sections keep the files' numeric order.
+PAGES: list[tuple[str, str, str]] = [
+    ("Results", "0_Overview.py", "Overview"),
+    ("Results", "1_Similarity.py", "Similarity"),
+    ("Results", "2_Lag_decay.py", "Lag decay"),
+    ("Results", "3_Gap_to_F_L.py", "Gap to F_L"),
+    ("Results", "4_BOS_and_controls.py", "BOS & controls"),
+    ("Teach", "5_Synthetic_lab.py", "Synthetic lab"),
+    ("Checks and runs", "6_Baselines.py", "Baselines"),
+    ("Checks and runs", "7_Runs.py", "Runs"),
+    ("Labs", "8_Interventions.py", "Interventions"),
+    ("Labs", "9_Pruning_boundary.py", "Pruning boundary"),
+    ("Labs", "10_Residual_carry.py", "Residual carry"),
+    ("Labs", "11_Training_dynamics.py", "Training dynamics"),
+    ("Labs", "12_Aggregations.py", "Aggregations"),
+]
+
+
+def _number(name: str) -> float:
+    m = re.match(r"(\d+)", name)
+    return float(m.group(1)) if m else float("inf")
+
+
+def _title(name: str) -> str:
+    """`13_Model_zoo.py` -> `Model zoo` (a page file this list does not name yet)."""
+    return re.sub(r"^\d+_?", "", Path(name).stem).replace("_", " ") or Path(name).stem
+
+
+def navigation() -> dict[str, list[st.Page]]:
+    """Sections -> pages for `st.navigation`, every existing file of pages/ included."""
+    named = {file for _, file, _ in PAGES}
+    rows = [row for row in PAGES if (HERE / "pages" / row[1]).is_file()]
+    rows += [
+        ("Labs", path.name, _title(path.name))
+        for path in (HERE / "pages").glob("*.py")
+        if path.name not in named and not path.name.startswith("_")
+    ]
+    order = {s: i for i, s in enumerate(dict.fromkeys(section for section, _, _ in PAGES))}
+    rows.sort(key=lambda r: (order.get(r[0], len(order)), _number(r[1])))
+    sections: dict[str, list[st.Page]] = {}
+    for section, file, title in rows:
+        sections.setdefault(section, []).append(
+            st.Page(f"pages/{file}", title=title, default=file == "0_Overview.py")
+        )
+    return sections
+
+
+st.navigation(navigation(), expanded=False).run()

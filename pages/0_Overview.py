@@ -1,0 +1,46 @@
+"""Overview: the first page (the default of `st.navigation` in app.py): the current run's
+headline numbers with their trust badge, its similarity matrix and lag decay."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import ui_common as ui
+from deffcore import figures
+
+view, settings = ui.page("Overview")
+st.title("Effective Depth Explorer")
+st.markdown(
+    "How does a transformer's residual stream accumulate across depth? "
+    "**Effective depth** $D_\\mathrm{eff} = L^2 / \\sum_{ij} S_{ij}$ counts how many "
+    "*independent* layers the similarity matrix $S$ is worth; accumulated orthogonal "
+    "updates give exactly $F_L = 2L/(L+1)$."
+)
+if view is None:
+    st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
+    st.stop()
+st.subheader(view.label)
+ui.precomputed_note(view)
+ui.headline_cards(view, settings)
+left, right = st.columns(2)
+with left:
+    S = view.similarity(settings.pooling, settings.metric)
+    ui.show_figure(
+        figures.similarity_heatmap(S, metric=settings.metric, pooling=settings.pooling),
+        key="overview_heatmap",
+    )
+with right:
+    rho = view.lag_profile(settings.pooling, settings.metric)
+    biased = settings.metric == "cka"  # d/(N+d) is linear CKA's finite-sample floor
+    ui.show_figure(
+        figures.lag_decay(rho, n=view.n if biased else None, d=view.d_model if biased else None),
+        key="overview_lag",
+    )
+st.caption(
+    "Pages (sidebar): Similarity (the matrix; click a layer), Lag decay (ρ(k) and K), Gap to "
+    "F_L (beside the paper's models), BOS & controls (pooling controls, position-0 norms), "
+    "Synthetic lab (constructions with known answers), Baselines (random-weight null, matched "
+    "references, bootstrap), Runs (open, compare, resume, delete). Labs: Interventions (Gemma "
+    "norms), Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training "
+    "dynamics (checkpoints over training), Aggregations (other ways to count layers)."
+)

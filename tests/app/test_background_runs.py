@@ -1,0 +1,378 @@
+"""AppTest of background runs (issue 12.1), the trust badge on the first page (12.2), the
+navigation and words (12.4), and the local-path setting in the app (8.6).
+
+A run started from the sidebar goes to `deffcore.jobs` (a worker thread of this process), so
+these tests drive the app like a browser would: `_deff_run_wait_s = 0` makes the Run click
+return at once (a browser then polls with a fragment; AppTest reruns by hand), and a gate on
+the model loader holds a run in "loading model" while the test switches pages or cancels.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import deffcore.extract
+import deffcore.measurement
+from deffcore import cache, jobs
+from deffcore.cache import RunSpec
+from deffcore.snapshot import RunView
+
+REPO = Path(__file__).resolve().parents[2]
+OVERVIEW = "pages/0_Overview.py"
+RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
+
+
+@pytest.fixture(autouse=True)
+def deff_cache_dir(cache_dir, monkeypatch):
+    """One cache for the module (the worker thread reads DEFF_CACHE_DIR as it runs)."""
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
+    yield cache_dir
+    for job in jobs.active_jobs():  # never leave a job running into the next test
+        jobs.cancel(job.job_id)
+        jobs.wait(job.job_id, timeout=600)
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """Hold every model load until `gate.set()` (always released at teardown)."""
+    event = threading.Event()
+    real = deffcore.measurement.load_model
+
+    def loader(*args, **kwargs):
+        assert event.wait(600), "the test never opened the gate"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    yield event
+    event.set()
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """A model loader that must not be called: everything is checked before a model loads."""
+    calls: list[tuple] = []
+
+    def loader(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    return calls
+
+
+def new_app(wait_s: float | None = 0) -> AppTest:
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600)
+    if wait_s is not None:
+        at.session_state["_deff_run_wait_s"] = wait_s
+    return at.run()
+
+
+def choose(at: AppTest, **overrides) -> AppTest:
+    run = {**RUN, **overrides}
+    at.radio(key="model_source").set_value("Packaged (offline)").run()
+    at.selectbox(key="model_packaged").set_value(run["model"])
+    at.number_input(key="n").set_value(run["n"])
+    at.number_input(key="max_tokens").set_value(run["max_tokens"])
+    at.number_input(key="seed").set_value(run["seed"])
+    return at.run()
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def texts(at: AppTest, kind: str) -> list[str]:
+    return [e.value for e in getattr(at, kind)]
+
+
+def progress_texts(at: AppTest) -> list[str]:
+    return [p.proto.text for p in at.get("progress")]
+
+
+def session_job(at: AppTest) -> str:
+    return at.session_state["_deff_job"]
+
+
+# ---------------------------------------------------------------------------------------------
+# a run survives a page switch, lands, and says so
+# ---------------------------------------------------------------------------------------------
+
+
+def test_run_survives_a_page_switch_and_lands(gate):
+    at = choose(new_app())
+    at.button(key="run").click().run()
+    assert not at.exception and not at.error
+    job_id = session_job(at)
+    # the main area shows the run from the first second: model load included, with Cancel
+    assert any(t.startswith("Running:") or "Running:" in t for t in texts(at, "markdown"))
+    assert any("loading model" in t or "checking data" in t or "queued" in t
+               for t in progress_texts(at)), progress_texts(at)  # fmt: skip
+    assert at.button(key="job_cancel").label == "Cancel run"
+    assert at.query_params.get("job") in (job_id, [job_id])  # a reload finds it again
+
+    at.switch_page("pages/2_Lag_decay.py").run()  # the user goes elsewhere while it runs
+    assert not at.exception
+    assert jobs.status(job_id).state == "running"
+    assert at.button(key="job_cancel")  # the run box follows the user to every page
+    gate.set()
+    assert jobs.wait(job_id, timeout=600).state == "done"
+
+    at.switch_page(OVERVIEW).run()  # back on the first page: it has landed
+    assert not at.exception and not at.error
+    notices = texts(at, "success")
+    assert any(n.startswith("Run finished: tiny-llama") for n in notices), notices
+    assert not any("served from the cache" in n for n in notices)
+    assert [t.proto.body for t in at.toast] and "Run finished" in at.toast[0].proto.body
+    m = deffcore.measurement.measure(**RUN)
+    assert m.cached  # the job's entry: the cache is the state of record
+    assert metric(at, "D_eff") == f"{m.summary().deff:.3f}"
+    assert "_deff_job" not in at.session_state
+    with pytest.raises(KeyError):  # progress box gone
+        at.button(key="job_cancel")
+
+    # the same settings again: served from the cache
+    at.button(key="run").click().run()
+    if "_deff_job" in at.session_state:  # not landed within this run: let it finish
+        jobs.wait(session_job(at), timeout=600)
+    at.run()
+    assert any("served from the cache" in n for n in texts(at, "success")), texts(at, "success")
+
+
+def test_a_reload_finds_the_running_job(gate):
+    at = choose(new_app(), n=20)
+    at.button(key="run").click().run()
+    job_id = session_job(at)
+    fresh = AppTest.from_file(str(REPO / "app.py"), default_timeout=600)  # a new session
+    fresh.query_params["job"] = job_id
+    fresh.session_state["_deff_run_wait_s"] = 0
+    fresh.run()
+    assert not fresh.exception
+    assert fresh.session_state["_deff_job"] == job_id
+    assert fresh.button(key="job_cancel")
+    gate.set()
+    jobs.wait(job_id, timeout=600)
+    fresh.run()
+    assert any("Run finished" in n for n in texts(fresh, "success"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Cancel
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cancel_stops_the_run_and_leaves_no_complete_entry(gate):
+    at = choose(new_app(), n=64, max_tokens=64)
+    before = metric(at, "D_eff")
+    at.button(key="run").click().run()
+    job_id = session_job(at)
+    spec = jobs.status(job_id).spec
+    at.button(key="job_cancel").click().run()
+    assert jobs.status(job_id).cancel_requested
+    gate.set()
+    assert jobs.wait(job_id, timeout=600).state == "cancelled"
+    at.run()
+    assert not at.exception and not at.error
+    assert any(i.startswith("Run cancelled") for i in texts(at, "info")), texts(at, "info")
+    assert metric(at, "D_eff") == before  # the current run is unchanged
+    assert cache.load(spec) is None  # nothing loads as a complete run
+    entries = [r for r in cache.list_runs() if r["key"] == spec.key()]
+    assert all(r["status"] != "complete" for r in entries)
+    import ui_common
+
+    assert spec.key() not in [m["key"] for m in ui_common.cached_runs()]
+
+
+def test_an_interrupted_run_resumes_from_the_runs_page(monkeypatch):
+    real = deffcore.measurement.extract_pooled
+
+    def cancel_after_first_batch(*args, progress=None, **kwargs):
+        def wrapped(done, total, stage):
+            progress(done, total, stage)
+            if stage == "extract":
+                for job in jobs.active_jobs():
+                    jobs.cancel(job.job_id)
+
+        return real(*args, progress=wrapped, **kwargs)
+
+    monkeypatch.setattr(deffcore.extract, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
+    monkeypatch.setattr(deffcore.measurement, "extract_pooled", cancel_after_first_batch)
+    at = choose(new_app(wait_s=None), n=96, max_tokens=128)  # AppTest waits for the job
+    at.button(key="run").click().run()
+    shown = (texts(at, "info"), texts(at, "success"), texts(at, "error"))
+    assert any(i.startswith("Run cancelled") for i in texts(at, "info")), shown
+    assert any("passages are kept" in i for i in texts(at, "info")), shown
+    partial = [r for r in cache.list_runs() if r["status"] == "partial" and r["spec"]["n"] == 96]
+    assert len(partial) == 1 and partial[0]["done_passages"] > 0
+    monkeypatch.setattr(deffcore.measurement, "extract_pooled", real)
+
+    at.switch_page("pages/7_Runs.py").run()
+    at.selectbox(key="runs_resume").set_value(partial[0]["key"])
+    at.button(key="runs_resume_button").click().run()  # calls ui_common.resume_run(key)
+    assert not at.exception
+    success = " ".join(texts(at, "success"))
+    assert "Run finished" in success and "passages resumed" in success, success
+    assert cache.load(RunSpec(**partial[0]["spec"])) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input is refused before any model loads, naming the user's own file
+# ---------------------------------------------------------------------------------------------
+
+
+def test_bad_uploads_are_refused_before_any_model_loads(no_model, cache_dir):
+    at = choose(new_app())
+    at.radio(key="data_source").set_value("Upload a file").run()
+    for content in (b"", b"\x00\x01binary\xff\xfe"):
+        at.file_uploader(key="data_upload").set_value(("my notes.txt", content, "text/plain"))
+        at.run()
+        errors = texts(at, "error")
+        assert len(errors) == 1 and "my notes.txt" in errors[0], errors
+        at.button(key="run").click().run()
+        errors = texts(at, "error")
+        assert errors and all("my notes.txt" in e for e in errors), errors
+        assert not any(".uploads" in e or "_my notes" in e for e in errors)
+    # a readable upload with fewer passages than N: refused, by its name, before the model
+    five = "\n\n".join(f"Passage number {i} of a small file." for i in range(5)).encode()
+    at.file_uploader(key="data_upload").set_value(("five.txt", five, "text/plain")).run()
+    assert not at.error
+    at.button(key="run").click().run()
+    errors = texts(at, "error")
+    assert len(errors) == 1 and "five.txt" in errors[0] and "fewer than" in errors[0], errors
+    assert ".uploads" not in errors[0]
+    # a missing path, and N beyond BBC's 2,225 articles
+    at.radio(key="data_source").set_value("Local file").run()
+    at.text_input(key="data_path").set_value(str(cache_dir / "nowhere.jsonl")).run()
+    at.button(key="run").click().run()
+    assert any("nowhere.jsonl" in e for e in texts(at, "error"))
+    at.radio(key="data_source").set_value("BBC news (offline)").run()
+    at.number_input(key="n").set_value(5000).run()
+    at.button(key="run").click().run()
+    assert any("5000" in e or "5,000" in e for e in texts(at, "error")), texts(at, "error")
+    assert no_model == []  # no model was ever loaded
+    assert "_deff_job" not in at.session_state
+
+
+def test_uploads_do_not_pile_up_and_foreign_files_stay(cache_dir):
+    import ui_common
+
+    folder = cache_dir / ".uploads"
+    folder.mkdir(exist_ok=True)
+    foreign = folder / "0123456789abcdef_not-ours.txt"  # right shape, wrong hash: not provably ours
+    foreign.write_text("a user's file")
+    paths = [ui_common.save_upload(f"f{i}.txt", f"text number {i}".encode()) for i in range(12)]
+    ours = [p for p in folder.iterdir() if p.name != foreign.name]
+    assert len(ours) <= ui_common.MAX_UPLOADS
+    assert Path(paths[-1]).exists() and not Path(paths[0]).exists()
+    assert foreign.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the trust badge on the first page
+# ---------------------------------------------------------------------------------------------
+
+
+class FakeView(RunView):
+    """A run of N passages at d = 576 whose S is the same under every metric (no bias)."""
+
+    source = "measured"
+
+    def __init__(self, n: int):
+        L = 30
+        i = np.arange(L)
+        self.S = 0.9 ** np.abs(i[:, None] - i[None, :])
+        self.spec = {**RUN, "model": "smollm2-135m", "n": n}
+        self.layers, self.d_model, self.n = L, 576, n
+        self.label, self.key = f"smollm2-135m · N={n}", f"fake{n}"
+
+    def similarity(self, pooling="default", metric="cka"):
+        return self.S
+
+    def pos0_norm_ratio(self):
+        return np.ones(self.layers + 1)
+
+
+@pytest.mark.parametrize(("n", "level"), [(8, "noise"), (512, "indicative"), (4096, "solid")])
+def test_first_page_trust_badge(n, level):
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600)
+    at.session_state["deff_view"] = FakeView(n)
+    at.run()
+    assert not at.exception
+    badges = [m.value for m in at.markdown if "Trust:" in m.value]
+    assert len(badges) == 1 and f"Trust: {level}" in badges[0], badges
+    assert not any("bias matters here" in w for w in texts(at, "warning"))  # bias not material
+
+
+# ---------------------------------------------------------------------------------------------
+# navigation, words, local paths
+# ---------------------------------------------------------------------------------------------
+
+
+def test_navigation_overview_first_and_every_page_in_order():
+    at = new_app()
+    pages = list(at._registered_pages.values())  # what st.navigation registered
+    titles = [p.get("page_name") for p in pages]
+    assert titles[0] == "Overview"
+    files = [Path(str(p["script_path"])).name for p in pages if p.get("script_path")]
+    numbers = [int(f.split("_")[0]) for f in files]
+    assert numbers == sorted(numbers) and numbers[:8] == list(range(8))
+    assert len(files) == len(list((REPO / "pages").glob("[0-9]*.py")))
+
+
+def test_sidebar_run_first_demo_models_grouped_glossary():
+    at = new_app()
+    sidebar = at.sidebar
+    first_button = sidebar.button[0]
+    assert first_button.key == "run"  # Run before every setting: visible at 900 px
+    options = at.selectbox(key="model_packaged").options
+    from deffcore.models import PACKAGED_MODELS
+
+    assert options[: len(PACKAGED_MODELS)] == [
+        f"{m} — {d}" for m, d in PACKAGED_MODELS.items()
+    ]  # packaged first
+    demo = options[len(PACKAGED_MODELS) :]
+    assert demo and all(o.startswith("demo · ") for o in demo) and len(demo) == 1
+    at.checkbox(key="model_all_demo").check().run()
+    assert len(at.selectbox(key="model_packaged").options) > 10
+    assert at.selectbox(key="passages").options == ["documents", "windows"]
+    assert at.selectbox(key="bos").options == ["default", "add", "none"]
+    assert any("Glossary" in e.proto.label for e in at.sidebar.expander)
+
+
+def test_windows_count_is_shown_before_run():
+    at = choose(new_app())
+    at.selectbox(key="passages").set_value("windows").run()
+    from deffcore.tokens import count_windows
+
+    n = count_windows("tiny-llama", "bbc-news", 32, "default", None)
+    assert any(f"this choice yields {n:,} windows" in c.value for c in at.sidebar.caption)
+
+
+def test_local_paths_off_hides_and_refuses_them(monkeypatch, no_model):
+    monkeypatch.setenv("DEFF_LOCAL_PATHS", "off")
+    at = new_app()
+    assert "Local path" not in at.radio(key="model_source").options
+    assert "Local file" not in at.radio(key="data_source").options
+    at.radio(key="model_source").set_value("Hugging Face id").run()
+    at.text_input(key="model_hf").set_value(str(REPO / "deffcore")).run()  # a path in disguise
+    at.button(key="run").click().run()
+    errors = texts(at, "error")
+    assert len(errors) == 1 and "DEFF_LOCAL_PATHS=off" in errors[0], errors
+    at.radio(key="model_source").set_value("Packaged (offline)").run()
+    at.radio(key="data_source").set_value("Hugging Face dataset").run()
+    at.text_input(key="data_hf").set_value("/etc/passwd").run()
+    at.button(key="run").click().run()
+    assert any("starts with 'hf:'" in e for e in texts(at, "error"))
+    assert no_model == []
+
+
+@pytest.mark.parametrize("page", ["pages/0_Overview.py", "pages/1_Similarity.py"])
+def test_a_page_file_still_runs_on_its_own(page):
+    """AppTest of a single page file (no router): it draws the shared sidebar itself."""
+    at = AppTest.from_file(str(REPO / page), default_timeout=180).run()
+    assert not at.exception and not at.error
+    assert at.button(key="run").label == "Run" and at.title

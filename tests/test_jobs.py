@@ -1,0 +1,224 @@
+"""Background runs (deffcore.jobs): a job lands in the cache, reports progress, cancels cleanly
+(leaving a partial entry that resumes, never a complete-looking one), and bad data is refused
+before any model loads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import deffcore.extract
+import deffcore.measurement
+from deffcore import cache, jobs
+from deffcore.cache import RunSpec
+from deffcore.errors import DeffError, TooFewPassagesError
+from deffcore.measurement import measure
+
+RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
+
+
+def spec_of(**overrides):
+    """The RunSpec of RUN with `overrides`, built directly (run_spec's own checks are
+    exercised through `jobs.plan`)."""
+    run = {**RUN, **overrides}
+    return RunSpec(
+        model=run["model"],
+        revision=None,
+        dataset=run["dataset"],
+        n=run["n"],
+        max_tokens=run["max_tokens"],
+        seed=run["seed"],
+        dtype="float32",
+        passages=run.get("passages", "documents"),
+    )
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """A model loader that must not be called: the checks run before any model loads."""
+    calls = []
+
+    def loader(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    return calls
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """Hold every model load until `gate.set()` (released at teardown whatever happens)."""
+    event = threading.Event()
+    real = deffcore.measurement.load_model
+
+    def loader(*args, **kwargs):
+        assert event.wait(600), "the test never opened the gate"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    yield event
+    event.set()
+    for job in jobs.active_jobs():
+        jobs.wait(job.job_id, timeout=60)
+
+
+def test_a_job_lands_in_the_cache_with_the_numbers_of_measure():
+    spec = spec_of()
+    job_id = jobs.start(spec, batch_size=4)  # 4 batches: a rate over the last 3
+    st = jobs.wait(job_id, timeout=600)
+    assert st.state == "done", st.error
+    assert st.result_key == spec.key() and not st.from_cache
+    assert st.done == st.total == 16
+    # exact: the entry's mean tokens per passage x the passage rate over the batches
+    assert st.tokens_per_s and st.tokens_per_s > 0 and st.tokens_exact
+    m = jobs.load_result(st.result_key)
+    direct = measure(**RUN)  # a cache hit: the job's entry
+    assert direct.cached
+    np.testing.assert_array_equal(m.similarity("default"), direct.similarity("default"))
+    assert "done" in st.describe() and "16 passages" in st.describe()
+
+    again = jobs.wait(jobs.start(spec), timeout=60)
+    assert again.state == "done" and again.from_cache
+    assert "served from the cache" in again.describe()
+
+
+def test_progress_stages_and_rates(monkeypatch):
+    seen = []
+    real = jobs._snapshot
+
+    spec = spec_of(n=48, max_tokens=64, passages="windows")
+    job_id = jobs.start(spec, batch_size=8)
+    while (st := jobs.status(job_id)) and not st.finished:
+        seen.append(real(jobs._JOBS[job_id]))
+    st = jobs.wait(job_id, timeout=600)
+    assert st.state == "done", st.error
+    stages = [s.stage for s in seen]
+    assert "loading model" in stages and "extracting" in stages
+    assert stages.index("loading model") < stages.index("extracting")
+    extracting = [s for s in seen if s.stage == "extracting"]
+    assert all(0 < s.done <= 48 and s.total == 48 for s in extracting)
+    rated = [s for s in extracting if s.tokens_per_s]
+    assert rated, "no rate after several batches"
+    # windows are exactly max_tokens long: the rate is exact, and ETA = remaining / rate
+    assert all(s.tokens_exact for s in rated)
+    assert all(s.eta_s is not None and s.eta_s >= 0 for s in rated)
+
+
+def test_cancel_stops_and_leaves_no_complete_entry(gate):
+    spec = spec_of(n=64, max_tokens=64)
+    job_id = jobs.start(spec, batch_size=8)
+    while jobs.status(job_id).stage != "loading model":
+        jobs.wait(job_id, timeout=0.05)
+    assert "loading model" in jobs.status(job_id).describe()
+    assert jobs.cancel(job_id)
+    gate.set()
+    st = jobs.wait(job_id, timeout=600)
+    assert st.state == "cancelled" and st.result_key is None
+    assert cache.load(spec) is None  # nothing loads as a complete run
+    assert all(r["status"] != "complete" for r in cache.list_runs() if r["key"] == spec.key())
+    assert not jobs.cancel(job_id)  # already finished
+
+
+def test_cancelled_after_a_batch_resumes_from_its_partial(monkeypatch):
+    real = deffcore.measurement.extract_pooled
+
+    def cancel_after_first_batch(*args, progress=None, **kwargs):
+        def wrapped(done, total, stage):
+            progress(done, total, stage)
+            if stage == "extract":
+                for job in jobs.active_jobs():
+                    jobs.cancel(job.job_id)
+
+        return real(*args, progress=wrapped, **kwargs)
+
+    spec = spec_of(n=64, max_tokens=64)
+    monkeypatch.setattr(deffcore.extract, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
+    monkeypatch.setattr(deffcore.measurement, "extract_pooled", cancel_after_first_batch)
+    first = jobs.wait(jobs.start(spec, batch_size=8), timeout=600)
+    assert first.state == "cancelled"
+    partial = [r for r in cache.list_runs() if r["key"] == spec.key()]
+    assert [r["status"] for r in partial] == ["partial"]
+    assert jobs.partial_spec(spec.key()) == spec
+    assert jobs.kept_passages(spec) == partial[0]["done_passages"] > 0
+
+    monkeypatch.setattr(deffcore.measurement, "extract_pooled", real)
+    resumed = jobs.wait(jobs.start(jobs.partial_spec(spec.key()), batch_size=8), timeout=600)
+    assert resumed.state == "done", resumed.error
+    assert resumed.resumed > 0
+    fresh = deffcore.measurement.measure_spec(spec, use_cache=False, batch_size=8)
+    np.testing.assert_array_equal(
+        jobs.load_result(resumed.result_key).pooled.pooled["default"],
+        fresh.pooled.pooled["default"],
+    )
+
+
+def test_queue_dedupe_and_cancelling_a_queued_job(gate):
+    first = jobs.start(spec_of(n=20))
+    assert jobs.start(spec_of(n=20)) == first  # same spec, same job
+    second = jobs.start(spec_of(n=24))
+    st = jobs.status(second)
+    assert st.state == "queued" and st.ahead == 1
+    assert "waiting for 1 run" in st.describe()
+    assert [j.job_id for j in jobs.active_jobs()][-2:] == [first, second]
+    assert jobs.cancel(second)
+    assert jobs.status(second).state == "cancelled"  # at once: it never started
+    gate.set()
+    assert jobs.wait(first, timeout=600).state == "done"
+    assert jobs.status("no-such-job") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# checked before any model loads, naming the user's own file
+# ---------------------------------------------------------------------------------------------
+
+
+def test_empty_and_binary_files_are_refused_before_the_model(no_model, tmp_path):
+    saved = tmp_path / ".uploads" / "0123456789abcdef_my passages.txt"
+    saved.parent.mkdir()
+    names = {str(saved): "my passages.txt"}
+    for content in (b"", b"\x00\x01\x02\xff\xfe"):
+        saved.write_bytes(content)
+        for attempt in (
+            lambda: jobs.start(spec_of(dataset=str(saved)), names=names),
+            lambda: jobs.plan(**{**RUN, "metric": "cka", "dataset": str(saved)}, names=names),
+        ):
+            with pytest.raises(DeffError) as err:
+                attempt()
+            assert "my passages.txt" in str(err.value)
+            assert "0123456789abcdef" not in str(err.value) and ".uploads" not in str(err.value)
+    assert no_model == []
+
+
+def test_n_beyond_the_dataset_and_missing_paths_are_refused_before_the_model(no_model, tmp_path):
+    small = tmp_path / "five.txt"
+    small.write_text("\n\n".join(f"passage number {i}" for i in range(5)))
+    with pytest.raises(TooFewPassagesError, match=r"five\.txt"):
+        jobs.start(spec_of(dataset=str(small), n=6))
+    with pytest.raises(TooFewPassagesError, match=r"2,225|2225"):
+        jobs.start(spec_of(n=5000))
+    with pytest.raises(DeffError, match=r"no-such-file\.txt"):
+        jobs.start(spec_of(dataset=str(tmp_path / "no-such-file.txt")))
+    with pytest.raises(TooFewPassagesError, match="windows of 64 tokens"):
+        jobs.start(spec_of(n=100_000, max_tokens=64, passages="windows"))  # BBC: 78,881
+    with pytest.raises(TooFewPassagesError, match="yields 50 windows"):
+        jobs.check(spec_of(n=51, passages="windows"), windows=50)  # a count the app knows
+    with pytest.raises(DeffError, match="no-model-here"):
+        jobs.start(spec_of(model=str(tmp_path / "no-model-here")))
+    assert no_model == []
+
+
+def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch):
+    def failing(*args, **kwargs):
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(deffcore.measurement, "extract_pooled", failing)
+    st = jobs.wait(jobs.start(spec_of(n=12)), timeout=600)
+    assert st.state == "failed"
+    assert st.error == (
+        "The run failed unexpectedly (RuntimeError): CUDA error: device-side assert triggered"
+    )
+    monkeypatch.undo()
+    assert jobs.wait(jobs.start(spec_of(n=12)), timeout=600).state == "done"  # worker alive

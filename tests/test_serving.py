@@ -1,0 +1,170 @@
+"""Serving safely (deffcore.serving, issue 8.6): localhost binding, local-path policy, uploads."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from deffcore import serving
+from deffcore.errors import DeffError, UnknownDatasetError
+from deffcore.serving import LocalPathRefusedError, check_local_path, check_model_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# policy
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [None, "", "on", "ON"])
+def test_default_allows_any_path(monkeypatch, tmp_path, value):
+    if value is None:
+        monkeypatch.delenv(serving.ENV, raising=False)
+    else:
+        monkeypatch.setenv(serving.ENV, value)
+    assert serving.local_path_policy().mode == "on"
+    assert check_local_path(tmp_path / "x.txt") == tmp_path / "x.txt"
+
+
+def test_off_refuses_every_path_with_one_sentence(monkeypatch, tmp_path):
+    monkeypatch.setenv(serving.ENV, "off")
+    real = tmp_path / "real.txt"
+    real.write_text("secret")
+    messages = []
+    for p in (real, tmp_path / "missing.txt"):
+        with pytest.raises(LocalPathRefusedError) as err:
+            check_local_path(p, what="dataset file")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]  # nothing about existence, not even the path
+    assert "DEFF_LOCAL_PATHS=off" in messages[0]
+    assert isinstance(err.value, DeffError)
+
+
+def test_folder_confines_paths_and_hides_existence(monkeypatch, tmp_path):
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    (allowed / "ok.txt").write_text("fine")
+    (allowed / "link.txt").symlink_to(outside / "secret.txt")
+    monkeypatch.setenv(serving.ENV, str(allowed))
+    policy = serving.local_path_policy()
+    assert policy.mode == "folder" and policy.folder == allowed.resolve()
+
+    assert check_local_path(allowed / "ok.txt") == (allowed / "ok.txt").resolve()
+    assert check_local_path("ok.txt") == (allowed / "ok.txt").resolve()  # relative: inside
+    assert check_local_path(allowed / "not-yet.txt").parent == allowed.resolve()
+
+    def refused(p: str) -> str:
+        with pytest.raises(LocalPathRefusedError) as err:
+            check_local_path(p)
+        return str(err.value).replace(repr(p), "<p>")
+
+    existing = refused(str(outside / "secret.txt"))
+    missing = refused(str(outside / "nothing.txt"))
+    assert existing == missing  # the same sentence whether or not the file exists
+    assert "secret" not in existing
+    refused(str(allowed / ".." / "outside" / "secret.txt"))  # `..` escapes are refused
+    refused(str(allowed / "link.txt"))  # a symlink pointing out is refused
+    refused("/etc/passwd")
+
+
+@pytest.mark.parametrize("value", ["relative/folder", "/no/such/folder/anywhere"])
+def test_unusable_folder_setting_switches_paths_off(monkeypatch, value):
+    monkeypatch.setenv(serving.ENV, value)
+    assert serving.local_path_policy().mode == "off"
+
+
+def test_model_specs_under_a_policy(monkeypatch, tmp_path):
+    monkeypatch.setenv(serving.ENV, "off")
+    for spec in ("smollm2-135m", "tiny-llama", "random:tiny-llama:3", "EleutherAI/pythia-70m"):
+        assert check_model_spec(spec) == spec
+    for spec in (str(tmp_path), "/models/x", "~/m.gguf", "random:/models/x:1", "./m"):
+        with pytest.raises(LocalPathRefusedError):
+            check_model_spec(spec)
+    monkeypatch.setenv(serving.ENV, str(tmp_path))
+    assert check_model_spec(str(tmp_path / "model")) == str(tmp_path / "model")
+    with pytest.raises(LocalPathRefusedError):
+        check_model_spec("/models/x")
+
+
+# ---------------------------------------------------------------------------------------------
+# uploads
+# ---------------------------------------------------------------------------------------------
+
+
+def test_upload_checks_name_the_users_file():
+    serving.check_upload("passages.txt", b"one\n\ntwo\n")
+    serving.check_upload("table.parquet", b"PAR1\x00\x01binary is fine here")
+    for data in (b"", b"  \n\n "):
+        with pytest.raises(UnknownDatasetError, match=r"passages\.txt is empty"):
+            serving.check_upload("passages.txt", data)
+    for name, data in (
+        ("a.txt", b"ab\x00cd"),
+        ("b.csv", b"\xff\xfe\x00t"),
+        ("c.jsonl", b"\x89PNG"),
+    ):
+        with pytest.raises(UnknownDatasetError, match=f"{re.escape(name)} is not UTF-8 text"):
+            serving.check_upload(name, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# the server binds to localhost
+# ---------------------------------------------------------------------------------------------
+
+
+def test_config_binds_to_localhost():
+    config = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["address"] == "localhost"
+
+
+def _listening(port: int) -> list[str]:
+    """Local addresses of sockets LISTENing on `port` (Linux /proc/net/tcp{,6})."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            addr, state = fields[1], fields[3]
+            host, _, hexport = addr.rpartition(":")
+            if state == "0A" and int(hexport, 16) == port:  # 0A = LISTEN
+                found.append(host)
+    return found
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux /proc/net/tcp")
+def test_streamlit_run_listens_on_loopback_only(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DEFF_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
+        cwd=REPO,  # .streamlit/config.toml is read from here
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not _listening(port) and time.monotonic() < deadline:
+            assert proc.poll() is None, "streamlit exited"
+            time.sleep(0.3)
+        hosts = _listening(port)
+        assert hosts, "streamlit never listened"
+        loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1
+        assert set(hosts) <= loopback, hosts  # never 0.0.0.0 / :: (every interface)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
