@@ -20,6 +20,7 @@ Regenerate the shipped snapshot with
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,30 @@ SNAPSHOT_FORMAT = 1
 DEFAULT_RUN_PATH = Path(__file__).parent / "data" / "default_run.json"
 #: Decimals kept in the JSON: 1e-6 is far below any difference the app displays.
 _DECIMALS = 6
+#: Precomputed runs shown beside the default on first start (Runs, Gap, Compare), one
+#: snapshot each; `scripts/make_gallery.sh` makes them with the CLI.
+GALLERY_DIR = Path(__file__).parent / "data" / "gallery"
+#: The `RunSpec` fields a view carries, and the values a snapshot made before a field existed
+#: had (an older snapshot or cache entry without `passages` measured whole documents).
+SPEC_FIELDS: tuple[str, ...] = (
+    "model",
+    "revision",
+    "dataset",
+    "n",
+    "max_tokens",
+    "seed",
+    "dtype",
+    "intervention",
+    "passages",
+    "bos",
+)
+SPEC_DEFAULTS: dict[str, Any] = {
+    "revision": None,
+    "dtype": "float32",
+    "intervention": "none",
+    "passages": "documents",
+    "bos": "default",
+}
 
 
 @dataclass
@@ -143,10 +168,7 @@ class MeasurementView(RunView):
     def __init__(self, measurement: Any, label: str | None = None):
         self._m = measurement
         spec = measurement.spec
-        self.spec = {
-            k: getattr(spec, k)
-            for k in ("model", "revision", "dataset", "n", "max_tokens", "seed", "dtype")
-        }
+        self.spec = {k: getattr(spec, k, SPEC_DEFAULTS.get(k)) for k in SPEC_FIELDS}
         self.layers = int(measurement.layers)
         self.d_model = int(measurement.d_model)
         self.n = int(measurement.n)
@@ -194,7 +216,7 @@ class SnapshotView(RunView):
                 "regenerate it with `python -m deffcore measure ... --snapshot PATH`."
             )
         self.data = data
-        self.spec = dict(data["spec"])
+        self.spec = {**SPEC_DEFAULTS, **data["spec"]}
         self.layers = int(data["layers"])
         self.d_model = int(data["d_model"])
         self.n = int(data["n"])
@@ -231,12 +253,175 @@ class SnapshotView(RunView):
         return m.get("random_null", {}).get("results", {}).get(pooling, {})
 
 
+def _split_model(model: str) -> tuple[str, str | None]:
+    """`random:<base>:<seed>` -> (base, "random weights, init seed <seed>"); else (model, None)."""
+    parts = str(model).split(":")
+    if len(parts) == 3 and parts[0] == "random":
+        return parts[1], f"random weights, init seed {parts[2]}"
+    return str(model), None
+
+
+def _short_dataset(dataset: str) -> str:
+    """A dataset spec as a person names it: a local path by its file name (never the folder,
+    which can be the cache's upload folder), with its `:column` kept; others as written."""
+    text = str(dataset)
+    if text.startswith("hf:") or "/" not in text:
+        return text
+    path, sep, column = text.rpartition(":")
+    if not sep or "/" in column:  # no column suffix (a ':' inside the path is not one)
+        path, column = text, ""
+    name = Path(path).name
+    name = name.split("_", 1)[-1] if "/.uploads/" in path else name  # `<hash>_<user's name>`
+    return f"{name}:{column}" if column else name
+
+
+def label_fields(spec: dict[str, Any]) -> dict[str, str]:
+    """Every field that can tell two runs apart, as its displayed text, in display order.
+
+    Fields at their default (documents, the tokenizer's BOS, no intervention, trained weights,
+    float32, the hub's main revision) read as words too, so that a run that differs from
+    another only by, say, `windows` still says what the other one used.
+    """
+    full = {**SPEC_DEFAULTS, **spec}
+    base, weights = _split_model(full["model"])
+    revision = full.get("revision")
+    return {
+        "model": base,
+        "weights": weights or "trained",
+        "revision": f"rev {revision}" if revision else "main revision",
+        "dataset": _short_dataset(full["dataset"]),
+        "n": f"N={full['n']}",
+        "max_tokens": f"T={full['max_tokens']}",
+        "passages": str(full["passages"]),
+        "bos": f"BOS {full['bos']}",
+        "intervention": (
+            "no intervention"
+            if full["intervention"] in (None, "none")
+            else f"intervention {full['intervention']}"
+        ),
+        "seed": f"seed {full['seed']}",
+        "dtype": str(full["dtype"]),
+    }
+
+
+#: Fields a single run's label leaves out while they are at these (default) texts.
+_QUIET = {
+    "weights": "trained",
+    "revision": "main revision",
+    "passages": "documents",
+    "bos": "BOS default",
+    "intervention": "no intervention",
+    "dtype": "float32",
+}
+
+
 def run_label(spec: dict[str, Any]) -> str:
-    """Short human label: `smollm2-135m · bbc-news · N=512 · T=128 · seed 0`."""
-    return (
-        f"{spec['model']} · {spec['dataset']} · N={spec['n']} · T={spec['max_tokens']}"
-        f" · seed {spec['seed']}"
-    )
+    """Short human label of one run: `smollm2-135m · bbc-news · N=512 · T=128 · seed 0`, plus
+    whatever is not at its default (`windows`, `BOS add`, `intervention ...`, a revision, a
+    dtype); a random-weight null reads `random:smollm2-135m:1 · ...`."""
+    fields = label_fields(spec)
+    # one run alone: its model as the CLI spells it (`random:smollm2-135m:1`)
+    fields["model"], fields["weights"] = str(spec["model"]), "trained"
+    return " · ".join(v for k, v in fields.items() if _QUIET.get(k) != v)
+
+
+def common_label(specs: list[dict[str, Any]]) -> str:
+    """What every run in `specs` shares, once (`gemma3-270m · bbc-news · T=128`); quiet
+    defaults left out as in `run_label`. Empty when nothing is shared or `specs` is empty."""
+    if not specs:
+        return ""
+    all_fields = [label_fields(s) for s in specs]
+    first = all_fields[0]
+    shared = [
+        v for k, v in first.items() if all(f[k] == v for f in all_fields) and _QUIET.get(k) != v
+    ]
+    return " · ".join(shared)
+
+
+def run_labels(specs: list[dict[str, Any]]) -> list[str]:
+    """One label per run that names only what differs between the runs, in the same order.
+
+    A single run gets its full `run_label`. With several, a field is shown when its value is
+    not the same for all runs (the shared part is `common_label`), so two random-weight seeds
+    read `random weights, init seed 1` / `... seed 2`, and an intervention variant reads
+    `intervention rms_norm` beside `no intervention`. Runs whose fields are all equal (the
+    same run twice) are numbered `(copy 2)`, ..., so no two labels are ever the same.
+    """
+    if len(specs) <= 1:
+        return [run_label(s) for s in specs]
+    all_fields = [label_fields(s) for s in specs]
+    differing = [k for k in all_fields[0] if len({f[k] for f in all_fields}) > 1]
+    labels = [
+        " · ".join(f[k] for k in differing) or run_label(s)
+        for f, s in zip(all_fields, specs, strict=True)
+    ]
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} (copy {seen[label]})")
+    return out
+
+
+def run_slug(spec: dict[str, Any]) -> str:
+    """The run's identity as a file-name stem, e.g. `smollm2-135m_bbc-news_N4096_T128_windows`.
+
+    Only [A-Za-z0-9._-]; fields at their default are left out like in `run_label`, so a
+    download of the default run is `smollm2-135m_bbc-news_N512_T128_seed0_<what>.csv`.
+    """
+    full = {**SPEC_DEFAULTS, **spec}
+    base, weights = _split_model(full["model"])
+    parts = [base.replace("/", "-")]
+    if weights:
+        parts.append(f"random-s{str(full['model']).split(':')[2]}")
+    if full.get("revision"):
+        parts.append(f"rev-{full['revision']}")
+    parts += [_short_dataset(full["dataset"]), f"N{full['n']}", f"T{full['max_tokens']}"]
+    if full["passages"] != "documents":
+        parts.append(str(full["passages"]))
+    if full["bos"] != "default":
+        parts.append(f"bos-{full['bos']}")
+    if full["intervention"] not in (None, "none"):
+        parts.append(f"int-{full['intervention']}")
+    parts.append(f"seed{full['seed']}")
+    if full["dtype"] != "float32":
+        parts.append(str(full["dtype"]))
+    slug = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", str(p)).strip("-") for p in parts)
+    return slug[:120]
+
+
+def run_identity(spec: dict[str, Any], *, pooling: str, metric: str) -> dict[str, Any]:
+    """The columns a downloaded table carries so it says which run and view it came from."""
+    full = {**SPEC_DEFAULTS, **spec}
+    return {
+        "run": run_label(full),
+        **{k: full[k] for k in SPEC_FIELDS},
+        "dataset": _short_dataset(full["dataset"]),
+        "pooling": pooling,
+        "metric": metric,
+    }
+
+
+def headline_changes(a: Headline, b: Headline) -> list[dict[str, Any]]:
+    """Each headline number of run A, of run B and the change B - A (side-by-side view).
+
+    Rows: D_eff, D_eff/L, gap to F_L (%), rho_hat(1), position-0 norm ratio, N, L, CKA bias.
+    The change of the gap is in percentage points.
+    """
+    rows = [
+        ("D_eff", a.deff, b.deff),
+        ("D_eff / L", a.deff_over_L, b.deff_over_L),
+        ("Gap to F_L (%)", a.gap_pct, b.gap_pct),
+        ("ρ̂(1)", a.rho1, b.rho1),
+        ("Position-0 norm ratio", a.pos0_ratio, b.pos0_ratio),
+        ("N (passages)", a.n, b.n),
+        ("L (layers)", a.layers, b.layers),
+        ("CKA bias d/(N+d)", a.cka_bias, b.cka_bias),
+    ]
+    return [
+        {"quantity": name, "run A": float(x), "run B": float(y), "change (B - A)": float(y - x)}
+        for name, x, y in rows
+    ]
 
 
 def _rounded(x: Any) -> Any:
@@ -285,3 +470,47 @@ def load_snapshot(path: Path | str = DEFAULT_RUN_PATH) -> SnapshotView | None:
     if not path.is_file():
         return None
     return SnapshotView(json.loads(path.read_text()))
+
+
+def load_gallery(
+    folder: Path | str = GALLERY_DIR, *, default: Path | str | None = DEFAULT_RUN_PATH
+) -> list[SnapshotView]:
+    """The precomputed runs a visitor can compare before running anything: the shipped
+    default first, then every `*.json` snapshot in `folder` by file name; one per run key.
+
+    A file that is not a readable snapshot of this format is skipped (a warning names it):
+    a damaged gallery file must not take the app's first screen down with it.
+    """
+    import warnings
+
+    paths = [Path(default)] if default is not None else []
+    folder = Path(folder)
+    paths += sorted(folder.glob("*.json")) if folder.is_dir() else []
+    views: list[SnapshotView] = []
+    keys: set[str] = set()
+    for path in paths:
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+            view = SnapshotView(data) if isinstance(data, dict) else None
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            warnings.warn(f"Skipped gallery snapshot {path.name}: {err}", stacklevel=2)
+            continue
+        if view is None:
+            warnings.warn(f"Skipped gallery snapshot {path.name}: not a JSON object", stacklevel=2)
+            continue
+        if view.key and view.key in keys:
+            continue
+        keys.add(view.key)
+        views.append(view)
+    return views
+
+
+def download_stem(
+    spec: dict[str, Any], what: str, *, pooling: str | None = None, metric: str | None = None
+) -> str:
+    """A download's file-name stem (and the figure's widget key) naming the run and the view,
+    e.g. `smollm2-135m_bbc-news_N4096_T128_windows_seed0_default_cka_heatmap`."""
+    view = [p for p in (pooling, metric) if p]
+    return "_".join([run_slug(spec), *view, re.sub(r"[^A-Za-z0-9.-]+", "-", what)])

