@@ -205,3 +205,121 @@ def test_intervention_plot_shows_the_paper_before_any_run():
     names = [t.name for t in fig.data]
     assert names == ["no_post (Gemma-3-4B, paper)", "no_qk (Gemma-3-4B, paper)"]
     assert list(fig.data[1].y) == [-60.2]
+
+
+# ---------------------------------------------------------------------------------------------
+# chart fixes: colour-blind-safe regimes also said in words, legends that match, fitted axes
+
+
+def test_regime_colours_are_colour_blind_safe_and_said_in_words():
+    assert figures.COLOR_SUB == "#D55E00"  # Okabe-Ito vermillion, not red
+    assert figures.COLOR_ABOVE == "#56B4E9"  # Okabe-Ito sky blue, not green
+    assert figures.regime_label(5.0).startswith("more redundant than orthogonal updates")
+    assert figures.regime_label(-5.0).startswith("less redundant than orthogonal updates")
+
+
+def test_gap_bars_legend_matches_the_bar_colours():
+    # a cached bar in the "more redundant" regime used to show a legend swatch of another colour
+    table = pd.DataFrame(
+        {
+            "label": ["p (paper)", "mine", "cached up", "cached down"],
+            "family": ["A", "B", "B", "B"],
+            "gap_pct": [28.2, -3.0, 12.5, -4.0],
+            "source": ["paper", "this run", "cached", "cached"],
+        }
+    )
+    fig = figures.gap_bars(table)
+    by_name = {t.name: t for t in fig.data}
+    assert not any(t.showlegend for t in fig.data)  # no swatch can disagree with its bars
+    cached = by_name["cached"]
+    colours = dict(zip(cached.y, cached.marker.color, strict=True))
+    assert colours == {"cached up": figures.COLOR_SUB, "cached down": figures.COLOR_ABOVE}
+    assert list(cached.text) == ["-4.0%", "+12.5%"]  # the regime in text as well as colour
+    assert "more redundant" in cached.customdata[1][2]
+    legend = fig.layout.annotations[0].text
+    assert f"color:{figures.COLOR_SUB}'>■</span> gap > 0: more redundant" in legend
+    assert f"color:{figures.COLOR_ABOVE}'>■</span> gap < 0: less redundant" in legend
+
+
+def test_hovers_show_four_significant_digits():
+    S = _sym(4)
+    figs = [
+        figures.similarity_heatmap(S),
+        figures.lag_decay(lag_profile(S), n=10, d=5),
+        figures.deff_vs_K({1: 0.5, 2: 0.4, 3: 0.3}, L=4),
+        figures.synthetic_sweep(
+            pd.DataFrame({"construction": ["independent states"], "L": [4], "deff_over_L": [0.5]}),
+            n=10,
+            d=5,
+        ),
+    ]
+    for fig in figs:
+        for trace in fig.data:
+            template = trace.hovertemplate or ""
+            assert ".6f" not in template and (".4g" in template or not template), template
+
+
+def test_controls_dotplot_gives_each_pooling_its_own_shape():
+    table = pd.DataFrame(
+        {
+            "label": ["a", "a"],
+            "pooling": ["default", "token_normed"],
+            "gap_pct": [1.0, 2.0],
+            "source": ["this run", "paper"],
+        }
+    )
+    fig = figures.controls_dotplot(table)
+    assert list(fig.data[0].marker.symbol) == ["circle"]
+    assert list(fig.data[1].marker.symbol) == ["diamond-open"]
+
+
+def test_synthetic_sweep_overlays_samples_and_fits_a_log_axis():
+    lines = pd.DataFrame(
+        {"construction": ["orthogonal updates"] * 2, "L": [4, 24], "deff_over_L": [0.3, 0.06]}
+    )
+    sampled = lines.assign(deff_over_L=[0.29, 0.058])
+    fig = figures.synthetic_sweep(lines, n=256, d=64, sampled=sampled)
+    names = [t.name for t in fig.data]
+    assert names[1] == "orthogonal updates, sampled" and names[-1].startswith("iid reference")
+    assert list(fig.data[1].y) == [0.29, 0.058]
+    assert fig.layout.yaxis.type == "log"
+    low, high = fig.layout.yaxis.range
+    assert 10**low < 0.058 < 1.0 < 10**high < 1.2
+
+
+def test_story_figures_hold_the_closed_forms():
+    from deffcore import teaching
+
+    res = teaching.story_step("finite_sample", teaching.Knobs(L=6))
+    fig = figures.story_lag_profiles({"this step": (res.rho, "closed")}, L=6, bias=res.bias)
+    np.testing.assert_allclose(np.asarray(fig.data[0].y), res.rho)
+    np.testing.assert_allclose(np.asarray(fig.data[1].y), figures.reference_lag_profile(6))
+    np.testing.assert_allclose(np.asarray(fig.data[2].y), [res.bias] * 5)
+    bars = figures.story_depth_bars(
+        {"this step": res.deff, "F_L itself": res.F_L}, F_L=res.F_L, L=6
+    )
+    (trace,) = bars.data
+    assert list(trace.x) == [res.deff, res.F_L]
+    assert trace.text[0].endswith("(more redundant)") and trace.text[1].endswith("(= F_L)")
+    assert bars.layout.xaxis.range[1] < 6  # fitted to the values, not to L
+
+
+def test_pruning_plot_caps_exploded_perplexity_and_fits_the_axis():
+    from deffcore.labs.figures import PPL_CAP_FACTOR, pruning_plot
+
+    result = {
+        "model": "m",
+        "layers": 8,
+        "ppl0": 20.0,
+        "ppl": {"bi": {"0": 20.0, "1": 21.0, "2": 1e63}, "local_deff": {"0": 20.0, "1": 30.0}},
+        "k_1.10": {"bi": 1, "local_deff": 0},
+    }
+    fig = pruning_plot(result)
+    bi = fig.data[0]
+    cap = PPL_CAP_FACTOR * 20.0
+    assert list(bi.y) == [20.0, 21.0, cap]
+    assert list(bi.customdata) == [20.0, 21.0, 1e63]  # the true value stays in the hover
+    assert bi.text[2] == f"> {cap:.3g}" and bi.marker.symbol[2] == "triangle-up"
+    low, high = fig.layout.yaxis.range
+    assert 10**low < 20.0 and cap < 10**high < 10 * cap  # never up to 1e63
+    assert "%{customdata:.4g}" in bi.hovertemplate
