@@ -1,9 +1,10 @@
-"""Benchmark: passage bootstrap, reused Gram matrices ("gram") vs resample-and-recompute.
+"""Benchmark: passage bootstrap, streamed weighted Gram sums ("gram") vs resample-and-recompute.
 
     .venv/bin/python benchmarks/bench_bootstrap.py [--n 512 --d 576 --layers 30 --B 20]
 
 Both methods draw the same resampling indices; the script prints both times, the ratio and
-the largest difference between the replicate D_eff/L values.
+the largest difference between the replicate D_eff/L values. For N=10,000 and peak memory
+in a fresh process, see `bench_memory.py`.
 """
 
 from __future__ import annotations

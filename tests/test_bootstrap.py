@@ -9,6 +9,7 @@ import pytest
 
 import deffcore as dc
 from deffcore.bootstrap import (
+    bootstrap_costs,
     bootstrap_deff_over_L,
     bootstrap_similarities,
     resample_indices,
@@ -88,3 +89,52 @@ def test_bad_arguments() -> None:
         bootstrap_deff_over_L(x, ci=1.5)
     with pytest.raises(DeffError, match="Unknown bootstrap method"):
         bootstrap_deff_over_L(x, method="jackknife")
+
+
+@pytest.mark.parametrize("metric", ["cka", "unbiased_cka", "cosine"])
+def test_streamed_replicates_with_small_blocks_equal_resampled_naive(metric: str) -> None:
+    # block sizes that force many strips, many column chunks and replicate chunks
+    x = walk(layers=5, n=41, d=6, seed=2)
+    indices = resample_indices(41, 5, seed=4)
+    for block in (1, 37, 211, 1999):
+        fast = bootstrap_similarities(x, indices, metric, method="gram", block_size=block)
+        for idx, f in zip(indices, fast, strict=True):
+            np.testing.assert_allclose(f, dc.naive_similarity_matrix(x[:, idx], metric), atol=1e-6)
+            np.testing.assert_array_equal(f, f.T)
+            np.testing.assert_array_equal(np.diag(f), 1.0)
+
+
+@pytest.mark.parametrize("metric", ["cka", "unbiased_cka", "cosine"])
+def test_replicates_of_float32_states_have_float64_accuracy(metric: str) -> None:
+    # few layers, thousands of passages, a large common offset: where float32 sums fail
+    rng = np.random.default_rng(0)
+    x = (np.cumsum(rng.standard_normal((3, 4000, 48)), axis=0) + 50.0).astype(np.float32)
+    x64 = x.astype(np.float64)
+    indices = resample_indices(4000, 2, seed=1)
+    for block in (None, 444_001):  # default strips; 37-row strips (3 * 4000 * 37 + 1)
+        fast = bootstrap_similarities(x, indices, metric, method="gram", block_size=block)
+        for idx, f in zip(indices, fast, strict=True):
+            ref = dc.similarity_matrix(x64[:, idx], metric)
+            assert np.abs(f - ref).max() <= 1e-6
+            np.testing.assert_array_equal(f, f.T)
+
+
+def test_cost_model_and_auto_method() -> None:
+    # gram: L d N^2/2 once + 4 * B * L(L+1)/2 * N^2/2; recompute: B * cheaper route
+    costs = bootstrap_costs(n=10, d=3, n_layers=2, B=5)
+    assert costs["gram"] == 2 * 3 * 50 + 4 * 5 * 3 * 50
+    assert costs["recompute"] == 5 * min(10 * 9 * 3, 50 * (6 + 4))
+    big = bootstrap_costs(n=10_000, d=1024, n_layers=32, B=100)
+    assert big["gram"] * 5 < big["recompute"]
+    narrow = bootstrap_costs(n=10_000, d=16, n_layers=32, B=100)  # d << L: recompute wins
+    assert narrow["recompute"] < narrow["gram"]
+    # measured: the feature-route recompute won at N=10,000, d=128, L=8
+    assert (
+        bootstrap_costs(n=10_000, d=128, n_layers=8, B=100)["recompute"]
+        < (bootstrap_costs(n=10_000, d=128, n_layers=8, B=100)["gram"])
+    )
+    x = walk(layers=4, n=30, d=5)
+    indices = resample_indices(30, 3, seed=0)
+    auto = bootstrap_similarities(x, indices, "cka")
+    for a, g in zip(auto, bootstrap_similarities(x, indices, "cka", method="gram"), strict=True):
+        np.testing.assert_allclose(a, g, atol=1e-9)
