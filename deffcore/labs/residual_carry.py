@@ -389,9 +389,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[CarryGPT, di
         blob = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # pickle, zip and I/O errors all mean "not a readable checkpoint"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DeffError(
-            f"Cannot read the carry-lab checkpoint {path}: {reason[:200]}"
-        ) from err
+        raise DeffError(f"Cannot read the carry-lab checkpoint {path}: {reason[:200]}") from err
     if not isinstance(blob, dict) or blob.get("kind") != "deffcore-carry-gpt":
         raise DeffError(f"{path} is not a residual-carry lab checkpoint.")
     try:
