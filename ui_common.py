@@ -955,3 +955,24 @@ def model_family(spec: str) -> str:
         return "random-weight null"
     name = spec.rstrip("/").split("/")[-1].removesuffix(".gguf")
     return re.sub(r"-[^-]*\d[^-]*$", "", name) if "-" in name else name
+
+
+def metric_comparison(view: RunView, settings: Settings) -> pd.DataFrame | None:
+    """D_eff, D_eff/L, gap and rho_hat(1) under linear and unbiased CKA side by side (the first
+    screen's answer to "is this the finite-sample bias?"); None when a snapshot lacks one."""
+    rows = []
+    for metric, name in (("cka", "linear CKA"), ("unbiased_cka", "unbiased CKA")):
+        try:
+            h = view.headline(settings.pooling, metric, settings.K)
+        except (KeyError, DeffError):
+            return None
+        rows.append(
+            {
+                "similarity": name,
+                "D_eff": round(h.deff, 3),
+                "D_eff / L": round(h.deff_over_L, 4),
+                "gap to F_L (%)": round(h.gap_pct, 1),
+                "ρ̂(1)": round(h.rho1, 3),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -22,6 +22,15 @@ if view is None:
 st.subheader(view.label)
 ui.precomputed_note(view)
 ui.headline_cards(view, settings)
+metric_table = ui.metric_comparison(view, settings)
+if metric_table is not None:
+    st.markdown(
+        f"**Linear vs unbiased CKA** (pooling `{settings.pooling}`). Linear CKA of independent "
+        f"data is about d/(N+d) = {view.headline(settings.pooling, 'cka').cka_bias:.2f} here, "
+        "not 0; unbiased CKA removes that finite-sample bias. Close values mean the headline "
+        "is not an artefact of N."
+    )
+    st.dataframe(metric_table, hide_index=True, width="content")
 left, right = st.columns(2)
 with left:
     S = view.similarity(settings.pooling, settings.metric)

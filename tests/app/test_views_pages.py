@@ -362,3 +362,21 @@ def test_lag_decay_floor_is_dashed_and_explained_only_when_above_the_data():
     assert high.data[2].line.dash == "longdash"
     assert "isotropic" in high.layout.annotations[0].text
     assert high.data[2].name.startswith("iid-bias floor")
+
+
+def test_first_screen_shows_linear_and_unbiased_cka_side_by_side(cache_dir):
+    """The shipped default (N >= 4,096 windows): both metrics on the first screen, equal to the
+    snapshot's own numbers, and the bias figure d/(N+d) about 0.12."""
+    from deffcore.snapshot import load_snapshot
+
+    snap = load_snapshot()
+    assert snap is not None and snap.n >= 4096
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
+    assert not at.exception
+    table = next(df.value for df in at.dataframe if "similarity" in df.value.columns)
+    assert list(table["similarity"]) == ["linear CKA", "unbiased CKA"]
+    for row, metric in zip(table.itertuples(), ("cka", "unbiased_cka"), strict=True):
+        h = snap.headline("default", metric)
+        assert row.D_eff == round(h.deff, 3)
+        assert row._4 == round(h.gap_pct, 1)
+    assert round(snap.headline("default", "cka").cka_bias, 2) == 0.12

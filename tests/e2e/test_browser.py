@@ -229,7 +229,9 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
     svgs.first.wait_for()  # plotly.js draws after the element arrives
     assert svgs.count() >= 2
 
-    sidebar.get_by_text("first_non_bos", exact=True).click()
+    sidebar.get_by_role("radiogroup", name="Pooling control").get_by_text(
+        "first_non_bos", exact=True
+    ).click()
     page.wait_for_function(
         """(before) => {
             const v = document.querySelector('[data-testid="stMetricValue"]');
