@@ -9,6 +9,11 @@ Sizes: small = (N=2000, d=576, L=30) (SmolLM2-135M's shape), large = (N=10000, d
 from trivial. Peak memory is the peak resident set size above the pre-call baseline, sampled
 every 2 ms by a thread (covers numpy and torch allocations alike).
 
+`--bmm-repeats R` (default 3) also times ONE batched float32 Gram product of the same
+states, `torch.bmm(x, x.transpose(1, 2))` for the (L, N, d) stack, alternating R times with
+`similarity_matrix` in the same process, and prints both times and their ratio (best of R
+and median of R; goal <= 1.3). Skipped when the (L, N, N) product would not fit in memory.
+
 `--naive-pairs P` times the naive loop on P random layer pairs only and extrapolates its time
 to all L(L-1)/2 pairs (printed as "extrapolated"); agreement is then checked on those pairs.
 The anchors print D_eff/L and rho_hat(1) of independent states at N=10000, d=1024, L=32
@@ -71,10 +76,40 @@ def walk_states(n: int, d: int, layers: int, seed: int = 0) -> np.ndarray:
     return x
 
 
-def bench_size(name: str, naive_pairs: int | None) -> None:
+def bench_bmm(x: np.ndarray, repeats: int) -> None:
+    """`similarity_matrix` against one batched float32 Gram product, alternating."""
+    import torch
+
+    layers, n, _ = x.shape
+    if layers * n * n * 4 > 4 * 2**30:
+        print("bmm reference skipped: its (L, N, N) output would exceed 4 GiB")
+        return
+    xt = torch.from_numpy(x)
+    t_bmm, t_sim = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        gram = torch.bmm(xt, xt.transpose(1, 2))
+        t_bmm.append(time.perf_counter() - start)
+        del gram
+        start = time.perf_counter()
+        dc.similarity_matrix(x)
+        t_sim.append(time.perf_counter() - start)
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    print(f"one float32 torch.bmm(x, x^T)   {min(t_bmm):9.2f} s   (best of {repeats}, load {load})")
+    print(f"similarity_matrix               {min(t_sim):9.2f} s   (best of {repeats})")
+    print(
+        f"similarity / bmm: best {min(t_sim) / min(t_bmm):.2f}  median "
+        f"{np.median(t_sim) / np.median(t_bmm):.2f}   (goal <= 1.3)"
+    )
+
+
+def bench_size(name: str, naive_pairs: int | None, bmm_repeats: int = 0) -> None:
     n, d, layers = SIZES[name]
     x = walk_states(n, d, layers)
     print(f"\n== {name}: N={n} d={d} L={layers}  route(auto)={choose_route(n, d, layers)}")
+    if bmm_repeats:
+        bench_bmm(x, bmm_repeats)
     fast, t_fast, mem_fast = measured(lambda: dc.similarity_matrix(x))
     print(f"similarity_matrix (all pairs)   {t_fast:9.2f} s   peak +{mem_fast / 2**20:8.1f} MiB")
     pairs = [(i, j) for i in range(layers) for j in range(i + 1, layers)]
@@ -143,6 +178,7 @@ def main() -> None:
     p.add_argument("--sizes", default="small,large", help="comma list of: small, large")
     p.add_argument("--naive-pairs", type=int, default=None, help="naive loop on P pairs only")
     p.add_argument("--no-anchors", action="store_true", help="skip the N=10000 anchors")
+    p.add_argument("--bmm-repeats", type=int, default=3, help="bmm reference repeats (0: skip)")
     p.add_argument(
         "--sweep",
         choices=("none", "scaled", "full"),
@@ -154,7 +190,8 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, numpy {np.__version__}")
     for name in args.sizes.split(","):
-        bench_size(name.strip(), args.naive_pairs if name.strip() == "large" else None)
+        name = name.strip()
+        bench_size(name, args.naive_pairs, args.bmm_repeats)
     if not args.no_anchors:
         bench_anchors(sweep=args.sweep)
 

@@ -12,14 +12,14 @@ M has two routes, picked by an explicit cost model (multiply-adds, symmetry used
 
     feature route  per layer block i: X_i^T [X_i .. X_L]  ->  N * d^2 * L(L+1)/2
     gram route     per row block of B passages: the B x N strip of every centred Gram matrix
-                   (a batched (L, B, d) @ (L, d, N) product), then one (L, B*N) @ (B*N, L)
-                   product accumulates all pairwise inner products
+                   (a batched (L, B, d) @ (L, d, N) float32 product), then float64
+                   (L, chunk) @ (chunk, L) products accumulate all pairwise inner products
                                                ->  N^2/2 * (L*d + L^2)
 
 so the Gram route wins when N (d + L) < d^2 (L + 1), i.e. roughly when N < d*L. Only the
 upper triangle of the Gram matrices is formed (off-diagonal strips count twice). Memory is
-one centred float32 copy of the states plus one block of `block_size` elements, never
-L * N^2 at once.
+one centred float32 copy of the states plus one strip of at most `block_size` elements and
+one float64 chunk (`CONTRACT_ELEMENTS`), never L * N^2 at once.
 
 Unbiased CKA (Song et al. 2012, zeroed Gram diagonals, needs N >= 4). With uncentred Gram
 matrices K~ (diagonal set to zero) the unbiased HSIC is
@@ -41,9 +41,15 @@ silently treating it as 0.
 Decision (degenerate layers): a layer whose centred matrix is all zero (the same vector for
 every passage) has no CKA; it raises `InvalidStatesError` rather than returning NaN.
 
-Precision: the blocks are formed in float32 (float64 when the input is float64) and each
-block's L x L contribution is accumulated in float64. Column means are taken in float64.
-Computation runs on the device of a torch input (CUDA when the input is there).
+Precision: the Gram strips are formed in float32 (float64 when the input is float64); each
+entry sums only d products. Every reduction over passages accumulates in float64: the Gram
+route's L x L contraction (B*N terms per entry) on float64 copies of chunks of each strip,
+the feature route's cross-covariances (N terms per entry), the cosine sums.
+Column means are taken in float64. Result: within 1e-6 of the same computation in float64
+on the same float32 states (the float32 contraction was off by 1.5e-3 at L=6, N=3000).
+Symmetry: only the upper triangle of M (and of S) is used and mirrored, so S == S.T bitwise
+whatever order a BLAS kernel sums entries (i, j) and (j, i) in; CKA and cosine have a unit
+diagonal. Computation runs on the device of a torch input (CUDA when the input is there).
 """
 
 from __future__ import annotations
@@ -60,6 +66,11 @@ from deffcore.errors import DeffError, InvalidStatesError
 
 #: Elements (floats) one streamed block may hold; ~256 MB in float32.
 DEFAULT_BLOCK_ELEMENTS = 64 * 1024 * 1024
+#: Most rows of one Gram-route strip (see `_gram_rows`).
+GRAM_ROWS = 256
+#: Elements of one float64 chunk contracted at once (32 MB): few, large calls, since each
+#: call costs a thread synchronisation, which dominates on a loaded machine.
+CONTRACT_ELEMENTS = 4 * 1024 * 1024
 ROUTES = ("auto", "gram", "feature")
 
 
@@ -114,7 +125,11 @@ def validate_states(states: Any, *, min_layers: int = 2, min_passages: int = 2) 
     _validated(states, min_layers=min_layers, min_passages=min_passages)
 
 
-def _validated(states: Any, *, min_layers: int = 2, min_passages: int = 2) -> torch.Tensor:
+def _validated(
+    states: Any, *, min_layers: int = 2, min_passages: int = 2, check_finite: bool = True
+) -> torch.Tensor:
+    """`validate_states`, returning the tensor. check_finite=False skips the finiteness pass
+    for callers whose own float64 reductions detect NaN / inf (`_centred`, `_layer_norms`)."""
     x = _as_tensor(states)
     if x.ndim != 3:
         raise InvalidStatesError(
@@ -134,29 +149,80 @@ def _validated(states: Any, *, min_layers: int = 2, min_passages: int = 2) -> to
         )
     if d < 1:
         raise InvalidStatesError("States have 0 features per passage; expected d >= 1.")
-    if x.is_floating_point():
+    if check_finite and x.is_floating_point():
         finite = torch.isfinite(x).reshape(n_layers, -1).all(dim=1)
         if not bool(finite.all()):
-            bad = int((~finite).nonzero()[0, 0])
-            count = int((~torch.isfinite(x[bad])).sum())
+            _raise_non_finite(x, (~finite).nonzero()[:, 0].tolist())
+    return x
+
+
+def _raise_non_finite(x: torch.Tensor, suspects: Sequence[int]) -> None:
+    """Raise for the first layer among `suspects` (indices into the (L, N, d) stack) that holds
+    a NaN or inf. A suspect comes from a non-finite float64 reduction, so if none holds one,
+    the reduction overflowed float64 on finite values."""
+    for bad in suspects:
+        count = int((~torch.isfinite(x[bad])).sum())
+        if count:
             raise InvalidStatesError(
                 f"Layer {bad} (0-based index in the stack) contains {count} NaN or inf "
                 "value(s); similarities need finite states."
             )
-    return x
+    raise InvalidStatesError(
+        f"Layer {suspects[0]} (0-based index in the stack) has values so large that their sums "
+        "overflow float64; rescale the states."
+    )
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+#: Elements of one row chunk of the centring passes (256 KB in float64): small enough to stay
+#: in a core's cache, so the second touch of a chunk costs no memory traffic.
+CENTRE_CHUNK_ELEMENTS = 32 * 1024
+
+
 def _centred(x: torch.Tensor) -> torch.Tensor:
-    """(L, N, d) -> column-centred copy in the compute dtype; means taken in float64."""
+    """(L, N, d) -> column-centred copy in the compute dtype; means taken in float64.
+
+    Two streaming passes over the input, the minimum: one float64 reduction for the column
+    means, one writing the centred copy. The finiteness check rides on the first: a NaN or inf
+    anywhere in layer l makes one of its float64 column sums NaN or inf (+inf and -inf in one
+    column give NaN), so only the (L, d) means are checked, and the input is searched for the
+    bad layer only when one is non-finite (`_raise_non_finite`).
+    Both passes go a chunk of rows at a time through a small buffer (`CENTRE_CHUNK_ELEMENTS`):
+    `sum(dtype=float64)` over a whole layer was ~8x slower here (an internal float64 copy).
+    """
     dtype = _compute_dtype(x)
+    n_layers, n, d = x.shape
+    rows = max(1, min(n, CENTRE_CHUNK_ELEMENTS // max(1, d)))
+    mean = torch.zeros(n_layers, d, dtype=torch.float64, device=x.device)
+    buf = torch.empty(rows, d, dtype=torch.float64, device=x.device)
+    for i in range(n_layers):
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            chunk = buf[: r1 - r0]
+            chunk.copy_(x[i, r0:r1])
+            mean[i].add_(chunk.sum(dim=0))  # float64 accumulation throughout
+    mean /= n
+    finite = torch.isfinite(mean).all(dim=1)  # (L,), one check instead of a pass over x
+    if not bool(finite.all()):
+        _raise_non_finite(x, (~finite).nonzero()[:, 0].tolist())
     out = torch.empty(x.shape, dtype=dtype, device=x.device)
-    for i in range(x.shape[0]):  # one layer at a time keeps the float64 temporaries small
-        layer = x[i].to(torch.float64)
-        out[i] = (layer - layer.mean(dim=0, keepdim=True)).to(dtype)
+    if dtype == torch.float64:
+        torch.sub(x, mean[:, None], out=out)
+        return out
+    # x - mean without float64 copies of the layer: the mean split into its float32 part and
+    # the float32 remainder, subtracted in turn (no rounding bias in the mean); the second
+    # subtraction hits the chunk while it is still in cache
+    hi = mean.to(dtype)
+    lo = (mean - hi.to(torch.float64)).to(dtype)
+    for i in range(n_layers):
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            target = out[i, r0:r1]
+            torch.sub(x[i, r0:r1].to(dtype), hi[i], out=target)
+            target.sub_(lo[i])
     return out
 
 
@@ -176,54 +242,97 @@ def choose_route(n: int, d: int, n_layers: int) -> str:
     return "gram" if costs["gram"] < costs["feature"] else "feature"
 
 
+def _mirror_upper(m: torch.Tensor) -> torch.Tensor:
+    """(L, L) -> the upper triangle (diagonal included) mirrored onto the lower one.
+
+    Symmetry by construction: a BLAS kernel may sum entry (i, j) of A @ A.T in a different
+    order from entry (j, i), so the two can differ in the last bit; averaging afterwards
+    would hide that, mirroring makes S == S.T bitwise whatever the kernel.
+    """
+    upper = torch.triu(m)
+    return upper + torch.triu(m, diagonal=1).T
+
+
+def _gram_rows(n: int, n_layers: int, budget: int) -> int:
+    """Rows per streamed strip of the Gram route (and of the bootstrap's).
+
+    A strip of B rows holds L * B * N elements, so B <= budget / (L N). The strips
+    re-form the B x B square on the diagonal in full, i.e. about B / N of extra work, so
+    B is also capped at GRAM_ROWS; above that the batched product gains nothing.
+    """
+    return max(1, min(n, GRAM_ROWS, budget // max(1, n_layers * n)))
+
+
+def _contract_cols(n_layers: int, rows: int, budget: int) -> int:
+    """Columns of a strip converted to float64 at once for the L x L contraction."""
+    return max(1, min(budget, CONTRACT_ELEMENTS) // max(1, n_layers * rows))
+
+
 def _gram_inner_products(xc: torch.Tensor, block_size: int | None) -> torch.Tensor:
     """Centred (L, N, d) -> M (L, L) float64 with M[i, j] = <K_i, K_j>, streaming row blocks.
 
-    Row block [r0, r1) forms the strip K_l[r0:r1, r0:] of every layer: the square part
-    [r0:r1, r0:r1] enters once, the rest [r0:r1, r1:] twice (the Gram matrices are symmetric).
+    Row block [r0, r1) forms the strip K_l[r0:r1, r0:] of every layer with one batched
+    product in the compute dtype: the square part [r0:r1, r0:r1] enters once, the rest
+    [r0:r1, r1:] twice (the Gram matrices are symmetric). The L x L contraction of a strip
+    sums B * N products per entry, far too many for float32 (at N = 3000 the error in S
+    reached 1.5e-3), so the strip is converted to float64 a chunk of columns at a time
+    (`CONTRACT_ELEMENTS`) and contracted there: float32 products are exact in
+    float64 and the sum carries no float32 rounding. The contraction is L / d of the work.
     """
     n_layers, n, _ = xc.shape
     budget = block_size if block_size is not None else DEFAULT_BLOCK_ELEMENTS
-    rows = max(1, min(n, budget // max(1, n_layers * n)))
+    rows = _gram_rows(n, n_layers, budget)
+    cols = _contract_cols(n_layers, rows, budget)
     m = torch.zeros(n_layers, n_layers, dtype=torch.float64, device=xc.device)
+    # preallocated buffers: fresh large allocations cost page faults on every strip
+    strip_buf = torch.empty(n_layers * rows * n, dtype=xc.dtype, device=xc.device)
+    chunk_buf = torch.empty(n_layers * rows * cols, dtype=torch.float64, device=xc.device)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        rows_x = xc[:, r0:r1]  # (L, B, d)
-        # two contiguous products instead of slicing one strip: no copies of the block
-        square = torch.bmm(rows_x, rows_x.transpose(1, 2)).reshape(n_layers, -1)
-        m += (square @ square.T).to(torch.float64)
-        del square
-        if r1 < n:
-            rest = torch.bmm(rows_x, xc[:, r1:].transpose(1, 2)).reshape(n_layers, -1)
-            m += 2.0 * (rest @ rest.T).to(torch.float64)
-    return m
+        b, width = r1 - r0, n - r0
+        strip = strip_buf[: n_layers * b * width].view(n_layers, b, width)
+        torch.bmm(xc[:, r0:r1], xc[:, r0:].transpose(1, 2), out=strip)
+        # columns [0, b) are the diagonal square (weight 1), the rest appear twice
+        for lo, hi, weight in ((0, b, 1.0), (b, width, 2.0)):
+            for c0 in range(lo, hi, cols):
+                c1 = min(hi, c0 + cols)
+                chunk = chunk_buf[: n_layers * b * (c1 - c0)].view(n_layers, b, c1 - c0)
+                chunk.copy_(strip[:, :, c0:c1])
+                flat = chunk.view(n_layers, -1)
+                m.addmm_(flat, flat.T, alpha=weight)
+    return _mirror_upper(m)
 
 
 def _feature_inner_products(xc: torch.Tensor, block_size: int | None) -> torch.Tensor:
     """Centred (L, N, d) -> M (L, L) float64 with M[i, j] = ||X_i^T X_j||_F^2.
 
-    For each layer i, the cross-covariances X_i^T X_j for j >= i come from one product with
-    the stacked layers, taken in chunks of layers so a block stays within `block_size`.
+    For each layer i, the cross-covariances X_i^T X_j for j >= i come from one float64
+    product with a chunk of the stacked layers (each entry is a sum over N passages, so it
+    accumulates in float64), the chunk sized so its float64 copy and the (d, d) results
+    stay within `block_size`. Only j >= i is computed; the lower triangle is mirrored.
     """
-    n_layers, _, d = xc.shape
+    n_layers, n, d = xc.shape
     budget = block_size if block_size is not None else DEFAULT_BLOCK_ELEMENTS
-    per_chunk = max(1, budget // max(1, d * d))
+    per_chunk = max(1, budget // max(1, d * d + n * d))
     m = torch.zeros(n_layers, n_layers, dtype=torch.float64, device=xc.device)
     for i in range(n_layers):
+        xi = xc[i].to(torch.float64)
         for j0 in range(i, n_layers, per_chunk):
             j1 = min(n_layers, j0 + per_chunk)
-            cross = torch.matmul(xc[i].T, xc[j0:j1])  # (j1 - j0, d, d)
-            vals = cross.to(torch.float64).pow(2).sum(dim=(1, 2))
-            m[i, j0:j1] = vals
-            m[j0:j1, i] = vals
-    return m
+            cross = torch.matmul(xi.T, xc[j0:j1].to(torch.float64))  # (j1 - j0, d, d)
+            m[i, j0:j1] = cross.pow(2).sum(dim=(1, 2))
+    return _mirror_upper(m)
 
 
-def _cosine_matrix(x: torch.Tensor, block_size: int | None) -> torch.Tensor:
-    """(L, N, d) uncentred -> (L, L) mean over passages of cos(x_{i,a}, x_{j,a}), float64."""
-    n_layers, n, d = x.shape
-    dtype = _compute_dtype(x)
-    norms = torch.linalg.vector_norm(x.to(dtype), dim=2)  # (L, N)
+def _layer_norms(x: torch.Tensor) -> torch.Tensor:
+    """(L, N, d) -> float64 (L, N) norms of the uncentred rows; raise on NaN / inf or a zero
+    vector."""
+    norms = torch.stack([torch.linalg.vector_norm(layer.to(torch.float64), dim=1) for layer in x])
+    # a NaN or inf in a row makes its float64 norm non-finite: this is the finiteness check
+    # of the cosine path (no separate pass over the input)
+    finite = torch.isfinite(norms).all(dim=1)
+    if not bool(finite.all()):
+        _raise_non_finite(x, (~finite).nonzero()[:, 0].tolist())
     zero = norms == 0
     if bool(zero.any()):
         bad = int(zero.any(dim=1).nonzero()[0, 0])
@@ -232,15 +341,30 @@ def _cosine_matrix(x: torch.Tensor, block_size: int | None) -> torch.Tensor:
             "is exactly zero; cosine similarity is undefined for them (drop those passages or "
             "use metric='cka')."
         )
+    return norms
+
+
+def _unit_rows(x: torch.Tensor, norms: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
+    """Rows [r0, r1) of every layer divided by their norms, float64 (L, r1 - r0, d)."""
+    return x[:, r0:r1].to(torch.float64) / norms[:, r0:r1, None]
+
+
+def _cosine_matrix(x: torch.Tensor, block_size: int | None) -> torch.Tensor:
+    """(L, N, d) uncentred -> (L, L) mean over passages of cos(x_{i,a}, x_{j,a}), float64.
+
+    The unit vectors and the (L, B*d) @ (B*d, L) products run in float64: the sum over
+    passages and features has B*d terms per block. Upper triangle mirrored, unit diagonal.
+    """
+    n_layers, n, d = x.shape
+    norms = _layer_norms(x)
     budget = block_size if block_size is not None else DEFAULT_BLOCK_ELEMENTS
-    rows = max(1, min(n, budget // max(1, n_layers * d)))
+    rows = max(1, min(n, min(budget, CONTRACT_ELEMENTS) // max(1, n_layers * d)))
     total = torch.zeros(n_layers, n_layers, dtype=torch.float64, device=x.device)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        unit = x[:, r0:r1].to(dtype) / norms[:, r0:r1, None]
-        flat = unit.reshape(n_layers, -1)
-        total += (flat @ flat.T).to(torch.float64)
-    s = total / n
+        flat = _unit_rows(x, norms, r0, r1).reshape(n_layers, -1)
+        total.addmm_(flat, flat.T)
+    s = _mirror_upper(total / n)
     s.fill_diagonal_(1.0)
     return s
 
@@ -258,8 +382,7 @@ def _normalise(m: torch.Tensor, what: str) -> np.ndarray:
                 "few passages for the unbiased estimator)"
             )
         raise InvalidStatesError(f"Layer {bad} (0-based) {reason}, so {what} is undefined for it.")
-    s = m / torch.sqrt(diag[:, None] * diag[None, :])
-    s = 0.5 * (s + s.T)  # exact symmetry despite rounding
+    s = _mirror_upper(m / torch.sqrt(diag[:, None] * diag[None, :]))
     s.fill_diagonal_(1.0)
     return s.cpu().numpy()
 
@@ -279,7 +402,7 @@ def unbiased_hsic_matrix(
     else:
         w = weights.to(torch.float64)
         rr, tr = (r * w) @ r.T, r @ w
-    return m - n / (n - 2) * rr + torch.outer(tr, tr) / ((n - 1) * (n - 2))
+    return _mirror_upper(m - n / (n - 2) * rr + torch.outer(tr, tr) / ((n - 1) * (n - 2)))
 
 
 def similarity_matrix(
@@ -304,7 +427,9 @@ def similarity_matrix(
         raise DeffError(f"Unknown route {route!r}; choose one of {', '.join(ROUTES)}.")
     if block_size is not None and block_size < 1:
         raise DeffError(f"block_size must be a positive number of elements, not {block_size}.")
-    x = _validated(states, min_passages=4 if metric == "unbiased_cka" else 2)
+    # finiteness is checked inside `_centred` / `_layer_norms`, on float64 reductions they make
+    # anyway: a separate pass over the input cost up to 0.35 s of ~3 s at N=2000, d=576, L=30
+    x = _validated(states, min_passages=4 if metric == "unbiased_cka" else 2, check_finite=False)
     if not x.is_floating_point():
         x = x.to(torch.float64)
     n_layers, n, d = x.shape

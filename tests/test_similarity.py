@@ -220,3 +220,100 @@ def test_unbiased_cka_equals_brute_force_u_statistic() -> None:
         got = dc.similarity_matrix(x, "unbiased_cka", route=route)
         np.testing.assert_allclose(got, want, atol=1e-10)
     np.testing.assert_allclose(dc.naive_similarity_matrix(x, "unbiased_cka"), want, atol=1e-10)
+
+
+def offset_walk(layers: int, n: int, d: int, seed: int = 0) -> np.ndarray:
+    """(L, N, d) float32 random walk across layers plus a large common offset (not centred)."""
+    rng = np.random.default_rng(seed)
+    return (np.cumsum(rng.standard_normal((layers, n, d)), axis=0) + 50.0).astype(np.float32)
+
+
+# Sizes where a float32 L x L contraction fails: few layers, thousands of passages, a large
+# common offset. With the contraction in float32, (6, 3000, 512) was off by 1.5e-3 (Gram
+# route), 7.7e-6 (cosine), and cosine was not symmetric.
+@pytest.mark.parametrize(("layers", "n", "d"), [(2, 10_000, 64), (6, 3000, 256)])
+def test_float32_states_give_float64_accuracy_and_exact_symmetry(layers: int, n: int, d: int):
+    x = offset_walk(layers, n, d)
+    x64 = x.astype(np.float64)  # the same float32 values, computed in float64 throughout
+    for metric in METRICS:
+        for route in ("gram", "feature") if metric != "cosine" else ("auto",):
+            got = dc.similarity_matrix(x, metric, route=route)
+            ref = dc.similarity_matrix(x64, metric, route=route)
+            assert np.abs(got - ref).max() <= 1e-6, (metric, route, np.abs(got - ref).max())
+            np.testing.assert_array_equal(got, got.T)
+            np.testing.assert_array_equal(np.diag(got), 1.0)
+    # the float64 path itself against the independent per-pair loop
+    np.testing.assert_allclose(
+        dc.similarity_matrix(x64, "cka", route="gram"),
+        dc.naive_similarity_matrix(x, "cka"),
+        atol=1e-9,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("route", ["gram", "feature"])
+def test_symmetry_is_exact_for_any_block_size(metric: str, route: str) -> None:
+    x = offset_walk(7, 53, 11, seed=3)
+    ref = dc.naive_similarity_matrix(x, metric)
+    for block in (1, 7, 13, 101, 389, 1001, None):
+        got = dc.similarity_matrix(x, metric, route=route, block_size=block)
+        np.testing.assert_array_equal(got, got.T)
+        np.testing.assert_array_equal(np.diag(got), 1.0)
+        np.testing.assert_allclose(got, ref, atol=1e-6, rtol=0)
+
+
+def test_symmetry_survives_a_blas_that_sums_ij_and_ji_differently(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A BLAS may sum entry (i, j) of A @ A.T in another order than (j, i); emulate one that
+    # perturbs the lower triangle of every square accumulation. Mirroring the upper
+    # triangle must still give S == S.T bitwise (averaging or A @ A.T alone would not).
+    original = torch.Tensor.addmm_
+    calls = []
+
+    def skewed(self: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        out = original(self, *args, **kwargs)
+        if out.ndim == 2 and out.shape[0] == out.shape[1] > 1:
+            out[-1, 0] = out[-1, 0] * (1 + 1e-9) + 1e-12
+            calls.append(1)
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "addmm_", skewed)
+    x = offset_walk(5, 40, 9)
+    for metric in METRICS:
+        got = dc.similarity_matrix(x, metric, route="gram")
+        np.testing.assert_array_equal(got, got.T)
+    assert calls  # the perturbation really ran
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_non_finite_found_without_a_separate_pass(metric: str) -> None:
+    # similarity_matrix checks finiteness on its float64 column means / row norms, not in
+    # `_validated`; every kind of bad value must still be caught and located
+    x = correlated_states(n=10, d=3, layers=4)
+    cases = [
+        [(1, 2, 0, np.nan)],
+        [(3, 0, 2, np.inf)],
+        [(2, 1, 1, np.inf), (2, 7, 1, -np.inf)],  # one column: its sum is NaN, not inf
+        [(3, 0, 0, np.nan), (1, 4, 2, -np.inf)],  # two layers: the first one is named
+    ]
+    for entries in cases:
+        bad = x.copy()
+        for layer, row, col, value in entries:
+            bad[layer, row, col] = value
+        first = min(layer for layer, *_ in entries)
+        count = sum(layer == first for layer, *_ in entries)
+        with pytest.raises(InvalidStatesError, match=rf"Layer {first} .* {count} NaN or inf"):
+            dc.similarity_matrix(bad, metric)
+        # the cheap check agrees with the full pass of validate_states
+        with pytest.raises(InvalidStatesError, match=rf"Layer {first} .* {count} NaN or inf"):
+            dc.validate_states(bad)
+
+
+def test_float64_overflow_of_finite_values_is_reported_as_such() -> None:
+    x = correlated_states(n=10, d=3, layers=3).astype(np.float64)
+    x[1] = 1e308 * (1.0 + np.random.default_rng(5).uniform(0, 0.5, (10, 3)))  # sums overflow
+    with pytest.raises(InvalidStatesError, match=r"Layer 1 .* overflow float64"):
+        dc.similarity_matrix(x)
+    dc.validate_states(x)  # every value is finite

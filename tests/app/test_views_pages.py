@@ -119,9 +119,10 @@ def test_runs_table_tells_every_run_apart_and_shows_the_partial(app, runs):
     assert_clean(at)
     table = at.dataframe[0].value
     assert table["run"].is_unique, list(table["run"])
-    nulls = table[table["weights"].str.startswith("random weights")]
+    cached = table[table["status"] != "precomputed"]  # the gallery has random nulls too
+    nulls = cached[cached["weights"].str.startswith("random weights")]
     assert sorted(nulls["run"]) == [
-        r for r in sorted(table["run"]) if "init seed 1" in r or "init seed 2" in r
+        r for r in sorted(cached["run"]) if "init seed 1" in r or "init seed 2" in r
     ]
     assert len(nulls) == 2
     assert set(table["status"].str.split(" ").str[0]) >= {"complete", "partial"}
