@@ -1,31 +1,10 @@
-"""Norm interventions (paper Table S6): Gemma-style norms replaced by identity at inference.
+"""The interventions lab (paper Table S6): every pooling control under each norm intervention.
 
-Gemma-2/3 blocks normalise each sub-layer's output before adding it to the residual stream
-("post" norms: `post_attention_layernorm`, `post_feedforward_layernorm`) and normalise queries
-and keys per head ("QK" norms: `self_attn.q_norm`, `self_attn.k_norm`). The paper asks how much
-of the sub-reference effective depth these norms cause by running the same weights with them
-removed:
-
-    with norm_intervention(model, "no_post"):
-        model(input_ids)          # post norms act as identity
-    # here the model is exactly as before
-
-Decisions (SPEC section 9 is silent on the mechanics):
-- "Identity" is implemented with forward hooks that return the norm's input unchanged. No
-  weight or module is touched, so leaving the block restores the model bit for bit (the hooks
-  are removed in a `finally`, also when the body raises). The norm itself still runs and its
-  result is discarded; that costs a few percent of the forward pass and keeps other people's
-  hooks on the same modules working.
-- A block counts as having post norms only if it has `post_feedforward_layernorm`: Llama,
-  Qwen and Mistral also have a module called `post_attention_layernorm`, but there it is the
-  *pre*-MLP norm, and removing it is not the paper's intervention. Gemma-2/3 and OLMo-2 have
-  both and apply them to the sub-layer outputs.
-- QK norms are any attention module holding both `q_norm` and `k_norm` (Gemma-3, OLMo-2,
-  Qwen3). The intervention applies to every such module in the model.
-
-The lab itself, `intervention_table`, measures every pooling control under each intervention
-through `deffcore.measurement.measure(..., intervention=name)`; the norm interventions themselves
-live in `deffcore.interventions` (part of the extraction pipeline) and are re-exported here.
+`intervention_table` measures the controls under each intervention through
+`deffcore.measurement.measure_spec` (each intervention its own cached run). The interventions
+themselves (Gemma-style post and QK norms replaced by identity at inference, with the decisions
+behind them) live in `deffcore.interventions`, part of the extraction pipeline, and are
+re-exported here so `from deffcore.labs.interventions import norm_intervention` keeps working.
 """
 
 from __future__ import annotations
