@@ -47,6 +47,8 @@ DEFAULT_MODEL = "smollm2-135m"
 DEMO_MODEL = "tiny-llama"
 DEFAULT_DATASET = "bbc-news"
 DEFAULT_N = 512
+#: Extraction speed used for time estimates (SmolLM2-135M, quiet 2-core CPU, BENCHMARKS.md).
+CPU_TOKENS_PER_S = 600
 DEFAULT_MAX_TOKENS = 128
 
 MODEL_SOURCES = ("Packaged (offline)", "Hugging Face id", "Local path", "Random-weight null")
@@ -792,9 +794,13 @@ def page(title: str) -> tuple[RunView | None, Settings]:
 
 def precomputed_note(view: RunView) -> None:
     if isinstance(view, SnapshotView):
+        tokens = view.n * int(view.spec.get("max_tokens", 128))
+        # ~600 tokens/s: SmolLM2-135M on a quiet 2-core CPU (BENCHMARKS.md, extraction)
+        minutes = max(1, round(tokens / CPU_TOKENS_PER_S / 60))
         st.info(
-            f"Precomputed with `{view.command}`; press **Run** to compute it here "
-            f"(about 1–2 minutes on a CPU for N = {view.n}).",
+            f"Precomputed with `{view.command}`. To compute it here, choose the same settings "
+            f"in the sidebar and press **Run** (about {minutes} minutes on a quiet 2-core CPU "
+            f"for {tokens:,} tokens; seconds on a GPU; a smaller N is quicker).",
             icon="ℹ️",
         )
 

@@ -76,7 +76,8 @@ shown = shown.reset_index(drop=True)
 
 gap_cols = [f"gap_{p}" for p in POOLINGS]
 columns = [
-    *("source", "model", "family", "weights", "layers", "deff_over_L", "gap_pct"),
+    # gap_default carries the default-pooling gap (gap_pct is the same number)
+    *("source", "model", "family", "weights", "layers", "deff_over_L"),
     *gap_cols,
     *("random_mean", "n", "max_tokens", "dataset", "intervention", "key"),
 ]
@@ -87,7 +88,6 @@ st.dataframe(
     width="stretch",
     column_config={
         "deff_over_L": st.column_config.NumberColumn("D_eff/L", format="%.4f"),
-        "gap_pct": st.column_config.NumberColumn("gap % (default)", format="%.1f"),
         "random_mean": st.column_config.NumberColumn("random null D_eff/L", format="%.4f"),
         **{c: st.column_config.NumberColumn(f"gap % {c[4:]}", format="%.1f") for c in gap_cols},
     },
