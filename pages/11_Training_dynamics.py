@@ -38,7 +38,7 @@ if source == SOURCES[0]:
             runs,
             key="dy_carry_run",
             format_func=lambda p: str(Path(p).relative_to(carry_root)),  # "tiny/gamma1_seed0"
-            help=f"Residual-carry checkpoints saved under {carry_root}",
+            help="Residual-carry checkpoints saved by the Residual carry page (in the cache).",
         )
         if runs
         else None
