@@ -3,8 +3,9 @@
 On a machine with a CUDA GPU it measures, within a time budget (default 420 s):
 
 1. similarity on CUDA vs CPU: `similarity_matrix` of the same float32 states on both devices
-   (every metric; L=32, N=10,000, d=1024 and the float32-hard L=6, N=3,000, d=512 with a large
-   common offset): max |S_cuda - S_cpu|, exact symmetry, times;
+   (the float32-hard L=6, N=3,000, d=512 with a large common offset, every metric; L=32,
+   N=10,000, d=1024, every metric against float64 on the GPU, CKA also on the CPU):
+   max |S_cuda - S_cpu|, max |S_cuda - S_float64|, exact symmetry, times;
 2. bfloat16 vs float32 extraction on both packaged models (BBC windows): D_eff/L and gap% per
    pooling control in each dtype and their difference in points;
 3. extraction throughput at N = 10,000 BBC windows of 64 tokens per packaged model, bfloat16:
@@ -13,7 +14,8 @@ On a machine with a CUDA GPU it measures, within a time budget (default 420 s):
    number of steps): seconds per step and the records.
 
 It writes `device_check.json` (every figure) and `device_check.md` (tables for BENCHMARKS.md)
-into OUT. `--device cpu --quick` runs the same code on tiny sizes on a CPU (a smoke test of this
+into OUT. `--sections` picks some of the four (a short lease can take them in two runs).
+`--device cpu --quick` runs the same code on tiny sizes on a CPU (a smoke test of this
 script; its figures mean nothing).
 """
 
@@ -71,41 +73,47 @@ def similarity_section(device: str, quick: bool) -> list[dict[str, Any]]:
         ]
     )
     rows = []
-    for L, n, d, offset in sizes:
+    for i, (L, n, d, offset) in enumerate(sizes):
         x = states(L, n, d, offset)
+        xd = x.to(device)
+        # float64 reference on the device (the CPU's float64 pass at the large size costs minutes
+        # of a lent machine); the CPU float32 route for every metric at the small size, for CKA
+        # alone at the large one.
+        x64 = xd.double()
         for metric in METRICS:
-            t0 = time.perf_counter()
-            s_cpu = similarity_matrix(x, metric)
-            t_cpu = time.perf_counter() - t0
-            xd = x.to(device)
             _sync(device)
             t0 = time.perf_counter()
             s_dev = similarity_matrix(xd, metric)
             _sync(device)
             t_dev = time.perf_counter() - t0
-            s64 = similarity_matrix(x.double(), metric)
-            rows.append(
-                {
-                    "L": L,
-                    "N": n,
-                    "d": d,
-                    "offset": offset,
-                    "metric": metric,
-                    "max_abs_diff_device_vs_cpu": float(np.abs(s_dev - s_cpu).max()),
-                    "max_abs_diff_device_vs_float64": float(np.abs(s_dev - s64).max()),
-                    "symmetric_exactly": bool(np.array_equal(s_dev, s_dev.T)),
-                    "seconds_cpu": t_cpu,
-                    "seconds_device": t_dev,
-                }
-            )
-            del xd
+            s64 = similarity_matrix(x64, metric)
+            row = {
+                "L": L,
+                "N": n,
+                "d": d,
+                "offset": offset,
+                "metric": metric,
+                "max_abs_diff_device_vs_float64": float(np.abs(s_dev - s64).max()),
+                "symmetric_exactly": bool(np.array_equal(s_dev, s_dev.T)),
+                "seconds_device": t_dev,
+                "max_abs_diff_device_vs_cpu": None,
+                "seconds_cpu": None,
+            }
+            if i == 0 or metric == "cka":
+                t0 = time.perf_counter()
+                s_cpu = similarity_matrix(x, metric)
+                row["seconds_cpu"] = time.perf_counter() - t0
+                row["max_abs_diff_device_vs_cpu"] = float(np.abs(s_dev - s_cpu).max())
+            rows.append(row)
+            print(f"[device_check] similarity {row}", file=sys.stderr)
+        del xd, x64
     return rows
 
 
 def dtype_section(device: str, quick: bool, models: tuple[str, ...]) -> list[dict[str, Any]]:
     from deffcore.measurement import Measurement, extract_spec, run_spec
 
-    n, tokens = (16, 32) if quick else (512, 128)
+    n, tokens = (16, 32) if quick else (1024, 128)
     rows = []
     for model in models:
         got = {}
@@ -226,8 +234,25 @@ def carry_section(device: str, quick: bool, steps: int) -> dict[str, Any]:
     }
 
 
+def _version(dist: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "not run" if value is None else format(value, fmt)
+
+
 def markdown(report: dict[str, Any]) -> str:
-    out = [f"Device check on {report['device_name']} ({report['torch']}), {report['when']}", ""]
+    out = [
+        f"Device check on {report['device_name']} (torch {report['torch']}, transformers "
+        f"{report.get('transformers', '?')}), {report['when']}",
+        "",
+    ]
     if report.get("similarity"):
         out += [
             "| L | N | d | metric | max diff CUDA vs CPU | vs float64 | symmetric | CPU s "
@@ -236,8 +261,9 @@ def markdown(report: dict[str, Any]) -> str:
         ]
         out += [
             f"| {r['L']} | {r['N']} | {r['d']} | {r['metric']} | "
-            f"{r['max_abs_diff_device_vs_cpu']:.1e} | {r['max_abs_diff_device_vs_float64']:.1e} | "
-            f"{r['symmetric_exactly']} | {r['seconds_cpu']:.2f} | {r['seconds_device']:.3f} |"
+            f"{_num(r['max_abs_diff_device_vs_cpu'], '.1e')} | "
+            f"{r['max_abs_diff_device_vs_float64']:.1e} | {r['symmetric_exactly']} | "
+            f"{_num(r['seconds_cpu'], '.2f')} | {r['seconds_device']:.3f} |"
             for r in report["similarity"]
         ]
         out.append("")
@@ -282,6 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--carry-steps", type=int, default=400)
     ap.add_argument("--models", default=",".join(PACKAGED))
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test of the script)")
+    ap.add_argument(
+        "--sections",
+        default="similarity,dtype,throughput,carry",
+        help="which sections to run, comma-separated (a short lease may take them in two runs)",
+    )
     args = ap.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(
@@ -299,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.device.startswith("cuda")
         else platform.processor() or "cpu",
         "torch": torch.__version__,
+        "transformers": _version("transformers"),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "quick": args.quick,
         "skipped": {},
@@ -310,7 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         ("throughput", 90, lambda: throughput_section(args.device, args.quick, models)),
         ("carry", 60, lambda: carry_section(args.device, args.quick, args.carry_steps)),
     ]
+    wanted = set(args.sections.split(","))
+    unknown = wanted - {name for name, _, _ in sections}
+    if unknown:
+        print(f"error: unknown section(s) {', '.join(sorted(unknown))}.", file=sys.stderr)
+        return 2
     for name, need, run in sections:
+        if name not in wanted:
+            continue
         if budget.left() < need:
             report["skipped"][name] = f"{budget.left():.0f} s left of the budget, needs ~{need} s"
             continue

