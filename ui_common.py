@@ -35,7 +35,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from deffcore import figures, jobs, serving
-from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS
+from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS, WINDOW_MODES
 from deffcore.errors import DeffError
 from deffcore.paper import paper_reference_path
 from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_snapshot
@@ -56,7 +56,8 @@ DATA_SOURCES = ("BBC news (offline)", "Hugging Face dataset", "Upload a file", "
 PASSAGES_HELP = (
     "documents: one passage per document, its first max-tokens tokens. windows: every "
     "document cut into consecutive windows of max-tokens tokens (many more passages from the "
-    "same text; SPEC section 12)."
+    "same text; SPEC section 12). packed: all documents joined with a blank line, then cut "
+    "the same way (a window may span two documents; a few more windows at long lengths)."
 )
 BOS_HELP = (
     "default: the tokenizer's own special tokens. add: a BOS token at the start of every "
@@ -344,7 +345,12 @@ def _dataset_spec() -> tuple[str, str | None]:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def windows_available(
-    model: str, dataset: str, max_tokens: int, bos: str, revision: str | None
+    model: str,
+    dataset: str,
+    max_tokens: int,
+    bos: str,
+    revision: str | None,
+    passages: str = "windows",
 ) -> int | None:
     """How many token windows this choice yields (`deffcore.tokens.count_windows`, tokenizer
     only), None when it cannot be told here (hub data, a tokenizer that does not load)."""
@@ -354,7 +360,7 @@ def windows_available(
     if count is None or not model or not dataset or dataset.startswith("hf:"):
         return None
     try:
-        return int(count(model, dataset, max_tokens, bos, revision))
+        return int(count(model, dataset, max_tokens, bos, revision, mode=passages))
     except Exception:  # the Run click reports the real error, checked before the model loads
         return None
 
@@ -413,13 +419,14 @@ def start_run(settings: Settings) -> str | None:
                 or "Choose a dataset (a Hugging Face spec, an uploaded file or a path) first."
             )
         windows = None
-        if settings.passages == "windows":
+        if settings.passages in WINDOW_MODES:
             windows = windows_available(
                 settings.model,
                 settings.dataset,
                 settings.max_tokens,
                 settings.bos,
                 settings.revision,
+                settings.passages,
             )
         spec, device = jobs.plan(
             names=names,
@@ -653,13 +660,14 @@ def current_view() -> RunView | None:
 def _run_summary(settings: Settings) -> str:
     what = f"{settings.model or '(no model)'} · {settings.dataset or '(no data)'}"
     text = f"{what} · N = {settings.n:,} · {settings.max_tokens} tokens"
-    if settings.passages == "windows":
+    if settings.passages in WINDOW_MODES:
         available = windows_available(
             settings.model,
             settings.dataset,
             settings.max_tokens,
             settings.bos,
             settings.revision,
+            settings.passages,
         )
         if available is not None:
             text += f" · this choice yields {available:,} windows"

@@ -105,7 +105,7 @@ class RunSpec:
     seed: int
     dtype: str
     intervention: str = "none"
-    #: "documents" or "windows" (SPEC section 12): part of the dataset's identity.
+    #: "documents", "windows" (SPEC section 12) or "packed": part of the dataset's identity.
     passages: str = "documents"
     #: BOS option "default", "add" or "none" (SPEC section 11.4).
     bos: str = "default"

@@ -20,9 +20,12 @@ METRICS: tuple[str, ...] = ("cka", "unbiased_cka", "cosine")
 #: Maximum lags reported by the lag-sensitivity check (SPEC section 8), plus K = L-1.
 SENSITIVITY_LAGS: tuple[int, ...] = (5, 10, 15, 25)
 
-#: How a dataset becomes passages (SPEC section 12): whole documents (truncated to max_tokens)
-#: or consecutive non-overlapping token windows of max_tokens tokens.
-PASSAGE_MODES: tuple[str, ...] = ("documents", "windows")
+#: How a dataset becomes passages (SPEC section 12): whole documents (truncated to max_tokens),
+#: consecutive non-overlapping token windows of max_tokens tokens cut from each document, or
+#: the same cut from all documents packed into one stream (README "Decisions"; not in the SPEC).
+PASSAGE_MODES: tuple[str, ...] = ("documents", "windows", "packed")
+#: The passage modes that cut token windows (deffcore.tokens.cut_windows).
+WINDOW_MODES: tuple[str, ...] = ("windows", "packed")
 #: BOS handling (SPEC section 11.4): the tokenizer's choice, exactly one BOS, or none.
 BOS_OPTIONS: tuple[str, ...] = ("default", "add", "none")
 

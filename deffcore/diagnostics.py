@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from deffcore.constants import WINDOW_MODES
 from deffcore.errors import DeffError, NonFiniteActivationsError, UnsupportedArchitectureError
 
 #: Passages in the diagnostic pass (SPEC 11: the first min(N, 64) of the run's sample).
@@ -436,8 +437,8 @@ def run_token_ids(spec: Any, tokenizer: Any, texts: list[str]) -> list[list[int]
     cut from (windows mode)."""
     from deffcore.tokens import cut_windows, encode_documents, sample_windows
 
-    if spec.passages == "windows":
-        windows = cut_windows(tokenizer, texts, spec.max_tokens, spec.bos)
+    if spec.passages in WINDOW_MODES:
+        windows = cut_windows(tokenizer, texts, spec.max_tokens, spec.bos, spec.passages)
         return sample_windows(windows, spec.n, spec.seed)
     return encode_documents(tokenizer, texts, spec.max_tokens, spec.bos)
 
@@ -447,7 +448,7 @@ def run_texts(spec: Any) -> list[str]:
     from; opened before any model loads, so a bad dataset fails fast."""
     from deffcore.texts import all_documents, load_passages
 
-    if spec.passages == "windows":
+    if spec.passages in WINDOW_MODES:
         return all_documents(spec.dataset, spec.n, seed=spec.seed)
     return load_passages(spec.dataset, spec.n, seed=spec.seed)
 

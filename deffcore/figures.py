@@ -974,9 +974,10 @@ def figure_csv(fig: go.Figure) -> str:
 #: One colour per compared run, in the order the runs are listed: Okabe-Ito without yellow
 #: (too faint on white). Past seven runs the colours repeat with another line dash and marker,
 #: so no two runs ever look the same.
-RUN_COLORS: tuple[str, ...] = tuple(OKABE_ITO[c] for c in (
-    "blue", "orange", "bluish green", "vermillion", "reddish purple", "sky blue", "black"
-))
+RUN_COLORS: tuple[str, ...] = tuple(
+    OKABE_ITO[c]
+    for c in ("blue", "orange", "bluish green", "vermillion", "reddish purple", "sky blue", "black")
+)
 RUN_DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot")
 RUN_SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up")
 
@@ -1083,8 +1084,7 @@ def side_by_side_heatmaps(
                 y=layers,
                 coloraxis="coloraxis2",
                 name="B − A",
-                hovertemplate="B − A<br>layer %{y} vs layer %{x}<br>ΔS = %{z:+.3g}"
-                "<extra></extra>",
+                hovertemplate="B − A<br>layer %{y} vs layer %{x}<br>ΔS = %{z:+.3g}<extra></extra>",
             ),
             row=1,
             col=3,

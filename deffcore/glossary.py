@@ -112,6 +112,9 @@ GLOSSARY: dict[str, str] = {
     "replacement; it shows how much the number depends on which passages were used.",
     "windows": "Passages cut as fixed-length token windows from a long text instead of one "
     "document each.",
+    "packed windows": "Token windows cut after joining all documents into one stream (a blank "
+    "line between documents), so a window may span two documents; short documents then waste "
+    "fewer tokens and give more windows.",
     # --- labs
     "BI": "Block Influence: 1 minus the mean cosine between a block's input and output. Low BI "
     "means the block changes little.",

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from deffcore.cache import RunSpec
+from deffcore.constants import WINDOW_MODES
 from deffcore.errors import DeffError, RunCancelled, TooFewPassagesError, UnknownModelError
 
 STATES = ("queued", "running", "done", "failed", "cancelled")
@@ -87,7 +88,7 @@ class JobStatus:
         if self.stage == "loading model":
             what = (
                 "loading model and cutting windows"
-                if self.spec.passages == "windows"
+                if self.spec.passages in WINDOW_MODES
                 else ("loading model")
             )
             return f"{what}… {self.stage_elapsed_s:.0f} s"
@@ -195,7 +196,7 @@ def _check(spec: RunSpec, windows: int | None = None) -> None:
             raise UnknownModelError(f"The model folder {inner} does not exist.")
     if spec.dataset.startswith("hf:"):
         return
-    if spec.passages == "windows":
+    if spec.passages in WINDOW_MODES:
         all_documents(spec.dataset, spec.n, seed=spec.seed)
         count_windows = _optional("deffcore.tokens", "count_windows")
         if windows is not None or count_windows is not None:
@@ -204,7 +205,12 @@ def _check(spec: RunSpec, windows: int | None = None) -> None:
                 if available is None:
                     available = int(
                         count_windows(
-                            spec.model, spec.dataset, spec.max_tokens, spec.bos, spec.revision
+                            spec.model,
+                            spec.dataset,
+                            spec.max_tokens,
+                            spec.bos,
+                            spec.revision,
+                            mode=spec.passages,
                         )
                     )
             except DeffError:
@@ -327,7 +333,7 @@ def _snapshot(job: _Job) -> JobStatus:
     now = time.monotonic()
     end = job.ended or now
     rate = _rate(job)
-    exact = job.spec.passages == "windows"
+    exact = job.spec.passages in WINDOW_MODES
     tps = job.final_tokens_per_s
     if tps is None and rate is not None and job.state == "running":
         tps = rate * job.spec.max_tokens

@@ -28,7 +28,14 @@ import numpy as np
 from deffcore import cache
 from deffcore.cache import RunSpec
 from deffcore.checks import check_cache_dir, check_int, check_seed
-from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, PC_CONTROLS, POOLINGS
+from deffcore.constants import (
+    BOS_OPTIONS,
+    METRICS,
+    PASSAGE_MODES,
+    PC_CONTROLS,
+    POOLINGS,
+    WINDOW_MODES,
+)
 from deffcore.controls import apply_pc_control
 from deffcore.depth import DepthSummary, depth_summary, effective_depth, gap_percent
 from deffcore.errors import DeffError, RunCancelled, TooFewPassagesError
@@ -241,7 +248,7 @@ def extract_spec(
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
     """
     device = device or resolve_device_dtype(None, spec.dtype)[0]
-    if spec.passages == "windows":
+    if spec.passages in WINDOW_MODES:
         documents = all_documents(spec.dataset, spec.n, seed=spec.seed)
     else:
         documents = load_passages(spec.dataset, spec.n, seed=spec.seed)
@@ -253,8 +260,8 @@ def extract_spec(
             progress(0, spec.n, f"loading {spec.model}")
         model = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
     token_ids = None
-    if spec.passages == "windows":
-        windows = cut_windows(model.tokenizer, documents, spec.max_tokens, spec.bos)
+    if spec.passages in WINDOW_MODES:
+        windows = cut_windows(model.tokenizer, documents, spec.max_tokens, spec.bos, spec.passages)
         token_ids = sample_windows(windows, spec.n, spec.seed)
     with contextlib.ExitStack() as stack:
         if spec.intervention != "none":

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from deffcore.cli import main
 from deffcore.constants import POOLINGS
 
@@ -96,30 +98,33 @@ def test_runs_lists_a_corrupt_entry_without_crashing(capsys, deff_cache_dir):
     assert json.loads(capsys.readouterr().out)[0]["corrupt"] is True
 
 
-def test_windows_mode_through_measure(capsys, tiny_dataset, tiny_passages, tiny_model):
-    """`--passages windows`: N windows of exactly max_tokens ids, sampled with the seed, the
-    mode in the key; the states are those of an extraction of the same windows by hand."""
+@pytest.mark.parametrize("mode", ["windows", "packed"])
+def test_windows_mode_through_measure(capsys, tiny_dataset, tiny_passages, tiny_model, mode):
+    """`--passages windows|packed`: N windows of exactly max_tokens ids, sampled with the seed,
+    the mode in the key; the states are those of an extraction of the same windows by hand."""
     import numpy as np
 
     from deffcore.extract import extract_pooled
     from deffcore.measurement import measure
     from deffcore.tokens import cut_windows, sample_windows
 
-    windows_run = _measure_json(capsys, tiny_dataset, "--passages", "windows")
+    windows_run = _measure_json(capsys, tiny_dataset, "--passages", mode)
     documents_run = _measure_json(capsys, tiny_dataset)
+    other = "packed" if mode == "windows" else "windows"
     assert windows_run["n"] == 8 and windows_run["n_dropped"] == 0
-    assert windows_run["passages"] == "windows" and documents_run["passages"] == "documents"
+    assert windows_run["passages"] == mode and documents_run["passages"] == "documents"
     assert windows_run["key"] != documents_run["key"]
-    m = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32, passages="windows")
+    assert windows_run["key"] != _measure_json(capsys, tiny_dataset, "--passages", other)["key"]
+    m = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32, passages=mode)
     assert m.cached and m.spec.key() == windows_run["key"]
     lm = tiny_model("llama")
-    chosen = sample_windows(cut_windows(lm.tokenizer, tiny_passages, 32), 8, seed=0)
+    chosen = sample_windows(cut_windows(lm.tokenizer, tiny_passages, 32, mode=mode), 8, seed=0)
     assert all(len(w) == 32 and w[0] == lm.tokenizer.bos_token_id for w in chosen)
     direct = extract_pooled(lm, None, token_ids=chosen, max_tokens=32)
     for pooling, states in direct.pooled.items():
         np.testing.assert_array_equal(m.pooled.pooled[pooling], states)
     other_seed = measure(
-        model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32, passages="windows", seed=1
+        model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32, passages=mode, seed=1
     )
     assert not np.array_equal(other_seed.pooled.pooled["default"], m.pooled.pooled["default"])
 

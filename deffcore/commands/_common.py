@@ -107,13 +107,15 @@ def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int, passages: bo
 
 
 def add_passage_args(p: argparse.ArgumentParser) -> None:
-    """--passages documents|windows and --bos default|add|none."""
+    """--passages documents|windows|packed and --bos default|add|none."""
     p.add_argument(
         "--passages",
         choices=PASSAGE_MODES,
         default="documents",
-        help="documents (each passage one document, truncated) or windows (consecutive "
-        "non-overlapping windows of --max-tokens tokens; reaches N = 10,000 on bbc-news)",
+        help="documents (each passage one document, truncated), windows (consecutive "
+        "non-overlapping windows of --max-tokens tokens cut from each document, SPEC section "
+        "12; reaches N = 10,000 on bbc-news) or packed (the same cut from all documents joined "
+        "with a blank line, so a window may span two documents: more windows of long lengths)",
     )
     p.add_argument(
         "--bos",

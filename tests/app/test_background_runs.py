@@ -338,17 +338,18 @@ def test_sidebar_run_first_demo_models_grouped_glossary():
     assert demo and all(o.startswith("demo · ") for o in demo) and len(demo) == 1
     at.checkbox(key="model_all_demo").check().run()
     assert len(at.selectbox(key="model_packaged").options) > 10
-    assert at.selectbox(key="passages").options == ["documents", "windows"]
+    assert at.selectbox(key="passages").options == ["documents", "windows", "packed"]
     assert at.selectbox(key="bos").options == ["default", "add", "none"]
     assert any("Glossary" in e.proto.label for e in at.sidebar.expander)
 
 
-def test_windows_count_is_shown_before_run():
+@pytest.mark.parametrize("mode", ["windows", "packed"])
+def test_windows_count_is_shown_before_run(mode):
     at = choose(new_app())
-    at.selectbox(key="passages").set_value("windows").run()
+    at.selectbox(key="passages").set_value(mode).run()
     from deffcore.tokens import count_windows
 
-    n = count_windows("tiny-llama", "bbc-news", 32, "default", None)
+    n = count_windows("tiny-llama", "bbc-news", 32, "default", None, mode=mode)
     assert any(f"this choice yields {n:,} windows" in c.value for c in at.sidebar.caption)
 
 
