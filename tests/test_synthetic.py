@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from apptest_helpers import plotly_array
 
 import deffcore as dc
 from deffcore.errors import DeffError
@@ -97,17 +98,6 @@ def _lab(cache_dir):
     return at, charts
 
 
-def _array(value) -> np.ndarray:
-    """A plotly JSON array: a list, or plotly's typed-array form {"dtype", "bdata", "shape"}."""
-    import base64
-
-    if isinstance(value, dict) and "bdata" in value:
-        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        return out.reshape([int(s) for s in str(shape).split(",")]) if shape else out
-    return np.asarray(value, dtype=float)
-
-
 def _clean(at) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -138,7 +128,7 @@ def test_lab_story_steps_show_the_closed_forms(lab):
         assert _metric(at, "F_L = 2L/(L+1)") == f"{res.F_L:.3f}"
         shown = charts()
         heat = next(v for k, v in shown.items() if k.startswith("S(i, j), closed form"))
-        np.testing.assert_allclose(_array(heat["data"][0]["z"]), res.S)
+        np.testing.assert_allclose(plotly_array(heat["data"][0]["z"]), res.S)
         assert any(k.startswith("Lag profile") for k in shown)
         assert any(k.startswith("Effective depth beside F_L") for k in shown)
     # projector layout: the same three charts, larger text

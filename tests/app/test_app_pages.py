@@ -7,12 +7,11 @@ directly with the same arguments (a cache hit), so the app is checked against th
 
 from __future__ import annotations
 
-import base64
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from apptest_helpers import assert_clean, chart, plotly_array, trace
 from streamlit.testing.v1 import AppTest
 
 from deffcore.depth import lag_profile
@@ -35,43 +34,8 @@ PAGES = [
 # ---------------------------------------------------------------------------------------------
 
 
-def _array(value):
-    """A plotly JSON array: a list, or plotly's typed-array form {"dtype", "bdata", "shape"}."""
-    if isinstance(value, dict) and "bdata" in value:
-        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        if shape:
-            out = out.reshape([int(s) for s in str(shape).split(",")])
-        return out
-    return np.asarray(value)
-
-
-def charts(at: AppTest) -> list[dict]:
-    """Every Plotly figure on the page as its JSON spec."""
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-
-
-def chart(at: AppTest, title_part: str) -> dict:
-    found = [c for c in charts(at) if title_part in c["layout"]["title"]["text"]]
-    assert found, (
-        f"no chart titled {title_part!r}; have {[c['layout']['title']['text'] for c in charts(at)]}"
-    )
-    return found[0]
-
-
-def trace(fig: dict, name: str) -> dict:
-    found = [t for t in fig["data"] if t.get("name") == name]
-    assert found, f"no trace {name!r}; have {[t.get('name') for t in fig['data']]}"
-    return found[0]
-
-
 def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
-
-
-def assert_clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
 
 
 def new_app() -> AppTest:
@@ -146,7 +110,7 @@ def test_entry_page_has_the_sidebar_and_shows_a_result_before_any_run(cache_dir)
     assert metric(at, "D_eff") == f"{h.deff:.3f}"
     assert metric(at, "N") == str(snap.n)
     fig = chart(at, "Layer similarity")
-    np.testing.assert_allclose(_array(fig["data"][0]["z"]), snap.similarity("default", "cka"))
+    np.testing.assert_allclose(plotly_array(fig["data"][0]["z"]), snap.similarity("default", "cka"))
 
 
 def test_run_completes_and_headline_matches_measure(app, measurement):
@@ -179,7 +143,7 @@ def test_run_completes_and_headline_matches_measure(app, measurement):
     assert not any("Precomputed" in i.value for i in at.info)
     fig = chart(at, "Layer similarity")
     np.testing.assert_allclose(
-        _array(fig["data"][0]["z"]), measurement.similarity("default", "cka"), rtol=1e-12
+        plotly_array(fig["data"][0]["z"]), measurement.similarity("default", "cka"), rtol=1e-12
     )
 
 
@@ -223,10 +187,10 @@ def test_every_page_renders_without_error(app, page):
 def test_similarity_page_heatmap_and_row(app, measurement):
     at = goto(app, "pages/1_Similarity.py")
     S = measurement.similarity("default", "cka")
-    np.testing.assert_allclose(_array(chart(at, "Layer similarity")["data"][0]["z"]), S)
+    np.testing.assert_allclose(plotly_array(chart(at, "Layer similarity")["data"][0]["z"]), S)
     at.slider(key=f"similarity_layer_L{measurement.layers}").set_value(3).run()
     row = trace(chart(at, "selected layer"), "layer 3")
-    np.testing.assert_allclose(_array(row["y"]), S[2])
+    np.testing.assert_allclose(plotly_array(row["y"]), S[2])
     assert [d.label for d in at.get("download_button")][:2] == ["Figure (HTML)", "Data (CSV)"]
 
 
@@ -234,27 +198,27 @@ def test_lag_decay_page(app, measurement):
     at = goto(app, "pages/2_Lag_decay.py")
     fig = chart(at, "Lag decay")
     rho = lag_profile(measurement.similarity("default", "cka"))
-    np.testing.assert_allclose(_array(trace(fig, "this run")["y"]), rho)
+    np.testing.assert_allclose(plotly_array(trace(fig, "this run")["y"]), rho)
     floor = next(t for t in fig["data"] if t["name"].startswith("iid-bias floor"))
-    np.testing.assert_allclose(_array(floor["y"]), 64 / (16 + 64))
+    np.testing.assert_allclose(plotly_array(floor["y"]), 64 / (16 + 64))
     byK = chart(at, "maximum lag K")
     L = measurement.layers
     np.testing.assert_allclose(
-        _array(trace(byK, "D_eff(K)/L")["y"])[-1], measurement.summary().deff_over_L
+        plotly_array(trace(byK, "D_eff(K)/L")["y"])[-1], measurement.summary().deff_over_L
     )
-    assert list(_array(trace(byK, "D_eff(K)/L")["x"])) == list(range(1, L))
+    assert list(plotly_array(trace(byK, "D_eff(K)/L")["x"])) == list(range(1, L))
 
 
 def test_gap_page_shows_run_and_paper_separately(app, measurement):
     at = goto(app, "pages/3_Gap_to_F_L.py")
     fig = chart(at, "Gap to the orthogonal-update reference")
     mine = trace(fig, "this run")
-    np.testing.assert_allclose(_array(mine["x"]), [measurement.summary().gap_pct])
+    np.testing.assert_allclose(plotly_array(mine["x"]), [measurement.summary().gap_pct])
     paper = trace(fig, "paper")
     assert all(label.endswith("(paper)") for label in paper["y"])
     assert "Pythia-70M (paper)" in paper["y"]
     np.testing.assert_allclose(
-        _array(paper["x"])[list(paper["y"]).index("Pythia-70M (paper)")], 28.2
+        plotly_array(paper["x"])[list(paper["y"]).index("Pythia-70M (paper)")], 28.2
     )
 
 
@@ -274,11 +238,13 @@ def test_controls_page_has_every_pooling_and_a_verdict(app, measurement):
     fig = chart(at, "Pooling controls")
     for pooling in ("default", "first_non_bos", "token_normed", "top1_pc", "top3_pc"):
         t = trace(fig, pooling)
-        mine = [x for x, s in zip(_array(t["x"]), t["customdata"], strict=True) if s == "this run"]
+        mine = [
+            x for x, s in zip(plotly_array(t["x"]), t["customdata"], strict=True) if s == "this run"
+        ]
         np.testing.assert_allclose(mine, [measurement.summary(pooling).gap_pct])
     verdicts = [e.value for e in (*at.success, *at.warning) if "BOS sensitivity" in e.value]
     assert len(verdicts) == 1
-    ratios = _array(chart(at, "Position-0 norm ratio")["data"][0]["y"])
+    ratios = plotly_array(chart(at, "Position-0 norm ratio")["data"][0]["y"])
     np.testing.assert_allclose(ratios, measurement.pooled.pos0_norm_ratio, rtol=1e-6)
 
 
@@ -294,7 +260,7 @@ def test_synthetic_lab_known_answers(app):
     fig = chart(at, "Synthetic constructions")
     iid = next(t for t in fig["data"] if t["name"].startswith("iid reference"))
     b = 32 / (128 + 32)
-    np.testing.assert_allclose(_array(iid["y"])[-1], 1 / (1 + b * 9))
+    np.testing.assert_allclose(plotly_array(iid["y"])[-1], 1 / (1 + b * 9))
     assert at.get("latex")
 
 
@@ -303,16 +269,16 @@ def test_baselines_null_bootstrap_and_references(app, measurement):
     at.button(key="run_null").click().run()
     assert_clean(at)
     band = chart(at, "random-weight null")
-    assert len(_array(trace(band, "random seeds")["y"])) == 3
+    assert len(plotly_array(trace(band, "random seeds")["y"])) == 3
     at.select_slider(key="bootstrap_B").set_value(20)
     at.button(key="run_bootstrap").click().run()
     assert_clean(at)
     hist = chart(at, "bootstrap")
-    assert len(_array(hist["data"][0]["x"])) == 20
+    assert len(plotly_array(hist["data"][0]["x"])) == 20
     refs = measurement.matched_references("default", "cka")
     bars = chart(at, "Matched references")
     np.testing.assert_allclose(
-        _array(bars["data"][0]["y"]), [refs.F_L, refs.F_norm, refs.F_h0_norm, refs.F_h0_corr]
+        plotly_array(bars["data"][0]["y"]), [refs.F_L, refs.F_norm, refs.F_h0_norm, refs.F_h0_corr]
     )
 
 

@@ -7,12 +7,11 @@ read from the same cache, so the page is checked against deffcore.
 
 from __future__ import annotations
 
-import base64
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from apptest_helpers import assert_clean, chart, plotly_array, trace
 from streamlit.testing.v1 import AppTest
 
 from deffcore.constants import POOLINGS
@@ -22,40 +21,12 @@ PAGE = "pages/4_BOS_and_controls.py"
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
 
 
-def _array(value):
-    if isinstance(value, dict) and "bdata" in value:
-        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        if shape:
-            out = out.reshape([int(s) for s in str(shape).split(",")])
-        return out
-    return np.asarray(value)
-
-
-def chart(at: AppTest, title_part: str) -> dict:
-    figs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-    found = [c for c in figs if title_part in c["layout"]["title"]["text"]]
-    assert found, f"no chart {title_part!r}; have {[c['layout']['title']['text'] for c in figs]}"
-    return found[0]
-
-
-def trace(fig: dict, name: str) -> dict:
-    found = [t for t in fig["data"] if t.get("name") == name]
-    assert found, f"no trace {name!r}; have {[t.get('name') for t in fig['data']]}"
-    return found[0]
-
-
 def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
 def verdicts(at: AppTest) -> list[str]:
     return [e.value for e in (*at.success, *at.warning) if "BOS sensitivity" in e.value]
-
-
-def assert_clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
 
 
 @pytest.fixture(autouse=True)
@@ -130,8 +101,12 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     assert "position 0 from layer 2" in v
     assert metric(at, "Massive at position 0") == "from layer 2"
     assert metric(at, "Sink heads") == "50% max"
-    np.testing.assert_allclose(_array(chart(at, "Massive activations")["data"][0]["y"]), ratio)
-    np.testing.assert_allclose(_array(chart(at, "Attention sinks")["data"][0]["y"]), [0.5] * L)
+    np.testing.assert_allclose(
+        plotly_array(chart(at, "Massive activations")["data"][0]["y"]), ratio
+    )
+    np.testing.assert_allclose(
+        plotly_array(chart(at, "Attention sinks")["data"][0]["y"]), [0.5] * L
+    )
 
 
 def test_verdict_and_evidence_match_the_library(app, measurement):
@@ -153,16 +128,18 @@ def test_verdict_and_evidence_match_the_library(app, measurement):
     controls = chart(at, "Pooling controls")
     for pooling in POOLINGS:
         t = trace(controls, pooling)
-        mine = [x for x, s in zip(_array(t["x"]), t["customdata"], strict=True) if s == "this run"]
+        mine = [
+            x for x, s in zip(plotly_array(t["x"]), t["customdata"], strict=True) if s == "this run"
+        ]
         np.testing.assert_allclose(mine, [measurement.summary(pooling).gap_pct])
     np.testing.assert_allclose(
-        _array(chart(at, "Massive activations")["data"][0]["y"]), diag["massive_ratio"]
+        plotly_array(chart(at, "Massive activations")["data"][0]["y"]), diag["massive_ratio"]
     )
     np.testing.assert_allclose(
-        _array(chart(at, "Attention sinks")["data"][0]["y"]), diag["sink_fraction"]
+        plotly_array(chart(at, "Attention sinks")["data"][0]["y"]), diag["sink_fraction"]
     )
     np.testing.assert_allclose(
-        _array(chart(at, "Position-0 norm ratio")["data"][0]["y"]),
+        plotly_array(chart(at, "Position-0 norm ratio")["data"][0]["y"]),
         measurement.pooled.pos0_norm_ratio,
         rtol=1e-6,
     )
@@ -178,11 +155,11 @@ def test_passage_inspector_heatmap(app, measurement):
     fig = chart(at, "Token-state norms")
     heat = fig["data"][0]
     np.testing.assert_allclose(
-        _array(heat["z"]), np.log10(np.asarray(ins["token_norms"][3])), rtol=1e-6
+        plotly_array(heat["z"]), np.log10(np.asarray(ins["token_norms"][3])), rtol=1e-6
     )
     assert list(heat["text"][0]) == [repr(t)[1:-1] for t in ins["tokens"][3]]
     marks = trace(fig, "largest |h_j| (feature j)")
-    assert list(_array(marks["x"])) == ins["max_position"][3]
+    assert list(plotly_array(marks["x"])) == ins["max_position"][3]
 
 
 def test_bos_add_versus_none_in_one_click(app):

@@ -7,13 +7,12 @@ from `deffcore.sweep.paper_models` (the packaged paper CSV).
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
+from apptest_helpers import assert_clean, plotly_array
 from streamlit.testing.v1 import AppTest
 
 from deffcore.measurement import measure
@@ -41,19 +40,6 @@ def app(cache_dir, measurement):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180).run()
     at.switch_page(PAGE)
     return at.run()
-
-
-def assert_clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-
-
-def _array(value) -> list:
-    """A plotly JSON array: a list, or plotly's typed-array form {"dtype", "bdata", "shape"}."""
-    if isinstance(value, dict) and "bdata" in value:
-        raw = base64.b64decode(value["bdata"])
-        return np.frombuffer(raw, dtype=np.dtype(value["dtype"])).tolist()
-    return list(value)
 
 
 def table(at: AppTest):
@@ -87,7 +73,7 @@ def test_scatter_shows_the_cached_point_and_the_paper(app, measurement):
         (x, y)
         for trace in scatter["data"]
         if "cached" in trace.get("name", "")
-        for x, y in zip(_array(trace["x"]), _array(trace["y"]), strict=True)
+        for x, y in zip(plotly_array(trace["x"]), plotly_array(trace["y"]), strict=True)
     ]
     assert (4, pytest.approx(measurement.summary().deff_over_L)) in points
     names = " ".join(t.get("name", "") for t in scatter["data"])

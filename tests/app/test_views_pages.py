@@ -9,14 +9,13 @@ is set directly in the session, so these tests do not depend on how the sidebar 
 
 from __future__ import annotations
 
-import base64
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from apptest_helpers import assert_clean, chart, plotly_array
 from streamlit.testing.v1 import AppTest
 
 from deffcore import figures
@@ -25,31 +24,6 @@ from deffcore.snapshot import MeasurementView, headline_changes, load_gallery, r
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
-
-
-def _array(value):
-    if isinstance(value, dict) and "bdata" in value:
-        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        if shape:
-            out = out.reshape([int(s) for s in str(shape).split(",")])
-        return out
-    return np.asarray(value)
-
-
-def charts(at: AppTest) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-
-
-def chart(at: AppTest, title_part: str) -> dict:
-    found = [c for c in charts(at) if title_part in c["layout"]["title"]["text"]]
-    assert found, [c["layout"]["title"]["text"] for c in charts(at)]
-    return found[0]
-
-
-def assert_clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
 
 
 @pytest.fixture(autouse=True)
@@ -149,7 +123,7 @@ def test_compare_starts_from_the_current_run_with_a_colour_per_run(app, runs):
     colours = [t["line"]["color"] for t in fig["data"]]
     assert len(set(colours)) == len(colours) == 2
     np.testing.assert_allclose(
-        _array(fig["data"][0]["y"]), lag_profile(runs["trained"].similarity("default", "cka"))
+        plotly_array(fig["data"][0]["y"]), lag_profile(runs["trained"].similarity("default", "cka"))
     )
     # four runs: four colours, in the order picked
     cached = complete_keys()
@@ -183,8 +157,8 @@ def test_side_by_side_shows_both_maps_their_difference_and_the_changes(app, runs
         "default", "cka"
     )
     S = trained.similarity("default", "cka")
-    np.testing.assert_allclose(_array(heat[0]["z"]), S)
-    np.testing.assert_allclose(_array(heat[2]["z"]), S_null - S, atol=1e-12)
+    np.testing.assert_allclose(plotly_array(heat[0]["z"]), S)
+    np.testing.assert_allclose(plotly_array(heat[2]["z"]), S_null - S, atol=1e-12)
     changes = next(d.value for d in at.dataframe if "change (B - A)" in d.value.columns)
     row = changes.set_index("quantity").loc["D_eff"]
     assert row["run A"] == pytest.approx(trained.summary().deff)
@@ -275,7 +249,7 @@ def test_lag_decay_bias_floor_only_for_linear_cka_and_explained_above_the_data(a
     floor = 64 / (m.n + 64)
     fig = chart(at, "Lag decay")
     line = next(t for t in fig["data"] if t["name"].startswith("iid-bias floor"))
-    np.testing.assert_allclose(_array(line["y"]), floor)
+    np.testing.assert_allclose(plotly_array(line["y"]), floor)
     above = bool(np.any(rho < floor))
     assert (line["line"]["dash"] == "longdash") == above
     notes = [a["text"] for a in fig["layout"].get("annotations", [])]

@@ -8,17 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from apptest_helpers import assert_clean
 from streamlit.testing.v1 import AppTest
 
 REPO = Path(__file__).resolve().parents[2]
 #: a lower-case snake_case column name (deff_h_over_L, val_loss): never shown to a person
 SNAKE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9.]+)+")
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 12, "max_tokens": 24, "seed": 0}
-
-
-def assert_clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
 
 
 def titles(at: AppTest) -> list[str]:
