@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from deffcore.constants import WINDOW_MODES
 from deffcore.errors import DeffError, NonFiniteActivationsError, UnsupportedArchitectureError
 
 #: Passages in the diagnostic pass (SPEC 11: the first min(N, 64) of the run's sample).
@@ -431,28 +430,6 @@ def bos_diagnostics(
 # ---------------------------------------------------------------------------------------------
 
 
-def run_token_ids(spec: Any, tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    """The token ids of a run's sample, in the run's order (what `extract_spec` feeds the
-    model): `texts` are the run's passages (documents mode) or the documents its windows are
-    cut from (windows mode)."""
-    from deffcore.tokens import cut_windows, encode_documents, sample_windows
-
-    if spec.passages in WINDOW_MODES:
-        windows = cut_windows(tokenizer, texts, spec.max_tokens, spec.bos, spec.passages)
-        return sample_windows(windows, spec.n, spec.seed)
-    return encode_documents(tokenizer, texts, spec.max_tokens, spec.bos)
-
-
-def run_texts(spec: Any) -> list[str]:
-    """The texts behind a run: its sampled passages, or (windows) the documents windows are cut
-    from; opened before any model loads, so a bad dataset fails fast."""
-    from deffcore.texts import all_documents, load_passages
-
-    if spec.passages in WINDOW_MODES:
-        return all_documents(spec.dataset, spec.n, seed=spec.seed)
-    return load_passages(spec.dataset, spec.n, seed=spec.seed)
-
-
 def spec_from_fields(fields: Mapping[str, Any]) -> Any:
     """The `RunSpec` of a run described by plain fields (e.g. a snapshot's `spec`); fields a
     run did not record (`intervention`, `passages`, `bos`) take their defaults."""
@@ -508,6 +485,8 @@ def diagnose(
     found = read_diagnostics(spec)
     if found is not None:
         return {**found, "cached": True}
+    from deffcore.tokens import run_texts, run_token_ids
+
     texts = run_texts(spec)
     path = diagnostics_path(spec)
     path.parent.mkdir(parents=True, exist_ok=True)

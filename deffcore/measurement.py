@@ -44,8 +44,8 @@ from deffcore.interventions import INTERVENTIONS
 from deffcore.models import LoadedModel, check_max_tokens, load_model, resolve_device_dtype
 from deffcore.references import MatchedReferences, UpdateDepth, matched_references, update_depth
 from deffcore.similarity import cka_finite_sample_bias, similarity_matrix
-from deffcore.texts import all_documents, check_dataset, load_passages
-from deffcore.tokens import cut_windows, sample_windows
+from deffcore.texts import check_dataset
+from deffcore.tokens import run_texts, run_token_ids
 
 Progress = Callable[[int, int, str], None]
 #: Smallest number of kept passages a run accepts (unbiased CKA needs 4).
@@ -248,10 +248,7 @@ def extract_spec(
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
     """
     device = device or resolve_device_dtype(None, spec.dtype)[0]
-    if spec.passages in WINDOW_MODES:
-        documents = all_documents(spec.dataset, spec.n, seed=spec.seed)
-    else:
-        documents = load_passages(spec.dataset, spec.n, seed=spec.seed)
+    documents = run_texts(spec)
     model = loaded
     if should_stop is not None and should_stop():
         raise RunCancelled("The run was stopped before it started.")
@@ -259,10 +256,10 @@ def extract_spec(
         if progress is not None:
             progress(0, spec.n, f"loading {spec.model}")
         model = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
+    # documents mode hands extraction the texts (it tokenises them and drops too-short ones)
     token_ids = None
     if spec.passages in WINDOW_MODES:
-        windows = cut_windows(model.tokenizer, documents, spec.max_tokens, spec.bos, spec.passages)
-        token_ids = sample_windows(windows, spec.n, spec.seed)
+        token_ids = run_token_ids(spec, model.tokenizer, documents)
     with contextlib.ExitStack() as stack:
         if spec.intervention != "none":
             from deffcore.interventions import norm_intervention

@@ -44,7 +44,7 @@ from deffcore.errors import DeffError, TooFewPassagesError
 from deffcore.models import adds_bos as adds_bos
 from deffcore.models import load_tokenizer, model_identity
 from deffcore.models import special_tokens as special_tokens
-from deffcore.texts import all_documents, dataset_identity
+from deffcore.texts import all_documents, dataset_identity, load_passages
 
 
 def prefix_suffix(tokenizer: Any, bos: str = "default") -> tuple[list[int], list[int]]:
@@ -192,3 +192,23 @@ def sample_windows(windows: list[list[int]], n: int, seed: int) -> list[list[int
         )
     order = np.random.default_rng(seed).permutation(len(windows))[:n]
     return [windows[i] for i in order]
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's texts and token ids (what extraction and the BOS diagnostics feed the model)
+
+
+def run_texts(spec: Any) -> list[str]:
+    """The texts behind a run: its sampled passages (documents mode) or the documents its
+    windows are cut from; opened before any model loads, so a bad dataset fails fast."""
+    if spec.passages in WINDOW_MODES:
+        return all_documents(spec.dataset, spec.n, seed=spec.seed)
+    return load_passages(spec.dataset, spec.n, seed=spec.seed)
+
+
+def run_token_ids(spec: Any, tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """The token ids of a run's sample, in the run's order: `texts` from `run_texts(spec)`."""
+    if spec.passages in WINDOW_MODES:
+        windows = cut_windows(tokenizer, texts, spec.max_tokens, spec.bos, spec.passages)
+        return sample_windows(windows, spec.n, spec.seed)
+    return encode_documents(tokenizer, texts, spec.max_tokens, spec.bos)

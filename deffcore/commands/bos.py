@@ -55,7 +55,7 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
     loaded = None
     if read_diagnostics(spec) is None or cache.load(spec) is None:
         # the dataset is checked first (fails fast), then the model is loaded once for both
-        from deffcore.diagnostics import run_texts
+        from deffcore.tokens import run_texts
 
         run_texts(spec)
         if progress is not None:
