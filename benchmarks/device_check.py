@@ -36,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deffcore.constants import METRICS, POOLINGS
+from deffcore.models import dist_version
 from deffcore.similarity import similarity_matrix
 
 PACKAGED = ("smollm2-135m", "gemma3-270m")
@@ -234,17 +235,15 @@ def carry_section(device: str, quick: bool, steps: int) -> dict[str, Any]:
     }
 
 
-def _version(dist: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
-
-
 def _num(value: float | None, fmt: str) -> str:
     return "not run" if value is None else format(value, fmt)
+
+
+def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
+    """A markdown table's lines, then a blank line."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return [*lines, ""]
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -254,41 +253,36 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     if report.get("similarity"):
-        out += [
-            "| L | N | d | metric | max diff CUDA vs CPU | vs float64 | symmetric | CPU s "
-            "| CUDA s |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        out += [
-            f"| {r['L']} | {r['N']} | {r['d']} | {r['metric']} | "
-            f"{_num(r['max_abs_diff_device_vs_cpu'], '.1e')} | "
-            f"{r['max_abs_diff_device_vs_float64']:.1e} | {r['symmetric_exactly']} | "
-            f"{_num(r['seconds_cpu'], '.2f')} | {r['seconds_device']:.3f} |"
-            for r in report["similarity"]
-        ]
-        out.append("")
+        out += _table(
+            ["L", "N", "d", "metric", "max diff CUDA vs CPU", "vs float64", "symmetric",
+             "CPU s", "CUDA s"],
+            [
+                [r["L"], r["N"], r["d"], r["metric"],
+                 _num(r["max_abs_diff_device_vs_cpu"], ".1e"),
+                 f"{r['max_abs_diff_device_vs_float64']:.1e}", r["symmetric_exactly"],
+                 _num(r["seconds_cpu"], ".2f"), f"{r['seconds_device']:.3f}"]
+                for r in report["similarity"]
+            ],
+        )  # fmt: skip
     if report.get("dtype"):
-        out += [
-            "| model | pooling | gap% float32 | gap% bfloat16 | difference (points) |",
-            "|---|---|---|---|---|",
-        ]
-        out += [
-            f"| {r['model']} | {r['pooling']} | {r['gap_pct_float32']:+.2f} | "
-            f"{r['gap_pct_bfloat16']:+.2f} | {r['gap_diff_points']:+.2f} |"
-            for r in report["dtype"]
-        ]
-        out.append("")
+        out += _table(
+            ["model", "pooling", "gap% float32", "gap% bfloat16", "difference (points)"],
+            [
+                [r["model"], r["pooling"], f"{r['gap_pct_float32']:+.2f}",
+                 f"{r['gap_pct_bfloat16']:+.2f}", f"{r['gap_diff_points']:+.2f}"]
+                for r in report["dtype"]
+            ],
+        )  # fmt: skip
     if report.get("throughput"):
-        out += [
-            "| model | N x tokens | extraction tok/s | bare tok/s | extraction / bare |",
-            "|---|---|---|---|---|",
-        ]
-        out += [
-            f"| {r['model']} | {r['N']} x {r['max_tokens']} | {r['extract_tokens_per_s']:,.0f} | "
-            f"{r['bare_tokens_per_s']:,.0f} | {r['extract_over_bare']:.3f} |"
-            for r in report["throughput"]
-        ]
-        out.append("")
+        out += _table(
+            ["model", "N x tokens", "extraction tok/s", "bare tok/s", "extraction / bare"],
+            [
+                [r["model"], f"{r['N']} x {r['max_tokens']}",
+                 f"{r['extract_tokens_per_s']:,.0f}", f"{r['bare_tokens_per_s']:,.0f}",
+                 f"{r['extract_over_bare']:.3f}"]
+                for r in report["throughput"]
+            ],
+        )  # fmt: skip
     if report.get("carry"):
         c = report["carry"]
         out.append(
@@ -330,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.device.startswith("cuda")
         else platform.processor() or "cpu",
         "torch": torch.__version__,
-        "transformers": _version("transformers"),
+        "transformers": dist_version("transformers"),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "quick": args.quick,
         "skipped": {},

