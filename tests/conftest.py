@@ -109,3 +109,41 @@ def cache_dir(tmp_path_factory):
         os.environ.pop("DEFF_CACHE_DIR", None)
     else:
         os.environ["DEFF_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """A model loader that must not be called: the checks run before any model loads."""
+    import deffcore.measurement
+
+    calls: list[tuple] = []
+
+    def loader(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    return calls
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch):
+    """Hold every model load of a background job until `gate.set()` (released at teardown
+    whatever happens, then the jobs still running are waited for)."""
+    import threading
+
+    import deffcore.measurement
+    from deffcore import jobs
+
+    event = threading.Event()
+    real = deffcore.measurement.load_model
+
+    def loader(*args, **kwargs):
+        assert event.wait(600), "the test never opened the gate"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    yield event
+    event.set()
+    for job in jobs.active_jobs():
+        jobs.wait(job.job_id, timeout=60)

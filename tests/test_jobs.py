@@ -4,8 +4,6 @@ before any model loads."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -33,36 +31,6 @@ def spec_of(**overrides):
         dtype="float32",
         passages=run.get("passages", "documents"),
     )
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """A model loader that must not be called: the checks run before any model loads."""
-    calls = []
-
-    def loader(*args, **kwargs):
-        calls.append(args)
-        raise AssertionError("the model was loaded")
-
-    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
-    return calls
-
-
-@pytest.fixture
-def gate(monkeypatch):
-    """Hold every model load until `gate.set()` (released at teardown whatever happens)."""
-    event = threading.Event()
-    real = deffcore.measurement.load_model
-
-    def loader(*args, **kwargs):
-        assert event.wait(600), "the test never opened the gate"
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
-    yield event
-    event.set()
-    for job in jobs.active_jobs():
-        jobs.wait(job.job_id, timeout=60)
 
 
 def test_a_job_lands_in_the_cache_with_the_numbers_of_measure():

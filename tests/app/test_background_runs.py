@@ -9,7 +9,6 @@ the model loader holds a run in "loading model" while the test switches pages or
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -35,34 +34,6 @@ def deff_cache_dir(cache_dir, monkeypatch):
     for job in jobs.active_jobs():  # never leave a job running into the next test
         jobs.cancel(job.job_id)
         jobs.wait(job.job_id, timeout=600)
-
-
-@pytest.fixture
-def gate(monkeypatch):
-    """Hold every model load until `gate.set()` (always released at teardown)."""
-    event = threading.Event()
-    real = deffcore.measurement.load_model
-
-    def loader(*args, **kwargs):
-        assert event.wait(600), "the test never opened the gate"
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
-    yield event
-    event.set()
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """A model loader that must not be called: everything is checked before a model loads."""
-    calls: list[tuple] = []
-
-    def loader(*args, **kwargs):
-        calls.append(args)
-        raise AssertionError("the model was loaded")
-
-    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
-    return calls
 
 
 def new_app(wait_s: float | None = 0) -> AppTest:
