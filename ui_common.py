@@ -384,9 +384,6 @@ def progress_callback(bar: Any) -> Any:
     return progress
 
 
-_progress_callback = progress_callback  # the name the first pages used
-
-
 def _check_data_input(dataset: str, local_data: str | None) -> None:
     """DEFF_LOCAL_PATHS: refuse a dataset file the server does not allow, and a path typed
     where a Hugging Face dataset spec belongs (it would be read as a file)."""

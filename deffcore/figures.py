@@ -875,39 +875,6 @@ def bootstrap_histogram(samples: np.ndarray, *, point: float, low: float, high: 
 
 
 # ---------------------------------------------------------------------------------------------
-# Comparing runs
-# ---------------------------------------------------------------------------------------------
-
-
-def overlay_lag_profiles(profiles: Mapping[str, np.ndarray]) -> go.Figure:
-    """Lag profiles of several runs against the relative lag k/L (runs may differ in depth)."""
-    fig = go.Figure()
-    for name, rho in profiles.items():
-        rho = np.asarray(rho, dtype=np.float64)
-        L = rho.shape[0] + 1
-        k = np.arange(1, L)
-        fig.add_trace(
-            go.Scatter(
-                x=k / L,
-                y=rho,
-                mode="lines+markers",
-                name=name,
-                customdata=k,
-                hovertemplate=f"{name}<br>k = %{{customdata}} (k/L = %{{x:.3f}})"
-                "<br>rho(k) = %{y:.4g}<extra></extra>",
-            )
-        )
-    fig.update_layout(
-        title="Lag profiles of the selected runs",
-        xaxis_title="relative lag k/L",
-        yaxis_title="ρ(k) = mean S(i, i+k)",
-        height=400,
-        **_LAYOUT,
-    )
-    return fig
-
-
-# ---------------------------------------------------------------------------------------------
 # Export
 # ---------------------------------------------------------------------------------------------
 

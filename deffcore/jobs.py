@@ -18,7 +18,7 @@ Decisions:
 - Starting a spec that is already queued or running returns that job (two tabs, one run).
 - `start` checks what can be checked cheaply BEFORE anything loads (`check`): the model path,
   the dataset (opened and sampled: an empty, unreadable or too small file fails here) and, for
-  token windows, the window count when `deffcore.tokens.count_windows` exists. Errors name the
+  token windows, the window count (`deffcore.tokens.count_windows`). Errors name the
   user's own file when `names` maps a saved path to it (uploads are stored under a hash name).
 - Rates: passages per second over the extraction batches seen so far (the model load is not in
   it); tokens per second = that rate x max_tokens, exact for token windows (every window is
@@ -29,7 +29,6 @@ Decisions:
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import threading
 import time
@@ -43,7 +42,6 @@ from deffcore.cache import RunSpec
 from deffcore.constants import WINDOW_MODES
 from deffcore.errors import DeffError, RunCancelled, TooFewPassagesError, UnknownModelError
 
-STATES = ("queued", "running", "done", "failed", "cancelled")
 FINISHED = ("done", "failed", "cancelled")
 #: Finished jobs kept for `status` (a session that reloads still finds its job).
 KEEP_FINISHED = 200
@@ -198,40 +196,35 @@ def _check(spec: RunSpec, windows: int | None = None) -> None:
         return
     if spec.passages in WINDOW_MODES:
         all_documents(spec.dataset, spec.n, seed=spec.seed)
-        count_windows = _optional("deffcore.tokens", "count_windows")
-        if windows is not None or count_windows is not None:
-            try:
-                available = windows
-                if available is None:
-                    available = int(
-                        count_windows(
-                            spec.model,
-                            spec.dataset,
-                            spec.max_tokens,
-                            spec.bos,
-                            spec.revision,
-                            mode=spec.passages,
-                        )
-                    )
-            except DeffError:
-                raise
-            except Exception:  # a tokenizer that cannot load here: the worker will say why
-                return
-            if spec.n > available:
-                raise TooFewPassagesError(
-                    f"{spec.dataset} yields {available:,} windows of {spec.max_tokens} tokens "
-                    f"for {spec.model}, fewer than N = {spec.n:,}; ask for N <= {available:,}."
-                )
+        available = windows if windows is not None else _count_windows(spec)
+        if available is not None and spec.n > available:
+            raise TooFewPassagesError(
+                f"{spec.dataset} yields {available:,} windows of {spec.max_tokens} tokens "
+                f"for {spec.model}, fewer than N = {spec.n:,}; ask for N <= {available:,}."
+            )
     else:
         load_passages(spec.dataset, spec.n, seed=spec.seed)
 
 
-def _optional(module: str, name: str) -> Any:
-    import importlib
+def _count_windows(spec: RunSpec) -> int | None:
+    """The window count of `spec`'s data (tokenizer only); None when the tokenizer cannot load
+    here (the worker will say why). A DeffError (bad data, bad option) is the check's answer."""
+    from deffcore.tokens import count_windows
 
     try:
-        return getattr(importlib.import_module(module), name, None)
-    except ImportError:
+        return int(
+            count_windows(
+                spec.model,
+                spec.dataset,
+                spec.max_tokens,
+                spec.bos,
+                spec.revision,
+                mode=spec.passages,
+            )
+        )
+    except DeffError:
+        raise  # not swallowed by the line below: it is the user's error, said before the load
+    except Exception:
         return None
 
 
@@ -391,13 +384,10 @@ def _set_stage(job: _Job, stage: str) -> None:
         job.stage, job.stage_started = stage, time.monotonic()
 
 
-def _progress(job: _Job, *, stop_here: bool):
-    """measure's progress(done, total, stage) -> the job's fields. `stop_here`: cancel by
-    raising RunCancelled from the callback (for a measure_spec without `should_stop`)."""
+def _progress(job: _Job):
+    """measure's progress(done, total, stage) -> the job's fields."""
 
     def progress(done: int, total: int, stage: str) -> None:
-        if stop_here and job.cancel.is_set():
-            raise RunCancelled("The run was cancelled.")
         now = time.monotonic()
         with _LOCK:
             job.total = int(total)
@@ -421,18 +411,16 @@ def _progress(job: _Job, *, stop_here: bool):
 def _run(job: _Job) -> None:
     from deffcore import measurement
 
-    stoppable = "should_stop" in inspect.signature(measurement.measure_spec).parameters
-    kwargs: dict[str, Any] = {
-        "metric": job.metric,
-        "device": job.device,
-        "batch_size": job.batch_size,
-        "progress": _progress(job, stop_here=not stoppable),
-    }
-    if stoppable:
-        kwargs["should_stop"] = job.cancel.is_set
     state, error = "failed", None
     try:
-        m = measurement.measure_spec(job.spec, **kwargs)
+        m = measurement.measure_spec(
+            job.spec,
+            metric=job.metric,
+            device=job.device,
+            batch_size=job.batch_size,
+            progress=_progress(job),
+            should_stop=job.cancel.is_set,
+        )
         with _LOCK:
             job.result_key = m.spec.key()
             job.from_cache = bool(m.cached)

@@ -134,12 +134,6 @@ def test_matched_references_gaps():
     np.testing.assert_allclose(np.asarray(fig.data[0].customdata), [50.0, 20.0])
 
 
-def test_overlay_uses_relative_lag():
-    fig = figures.overlay_lag_profiles({"a": np.array([0.9, 0.8, 0.7]), "b": np.array([0.5])})
-    np.testing.assert_allclose(np.asarray(fig.data[0].x), [0.25, 0.5, 0.75])
-    np.testing.assert_allclose(np.asarray(fig.data[1].x), [0.5])
-
-
 def test_figure_data_and_csv_round_trip_heatmap():
     S = _sym(3)
     fig = figures.similarity_heatmap(S)
