@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deffcore.constants import POOLINGS
-from deffcore.figures import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO, POOLING_COLORS
+from deffcore.figures.base import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO, POOLING_COLORS
 from deffcore.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
