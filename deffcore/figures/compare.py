@@ -21,6 +21,14 @@ from deffcore.figures.base import (
     regime_label,
 )
 
+#: Bar style per source of a gap bar: published values hatched grey, measured ones by regime.
+GAP_BAR_STYLES: dict[str, dict[str, str | None]] = {
+    "paper": {"color": COLOR_PAPER, "pattern": "/"},
+    "precomputed": {"color": None, "pattern": ""},  # the shipped gallery runs
+    "cached": {"color": None, "pattern": ""},
+    "this run": {"color": None, "pattern": ""},
+}
+
 
 def gap_bars(table: pd.DataFrame) -> go.Figure:
     """Signed gap-to-F_L bars, grouped by family and sorted within each family.
@@ -40,65 +48,12 @@ def gap_bars(table: pd.DataFrame) -> go.Figure:
     t["family_order"] = t.groupby("family")["gap_pct"].transform("mean")
     t = t.sort_values(["family_order", "family", "gap_pct"], ascending=[True, True, True])
     fig = go.Figure()
-    styles = {
-        "paper": {"color": COLOR_PAPER, "pattern": "/"},
-        "cached": {"color": None, "pattern": ""},
-        "precomputed": {"color": None, "pattern": ""},  # ui-views: the shipped gallery runs
-        "this run": {"color": None, "pattern": ""},
-    }
-    for source in ("paper", "precomputed", "cached", "this run"):
+    for source in GAP_BAR_STYLES:
         part = t[t["source"] == source]
-        if part.empty:
-            continue
-        style = styles[source]
-        colors = (
-            [style["color"]] * len(part)
-            if style["color"]
-            else [regime_color(g) for g in part["gap_pct"]]
-        )
-        fig.add_trace(
-            go.Bar(
-                x=part["gap_pct"],
-                y=part["label"],
-                orientation="h",
-                name=source,
-                marker={
-                    "color": colors,
-                    "pattern": {"shape": style["pattern"]},
-                    "line": {"width": 2 if source == "this run" else 0, "color": "black"},
-                },
-                customdata=np.stack(
-                    [part["family"], part["source"], [regime_label(g) for g in part["gap_pct"]]],
-                    axis=-1,
-                ),
-                text=[f"{g:+.1f}%" for g in part["gap_pct"]],
-                textposition="outside",
-                cliponaxis=False,
-                showlegend=False,
-                hovertemplate=(
-                    "%{y}<br>family %{customdata[0]}<br>gap = %{x:.3g}%"
-                    "<br>%{customdata[2]}<br>source: %{customdata[1]}<extra></extra>"
-                ),
-            )
-        )
+        if not part.empty:
+            fig.add_trace(_gap_bar_trace(part, source))
     fig.add_vline(x=0, line={"color": "black", "width": 1})
-    legend = (
-        f"<span style='color:{COLOR_SUB}'>■</span> gap > 0: {REGIME_MORE}   "
-        f"<span style='color:{COLOR_ABOVE}'>■</span> gap < 0: {REGIME_LESS}   "
-        f"<span style='color:{COLOR_PAPER}'>▨</span> paper (published)   "
-        "□ black outline: this run"
-    )
-    fig.add_annotation(
-        text=legend,
-        xref="paper",
-        yref="paper",
-        x=0,
-        y=1.0,
-        yanchor="bottom",
-        xanchor="left",
-        showarrow=False,
-        font={"size": 12},
-    )
+    _add_regime_legend(fig)
     span = float(np.nanmax(np.abs(t["gap_pct"]))) if len(t) else 1.0
     fig.update_layout(
         title={
@@ -117,6 +72,60 @@ def gap_bars(table: pd.DataFrame) -> go.Figure:
         margin={"l": 60, "r": 20, "t": 90, "b": 50},
     )
     return fig
+
+
+def _gap_bar_trace(part: pd.DataFrame, source: str) -> go.Bar:
+    """The bars of one source (`GAP_BAR_STYLES`), each with its gap as text and its regime."""
+    style = GAP_BAR_STYLES[source]
+    colors = (
+        [style["color"]] * len(part)
+        if style["color"]
+        else [regime_color(g) for g in part["gap_pct"]]
+    )
+    return go.Bar(
+        x=part["gap_pct"],
+        y=part["label"],
+        orientation="h",
+        name=source,
+        marker={
+            "color": colors,
+            "pattern": {"shape": style["pattern"]},
+            "line": {"width": 2 if source == "this run" else 0, "color": "black"},
+        },
+        customdata=np.stack(
+            [part["family"], part["source"], [regime_label(g) for g in part["gap_pct"]]],
+            axis=-1,
+        ),
+        text=[f"{g:+.1f}%" for g in part["gap_pct"]],
+        textposition="outside",
+        cliponaxis=False,
+        showlegend=False,
+        hovertemplate=(
+            "%{y}<br>family %{customdata[0]}<br>gap = %{x:.3g}%"
+            "<br>%{customdata[2]}<br>source: %{customdata[1]}<extra></extra>"
+        ),
+    )
+
+
+def _add_regime_legend(fig: go.Figure) -> None:
+    """The gap bars' legend: a line of coloured words above the plot (see `gap_bars`)."""
+    legend = (
+        f"<span style='color:{COLOR_SUB}'>■</span> gap > 0: {REGIME_MORE}   "
+        f"<span style='color:{COLOR_ABOVE}'>■</span> gap < 0: {REGIME_LESS}   "
+        f"<span style='color:{COLOR_PAPER}'>▨</span> paper (published)   "
+        "□ black outline: this run"
+    )
+    fig.add_annotation(
+        text=legend,
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=1.0,
+        yanchor="bottom",
+        xanchor="left",
+        showarrow=False,
+        font={"size": 12},
+    )
 
 
 #: One colour per compared run, in the order the runs are listed: Okabe-Ito without yellow
@@ -222,27 +231,7 @@ def side_by_side_heatmaps(
         }
     }
     if same:
-        D = S_b - S_a
-        span = max(float(np.nanmax(np.abs(D))), 1e-12)
-        layers = list(range(1, D.shape[0] + 1))
-        fig.add_trace(
-            go.Heatmap(
-                z=D,
-                x=layers,
-                y=layers,
-                coloraxis="coloraxis2",
-                name="B − A",
-                hovertemplate="B − A<br>layer %{y} vs layer %{x}<br>ΔS = %{z:+.3g}<extra></extra>",
-            ),
-            row=1,
-            col=3,
-        )
-        layout["coloraxis2"] = {
-            "colorscale": "PuOr",
-            "cmin": -span,
-            "cmax": span,
-            "colorbar": {"title": "ΔS", "x": 1.0, "len": 0.8},
-        }
+        layout["coloraxis2"] = _add_difference_map(fig, S_b - S_a)
     title = f"Layer similarity side by side ({metric})"
     if not same:
         title += f": L = {S_a.shape[0]} vs {S_b.shape[0]}, so no difference map"
@@ -258,6 +247,31 @@ def side_by_side_heatmaps(
             fig.update_yaxes(dtick=1, row=1, col=col)
     fig.update_annotations(font={"size": 12})
     return fig
+
+
+def _add_difference_map(fig: go.Figure, D: np.ndarray) -> dict:
+    """The third panel, `D = S_b - S_a (L, L)`, on its own diverging scale centred on 0;
+    returns that colour axis."""
+    span = max(float(np.nanmax(np.abs(D))), 1e-12)
+    layers = list(range(1, D.shape[0] + 1))
+    fig.add_trace(
+        go.Heatmap(
+            z=D,
+            x=layers,
+            y=layers,
+            coloraxis="coloraxis2",
+            name="B − A",
+            hovertemplate="B − A<br>layer %{y} vs layer %{x}<br>ΔS = %{z:+.3g}<extra></extra>",
+        ),
+        row=1,
+        col=3,
+    )
+    return {
+        "colorscale": "PuOr",
+        "cmin": -span,
+        "cmax": span,
+        "colorbar": {"title": "ΔS", "x": 1.0, "len": 0.8},
+    }
 
 
 def headline_change_bars(rows: Sequence[Mapping[str, float]], *, label_b: str) -> go.Figure:

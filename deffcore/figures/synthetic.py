@@ -79,9 +79,29 @@ def synthetic_sweep(
                     "<extra></extra>",
                 )
             )
+    _add_depth_references(fig, np.array(sorted(table["L"].unique()), dtype=np.float64), n, d)
+    values = [np.asarray(tr.y, dtype=np.float64) for tr in fig.data]
+    finite = np.concatenate(values) if values else np.array([1.0])
+    finite = finite[np.isfinite(finite) & (finite > 0)]
+    low = float(finite.min()) if finite.size else 0.01
+    fig.update_layout(
+        title=f"Synthetic constructions: D_eff/L against depth (N = {n}, d = {d})",
+        xaxis_title="layers L",
+        yaxis={
+            "title": "D_eff/L (log scale)",
+            "type": "log",
+            "range": [np.log10(low) - 0.1, np.log10(1.15)],
+        },
+        height=440,
+        **LAYOUT,
+    )
+    return fig
+
+
+def _add_depth_references(fig: go.Figure, Ls: np.ndarray, n: int, d: int) -> None:
+    """F_L/L and the finite-sample iid reference D_iid/L at the depths `Ls` (the last traces)."""
     from deffcore.references import iid_reference_depth
 
-    Ls = np.array(sorted(table["L"].unique()), dtype=np.float64)
     b = d / (n + d)
     fig.add_trace(
         go.Scatter(
@@ -103,22 +123,6 @@ def synthetic_sweep(
             hovertemplate="L = %{x}<br>D_iid/L = %{y:.4g}<extra></extra>",
         )
     )
-    values = [np.asarray(tr.y, dtype=np.float64) for tr in fig.data]
-    finite = np.concatenate(values) if values else np.array([1.0])
-    finite = finite[np.isfinite(finite) & (finite > 0)]
-    low = float(finite.min()) if finite.size else 0.01
-    fig.update_layout(
-        title=f"Synthetic constructions: D_eff/L against depth (N = {n}, d = {d})",
-        xaxis_title="layers L",
-        yaxis={
-            "title": "D_eff/L (log scale)",
-            "type": "log",
-            "range": [np.log10(low) - 0.1, np.log10(1.15)],
-        },
-        height=440,
-        **LAYOUT,
-    )
-    return fig
 
 
 def states_vs_updates(rho_states: np.ndarray, rho_updates: np.ndarray) -> go.Figure:
