@@ -249,7 +249,7 @@ def test_worker_result_is_stored_by_the_driver(tiny_dataset):
 
 
 def test_a_cell_the_cluster_cannot_place_is_refused():
-    from deffcore.sweep import _check_resources
+    from deffcore.sweep.runner import _check_resources
 
     _check_resources({"CPU": 2.0}, 1, 0, "127.0.0.1:1")
     with pytest.raises(SweepError, match="asks for 1 GPU"):
