@@ -262,7 +262,7 @@ def prune_uploads(keep: set[str] = frozenset()) -> int:  # type: ignore[assignme
         return 0
     candidates = [f for f in folder.iterdir() if _UPLOAD_NAME.fullmatch(f.name)]
     candidates.sort(key=lambda f: f.stat().st_mtime, reverse=True)
-    in_use = {str(j.spec.dataset) for j in jobs.active_jobs()}
+    in_use = {str(d) for j in jobs.active_jobs() for d in j.datasets}  # runs and sweeps
     removed = 0
     for f in candidates[MAX_UPLOADS:]:
         busy = any(u == str(f) or u.startswith(f"{f}:") for u in in_use)
@@ -472,7 +472,8 @@ def _session_job() -> str | None:
     job_id = st.session_state.get(_JOB_KEY)
     if job_id is None:
         from_url = st.query_params.get("job")
-        if from_url and jobs.status(from_url) is not None:
+        found = jobs.status(from_url) if from_url else None
+        if found is not None and found.kind == "run":
             job_id = st.session_state[_JOB_KEY] = from_url
     return job_id
 

@@ -10,9 +10,9 @@ import pandas as pd
 import streamlit as st
 
 import ui_common as ui
-from deffcore import figures
+from deffcore import figures, jobs
 from deffcore.constants import POOLINGS
-from deffcore.sweep import Cell, cached_model_row, grid_cells, paper_models, start_sweep, sweep_job
+from deffcore.sweep import Cell, cached_model_row, grid_cells, paper_models
 
 _JOB = "_models_sweep_job"
 #: A sweep started from the browser is capped: the server is shared.
@@ -165,7 +165,7 @@ if launched:
                     "may hold; use `python -m deffcore sweep` for larger grids."
                 )
             else:
-                st.session_state[_JOB] = start_sweep(
+                st.session_state[_JOB] = jobs.start_sweep(
                     cells,
                     n=settings.n,
                     max_tokens=settings.max_tokens,
@@ -182,7 +182,7 @@ if launched:
 def sweep_progress() -> None:
     """The session's sweep: a bar over cells and each landed cell, polled while it runs."""
     job_id = st.session_state.get(_JOB)
-    snap = sweep_job(job_id) if job_id else None
+    snap = jobs.sweep_job(job_id) if job_id else None
     if snap is None:
         return
     st.progress(
@@ -190,13 +190,21 @@ def sweep_progress() -> None:
         text=f"{snap['landed']} of {snap['total']} cells landed · {snap['state']} · "
         f"{snap['elapsed_s']:.0f} s" + (f" · engine {snap['engine']}" if snap["engine"] else ""),
     )
+    if snap["state"] in ("queued", "running"):
+        st.button(
+            "Cancel the sweep",
+            key="sweep_cancel",
+            on_click=jobs.cancel,
+            args=(job_id,),
+            help="Stops before the next cell; the cells that landed stay in the cache.",
+        )
     if snap["error"]:
         st.error(snap["error"])
     if snap["rows"]:
         landed = pd.DataFrame(snap["rows"])
         cols = ["label", "status", "deff_over_L", "gap_pct", "seconds", "worker", "error"]
         st.dataframe(landed[[c for c in cols if c in landed]], hide_index=True, width="stretch")
-    if snap["state"] != "running" and st.session_state.get(f"{_JOB}_shown") != job_id:
+    if snap["state"] in jobs.FINISHED and st.session_state.get(f"{_JOB}_shown") != job_id:
         st.session_state[f"{_JOB}_shown"] = job_id
         st.rerun(scope="app")  # the landed runs join the table and charts above
 

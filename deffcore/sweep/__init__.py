@@ -10,13 +10,14 @@ local runtime), `table_s7` (paper Table S7 as one sweep). A background sweep (th
 is a job of `deffcore.jobs`, the one registry and queue of background work. The Models overview
 (`model_family`, `paper_models`, `cached_model_row`) lives in `deffcore.models_overview`.
 
-Every public name is re-exported here: `from deffcore.sweep import run_sweep` keeps working.
+Every public name is re-exported here: `from deffcore.sweep import run_sweep` keeps working;
+`start_sweep` and `sweep_job` are `deffcore.jobs`'s (resolved on first use, so importing this
+package stays light).
 """
 
 from __future__ import annotations
 
 from deffcore.models_overview import FAMILIES, cached_model_row, model_family, paper_models
-from deffcore.sweep.background import SweepJob, start_sweep, sweep_job
 from deffcore.sweep.cells import (
     MAX_CELLS,
     Cell,
@@ -65,7 +66,6 @@ __all__ = [
     "Cell",
     "OnCell",
     "SweepError",
-    "SweepJob",
     "SweepPlan",
     "SweepResult",
     "cached_model_row",
@@ -82,10 +82,20 @@ __all__ = [
     "release_models",
     "run_plan",
     "run_sweep",
-    "start_sweep",
-    "sweep_job",
     "table_s7",
     "table_s7_cells",
     "table_s7_rows",
     "worker_id",
 ]
+
+#: Names that live in `deffcore.jobs` (imported on first use: jobs imports the cache and torch).
+_FROM_JOBS = ("start_sweep", "sweep_job")
+__all__ += list(_FROM_JOBS)
+
+
+def __getattr__(name: str):
+    if name in _FROM_JOBS:
+        from deffcore import jobs
+
+        return getattr(jobs, name)
+    raise AttributeError(f"module 'deffcore.sweep' has no attribute {name!r}")

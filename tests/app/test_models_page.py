@@ -107,7 +107,7 @@ def test_sweep_from_the_form_lands_in_the_table(app, measurement):
     assert_clean(at)
     job_id = at.session_state["_models_sweep_job"]
     deadline = time.monotonic() + 300
-    while sweep_job(job_id)["state"] == "running" and time.monotonic() < deadline:
+    while sweep_job(job_id)["state"] in ("queued", "running") and time.monotonic() < deadline:
         time.sleep(0.5)
     snap = sweep_job(job_id)
     assert snap["state"] == "done" and snap["landed"] == snap["total"] == 4
