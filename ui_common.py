@@ -37,6 +37,7 @@ import streamlit as st
 from deffcore import figures, jobs, serving
 from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS, WINDOW_MODES
 from deffcore.errors import DeffError
+from deffcore.models_overview import model_family as model_family  # one for every page
 from deffcore.paper import paper_reference_path
 from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_snapshot
 from deffcore.snapshot import run_label as run_label  # re-exported for the pages
@@ -959,14 +960,6 @@ def paper_default_gaps(paper: pd.DataFrame) -> pd.DataFrame:
     ].copy()
     pub["rank"] = pub["source"].map(order.index)
     return pub.sort_values("rank").drop_duplicates("model", keep="first").drop(columns="rank")
-
-
-def model_family(spec: str) -> str:
-    """`Pythia-70M` -> `Pythia`, `EleutherAI/pythia-70m` -> `pythia`, `random:x:1` -> `random`."""
-    if spec.startswith("random:"):
-        return "random-weight null"
-    name = spec.rstrip("/").split("/")[-1].removesuffix(".gguf")
-    return re.sub(r"-[^-]*\d[^-]*$", "", name) if "-" in name else name
 
 
 def metric_comparison(view: RunView, settings: Settings) -> pd.DataFrame | None:

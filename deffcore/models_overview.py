@@ -26,9 +26,20 @@ FAMILIES: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The family of every random-weight null (`random:<model>:<seed>`).
+RANDOM_FAMILY = "random-weight null"
+
+
 def model_family(name: str) -> str:
-    """'random:tiny-llama:0' -> 'Llama', 'EleutherAI/pythia-70m' -> 'Pythia', else 'other'."""
-    low = name.lower().removeprefix("random:")
+    """The one family label of a model spec, the same on every page.
+
+    'random:tiny-llama:0' -> 'random-weight null' (a fresh init measures no trained family),
+    'EleutherAI/pythia-70m' and 'Pythia-70M' -> 'Pythia' (first match of `FAMILIES` in the
+    lower-cased name), a name no family matches -> 'other'.
+    """
+    if name.startswith("random:"):
+        return RANDOM_FAMILY
+    low = name.lower()
     return next((family for key, family in FAMILIES if key in low), "other")
 
 

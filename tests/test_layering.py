@@ -154,3 +154,18 @@ def test_deffcore_never_imports_streamlit(name):
 def test_paths_is_a_leaf():
     assert _graph()["deffcore.paths"] <= {"deffcore.errors"}
     assert _graph()["deffcore.errors"] == set()
+
+
+def test_one_model_family():
+    """`model_family` is defined once (deffcore.models_overview); pages and helpers import it."""
+    sources = [*PKG.rglob("*.py"), *(ROOT / "pages").glob("*.py"), *ROOT.glob("*.py")]
+    sources += [*(ROOT / "explorer").rglob("*.py")]
+    defining = sorted(
+        str(p.relative_to(ROOT))
+        for p in sources
+        if any(
+            isinstance(node, ast.FunctionDef) and node.name == "model_family"
+            for node in ast.walk(ast.parse(p.read_text(), filename=str(p)))
+        )
+    )
+    assert defining == ["deffcore/models_overview.py"]

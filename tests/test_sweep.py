@@ -268,7 +268,7 @@ def test_paper_models_and_families():
     assert rows["OLMo-2-1B"]["random_low"] == 0.0739 and rows["OLMo-2-1B"]["random_high"] == 0.0743
     assert rows["Gemma-3-4B"]["gap_default"] == 2.2 and rows["Gemma-3-4B"].get("layers") is None
     assert not any("(" in name for name in rows)  # random-init and carry rows are not models
-    assert model_family("random:tiny-llama:0") == "Llama"
+    assert model_family("random:tiny-llama:0") == "random-weight null"
     assert model_family("EleutherAI/pythia-70m") == "Pythia"
     assert model_family("gemma3-270m") == "Gemma"
     assert model_family("/some/folder") == "other"
