@@ -16,8 +16,12 @@ import csv
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deffcore.errors import DeffError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PACKAGED_PATH = Path(__file__).resolve().parent / "data" / "paper_reference.csv"
 COLUMNS: tuple[str, ...] = (
@@ -68,3 +72,53 @@ def paper_rows(source: str | None = None) -> list[dict[str, str]]:
     path = require_paper_reference_path()
     rows = _read(str(path), path.stat().st_mtime_ns)
     return [dict(r) for r in rows if source is None or r["source"] == source]
+
+
+def paper_table() -> pd.DataFrame | None:
+    """Every published value as a DataFrame (the CSV's columns; a copy, free to change), None
+    when the CSV is not found (a copy of the project without it: pages say so and go on)."""
+    path = paper_reference_path()
+    if path is None or not path.is_file():
+        return None
+    return _paper_frame(str(path), path.stat().st_mtime_ns).copy()
+
+
+@lru_cache(maxsize=4)
+def _paper_frame(path: str, mtime_ns: int) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.read_csv(path)
+
+
+#: Where Figure 1's published default-pooling gaps come from, in order of preference.
+DEFAULT_GAP_TABLES: tuple[str, ...] = ("Table 2", "Table S4", "Table S5", "Table S6", "Table S17")
+
+
+def paper_default_gaps(paper: pd.DataFrame) -> pd.DataFrame:
+    """One published default-pooling gap per model (no intervention), as in the paper's Figure 1.
+
+    `paper`: `paper_table()`. Table 2 first, then the appendix tables for models that Table 2
+    lacks (Gemma, Mistral, ...), in the order of `DEFAULT_GAP_TABLES`.
+    """
+    order = list(DEFAULT_GAP_TABLES)
+    pub = paper[
+        (paper["quantity"] == "gap_pct")
+        & (paper["setting"] == "default")
+        & (paper["note"].isna() | (paper["note"] == "intervention: none"))
+        & paper["source"].isin(order)
+    ].copy()
+    pub["rank"] = pub["source"].map(order.index)
+    return pub.sort_values("rank").drop_duplicates("model", keep="first").drop(columns="rank")
+
+
+#: Where the paper's pooling controls are published (Figure 2's values).
+CONTROL_TABLES: tuple[str, ...] = ("Table S4", "Table S5", "Table S6")
+
+
+def paper_controls(paper: pd.DataFrame) -> pd.DataFrame:
+    """The published gap to F_L of every (model, pooling control), no intervention, first
+    table of `CONTROL_TABLES` that has it: columns `model`, `setting` (the pooling), `value`,
+    `source` and the rest of the CSV's. `paper`: `paper_table()`."""
+    pub = paper[(paper["quantity"] == "gap_pct") & paper["source"].isin(CONTROL_TABLES)]
+    pub = pub[pub["note"].isna() | (pub["note"] == "intervention: none")]
+    return pub.drop_duplicates(["model", "setting"], keep="first")

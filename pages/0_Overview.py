@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
+from deffcore.run_tables import metric_comparison
+from explorer.cards import headline_cards, precomputed_note, show_figure
+from explorer.page import page
 
-view, settings = ui.page("Overview")
+view, settings = page("Overview")
 st.title("Effective Depth Explorer")
 st.markdown(
     "How does a transformer's residual stream accumulate across depth? "
@@ -20,9 +22,9 @@ if view is None:
     st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
     st.stop()
 st.subheader(view.label)
-ui.precomputed_note(view)
-ui.headline_cards(view, settings)
-metric_table = ui.metric_comparison(view, settings)
+precomputed_note(view)
+headline_cards(view, settings)
+metric_table = metric_comparison(view, settings.pooling, settings.K)
 if metric_table is not None:
     st.markdown(
         f"**Linear vs unbiased CKA** (pooling `{settings.pooling}`). Linear CKA of independent "
@@ -34,14 +36,14 @@ if metric_table is not None:
 left, right = st.columns(2)
 with left:
     S = view.similarity(settings.pooling, settings.metric)
-    ui.show_figure(
+    show_figure(
         figures.similarity_heatmap(S, metric=settings.metric, pooling=settings.pooling),
         key="overview_heatmap",
     )
 with right:
     rho = view.lag_profile(settings.pooling, settings.metric)
     biased = settings.metric == "cka"  # d/(N+d) is linear CKA's finite-sample floor
-    ui.show_figure(
+    show_figure(
         figures.lag_decay(rho, n=view.n if biased else None, d=view.d_model if biased else None),
         key="overview_lag",
     )

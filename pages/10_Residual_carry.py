@@ -9,13 +9,16 @@ import pandas as pd
 import streamlit as st
 import torch
 
-import ui_common as ui
 from deffcore.cache import cache_dir
 from deffcore.glossary import human_columns
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.residual_carry import PRESETS, paper_carry_rows, run_carry_sweep, settings_from
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.run_panel import progress_callback
 
-ui.page("Residual carry")
+page("Residual carry")
 st.title("Residual carry")
 st.markdown(
     "A small character-level GPT whose blocks compute **h_l = γ·h_{l−1} + block(h_{l−1})**, "
@@ -52,8 +55,8 @@ if st.button("Train", type="primary", key="rc_run"):
         checkpoint_dir=str(cache_dir() / "carry" / preset),
     )
     bar = st.progress(0.0, text="starting")
-    with ui.guarded("Training"):
-        result = run_carry_sweep(s, progress=ui.progress_callback(bar))
+    with guarded("Training"):
+        result = run_carry_sweep(s, progress=progress_callback(bar))
         st.session_state["rc_result"] = result.to_dict()
         bar.progress(1.0, text=f"done in {result.seconds:.0f} s")
 
@@ -71,7 +74,7 @@ else:
         f"{result['seconds']:.0f} s · checkpoints in {folder}",
         help=f"Full path: {s['checkpoint_dir']}",
     )
-    ui.show_figure(lab_figures.carry_trajectories(result["records"]), key="carry_trajectories")
+    show_figure(lab_figures.carry_trajectories(result["records"]), key="carry_trajectories")
     st.subheader("Final step: mean [min, max] across seeds")
     st.dataframe(lab_figures.carry_table(result["final"]), key="rc_table", hide_index=True)
 st.subheader("Paper, Table S14 (display only)")

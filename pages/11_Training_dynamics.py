@@ -7,16 +7,19 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore.cache import cache_dir
 from deffcore.glossary import human_columns
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.dynamics import dynamics_sweep, hf_revisions, local_checkpoints
 from deffcore.serving import check_local_path
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.run_panel import progress_callback
 
 SOURCES = ("Residual-carry checkpoints", "Local checkpoint folder", "Hugging Face revisions")
 
-_, settings = ui.page("Training dynamics")
+_, settings = page("Training dynamics")
 st.title("Training dynamics")
 st.markdown(
     "Measure a sequence of checkpoints and follow the gap to F_L and D_eff/L over training. "
@@ -57,7 +60,7 @@ log_x = st.checkbox("Log x axis", False, key="dy_logx")
 
 if st.button("Measure checkpoints", type="primary", key="dy_run"):
     bar = st.progress(0.0, text="starting")
-    with ui.guarded("The checkpoint sweep"):
+    with guarded("The checkpoint sweep"):
         if source == SOURCES[2]:
             checkpoints = hf_revisions(
                 model, [r.strip() for r in revisions.split(",") if r.strip()]
@@ -76,7 +79,7 @@ if st.button("Measure checkpoints", type="primary", key="dy_run"):
             seed=settings.seed,
             metric=settings.metric,
             pooling=settings.pooling,
-            progress=ui.progress_callback(bar),
+            progress=progress_callback(bar),
         )
         st.session_state["dy_result"] = result.to_dict()
         bar.progress(1.0, text="done")
@@ -89,7 +92,7 @@ if result is None:
         "D_eff/L then appear here against training steps (or tokens)."
     )
 else:
-    ui.show_figure(lab_figures.dynamics_plot(result, log_x=log_x), key="dynamics")
+    show_figure(lab_figures.dynamics_plot(result, log_x=log_x), key="dynamics")
     table = pd.DataFrame(result["points"])[
         ["label", "step", "tokens", "status", "gap_pct", "deff_over_L", "rho1", "reason"]
     ]

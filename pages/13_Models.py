@@ -9,16 +9,19 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures, jobs
 from deffcore.constants import POOLINGS
 from deffcore.sweep import Cell, cached_model_row, grid_cells, paper_models
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.settings import offline_models
+from explorer.views import cached_runs
 
 _JOB = "_models_sweep_job"
 #: A sweep started from the browser is capped: the server is shared.
 MAX_BROWSER_CELLS = 24
 
-view, settings = ui.page("Models")
+view, settings = page("Models")
 st.title("Models")
 st.caption(
     "Every run in this machine's cache beside the paper's published models: D_eff/L against "
@@ -40,8 +43,8 @@ def paper_table() -> pd.DataFrame:
 
 def model_table(metric: str) -> pd.DataFrame:
     rows = []
-    with ui.guarded("Reading the cached runs"):
-        for meta in ui.cached_runs():
+    with guarded("Reading the cached runs"):
+        for meta in cached_runs():
             try:
                 rows.append(cached_row(meta["key"], meta.get("created", ""), metric, meta))
             except Exception as err:  # one unreadable run must not hide the others
@@ -130,7 +133,7 @@ st.caption(
 )
 with st.form("sweep_form"):
     models = st.multiselect(
-        "Models", list(ui.offline_models()), default=["tiny-llama"], key="sweep_models"
+        "Models", list(offline_models()), default=["tiny-llama"], key="sweep_models"
     )
     f1, f2, f3 = st.columns(3)
     seeds_text = f1.text_input("Random-weight seeds (comma-separated)", "", key="sweep_seeds")
@@ -145,7 +148,7 @@ with st.form("sweep_form"):
     launched = st.form_submit_button("Run the sweep", type="primary")
 
 if launched:
-    with ui.guarded("Starting the sweep"):
+    with guarded("Starting the sweep"):
         try:
             seeds = [int(s) for s in seeds_text.split(",") if s.strip()]
         except ValueError:

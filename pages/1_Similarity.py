@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
 from deffcore.snapshot import download_stem, run_identity
+from explorer.cards import show_figure
+from explorer.page import require_view
 
-ctx = ui.require_view("Similarity")
+ctx = require_view("Similarity")
 if ctx is None:
     st.stop()
 view, settings = ctx
@@ -27,7 +28,7 @@ st.markdown(
 )
 left, right = st.columns([11, 9])
 with left:
-    event = ui.show_figure(
+    event = show_figure(
         figures.tag_run(
             figures.similarity_heatmap(S, metric=metric, pooling=pooling, selectable=True),
             identity,
@@ -53,7 +54,7 @@ with right:
                 help="Clicking a cell or dragging a box on the heatmap overrides this slider.",
             )
         ]
-    ui.show_figure(
+    show_figure(
         figures.tag_run(figures.similarity_rows(S, picked, metric=metric), identity),
         key=download_stem(view.spec, "rows", pooling=pooling, metric=metric),
     )

@@ -6,12 +6,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
 from deffcore.constants import SENSITIVITY_LAGS
 from deffcore.snapshot import download_stem, run_identity
+from explorer.cards import show_figure
+from explorer.page import require_view
 
-ctx = ui.require_view("Lag decay")
+ctx = require_view("Lag decay")
 if ctx is None:
     st.stop()
 view, settings = ctx
@@ -27,7 +28,7 @@ identity = run_identity(view.spec, pooling=pooling, metric=metric)
 # unbiased estimator or for cosine, so it is drawn for linear CKA only.
 biased = metric == "cka"
 floor = view.d_model / (view.n + view.d_model)
-ui.show_figure(
+show_figure(
     figures.tag_run(
         figures.lag_decay(rho, n=view.n if biased else None, d=view.d_model if biased else None),
         identity,
@@ -59,7 +60,7 @@ st.caption(
 by_K = view.deff_over_L_by_K(pooling, metric)
 L = view.layers
 K_now = settings.K or L - 1
-ui.show_figure(
+show_figure(
     figures.tag_run(figures.deff_vs_K(by_K, L=L, K=K_now), identity),
     key=download_stem(view.spec, "deff_vs_K", pooling=pooling, metric=metric),
 )

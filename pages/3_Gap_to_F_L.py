@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
+from deffcore.models_overview import model_family
+from deffcore.paper import paper_default_gaps, paper_table
 from deffcore.snapshot import (
     SnapshotView,
     common_label,
@@ -15,6 +16,10 @@ from deffcore.snapshot import (
     run_identity,
     run_labels,
 )
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import require_view
+from explorer.views import cached_result, cached_runs
 
 
 @st.cache_resource(show_spinner=False)
@@ -23,7 +28,7 @@ def gallery() -> list[SnapshotView]:
     return load_gallery()
 
 
-ctx = ui.require_view("Gap to F_L")
+ctx = require_view("Gap to F_L")
 if ctx is None:
     st.stop()
 view, settings = ctx
@@ -42,26 +47,24 @@ runs: list[dict] = [
     {
         "spec": view.spec,
         "source": "this run",
-        "family": ui.model_family(view.spec["model"]),
+        "family": model_family(view.spec["model"]),
         "gap_pct": h.gap_pct,
         "deff_over_L": h.deff_over_L,
         "layers": view.layers,
     }
 ]
 seen = {(getattr(view, "key", None), view.source == "precomputed")}
-for meta in ui.cached_runs():
+for meta in cached_runs():
     if meta.get("status", "complete") != "complete" or (meta["key"], False) in seen:
         continue
     seen.add((meta["key"], False))
-    with ui.guarded(f"Cached run {meta['key']}"):
-        g = ui.cached_result(
-            meta["key"], meta.get("created", ""), settings.pooling, settings.metric
-        )
+    with guarded(f"Cached run {meta['key']}"):
+        g = cached_result(meta["key"], meta.get("created", ""), settings.pooling, settings.metric)
         runs.append(
             {
                 "spec": meta["spec"],
                 "source": "cached",
-                "family": ui.model_family(meta["spec"]["model"]),
+                "family": model_family(meta["spec"]["model"]),
                 "gap_pct": g["gap_pct"],
                 "deff_over_L": g["deff_over_L"],
                 "layers": g["layers"],
@@ -70,13 +73,13 @@ for meta in ui.cached_runs():
 for snap in gallery():
     if (snap.key, True) in seen:
         continue
-    with ui.guarded(f"Precomputed run {snap.label}"):
+    with guarded(f"Precomputed run {snap.label}"):
         g = snap.headline(settings.pooling, settings.metric)
         runs.append(
             {
                 "spec": snap.spec,
                 "source": "precomputed",
-                "family": ui.model_family(snap.spec["model"]),
+                "family": model_family(snap.spec["model"]),
                 "gap_pct": g.gap_pct,
                 "deff_over_L": g.deff_over_L,
                 "layers": g.layers,
@@ -102,7 +105,7 @@ shared = common_label([r["spec"] for r in runs]) if len(runs) > 1 else ""
 if shared:
     st.caption(f"Every measured run here: {shared}.")
 
-paper = ui.paper_table()
+paper = paper_table()
 if paper is None:
     st.info(
         "The paper's published values were not found (deffcore/data/paper_reference.csv is "
@@ -110,11 +113,11 @@ if paper is None:
         "runs are shown."
     )
 else:
-    pub = ui.paper_default_gaps(paper)
+    pub = paper_default_gaps(paper)
     rows += [
         {
             "label": f"{r.model} (paper)",
-            "family": ui.model_family(r.model),
+            "family": model_family(r.model),
             "gap_pct": float(r.value),
             "deff_over_L": float("nan"),
             "layers": r.layers,
@@ -123,7 +126,7 @@ else:
         for r in pub.itertuples()
     ]
 table = pd.DataFrame(rows)
-ui.show_figure(
+show_figure(
     figures.tag_run(
         figures.gap_bars(table),
         run_identity(view.spec, pooling=settings.pooling, metric=settings.metric),

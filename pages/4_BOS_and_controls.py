@@ -13,12 +13,16 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import diagnostics as dg
 from deffcore import figures
 from deffcore.constants import POOLINGS
+from deffcore.paper import paper_table
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import require_view
+from explorer.run_panel import progress_callback
 
-ctx = ui.require_view("BOS & controls")
+ctx = require_view("BOS & controls")
 if ctx is None:
     st.stop()
 view, settings = ctx
@@ -46,8 +50,8 @@ def _compute_diagnostics(run_spec, label: str):
     out = None
     with st.status(f"Massive activations and attention sinks of {label}…", expanded=True) as box:
         bar = st.progress(0.0, text="starting")
-        with ui.guarded("The diagnostic pass"):
-            out = dg.diagnose(run_spec, progress=ui.progress_callback(bar))
+        with guarded("The diagnostic pass"):
+            out = dg.diagnose(run_spec, progress=progress_callback(bar))
         box.update(
             label="Diagnostics ready" if out else "Diagnostics failed",
             state="complete" if out else "error",
@@ -131,7 +135,7 @@ rows = [
 ]
 table = pd.DataFrame(rows)
 show_paper = st.checkbox("Show the paper's published controls (labelled 'paper')", value=True)
-paper = ui.paper_table()
+paper = paper_table()
 if show_paper and paper is not None:
     pub = paper[
         (paper["quantity"] == "gap_pct")
@@ -155,7 +159,7 @@ if show_paper and paper is not None:
     )
 elif show_paper:
     st.info("The paper's reference values (paper_reference.csv) were not found.")
-ui.show_figure(figures.controls_dotplot(table), key="controls_dotplot")
+show_figure(figures.controls_dotplot(table), key="controls_dotplot")
 mine = table[table["source"] == "this run"].set_index("pooling")
 st.dataframe(
     mine[["gap_pct", "deff_over_L", "rho1"]]
@@ -174,13 +178,13 @@ st.caption(
 st.subheader("Position 0, massive activations, attention sinks")
 left, right = st.columns(2)
 with left:
-    ui.show_figure(figures.pos0_ratio(view.pos0_norm_ratio()), key="pos0_ratio")
+    show_figure(figures.pos0_ratio(view.pos0_norm_ratio()), key="pos0_ratio")
     st.caption(
         "‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖ per layer over all N passages; dashed: 1 (no outlier)."
     )
 if diag:
     with right:
-        ui.show_figure(
+        show_figure(
             figures.massive_ratio_figure(
                 diag["massive_ratio"], diag["massive_position"], diag["massive_dim"]
             ),
@@ -190,9 +194,9 @@ if diag:
             "Mean over passages of the largest |h_j| over tokens and features, divided by the "
             "median |h_j|; hover for where the maximum sits (position, feature). Dashed: 100x."
         )
-    ui.show_figure(figures.sink_fraction_figure(diag["sink_fraction"]), key="sink_fraction")
+    show_figure(figures.sink_fraction_figure(diag["sink_fraction"]), key="sink_fraction")
     with st.expander("Attention to position 0 per head"):
-        ui.show_figure(figures.sink_scores_heatmap(diag["sink_scores"]), key="sink_scores")
+        show_figure(figures.sink_scores_heatmap(diag["sink_scores"]), key="sink_scores")
     st.caption(
         f"From one eager-attention pass over the first {diag['n_passages']} passages "
         f"({'stored' if diag.get('cached') else 'computed now'} beside the run)."
@@ -223,7 +227,7 @@ if st.button("Compare bos=add with bos=none", key="bos_compare"):
         with st.status(f"bos={bos}: run and diagnostics…", expanded=True) as box:
             bar = st.progress(0.0, text="starting")
             ok = False
-            with ui.guarded(f"The bos={bos} run"):
+            with guarded(f"The bos={bos} run"):
                 run = measure(
                     model=settings.model,
                     revision=settings.revision,
@@ -234,9 +238,9 @@ if st.button("Compare bos=add with bos=none", key="bos_compare"):
                     metric=settings.metric,
                     passages=compare_id[-1],
                     bos=bos,
-                    progress=ui.progress_callback(bar),
+                    progress=progress_callback(bar),
                 )
-                d = dg.diagnose(run.spec, progress=ui.progress_callback(bar))
+                d = dg.diagnose(run.spec, progress=progress_callback(bar))
                 results[bos] = {
                     "gaps": {p: run.summary(p, settings.metric).gap_pct for p in POOLINGS},
                     "verdict": dg.verdict_for(run, d, settings.metric).to_dict(),
@@ -270,7 +274,7 @@ if stored and stored[0] == compare_id and stored[1]:
     )
     fig = figures.controls_dotplot(compare)
     fig.update_layout(title="BOS on or off: gap to F_L (%) per pooling control")
-    ui.show_figure(fig, key="bos_compare_dotplot")
+    show_figure(fig, key="bos_compare_dotplot")
 
 # --- passage inspector -------------------------------------------------------------------------
 
@@ -286,7 +290,7 @@ else:
         format_func=lambda j: f"#{j}: {texts[j][:80]!r}",
         key="inspect_passage",
     )
-    ui.show_figure(
+    show_figure(
         figures.token_norm_heatmap(
             ins["token_norms"][i],
             ins["tokens"][i],

@@ -10,10 +10,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures, teaching
 from deffcore.depth import lag_profile
 from deffcore.glossary import glossary_markdown, human_columns
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
 
 N_OPTIONS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 10_000, 100_000]
 D_OPTIONS = [8, 16, 32, 64, 128, 256, 512, 1024]
@@ -75,7 +77,7 @@ def sampled_sweep(n: int, d: int, L_max: int, scale: float, metric: str, seed: i
 
 
 # ---------------------------------------------------------------------------------------------
-_, settings = ui.page("Synthetic lab")
+_, settings = page("Synthetic lab")
 st.title("Synthetic lab")
 st.markdown(
     "Constructions whose effective depth is known exactly. **Metric: linear CKA** (the paper's "
@@ -149,7 +151,7 @@ with story_tab:
         L=int(L), h0=float(h0), growth=float(growth), rho=float(rho), n=int(n), d=int(d)
     )
 
-    with ui.guarded("The story step"):
+    with guarded("The story step"):
         res = teaching.story_step(step, knobs)
         st.subheader(res.title)
         st.markdown(f"**What changes:** {res.adds}  \n**What to notice:** {res.takeaway}")
@@ -203,14 +205,14 @@ with story_tab:
         if projector:  # one chart per row, large text: readable from the back of a room
             for key, fig in story_figures.items():
                 fig.update_layout(font={"size": 22}, height=(fig.layout.height or 400) + 150)
-                ui.show_figure(fig, key=key)
+                show_figure(fig, key=key)
         else:
             left, right = st.columns(2)
             with left:
-                ui.show_figure(story_figures["syn_story_heatmap"], key="syn_story_heatmap")
+                show_figure(story_figures["syn_story_heatmap"], key="syn_story_heatmap")
             with right:
-                ui.show_figure(story_figures["syn_story_lag"], key="syn_story_lag")
-            ui.show_figure(story_figures["syn_story_depth"], key="syn_story_depth")
+                show_figure(story_figures["syn_story_lag"], key="syn_story_lag")
+            show_figure(story_figures["syn_story_depth"], key="syn_story_depth")
         st.caption(
             "Why a sampled curve can sit below F_L: linear CKA on N passages of d features "
             "reads unrelated states as about b = d/(N+d) alike, not 0. Every similarity is "
@@ -232,7 +234,7 @@ with sweep_tab:
     L_max = c3.slider("L (deepest)", 3, 48, 24, key="syn_L")
     scale = c4.slider("update scale s", 0.05, 5.0, 1.0, step=0.05, key="syn_scale")
 
-    with ui.guarded("The synthetic sweep"):
+    with guarded("The synthetic sweep"):
         grid = depth_grid(L_max)
         table = pd.DataFrame(teaching.sweep_closed_form(sw_n, sw_d, grid, scale=float(scale)))
         sampled_table = None
@@ -255,7 +257,7 @@ with sweep_tab:
                     sampled_table = sampled_sweep(
                         sw_n, sw_d, L_max, float(scale), settings.metric, 0
                     )
-        ui.show_figure(
+        show_figure(
             figures.synthetic_sweep(table, n=sw_n, d=sw_d, sampled=sampled_table),
             key="synthetic_sweep",
         )
@@ -286,9 +288,7 @@ with sweep_tab:
 
         st.subheader("Updates vs accumulated states")
         u = teaching.updates_vs_states(sw_n, sw_d, L_max, float(scale))
-        ui.show_figure(
-            figures.states_vs_updates(u["rho_states"], u["rho_updates"]), key="syn_updates"
-        )
+        show_figure(figures.states_vs_updates(u["rho_states"], u["rho_updates"]), key="syn_updates")
         st.caption(
             f"L = {L_max}, closed forms: D_eff(h)/L = {u['deff_states'] / L_max:.4f} for the "
             f"accumulated states, D_eff(f)/L = {u['deff_updates'] / L_max:.4f} for the updates "

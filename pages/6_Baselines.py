@@ -5,9 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
-from deffcore.snapshot import download_stem, run_identity
+from deffcore.snapshot import MeasurementView, download_stem, run_identity
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import require_view
+from explorer.run_panel import progress_callback
+from explorer.views import set_view
 
 try:  # teach's glossary (issue 12.4): human names for the references
     from deffcore.glossary import human_label
@@ -19,7 +23,7 @@ except ImportError:  # pragma: no cover - before the glossary lands
 
 RANDOM_SEEDS = (1, 2, 3)
 
-ctx = ui.require_view("Baselines")
+ctx = require_view("Baselines")
 if ctx is None:
     st.stop()
 view, settings = ctx
@@ -43,7 +47,7 @@ st.markdown(
 )
 band = view.random_band(pooling, metric)
 if band:
-    ui.show_figure(
+    show_figure(
         figures.tag_run(
             figures.null_baseline(h.deff_over_L, band["deff_over_L"], label="trained"), identity
         ),
@@ -63,7 +67,7 @@ else:
     if st.button(f"Compute the random-weight null ({len(RANDOM_SEEDS)} seeds)", key="run_null"):
         spec = view.spec
         bar = st.progress(0.0, text="starting")
-        with ui.guarded("The random-weight null"):
+        with guarded("The random-weight null"):
             from deffcore.measurement import measure
 
             m = measure(
@@ -76,9 +80,9 @@ else:
                 dtype=spec["dtype"],
                 metric=metric,
                 random_seeds=RANDOM_SEEDS,
-                progress=ui.progress_callback(bar),
+                progress=progress_callback(bar),
             )
-            ui.set_view(ui.MeasurementView(m))
+            set_view(MeasurementView(m))
             st.rerun()
 
 # --- matched references ------------------------------------------------------------------------
@@ -89,11 +93,11 @@ st.markdown(
     "correlations."
 )
 refs = None
-with ui.guarded("The matched references"):
+with guarded("The matched references"):
     refs = view.matched_references(pooling, metric)
 if refs:
     names = ["F_L", "F_norm", "F_h0+norm", "F_h0+corr"]
-    ui.show_figure(
+    show_figure(
         figures.tag_run(
             figures.matched_references_bars(refs["deff"], {k: refs[k] for k in names}), identity
         ),
@@ -119,7 +123,7 @@ elif refs is None and view.measurement is None:
 # --- update-based depth ------------------------------------------------------------------------
 st.subheader("Update-based depth")
 upd = None
-with ui.guarded("The update-based depth"):
+with guarded("The update-based depth"):
     upd = view.update_depth(pooling, metric)
 if upd:
     c1, c2, c3 = st.columns(3)
@@ -127,7 +131,7 @@ if upd:
     c2.metric("ρ̂_upd(1)", f"{upd['rho1_upd']:.4f}", help=f"states: {h.rho1:.4f}")
     c3.metric("‖f‖ / ‖h‖", f"{upd['update_to_state_norm']:.3f}")
     if upd.get("rho_upd"):
-        ui.show_figure(
+        show_figure(
             figures.tag_run(
                 figures.states_vs_updates(view.lag_profile(pooling, metric), upd["rho_upd"]),
                 identity,
@@ -146,11 +150,11 @@ else:
     B = st.select_slider("Resamples B", [20, 50, 100, 200, 500], value=100, key="bootstrap_B")
     boot_key = ("bootstrap", view.key, pooling, metric, B)
     if st.button("Compute the bootstrap CI", key="run_bootstrap"):
-        with st.spinner(f"Bootstrapping D_eff/L ({B} resamples)…"), ui.guarded("The bootstrap"):
+        with st.spinner(f"Bootstrapping D_eff/L ({B} resamples)…"), guarded("The bootstrap"):
             st.session_state[boot_key] = m.bootstrap(pooling, metric, B=B).to_dict()
     boot = st.session_state.get(boot_key)
     if boot:
-        ui.show_figure(
+        show_figure(
             figures.tag_run(
                 figures.bootstrap_histogram(
                     boot["samples"], point=boot["point"], low=boot["low"], high=boot["high"]

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
+from deffcore.models_overview import model_family
 from deffcore.snapshot import (
     Headline,
+    MeasurementView,
     SnapshotView,
     common_label,
     headline_changes,
@@ -22,8 +23,13 @@ from deffcore.snapshot import (
     run_labels,
     run_slug,
 )
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.run_panel import resume_run
+from explorer.views import cached_result, forget_run, measurement_from_cache, open_run, set_view
 
-view, settings = ui.page("Runs")
+view, settings = page("Runs")
 pooling, metric = settings.pooling, settings.metric
 st.title("Runs")
 
@@ -37,7 +43,7 @@ def gallery() -> list[SnapshotView]:
 @st.cache_data(show_spinner=False, max_entries=64)
 def cached_similarity(key: str, created: str, pooling: str, metric: str) -> np.ndarray:
     """(L, L) similarity of a cached run (the states are read from disk, the model not run)."""
-    return ui.MeasurementView(ui.measurement_from_cache(key)).similarity(pooling, metric)
+    return MeasurementView(measurement_from_cache(key)).similarity(pooling, metric)
 
 
 def line_name(i: int) -> str:
@@ -51,7 +57,7 @@ def cache_entries() -> list[dict[str, Any]]:
     from deffcore import cache
 
     entries = []
-    with ui.guarded("Listing the cache"):
+    with guarded("Listing the cache"):
         for m in cache.list_runs():
             status = m.get("status") or ("corrupt" if m.get("corrupt") else "complete")
             if m.get("running") and status != "complete":
@@ -151,9 +157,9 @@ complete = [e["id"] for e in entries if e["status"] in ("complete", "precomputed
 def open_entry(entry_id: str) -> bool:
     e = by_id[entry_id]
     if e["source"] == "precomputed":
-        ui.set_view(e["view"])
+        set_view(e["view"])
         return True
-    return ui.open_run(e["key"]) is not None
+    return open_run(e["key"]) is not None
 
 
 st.subheader("Open")
@@ -179,7 +185,7 @@ if unfinished:
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
     ids = [e["id"] for e in unfinished]
     to_resume = c1.selectbox("Interrupted run", ids, format_func=labels.get, key="runs_resume")
-    resume = getattr(ui, "resume_run", None)  # ui-run's background runs
+    resume = resume_run
     if resume is None:
         c2.button("Resume", key="runs_resume_button", disabled=True)
         st.caption(
@@ -187,7 +193,7 @@ if unfinished:
             "the same settings in the sidebar resumes it meanwhile."
         )
     elif c2.button("Resume", key="runs_resume_button"):
-        with ui.guarded("Resuming the run"):
+        with guarded("Resuming the run"):
             resume(by_id[to_resume]["key"])
             st.rerun()
 
@@ -226,18 +232,18 @@ else:
         results: dict[str, dict[str, Any]] = {}
         for i in picked:
             e = by_id[i]
-            with ui.guarded(f"Run {labels[i]}"):
+            with guarded(f"Run {labels[i]}"):
                 if e["source"] == "precomputed":
                     snap = e["view"]
                     h = snap.headline(pooling, metric)
                     results[i] = {**h.to_dict(), "rho": snap.lag_profile(pooling, metric)}
                 else:
-                    results[i] = ui.cached_result(e["key"], e.get("created", ""), pooling, metric)
+                    results[i] = cached_result(e["key"], e.get("created", ""), pooling, metric)
         stem = f"compare_{len(results)}runs_{pooling}_{metric}"
         tag = {"runs": " | ".join(run_label(by_id[i]["spec"]) for i in results)}
         tag |= {"pooling": pooling, "metric": metric}
         if results:
-            ui.show_figure(
+            show_figure(
                 figures.tag_run(
                     figures.compare_lag_profiles({names[i]: r["rho"] for i, r in results.items()}),
                     tag,
@@ -247,12 +253,12 @@ else:
             gaps = pd.DataFrame(
                 {
                     "label": [names[i] for i in results],
-                    "family": [ui.model_family(by_id[i]["spec"]["model"]) for i in results],
+                    "family": [model_family(by_id[i]["spec"]["model"]) for i in results],
                     "gap_pct": [r["gap_pct"] for r in results.values()],
                     "source": [by_id[i]["source"] for i in results],
                 }
             )
-            ui.show_figure(figures.tag_run(figures.gap_bars(gaps), tag), key=f"{stem}_gaps")
+            show_figure(figures.tag_run(figures.gap_bars(gaps), tag), key=f"{stem}_gaps")
             st.dataframe(
                 pd.DataFrame(
                     {
@@ -289,7 +295,7 @@ else:
             mats = {}
             for i in (a, b):
                 e = by_id[i]
-                with ui.guarded(f"Run {names[i]}"):
+                with guarded(f"Run {names[i]}"):
                     mats[i] = (
                         e["view"].similarity(pooling, metric)
                         if e["source"] == "precomputed"
@@ -300,7 +306,7 @@ else:
                 pair = {"run A": run_label(spec_a), "run B": run_label(spec_b)}
                 pair |= {"pooling": pooling, "metric": metric}
                 side_key = f"{run_slug(spec_a)}_vs_{run_slug(spec_b)}_{pooling}_{metric}"
-                ui.show_figure(
+                show_figure(
                     figures.tag_run(
                         figures.side_by_side_heatmaps(
                             mats[a], mats[b], label_a=names[a], label_b=names[b], metric=metric
@@ -324,7 +330,7 @@ else:
                         },
                     )
                 with right:
-                    ui.show_figure(
+                    show_figure(
                         figures.tag_run(
                             figures.headline_change_bars(changes, label_b=names[b]), pair
                         ),
@@ -348,12 +354,12 @@ if pending in deletable:
     st.warning(f"Delete {labels[pending]} from the cache? Its states cannot be recovered.")
     c1, c2, _ = st.columns([1, 1, 4])
     if c1.button("Yes, delete", type="primary", key="runs_delete_confirm"):
-        with ui.guarded("Deleting the run"):
+        with guarded("Deleting the run"):
             from deffcore import cache
 
             key = by_id[pending]["key"]
             cache.delete(key)
-            ui.forget_run(key)
+            forget_run(key)
             del st.session_state["runs_confirm_delete"]
             st.rerun()
     if c2.button("Cancel", key="runs_delete_cancel"):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-import ui_common as ui
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.interventions import (
     INTERVENTIONS,
@@ -12,10 +11,14 @@ from deffcore.labs.interventions import (
     intervention_table,
     paper_intervention_rows,
 )
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.run_panel import progress_callback
 
 MODELS = ("gemma3-270m", "tiny-gemma3", "tiny-olmo2", "tiny-qwen3")
 
-_, settings = ui.page("Norm interventions")
+_, settings = page("Norm interventions")
 st.title("Norm interventions")
 st.markdown(
     "Gemma-style blocks normalise each sub-layer's output before adding it to the residual "
@@ -38,12 +41,12 @@ chosen = st.multiselect(
 )
 
 paper = []
-with ui.guarded("Reading the paper's values"):
+with guarded("Reading the paper's values"):
     paper = paper_intervention_rows()
 
 if st.button("Run interventions", type="primary", key="iv_run"):
     bar = st.progress(0.0, text="starting")
-    with ui.guarded("The intervention run"):
+    with guarded("The intervention run"):
         table = intervention_table(
             model,
             settings.dataset,
@@ -52,7 +55,7 @@ if st.button("Run interventions", type="primary", key="iv_run"):
             seed=settings.seed,
             metric=settings.metric,
             interventions=chosen,
-            progress=ui.progress_callback(bar),
+            progress=progress_callback(bar),
         )
         st.session_state["iv_result"] = table.to_dict()
         bar.progress(1.0, text="done")
@@ -69,4 +72,4 @@ else:
 frame = lab_figures.intervention_frame(rows, paper)
 if not frame.empty:
     st.dataframe(frame.style.format("{:.1f}", na_rep="—"), key="iv_table")
-ui.show_figure(lab_figures.intervention_plot(rows, paper), key="interventions")
+show_figure(lab_figures.intervention_plot(rows, paper), key="interventions")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore.glossary import GLOSSARY
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.pruning import RANKING_LABELS, pruning_check
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.run_panel import progress_callback
 
-_, settings = ui.page("Pruning boundary check")
+_, settings = page("Pruning boundary check")
 st.title("Pruning boundary check")
 st.markdown(
     "Is D_eff a per-layer importance signal? Blocks are ranked by **Block Influence** "
@@ -27,7 +30,7 @@ max_tokens = c4.number_input("Max tokens", 2, 4096, 128, key="pr_max_tokens")
 
 if st.button("Run boundary check", type="primary", key="pr_run"):
     bar = st.progress(0.0, text="starting")
-    with ui.guarded("The boundary check"):
+    with guarded("The boundary check"):
         result = pruning_check(
             model,
             settings.dataset,
@@ -37,7 +40,7 @@ if st.button("Run boundary check", type="primary", key="pr_run"):
             seed=settings.seed,
             metric=settings.metric,
             revision=settings.revision,
-            progress=ui.progress_callback(bar),
+            progress=progress_callback(bar),
         )
         st.session_state["pr_result"] = result.to_dict()
         bar.progress(1.0, text="done")
@@ -71,8 +74,8 @@ else:
         f"passages ({result['heldout_tokens']} predicted tokens) · Spearman p = "
         f"{result['spearman_p']:.2f}"
     )
-    ui.show_figure(lab_figures.pruning_plot(result), key="pruning_ppl")
-    ui.show_figure(lab_figures.pruning_scores_plot(result), key="pruning_scores")
+    show_figure(lab_figures.pruning_plot(result), key="pruning_ppl")
+    show_figure(lab_figures.pruning_scores_plot(result), key="pruning_scores")
     table = pd.DataFrame(
         {RANKING_LABELS[r]: {int(k): v for k, v in p.items()} for r, p in result["ppl"].items()}
     )

@@ -223,9 +223,9 @@ def test_gap_page_shows_run_and_paper_separately(app, measurement):
 
 
 def test_gap_page_without_the_paper_file_says_so(app, monkeypatch, tmp_path):
-    import ui_common
+    import deffcore.paper
 
-    monkeypatch.setattr(ui_common, "paper_reference_path", lambda: None)
+    monkeypatch.setattr(deffcore.paper, "paper_reference_path", lambda: tmp_path / "none.csv")
     at = goto(app, "pages/3_Gap_to_F_L.py")
     assert_clean(at)
     assert any("published values were not found" in i.value for i in at.info)

@@ -56,12 +56,10 @@ def runs(cache_dir):
 
 @pytest.fixture(scope="module")
 def app(runs):
-    import ui_common
+    from explorer import views
 
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
-    at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = MeasurementView(
-        runs["trained"]
-    )
+    at.session_state[views.VIEW_KEY] = MeasurementView(runs["trained"])
     at.run()
     assert_clean(at)
     return at
@@ -177,10 +175,6 @@ def test_resume_and_delete_only_list_cache_entries(app, runs):
 
 
 def test_resume_finishes_an_interrupted_run(app, runs):
-    import ui_common
-
-    if not hasattr(ui_common, "resume_run"):
-        pytest.skip("ui_common.resume_run (background runs) is not in yet")
     from deffcore import cache
 
     key = runs["partial"].key()
@@ -199,16 +193,16 @@ def test_a_precomputed_run_can_be_opened(app):
     gallery = load_gallery()
     if not gallery:
         pytest.skip("no shipped snapshot")
-    import ui_common
+    from explorer import views
 
     at = goto(app, "pages/7_Runs.py")
     at.selectbox(key="runs_open").set_value(f"precomputed:{gallery[0].key}")
     at.button(key="runs_open_button").click().run()
     assert_clean(at)
     assert any("every page now shows it" in s.value for s in at.success)
-    view = at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")]
+    view = at.session_state[views.VIEW_KEY]
     assert view.source == "precomputed" and view.key == gallery[0].key
-    at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = None
+    at.session_state[views.VIEW_KEY] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,11 +211,9 @@ def test_a_precomputed_run_can_be_opened(app):
 
 
 def test_gap_page_labels_are_unique_and_precomputed_runs_are_shown(app, runs):
-    import ui_common
+    from explorer import views
 
-    app.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = MeasurementView(
-        runs["trained"]
-    )
+    app.session_state[views.VIEW_KEY] = MeasurementView(runs["trained"])
     at = goto(app, "pages/3_Gap_to_F_L.py")
     assert_clean(at)
     fig = chart(at, "Gap to the orthogonal-update reference")
