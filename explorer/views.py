@@ -10,7 +10,7 @@ from typing import Any
 import streamlit as st
 
 from deffcore import jobs
-from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_snapshot
+from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_gallery, load_snapshot
 from explorer.guard import guarded
 
 VIEW_KEY = "deff_view"
@@ -65,6 +65,12 @@ def cached_result(key: str, created: str, pooling: str, metric: str) -> dict[str
 @st.cache_resource(show_spinner=False)
 def default_snapshot() -> SnapshotView | None:
     return load_snapshot()
+
+
+@st.cache_resource(show_spinner=False)
+def precomputed_runs() -> list[SnapshotView]:
+    """The precomputed runs shipped with the app (the default first)."""
+    return load_gallery()
 
 
 def current_view() -> RunView | None:
