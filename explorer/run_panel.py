@@ -6,8 +6,7 @@ thread lives in the server process, so switching pages or reloading does not sto
 session keeps the job id (and the URL's `?job=` query parameter, for a reload); the main area
 polls it with `st.fragment(run_every=...)`: stage, passages, tokens/s, ETA, Cancel. When the job
 lands, its result is read back from the cache by key and becomes the current run, with a notice
-(and "served from the cache" when it was). `progress_callback` is the labs' in-page progress bar.
-"""
+(and "served from the cache" when it was). """
 
 from __future__ import annotations
 
@@ -33,20 +32,6 @@ JOB_KEY = "_deff_job"
 _JUST_STARTED = "_deff_job_started"
 _NOTICE = "_deff_notice"
 _RUN_ERROR = "_deff_run_error"
-
-
-def progress_callback(bar: Any) -> Any:
-    """measure's progress(done, total, stage) -> the bar's fraction, stage and ETA (the labs'
-    in-page runs)."""
-    start = time.monotonic()
-
-    def progress(done: int, total: int, stage: str) -> None:
-        frac = min(max(done / total, 0.0), 1.0) if total else 0.0
-        elapsed = time.monotonic() - start
-        eta = f" · ETA {elapsed * (total - done) / done:.0f} s" if done and total > done else ""
-        bar.progress(frac, text=f"{stage}: {done}/{total}{eta}")
-
-    return progress
 
 
 def start_run(settings: Settings) -> str | None:

@@ -23,7 +23,7 @@ from deffcore.snapshot import Headline, RunView
 from explorer.cards import show_figure
 from explorer.guard import guarded
 from explorer.page import require_view
-from explorer.run_panel import progress_callback
+from explorer.progress import progress_callback
 from explorer.settings import Settings
 
 

@@ -13,7 +13,7 @@ from deffcore.snapshot import Headline, MeasurementView, RunView, download_stem,
 from explorer.cards import show_figure
 from explorer.guard import guarded
 from explorer.page import require_view
-from explorer.run_panel import progress_callback
+from explorer.progress import progress_callback
 from explorer.views import set_view
 
 RANDOM_SEEDS = (1, 2, 3)
