@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from deffcore import figures
-from deffcore.snapshot import RunView, SnapshotView
+from deffcore.snapshot import RunView, SnapshotView, download_stem, run_identity
 from deffcore.trust import Trust, trust_badge
 from explorer.settings import Settings
 
@@ -120,20 +120,33 @@ def show_figure(fig: go.Figure, key: str, *, on_select: str = "ignore", **kwargs
     """Plot a figure with HTML and CSV downloads (built on click, so reruns stay fast)."""
     event = st.plotly_chart(fig, key=key, on_select=on_select, **kwargs)
     row = st.container(horizontal=True)
-    row.download_button(
-        "Figure (HTML)",
-        data=lambda: figures.figure_html(fig),
-        file_name=f"{key}.html",
-        mime="text/html",
-        key=f"{key}_html",
-        on_click="ignore",
-    )
-    row.download_button(
-        "Data (CSV)",
-        data=lambda: figures.figure_csv(fig),
-        file_name=f"{key}.csv",
-        mime="text/csv",
-        key=f"{key}_csv",
-        on_click="ignore",
-    )
+    for label, build, ext, mime in (
+        ("Figure (HTML)", figures.figure_html, "html", "text/html"),
+        ("Data (CSV)", figures.figure_csv, "csv", "text/csv"),
+    ):
+        row.download_button(
+            label,
+            data=lambda build=build: build(fig),
+            file_name=f"{key}.{ext}",
+            mime=mime,
+            key=f"{key}_{ext}",
+            on_click="ignore",
+        )
     return event
+
+
+def show_run_figure(
+    fig: go.Figure,
+    spec: dict[str, Any],
+    what: str,
+    *,
+    pooling: str,
+    metric: str,
+    identity: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """`show_figure` for a figure of one run and view: its downloads say which (file name and
+    leading CSV columns, `snapshot.run_identity`), plus `identity`'s extra fields."""
+    tag = {**run_identity(spec, pooling=pooling, metric=metric), **(identity or {})}
+    key = download_stem(spec, what, pooling=pooling, metric=metric)
+    return show_figure(figures.tag_run(fig, tag), key=key, **kwargs)

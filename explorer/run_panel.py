@@ -6,20 +6,18 @@ thread lives in the server process, so switching pages or reloading does not sto
 session keeps the job id (and the URL's `?job=` query parameter, for a reload); the main area
 polls it with `st.fragment(run_every=...)`: stage, passages, tokens/s, ETA, Cancel. When the job
 lands, its result is read back from the cache by key and becomes the current run, with a notice
-(and "served from the cache" when it was). """
+(and "served from the cache" when it was)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import streamlit as st
 
 from deffcore import jobs
-from deffcore.constants import WINDOW_MODES
 from deffcore.errors import DeffError
 from deffcore.snapshot import MeasurementView, run_label
-from explorer.settings import REFUSED_KEY, Settings, windows_available
+from explorer.settings import REFUSED_KEY, Settings
 from explorer.uploads import UPLOAD_KEY, upload_names
 from explorer.views import set_view
 
@@ -50,28 +48,13 @@ def start_run(settings: Settings) -> str | None:
                 up.get("error")
                 or "Choose a dataset (a Hugging Face spec, an uploaded file or a path) first."
             )
-        windows = None
-        if settings.passages in WINDOW_MODES:
-            windows = windows_available(
-                settings.model,
-                settings.dataset,
-                settings.max_tokens,
-                settings.bos,
-                settings.revision,
-                settings.passages,
-            )
         spec, device = jobs.plan(
             names=names,
-            windows=windows,
+            windows=settings.windows(),
             model=settings.model,
             revision=settings.revision,
             dataset=settings.dataset,
-            n=settings.n,
-            max_tokens=settings.max_tokens,
-            seed=settings.seed,
-            metric=settings.metric,
-            passages=settings.passages,
-            bos=settings.bos,
+            **settings.shared_options(),
         )
         job_id = jobs.start(spec, metric=settings.metric, device=device, names=names, checked=True)
     except DeffError as err:

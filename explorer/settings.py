@@ -69,6 +69,27 @@ class Settings:
     #: the local dataset path typed by the user (checked against DEFF_LOCAL_PATHS), if any
     local_data: str | None = None
 
+    def shared_options(self) -> dict[str, Any]:
+        """What every run of these settings shares beyond model and data (a run's, a
+        sweep's or a comparison's keyword arguments)."""
+        return {
+            "n": self.n,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "metric": self.metric,
+            "passages": self.passages,
+            "bos": self.bos,
+        }
+
+    def windows(self) -> int | None:
+        """How many token windows these settings yield (`windows_available`); None when the
+        passages are documents or the count cannot be told here."""
+        if self.passages not in WINDOW_MODES:
+            return None
+        return windows_available(
+            self.model, self.dataset, self.max_tokens, self.bos, self.revision, self.passages
+        )
+
 
 def offline_models() -> dict[str, str]:
     """Packaged models first, then the tiny random-init demo models: spec -> description."""
@@ -242,19 +263,11 @@ def _check_data_input(dataset: str, local_data: str | None) -> None:
 def _run_summary(settings: Settings) -> str:
     what = f"{settings.model or '(no model)'} · {settings.dataset or '(no data)'}"
     text = f"{what} · N = {settings.n:,} · {settings.max_tokens} tokens"
-    if settings.passages in WINDOW_MODES:
-        available = windows_available(
-            settings.model,
-            settings.dataset,
-            settings.max_tokens,
-            settings.bos,
-            settings.revision,
-            settings.passages,
-        )
-        if available is not None:
-            text += f" · this choice yields {available:,} windows"
-            if settings.n > available:
-                text += f" (fewer than N: lower N to ≤ {available:,})"
+    available = settings.windows()
+    if available is not None:
+        text += f" · this choice yields {available:,} windows"
+        if settings.n > available:
+            text += f" (fewer than N: lower N to ≤ {available:,})"
     return text
 
 

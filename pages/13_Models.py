@@ -178,15 +178,7 @@ def start_sweep(
         )
         return
     st.session_state[_JOB] = jobs.start_sweep(
-        cells,
-        n=settings.n,
-        max_tokens=settings.max_tokens,
-        seed=settings.seed,
-        metric=settings.metric,
-        passages=settings.passages,
-        bos=settings.bos,
-        engine=engine,
-        num_cpus=2,
+        cells, **settings.shared_options(), engine=engine, num_cpus=2
     )
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import streamlit as st
 
 from deffcore import figures
-from deffcore.snapshot import RunView, download_stem, run_identity
-from explorer.cards import show_figure
+from deffcore.snapshot import RunView
+from explorer.cards import show_run_figure
 from explorer.page import require_view
 from explorer.settings import Settings
 
@@ -15,12 +15,12 @@ from explorer.settings import Settings
 def heatmap(view: RunView, S: np.ndarray, settings: Settings) -> list[int]:
     """The clickable map -> the layers picked on it (a click or a box), sorted."""
     pooling, metric = settings.pooling, settings.metric
-    event = show_figure(
-        figures.tag_run(
-            figures.similarity_heatmap(S, metric=metric, pooling=pooling, selectable=True),
-            run_identity(view.spec, pooling=pooling, metric=metric),
-        ),
-        key=download_stem(view.spec, "heatmap", pooling=pooling, metric=metric),
+    event = show_run_figure(
+        figures.similarity_heatmap(S, metric=metric, pooling=pooling, selectable=True),
+        view.spec,
+        "heatmap",
+        pooling=pooling,
+        metric=metric,
         on_select="rerun",
         selection_mode=("points", "box"),
     )
@@ -46,12 +46,12 @@ def rows(view: RunView, S: np.ndarray, settings: Settings, picked: list[int]) ->
             )
         ]
     pooling, metric = settings.pooling, settings.metric
-    show_figure(
-        figures.tag_run(
-            figures.similarity_rows(S, picked, metric=metric),
-            run_identity(view.spec, pooling=pooling, metric=metric),
-        ),
-        key=download_stem(view.spec, "rows", pooling=pooling, metric=metric),
+    show_run_figure(
+        figures.similarity_rows(S, picked, metric=metric),
+        view.spec,
+        "rows",
+        pooling=pooling,
+        metric=metric,
     )
 
 

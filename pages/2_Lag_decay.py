@@ -8,8 +8,8 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.constants import SENSITIVITY_LAGS
-from deffcore.snapshot import RunView, download_stem, run_identity
-from explorer.cards import show_figure
+from deffcore.snapshot import RunView
+from explorer.cards import show_run_figure
 from explorer.page import require_view
 from explorer.settings import Settings
 
@@ -42,14 +42,12 @@ def lag_section(view: RunView, settings: Settings) -> None:
     # d/(N+d) is linear CKA's finite-sample bias for isotropic data: it means nothing for the
     # unbiased estimator or for cosine, so it is drawn for linear CKA only.
     biased = metric == "cka"
-    show_figure(
-        figures.tag_run(
-            figures.lag_decay(
-                rho, n=view.n if biased else None, d=view.d_model if biased else None
-            ),
-            run_identity(view.spec, pooling=pooling, metric=metric),
-        ),
-        key=download_stem(view.spec, "lag_decay", pooling=pooling, metric=metric),
+    show_run_figure(
+        figures.lag_decay(rho, n=view.n if biased else None, d=view.d_model if biased else None),
+        view.spec,
+        "lag_decay",
+        pooling=pooling,
+        metric=metric,
     )
     st.caption(
         "Dashed grey: accumulated equal-size orthogonal updates, S(i, j) = min(i, j)/max(i, j), "
@@ -63,12 +61,12 @@ def k_section(view: RunView, settings: Settings) -> None:
     by_K = view.deff_over_L_by_K(pooling, metric)
     L = view.layers
     K_now = settings.K or L - 1
-    show_figure(
-        figures.tag_run(
-            figures.deff_vs_K(by_K, L=L, K=K_now),
-            run_identity(view.spec, pooling=pooling, metric=metric),
-        ),
-        key=download_stem(view.spec, "deff_vs_K", pooling=pooling, metric=metric),
+    show_run_figure(
+        figures.deff_vs_K(by_K, L=L, K=K_now),
+        view.spec,
+        "deff_vs_K",
+        pooling=pooling,
+        metric=metric,
     )
     st.caption(
         f"Dotted: the maximum lag K = {K_now} of the headline cards (the sidebar's K slider). "

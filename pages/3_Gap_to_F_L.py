@@ -10,8 +10,8 @@ import streamlit as st
 from deffcore import figures
 from deffcore.models_overview import model_family
 from deffcore.paper import paper_default_gaps, paper_table
-from deffcore.snapshot import RunView, common_label, download_stem, run_identity, run_labels
-from explorer.cards import show_figure
+from deffcore.snapshot import RunView, common_label, run_labels
+from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
 from explorer.settings import Settings
@@ -138,12 +138,7 @@ def main() -> None:
     if shared:
         st.caption(f"Every measured run here: {shared}.")
     table = pd.DataFrame(bar_rows(runs) + published_rows())
-    show_figure(
-        figures.tag_run(
-            figures.gap_bars(table), run_identity(view.spec, pooling=pooling, metric=metric)
-        ),
-        key=download_stem(view.spec, "gap_to_FL", pooling=pooling, metric=metric),
-    )
+    show_run_figure(figures.gap_bars(table), view.spec, "gap_to_FL", pooling=pooling, metric=metric)
     gap_table(table)
 
 

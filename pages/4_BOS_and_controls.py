@@ -204,12 +204,12 @@ def bos_on_off_section(settings: Settings) -> None:
         settings.n,
         settings.max_tokens,
         settings.seed,
-        getattr(settings, "passages", "documents"),
+        settings.passages,
     )
     if st.button("Compare bos=add with bos=none", key="bos_compare"):
         results = {}
         for bos in ("add", "none"):
-            result = bos_run(settings, bos, compare_id[-1])
+            result = bos_run(settings, bos)
             if result is not None:
                 results[bos] = result
         st.session_state["bos_compare_result"] = (compare_id, results)
@@ -218,7 +218,7 @@ def bos_on_off_section(settings: Settings) -> None:
         bos_on_off_results(stored[1])
 
 
-def bos_run(settings: Settings, bos: str, passages: str) -> dict[str, Any] | None:
+def bos_run(settings: Settings, bos: str) -> dict[str, Any] | None:
     """One run with `bos` and its diagnostics, in a status box; None when it failed."""
     from deffcore.measurement import measure
 
@@ -230,12 +230,7 @@ def bos_run(settings: Settings, bos: str, passages: str) -> dict[str, Any] | Non
                 model=settings.model,
                 revision=settings.revision,
                 dataset=settings.dataset,
-                n=settings.n,
-                max_tokens=settings.max_tokens,
-                seed=settings.seed,
-                metric=settings.metric,
-                passages=passages,
-                bos=bos,
+                **{**settings.shared_options(), "bos": bos},
                 progress=progress_callback(bar),
             )
             d = dg.diagnose(run.spec, progress=progress_callback(bar))

@@ -25,6 +25,15 @@ D_OPTIONS = [8, 16, 32, 64, 128, 256, 512, 1024]
 CUSTOM = "(your own settings)"
 KNOB_KEYS = {"L": "syn_t_L", "h0": "syn_t_h0", "growth": "syn_t_growth", "rho": "syn_t_rho"}
 KNOB_KEYS |= {"n": "syn_t_n", "d": "syn_t_d"}
+#: The story's sliders that a step may grey out: (knob, label, low, high, step, help).
+STORY_SLIDERS = (
+    ("h0", "h_0 size (in updates)", 0.0, 10.0, 0.25,
+     "‖h_0‖² in units of one update. Enters at step 3."),
+    ("growth", "update growth g", 0.8, 1.5, 0.05,
+     "Update m has squared size g^(m-1). Enters at step 4."),
+    ("rho", "update correlation ρ", 0.0, 0.9, 0.05,
+     "Updates k layers apart have correlation ρ^k. Enters at step 5."),
+)  # fmt: skip
 #: Sweep sampling budget: sum over the depths of L * N * d, three constructions each.
 SWEEP_BUDGET = 4 * teaching.SAMPLE_BUDGET
 
@@ -84,32 +93,19 @@ def story_knobs(step: str) -> teaching.Knobs:
     active = teaching.active_knobs(step)
     c = st.columns(6)
     L = c[0].slider("L (layers)", 2, 64, key=KNOB_KEYS["L"])
-    h0 = c[1].slider(
-        "h_0 size (in updates)",
-        0.0,
-        10.0,
-        step=0.25,
-        key=KNOB_KEYS["h0"],
-        disabled="h0" not in active,
-        help="‖h_0‖² in units of one update. Enters at step 3.",
-    )
-    growth = c[2].slider(
-        "update growth g",
-        0.8,
-        1.5,
-        step=0.05,
-        key=KNOB_KEYS["growth"],
-        disabled="growth" not in active,
-        help="Update m has squared size g^(m-1). Enters at step 4.",
-    )
-    rho = c[3].slider(
-        "update correlation ρ",
-        0.0,
-        0.9,
-        step=0.05,
-        key=KNOB_KEYS["rho"],
-        disabled="rho" not in active,
-        help="Updates k layers apart have correlation ρ^k. Enters at step 5.",
+    h0, growth, rho = (
+        col.slider(
+            label,
+            low,
+            high,
+            step=step_size,
+            key=KNOB_KEYS[field],
+            disabled=field not in active,
+            help=help_text,
+        )
+        for col, (field, label, low, high, step_size, help_text) in zip(
+            c[1:4], STORY_SLIDERS, strict=True
+        )
     )
     n = c[4].select_slider(
         "N (passages)",

@@ -9,8 +9,8 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.glossary import human_label
-from deffcore.snapshot import Headline, MeasurementView, RunView, download_stem, run_identity
-from explorer.cards import show_figure
+from deffcore.snapshot import Headline, MeasurementView, RunView
+from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
 from explorer.progress import progress_callback
@@ -21,19 +21,17 @@ REFERENCES = ("F_L", "F_norm", "F_h0+norm", "F_h0+corr")
 
 
 class Baselines:
-    """The run and view every section of this page reads, and how its figures are named."""
+    """The run and view every section of this page reads."""
 
     def __init__(self, view: RunView, pooling: str, metric: str) -> None:
         self.view, self.pooling, self.metric = view, pooling, metric
         self.h: Headline = view.headline(pooling, metric)
-        self.identity = run_identity(view.spec, pooling=pooling, metric=metric)
-
-    def name(self, what: str) -> str:
-        """Widget key and download file stem: the run, the view and what the figure shows."""
-        return download_stem(self.view.spec, what, pooling=self.pooling, metric=self.metric)
 
     def show(self, fig, what: str, **identity: object) -> None:
-        show_figure(figures.tag_run(fig, {**self.identity, **identity}), key=self.name(what))
+        """A figure of this run and view; its key and downloads say which (and `identity`)."""
+        show_run_figure(
+            fig, self.view.spec, what, pooling=self.pooling, metric=self.metric, identity=identity
+        )
 
 
 def random_null_section(b: Baselines) -> None:
