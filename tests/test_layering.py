@@ -214,3 +214,18 @@ def test_the_layering_checks_catch_a_page_import():
     tree = "import pages.x\nfrom app import navigation\nfrom explorer.cards import show_figure\n"
     names = _imported_names(ast.parse(tree), "explorer.views", False)
     assert {"pages.x", "app", "explorer.cards"} <= set(names)
+
+
+def test_the_design_map_names_every_module():
+    """docs/DESIGN.md's map has a line for every module of deffcore/, its two sub-packages and
+    explorer/ (a new module without a line on the map is a room nobody can find)."""
+    text = (ROOT / "docs" / "DESIGN.md").read_text()
+    the_map = text[text.index("## The map") : text.index("## Conventions")]
+    folders = [PKG, PKG / "figures", PKG / "sweep", ROOT / "explorer"]
+    files = [p for folder in folders for p in sorted(folder.glob("*.py"))]
+    missing = [
+        str(p.relative_to(ROOT))
+        for p in files
+        if p.name not in ("__main__.py",) and f"{p.name} " not in the_map
+    ]
+    assert not missing, f"not on the map in docs/DESIGN.md: {missing}"
