@@ -54,21 +54,6 @@ def press_run(at: AppTest, **overrides) -> AppTest:
     return at.run()
 
 
-@pytest.fixture(autouse=True)
-def deff_cache_dir(cache_dir, monkeypatch):
-    """Overrides tests/conftest.py's fresh-cache-per-test: this module's tests share one app
-    session, so they share its cache (still a temporary folder, never the repo's cache/)."""
-    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
-    return cache_dir
-
-
-@pytest.fixture(scope="module")
-def measurement(cache_dir):
-    from deffcore.measurement import measure
-
-    return measure(**RUN)
-
-
 @pytest.fixture(scope="module")
 def app(cache_dir, measurement):
     at = new_app().run()

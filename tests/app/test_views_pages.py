@@ -26,13 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
 
 
-@pytest.fixture(autouse=True)
-def deff_cache_dir(cache_dir, monkeypatch):
-    """This module's tests share one cache (the module-scoped folder), like its app session."""
-    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
-    return cache_dir
-
-
 @pytest.fixture(scope="module")
 def runs(cache_dir):
     """The trained run (with its two null seeds), a windows variant and a partial entry."""
