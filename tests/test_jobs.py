@@ -180,6 +180,15 @@ def test_n_beyond_the_dataset_and_missing_paths_are_refused_before_the_model(no_
     assert no_model == []
 
 
+def test_a_tokenizer_error_of_the_window_count_is_said_before_the_model(no_model):
+    # counting windows loads the tokenizer: its DeffError (a model not on this machine) is the
+    # answer, said before the run is queued; only an unexpected error is left to the worker
+    before = set(jobs._JOBS)
+    with pytest.raises(DeffError, match="no-such-org/no-such-model"):
+        jobs.start(spec_of(model="no-such-org/no-such-model", passages="windows"))
+    assert set(jobs._JOBS) == before and no_model == []
+
+
 def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch):
     def failing(*args, **kwargs):
         raise RuntimeError("CUDA error: device-side assert triggered")
