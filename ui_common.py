@@ -387,12 +387,10 @@ def progress_callback(bar: Any) -> Any:
 _progress_callback = progress_callback  # the name the first pages used
 
 
-def _check_data_input(dataset: str, local_data: str | None) -> None:
+def _check_data_input(dataset: str, local_data: str | None) -> str:
     """DEFF_LOCAL_PATHS: refuse a dataset file the server does not allow, and a path typed
     where a Hugging Face dataset spec belongs (it would be read as a file)."""
-    if local_data:
-        serving.check_local_path(local_data, what="dataset file")
-    ds = dataset
+    ds = serving.check_dataset_spec(dataset, local_data)  # resolved: the checked path is opened
     uploaded = any(ds == p or ds.startswith(f"{p}:") for p in upload_names())
     typed_hf = ds != DEFAULT_DATASET and not local_data and not uploaded
     if ds and typed_hf and not ds.startswith("hf:"):
@@ -400,6 +398,7 @@ def _check_data_input(dataset: str, local_data: str | None) -> None:
             f"A Hugging Face dataset spec starts with 'hf:' (got {ds!r}); choose Upload a "
             "file or Local file for a file."
         )
+    return ds
 
 
 def start_run(settings: Settings) -> str | None:
@@ -719,12 +718,12 @@ def sidebar() -> Settings:
         # dataset file never reaches a page (the labs read settings.model / .dataset too).
         refused = []
         try:
-            serving.check_model_spec(model)
+            model = serving.check_model_spec(model)
         except DeffError as err:
             refused.append(str(err))
             model = ""
         try:
-            _check_data_input(dataset, local_data)
+            dataset = _check_data_input(dataset, local_data)
         except DeffError as err:
             refused.append(str(err))
             dataset = ""
