@@ -59,3 +59,29 @@ class InvalidArgumentError(DeffError):
 
 class DeviceUnavailableError(DeffError):
     """An unknown device name, or a device this machine does not have (CUDA without a GPU)."""
+
+
+class ForeignCacheEntryError(CacheCorruptError):
+    """Something in the cache folder named like a run's entry or lock that deffcore did not make
+    (a symbolic link, a folder where a file belongs, a file it never writes): it is never read,
+    written or deleted through."""
+
+
+class CacheWriteError(DeffError):
+    """The cache folder cannot be written: the disk is full, permissions, a read-only disk."""
+
+
+class UndefinedSimilarityError(InvalidStatesError):
+    """A layer's states give no similarity: they do not vary across passages (its centred
+    matrix is zero), so CKA is undefined for it."""
+
+
+def non_finite_advice(dtype: str | None) -> str:
+    """What to try when a model's states hold NaN or inf, for a run in `dtype` (never "try
+    float32" to a run that is already in float32)."""
+    if dtype in (None, "float32", "torch.float32"):
+        return (
+            "the run is already in float32 (the states' norms overflow its range, or the model "
+            "produced NaN), so check the weights"
+        )
+    return "try float32 (--dtype float32), or check the weights"

@@ -38,7 +38,7 @@ from deffcore.constants import (
 )
 from deffcore.controls import apply_pc_control
 from deffcore.depth import DepthSummary, depth_summary, effective_depth, gap_percent
-from deffcore.errors import DeffError, RunCancelled, TooFewPassagesError
+from deffcore.errors import DeffError, InvalidStatesError, RunCancelled, TooFewPassagesError
 from deffcore.extract import BatchCheckpoint, PooledStates, extract_pooled
 from deffcore.interventions import INTERVENTIONS
 from deffcore.models import LoadedModel, check_max_tokens, load_model, resolve_device_dtype
@@ -124,7 +124,12 @@ class Measurement:
     def pos0_peak(self) -> tuple[float, int]:
         """(max over h_0 .. h_L of the position-0 norm ratio, its layer index l)."""
         ratios = np.asarray(self.pooled.pos0_norm_ratio, dtype=np.float64)
-        layer = int(np.nanargmax(ratios))
+        finite = np.isfinite(ratios)
+        if not finite.any():  # (never from the cache: non-finite states are not stored)
+            raise InvalidStatesError(
+                "The position-0 norm ratio is NaN or inf at every layer, so it has no peak."
+            )
+        layer = int(np.argmax(np.where(finite, ratios, -np.inf)))
         return float(ratios[layer]), layer
 
     def update_depth(self, pooling: str = "default", metric: str | None = None) -> UpdateDepth:
@@ -318,6 +323,7 @@ def measure_spec(
         )
     else:
         pooled, was_cached, meta = compute(), False, {}
+        cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
     resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
     if pooled.n < MIN_PASSAGES:
         raise TooFewPassagesError(
