@@ -38,6 +38,7 @@ from deffcore import figures, jobs, serving
 from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS, WINDOW_MODES
 from deffcore.errors import DeffError
 from deffcore.paper import paper_reference_path
+from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_snapshot
 from deffcore.snapshot import run_label as run_label  # re-exported for the pages
 from deffcore.trust import Trust, trust_badge
@@ -123,11 +124,11 @@ def guarded(what: str = "This step") -> Iterator[None]:
     try:
         yield
     except DeffError as err:
-        st.error(str(err))
+        st.error(md_escape(err))
     except MemoryError:
         st.error(f"{what} ran out of memory; lower N or max tokens and try again.")
     except Exception as err:  # keep the app usable whatever a third-party library raises
-        st.error(f"{what} failed unexpectedly ({type(err).__name__}): {err}")
+        st.error(f"{what} failed unexpectedly ({type(err).__name__}): {md_escape(err)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,10 +331,10 @@ def _dataset_spec() -> tuple[str, str | None]:
                 up = {"file_id": upload.file_id, "error": str(err)}
             st.session_state[_UPLOAD] = up
         if up.get("error"):
-            st.error(up["error"])
+            st.error(md_escape(up["error"]))
         path = up.get("path", "")
         if path:
-            st.caption(f"Using {up['name']}")
+            st.caption(f"Using {md_escape(up['name'])}")
     else:
         typed = persisted(
             st.text_input, "Path", "data_path", "", placeholder="/data/passages.jsonl"
@@ -540,7 +541,7 @@ def _grace_s() -> float:
 
 def _draw_progress(status: jobs.JobStatus, *, cancel: bool) -> None:
     with st.container(border=True):
-        st.markdown(f"**Running:** {run_label(status.spec.__dict__)}")
+        st.markdown(f"**Running:** {md_escape(run_label(status.spec.__dict__))}")
         frac = status.done / status.total if status.stage == "extracting" and status.total else 0
         st.progress(min(max(frac, 0.0), 1.0), text=status.describe())
         if cancel:
@@ -571,13 +572,13 @@ def job_panel() -> None:
     progress of the session's run in progress (polled, with Cancel)."""
     err = st.session_state.pop(_RUN_ERROR, None)
     if err:
-        st.error(err)
+        st.error(md_escape(err))
     notice = st.session_state.pop(_NOTICE, None)
     if notice:
         kind, text = notice
-        getattr(st, kind)(text)
+        getattr(st, kind)(md_escape(text))
         if kind == "success":
-            st.toast(text, icon="✅")
+            st.toast(md_escape(text), icon="✅")
     job_id = _session_job()
     status = jobs.status(job_id) if job_id else None
     if status is None:
@@ -728,7 +729,7 @@ def sidebar() -> Settings:
             refused.append(str(err))
             dataset = ""
         for text in refused:
-            st.error(text)
+            st.error(md_escape(text))
         st.session_state["_deff_refused"] = refused
         settings = Settings(
             model=model,
@@ -746,7 +747,7 @@ def sidebar() -> Settings:
         )
         with top:
             run_clicked = st.button("Run", type="primary", key="run", width="stretch")
-            st.caption(_run_summary(settings))
+            st.caption(md_escape(jobs.display(_run_summary(settings), upload_names())))
 
         st.header("View")
         st.caption("Changing these never re-runs the model.")
@@ -774,7 +775,7 @@ def sidebar() -> Settings:
             )
         if view is not None:
             tag = "precomputed" if view.source == "precomputed" else "measured"
-            st.caption(f"Current run ({tag}): {view.label}")
+            st.caption(f"Current run ({tag}): {md_escape(view.label)}")
         glossary_expander()
         if run_clicked:
             start_run(settings)

@@ -46,7 +46,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from deffcore.errors import DeffError, NonFiniteActivationsError, UnsupportedArchitectureError
+from deffcore.errors import (
+    DeffError,
+    NonFiniteActivationsError,
+    UnsupportedArchitectureError,
+    fit_advice,
+)
 
 #: Passages in the diagnostic pass (SPEC 11: the first min(N, 64) of the run's sample).
 DIAG_PASSAGES = 64
@@ -506,7 +511,12 @@ def diagnose(
                 from deffcore.interventions import norm_intervention
 
                 stack.enter_context(norm_intervention(loaded.model, spec.intervention))
-            diag = bos_diagnostics(loaded, token_ids=ids, batch_size=batch_size, progress=progress)
+            try:
+                diag = bos_diagnostics(
+                    loaded, token_ids=ids, batch_size=batch_size, progress=progress
+                )
+            except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
+                raise fit_advice(err, spec.dtype) from err
         data = {
             "format": DIAG_FORMAT,
             "key": spec.key(),

@@ -6,6 +6,8 @@ and show `str(err)`, which is always a complete, specific sentence for a person 
 
 from __future__ import annotations
 
+import re
+
 
 class DeffError(ValueError):
     """Base class: bad input or an environment problem with a clear message."""
@@ -85,3 +87,18 @@ def non_finite_advice(dtype: str | None) -> str:
             "produced NaN), so check the weights"
         )
     return "try float32 (--dtype float32), or check the weights"
+
+
+_TRY_FLOAT32 = re.compile(r"([Tt])ry float32 \(--dtype float32\),? or check the weights")
+
+
+def fit_advice(err: NonFiniteActivationsError, dtype: str | None) -> NonFiniteActivationsError:
+    """`err` with its "try float32" advice replaced by `non_finite_advice(dtype)` (the
+    extraction's hooks do not know the run's dtype; the run does)."""
+    advice = non_finite_advice(dtype)
+
+    def fitted(m: re.Match) -> str:
+        return advice[0].upper() + advice[1:] if m.group(1) == "T" else advice
+
+    text = _TRY_FLOAT32.sub(fitted, str(err))
+    return err if text == str(err) else type(err)(text)

@@ -37,8 +37,22 @@ from deffcore.constants import (
     WINDOW_MODES,
 )
 from deffcore.controls import apply_pc_control
-from deffcore.depth import DepthSummary, depth_summary, effective_depth, gap_percent
-from deffcore.errors import DeffError, InvalidStatesError, RunCancelled, TooFewPassagesError
+from deffcore.depth import (
+    DepthSummary,
+    depth_summary,
+    effective_depth,
+    gap_percent,
+    reference_depth,
+)
+from deffcore.errors import (
+    DeffError,
+    InvalidStatesError,
+    NonFiniteActivationsError,
+    RunCancelled,
+    TooFewPassagesError,
+    UndefinedSimilarityError,
+    fit_advice,
+)
 from deffcore.extract import BatchCheckpoint, PooledStates, extract_pooled
 from deffcore.interventions import INTERVENTIONS
 from deffcore.models import LoadedModel, check_max_tokens, load_model, resolve_device_dtype
@@ -108,10 +122,30 @@ class Measurement:
             self._sim[(pooling, metric)] = similarity_matrix(self.states(pooling), metric)
         return self._sim[(pooling, metric)]
 
+    def undefined(self, pooling: str = "default", metric: str | None = None) -> str | None:
+        """Why `pooling` has no numbers in this run, or None when it has them.
+
+        A control whose pooled states do not vary across passages at some layer (e.g.
+        first_non_bos when every passage starts with the same token: its states are the same
+        for all passages) has no similarity, so it is undefined for this run while the default
+        and the other controls are measured. The default pooling is never undefined here: its
+        failure is the run's (the similarity raises)."""
+        if pooling == "default":
+            return None
+        try:
+            self.similarity(pooling, metric)
+        except UndefinedSimilarityError as err:
+            return f"Pooling {pooling!r} is undefined for this run: {err}"
+        return None
+
     def summary(
         self, pooling: str = "default", metric: str | None = None, K: int | None = None
     ) -> DepthSummary:
-        """D_eff, D_eff/L, gap%, rho_hat(1) at maximum lag K (default L-1)."""
+        """D_eff, D_eff/L, gap%, rho_hat(1) at maximum lag K (default L-1); every number NaN
+        for a control that is `undefined` for this run."""
+        if self.undefined(pooling, metric) is not None:
+            nan, L = float("nan"), self.layers
+            return DepthSummary(L, nan, nan, nan, nan, reference_depth(L))
         S = self.similarity(pooling, metric)
         out = depth_summary(S)
         if K is not None and out.layers - 1 != K:
@@ -191,7 +225,14 @@ class Measurement:
         results = {}
         for pooling in POOLINGS:
             s = self.summary(pooling, metric)
+            why = self.undefined(pooling, metric)
+            if why is not None:  # a degenerate control: its numbers are null, with the reason
+                keys = ("deff", "deff_over_L", "gap_pct", "rho1", "update_depth")
+                results[pooling] = {**dict.fromkeys(keys), "undefined": why}
+                results[pooling].update(deff_over_L_at_K={}, matched_references=None)
+                continue
             results[pooling] = {
+                "undefined": None,
                 "deff": s.deff,
                 "deff_over_L": s.deff_over_L,
                 "gap_pct": s.gap_pct,
@@ -270,17 +311,20 @@ def extract_spec(
             from deffcore.interventions import norm_intervention
 
             stack.enter_context(norm_intervention(model.model, spec.intervention))
-        return extract_pooled(
-            model,
-            None if token_ids is not None else documents,
-            token_ids=token_ids,
-            max_tokens=spec.max_tokens,
-            batch_size=batch_size,
-            progress=progress,
-            bos=spec.bos,
-            checkpoint=checkpoint,
-            should_stop=should_stop,
-        )
+        try:
+            return extract_pooled(
+                model,
+                None if token_ids is not None else documents,
+                token_ids=token_ids,
+                max_tokens=spec.max_tokens,
+                batch_size=batch_size,
+                progress=progress,
+                bos=spec.bos,
+                checkpoint=checkpoint,
+                should_stop=should_stop,
+            )
+        except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
+            raise fit_advice(err, spec.dtype) from err
 
 
 def measure_spec(
