@@ -928,6 +928,11 @@ def require_view(title: str) -> tuple[RunView, Settings] | None:
     if view is None:
         st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
         return None
+    try:  # e.g. a pooling control undefined for this run (no variance): a sentence
+        view.similarity(settings.pooling, settings.metric)
+    except DeffError as err:
+        st.warning(md_escape(err))
+        return None
     if isinstance(view, SnapshotView):
         st.caption(
             "ℹ️ Showing the shipped precomputed default run (see the first page); press **Run** "

@@ -7,6 +7,7 @@ import streamlit as st
 
 import ui_common as ui
 from deffcore import figures
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 
 view, settings = ui.page("Overview")
 st.title("Effective Depth Explorer")
@@ -19,7 +20,7 @@ st.markdown(
 if view is None:
     st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
     st.stop()
-st.subheader(view.label)
+st.subheader(md_escape(view.label))
 ui.precomputed_note(view)
 ui.headline_cards(view, settings)
 metric_table = ui.metric_comparison(view, settings)

@@ -9,6 +9,7 @@ import ui_common as ui
 from deffcore.glossary import human_columns, human_label
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 
 ctx = ui.require_view("Aggregations and metrics")
 if ctx is None:
@@ -20,7 +21,7 @@ st.markdown(
     + "; ".join(f"**{v}**" for v in AGGREGATION_LABELS.values())
     + ". Every value is divided by L: 1 means all layers differ, 1/L means all are the same."
 )
-st.caption(f"Run: {view.label} · pooling {settings.pooling} (change it in the sidebar)")
+st.caption(f"Run: {md_escape(view.label)} · pooling {settings.pooling} (change it in the sidebar)")
 with ui.guarded("The aggregations"):
     table = aggregation_table(view, pooling=settings.pooling)
     ui.show_figure(lab_figures.aggregations_plot(table), key="aggregations")

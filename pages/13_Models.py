@@ -12,6 +12,7 @@ import streamlit as st
 import ui_common as ui
 from deffcore import figures
 from deffcore.constants import POOLINGS
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.sweep import Cell, cached_model_row, grid_cells, paper_models, start_sweep, sweep_job
 
 _JOB = "_models_sweep_job"
@@ -45,7 +46,7 @@ def model_table(metric: str) -> pd.DataFrame:
             try:
                 rows.append(cached_row(meta["key"], meta.get("created", ""), metric, meta))
             except Exception as err:  # one unreadable run must not hide the others
-                st.warning(f"Run {meta.get('key')} skipped: {err}")
+                st.warning(f"Run {meta.get('key')} skipped: {md_escape(err)}")
     cached = pd.DataFrame(rows)
     return pd.concat([paper_table(), cached], ignore_index=True, sort=False)
 
@@ -150,7 +151,8 @@ if launched:
             seeds = [int(s) for s in seeds_text.split(",") if s.strip()]
         except ValueError:
             seeds = None
-            st.error(f"Random seeds must be comma-separated integers, got {seeds_text!r}.")
+            shown = md_escape(repr(seeds_text))
+            st.error(f"Random seeds must be comma-separated integers, got {shown}.")
         if seeds is not None:
             cells: list[Cell] = grid_cells(
                 models,
@@ -191,7 +193,7 @@ def sweep_progress() -> None:
         f"{snap['elapsed_s']:.0f} s" + (f" · engine {snap['engine']}" if snap["engine"] else ""),
     )
     if snap["error"]:
-        st.error(snap["error"])
+        st.error(md_escape(snap["error"]))
     if snap["rows"]:
         landed = pd.DataFrame(snap["rows"])
         cols = ["label", "status", "deff_over_L", "gap_pct", "seconds", "worker", "error"]

@@ -6,13 +6,14 @@ import streamlit as st
 
 import ui_common as ui
 from deffcore import figures
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import download_stem, run_identity
 
 ctx = ui.require_view("Similarity")
 if ctx is None:
     st.stop()
 view, settings = ctx
-st.caption(f"{view.label} · {settings.metric} · pooling {settings.pooling}")
+st.caption(f"{md_escape(view.label)} · {settings.metric} · pooling {settings.pooling}")
 
 pooling, metric = settings.pooling, settings.metric
 S = view.similarity(pooling, metric)

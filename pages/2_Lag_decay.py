@@ -9,6 +9,7 @@ import streamlit as st
 import ui_common as ui
 from deffcore import figures
 from deffcore.constants import SENSITIVITY_LAGS
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import download_stem, run_identity
 
 ctx = ui.require_view("Lag decay")
@@ -16,7 +17,7 @@ if ctx is None:
     st.stop()
 view, settings = ctx
 pooling, metric = settings.pooling, settings.metric
-st.caption(f"{view.label} · {metric} · pooling {pooling}")
+st.caption(f"{md_escape(view.label)} · {metric} · pooling {pooling}")
 st.latex(
     r"\rho(k) = \frac{1}{L-k}\sum_{i=1}^{L-k} S(i, i+k), \qquad "
     r"D_\mathrm{eff}(K) = \frac{L}{1 + 2\sum_{k=1}^{K} (1 - k/L)\,\rho(k)}"

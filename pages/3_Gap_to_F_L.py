@@ -7,6 +7,7 @@ import streamlit as st
 
 import ui_common as ui
 from deffcore import figures
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import (
     SnapshotView,
     common_label,
@@ -100,7 +101,7 @@ rows = [
 ]
 shared = common_label([r["spec"] for r in runs]) if len(runs) > 1 else ""
 if shared:
-    st.caption(f"Every measured run here: {shared}.")
+    st.caption(f"Every measured run here: {md_escape(shared)}.")
 
 paper = ui.paper_table()
 if paper is None:

@@ -17,13 +17,15 @@ import ui_common as ui
 from deffcore import diagnostics as dg
 from deffcore import figures
 from deffcore.constants import POOLINGS
+from deffcore.errors import UndefinedSimilarityError
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 
 ctx = ui.require_view("BOS & controls")
 if ctx is None:
     st.stop()
 view, settings = ctx
 k_max = settings.K or view.layers - 1
-st.caption(f"{view.label} · {settings.metric} · K = {k_max}")
+st.caption(f"{md_escape(view.label)} · {settings.metric} · K = {k_max}")
 
 # --- the numbers the verdict needs -------------------------------------------------------------
 
@@ -35,6 +37,8 @@ with st.spinner("Similarity of every pooling control (computed once per run)…"
             headlines[pooling] = view.headline(pooling, settings.metric, settings.K)
         except KeyError:  # an older snapshot without this control
             missing.append(pooling)
+        except UndefinedSimilarityError as err:  # a degenerate control: undefined for this run
+            st.caption(md_escape(f"{pooling} is undefined for this run: {err}"))
 
 m = view.measurement
 spec = m.spec if m is not None else dg.spec_from_fields(view.spec)
@@ -200,7 +204,7 @@ if diag:
 
 # --- BOS on / off ------------------------------------------------------------------------------
 
-st.subheader(f"BOS on or off: {settings.model or 'the sidebar model'}")
+st.subheader(f"BOS on or off: {md_escape(settings.model or 'the sidebar model')}")
 st.caption(
     "Two runs with the sidebar's settings, one with exactly one BOS at position 0 (`bos=add`), "
     "one with none (`bos=none`): a sink that moves to the first token without a BOS is a "

@@ -7,6 +7,7 @@ import streamlit as st
 
 import ui_common as ui
 from deffcore import figures
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import download_stem, run_identity
 
 try:  # teach's glossary (issue 12.4): human names for the references
@@ -33,7 +34,7 @@ def name(what: str) -> str:
     return download_stem(view.spec, what, pooling=pooling, metric=metric)
 
 
-st.caption(f"{view.label} · {metric} · pooling {pooling} · K = L-1")
+st.caption(f"{md_escape(view.label)} · {metric} · pooling {pooling} · K = L-1")
 
 # --- random-weight null ----------------------------------------------------------------------
 st.subheader("Trained vs random-weight null")

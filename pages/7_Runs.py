@@ -11,6 +11,7 @@ import streamlit as st
 
 import ui_common as ui
 from deffcore import figures
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import (
     Headline,
     SnapshotView,
@@ -166,7 +167,8 @@ if complete:
         st.rerun()  # redraw the sidebar too, which was drawn before the run changed
     opened = st.session_state.pop("runs_opened", None)
     if opened in labels:
-        st.success(f"Opened {run_label(by_id[opened]['spec'])}; every page now shows it.")
+        shown = md_escape(run_label(by_id[opened]["spec"]))
+        st.success(f"Opened {shown}; every page now shows it.")
 
 # --- interrupted runs -----------------------------------------------------------------------
 unfinished = [e for e in entries if e["status"] == "partial"]
@@ -222,7 +224,7 @@ else:
                 names[i] += " · precomputed"
         shared = common_label([by_id[i]["spec"] for i in picked])
         if shared:
-            st.caption(f"All compared runs: {shared} · {metric} · pooling {pooling}")
+            st.caption(f"All compared runs: {md_escape(shared)} · {metric} · pooling {pooling}")
         results: dict[str, dict[str, Any]] = {}
         for i in picked:
             e = by_id[i]
@@ -345,7 +347,8 @@ if c2.button("Delete…", key="runs_delete_button"):
     st.session_state["runs_confirm_delete"] = to_delete
 pending = st.session_state.get("runs_confirm_delete")
 if pending in deletable:
-    st.warning(f"Delete {labels[pending]} from the cache? Its states cannot be recovered.")
+    shown = md_escape(labels[pending])
+    st.warning(f"Delete {shown} from the cache? Its states cannot be recovered.")
     c1, c2, _ = st.columns([1, 1, 4])
     if c1.button("Yes, delete", type="primary", key="runs_delete_confirm"):
         with ui.guarded("Deleting the run"):

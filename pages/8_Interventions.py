@@ -12,6 +12,7 @@ from deffcore.labs.interventions import (
     intervention_table,
     paper_intervention_rows,
 )
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 
 MODELS = ("gemma3-270m", "tiny-gemma3", "tiny-olmo2", "tiny-qwen3")
 
@@ -61,7 +62,7 @@ result = st.session_state.get("iv_result")
 rows = result["rows"] if result else []
 if result:
     st.caption(
-        f"{result['model']} · N = {result['n']} · max tokens {result['max_tokens']} · "
+        f"{md_escape(result['model'])} · N = {result['n']} · max tokens {result['max_tokens']} · "
         f"metric {result['metric']}. Gap to F_L in %: > 0 is sub-reference."
     )
 else:

@@ -9,6 +9,7 @@ import ui_common as ui
 from deffcore.glossary import GLOSSARY
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.pruning import RANKING_LABELS, pruning_check
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 
 _, settings = ui.page("Pruning boundary check")
 st.title("Pruning boundary check")
@@ -66,7 +67,7 @@ else:
     )
     cols[3].metric("Spearman (BI, ΔD_eff)", f"{result['spearman_bi_vs_local_deff']:.2f}")
     st.caption(
-        f"{result['model']} · L = {L} · D_eff/L = {result['deff_over_L']:.3f} · gap "
+        f"{md_escape(result['model'])} · L = {L} · D_eff/L = {result['deff_over_L']:.3f} · gap "
         f"{result['gap_pct']:.1f}% · {result['n']} measured and {result['n_heldout']} held-out "
         f"passages ({result['heldout_tokens']} predicted tokens) · Spearman p = "
         f"{result['spearman_p']:.2f}"
