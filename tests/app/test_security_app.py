@@ -87,9 +87,7 @@ def test_an_uploaded_csv_header_is_not_markdown_and_the_upload_path_is_never_sho
     assert no_model == []
 
 
-def test_a_relative_path_is_opened_inside_the_allowed_folder_only(
-    no_model, tmp_path, monkeypatch
-):
+def test_a_relative_path_is_opened_inside_the_allowed_folder_only(no_model, tmp_path, monkeypatch):
     cwd, allowed = tmp_path / "server-cwd", tmp_path / "allowed"
     cwd.mkdir()
     allowed.mkdir()
@@ -124,7 +122,6 @@ def test_paths_off_refuses_an_hf_spec_naming_a_local_folder(no_model, tmp_path, 
 
 def test_a_degenerate_control_is_a_sentence_on_the_pages(tmp_path):
     import ui_common
-
     from deffcore.measurement import measure
     from deffcore.snapshot import MeasurementView
 
