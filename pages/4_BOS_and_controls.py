@@ -68,7 +68,7 @@ if diag is None:
         st.info(
             "The shipped run has no massive-activation and attention-sink diagnostics yet: one "
             f"small eager-attention pass over its first {min(view.n, dg.DIAG_PASSAGES)} passages "
-            "computes them (a few minutes on a busy CPU; stored beside the run)."
+            "computes them (a few minutes on a busy CPU; kept while the app runs)."
         )
         if st.button("Compute the diagnostics for this run", key="bos_diagnose"):
             diag = _compute_diagnostics(spec, view.label)
