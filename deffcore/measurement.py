@@ -386,6 +386,39 @@ def measure_spec(
     )
 
 
+def check_run_options(
+    metric: str,
+    n: int,
+    max_tokens: int,
+    seed: int,
+    device: str | None = None,
+    dtype: str | None = None,
+    passages: str = "documents",
+    bos: str = "default",
+    *,
+    batch_size: int | None = None,
+    device_here: bool = True,
+) -> tuple[str, str]:
+    """Check the options of a run that do not depend on its model or dataset -> (device,
+    dtype): the choices, n, max_tokens, seed, batch size, the device (`device_here=False`
+    skips the "does this machine have it" part, for a sweep whose workers have their own GPUs)
+    and the cache folder. A sweep checks these once for all its cells (`run_spec` per cell).
+    Raises a DeffError subclass with one sentence."""
+    _check_choice(metric, METRICS, "metric")
+    _check_choice(passages, PASSAGE_MODES, "passages mode")
+    _check_choice(bos, BOS_OPTIONS, "BOS option")
+    if not isinstance(n, int) or n < MIN_PASSAGES:
+        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
+    if not isinstance(max_tokens, int) or max_tokens < 2:
+        raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
+    check_seed(seed)
+    if batch_size is not None:
+        check_int(batch_size, "batch_size", 1)
+    device, dtype = resolve_device_dtype(device, dtype, check=device_here)
+    check_cache_dir()
+    return device, dtype
+
+
 def run_spec(
     model: str,
     dataset: str,
@@ -405,26 +438,16 @@ def run_spec(
 ) -> tuple[RunSpec, str]:
     """Check a run's arguments and resolve device/dtype -> (RunSpec, device).
 
-    Every check is cheap and runs before any model loads (issue 8): the choices, n, max_tokens
-    (also against the model's context length, read from its config), seed, batch size, the
-    device (`device_here=False` skips the "does this machine have it" part, for a sweep whose
-    workers have their own GPUs), the cache folder and the dataset (opened, not read).
-    Raises a DeffError subclass with one sentence.
+    Every check is cheap and runs before any model loads (issue 8): `check_run_options`, the
+    norm intervention, max_tokens against the model's context length (read from its config)
+    and the dataset (opened, not read). Raises a DeffError subclass with one sentence.
     """
-    _check_choice(metric, METRICS, "metric")
-    _check_choice(passages, PASSAGE_MODES, "passages mode")
-    _check_choice(bos, BOS_OPTIONS, "BOS option")
     _check_choice(intervention, INTERVENTIONS, "norm intervention")
-    if not isinstance(n, int) or n < MIN_PASSAGES:
-        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
-    if not isinstance(max_tokens, int) or max_tokens < 2:
-        raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
-    check_seed(seed)
-    if batch_size is not None:
-        check_int(batch_size, "batch_size", 1)
-    device, dtype = resolve_device_dtype(device, dtype, check=device_here)
+    device, dtype = check_run_options(
+        metric, n, max_tokens, seed, device, dtype, passages, bos,
+        batch_size=batch_size, device_here=device_here,
+    )  # fmt: skip
     check_max_tokens(model, max_tokens, revision)
-    check_cache_dir()
     check_dataset(dataset)
     spec = RunSpec(
         model=model,

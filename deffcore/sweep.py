@@ -54,8 +54,10 @@ from typing import Any
 
 import numpy as np
 
+from deffcore import sweep_checks
 from deffcore.constants import POOLINGS
 from deffcore.errors import DeffError
+from deffcore.sweep_checks import SweepError  # re-exported: the class lives with the checks
 
 #: The keys of one cell in `SweepResult.rows` that the CLI's `--json` prints, in order.
 CELL_KEYS: tuple[str, ...] = (
@@ -84,10 +86,6 @@ MAX_CELLS = 2000
 
 OnCell = Callable[[dict[str, Any], int, int], None]
 _RAY_LOCK = threading.Lock()
-
-
-class SweepError(DeffError):
-    """A malformed sweep: no cells, a bad axis value, an unreadable manifest, a bad engine."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,6 +153,10 @@ def grid_cells(
     revision: it appears once per model, not once per revision. A model written as
     `random:<model>:<seed>` is that one random null.
     """
+    axes = sweep_checks.check_axes(models=models, revisions=revisions, random_seeds=random_seeds,
+                                   interventions=interventions, datasets=datasets)  # fmt: skip
+    models, revisions, random_seeds = axes["models"], axes["revisions"], axes["random_seeds"]
+    interventions, datasets = axes["interventions"], axes["datasets"]
     models = [m.strip() for m in models if m and m.strip()]
     if not models:
         raise SweepError("A sweep needs at least one model (--models a,b or a manifest).")
@@ -254,6 +256,7 @@ def manifest_cells(path: str | Path) -> list[Cell]:
         seed = item.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise SweepError(f"Cell {i + 1} of {path}: seed must be an integer, got {seed!r}.")
+        sweep_checks.check_manifest_cell(item, f"Cell {i + 1} of the sweep manifest {path}")
         cells += grid_cells(
             [item["model"]],
             revisions=[item.get("revision")],
@@ -267,6 +270,10 @@ def manifest_cells(path: str | Path) -> list[Cell]:
         if not isinstance(grid, dict) or set(grid) - set(_AXES):
             raise SweepError(f"The 'grid' of {path} must be a mapping of {', '.join(_AXES)}.")
         grid = dict(grid)
+        if "trained" in grid and not isinstance(grid["trained"], bool):
+            raise SweepError(f"The 'grid' of {path}: 'trained' must be true or false.")
+        axes = {k: v for k, v in grid.items() if k != "trained"}
+        grid.update(sweep_checks.check_axes(f"The 'grid' of {path}", **axes))
         cells += grid_cells(grid.pop("models", []) or [], **grid)
     return _dedupe(cells)
 
@@ -443,8 +450,13 @@ def _local_ray_init(num_cpus: int | None, num_gpus: int | None) -> None:
 def _join_ray(address: str) -> None:
     import ray
 
-    try:
+    def init() -> None:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
+
+    try:  # probed first, joined with a deadline (a dead address: one sentence, not for ever)
+        sweep_checks.join_ray(address, init)
+    except SweepError:
+        raise
     except Exception as err:  # ConnectionError and friends: a sentence, not a traceback
         raise SweepError(
             f"Cannot join the Ray cluster at {address!r} ({_one_sentence(err)}); start it with "
@@ -507,7 +519,6 @@ def run_sweep(
     first), with the row dict also found in the result.
     """
     from deffcore import cache
-    from deffcore.measurement import run_spec
 
     cells = _dedupe(cells)
     if not cells:
@@ -523,27 +534,14 @@ def run_sweep(
     _check_interventions(c.intervention for c in cells)
     if gpus_per_cell and device is None:
         device = "cuda"  # a GPU per cell: the workers have CUDA even if this driver has none
-    specs, rows = [], []
-    for cell in cells:
-        spec, dev = run_spec(
-            cell.model_spec,
-            cell.dataset,
-            n,
-            max_tokens,
-            seed,
-            metric,
-            cell.revision,
-            device,
-            dtype,
-            cell.intervention,
-            passages=passages,
-            bos=bos,
-            # with a GPU per cell the workers have CUDA even where this driver has none
-            device_here=not gpus_per_cell,
-        )
-        specs.append(spec)
-        rows.append(_row(cell, spec))
-    device = dev
+    # shared options once (a bad one refuses the sweep); a cell that cannot be built fails alone
+    specs, errors, device, dtype = sweep_checks.cell_specs(
+        cells, n=n, max_tokens=max_tokens, seed=seed, metric=metric, device=device, dtype=dtype,
+        passages=passages, bos=bos, batch_size=batch_size,
+        # with a GPU per cell the workers have CUDA even where this driver has none
+        device_here=not gpus_per_cell,
+    )  # fmt: skip
+    rows = [_row(cell, spec) for cell, spec in zip(cells, specs, strict=True)]
     if gpus_per_cell is None:
         gpus_per_cell = 1.0 if device.startswith("cuda") else 0.0
     settings = {
@@ -552,7 +550,7 @@ def run_sweep(
         "seed": seed,
         "metric": metric,
         "device": device,
-        "dtype": specs[0].dtype,
+        "dtype": dtype,
         "passages": passages,
         "bos": bos,
         "pooling": pooling,
@@ -571,6 +569,9 @@ def run_sweep(
     # 1. the cache (and malformed cells, which fail before any work)
     todo: list[int] = []
     for i, spec in enumerate(specs):
+        if errors[i] is not None:  # its model or dataset was refused: this cell fails alone
+            land(i, "failed", error=errors[i])
+            continue
         try:
             rows[i]["key"] = spec.key()
             pooled = cache.load(spec)
@@ -647,7 +648,8 @@ def run_sweep(
         pending = {task.remote(specs[i], device, batch_size): i for i in todo}
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                # a timeout hands control back to Python each second, so signals are handled
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
                 for ref in ready:
                     i = pending.pop(ref)
                     try:
