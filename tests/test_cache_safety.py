@@ -308,3 +308,22 @@ def test_pos0_peak_ignores_nan_and_never_raises_all_nan():
     pooled.pos0_norm_ratio = np.full(4, np.nan, dtype=np.float32)
     with pytest.raises(InvalidStatesError, match="position-0 norm ratio"):
         Measurement(spec=SPEC, pooled=pooled).pos0_peak()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_nan_advice_fits_the_runs_dtype(tiny_dataset, dtype):
+    """Faults 13: a float32 run is never told to "try float32"."""
+    import torch
+
+    from deffcore.measurement import measure_spec, run_spec
+    from deffcore.models import load_model
+
+    spec, _ = run_spec("tiny-llama", tiny_dataset, 8, 16, 0, "cka", dtype=dtype)
+    loaded = load_model("tiny-llama", dtype=dtype)
+    with torch.no_grad():
+        loaded.model.model.embed_tokens.weight[:] = float("nan")
+    with pytest.raises(NonFiniteActivationsError) as err:
+        measure_spec(spec, loaded=loaded)
+    text = str(err.value)
+    assert "NaN or inf" in text and "\n" not in text
+    assert ("try float32" in text.lower()) == (dtype != "float32"), text
