@@ -16,37 +16,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cache import SPEC, make_pooled  # one stand-in run for the cache tests
 
 from deffcore import cache, cache_files
 from deffcore.cache import RunSpec
 from deffcore.cli import main
-from deffcore.constants import EXTRACTED_POOLINGS
 from deffcore.errors import (
     CacheWriteError,
     DeffError,
     ForeignCacheEntryError,
     NonFiniteActivationsError,
 )
-from deffcore.extract import PooledStates
-
-
-def make_pooled(L: int = 3, n: int = 5, d: int = 4) -> PooledStates:
-    rng = np.random.default_rng(0)
-    return PooledStates(
-        pooled={p: rng.standard_normal((L + 1, n, d)).astype(np.float32)
-                for p in EXTRACTED_POOLINGS},
-        pos0_norm_ratio=rng.random(L + 1).astype(np.float32),
-        n_dropped_short=0,
-        tokens=40,
-        meta={},
-        lengths=np.full(n, 8),
-    )  # fmt: skip
-
-
-SPEC = RunSpec(
-    model="tiny-llama", revision=None, dataset="bbc-news", n=5, max_tokens=16, seed=0,
-    dtype="float32",
-)  # fmt: skip
 
 
 def _digest(folder: Path) -> dict[str, str]:
