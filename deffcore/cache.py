@@ -27,8 +27,14 @@ an npz whose sha256 does not match the meta, arrays whose shapes differ from wha
 states — each makes the entry corrupt: `load` returns None with a warning and `get_or_compute`
 recomputes and overwrites.
 
-Only a *run entry* is ever listed or deleted: a folder named like a key (20 lowercase hex
-digits) that holds meta.json, states.npz or partial/ and nothing but those (and our temp files).
+Only a *run entry* is ever listed, written or deleted: a real folder (never a link) named like a
+key (20 lowercase hex digits) that holds meta.json, states.npz or partial/ and nothing but those
+(and our temp and side files), none of them a link. Anything else named like a run's entry or
+lock is refused in one sentence and never read, written or deleted through
+(`deffcore.cache_files`, the one mechanism every write and delete goes through); every OS error
+of the cache (a full disk, permissions) is one sentence (CacheWriteError) and leaves nothing
+half-written. States holding NaN or inf are never stored, and a stored entry holding them is
+corrupt.
 """
 
 from __future__ import annotations
@@ -40,7 +46,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -51,8 +56,13 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
+from deffcore import cache_files as files
 from deffcore.constants import CODE_VERSION, EXTRACTED_POOLINGS
-from deffcore.errors import CacheCorruptError, DeffError
+from deffcore.errors import (
+    CacheCorruptError,
+    DeffError,
+    ForeignCacheEntryError,
+)
 from deffcore.extract import PooledStates, SavedBatch
 from deffcore.paths import cache_dir
 
@@ -76,7 +86,7 @@ __all__ = [
 FORMAT_VERSION = 1
 PARTIAL_FORMAT = 1
 _KEY_RE = re.compile(r"[0-9a-f]{20}")
-_TMP_RE = re.compile(r"\..+\.tmp")
+_TMP_RE = files.TMP_RE
 _BATCH_RE = re.compile(r"batch-(\d{6})-(\d{6})\.npz")
 
 
@@ -139,17 +149,7 @@ def _lock_path(key: str) -> Path:
     return cache_dir() / f"{key}.lock"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+_atomic_write = files.atomic_write  # the name deffcore.diagnostics imports
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,8 +213,8 @@ def store(spec: RunSpec, pooled: PooledStates, *, elapsed_s: float | None = None
     from deffcore.texts import dataset_identity
 
     key = spec.key()
-    folder = _entry(key)
-    folder.mkdir(parents=True, exist_ok=True)
+    check_finite(pooled, spec.dtype)  # a broken entry is never stored
+    folder = files.writable_entry(_entry(key))  # never through a link, never a user's folder
     arrays = {name: np.asarray(pooled.pooled[name], dtype=np.float32) for name in pooled.pooled}
     arrays["pos0_norm_ratio"] = np.asarray(pooled.pos0_norm_ratio, dtype=np.float32)
     arrays["lengths"] = np.asarray(pooled.lengths, dtype=np.int64)
@@ -241,16 +241,47 @@ def store(spec: RunSpec, pooled: PooledStates, *, elapsed_s: float | None = None
         "extract_meta": pooled.meta,
     }
     # meta.json last: it is the commit marker and carries the npz checksum.
-    (folder / "meta.json").unlink(missing_ok=True)
-    _atomic_write(folder / "states.npz", npz)
-    _atomic_write(folder / "meta.json", json.dumps(meta, indent=2, default=str).encode())
-    shutil.rmtree(folder / "partial", ignore_errors=True)
+    files.remove_file(folder / "meta.json")
+    files.atomic_write(folder / "states.npz", npz)
+    try:
+        files.atomic_write(folder / "meta.json", json.dumps(meta, indent=2, default=str).encode())
+    except BaseException:  # (a full disk) no states without their meta; partial/ stays to resume
+        with contextlib.suppress(DeffError):
+            files.remove_file(folder / "states.npz")
+        raise
+    files.remove_partial(folder / files.PARTIAL)
     return folder
+
+
+def check_finite(pooled: PooledStates, dtype: str | None = None) -> None:
+    """NonFiniteActivationsError (one sentence) unless every pooled array and the position-0
+    norm ratio are finite: the states of a model whose residual norms overflow float32, or that
+    produced NaN, are never stored or measured."""
+    from deffcore.errors import NonFiniteActivationsError, non_finite_advice
+
+    where = _non_finite(pooled)
+    if where is not None:
+        raise NonFiniteActivationsError(
+            f"The pooled states hold NaN or inf ({where}), so they cannot be measured and were "
+            f"not stored; {non_finite_advice(dtype)}."
+        )
+
+
+def _non_finite(pooled: PooledStates) -> str | None:
+    """Where the first NaN/inf of `pooled` is ("pooling 'default' at layer 3"), None if none."""
+    arrays = [(f"pooling {name!r}", arr) for name, arr in pooled.pooled.items()]
+    arrays.append(("the position-0 norm ratio", pooled.pos0_norm_ratio))
+    for what, arr in arrays:
+        finite = np.isfinite(np.asarray(arr))
+        if not finite.all():
+            return f"{what} at layer {int(np.argwhere(~finite)[0][0])}"
+    return None
 
 
 def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
     """The stored run, None if absent; CacheCorruptError if present but invalid."""
     folder = _entry(key)
+    files.refuse_foreign(folder)  # a link or a user's folder is never read as a run
     meta_path, npz_path = folder / "meta.json", folder / "states.npz"
     if not meta_path.exists():
         if npz_path.exists():
@@ -283,6 +314,9 @@ def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
         meta=meta.get("extract_meta") or {},
         lengths=lengths,
     )
+    where = _non_finite(pooled)
+    if where is not None:  # stored by an older version: corrupt, so recomputed
+        raise CacheCorruptError(f"Cache entry {key} holds NaN or inf states ({where}).")
     return pooled, meta
 
 
@@ -296,7 +330,8 @@ def load(spec: RunSpec, *, strict: bool = False) -> PooledStates | None:
     except CacheCorruptError as err:
         if strict:
             raise
-        warnings.warn(f"{err} It will be recomputed.", stacklevel=2)
+        again = "" if isinstance(err, ForeignCacheEntryError) else " It will be recomputed."
+        warnings.warn(f"{err}{again}", stacklevel=2)
         return None
     return None if found is None else found[0]
 
@@ -306,6 +341,10 @@ def load_meta(key: str) -> dict[str, Any]:
     if not is_key(key):
         raise UnknownRunError(f"{key!r} is not a run key (20 lowercase hex digits).")
     folder = _entry(key)
+    try:
+        files.refuse_foreign(folder)
+    except ForeignCacheEntryError as err:
+        raise UnknownRunError(str(err)) from None
     if not (folder / "meta.json").exists() and (folder / "partial").is_dir():
         raise UnknownRunError(
             f"The run {key} was interrupted before it finished; run the same settings again to "
@@ -324,7 +363,7 @@ def _drop_lock_file(lock: Path) -> None:
 
     Safe for waiters: filelock notices that the inode it locked was unlinked and retries on a
     fresh file, where it finds the complete entry."""
-    lock.unlink(missing_ok=True)
+    files.remove_file(lock)
 
 
 def get_or_compute(
@@ -338,6 +377,7 @@ def get_or_compute(
     the lock, so one process writes a partial at a time).
     """
     key = spec.key()
+    files.refuse_foreign(_entry(key))  # before any work: a link or a user's folder is refused
     try:
         found = _read_entry(key)
     except CacheCorruptError:
@@ -345,7 +385,7 @@ def get_or_compute(
     if found is not None:
         return found[0], True, found[1]
     lock = _lock_path(key)
-    with FileLock(str(lock)):
+    with files.locked(lock):
         try:
             found = _read_entry(key)
         except CacheCorruptError as err:
@@ -393,11 +433,11 @@ class PartialRun:
         self.folder = _entry(self.key) / "partial"
 
     def discard(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        files.remove_partial(self.folder)
 
     def _start(self, plan: dict[str, Any]) -> None:
         self.discard()
-        self.folder.mkdir(parents=True, exist_ok=True)
+        files.writable_partial(self.folder)
         manifest = {
             "format": PARTIAL_FORMAT,
             "key": self.key,
@@ -405,7 +445,7 @@ class PartialRun:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "plan": plan,
         }
-        _atomic_write(self.folder / "manifest.json", json.dumps(manifest, indent=2).encode())
+        files.atomic_write(self.folder / "manifest.json", json.dumps(manifest, indent=2).encode())
 
     def resume(self, plan: dict[str, Any], order: list[int]) -> list[SavedBatch]:
         """The finished batches that continue `order` from its start, in order.
@@ -415,6 +455,7 @@ class PartialRun:
         resumed prefix; it and every later file are deleted.
         """
         plan = json.loads(json.dumps(plan))  # the manifest's JSON form, for comparison
+        files.refuse_foreign(self.folder.parent)
         try:
             manifest = _read_json(self.folder / "manifest.json")
         except CacheCorruptError:
@@ -435,26 +476,26 @@ class PartialRun:
             return []
         for tmp in self.folder.iterdir():  # half-written files of a killed process
             if _TMP_RE.fullmatch(tmp.name):
-                tmp.unlink(missing_ok=True)
-        files = {}
+                files.remove_file(tmp)
+        batch_files: dict[int, list[Path]] = {}
         for path in self.folder.iterdir():
             m = _BATCH_RE.fullmatch(path.name)
             if m:
-                files.setdefault(int(m.group(1)), []).append(path)
+                batch_files.setdefault(int(m.group(1)), []).append(path)
         L1, d = plan["layers"] + 1, plan["d_model"]
         saved: list[SavedBatch] = []
         start, index = 0, 0
-        while len(files.get(index, [])) == 1:
-            batch = self._read_batch(files[index][0], L1, d)
+        while len(batch_files.get(index, [])) == 1:
+            batch = self._read_batch(batch_files[index][0], L1, d)
             if batch is None or batch.slots.tolist() != order[start : start + len(batch.slots)]:
                 break
             saved.append(batch)
             start += len(batch.slots)
             index += 1
-        for idx, paths in files.items():
+        for idx, paths in batch_files.items():
             if idx >= index:
                 for path in paths:
-                    path.unlink(missing_ok=True)
+                    files.remove_file(path)
         return saved
 
     @staticmethod
@@ -490,7 +531,8 @@ class PartialRun:
             **{name: np.asarray(arr, dtype=np.float32) for name, arr in batch.rows.items()},
         )
         name = f"batch-{index:06d}-{len(batch.slots):06d}.npz"
-        _atomic_write(self.folder / name, buf.getvalue())
+        files.refuse_foreign(self.folder.parent)
+        files.atomic_write(self.folder / name, buf.getvalue())
 
 
 def _partial_info(folder: Path) -> dict[str, Any]:
@@ -521,51 +563,32 @@ def _partial_info(folder: Path) -> dict[str, Any]:
 # Listing, deleting, cleaning: only what is provably a run entry.
 
 
-def _is_our_file(path: Path, names: tuple[str, ...] | re.Pattern) -> bool:
-    if path.is_symlink() or not path.is_file():
-        return False
-    name = path.name
-    if _TMP_RE.fullmatch(name):
-        return True
-    return name in names if isinstance(names, tuple) else names.fullmatch(name) is not None
-
-
-_PARTIAL_NAMES = re.compile(r"manifest\.json|batch-\d{6}-\d{6}\.npz")
-#: Files other modules keep inside a run's entry (deffcore.diagnostics), deleted with it.
-_SIDE_FILES = ("diagnostics.json", ".diagnostics.lock")
-
-
 def _is_run_entry(folder: Path) -> bool:
     """True when `folder` is a run entry and holds nothing else: a key-named real folder with
-    meta.json, states.npz and/or partial/ (and our temp files), none of them a link."""
-    if not is_key(folder.name) or folder.is_symlink() or not folder.is_dir():
-        return False
-    marked = False
-    for child in folder.iterdir():
-        if child.name == "partial" and child.is_dir() and not child.is_symlink():
-            if not all(_is_our_file(f, _PARTIAL_NAMES) for f in child.iterdir()):
-                return False
-            marked = True
-        elif _is_our_file(child, ("meta.json", "states.npz")):
-            marked = marked or not _TMP_RE.fullmatch(child.name)
-        elif _is_our_file(child, _SIDE_FILES):
-            continue  # written beside a run (BOS diagnostics); never makes a folder a run
-        else:
-            return False
-    return marked
+    meta.json, states.npz and/or partial/ (and our temp and side files), none of them a link
+    (`deffcore.cache_files.foreign_reason`: every check is an lstat)."""
+    return (
+        is_key(folder.name)
+        and files.is_real_dir(folder)
+        and files.foreign_reason(folder) is None
+        and files.marked(folder)
+    )
 
 
 def _probe_lock(key: str, *, remove: bool) -> bool:
     """True when a process holds `<key>.lock`; when nobody does and `remove`, the stale lock
-    file is removed (taken first, so nobody can be computing under it)."""
+    file is removed (taken first, so nobody can be computing under it). A lock path that is a
+    link or not a file is never taken or removed (and counts as not held)."""
     path = _lock_path(key)
-    if not path.exists():
+    if not files.is_regular(path):
         return False
     lock = FileLock(str(path))
     try:
         lock.acquire(timeout=0)
     except Timeout:
         return True
+    except OSError:  # replaced by a link meanwhile: not ours to take
+        return False
     try:
         if remove:
             _drop_lock_file(path)
@@ -605,17 +628,18 @@ def cleanup_stale(max_age_s: float = 0.0) -> int:
     root, now, removed = cache_dir(), time.time(), 0
     for path in root.iterdir():
         try:
-            if path.suffix == ".lock" and is_key(path.stem) and path.is_file():
+            if path.suffix == ".lock" and is_key(path.stem) and files.is_regular(path):
                 if now - path.stat().st_mtime < max_age_s:
                     continue
                 entry = root / path.stem
-                if (entry / "meta.json").is_file() and _status(entry)["status"] == "complete":
+                complete = _is_run_entry(entry) and (entry / "meta.json").is_file()
+                if complete and _status(entry)["status"] == "complete":
                     _drop_lock_file(path)
                     removed += 1
                 elif not _probe_lock(path.stem, remove=True):
                     removed += 1
             elif _is_run_entry(path) and (path / "meta.json").is_file():
-                leftovers = [path / "partial"] if (path / "partial").is_dir() else []
+                leftovers = [path / "partial"] if files.is_real_dir(path / "partial") else []
                 leftovers += [f for f in path.iterdir() if _TMP_RE.fullmatch(f.name)]
                 leftovers = [f for f in leftovers if now - f.stat().st_mtime >= max_age_s]
                 if not leftovers or _status(path)["status"] != "complete":
@@ -623,9 +647,9 @@ def cleanup_stale(max_age_s: float = 0.0) -> int:
                 if _probe_lock(path.name, remove=False):
                     continue
                 for f in leftovers:
-                    shutil.rmtree(f) if f.is_dir() else f.unlink(missing_ok=True)
+                    files.remove_partial(f) if f.name == "partial" else files.remove_file(f)
                     removed += 1
-        except OSError:  # another process removed it first, or a read-only cache: not ours to fix
+        except (OSError, DeffError):  # removed by another process first, or a read-only cache
             continue
     return removed
 
@@ -675,21 +699,26 @@ def delete(key: str) -> None:
             " nothing was deleted."
         )
     folder = root / key
-    if not folder.is_dir():
+    if not os.path.lexists(folder):
         raise UnknownRunError(f"No cached run with key {key!r} in {root}.")
     if not _is_run_entry(folder):
         raise UnknownRunError(
-            f"{folder} holds files that are not a cached run's; nothing was deleted."
+            f"{folder} holds files that are not a cached run's (or is a link); nothing was deleted."
         )
-    lock = FileLock(str(_lock_path(key)))
     try:
-        lock.acquire(timeout=0)
+        lock = files.entry_lock(_lock_path(key))
+    except DeffError as err:
+        raise UnknownRunError(f"{err} Nothing was deleted.") from None
+    try:
+        with files.os_errors(root, f"The lock of run {key}"):
+            lock.acquire(timeout=0)
     except Timeout:
         raise RunInUseError(
             f"The run {key} is being computed right now; wait for it or stop it first."
         ) from None
     try:
-        shutil.rmtree(folder)
+        with files.os_errors(root, f"Deleting run {key}"):
+            shutil.rmtree(folder)  # a real folder of our own files: no link is followed
         _drop_lock_file(_lock_path(key))
     finally:
         lock.release()

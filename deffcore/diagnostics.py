@@ -29,8 +29,12 @@ The eager pass runs in batches sized so that the attention probabilities of all 
 budget (`ATTENTION_BUDGET`).
 
 `diagnose(spec)` stores the result as `diagnostics.json` inside the run's cache entry folder
-(`cache_dir()/<key>/`, created when absent), so the app reads it without recomputing; deleting
-the run deletes it. `bos_verdict` turns the controls' gaps and the diagnostics into one sentence.
+(`cache_dir()/<key>/`) when the run is in the cache (complete or partial), so the app reads it
+without recomputing and deleting the run deletes it. A run that has no entry (the shipped
+default snapshot, never measured here) keeps its diagnostics in this process's memory: no
+folder is created that `runs` could not list or `delete` remove. A stored file is trusted only
+when its format, key and spec are the run's. `bos_verdict` turns the controls' gaps and the
+diagnostics into one sentence.
 """
 
 from __future__ import annotations
@@ -46,7 +50,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from deffcore.errors import DeffError, NonFiniteActivationsError, UnsupportedArchitectureError
+from deffcore.errors import (
+    DeffError,
+    NonFiniteActivationsError,
+    UnsupportedArchitectureError,
+    fit_advice,
+)
 
 #: Passages in the diagnostic pass (SPEC 11: the first min(N, 64) of the run's sample).
 DIAG_PASSAGES = 64
@@ -448,16 +457,51 @@ def diagnostics_path(spec: Any):
     return cache_dir() / spec.key() / DIAG_FILE
 
 
+#: Diagnostics of runs with no cache entry (e.g. the shipped snapshot), by (cache folder, key).
+_IN_MEMORY: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _memory_key(spec: Any) -> tuple[str, str]:
+    return str(diagnostics_path(spec).parent.parent), spec.key()
+
+
+def _in_cache(spec: Any) -> bool:
+    """Whether `spec` has a run entry (complete or partial) to keep its diagnostics in."""
+    from deffcore.cache import _is_run_entry
+
+    return _is_run_entry(diagnostics_path(spec).parent)
+
+
 def read_diagnostics(spec: Any) -> dict[str, Any] | None:
-    """The stored diagnostics of `spec`, or None (absent, unreadable or of another format)."""
-    path = diagnostics_path(spec)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("format") != DIAG_FORMAT or data.get("key") != spec.key():
+    """The diagnostics of `spec` (from its cache entry, else from this process's memory), or
+    None: absent, unreadable, of another format, or written for another run (its key or spec
+    differ from `spec`'s)."""
+    from dataclasses import asdict
+
+    data: Any = None
+    if _in_cache(spec):
+        try:
+            data = json.loads(diagnostics_path(spec).read_text())
+        except (OSError, ValueError):
+            data = None
+    if not isinstance(data, dict):
+        data = _IN_MEMORY.get(_memory_key(spec))
+    mine = isinstance(data, dict) and data.get("format") == DIAG_FORMAT
+    if not mine or data.get("key") != spec.key() or data.get("spec") != asdict(spec):
         return None
     return data
+
+
+def _keep(spec: Any, data: dict[str, Any]) -> None:
+    """Store `data` beside the run when it is in the cache (atomic, never through a link),
+    else in memory."""
+    from deffcore.cache_files import atomic_write
+
+    if _in_cache(spec):
+        atomic_write(diagnostics_path(spec), json.dumps(data, allow_nan=False).encode())
+        _IN_MEMORY.pop(_memory_key(spec), None)
+    else:
+        _IN_MEMORY[_memory_key(spec)] = data
 
 
 def diagnose(
@@ -472,25 +516,26 @@ def diagnose(
 
     Read from `diagnostics.json` in the run's cache entry when present; else computed on the
     first min(N, 64) passages of the run's sample (the dataset is opened before the model
-    loads; `loaded` reuses a model already in memory) and written there atomically. Only that
-    one file is written: a complete entry's meta.json/states.npz are never touched.
+    loads; `loaded` reuses a model already in memory) and written there atomically, or kept
+    in memory for a run with no cache entry. Only that one file is written: a complete
+    entry's meta.json/states.npz are never touched, and no folder is ever created.
     """
     from dataclasses import asdict
 
-    from filelock import FileLock
-
-    from deffcore.cache import _atomic_write
+    from deffcore.cache_files import locked
     from deffcore.models import load_model, resolve_device_dtype
 
     found = read_diagnostics(spec)
     if found is not None:
+        if _memory_key(spec) in _IN_MEMORY and _in_cache(spec):
+            _keep(spec, found)  # measured since: the diagnostics move beside the run
         return {**found, "cached": True}
     from deffcore.tokens import run_texts, run_token_ids
 
     texts = run_texts(spec)
     path = diagnostics_path(spec)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path.parent / ".diagnostics.lock")):
+    lock = path.parent / ".diagnostics.lock"
+    with locked(lock) if _in_cache(spec) else contextlib.nullcontext():
         found = read_diagnostics(spec)
         if found is not None:
             return {**found, "cached": True}
@@ -506,7 +551,12 @@ def diagnose(
                 from deffcore.interventions import norm_intervention
 
                 stack.enter_context(norm_intervention(loaded.model, spec.intervention))
-            diag = bos_diagnostics(loaded, token_ids=ids, batch_size=batch_size, progress=progress)
+            try:
+                diag = bos_diagnostics(
+                    loaded, token_ids=ids, batch_size=batch_size, progress=progress
+                )
+            except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
+                raise fit_advice(err, spec.dtype) from err
         data = {
             "format": DIAG_FORMAT,
             "key": spec.key(),
@@ -515,7 +565,7 @@ def diagnose(
             "elapsed_s": time.perf_counter() - start,
             **diag.to_dict(),
         }
-        _atomic_write(path, json.dumps(data, allow_nan=False).encode())
+        _keep(spec, data)
     return {**data, "cached": False}
 
 

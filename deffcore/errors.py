@@ -6,6 +6,8 @@ and show `str(err)`, which is always a complete, specific sentence for a person 
 
 from __future__ import annotations
 
+import re
+
 
 class DeffError(ValueError):
     """Base class: bad input or an environment problem with a clear message."""
@@ -59,3 +61,44 @@ class InvalidArgumentError(DeffError):
 
 class DeviceUnavailableError(DeffError):
     """An unknown device name, or a device this machine does not have (CUDA without a GPU)."""
+
+
+class ForeignCacheEntryError(CacheCorruptError):
+    """Something in the cache folder named like a run's entry or lock that deffcore did not make
+    (a symbolic link, a folder where a file belongs, a file it never writes): it is never read,
+    written or deleted through."""
+
+
+class CacheWriteError(DeffError):
+    """The cache folder cannot be written: the disk is full, permissions, a read-only disk."""
+
+
+class UndefinedSimilarityError(InvalidStatesError):
+    """A layer's states give no similarity: they do not vary across passages (its centred
+    matrix is zero), so CKA is undefined for it."""
+
+
+def non_finite_advice(dtype: str | None) -> str:
+    """What to try when a model's states hold NaN or inf, for a run in `dtype` (never "try
+    float32" to a run that is already in float32)."""
+    if dtype in (None, "float32", "torch.float32"):
+        return (
+            "the run is already in float32 (the states' norms overflow its range, or the model "
+            "produced NaN), so check the weights"
+        )
+    return "try float32 (--dtype float32), or check the weights"
+
+
+_TRY_FLOAT32 = re.compile(r"([Tt])ry float32 \(--dtype float32\),? or check the weights")
+
+
+def fit_advice(err: NonFiniteActivationsError, dtype: str | None) -> NonFiniteActivationsError:
+    """`err` with its "try float32" advice replaced by `non_finite_advice(dtype)` (the
+    extraction's hooks do not know the run's dtype; the run does)."""
+    advice = non_finite_advice(dtype)
+
+    def fitted(m: re.Match) -> str:
+        return advice[0].upper() + advice[1:] if m.group(1) == "T" else advice
+
+    text = _TRY_FLOAT32.sub(fitted, str(err))
+    return err if text == str(err) else type(err)(text)

@@ -221,8 +221,10 @@ def start_sweep(cells: Sequence[Any], **options: Any) -> str:
     """Queue a sweep of `cells` (`deffcore.sweep.run_sweep` options) -> its job id.
 
     The sweep is checked here, before it is queued (`deffcore.sweep.plan_sweep`: at most
-    `MAX_CELLS` distinct cells, known interventions, and every cell's options as `run_spec`
-    checks them): a malformed sweep raises its DeffError and nothing is queued. It then waits
+    `MAX_CELLS` distinct cells, known interventions, and the options every cell shares): a
+    malformed sweep raises its DeffError and nothing is queued. A cell whose own model or
+    dataset is refused does not refuse the sweep; it fails alone, with its sentence, when the
+    sweep runs (`deffcore.sweep_checks.cell_specs`, as `deffcore sweep` does). It then waits
     its turn in the one queue like a run (never two extractions at once), `cancel` stops it
     before its next cell or batch (the cells that landed stay in the cache), and once finished
     it is forgotten like a run (`KEEP_FINISHED`). `sweep_job(job_id)` follows it.
@@ -367,7 +369,8 @@ def _snapshot(job: _Job) -> JobStatus:
 def _datasets(job: _Job) -> tuple[str, ...]:
     if job.sweep is None:
         return (job.spec.dataset,) if job.spec is not None else ()
-    return tuple(dict.fromkeys(spec.dataset for spec in job.sweep.plan.specs))
+    specs = [spec for spec in job.sweep.plan.specs if spec is not None]  # None: a refused cell
+    return tuple(dict.fromkeys(spec.dataset for spec in specs))
 
 
 def _forget_old() -> None:

@@ -37,8 +37,22 @@ from deffcore.constants import (
     WINDOW_MODES,
 )
 from deffcore.controls import apply_pc_control
-from deffcore.depth import DepthSummary, depth_summary, effective_depth, gap_percent
-from deffcore.errors import DeffError, RunCancelled, TooFewPassagesError
+from deffcore.depth import (
+    DepthSummary,
+    depth_summary,
+    effective_depth,
+    gap_percent,
+    reference_depth,
+)
+from deffcore.errors import (
+    DeffError,
+    InvalidStatesError,
+    NonFiniteActivationsError,
+    RunCancelled,
+    TooFewPassagesError,
+    UndefinedSimilarityError,
+    fit_advice,
+)
 from deffcore.extract import BatchCheckpoint, PooledStates, extract_pooled
 from deffcore.interventions import INTERVENTIONS
 from deffcore.models import LoadedModel, check_max_tokens, load_model, resolve_device_dtype
@@ -108,10 +122,30 @@ class Measurement:
             self._sim[(pooling, metric)] = similarity_matrix(self.states(pooling), metric)
         return self._sim[(pooling, metric)]
 
+    def undefined(self, pooling: str = "default", metric: str | None = None) -> str | None:
+        """Why `pooling` has no numbers in this run, or None when it has them.
+
+        A control whose pooled states do not vary across passages at some layer (e.g.
+        first_non_bos when every passage starts with the same token: its states are the same
+        for all passages) has no similarity, so it is undefined for this run while the default
+        and the other controls are measured. The default pooling is never undefined here: its
+        failure is the run's (the similarity raises)."""
+        if pooling == "default":
+            return None
+        try:
+            self.similarity(pooling, metric)
+        except UndefinedSimilarityError as err:
+            return f"Pooling {pooling!r} is undefined for this run: {err}"
+        return None
+
     def summary(
         self, pooling: str = "default", metric: str | None = None, K: int | None = None
     ) -> DepthSummary:
-        """D_eff, D_eff/L, gap%, rho_hat(1) at maximum lag K (default L-1)."""
+        """D_eff, D_eff/L, gap%, rho_hat(1) at maximum lag K (default L-1); every number NaN
+        for a control that is `undefined` for this run."""
+        if self.undefined(pooling, metric) is not None:
+            nan, L = float("nan"), self.layers
+            return DepthSummary(L, nan, nan, nan, nan, reference_depth(L))
         S = self.similarity(pooling, metric)
         out = depth_summary(S)
         if K is not None and out.layers - 1 != K:
@@ -124,7 +158,12 @@ class Measurement:
     def pos0_peak(self) -> tuple[float, int]:
         """(max over h_0 .. h_L of the position-0 norm ratio, its layer index l)."""
         ratios = np.asarray(self.pooled.pos0_norm_ratio, dtype=np.float64)
-        layer = int(np.nanargmax(ratios))
+        finite = np.isfinite(ratios)
+        if not finite.any():  # (never from the cache: non-finite states are not stored)
+            raise InvalidStatesError(
+                "The position-0 norm ratio is NaN or inf at every layer, so it has no peak."
+            )
+        layer = int(np.argmax(np.where(finite, ratios, -np.inf)))
         return float(ratios[layer]), layer
 
     def update_depth(self, pooling: str = "default", metric: str | None = None) -> UpdateDepth:
@@ -186,7 +225,14 @@ class Measurement:
         results = {}
         for pooling in POOLINGS:
             s = self.summary(pooling, metric)
+            why = self.undefined(pooling, metric)
+            if why is not None:  # a degenerate control: its numbers are null, with the reason
+                keys = ("deff", "deff_over_L", "gap_pct", "rho1", "update_depth")
+                results[pooling] = {**dict.fromkeys(keys), "undefined": why}
+                results[pooling].update(deff_over_L_at_K={}, matched_references=None)
+                continue
             results[pooling] = {
+                "undefined": None,
                 "deff": s.deff,
                 "deff_over_L": s.deff_over_L,
                 "gap_pct": s.gap_pct,
@@ -265,17 +311,20 @@ def extract_spec(
             from deffcore.interventions import norm_intervention
 
             stack.enter_context(norm_intervention(model.model, spec.intervention))
-        return extract_pooled(
-            model,
-            None if token_ids is not None else documents,
-            token_ids=token_ids,
-            max_tokens=spec.max_tokens,
-            batch_size=batch_size,
-            progress=progress,
-            bos=spec.bos,
-            checkpoint=checkpoint,
-            should_stop=should_stop,
-        )
+        try:
+            return extract_pooled(
+                model,
+                None if token_ids is not None else documents,
+                token_ids=token_ids,
+                max_tokens=spec.max_tokens,
+                batch_size=batch_size,
+                progress=progress,
+                bos=spec.bos,
+                checkpoint=checkpoint,
+                should_stop=should_stop,
+            )
+        except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
+            raise fit_advice(err, spec.dtype) from err
 
 
 def measure_spec(
@@ -318,6 +367,7 @@ def measure_spec(
         )
     else:
         pooled, was_cached, meta = compute(), False, {}
+        cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
     resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
     if pooled.n < MIN_PASSAGES:
         raise TooFewPassagesError(
@@ -334,6 +384,39 @@ def measure_spec(
         meta=meta,
         resumed_passages=resumed,
     )
+
+
+def check_run_options(
+    metric: str,
+    n: int,
+    max_tokens: int,
+    seed: int,
+    device: str | None = None,
+    dtype: str | None = None,
+    passages: str = "documents",
+    bos: str = "default",
+    *,
+    batch_size: int | None = None,
+    device_here: bool = True,
+) -> tuple[str, str]:
+    """Check the options of a run that do not depend on its model or dataset -> (device,
+    dtype): the choices, n, max_tokens, seed, batch size, the device (`device_here=False`
+    skips the "does this machine have it" part, for a sweep whose workers have their own GPUs)
+    and the cache folder. A sweep checks these once for all its cells (`run_spec` per cell).
+    Raises a DeffError subclass with one sentence."""
+    _check_choice(metric, METRICS, "metric")
+    _check_choice(passages, PASSAGE_MODES, "passages mode")
+    _check_choice(bos, BOS_OPTIONS, "BOS option")
+    if not isinstance(n, int) or n < MIN_PASSAGES:
+        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
+    if not isinstance(max_tokens, int) or max_tokens < 2:
+        raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
+    check_seed(seed)
+    if batch_size is not None:
+        check_int(batch_size, "batch_size", 1)
+    device, dtype = resolve_device_dtype(device, dtype, check=device_here)
+    check_cache_dir()
+    return device, dtype
 
 
 def run_spec(
@@ -355,26 +438,16 @@ def run_spec(
 ) -> tuple[RunSpec, str]:
     """Check a run's arguments and resolve device/dtype -> (RunSpec, device).
 
-    Every check is cheap and runs before any model loads (issue 8): the choices, n, max_tokens
-    (also against the model's context length, read from its config), seed, batch size, the
-    device (`device_here=False` skips the "does this machine have it" part, for a sweep whose
-    workers have their own GPUs), the cache folder and the dataset (opened, not read).
-    Raises a DeffError subclass with one sentence.
+    Every check is cheap and runs before any model loads (issue 8): `check_run_options`, the
+    norm intervention, max_tokens against the model's context length (read from its config)
+    and the dataset (opened, not read). Raises a DeffError subclass with one sentence.
     """
-    _check_choice(metric, METRICS, "metric")
-    _check_choice(passages, PASSAGE_MODES, "passages mode")
-    _check_choice(bos, BOS_OPTIONS, "BOS option")
     _check_choice(intervention, INTERVENTIONS, "norm intervention")
-    if not isinstance(n, int) or n < MIN_PASSAGES:
-        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
-    if not isinstance(max_tokens, int) or max_tokens < 2:
-        raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
-    check_seed(seed)
-    if batch_size is not None:
-        check_int(batch_size, "batch_size", 1)
-    device, dtype = resolve_device_dtype(device, dtype, check=device_here)
+    device, dtype = check_run_options(
+        metric, n, max_tokens, seed, device, dtype, passages, bos,
+        batch_size=batch_size, device_here=device_here,
+    )  # fmt: skip
     check_max_tokens(model, max_tokens, revision)
-    check_cache_dir()
     check_dataset(dataset)
     spec = RunSpec(
         model=model,

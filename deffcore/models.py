@@ -44,6 +44,7 @@ from deffcore.errors import (
     UnknownModelError,
     UnsupportedArchitectureError,
 )
+from deffcore.model_files import check_model_folder
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -510,6 +511,7 @@ def context_length(spec: str, revision: str | None = None) -> int | None:
         result = int(value) if isinstance(value, int) and value > 0 else None
     elif Path(spec).expanduser().is_dir():
         config_file = Path(spec).expanduser() / "config.json"
+        check_model_folder(config_file.parent)  # refused before any model loads
         try:
             result = _context_from_config(json.loads(config_file.read_text()))
         except (OSError, ValueError, AttributeError):
@@ -666,7 +668,7 @@ def _init_from_config(config, seed: int):
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        return cls.from_config(config)
+        return cls.from_config(config, trust_remote_code=False)  # never a config's own code
 
 
 def _load_tiny(spec: str, seed: int = TINY_SEED):
@@ -715,6 +717,7 @@ def _source(spec: str) -> tuple[str, dict[str, Any]]:
         gguf_metadata(path)
         return str(path.parent), {"gguf_file": path.name}
     if path.is_dir():
+        check_model_folder(path)  # no code, no lying safetensors header: before transformers
         return str(path), {}
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         raise UnknownModelError(
@@ -733,6 +736,8 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
         cls = transformers.AutoModelForCausalLM
     is_hub = not Path(source).exists()
     no_hub = is_hub and (_offline() or not _hub_reachable())
+    # never a model's own code, and never a "run the custom code? [y/N]" prompt on stdin
+    kwargs = {**kwargs, "trust_remote_code": False}
     if no_hub:
         kwargs = {**kwargs, "local_files_only": True}
     try:
@@ -752,7 +757,14 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
             + offline_models_sentence()
         ) from err
     except ValueError as err:  # e.g. an architecture transformers does not know
-        raise UnknownModelError(f"Model {spec!r} could not be loaded: {err}") from err
+        if "trust_remote_code" in str(err):  # a hub repo whose config asks for its own code
+            raise UnknownModelError(
+                f"Model {spec!r} asks to run its own Python code (its config has an 'auto_map'); "
+                "deffcore never runs code from a model (trust_remote_code=False), so it cannot "
+                "be loaded."
+            ) from err
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise UnknownModelError(f"Model {spec!r} could not be loaded: {first}") from err
     except (struct.error, EOFError) as err:  # a GGUF whose header checked out but reads short
         if "gguf_file" in kwargs:
             raise _gguf_invalid(Path(source) / kwargs["gguf_file"]) from err

@@ -112,21 +112,88 @@ def looks_like_path(spec: str) -> bool:
     )
 
 
-def check_model_spec(spec: str) -> str:
-    """`spec` unchanged when allowed; LocalPathRefusedError for a refused local model path.
+def _names_local_path(name: str, policy: LocalPathPolicy) -> bool:
+    """Whether `name` would be read from this machine: it looks like a path, or it exists
+    relative to the working directory or (a folder policy) to the allowed folder."""
+    if looks_like_path(name):
+        return True
+    return policy.folder is not None and bool(name.strip()) and (policy.folder / name).exists()
 
-    Packaged, tiny and hub ids pass; `random:<inner>:<seed>` is checked through `<inner>`.
+
+def check_model_spec(spec: str) -> str:
+    """The model spec to load: `spec` with its local path replaced by the checked, resolved
+    one (so what was checked is what gets opened); LocalPathRefusedError for a refused path.
+
+    Packaged, tiny and hub ids pass unchanged; `random:<inner>:<seed>` is checked through
+    `<inner>` and comes back as `random:<resolved inner>:<seed>`. With local paths on (the
+    default), every spec comes back as given.
     """
     from deffcore.models import PACKAGED_MODELS, TINY_MODELS
 
-    inner = spec
+    policy = local_path_policy()
+    inner, seed = spec, None
     if spec.startswith("random:"):
-        inner = spec.removeprefix("random:").rpartition(":")[0]
-    if inner in PACKAGED_MODELS or inner in TINY_MODELS or local_path_policy().mode == "on":
+        inner, _, seed = spec.removeprefix("random:").rpartition(":")
+    if inner in PACKAGED_MODELS or inner in TINY_MODELS or policy.mode == "on":
         return spec
-    if looks_like_path(inner):
-        check_local_path(inner, what="model")
-    return spec
+    if not _names_local_path(inner, policy):
+        return spec  # a hub id
+    resolved = str(check_local_path(inner, what="model"))
+    return resolved if seed is None else f"random:{resolved}:{seed}"
+
+
+def check_dataset_spec(dataset: str, local_path: str | None = None) -> str:
+    """The dataset spec to open: `dataset` with its local path replaced by the checked,
+    resolved one; LocalPathRefusedError for a path the policy refuses.
+
+    `local_path` is the path part of `dataset` as the user typed it (`dataset` is that path
+    with an optional `:column`). An `hf:` spec is checked too: under `DEFF_LOCAL_PATHS=off` a
+    Hugging Face name that names something on this machine (a folder or file that exists,
+    `/`, `./`, `~`...) or one of `datasets`' file builders (`csv`, `json`, `text`, ... which
+    read the server's working directory) is refused; under a folder policy such a name must be
+    inside the folder and comes back resolved. With local paths on, `dataset` comes back as
+    given.
+    """
+    policy = local_path_policy()
+    if local_path:
+        resolved = check_local_path(local_path, what="dataset file")
+        if policy.mode == "on":
+            return dataset
+        rest = dataset[len(local_path) :] if dataset.startswith(local_path) else ""
+        return f"{resolved}{rest}"
+    if dataset.startswith("hf:") and policy.mode != "on":
+        return _check_hf_spec(dataset, policy)
+    return dataset
+
+
+def _check_hf_spec(spec: str, policy: LocalPathPolicy) -> str:
+    from deffcore.texts import parse_hf
+
+    name = str(parse_hf(spec)["name"])
+    if name.strip().lower() in _file_builders():
+        raise LocalPathRefusedError(
+            f"The Hugging Face dataset name {name!r} is one of the datasets library's file "
+            "readers, which read files of this server; name a dataset on the hub "
+            "(hf:<org>/<name>:<split>) or upload a file."
+        )
+    if not _names_local_path(name, policy):
+        return spec
+    resolved = str(check_local_path(name, what="dataset"))
+    if ":" in resolved:
+        raise LocalPathRefusedError(
+            f"The dataset folder {name!r} resolves to a path with ':' in it, which an 'hf:' "
+            "spec cannot hold; move it or upload a file."
+        )
+    return "hf:" + resolved + spec.removeprefix("hf:")[len(name) :]
+
+
+def _file_builders() -> set[str]:
+    """The `datasets` builders that read local files by name (csv, json, text, parquet, ...)."""
+    try:
+        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
+    except ImportError:  # no datasets library: an hf: spec cannot be read at all
+        return {"csv", "json", "text", "parquet", "arrow", "pandas", "sql", "webdataset"}
+    return set(_PACKAGED_DATASETS_MODULES)
 
 
 def check_upload(name: str, data: bytes) -> None:

@@ -62,7 +62,7 @@ import numpy as np
 import torch
 
 from deffcore.constants import METRICS
-from deffcore.errors import DeffError, InvalidStatesError
+from deffcore.errors import DeffError, InvalidStatesError, UndefinedSimilarityError
 
 #: Elements (floats) one streamed block may hold; ~256 MB in float32.
 DEFAULT_BLOCK_ELEMENTS = 64 * 1024 * 1024
@@ -381,7 +381,9 @@ def _normalise(m: torch.Tensor, what: str) -> np.ndarray:
                 "has a non-positive unbiased HSIC estimate with itself (no variance, or too "
                 "few passages for the unbiased estimator)"
             )
-        raise InvalidStatesError(f"Layer {bad} (0-based) {reason}, so {what} is undefined for it.")
+        raise UndefinedSimilarityError(  # a subclass: a caller may call one control undefined
+            f"Layer {bad} (0-based) {reason}, so {what} is undefined for it."
+        )
     s = _mirror_upper(m / torch.sqrt(diag[:, None] * diag[None, :]))
     s.fill_diagonal_(1.0)
     return s.cpu().numpy()

@@ -8,8 +8,14 @@ Dataset specs:
   unless the second is a split name (train/test/validation/...), then `name:split:column`.
   Column defaults to `text`. Example: `hf:HuggingFaceFW/fineweb-edu:sample-10BT:train`,
   `hf:Salesforce/wikitext:wikitext-103-raw-v1:train`.
-- A local file `path[:column]`: `.txt` (one passage per blank-line separated block), `.jsonl`,
-  `.csv`, `.parquet` (one passage per row; column defaults to `text`).
+- A local file `path[:column]`: `.txt` (one passage per blank-line separated block; a .txt has
+  no columns, so `file.txt:column` is refused), `.jsonl`, `.csv`, `.parquet` (one passage per
+  row; column defaults to `text`).
+
+Passages are text (decision): a CSV cell is read as the text written in the file (`"007"` stays
+`007`), while a JSONL, parquet or Hugging Face value that is not a string (a number, a list, a
+boolean, an object) is refused in one sentence naming its row, rather than measured as the
+string Python would make of it. Missing values (null, empty CSV cells) are skipped.
 
 Sampling (decision): whitespace-only passages are removed first; then `n` passages are drawn
 without replacement by `numpy.random.default_rng(seed).permutation`, in that permuted order.
@@ -112,7 +118,32 @@ def _file_path(spec: str) -> tuple[Path, str | None, str]:
             f"The dataset file {path} has suffix {suffix!r}; use one of "
             f"{', '.join(_FILE_SUFFIXES)}."
         )
+    if suffix == ".txt" and column is not None:
+        raise UnknownDatasetError(
+            f"The dataset file {path} is a .txt file, which has no columns (each blank-line "
+            f"separated block is a passage); drop ':{column}' or use a .csv/.jsonl/.parquet file."
+        )
     return path, column, suffix
+
+
+def _not_text(value: Any, where: str, row: object, column: str) -> UnknownDatasetError | None:
+    """The error for a cell that is not a string (None: it is text, or missing)."""
+    if value is None or isinstance(value, str):
+        return None
+    if isinstance(value, bool | np.bool_):
+        kind = "a true/false value"
+    elif isinstance(value, int | float | np.number):
+        kind = "a number"
+    elif isinstance(value, list | tuple | np.ndarray):
+        kind = "a list"
+    else:
+        kind = f"a {type(value).__name__} value"
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return UnknownDatasetError(
+        f"{where} has {kind} in column {column!r} (row {row}: {shown}), not text; every "
+        "passage must be a string (quote it in the file, or choose a text column)."
+    )
 
 
 def _read_file(spec: str) -> list[str]:
@@ -125,9 +156,9 @@ def _read_file(spec: str) -> list[str]:
         import pandas as pd
 
         if suffix == ".jsonl":
-            frame = pd.read_json(path, lines=True)
+            frame = pd.read_json(path, lines=True, dtype=False, convert_dates=False)  # as written
         elif suffix == ".csv":
-            frame = pd.read_csv(path)
+            frame = pd.read_csv(path, dtype=str)  # a CSV cell is the text written there
         else:
             frame = pd.read_parquet(path)
     except Exception as err:  # pandas/pyarrow raise many types; all mean "cannot read"
@@ -138,7 +169,14 @@ def _read_file(spec: str) -> list[str]:
             f"The dataset file {path} has no column {column!r} (columns: "
             f"{', '.join(map(str, frame.columns))}); write 'path:column'."
         )
-    return [str(x) for x in frame[column].dropna().tolist()]
+    values = frame[column]
+    out = []
+    for row, value in values[values.notna()].items():
+        bad = _not_text(value, f"The dataset file {path}", int(row) + 1, column)
+        if bad is not None:
+            raise bad
+        out.append(value)
+    return out
 
 
 def _offline() -> bool:
@@ -166,7 +204,11 @@ def _stream_hf(spec: str, n: int, seed: int) -> list[str]:
                     f"Dataset {spec!r} has no column {p['column']!r} (columns: "
                     f"{', '.join(row)}); add ':<column>' to the spec."
                 )
-            text = str(row[p["column"]] or "").strip()
+            value = row[p["column"]]
+            bad = _not_text(value, f"Dataset {spec!r}", len(out) + 1, str(p["column"]))
+            if bad is not None:
+                raise bad
+            text = (value or "").strip()
             if text:
                 out.append(text)
             if len(out) == n:
@@ -216,16 +258,22 @@ def check_dataset(spec: str) -> None:
             return
         import pandas as pd
 
+        first_row: dict[str, Any] = {}
         if suffix == ".jsonl":
             with path.open(encoding="utf-8") as f:
                 first = next((line for line in f if line.strip()), "{}")
-            columns = list(json.loads(first))
+            first_row = json.loads(first)
+            columns = list(first_row)
         elif suffix == ".csv":
             columns = list(pd.read_csv(path, nrows=1).columns)
         else:
             import pyarrow.parquet as pq
 
-            columns = list(pq.read_schema(path).names)
+            schema = pq.read_schema(path)
+            columns = list(schema.names)
+            if (column or "text") in columns:
+                name = column or "text"
+                first_row = {name: _parquet_sample(schema.field(name).type)}
     except Exception as err:  # decoding, JSON and pyarrow errors all mean "cannot read"
         raise UnknownDatasetError(f"The dataset file {path} cannot be read: {err}") from err
     column = column or "text"
@@ -234,6 +282,24 @@ def check_dataset(spec: str) -> None:
             f"The dataset file {path} has no column {column!r} (columns: "
             f"{', '.join(map(str, columns))}); write 'path:column'."
         )
+    bad = _not_text(first_row.get(column), f"The dataset file {path}", 1, column)
+    if bad is not None:
+        raise bad
+
+
+def _parquet_sample(kind: Any) -> Any:
+    """A stand-in value of a parquet column's type: None for text (or an all-null column),
+    else a value of that type (0, [], ...), so `check_dataset` refuses it early."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    text = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+    if text or getattr(pa.types, "is_string_view", lambda _: False)(kind):
+        return None
+    if pa.types.is_boolean(kind):
+        return False
+    return [] if pa.types.is_list(kind) or pa.types.is_large_list(kind) else 0
 
 
 def all_passages(spec: str) -> list[str]:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import streamlit as st
 
 from deffcore.errors import DeffError
+from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
 
 
 @contextlib.contextmanager
@@ -20,8 +21,8 @@ def guarded(what: str = "This step") -> Iterator[None]:
     try:
         yield
     except DeffError as err:
-        st.error(str(err))
+        st.error(md_escape(err))
     except MemoryError:
         st.error(f"{what} ran out of memory; lower N or max tokens and try again.")
     except Exception as err:  # keep the app usable whatever a third-party library raises
-        st.error(f"{what} failed unexpectedly ({type(err).__name__}): {err}")
+        st.error(f"{what} failed unexpectedly ({type(err).__name__}): {md_escape(err)}")

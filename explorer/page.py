@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from deffcore.errors import DeffError
+from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.snapshot import RunView, SnapshotView
 from explorer.run_panel import job_panel, settle_job, start_run
 from explorer.settings import PAGE_CHANGED_KEY, Settings, sidebar
@@ -36,6 +38,11 @@ def require_view(title: str) -> tuple[RunView, Settings] | None:
     st.title(title)
     if view is None:
         st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
+        return None
+    try:  # e.g. a pooling control undefined for this run (no variance): a sentence
+        view.similarity(settings.pooling, settings.metric)
+    except DeffError as err:
+        st.warning(md_escape(err))
         return None
     if isinstance(view, SnapshotView):
         st.caption(

@@ -16,6 +16,7 @@ import streamlit as st
 
 from deffcore import jobs
 from deffcore.errors import DeffError
+from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.snapshot import MeasurementView, run_label
 from explorer.settings import REFUSED_KEY, Settings
 from explorer.uploads import UPLOAD_KEY, upload_names
@@ -157,7 +158,7 @@ def _grace_s() -> float:
 
 def _draw_progress(status: jobs.JobStatus, *, cancel: bool) -> None:
     with st.container(border=True):
-        st.markdown(f"**Running:** {run_label(status.spec.__dict__)}")
+        st.markdown(f"**Running:** {md_escape(run_label(status.spec.__dict__))}")
         frac = status.done / status.total if status.stage == "extracting" and status.total else 0
         st.progress(min(max(frac, 0.0), 1.0), text=status.describe())
         if cancel:
@@ -188,13 +189,13 @@ def job_panel() -> None:
     progress of the session's run in progress (polled, with Cancel)."""
     err = st.session_state.pop(_RUN_ERROR, None)
     if err:
-        st.error(err)
+        st.error(md_escape(err))
     notice = st.session_state.pop(_NOTICE, None)
     if notice:
         kind, text = notice
-        getattr(st, kind)(text)
+        getattr(st, kind)(md_escape(text))
         if kind == "success":
-            st.toast(text, icon="✅")
+            st.toast(md_escape(text), icon="✅")
     job_id = _session_job()
     status = jobs.status(job_id) if job_id else None
     if status is None:

@@ -13,9 +13,10 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore import serving
+from deffcore import jobs, serving
 from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS, WINDOW_MODES
 from deffcore.errors import DeffError
+from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
 from explorer.uploads import upload_names, upload_widget
 from explorer.views import current_view
 
@@ -245,12 +246,10 @@ def windows_available(
         return None
 
 
-def _check_data_input(dataset: str, local_data: str | None) -> None:
+def _check_data_input(dataset: str, local_data: str | None) -> str:
     """DEFF_LOCAL_PATHS: refuse a dataset file the server does not allow, and a path typed
     where a Hugging Face dataset spec belongs (it would be read as a file)."""
-    if local_data:
-        serving.check_local_path(local_data, what="dataset file")
-    ds = dataset
+    ds = serving.check_dataset_spec(dataset, local_data)  # resolved: the checked path is opened
     uploaded = any(ds == p or ds.startswith(f"{p}:") for p in upload_names())
     typed_hf = ds != DEFAULT_DATASET and not local_data and not uploaded
     if ds and typed_hf and not ds.startswith("hf:"):
@@ -258,6 +257,7 @@ def _check_data_input(dataset: str, local_data: str | None) -> None:
             f"A Hugging Face dataset spec starts with 'hf:' (got {ds!r}); choose Upload a "
             "file or Local file for a file."
         )
+    return ds
 
 
 def _run_summary(settings: Settings) -> str:
@@ -289,7 +289,7 @@ def sidebar() -> tuple[Settings, bool]:
         settings = run_settings()
         with top:
             run_clicked = st.button("Run", type="primary", key="run", width="stretch")
-            st.caption(_run_summary(settings))
+            st.caption(md_escape(jobs.display(_run_summary(settings), upload_names())))
         view_settings(settings)
         glossary_expander()
     return settings, run_clicked
@@ -343,17 +343,17 @@ def _refuse_paths(model: str, dataset: str, local_data: str | None) -> tuple[str
     an error and becomes "" (the labs read settings.model / .dataset too)."""
     refused = []
     try:
-        serving.check_model_spec(model)
+        model = serving.check_model_spec(model)
     except DeffError as err:
         refused.append(str(err))
         model = ""
     try:
-        _check_data_input(dataset, local_data)
+        dataset = _check_data_input(dataset, local_data)
     except DeffError as err:
         refused.append(str(err))
         dataset = ""
     for text in refused:
-        st.error(text)
+        st.error(md_escape(text))
     st.session_state[REFUSED_KEY] = refused
     return model, dataset
 
@@ -387,4 +387,4 @@ def view_settings(settings: Settings) -> None:
         )
     if view is not None:
         tag = "precomputed" if view.source == "precomputed" else "measured"
-        st.caption(f"Current run ({tag}): {view.label}")
+        st.caption(f"Current run ({tag}): {md_escape(view.label)}")

@@ -12,6 +12,7 @@ import streamlit as st
 
 from deffcore import jobs, serving
 from deffcore.errors import DeffError
+from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
 
 #: Uploads kept in <cache>/.uploads (newest first); older ones that are provably ours go.
 MAX_UPLOADS = 8
@@ -97,7 +98,7 @@ def upload_widget() -> str:
             up = {"file_id": upload.file_id, "error": str(err)}
         st.session_state[UPLOAD_KEY] = up
     if up.get("error"):
-        st.error(up["error"])
+        st.error(md_escape(up["error"]))
     if up.get("path"):
-        st.caption(f"Using {up['name']}")
+        st.caption(f"Using {md_escape(up['name'])}")
     return up.get("path", "")

@@ -7,6 +7,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.run_tables import metric_comparison
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView
 from explorer.cards import headline_cards, precomputed_note, show_figure
 from explorer.page import page
@@ -68,7 +69,7 @@ def main() -> None:
     if view is None:
         st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
         st.stop()
-    st.subheader(view.label)
+    st.subheader(md_escape(view.label))
     precomputed_note(view)
     headline_cards(view, settings)
     metric_section(view, settings)

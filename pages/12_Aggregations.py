@@ -9,6 +9,7 @@ from deffcore.glossary import human_columns, human_label
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
 from deffcore.paper import paper_table
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView
 from explorer.cards import show_figure
 from explorer.guard import guarded
@@ -52,7 +53,9 @@ def main() -> None:
         + "; ".join(f"**{v}**" for v in AGGREGATION_LABELS.values())
         + ". Every value is divided by L: 1 means all layers differ, 1/L means all are the same."
     )
-    st.caption(f"Run: {view.label} · pooling {settings.pooling} (change it in the sidebar)")
+    st.caption(
+        f"Run: {md_escape(view.label)} · pooling {settings.pooling} (change it in the sidebar)"
+    )
     aggregations_section(view, settings.pooling)
     paper_section()
 

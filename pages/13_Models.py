@@ -11,6 +11,7 @@ import streamlit as st
 
 from deffcore import figures, jobs
 from deffcore.constants import POOLINGS
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.sweep import Cell, cached_model_row, grid_cells, paper_models
 from explorer.guard import guarded
 from explorer.page import page
@@ -41,7 +42,7 @@ def model_table(metric: str) -> pd.DataFrame:
             try:
                 rows.append(cached_row(meta["key"], meta.get("created", ""), metric, meta))
             except Exception as err:  # one unreadable run must not hide the others
-                st.warning(f"Run {meta.get('key')} skipped: {err}")
+                st.warning(f"Run {meta.get('key')} skipped: {md_escape(err)}")
     table = pd.concat([paper_table(), pd.DataFrame(rows)], ignore_index=True, sort=False)
     for col in ("n", "max_tokens", "dataset", "intervention", "key", "created", "random_mean"):
         if col not in table:
@@ -162,7 +163,8 @@ def start_sweep(
     try:
         seeds = [int(s) for s in seeds_text.split(",") if s.strip()]
     except ValueError:
-        st.error(f"Random seeds must be comma-separated integers, got {seeds_text!r}.")
+        shown = md_escape(repr(seeds_text))
+        st.error(f"Random seeds must be comma-separated integers, got {shown}.")
         return
     cells: list[Cell] = grid_cells(
         models,
@@ -203,7 +205,7 @@ def sweep_progress() -> None:
             help="Stops before the next cell; the cells that landed stay in the cache.",
         )
     if snap["error"]:
-        st.error(snap["error"])
+        st.error(md_escape(snap["error"]))
     if snap["rows"]:
         landed = pd.DataFrame(snap["rows"])
         cols = ["label", "status", "deff_over_L", "gap_pct", "seconds", "worker", "error"]

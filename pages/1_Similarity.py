@@ -6,6 +6,7 @@ import numpy as np
 import streamlit as st
 
 from deffcore import figures
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView
 from explorer.cards import show_run_figure
 from explorer.page import require_view
@@ -60,7 +61,7 @@ def main() -> None:
     if ctx is None:
         st.stop()
     view, settings = ctx
-    st.caption(f"{view.label} · {settings.metric} · pooling {settings.pooling}")
+    st.caption(f"{md_escape(view.label)} · {settings.metric} · pooling {settings.pooling}")
     S = view.similarity(settings.pooling, settings.metric)
     # downloads say which run and view they came from (file name and leading CSV columns)
     st.markdown(

@@ -8,6 +8,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.constants import SENSITIVITY_LAGS
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView
 from explorer.cards import show_run_figure
 from explorer.page import require_view
@@ -95,7 +96,7 @@ def main() -> None:
     if ctx is None:
         st.stop()
     view, settings = ctx
-    st.caption(f"{view.label} · {settings.metric} · pooling {settings.pooling}")
+    st.caption(f"{md_escape(view.label)} · {settings.metric} · pooling {settings.pooling}")
     st.latex(
         r"\rho(k) = \frac{1}{L-k}\sum_{i=1}^{L-k} S(i, i+k), \qquad "
         r"D_\mathrm{eff}(K) = \frac{L}{1 + 2\sum_{k=1}^{K} (1 - k/L)\,\rho(k)}"

@@ -10,6 +10,7 @@ import streamlit as st
 from deffcore import figures
 from deffcore.models_overview import model_family
 from deffcore.paper import paper_default_gaps, paper_table
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView, common_label, run_labels
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
@@ -136,7 +137,7 @@ def main() -> None:
     runs = measured_runs(view, settings)
     shared = common_label([r["spec"] for r in runs]) if len(runs) > 1 else ""
     if shared:
-        st.caption(f"Every measured run here: {shared}.")
+        st.caption(f"Every measured run here: {md_escape(shared)}.")
     table = pd.DataFrame(bar_rows(runs) + published_rows())
     show_run_figure(figures.gap_bars(table), view.spec, "gap_to_FL", pooling=pooling, metric=metric)
     gap_table(table)

@@ -18,7 +18,9 @@ import streamlit as st
 from deffcore import diagnostics as dg
 from deffcore import figures
 from deffcore.constants import POOLINGS
+from deffcore.errors import UndefinedSimilarityError
 from deffcore.paper import paper_controls, paper_table
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import Headline, RunView
 from explorer.cards import show_figure
 from explorer.guard import guarded
@@ -37,6 +39,8 @@ def control_headlines(view: RunView, settings: Settings) -> tuple[dict[str, Head
                 headlines[pooling] = view.headline(pooling, settings.metric, settings.K)
             except KeyError:  # an older snapshot without this control
                 missing.append(pooling)
+            except UndefinedSimilarityError as err:  # a degenerate control: undefined for this run
+                st.caption(md_escape(f"{pooling} is undefined for this run: {err}"))
     return headlines, missing
 
 
@@ -65,7 +69,7 @@ def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
     st.info(
         "The shipped run has no massive-activation and attention-sink diagnostics yet: one "
         f"small eager-attention pass over its first {min(view.n, dg.DIAG_PASSAGES)} passages "
-        "computes them (a few minutes on a busy CPU; stored beside the run)."
+        "computes them (a few minutes on a busy CPU; kept while the app runs)."
     )
     if st.button("Compute the diagnostics for this run", key="bos_diagnose"):
         return compute_diagnostics(spec, view.label)
@@ -190,7 +194,7 @@ def sinks_section(view: RunView, diag: dict[str, Any] | None) -> None:
 
 def bos_on_off_section(settings: Settings) -> None:
     """Two runs with the sidebar's settings, bos=add and bos=none, side by side (on request)."""
-    st.subheader(f"BOS on or off: {settings.model or 'the sidebar model'}")
+    st.subheader(f"BOS on or off: {md_escape(settings.model or 'the sidebar model')}")
     st.caption(
         "Two runs with the sidebar's settings, one with exactly one BOS at position 0 "
         "(`bos=add`), one with none (`bos=none`): a sink that moves to the first token without "
@@ -304,7 +308,7 @@ def main() -> None:
         st.stop()
     view, settings = ctx
     k_max = settings.K or view.layers - 1
-    st.caption(f"{view.label} · {settings.metric} · K = {k_max}")
+    st.caption(f"{md_escape(view.label)} · {settings.metric} · K = {k_max}")
     headlines, missing = control_headlines(view, settings)
     m = view.measurement
     spec = m.spec if m is not None else dg.spec_from_fields(view.spec)

@@ -9,6 +9,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.glossary import human_label
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import Headline, MeasurementView, RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
@@ -195,7 +196,7 @@ def main() -> None:
         st.stop()
     view, settings = ctx
     b = Baselines(view, settings.pooling, settings.metric)
-    st.caption(f"{view.label} · {b.metric} · pooling {b.pooling} · K = L-1")
+    st.caption(f"{md_escape(view.label)} · {b.metric} · pooling {b.pooling} · K = L-1")
     for section in SECTIONS:
         section(b)
 

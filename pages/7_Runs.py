@@ -12,6 +12,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.models_overview import model_family
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import (
     Headline,
     MeasurementView,
@@ -186,7 +187,8 @@ def open_section(runs: Runs) -> None:
         st.rerun()  # redraw the sidebar too, which was drawn before the run changed
     opened = st.session_state.pop("runs_opened", None)
     if opened in runs.labels:
-        st.success(f"Opened {run_label(runs.by_id[opened]['spec'])}; every page now shows it.")
+        shown = md_escape(run_label(runs.by_id[opened]["spec"]))
+        st.success(f"Opened {shown}; every page now shows it.")
 
 
 def open_entry(e: dict[str, Any]) -> bool:
@@ -251,7 +253,8 @@ def compare_section(runs: Runs, settings: Settings) -> None:
             names[i] += " · precomputed"
     shared = common_label([runs.by_id[i]["spec"] for i in picked])
     if shared:
-        st.caption(f"All compared runs: {shared} · {settings.metric} · pooling {settings.pooling}")
+        shown = md_escape(shared)
+        st.caption(f"All compared runs: {shown} · {settings.metric} · pooling {settings.pooling}")
     results = compared_results(runs, picked, settings)
     if results:
         comparison_charts(runs, names, results, settings)
@@ -407,7 +410,8 @@ def delete_section(runs: Runs) -> None:
 
 
 def confirm_delete(runs: Runs, pending: str) -> None:
-    st.warning(f"Delete {runs.labels[pending]} from the cache? Its states cannot be recovered.")
+    shown = md_escape(runs.labels[pending])
+    st.warning(f"Delete {shown} from the cache? Its states cannot be recovered.")
     c1, c2, _ = st.columns([1, 1, 4])
     if c1.button("Yes, delete", type="primary", key="runs_delete_confirm"):
         with guarded("Deleting the run"):

@@ -11,6 +11,7 @@ from deffcore.labs.interventions import (
     intervention_table,
     paper_intervention_rows,
 )
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from explorer.cards import show_figure
 from explorer.guard import guarded
 from explorer.page import page
@@ -55,7 +56,8 @@ def results_section(paper: list) -> None:
     rows = result["rows"] if result else []
     if result:
         st.caption(
-            f"{result['model']} · N = {result['n']} · max tokens {result['max_tokens']} · "
+            f"{md_escape(result['model'])} · N = {result['n']} · "
+            f"max tokens {result['max_tokens']} · "
             f"metric {result['metric']}. Gap to F_L in %: > 0 is sub-reference."
         )
     else:

@@ -10,6 +10,7 @@ import streamlit as st
 from deffcore.glossary import GLOSSARY
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.pruning import RANKING_LABELS, pruning_check
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from explorer.cards import show_figure
 from explorer.page import page
 from explorer.progress import run_in_page
@@ -55,7 +56,8 @@ def headline(result: dict[str, Any]) -> None:
         )
     cols[3].metric("Spearman (BI, ΔD_eff)", f"{result['spearman_bi_vs_local_deff']:.2f}")
     st.caption(
-        f"{result['model']} · L = {result['layers']} · D_eff/L = {result['deff_over_L']:.3f} · "
+        f"{md_escape(result['model'])} · L = {result['layers']} · "
+        f"D_eff/L = {result['deff_over_L']:.3f} · "
         f"gap {result['gap_pct']:.1f}% · {result['n']} measured and {result['n_heldout']} "
         f"held-out passages ({result['heldout_tokens']} predicted tokens) · Spearman p = "
         f"{result['spearman_p']:.2f}"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import string
 from typing import Any
 
 import numpy as np
@@ -45,3 +47,12 @@ def assert_clean(at: Any) -> None:
     """No exception and no st.error on the page."""
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
+
+
+_ESCAPED = re.compile(r"\\([" + re.escape(string.punctuation) + "])")
+
+
+def plain(text: str) -> str:
+    """What a visitor reads: an element's Markdown body with `deffcore.safe_text.md_escape`'s
+    backslash escapes removed (the app shows user text escaped, never as Markdown)."""
+    return _ESCAPED.sub(r"\1", text)

@@ -8,8 +8,6 @@ h_L, reductions in float64 numpy).
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -278,19 +276,19 @@ def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, m
     first = diagnose(spec)
     assert first["cached"] is False
     path = cache_dir() / spec.key() / "diagnostics.json"
-    assert diagnostics_path(spec) == path and path.is_file()
-    assert not (path.parent / "meta.json").exists()  # the run's own files are not written
+    assert diagnostics_path(spec) == path
+    assert not path.parent.exists()  # a run never measured: in memory, no folder (issue 17)
     tok = models.load_model("tiny-llama").tokenizer
     want = [tok(t).input_ids[:24] for t in load_passages(tiny_dataset, 8, seed=0)]
     assert first["inspector"]["token_ids"] == want
     assert len(first["massive_ratio"]) == 5 and len(first["sink_fraction"]) == 4
     # the run itself can still be measured into the same folder, and diagnostics survive
     m = measurement.measure_spec(spec)
-    assert not m.cached and (path.parent / "meta.json").is_file() and path.is_file()
-    # second call: read from disk, the model is not loaded
+    assert not m.cached and (path.parent / "meta.json").is_file()
+    # second call: no recomputation (the model is not loaded); now stored beside the run
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     second = diagnose(spec)
-    assert second["cached"] is True
+    assert second["cached"] is True and path.is_file()
     assert second["massive_ratio"] == first["massive_ratio"]
     # a damaged file is recomputed, not trusted
     path.write_text("{not json")
@@ -310,7 +308,7 @@ def test_diagnose_windows_and_bos_add(tiny_dataset):
     assert got["inspector"]["token_ids"] == want
     assert all(s[0] == tok.bos_token_id and tok.bos_token_id not in s[1:] for s in want)
     assert all(t[0] == "<bos>" for t in got["inspector"]["tokens"])
-    assert json.loads(diagnostics_path(spec).read_text())["spec"]["bos"] == "add"
+    assert read_diagnostics(spec)["spec"]["bos"] == "add"
 
 
 # ---------------------------------------------------------------------------------------------

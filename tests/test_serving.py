@@ -99,6 +99,80 @@ def test_model_specs_under_a_policy(monkeypatch, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# one resolved path: what is checked is what gets opened (issue 17, Security 2 and 3)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server_cwd(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """(the server's working directory holding leak.csv/relmodel/, the allowed folder)."""
+    cwd, allowed = tmp_path / "cwd", tmp_path / "allowed"
+    cwd.mkdir()
+    allowed.mkdir()
+    (cwd / "leak.csv").write_text("SECRET_HEADER\nsecret\n")
+    (cwd / "relmodel").mkdir()
+    (cwd / "hfdir").mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv(serving.ENV, str(allowed))
+    return cwd, allowed.resolve()
+
+
+def test_a_relative_model_path_comes_back_resolved_inside_the_folder(server_cwd):
+    cwd, allowed = server_cwd
+    assert check_model_spec("relmodel") == str(allowed / "relmodel")  # never cwd/relmodel
+    assert check_model_spec("random:relmodel:3") == f"random:{allowed / 'relmodel'}:3"
+    (allowed / "mine").mkdir()  # a bare name that exists only in the allowed folder is local
+    assert check_model_spec("mine") == str(allowed / "mine")
+    (allowed / "link").symlink_to(allowed / "mine")
+    assert check_model_spec(str(allowed / "link")) == str(allowed / "mine")  # links resolved
+    assert check_model_spec("org/name") == "org/name"  # a hub id is left alone
+    with pytest.raises(LocalPathRefusedError):
+        check_model_spec(str(cwd / "relmodel"))
+
+
+def test_a_relative_dataset_path_comes_back_resolved_and_never_opens_the_cwd(server_cwd):
+    from deffcore.texts import check_dataset
+
+    _, allowed = server_cwd
+    spec = serving.check_dataset_spec("leak.csv:text", "leak.csv")
+    assert spec == f"{allowed / 'leak.csv'}:text"
+    with pytest.raises(UnknownDatasetError) as err:
+        check_dataset(spec)  # the allowed folder has no leak.csv: the cwd's is never read
+    assert "SECRET" not in str(err.value) and str(allowed) in str(err.value)
+    assert serving.check_dataset_spec("bbc-news") == "bbc-news"
+
+
+def test_with_paths_on_specs_come_back_as_given(monkeypatch, tmp_path):
+    monkeypatch.delenv(serving.ENV, raising=False)
+    assert check_model_spec("./relmodel") == "./relmodel"
+    assert serving.check_dataset_spec("data.csv:body", "data.csv") == "data.csv:body"
+    assert serving.check_dataset_spec("hf:/some/dir:train") == "hf:/some/dir:train"
+
+
+def test_paths_off_refuses_hf_specs_that_name_this_machine(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hfdir").mkdir()
+    monkeypatch.setenv(serving.ENV, "off")
+    for spec in ("hf:/some/dir:train", "hf:./x:train", "hf:~/x:train", "hf:hfdir:train",
+                 f"hf:{tmp_path}:train:text", "hf:a/b/c:train", "hf:csv:train",
+                 "hf:json:train", "hf:text:train", "hf:x.gguf:train"):  # fmt: skip
+        with pytest.raises(LocalPathRefusedError):
+            serving.check_dataset_spec(spec)
+    for spec in ("hf:Salesforce/wikitext:wikitext-103-raw-v1:train", "hf:org/name:train"):
+        assert serving.check_dataset_spec(spec) == spec
+
+
+def test_a_folder_policy_resolves_an_hf_folder_inside_it(server_cwd):
+    _, allowed = server_cwd
+    (allowed / "hfdir").mkdir()
+    assert serving.check_dataset_spec("hf:hfdir:train:body") == f"hf:{allowed / 'hfdir'}:train:body"
+    with pytest.raises(LocalPathRefusedError):
+        serving.check_dataset_spec("hf:/etc:train")
+    with pytest.raises(LocalPathRefusedError, match="file readers"):
+        serving.check_dataset_spec("hf:parquet:train")
+
+
+# ---------------------------------------------------------------------------------------------
 # uploads
 # ---------------------------------------------------------------------------------------------
 

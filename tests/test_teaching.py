@@ -205,3 +205,35 @@ def test_story_curves_compare_with_the_previous_step_and_the_samples():
     assert depths["independent states at this N, d (iid reference)"] == final.deff_iid
     assert depths["sampled, linear CKA"] == pytest.approx(effective_depth(sampled.S_cka))
     assert {"sampled, linear CKA", "sampled, unbiased CKA"} <= set(curves)
+
+
+# ---------------------------------------------------------------------------------------------
+# updates_vs_states: a hand computation (issue 17, untested behaviour)
+
+
+@pytest.mark.parametrize(("n", "d", "L", "scale"), [(64, 16, 6, 1.0), (30, 10, 5, 0.5)])
+def test_updates_vs_states_against_a_hand_computation(n, d, L, scale):
+    from deffcore.teaching import updates_vs_states
+
+    b = d / (n + d)  # linear CKA's finite-sample bias
+    idx = np.arange(1, L + 1)
+    lo, hi = np.minimum.outer(idx, idx), np.maximum.outer(idx, idx)
+    # accumulated states h_i = h_0 + f_1 + ... + f_i, ||h_0||^2 = 1, ||f_m||^2 = scale^2
+    S_h = (1 - b) * (1 + lo * scale**2) / (1 + hi * scale**2) + b
+    np.fill_diagonal(S_h, 1.0)
+    rho_h = [np.mean([S_h[i, i + k] for i in range(L - k)]) for k in range(1, L)]
+    got = updates_vs_states(n, d, L, scale)
+    np.testing.assert_allclose(got["rho_states"], rho_h, rtol=1e-12)
+    assert got["deff_states"] == pytest.approx(L**2 / S_h.sum(), rel=1e-12)
+    # independent updates: every lag is the bias, D_eff = L / (1 + b (L - 1))
+    np.testing.assert_allclose(got["rho_updates"], [b] * (L - 1), rtol=1e-12)
+    assert got["deff_updates"] == pytest.approx(L / (1 + b * (L - 1)), rel=1e-12)
+    assert got["deff_updates"] > got["deff_states"]  # updates look deeper than the states
+
+
+@pytest.mark.parametrize(("L", "scale"), [(1, 1.0), (4, 0.0), (4, -1.0), (4, float("nan"))])
+def test_updates_vs_states_refuses_bad_knobs(L, scale):
+    from deffcore.teaching import updates_vs_states
+
+    with pytest.raises(DeffError):
+        updates_vs_states(64, 16, L, scale)

@@ -209,3 +209,70 @@ def test_all_documents_is_the_whole_finite_source_in_order(tmp_path):
     path = tmp_path / "p.txt"
     path.write_text("\n\n".join(BLOCKS))
     assert all_documents(str(path), 1, seed=5) == BLOCKS  # n and seed do not sample a file
+
+
+# ---------------------------------------------------------------------------------------------
+# passages are text (issue 17, Faults 13)
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"), [(42, "a number"), (2.5, "a number"), ([1, 2], "a list"),
+                        (True, "a true/false value"), ({"a": 1}, "a dict value")],
+)  # fmt: skip
+def test_jsonl_values_that_are_not_text_are_refused_naming_the_row(tmp_path, value, kind):
+    from deffcore.texts import check_dataset
+
+    path = tmp_path / "p.jsonl"
+    rows = [{"text": "a real passage"}, {"text": value}, {"text": "another one"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(UnknownDatasetError, match=f"{kind} in column 'text' \\(row 2") as err:
+        all_passages(str(path))
+    assert "\n" not in str(err.value)
+    path.write_text("\n".join(json.dumps(r) for r in rows[1:]))
+    with pytest.raises(UnknownDatasetError, match=kind):
+        check_dataset(str(path))  # the first row is checked before any model loads
+
+
+def test_parquet_number_columns_are_refused_before_the_model(tmp_path):
+    from deffcore.texts import check_dataset
+
+    path = tmp_path / "p.parquet"
+    pd.DataFrame({"text": BLOCKS, "id": range(4), "tags": [[1], [2], [3], [4]]}).to_parquet(path)
+    check_dataset(str(path))
+    for column, kind in (("id", "a number"), ("tags", "a list")):
+        with pytest.raises(UnknownDatasetError, match=kind):
+            check_dataset(f"{path}:{column}")
+        with pytest.raises(UnknownDatasetError, match=kind):
+            all_passages(f"{path}:{column}")
+
+
+def test_csv_cells_are_the_text_written_in_the_file(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text('text\n007\n1.50\n"a, quoted passage"\n\nlast one\n')
+    assert all_passages(str(path)) == ["007", "1.50", "a, quoted passage", "last one"]
+
+
+def test_a_txt_file_has_no_column(tmp_path):
+    from deffcore.texts import check_dataset
+
+    path = tmp_path / "p.txt"
+    path.write_text("\n\n".join(BLOCKS))
+    for call in (check_dataset, all_passages):
+        with pytest.raises(UnknownDatasetError, match=r"\.txt file, which has no columns"):
+            call(f"{path}:body")
+
+
+def test_hf_values_that_are_not_text_are_refused(monkeypatch):
+    import datasets
+
+    class Stream(list):
+        def shuffle(self, seed, buffer_size):
+            return self
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    monkeypatch.setattr(
+        datasets, "load_dataset", lambda *a, **k: Stream([{"text": "fine"}, {"text": 7}])
+    )
+    with pytest.raises(UnknownDatasetError, match="a number in column 'text'"):
+        load_passages("hf:org/ds:train", 2)

@@ -249,3 +249,104 @@ def test_load_tokenizer_is_memoised_and_matches_the_model(tiny_model):
     assert (
         load_tokenizer("random:tiny-llama-nobos:3")(text).input_ids == lm.tokenizer(text).input_ids
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers that append a suffix (an EOS after every text)
+
+
+class _WithEOS:
+    """The byte tokenizer, plus an EOS (id 2) after every text when special tokens are on."""
+
+    EOS = 2
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.bos_token_id = inner.bos_token_id
+
+    def __call__(self, text, add_special_tokens=True):
+        out = self.inner(text, add_special_tokens=add_special_tokens)
+        if add_special_tokens:
+            ids = out.input_ids
+            out.input_ids = (
+                [*ids, self.EOS] if isinstance(text, str) else [[*s, self.EOS] for s in ids]
+            )
+        return out
+
+
+def test_windows_of_a_tokenizer_with_a_suffix_end_with_it_inside_the_budget(bos_tok, tiny_passages):
+    from deffcore.tokens import special_tokens
+
+    tok = _WithEOS(bos_tok)
+    assert special_tokens(tok) == ([BOS], [_WithEOS.EOS])
+    max_tokens = 10
+    room = max_tokens - 2  # the BOS and the EOS count
+    windows = cut_windows(tok, tiny_passages, max_tokens)
+    bodies = [bos_tok(t, add_special_tokens=False).input_ids for t in tiny_passages]
+    assert len(windows) == sum(len(b) // room for b in bodies)
+    want = [[BOS, *b[j : j + room], _WithEOS.EOS] for b in bodies
+            for j in range(0, len(b) - room + 1, room)]  # fmt: skip
+    assert windows == want
+    assert all(len(w) == max_tokens and w[-1] == _WithEOS.EOS for w in windows)
+    assert all(_WithEOS.EOS not in w[1:-1] for w in windows)  # only at the end
+    # documents mode keeps the suffix inside the budget too
+    docs = encode_documents(tok, tiny_passages, max_tokens)
+    assert docs == [[BOS, *b[:room], _WithEOS.EOS] for b in bodies]
+    # bos=none drops the BOS but keeps the suffix
+    none = cut_windows(tok, tiny_passages, max_tokens, bos="none")
+    assert all(w[0] != BOS and w[-1] == _WithEOS.EOS and len(w) == max_tokens for w in none)
+
+
+# ---------------------------------------------------------------------------------------------
+# A long passage is cut before it is tokenised (issue 17, Faults 11)
+
+
+class _Counting:
+    """A tokenizer that records the length of every text it is asked to tokenise."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.sizes: list[int] = []
+
+    def __call__(self, text, **kwargs):
+        self.sizes += [len(text)] if isinstance(text, str) else [len(t) for t in text]
+        return self.inner(text, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _whole(tok, texts, max_tokens):
+    """The reference: every text tokenised whole, then truncated."""
+    prefix, suffix = prefix_suffix(tok)
+    room = max_tokens - len(prefix) - len(suffix)
+    bodies = tok(list(texts), add_special_tokens=False).input_ids
+    return [prefix + list(b)[:room] + suffix for b in bodies]
+
+
+@pytest.mark.parametrize("chars_per_token", [16, 1])  # 1: every passage is cut, hard
+@pytest.mark.parametrize("spec", ["tiny-llama", "smollm2-135m"])
+def test_cutting_before_tokenising_gives_the_ids_of_the_whole_text(
+    spec, chars_per_token, monkeypatch
+):
+    import deffcore.tokens as tokens
+
+    monkeypatch.setattr(tokens, "CUT_CHARS_PER_TOKEN", chars_per_token)
+    tok = load_tokenizer(spec)
+    docs = all_passages("bbc-news")[:600]
+    docs.append(" ".join(docs[:50]))  # one long text (~100k characters)
+    for max_tokens in (16, 128):
+        assert encode_documents(tok, docs, max_tokens) == _whole(tok, docs, max_tokens)
+
+
+def test_a_huge_passage_is_never_tokenised_whole(bos_tok, tiny_passages):
+    huge = ("All work and no play makes a long passage. " * 120_000)[:5_000_000]
+    texts = [*tiny_passages[:10], huge, *tiny_passages[10:]]
+    tok = _Counting(bos_tok)
+    got = encode_documents(tok, texts, 32)
+    assert got == _whole(bos_tok, [*tiny_passages[:10], huge[:10_000], *tiny_passages[10:]], 32)
+    assert max(tok.sizes) < 20_000 and sum(tok.sizes) < 50_000, (max(tok.sizes), len(huge))
+    # the work does not grow with the passage: ten times longer, the same texts tokenised
+    tok10 = _Counting(bos_tok)
+    encode_documents(tok10, [*tiny_passages[:10], huge * 10, *tiny_passages[10:]], 32)
+    assert tok10.sizes == tok.sizes

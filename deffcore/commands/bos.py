@@ -10,6 +10,7 @@ from deffcore.commands._common import (
     add_output_args,
     add_run_args,
     check_args,
+    fmt,
     result_only_stdout,
     run_kwargs,
 )
@@ -87,8 +88,8 @@ def _table(d: dict) -> str:
     for pooling in POOLINGS:
         r = d["results"][pooling]
         lines.append(
-            f"{pooling:<15}{r['deff']:>8.3f}{r['deff_over_L']:>9.3f}{r['gap_pct']:>8.1f}"
-            f"{r['rho1']:>7.3f}"
+            f"{pooling:<15}{fmt(r['deff']):>8}{fmt(r['deff_over_L']):>9}"
+            f"{fmt(r['gap_pct'], '.1f'):>8}{fmt(r['rho1']):>7}"  # "—": a control undefined here
         )
     lines += [
         "",

@@ -72,6 +72,9 @@ def _table(d: dict) -> str:
     ]
     for pooling in POOLINGS:
         r = d["results"][pooling]
+        if r.get("undefined"):  # a degenerate control: no numbers, the reason instead
+            lines.append(f"{pooling:<15}{'undefined':>8}  {r['undefined']}")
+            continue
         lines.append(
             f"{pooling:<15}{r['deff']:>8.3f}{r['deff_over_L']:>9.3f}{r['gap_pct']:>8.1f}"
             f"{r['rho1']:>7.3f}{r['update_depth']['deff_upd_over_L']:>9.3f}"

@@ -17,14 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deffcore import sweep_checks
 from deffcore.errors import DeffError
+from deffcore.sweep_checks import SweepError  # re-exported: the class lives with the checks
 
 #: Cells a single sweep may hold (a typo in a grid should not queue a million runs).
 MAX_CELLS = 2000
-
-
-class SweepError(DeffError):
-    """A malformed sweep: no cells, a bad axis value, an unreadable manifest, a bad engine."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +86,10 @@ def grid_cells(
     revision: it appears once per model, not once per revision. A model written as
     `random:<model>:<seed>` is that one random null.
     """
+    axes = sweep_checks.check_axes(models=models, revisions=revisions, random_seeds=random_seeds,
+                                   interventions=interventions, datasets=datasets)  # fmt: skip
+    models, revisions, random_seeds = axes["models"], axes["revisions"], axes["random_seeds"]
+    interventions, datasets = axes["interventions"], axes["datasets"]
     models = [m.strip() for m in models if m and m.strip()]
     if not models:
         raise SweepError("A sweep needs at least one model (--models a,b or a manifest).")
@@ -187,6 +189,7 @@ def manifest_cells(path: str | Path) -> list[Cell]:
         seed = item.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise SweepError(f"Cell {i + 1} of {path}: seed must be an integer, got {seed!r}.")
+        sweep_checks.check_manifest_cell(item, f"Cell {i + 1} of the sweep manifest {path}")
         cells += grid_cells(
             [item["model"]],
             revisions=[item.get("revision")],
@@ -200,6 +203,10 @@ def manifest_cells(path: str | Path) -> list[Cell]:
         if not isinstance(grid, dict) or set(grid) - set(_AXES):
             raise SweepError(f"The 'grid' of {path} must be a mapping of {', '.join(_AXES)}.")
         grid = dict(grid)
+        if "trained" in grid and not isinstance(grid["trained"], bool):
+            raise SweepError(f"The 'grid' of {path}: 'trained' must be true or false.")
+        axes = {k: v for k, v in grid.items() if k != "trained"}
+        grid.update(sweep_checks.check_axes(f"The 'grid' of {path}", **axes))
         cells += grid_cells(grid.pop("models", []) or [], **grid)
     return dedupe(cells)
 

@@ -10,6 +10,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from deffcore import sweep_checks
 from deffcore.sweep.cells import SweepError, one_sentence
 
 
@@ -55,8 +56,13 @@ def _local_ray_init(num_cpus: int | None, num_gpus: int | None) -> None:
 def _join_ray(address: str) -> None:
     import ray
 
-    try:
+    def init() -> None:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
+
+    try:  # probed first, joined with a deadline (a dead address: one sentence, not for ever)
+        sweep_checks.join_ray(address, init)
+    except SweepError:
+        raise
     except Exception as err:  # ConnectionError and friends: a sentence, not a traceback
         raise SweepError(
             f"Cannot join the Ray cluster at {address!r} ({one_sentence(err)}); start it with "

@@ -1,7 +1,10 @@
 """Running a sweep: the driver (`run_sweep`) and the worker side (`compute_cell`).
 
-1. `plan_sweep` checks the sweep (cells, engine, pooling, resources) and every cell's options
-   with `run_spec`, before anything runs;
+1. `plan_sweep` checks the sweep (cells, engine, pooling, resources) and the options every cell
+   shares, before anything runs (a bad one refuses the sweep); then each cell's spec is built on
+   its own (`deffcore.sweep_checks.cell_specs`): a cell whose model or dataset is refused (an
+   unknown tiny model, a corrupt GGUF, a missing dataset) is planned as failed, with its
+   sentence, and fails alone while the others run;
 2. the cache is read first: a cell already there is "cached" (nothing is recomputed, so an
    interrupted sweep resumes where it stopped);
 3. the others are computed by `compute_cell` (`deffcore.measurement.extract_spec`), each one Ray
@@ -45,6 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from deffcore import sweep_checks
 from deffcore.constants import POOLINGS
 from deffcore.errors import DeffError, RunCancelled
 from deffcore.sweep.cells import Cell, SweepError, check_cells, one_sentence
@@ -74,7 +78,8 @@ AUTO_RAY_MIN_CELLS = 8
 AUTO_RAY_MIN_CPUS = 4
 OnCell = Callable[[dict[str, Any], int, int], None]
 _RAY_LOCK = threading.Lock()
-#: How often a cancellable Ray sweep looks at `should_stop` while its tasks run (seconds).
+#: How often a Ray sweep's driver wakes while its tasks run (seconds): it asks `should_stop`
+#: and Python handles signals (SIGTERM, Ctrl-C), which a wait without a timeout would block.
 POLL_S = 0.5
 _SLOT: dict[tuple[str, str | None, str, str], Any] = {}
 
@@ -199,16 +204,18 @@ def _fill_numbers(row: dict[str, Any], spec: Any, pooled: Any, metric: str, pool
 
 @dataclass
 class SweepPlan:
-    """A checked sweep, ready to run (`plan_sweep`): one RunSpec and one result row per cell,
-    the settings every cell shares, and the engine options."""
+    """A checked sweep, ready to run (`plan_sweep`): one RunSpec (None for a cell that cannot
+    be built) and one result row per cell, the settings every cell shares, the engine options,
+    and per cell the sentence it fails with (None for a cell that runs)."""
 
-    specs: list[Any]
+    specs: list[Any | None]
     rows: list[dict[str, Any]]
     settings: dict[str, Any]
     engine: str
     address: str | None
     num_cpus: int | None
     batch_size: int | None
+    errors: list[str | None]
 
     @property
     def device(self) -> str:
@@ -240,35 +247,23 @@ def plan_sweep(
     """Check a sweep before anything runs -> its plan (nothing is read, loaded or computed).
 
     Raises SweepError (a DeffError) for a malformed sweep: no cells, too many, a bad engine,
-    pooling or resource value, and the DeffError of `run_spec` for options every cell shares
-    that it rejects (n, max tokens, a dataset that does not open, ...).
+    pooling or resource value, and the DeffError of `check_run_options` for an option every
+    cell shares that it rejects (n, max tokens, seed, dtype, ...). A cell whose own model or
+    dataset is refused (`run_spec`) does not refuse the sweep: its sentence is kept in
+    `plan.errors` and the cell fails alone when the plan runs.
     """
-    from deffcore.measurement import run_spec
-
     cells = check_cells(cells)
     _check_options(engine, pooling, cpus_per_cell, gpus_per_cell)
     if gpus_per_cell and device is None:
         device = "cuda"  # a GPU per cell: the workers have CUDA even if this driver has none
-    specs, rows = [], []
-    for cell in cells:
-        spec, resolved = run_spec(
-            cell.model_spec,
-            cell.dataset,
-            n,
-            max_tokens,
-            seed,
-            metric,
-            cell.revision,
-            device,
-            dtype,
-            cell.intervention,
-            passages=passages,
-            bos=bos,
-            # with a GPU per cell the workers have CUDA even where this driver has none
-            device_here=not gpus_per_cell,
-        )
-        specs.append(spec)
-        rows.append(_row(cell, spec))
+    # shared options once (a bad one refuses the sweep); a cell that cannot be built fails alone
+    specs, errors, resolved, dtype = sweep_checks.cell_specs(
+        cells, n=n, max_tokens=max_tokens, seed=seed, metric=metric, device=device, dtype=dtype,
+        passages=passages, bos=bos, batch_size=batch_size,
+        # with a GPU per cell the workers have CUDA even where this driver has none
+        device_here=not gpus_per_cell,
+    )  # fmt: skip
+    rows = [_row(cell, spec) for cell, spec in zip(cells, specs, strict=True)]
     if gpus_per_cell is None:
         gpus_per_cell = 1.0 if resolved.startswith("cuda") else 0.0
     settings = {
@@ -277,14 +272,14 @@ def plan_sweep(
         "seed": seed,
         "metric": metric,
         "device": resolved,
-        "dtype": specs[0].dtype,
+        "dtype": dtype,
         "passages": passages,
         "bos": bos,
         "pooling": pooling,
         "cpus_per_cell": cpus_per_cell,
         "gpus_per_cell": gpus_per_cell,
     }
-    return SweepPlan(specs, rows, settings, engine, address, num_cpus, batch_size)
+    return SweepPlan(specs, rows, settings, engine, address, num_cpus, batch_size, errors)
 
 
 def _check_options(
@@ -362,6 +357,9 @@ class _Landing:
 
         todo: list[int] = []
         for i, spec in enumerate(self.plan.specs):
+            if self.plan.errors[i] is not None:  # its model or dataset was refused: fails alone
+                self.land(i, "failed", error=self.plan.errors[i])
+                continue
             try:
                 self.plan.rows[i]["key"] = spec.key()
                 pooled = cache.load(spec)
@@ -460,8 +458,9 @@ def _collect(
 
     while pending:
         _cancelled(should_stop)
-        timeout = None if should_stop is None else POLL_S
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+        # a timeout hands control back to Python every POLL_S, so signals (SIGTERM, Ctrl-C)
+        # are handled and `should_stop` is asked while the tasks run
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
         for ref in ready:
             i = pending.pop(ref)
             try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from apptest_helpers import plain
 from streamlit.testing.v1 import AppTest
 
 import deffcore.extract
@@ -58,7 +59,7 @@ def metric(at: AppTest, label: str) -> str:
 
 
 def texts(at: AppTest, kind: str) -> list[str]:
-    return [e.value for e in getattr(at, kind)]
+    return [plain(e.value) for e in getattr(at, kind)]
 
 
 def progress_texts(at: AppTest) -> list[str]:
@@ -348,7 +349,7 @@ def test_windows_count_is_shown_before_run(mode):
     from deffcore.tokens import count_windows
 
     n = count_windows("tiny-llama", "bbc-news", 32, "default", None, mode=mode)
-    assert any(f"this choice yields {n:,} windows" in c.value for c in at.sidebar.caption)
+    assert any(f"this choice yields {n:,} windows" in plain(c.value) for c in at.sidebar.caption)
 
 
 def test_local_paths_off_hides_and_refuses_them(monkeypatch, no_model):

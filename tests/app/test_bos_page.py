@@ -55,8 +55,7 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     from deffcore.snapshot import load_snapshot
 
     snap = load_snapshot()
-    if snap is None:
-        pytest.skip("deffcore/data/default_run.json is not generated yet")
+    assert snap is not None, "the shipped snapshot deffcore/data/default_run.json is missing"
     L = snap.layers
     ratio = [5.0] * 2 + [150.0 + layer for layer in range(L - 1)]
     fake = {

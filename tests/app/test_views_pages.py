@@ -184,8 +184,7 @@ def test_resume_finishes_an_interrupted_run(app, runs):
 
 def test_a_precomputed_run_can_be_opened(app):
     gallery = load_gallery()
-    if not gallery:
-        pytest.skip("no shipped snapshot")
+    assert gallery, "the shipped snapshot gallery is missing"
     from explorer import views
 
     at = goto(app, "pages/7_Runs.py")

@@ -1,0 +1,86 @@
+"""Where a run's BOS diagnostics live and when they are trusted (issue 17, untested behaviour):
+`diagnose` honours the run's norm intervention, never creates a cache folder for a run that was
+never measured, and `read_diagnostics` refuses a file written for another run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+
+import numpy as np
+import pytest
+
+from deffcore import cache
+from deffcore.cache import RunSpec
+from deffcore.diagnostics import bos_diagnostics, diagnose, diagnostics_path, read_diagnostics
+
+
+def _spec(dataset: str, **kw) -> RunSpec:
+    fields = {"model": "tiny-llama", "revision": None, "dataset": dataset, "n": 8,
+              "max_tokens": 16, "seed": 0, "dtype": "float32", **kw}  # fmt: skip
+    return RunSpec(**fields)
+
+
+def test_diagnose_applies_the_runs_norm_intervention(tiny_dataset):
+    from deffcore.interventions import norm_intervention
+    from deffcore.models import load_model
+    from deffcore.tokens import run_texts, run_token_ids
+
+    plain = diagnose(_spec(tiny_dataset, model="tiny-gemma3"))
+    spec = _spec(tiny_dataset, model="tiny-gemma3", intervention="no_post")
+    probed = diagnose(spec)
+    assert not np.allclose(probed["massive_ratio"], plain["massive_ratio"])
+    loaded = load_model("tiny-gemma3")
+    ids = run_token_ids(spec, loaded.tokenizer, run_texts(spec))
+    with norm_intervention(loaded.model, "no_post"):
+        want = bos_diagnostics(loaded, token_ids=ids).to_dict()
+    np.testing.assert_allclose(probed["massive_ratio"], want["massive_ratio"], rtol=1e-6)
+    np.testing.assert_allclose(probed["sink_scores"], want["sink_scores"], rtol=1e-6)
+
+
+def test_a_run_never_measured_gets_no_cache_folder(tiny_dataset, monkeypatch):
+    from deffcore import models
+
+    spec = _spec(tiny_dataset)
+    first = diagnose(spec)
+    folder = diagnostics_path(spec).parent
+    assert first["cached"] is False and not folder.exists()
+    assert cache.list_runs() == [] and list(cache.cache_dir().iterdir()) == []
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("recomputed"))
+    again = diagnose(spec)  # kept in memory for the process: not recomputed
+    assert again["cached"] is True and again["massive_ratio"] == first["massive_ratio"]
+    assert read_diagnostics(spec)["key"] == spec.key()
+    assert not folder.exists()
+
+
+def test_diagnostics_of_a_measured_run_are_stored_beside_it_and_deleted_with_it(tiny_dataset):
+    from deffcore.measurement import measure_spec
+
+    spec = _spec(tiny_dataset)
+    measure_spec(spec)
+    diagnose(spec)
+    path = diagnostics_path(spec)
+    assert path.is_file() and json.loads(path.read_text())["key"] == spec.key()
+    assert [r["key"] for r in cache.list_runs()] == [spec.key()]
+    cache.delete(spec.key())
+    assert not path.parent.exists() and read_diagnostics(spec) is None
+
+
+@pytest.mark.parametrize("damage", ["format", "key", "spec", "list", "not json"])
+def test_read_diagnostics_refuses_a_file_written_for_another_run(tiny_dataset, damage):
+    from deffcore.measurement import measure_spec
+
+    spec = _spec(tiny_dataset)
+    measure_spec(spec)
+    diagnose(spec)
+    path = diagnostics_path(spec)
+    data = json.loads(path.read_text())
+    if damage == "format":
+        data["format"] = 99
+    elif damage == "key":
+        data["key"] = "0" * 20
+    elif damage == "spec":  # another run's diagnostics copied here, its key edited to match
+        data["spec"] = asdict(replace(spec, seed=1))
+    text = {"list": "[1, 2]", "not json": "{oops"}.get(damage) or json.dumps(data)
+    path.write_text(text)
+    assert read_diagnostics(spec) is None
