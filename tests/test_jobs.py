@@ -189,18 +189,23 @@ def test_a_tokenizer_error_of_the_window_count_is_said_before_the_model(no_model
     assert set(jobs._JOBS) == before and no_model == []
 
 
-def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch):
+def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch, deff_cache_dir):
     def failing(*args, **kwargs):
         raise RuntimeError("CUDA error: device-side assert triggered")
 
+    real = deffcore.measurement.extract_pooled
     monkeypatch.setattr(deffcore.measurement, "extract_pooled", failing)
     st = jobs.wait(jobs.start(spec_of(n=12)), timeout=600)
     assert st.state == "failed"
     assert st.error == (
         "The run failed unexpectedly (RuntimeError): CUDA error: device-side assert triggered"
     )
-    monkeypatch.undo()
-    assert jobs.wait(jobs.start(spec_of(n=12)), timeout=600).state == "done"  # worker alive
+    # put back only the extraction: monkeypatch.undo() would also drop this test's
+    # DEFF_CACHE_DIR, and the second run would land in the repository's cache/ folder
+    monkeypatch.setattr(deffcore.measurement, "extract_pooled", real)
+    st = jobs.wait(jobs.start(spec_of(n=12)), timeout=600)
+    assert st.state == "done"  # the worker is alive
+    assert (deff_cache_dir / st.result_key / "meta.json").is_file()  # in the test's cache
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,6 +319,33 @@ def test_a_sweep_is_checked_before_it_is_queued(no_model):
         jobs.start_sweep(_cells(1), **{**SWEEP, "engine": "fast"})
     assert set(jobs._JOBS) == before  # nothing was queued
     assert no_model == []
+
+
+def test_a_background_sweep_fails_a_bad_cell_alone_and_refuses_a_bad_shared_option(
+    tiny_dataset, tmp_path
+):
+    """The security sweep rule (tests/test_sweep_checks.py) holds for a queued sweep too: a
+    cell whose model or dataset cannot be built fails alone with its sentence while the others
+    land; a bad option every cell shares still refuses the sweep before it is queued."""
+    from deffcore.sweep import Cell
+
+    cells = [
+        Cell("tiny-llama", dataset=tiny_dataset),
+        Cell("tiny-nope", dataset=tiny_dataset),  # an unknown tiny model
+        Cell("tiny-gpt2", dataset=str(tmp_path / "missing.txt")),  # a missing dataset
+    ]
+    job_id = jobs.start_sweep(cells, **SWEEP)
+    assert jobs.wait(job_id, timeout=600).state == "done"
+    rows = jobs.sweep_job(job_id)["rows"]
+    by_model = {r["model"]: r for r in rows}
+    assert [by_model[c.model]["status"] for c in cells] == ["done", "failed", "failed"]
+    assert "Unknown tiny model" in by_model["tiny-nope"]["error"]
+    assert "does not exist" in by_model["tiny-gpt2"]["error"]
+    before = set(jobs._JOBS)
+    for bad in ({"seed": -1}, {"dtype": "float8"}, {"max_tokens": 1}):
+        with pytest.raises(DeffError):
+            jobs.start_sweep(cells, **{**SWEEP, **bad})
+    assert set(jobs._JOBS) == before  # nothing was queued
 
 
 def test_finished_sweeps_are_forgotten_like_runs(monkeypatch):
