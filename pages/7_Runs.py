@@ -160,10 +160,11 @@ def table_row(e: dict[str, Any], runs: Runs) -> dict[str, Any]:
 
 def runs_table(runs: Runs) -> None:
     """The intro and one row per run; stops the page when there is none."""
+    shared = f" (all of them: {md_escape(runs.shared)})." if runs.shared else "."
     st.markdown(
         "Every run you press is kept in the cache; the **precomputed** runs ship with the app, "
         "so models can be compared before anything is run. Each run is named by what tells it "
-        "apart from the others" + (f" (all of them: {runs.shared})." if runs.shared else ".")
+        "apart from the others" + shared
     )
     rows = [table_row(e, runs) for e in runs.entries]
     if not rows:

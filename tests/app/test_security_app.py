@@ -140,3 +140,31 @@ def test_a_degenerate_control_is_a_sentence_on_the_pages(tmp_path):
     at.switch_page("pages/1_Similarity.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("undefined" in plain(w.value) for w in at.warning)
+
+
+def test_the_runs_pages_shared_label_is_not_markdown(tmp_path, monkeypatch):
+    """The Runs page's intro names what every listed run shares (here the dataset's file
+    name, which the visitor chose): shown as its text, never as Markdown."""
+    import explorer.views
+    from deffcore.measurement import measure
+
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(explorer.views, "load_gallery", lambda: [])  # only the two runs below
+    explorer.views.precomputed_runs.clear()
+    name = "![b](x.png) *bold* <img src=x> [link](x).txt"  # no "/": a file name
+    path = tmp_path / name
+    path.write_text(
+        "\n\n".join(f"Passage {i} says something else, {i * 7} times." for i in range(12))
+    )
+    for n in (8, 9):
+        measure(model="tiny-llama", dataset=str(path), n=n, max_tokens=16)
+    try:
+        at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
+        at.run()
+        at.switch_page("pages/7_Runs.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        intro = [b for b in bodies(at) if "all of them" in b]
+        assert intro and name in plain(intro[0]), bodies(at)
+        assert rendered_tags(intro[0]) == {"strong"}, intro[0]  # the page's own **precomputed**
+    finally:
+        explorer.views.precomputed_runs.clear()
