@@ -53,7 +53,7 @@ def _job(spec: RunSpec = SPEC, **fields) -> jobs._Job:
 
 def test_eta_is_the_remaining_passages_over_the_rate(clock, registry):
     job = _job(state="running", started=clock.now)
-    progress = jobs._progress(job, stop_here=False)
+    progress = jobs._progress(job)
     progress(0, 100, "loading tiny-llama")
     clock.now += 30.0  # a slow model load: not part of the rate
     progress(10, 100, "extract")
@@ -65,14 +65,14 @@ def test_eta_is_the_remaining_passages_over_the_rate(clock, registry):
     assert "ETA 35 s" in status.describe()
     # one batch seen: no rate yet, so no ETA and no tokens/s
     fresh = _job(state="running", started=clock.now)
-    jobs._progress(fresh, stop_here=False)(10, 100, "extract")
+    jobs._progress(fresh)(10, 100, "extract")
     assert jobs._snapshot(fresh).eta_s is None and jobs._snapshot(fresh).tokens_per_s is None
 
 
 @pytest.mark.parametrize(("spec", "exact"), [(SPEC, False), (WINDOWS, True)])
 def test_tokens_per_second_while_running_is_the_rate_times_max_tokens(clock, registry, spec, exact):
     job = _job(spec, state="running", started=clock.now)
-    progress = jobs._progress(job, stop_here=False)
+    progress = jobs._progress(job)
     progress(0, 100, "extract")
     clock.now += 4.0
     progress(8, 100, "extract")  # 2 passages/s
