@@ -41,7 +41,13 @@ from deffcore.depth import DepthSummary, depth_summary, effective_depth, gap_per
 from deffcore.errors import DeffError, RunCancelled, TooFewPassagesError
 from deffcore.extract import BatchCheckpoint, PooledStates, extract_pooled
 from deffcore.interventions import INTERVENTIONS
-from deffcore.models import LoadedModel, check_max_tokens, load_model, resolve_device_dtype
+from deffcore.models import (
+    LoadedModel,
+    check_fits,
+    check_max_tokens,
+    load_model,
+    resolve_device_dtype,
+)
 from deffcore.references import MatchedReferences, UpdateDepth, matched_references, update_depth
 from deffcore.similarity import cka_finite_sample_bias, similarity_matrix
 from deffcore.texts import check_dataset
@@ -373,6 +379,8 @@ def run_spec(
     if batch_size is not None:
         check_int(batch_size, "batch_size", 1)
     device, dtype = resolve_device_dtype(device, dtype, check=device_here)
+    if device_here:  # a random shape too large for this machine fails here, not mid-load
+        check_fits(model, device, dtype, spread=device == "auto")
     check_max_tokens(model, max_tokens, revision)
     check_cache_dir()
     check_dataset(dataset)
