@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import deffcore as dc
 from deffcore.similarity import _naive_pair, choose_route
 
-SIZES = {"small": (2000, 576, 30), "large": (10_000, 1024, 32), "8b": (10_000, 4096, 32)}
+SIZES = {"small": (2000, 576, 30), "large": (10_000, 1024, 32), "8b": (10_000, 4096, 32),
+         "smoke": (300, 48, 6)}  # fmt: skip
 TABLE_S2 = {0.01: 0.031, 0.05: 0.032, 0.10: 0.034, 0.30: 0.044, 0.50: 0.049, 1.00: 0.054}
 
 
@@ -154,17 +155,20 @@ def _cuda_timed(fn, sync) -> tuple[object, float]:
     return out, time.perf_counter() - start
 
 
-def bench_cuda(name: str, repeats: int) -> list[dict]:
-    """Every metric on CUDA: against one float32 bmm, float64, and the CPU's chunk sizes."""
+def bench_cuda(name: str, repeats: int, device: str = "cuda") -> list[dict]:
+    """Every metric on CUDA: against one float32 bmm, float64, and the CPU's chunk sizes
+    (`device="cpu"` runs the same steps on the CPU: a smoke test of this function)."""
     import torch
 
     from deffcore import similarity
 
     n, d, layers = SIZES[name]
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(layers, n, d, device="cuda", generator=g).cumsum(0).add_(3.0)
-    sync = torch.cuda.synchronize
-    print(f"\n== {name} on {torch.cuda.get_device_name(0)}: N={n} d={d} L={layers}, "
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(layers, n, d, device=device, generator=g).cumsum(0).add_(3.0)
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    where = torch.cuda.get_device_name(0) if cuda else "cpu"
+    print(f"\n== {name} on {where}: N={n} d={d} L={layers}, "
           f"route(auto)={choose_route(n, d, layers)}, {repeats} alternating repeats")  # fmt: skip
 
     def bmm():
@@ -190,7 +194,8 @@ def bench_cuda(name: str, repeats: int) -> list[dict]:
         if metric == "cka":  # the GPU behaviour before issue 22 (cache-sized chunks)
             times["cpu_chunks"].append(_cuda_timed(lambda m=metric: cpu_chunks(m), sync)[1])
         s64, t64 = _cuda_timed(lambda m=metric: dc.similarity_matrix(x64, m), sync)
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
         row = {"size": name, "N": n, "d": d, "L": layers, "metric": metric,
                "bmm_best_s": min(times["bmm"]), "similarity_best_s": min(times["similarity"]),
                "similarity_median_s": float(np.median(times["similarity"])),

@@ -51,12 +51,27 @@ TINY = ["tiny-llama", "tiny-gpt2", "tiny-qwen2", "tiny-qwen3", "tiny-olmo2", "ti
 PATHS = ("loop", "sweep-serial", "ray-cold", "ray-warm")
 
 
-def make_cells(kind: str, count: int) -> list[Cell]:
+def make_cells(kind: str, count: int, dataset: str = "bbc-news") -> list[Cell]:
     if kind == "shape":
-        return [Cell("smollm2-135m-shape", seed=s) for s in range(count)]
-    cells = [Cell(m) for m in TINY[:count]]
-    cells += [Cell("tiny-llama", seed=s) for s in range(1, count - len(cells) + 1)]
+        return [Cell("smollm2-135m-shape", seed=s, dataset=dataset) for s in range(count)]
+    cells = [Cell(m, dataset=dataset) for m in TINY[:count]]
+    cells += [Cell("tiny-llama", seed=s, dataset=dataset) for s in range(1, count - len(cells) + 1)]
     return cells
+
+
+def synthetic_dataset(passages: int) -> str:
+    """A .txt dataset of `passages` passages of pseudo-random words (a machine without the BBC
+    package; a sweep's cost does not depend on what the text says)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    words = [
+        "".join(rng.choice(list("etaoinshrdlucmfwyp"), size=k)) for k in rng.integers(2, 9, 500)
+    ]
+    blocks = [" ".join(rng.choice(words, size=60)) for _ in range(passages)]
+    path = Path(tempfile.mkdtemp(prefix="bench-sweep-data-")) / "synthetic.txt"
+    path.write_text("\n\n".join(blocks), encoding="utf-8")
+    return str(path)
 
 
 def fresh_cache() -> None:
@@ -70,14 +85,14 @@ def run_paths(cells: list[Cell], args) -> dict[str, Any]:
     kw = {"n": args.n, "max_tokens": args.max_tokens, "device": args.device}
     ray_kw = {"num_cpus": args.num_cpus, "gpus_per_cell": args.gpus_per_cell}
     fresh_cache()  # warm the imports and the dataset for every path alike
-    measure(model="tiny-llama", n=8, max_tokens=16, device=args.device)
+    measure(model="tiny-llama", dataset=cells[0].dataset, n=8, max_tokens=16, device=args.device)
     times: dict[str, float] = {}
     results: dict[str, Any] = {}
     paths = args.paths.split(",")
     if "loop" in paths:
         fresh_cache()
         t = time.perf_counter()
-        results["loop"] = [measure(model=c.model_spec, **kw) for c in cells]
+        results["loop"] = [measure(model=c.model_spec, dataset=c.dataset, **kw) for c in cells]
         times["loop"] = time.perf_counter() - t
     if "sweep-serial" in paths:
         fresh_cache()
@@ -174,6 +189,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--gpus-per-cell", type=float, default=None)
     ap.add_argument("--paths", default=",".join(PATHS), help=f"some of {', '.join(PATHS)}")
+    ap.add_argument("--dataset", default="bbc-news",
+                    help="a dataset spec, or synthetic:<passages> (generated text)")  # fmt: skip
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.num_cpus is None and args.cells == "tiny" and args.n_cells == 8:
@@ -183,7 +200,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    cells = make_cells(args.cells, args.n_cells)
+    dataset = args.dataset
+    if dataset.startswith("synthetic:"):
+        dataset = synthetic_dataset(int(dataset.removeprefix("synthetic:")))
+    cells = make_cells(args.cells, args.n_cells, dataset)
     ran = run_paths(cells, args)
     row = summarise(cells, args, ran["times"], ran["results"])
     report(row)
