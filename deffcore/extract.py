@@ -62,6 +62,7 @@ import hashlib
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -520,11 +521,13 @@ def _next_batch(lengths: list[int], order: list[int], cap: int | None, budget: i
 
 @dataclass
 class _InFlight:
-    """A batch whose forward is queued: its passages, the cap in force after it, its results."""
+    """A batch whose forward is queued: its passages, the cap in force after it, its results
+    on their way to the host, and (pipelined) the landing of its rows in the host results."""
 
     batch: list[int]
     cap: int | None
     shipped: _Shipped
+    landed: Future | None = None
 
 
 class _Run:
@@ -532,6 +535,10 @@ class _Run:
 
     `launched` passages (in plan order) have had their forward queued, `finished` of them are
     checked, in the host results and reported; at most `_pipeline_depth` batches are between.
+    Pipelined, a batch's rows land in the host results on one helper thread (waiting for its
+    copy, then ~70 MB of strided copies for SmolLM2 at batch 256: torch releases the GIL), so
+    this thread keeps queueing the next batch's kernels meanwhile; checkpoints, progress and
+    errors stay on this thread, in plan order.
     """
 
     def __init__(self, loaded: LoadedModel, ids: list[list[int]], padding_side: str,
@@ -556,6 +563,7 @@ class _Run:
         self.pooler = _LayerPooler(loaded.layers, d)
         self.in_flight: deque[_InFlight] = deque()
         self.depth = _pipeline_depth(torch.device(loaded.device))
+        self.lander = ThreadPoolExecutor(1, thread_name_prefix="deff-land") if self.depth else None
         self.resumed = self.flushed = self.n_saved = 0
         self.last_save = 0.0
 
@@ -616,6 +624,9 @@ class _Run:
             with contextlib.suppress(Exception):  # keep what is already computed, if it can be
                 self.drain()
             raise
+        finally:
+            if self.lander is not None:  # no landing may write after the run returns
+                self.lander.shutdown(wait=True, cancel_futures=True)
 
     def launch(self, batch: list[int]) -> bool:
         """Queue one batch's forward; False (cap halved) when it ran out of memory."""
@@ -639,23 +650,33 @@ class _Run:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             return False
-        self.in_flight.append(_InFlight(batch, self.cap, self.pooler.end()))
+        item = _InFlight(batch, self.cap, self.pooler.end())
+        if self.lander is not None:
+            item.landed = self.lander.submit(self.land, item)
+        self.in_flight.append(item)
         self.sizes.append(len(batch))
         self.launched += len(batch)
         return True
 
+    def land(self, item: _InFlight) -> None:
+        """Wait for a batch's results on the host, check them, write its rows."""
+        item.shipped.wait()
+        host = item.shipped.host
+        _raise_if_nonfinite(host["bad"])
+        idx = torch.as_tensor(item.batch, dtype=torch.long)
+        for k, p in enumerate(_MEANS):
+            self.pooled[p].index_copy_(1, idx, host["means"][:, :, k])
+        self.pooled["first_non_bos"].index_copy_(1, idx, host["first"])
+        self.ratio.index_copy_(1, idx, host["ratio"])
+
     def finish_oldest(self) -> None:
-        """Wait for the oldest batch in flight, check it, write its rows, save, report."""
+        """The oldest batch in flight: landed (checked, rows written), then saved and reported."""
         item = self.in_flight.popleft()
         try:
-            item.shipped.wait()
-            host = item.shipped.host
-            _raise_if_nonfinite(host["bad"])
-            idx = torch.as_tensor(item.batch, dtype=torch.long)
-            for k, p in enumerate(_MEANS):
-                self.pooled[p].index_copy_(1, idx, host["means"][:, :, k])
-            self.pooled["first_non_bos"].index_copy_(1, idx, host["first"])
-            self.ratio.index_copy_(1, idx, host["ratio"])
+            if item.landed is None:
+                self.land(item)
+            else:
+                item.landed.result()  # re-raises the landing's error (NaN in a layer) here
             self.finished += len(item.batch)
             self.maybe_save(item.cap)
         except BaseException:
