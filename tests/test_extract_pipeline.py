@@ -357,3 +357,34 @@ def test_offloaded_blocks_give_the_single_device_states(tiny_model, tiny_passage
     got = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=5)
     for p in EXTRACTED_POOLINGS:
         assert np.array_equal(got.pooled[p], want.pooled[p]), p
+
+
+def test_device_map_auto_on_one_device_is_the_plain_model(tiny_model, tiny_passages):
+    want = extract_pooled(tiny_model("gemma3"), tiny_passages, max_tokens=24, batch_size=6)
+    loaded = load_model("tiny-gemma3", device="cpu", device_map="auto")
+    assert loaded.device == "cpu" and loaded.model.hf_device_map == {"": "cpu"}
+    got = extract_pooled(loaded, tiny_passages, max_tokens=24, batch_size=6)
+    for p in EXTRACTED_POOLINGS:
+        assert np.array_equal(got.pooled[p], want.pooled[p]), p
+
+
+@pytest.mark.parametrize(
+    "device_map,inputs_go_to",
+    [
+        ({"model.embed_tokens": 1, "model.layers": 0, "model.norm": 0, "lm_head": 0}, "cuda:1"),
+        ({"model.embed_tokens": "cpu", "model.layers": 0, "lm_head": "cuda:0"}, "cuda:0"),
+        ({"model": "disk", "lm_head": "cuda:2"}, "cuda:2"),
+        ({"": "cpu"}, "cpu"),
+        ({"model.embed_tokens": "cuda:3", "model.layers": "disk"}, "cuda:3"),
+    ],
+)
+def test_inputs_go_to_the_embeddings_execution_device(tiny_model, device_map, inputs_go_to):
+    """accelerate runs a block offloaded to "cpu" or "disk" on the map's first GPU."""
+    from deffcore import models
+
+    model = tiny_model("llama").model
+    model.hf_device_map = device_map
+    try:
+        assert models._input_device(model) == inputs_go_to
+    finally:
+        del model.hf_device_map
