@@ -957,7 +957,17 @@ def _check_not_shape(spec: str) -> None:
 
 
 def _host_memory_bytes() -> int | None:
-    """Memory this machine can still give (Linux MemAvailable), or its total, or None."""
+    """Memory this machine can still give: `$DEFF_HOST_MEMORY_GIB` when set (a VM whose memory
+    grows on demand reports far less than it can give), else Linux's MemAvailable, else the
+    total, else None."""
+    override = os.environ.get("DEFF_HOST_MEMORY_GIB")
+    if override:
+        try:
+            return int(float(override) * 1024**3)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"DEFF_HOST_MEMORY_GIB must be a number of GiB, got {override!r}."
+            ) from None
     try:
         with open("/proc/meminfo") as f:
             for line in f:

@@ -198,6 +198,10 @@ def test_memory_is_checked_before_anything_is_allocated(monkeypatch):
         check_fits("random:qwen3-8b:0", "cuda", "bfloat16")
     check_fits("random:qwen3-8b:0", "cuda", "bfloat16", spread=True)
     check_fits("random:smollm2-135m:0", "cpu", "float32")  # not a shape: size unknown, no check
+    monkeypatch.undo()
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "40")  # a VM whose memory grows on demand
+    check_fits("random:llama-3.1-8b:0", "cpu", "float32")
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "2")
     inits = []
     monkeypatch.setattr(models, "_init_from_config", lambda *a: inits.append(a))
     with pytest.raises(InvalidArgumentError, match="host memory"):
