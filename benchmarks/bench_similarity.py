@@ -19,6 +19,13 @@ to all L(L-1)/2 pairs (printed as "extrapolated"); agreement is then checked on 
 The anchors print D_eff/L and rho_hat(1) of independent states at N=10000, d=1024, L=32
 (paper: 0.258, 0.093) and the orthogonal-update sweep of Table S2 (`--sweep full` at the
 paper's size takes ~7 full-size similarity matrices; the default runs it at the same d/N, L).
+
+`--device cuda` (issue 22; e.g. `--device cuda --sizes 8b --bmm-repeats 5`): the states are
+drawn on the GPU and every metric of `similarity_matrix` is timed there against ONE batched
+float32 Gram product (goal <= 1.3x for CKA) and against the same computation on float64 states
+(goal: within 1e-8), alternating, synchronised; also with the CPU's cache-sized chunks
+(`GPU_CHUNK_ELEMENTS` off), the GPU behaviour before issue 22. Size `8b` is N=10,000, d=4,096,
+L=32 (a Llama-3.1-8B-shaped run: 33 states of d=4,096, 32 compared).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import deffcore as dc
 from deffcore.similarity import _naive_pair, choose_route
 
-SIZES = {"small": (2000, 576, 30), "large": (10_000, 1024, 32)}
+SIZES = {"small": (2000, 576, 30), "large": (10_000, 1024, 32), "8b": (10_000, 4096, 32),
+         "smoke": (300, 48, 6)}  # fmt: skip
 TABLE_S2 = {0.01: 0.031, 0.05: 0.032, 0.10: 0.034, 0.30: 0.044, 0.50: 0.049, 1.00: 0.054}
 
 
@@ -139,6 +147,74 @@ def bench_size(name: str, naive_pairs: int | None, bmm_repeats: int = 0) -> None
     print(f"speed-up {t_naive / t_fast:8.1f}x   max |S_fast - S_naive| = {diff:.2e}")
 
 
+def _cuda_timed(fn, sync) -> tuple[object, float]:
+    sync()
+    start = time.perf_counter()
+    out = fn()
+    sync()
+    return out, time.perf_counter() - start
+
+
+def bench_cuda(name: str, repeats: int, device: str = "cuda") -> list[dict]:
+    """Every metric on CUDA: against one float32 bmm, float64, and the CPU's chunk sizes
+    (`device="cpu"` runs the same steps on the CPU: a smoke test of this function)."""
+    import torch
+
+    from deffcore import similarity
+
+    n, d, layers = SIZES[name]
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(layers, n, d, device=device, generator=g).cumsum(0).add_(3.0)
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    where = torch.cuda.get_device_name(0) if cuda else "cpu"
+    print(f"\n== {name} on {where}: N={n} d={d} L={layers}, "
+          f"route(auto)={choose_route(n, d, layers)}, {repeats} alternating repeats")  # fmt: skip
+
+    def bmm():
+        return torch.bmm(x, x.transpose(1, 2))
+
+    def cpu_chunks(metric):
+        old, similarity.GPU_CHUNK_ELEMENTS = similarity.GPU_CHUNK_ELEMENTS, 0
+        try:
+            return dc.similarity_matrix(x, metric)
+        finally:
+            similarity.GPU_CHUNK_ELEMENTS = old
+
+    x64 = x.double()  # the float64 reference: the same states, every step in float64
+    rows = []
+    for metric in ("cka", "unbiased_cka", "cosine"):
+        times = {"bmm": [], "similarity": [], "cpu_chunks": []}
+        for _ in range(repeats):
+            gram, t = _cuda_timed(bmm, sync)
+            del gram
+            times["bmm"].append(t)
+            s32, t = _cuda_timed(lambda m=metric: dc.similarity_matrix(x, m), sync)
+            times["similarity"].append(t)
+        if metric == "cka":  # the GPU behaviour before issue 22 (cache-sized chunks)
+            times["cpu_chunks"].append(_cuda_timed(lambda m=metric: cpu_chunks(m), sync)[1])
+        s64, t64 = _cuda_timed(lambda m=metric: dc.similarity_matrix(x64, m), sync)
+        if cuda:
+            torch.cuda.empty_cache()
+        row = {"size": name, "N": n, "d": d, "L": layers, "metric": metric,
+               "bmm_best_s": min(times["bmm"]), "similarity_best_s": min(times["similarity"]),
+               "similarity_median_s": float(np.median(times["similarity"])),
+               "over_bmm_best": min(times["similarity"]) / min(times["bmm"]),
+               "over_bmm_median": float(np.median([a / b for a, b in zip(
+                   times["similarity"], times["bmm"], strict=True)])),
+               "cpu_chunks_s": times["cpu_chunks"][0] if times["cpu_chunks"] else None,
+               "float64_s": t64,
+               "max_abs_diff_vs_float64": float(np.abs(s32 - s64).max()),
+               "symmetric": bool(np.array_equal(s32, s32.T))}  # fmt: skip
+        rows.append(row)
+        print(f"  {metric:<13} bmm {row['bmm_best_s']:.3f} s  similarity "
+              f"{row['similarity_best_s']:.3f} s (x{row['over_bmm_best']:.2f} best, "
+              f"x{row['over_bmm_median']:.2f} median; goal <= 1.3 for cka)  cpu-sized chunks "
+              f"{row['cpu_chunks_s'] or float('nan'):.3f} s  float64 {t64:.3f} s  |S - S64| "
+              f"{row['max_abs_diff_vs_float64']:.1e}  symmetric {row['symmetric']}")  # fmt: skip
+    return rows
+
+
 def bench_anchors(sweep: str) -> None:
     n, d, layers = SIZES["large"]
     print(f"\n== anchors at N={n} d={d} L={layers} (paper values in brackets)")
@@ -175,7 +251,8 @@ def bench_anchors(sweep: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="small,large", help="comma list of: small, large")
+    p.add_argument("--sizes", default="small,large", help="comma list of: small, large, 8b")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (see the module docstring)")
     p.add_argument("--naive-pairs", type=int, default=None, help="naive loop on P pairs only")
     p.add_argument("--no-anchors", action="store_true", help="skip the N=10000 anchors")
     p.add_argument("--bmm-repeats", type=int, default=3, help="bmm reference repeats (0: skip)")
@@ -189,6 +266,10 @@ def main() -> None:
     import torch
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, numpy {np.__version__}")
+    if args.device.startswith("cuda"):
+        for name in args.sizes.split(","):
+            bench_cuda(name.strip(), max(1, args.bmm_repeats))
+        return
     for name in args.sizes.split(","):
         name = name.strip()
         bench_size(name, args.naive_pairs, args.bmm_repeats)

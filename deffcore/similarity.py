@@ -180,6 +180,16 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 #: Elements of one row chunk of the centring passes (256 KB in float64): small enough to stay
 #: in a core's cache, so the second touch of a chunk costs no memory traffic.
 CENTRE_CHUNK_ELEMENTS = 32 * 1024
+#: The same chunks (centring, float64 contraction) on a GPU (128 MB in float64): there each
+#: chunk costs a few kernel launches of ~5-10 us, which cache-sized chunks multiply into
+#: seconds (L=32, N=10,000, d=4,096: 40,000 chunks per centring pass), and a GPU's cache is
+#: not what bounds them (issue 22).
+GPU_CHUNK_ELEMENTS = 16 * 1024 * 1024
+
+
+def _chunk_elements(x: torch.Tensor, on_cpu: int) -> int:
+    """`on_cpu` for a CPU tensor, `GPU_CHUNK_ELEMENTS` for a tensor on a GPU."""
+    return on_cpu if x.device.type == "cpu" else max(on_cpu, GPU_CHUNK_ELEMENTS)
 
 
 def _centred(x: torch.Tensor) -> torch.Tensor:
@@ -195,7 +205,7 @@ def _centred(x: torch.Tensor) -> torch.Tensor:
     """
     dtype = _compute_dtype(x)
     n_layers, n, d = x.shape
-    rows = max(1, min(n, CENTRE_CHUNK_ELEMENTS // max(1, d)))
+    rows = max(1, min(n, _chunk_elements(x, CENTRE_CHUNK_ELEMENTS) // max(1, d)))
     mean = torch.zeros(n_layers, d, dtype=torch.float64, device=x.device)
     buf = torch.empty(rows, d, dtype=torch.float64, device=x.device)
     for i in range(n_layers):
@@ -263,9 +273,9 @@ def _gram_rows(n: int, n_layers: int, budget: int) -> int:
     return max(1, min(n, GRAM_ROWS, budget // max(1, n_layers * n)))
 
 
-def _contract_cols(n_layers: int, rows: int, budget: int) -> int:
+def _contract_cols(n_layers: int, rows: int, budget: int, limit: int = CONTRACT_ELEMENTS) -> int:
     """Columns of a strip converted to float64 at once for the L x L contraction."""
-    return max(1, min(budget, CONTRACT_ELEMENTS) // max(1, n_layers * rows))
+    return max(1, min(budget, limit) // max(1, n_layers * rows))
 
 
 def _gram_inner_products(xc: torch.Tensor, block_size: int | None) -> torch.Tensor:
@@ -282,7 +292,7 @@ def _gram_inner_products(xc: torch.Tensor, block_size: int | None) -> torch.Tens
     n_layers, n, _ = xc.shape
     budget = block_size if block_size is not None else DEFAULT_BLOCK_ELEMENTS
     rows = _gram_rows(n, n_layers, budget)
-    cols = _contract_cols(n_layers, rows, budget)
+    cols = _contract_cols(n_layers, rows, budget, _chunk_elements(xc, CONTRACT_ELEMENTS))
     m = torch.zeros(n_layers, n_layers, dtype=torch.float64, device=xc.device)
     # preallocated buffers: fresh large allocations cost page faults on every strip
     strip_buf = torch.empty(n_layers * rows * n, dtype=xc.dtype, device=xc.device)
