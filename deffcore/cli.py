@@ -1,4 +1,5 @@
-"""`python -m deffcore <command>`: every measurement from the command line.
+"""`deffcore <command>` (or `python -m deffcore <command>`): every measurement from the
+command line. The installed console script `deffcore` calls `main` (pyproject.toml).
 
 Each subcommand lives in its own module under `deffcore/commands/`, which defines
 `add_parser(subparsers)` (registering its arguments, with `func=run`) and `run(args) -> int`.
@@ -11,6 +12,7 @@ import argparse
 import importlib
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from deffcore.errors import DeffError
@@ -31,11 +33,17 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+def program_name() -> str:
+    """How the user started us: `deffcore` (the installed console script) or
+    `python -m deffcore` (a clone or any install); usage lines and hints say the same."""
+    return "deffcore" if Path(sys.argv[0]).name == "deffcore" else "python -m deffcore"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from deffcore.commands._common import OneLineArgumentParser  # core-A: one-line errors
 
     parser = OneLineArgumentParser(
-        prog="python -m deffcore",
+        prog=program_name(),
         description="Effective depth (D_eff) of a transformer's residual stream.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)

@@ -228,6 +228,35 @@ class Measurement:
             }
         return out
 
+    # -- In a notebook (deffcore.notebook): the same view a shared snapshot gets ---------------
+
+    def view(self, label: str | None = None):
+        """This run as a `snapshot.MeasurementView` (what the explorer's pages read)."""
+        from deffcore.snapshot import MeasurementView
+
+        return MeasurementView(self, label)
+
+    def trust(
+        self,
+        pooling: str = "default",
+        metric: str | None = None,
+        K: int | None = None,
+        ci: tuple[float, float] | None = None,
+    ):
+        """Trust level of the headline (`deffcore.trust.Trust`: level, reasons, action)."""
+        return self.view().trust(pooling, metric or self.metric, K, ci)
+
+    def figure(self, name: str = "heatmap", **options: Any):
+        """The explorer's Plotly figure: "heatmap", "lag", "gap" or "controls" (options:
+        pooling, metric, K, paper; see `deffcore.notebook.run_figure`)."""
+        options.setdefault("metric", self.metric)
+        return self.view().figure(name, **options)
+
+    def _repr_html_(self) -> str:
+        from deffcore.notebook import run_html
+
+        return run_html(self.view(), metric=self.metric)
+
 
 def extract_spec(
     spec: RunSpec,
@@ -238,6 +267,7 @@ def extract_spec(
     loaded: LoadedModel | None = None,
     checkpoint: BatchCheckpoint | None = None,
     should_stop: Callable[[], bool] | None = None,
+    documents: list[str] | None = None,
 ) -> PooledStates:
     """Compute the pooled states of `spec` (no cache): text, then model, then one extraction.
 
@@ -246,9 +276,11 @@ def extract_spec(
     The intervention named by `spec.intervention` is applied around the extraction.
     `checkpoint` keeps finished batches and resumes them (`deffcore.cache.PartialRun(spec)`);
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
+    `documents`: the run's texts when they are not `spec.dataset`'s (a notebook's list of
+    strings, `deffcore.external`); None reads them from the dataset.
     """
     device = device or resolve_device_dtype(None, spec.dtype)[0]
-    documents = run_texts(spec)
+    documents = run_texts(spec) if documents is None else documents
     model = loaded
     if should_stop is not None and should_stop():
         raise RunCancelled("The run was stopped before it started.")
@@ -288,6 +320,7 @@ def measure_spec(
     loaded: LoadedModel | None = None,
     use_cache: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    documents: list[str] | None = None,
 ) -> Measurement:
     """Measure one fully specified run: read it from the cache or extract and store it.
 
@@ -310,6 +343,7 @@ def measure_spec(
             loaded=loaded,
             checkpoint=checkpoint,
             should_stop=should_stop,
+            documents=documents,
         )
 
     if use_cache:
@@ -392,9 +426,11 @@ def run_spec(
 
 
 def measure(
-    model: str = "smollm2-135m",
-    dataset: str = "bbc-news",
-    n: int = 512,
+    model: str | Any = "smollm2-135m",
+    tokenizer: Any = None,
+    dataset: str | list[str] = "bbc-news",
+    *,
+    n: int | None = None,
     max_tokens: int = 128,
     seed: int = 0,
     metric: str = "cka",
@@ -409,15 +445,50 @@ def measure(
     bos: str = "default",
     use_cache: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    cache_id: str | None = None,
 ) -> Measurement:
     """Measure the effective depth of `model` on `n` passages of `dataset` (cached on disk).
 
+    `model` is a model spec (a name, path or hub id; `n` defaults to 512) or, in a notebook, a
+    loaded transformers model with its `tokenizer`: `measure(model, tokenizer, texts)`, where
+    `texts` (the `dataset`) is a list of strings or a dataset spec. A loaded model is cached
+    only when `cache_id` names it (see `deffcore.external`, which also takes a list of strings
+    with a model spec).
     An interrupted run resumes from its last finished batch; `use_cache=False` neither reads
     nor writes the cache; `should_stop` cancels between batches (see `measure_spec`).
     Raises DeffError subclasses for unknown models/datasets, too few passages, NaN activations.
     With `random_seeds`, `Measurement.random_null` holds one measurement of
     `random:<model>:<seed>` per seed.
     """
+    if not isinstance(model, str) or tokenizer is not None or not isinstance(dataset, str):
+        from deffcore.external import measure_in_memory
+
+        return measure_in_memory(
+            model,
+            tokenizer,
+            dataset,
+            n=n,
+            max_tokens=max_tokens,
+            seed=seed,
+            metric=metric,
+            revision=revision,
+            device=device,
+            dtype=dtype,
+            progress=progress,
+            random_seeds=random_seeds,
+            intervention=intervention,
+            batch_size=batch_size,
+            passages=passages,
+            bos=bos,
+            use_cache=use_cache,
+            should_stop=should_stop,
+            cache_id=cache_id,
+        )
+    if cache_id is not None:
+        raise DeffError(
+            f"cache_id names a model in memory; {model!r} is named by its spec already."
+        )
+    n = 512 if n is None else n
     spec, device = run_spec(
         model,
         dataset,

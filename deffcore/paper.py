@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -68,3 +69,33 @@ def paper_rows(source: str | None = None) -> list[dict[str, str]]:
     path = require_paper_reference_path()
     rows = _read(str(path), path.stat().st_mtime_ns)
     return [dict(r) for r in rows if source is None or r["source"] == source]
+
+
+#: Where a model's published default-pooling gap is read first (paper Figure 1: Table 2, then
+#: the appendix tables for the models Table 2 lacks).
+DEFAULT_GAP_TABLES: tuple[str, ...] = ("Table 2", "Table S4", "Table S5", "Table S6", "Table S17")
+
+
+def published_default_gaps() -> list[dict[str, str]]:
+    """One published default-pooling gap per model, without intervention (paper Figure 1), in
+    DEFAULT_GAP_TABLES order: the first table that has the model wins."""
+    rows = [
+        r
+        for r in paper_rows()
+        if r["quantity"] == "gap_pct"
+        and r["setting"] == "default"
+        and r["note"] in ("", "intervention: none")
+        and r["source"] in DEFAULT_GAP_TABLES
+    ]
+    rows.sort(key=lambda r: DEFAULT_GAP_TABLES.index(r["source"]))
+    seen: set[str] = set()
+    return [r for r in rows if not (r["model"] in seen or seen.add(r["model"]))]
+
+
+def model_family(spec: str) -> str:
+    """`Pythia-70M` -> `Pythia`, `EleutherAI/pythia-70m` -> `pythia`, `random:x:1` ->
+    `random-weight null` (how the gap chart groups its bars)."""
+    if spec.startswith("random:"):
+        return "random-weight null"
+    name = spec.rstrip("/").split("/")[-1].removesuffix(".gguf")
+    return re.sub(r"-[^-]*\d[^-]*$", "", name) if "-" in name else name
