@@ -75,7 +75,20 @@ def run_figure(
     elif name == "gap":
         fig = figures.gap_bars(_gap_table(view, pooling, metric, K, paper))
     else:
-        fig = figures.controls_dotplot(_controls_table(view, metric, K))
+        table, undefined = _controls_table(view, metric, K)
+        if table.empty:
+            raise DeffError(f"No pooling control is defined for this run: {undefined[0]}")
+        fig = figures.controls_dotplot(table)
+        if undefined:  # said on the figure, never dropped silently
+            fig.add_annotation(
+                text="Undefined here: " + "; ".join(undefined),
+                xref="paper",
+                yref="paper",
+                x=0,
+                y=-0.25,
+                showarrow=False,
+                xanchor="left",
+            )
     return figures.tag_run(fig, run_identity(view.spec, pooling=pooling, metric=metric))
 
 
@@ -114,18 +127,24 @@ def _gap_row(label: str, family: str, source: str, gap: float, layers: Any) -> d
 
 
 def _controls_table(view: RunView, metric: str, K: int | None):
+    """(one row per pooling control, the controls that are undefined for this run and why)."""
     import pandas as pd
 
-    rows = []
+    from deffcore.errors import InvalidStatesError
+
+    rows, undefined = [], []
     for pooling in POOLINGS:
         try:
             h = view.headline(pooling, metric, K)
-        except KeyError:  # a snapshot without this pooling
+        except KeyError:  # a snapshot made before this pooling existed
+            continue
+        except InvalidStatesError as err:  # e.g. first_non_bos when every passage starts alike
+            undefined.append(f"{pooling} ({err})")
             continue
         rows.append(
             {"label": "this run", "pooling": pooling, "gap_pct": h.gap_pct, "source": "this run"}
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), undefined
 
 
 # ---------------------------------------------------------------------------------------------

@@ -744,7 +744,9 @@ def open_snapshot(path: Path | str) -> SnapshotView:
     shown = Path(path).name or str(path)
     try:
         resolved = Path(path).expanduser().resolve(strict=True)
-        with open(resolved, "rb") as f:
+        # O_NONBLOCK: a FIFO or device named as a snapshot must not hang the open
+        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
             info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise SnapshotError(f"{shown} is not a regular file.")
@@ -799,15 +801,16 @@ def _is_shared_file(path: Path) -> bool:
 
 
 def list_shared() -> list[SnapshotView]:
-    """Every kept shared run, newest first; a file that no longer validates is skipped with a
-    warning (a damaged file must not take the Runs page down)."""
+    """Every kept shared run, newest first: the files `save_shared` wrote (named by their
+    content hash; anything else in the folder is not listed). One that no longer validates is
+    skipped with a warning (a damaged file must not take the Runs page down)."""
     import warnings
 
     folder = shared_dir()
     if folder.is_symlink() or not folder.is_dir():
         return []
     views = []
-    paths = [p for p in folder.iterdir() if _SHARED_NAME.fullmatch(p.name)]
+    paths = [p for p in folder.iterdir() if _is_shared_file(p)]  # named by their own hash
     for path in sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True):
         try:
             views.append(open_snapshot(path))
