@@ -114,7 +114,7 @@ __all__ += [
 _LAZY: dict[str, str] = {
     "measure": "deffcore.measurement",
     "Measurement": "deffcore.measurement",
-    "measure_states": "deffcore.external",
+    "measure_states": "deffcore.measurement",
     "open_snapshot": "deffcore.snapshot",
     "read_snapshot": "deffcore.snapshot",
     "load_model": "deffcore.models",

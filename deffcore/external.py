@@ -1,4 +1,5 @@
-"""What a notebook already holds, measured like a named run: a loaded model, or hidden states.
+"""What a notebook already holds, measured like a named run: a loaded model, or hidden states
+(the checks, identities and pooling behind `measurement.measure_model` / `measure_states`).
 
     import deffcore as dc
     m = dc.measure(model, tokenizer, texts)                        # a model in memory
@@ -48,7 +49,7 @@ it for most architectures, so replace that entry by the final norm's input:
     # the default from_pretrained folds and centres weights, which changes it)
     tokens = model.to_tokens(texts)                       # BOS prepended, right padding
     _, cache = model.run_with_cache(tokens)
-    mask = transformer_lens.utils.get_attention_mask(model.tokenizer, tokens, True)
+    mask = transformer_lens.utils.get_attention_mask(model.tokenizer, tokens, True)  # 2.x
     m = dc.measure_states(cache, mask)    # blocks.0.hook_resid_pre, blocks.{l}.hook_resid_post
 
     # nnsight (0.4+: a saved value is the tensor itself)
@@ -58,6 +59,9 @@ it for most architectures, so replace that entry by the final norm's input:
     m = dc.measure_states([h0, *hs], batch["attention_mask"])
 
 Rows with fewer than 2 real tokens are dropped and counted (`n_dropped`), as in extraction.
+Padding: right padding (or explicit `position_ids = cumsum(mask) - 1`), so every real token
+sits at the position the extraction gives it. The TransformerLens and nnsight examples are not
+run by the tests (neither library is installed here); the transformers one is.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -88,7 +92,6 @@ from deffcore.models import LoadedModel, decoder_layers
 from deffcore.texts import check_dataset
 from deffcore.tokens import run_texts, run_token_ids
 
-Progress = Callable[[int, int, str], None]
 #: Values of each weight tensor that enter a loaded model's fingerprint (strided sample).
 WEIGHT_SAMPLE = 1024
 #: Longest cache_id accepted (it is part of a file's JSON, a label and a key).
@@ -268,34 +271,29 @@ def eval_mode(model: torch.nn.Module) -> Iterator[None]:
             m.training = training
 
 
-def measure_model(
+def plan_loaded_run(
     model: Any,
     tokenizer: Any,
-    texts: Sequence[str] | str = "bbc-news",
+    texts: Sequence[str] | str,
     *,
-    n: int | None = None,
-    max_tokens: int = 128,
-    seed: int = 0,
-    metric: str = "cka",
-    cache_id: str | None = None,
-    intervention: str = "none",
-    passages: str = "documents",
-    bos: str = "default",
-    batch_size: int | None = None,
-    random_seeds: Sequence[int] = (),
-    progress: Progress | None = None,
-    should_stop: Callable[[], bool] | None = None,
-):
-    """Measure a model already in memory (see the module docstring) -> `Measurement`.
+    n: int | None,
+    max_tokens: int,
+    seed: int,
+    metric: str,
+    cache_id: str | None,
+    intervention: str,
+    passages: str,
+    bos: str,
+    batch_size: int | None,
+    random_seeds: Sequence[int],
+) -> tuple[RunSpec, LoadedModel, list[str], list[list[int]], list[int]]:
+    """Check a loaded-model run's arguments cheaply, before any forward pass ->
+    (spec without its fingerprint, the wrapped model, the texts, their token ids, the seeds).
 
-    texts: a list of strings (all measured, in order; `n` must be None or their count, except
-    for passages="windows"/"packed", which draw `n` windows with `seed`) or a dataset spec
-    (`n` passages, default 512). cache_id: the name that makes the run cacheable.
-    random_seeds: also measure the same config freshly initialised under each seed (the
-    random-weight null, `Measurement.random_null`), cached under `cache_id` the same way.
+    texts: a list of strings (all measured, in order; `n` None or their count, except for
+    passages="windows"/"packed", which draw `n` windows with `seed`) or a dataset spec (`n`
+    passages, default 512). The spec's model is "loaded:<cache_id>" (or the architecture).
     """
-    from deffcore.measurement import measure_spec
-
     _choice(metric, METRICS, "metric")
     _choice(passages, PASSAGE_MODES, "passages mode")
     _choice(bos, BOS_OPTIONS, "BOS option")
@@ -308,9 +306,8 @@ def measure_model(
     cache_id = check_cache_id(cache_id)
     dataset, n, docs = _documents(texts, n, passages)
     loaded = wrap_loaded(model, tokenizer, "loaded")
-    name = f"loaded:{cache_id}" if cache_id else f"loaded:{loaded.architecture}"
     spec = RunSpec(
-        model=name,
+        model=f"loaded:{cache_id}" if cache_id else f"loaded:{loaded.architecture}",
         revision=None,
         dataset=dataset,
         n=n,
@@ -322,75 +319,57 @@ def measure_model(
         bos=bos,
     )
     docs = run_texts(spec) if docs is None else docs
-    ids = run_token_ids(spec, tokenizer, docs)  # cheap, and what the key must cover
-    options = {
-        "metric": metric,
-        "batch_size": batch_size,
-        "progress": progress,
-        "use_cache": cache_id is not None,
-        "should_stop": should_stop,
-        "documents": docs,
-    }
-
-    def one(module: torch.nn.Module, spec_name: str):
-        run = replace(spec, model=spec_name, revision=model_fingerprint(module, ids))
-        wrapped = replace(loaded, model=module, spec=spec_name, weights_id=run.revision)
-        with eval_mode(module):
-            return measure_spec(run, device=loaded.device, loaded=wrapped, **options)
-
-    main = one(model, name)
-    for s in seeds:
-        main.random_null.append(one(_random_twin(model, s, loaded), f"random:{name}:{s}"))
-    return main
+    return spec, loaded, docs, run_token_ids(spec, tokenizer, docs), seeds
 
 
-def measure_in_memory(
-    model: Any,
-    tokenizer: Any,
-    texts: Sequence[str] | str,
-    *,
-    revision: str | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
-    use_cache: bool = True,
-    cache_id: str | None = None,
-    **options: Any,
-):
-    """`measurement.measure` for what is not a (model spec, dataset spec) pair.
+def pin(
+    spec: RunSpec, loaded: LoadedModel, module: torch.nn.Module, name: str, ids: list[list[int]]
+) -> tuple[RunSpec, LoadedModel]:
+    """The run of `module` under the model name `name`: the spec with its fingerprint as
+    revision (what the key must cover), and `loaded` wrapping that module."""
+    run = replace(spec, model=name, revision=model_fingerprint(module, ids))
+    return run, replace(loaded, model=module, spec=name, weights_id=run.revision)
 
-    A loaded model with its tokenizer -> `measure_model` (device and dtype are the model's
-    own). A model spec with a list of strings -> the model is loaded and measured on them,
-    cached under its own identity (`<spec>@<weights id>`) unless `use_cache` is False.
-    """
+
+def check_in_memory_args(
+    model: Any, tokenizer: Any, revision: str | None, device: str | None, dtype: str | None
+) -> None:
+    """A loaded model brings its tokenizer, device and dtype; a spec brings its tokenizer."""
     if isinstance(model, str):
         if tokenizer is not None:
             raise DeffError(
                 f"A tokenizer goes with a loaded model; {model!r} is a model spec, which brings "
                 "its own: measure(spec, dataset=texts)."
             )
-        if cache_id is not None:
-            raise DeffError(f"cache_id names a model in memory; {model!r} has a spec already.")
-        from deffcore.models import check_max_tokens, load_model, model_identity
-
-        _check_texts(texts)
-        check_int(options.get("max_tokens", 128), "max_tokens", 2)
-        check_max_tokens(model, options.get("max_tokens", 128), revision)
-        loaded = load_model(model, revision=revision, device=device, dtype=dtype)
-        weights = model_identity(model, revision)["weights_id"]
-        cache_id = f"{model}@{weights}" if use_cache else None
-        return measure_model(loaded.model, loaded.tokenizer, texts, cache_id=cache_id, **options)
+        return
     for what, value in (("revision", revision), ("device", device), ("dtype", dtype)):
         if value is not None:
             raise DeffError(
                 f"{what}= is for a model spec; a loaded model is measured where and as it is "
                 "(move or cast it first, e.g. model.to('cuda') or model.float())."
             )
-    return measure_model(
-        model, tokenizer, texts, cache_id=cache_id if use_cache else None, **options
-    )
 
 
-def _random_twin(model: torch.nn.Module, seed: int, loaded: LoadedModel) -> torch.nn.Module:
+def load_for_texts(
+    spec: str,
+    texts: Any,
+    max_tokens: int,
+    revision: str | None,
+    device: str | None,
+    dtype: str | None,
+) -> tuple[LoadedModel, str]:
+    """A named model to measure on a list of strings -> (it loaded, the cache_id naming it:
+    `<spec>@<weights id>`, the identity a named run's key uses)."""
+    from deffcore.models import check_max_tokens, load_model, model_identity
+
+    _check_texts(texts)
+    check_int(max_tokens, "max_tokens", 2)
+    check_max_tokens(spec, max_tokens, revision)
+    loaded = load_model(spec, revision=revision, device=device, dtype=dtype)
+    return loaded, f"{spec}@{model_identity(spec, revision)['weights_id']}"
+
+
+def random_twin(model: torch.nn.Module, seed: int, loaded: LoadedModel) -> torch.nn.Module:
     """The same config freshly initialised under `seed` (the paper's null), like
     `random:<model>:<seed>` for a named model, on the model's device and dtype."""
     from deffcore.models import _init_from_config
@@ -511,27 +490,13 @@ def pool_external(states: Any, mask: Any = None) -> PooledStates:
     )
 
 
-def measure_states(
-    states: Any,
-    mask: Any = None,
-    *,
-    metric: str = "cka",
-    name: str = "states",
-    dataset: str = "states",
-):
-    """Measure hidden states computed elsewhere (see the module docstring) -> `Measurement`.
-
-    states: h_0 .. h_L, each (N, T, d); mask: (N, T), 1 at real tokens. `name` and `dataset`
-    label the run (its spec reads model "states:<name>"); nothing is cached.
-    """
-    from deffcore.measurement import Measurement
-
-    _choice(metric, METRICS, "metric")
+def states_spec(pooled: PooledStates, name: str, dataset: str) -> RunSpec:
+    """The spec a run of states computed elsewhere carries: model "states:<name>" (a label:
+    such a run is never cached)."""
     for label, value in (("name", name), ("dataset", dataset)):
         if not isinstance(value, str) or not value or len(value) > MAX_CACHE_ID:
             raise InvalidArgumentError(f"{label} must be a short non-empty string, got {value!r}.")
-    pooled = pool_external(states, mask)
-    spec = RunSpec(
+    return RunSpec(
         model=f"states:{name}",
         revision=None,
         dataset=dataset,
@@ -540,4 +505,3 @@ def measure_states(
         seed=0,
         dtype=pooled.meta["dtype"],
     )
-    return Measurement(spec=spec, pooled=pooled, metric=metric)

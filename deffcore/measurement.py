@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore import cache
+from deffcore import cache, external
 from deffcore.cache import RunSpec
 from deffcore.checks import check_cache_dir, check_int, check_seed
 from deffcore.constants import (
@@ -461,9 +461,7 @@ def measure(
     `random:<model>:<seed>` per seed.
     """
     if not isinstance(model, str) or tokenizer is not None or not isinstance(dataset, str):
-        from deffcore.external import measure_in_memory
-
-        return measure_in_memory(
+        return _measure_in_memory(
             model,
             tokenizer,
             dataset,
@@ -517,3 +515,112 @@ def measure(
         rspec = replace(spec, model=f"random:{model}:{int(s)}")
         main.random_null.append(measure_spec(rspec, **options))
     return main
+
+
+# ---------------------------------------------------------------------------------------------
+# In a notebook: a model or states already in memory (helpers in deffcore.external)
+
+
+def measure_model(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str] | str = "bbc-news",
+    *,
+    n: int | None = None,
+    max_tokens: int = 128,
+    seed: int = 0,
+    metric: str = "cka",
+    cache_id: str | None = None,
+    intervention: str = "none",
+    passages: str = "documents",
+    bos: str = "default",
+    batch_size: int | None = None,
+    random_seeds: tuple[int, ...] | list[int] = (),
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Measurement:
+    """Measure a transformers model in memory with its tokenizer (`measure(model, tokenizer,
+    texts)`): the extraction of a named run on its own weights, in eval mode; cached only under
+    `cache_id` (see `deffcore.external` for the key). `random_seeds`: the same config freshly
+    initialised per seed, as `Measurement.random_null`."""
+    spec, loaded, docs, ids, seeds = external.plan_loaded_run(
+        model,
+        tokenizer,
+        texts,
+        n=n,
+        max_tokens=max_tokens,
+        seed=seed,
+        metric=metric,
+        cache_id=cache_id,
+        intervention=intervention,
+        passages=passages,
+        bos=bos,
+        batch_size=batch_size,
+        random_seeds=random_seeds,
+    )
+    options = {
+        "metric": metric,
+        "batch_size": batch_size,
+        "progress": progress,
+        "use_cache": cache_id is not None,
+        "should_stop": should_stop,
+        "documents": docs,
+    }
+
+    def one(module: Any, name: str) -> Measurement:
+        run, wrapped = external.pin(spec, loaded, module, name, ids)
+        with external.eval_mode(module):
+            return measure_spec(run, device=loaded.device, loaded=wrapped, **options)
+
+    main = one(model, spec.model)
+    for s in seeds:
+        twin = external.random_twin(model, s, loaded)
+        main.random_null.append(one(twin, f"random:{spec.model}:{s}"))
+    return main
+
+
+def _measure_in_memory(
+    model: Any,
+    tokenizer: Any,
+    texts: Any,
+    *,
+    revision: str | None,
+    device: str | None,
+    dtype: str | None,
+    use_cache: bool,
+    cache_id: str | None,
+    **options: Any,
+) -> Measurement:
+    """`measure` for what is not a (model spec, dataset spec) pair: a loaded model with its
+    tokenizer, or a model spec with a list of strings (loaded here, cached under its identity
+    unless `use_cache` is False)."""
+    external.check_in_memory_args(model, tokenizer, revision, device, dtype)
+    if isinstance(model, str):
+        if cache_id is not None:
+            raise DeffError(f"cache_id names a model in memory; {model!r} has a spec already.")
+        loaded, own_id = external.load_for_texts(
+            model, texts, options.get("max_tokens", 128), revision, device, dtype
+        )
+        model, tokenizer, cache_id = loaded.model, loaded.tokenizer, own_id
+    return measure_model(
+        model, tokenizer, texts, cache_id=cache_id if use_cache else None, **options
+    )
+
+
+def measure_states(
+    states: Any,
+    mask: Any = None,
+    *,
+    metric: str = "cka",
+    name: str = "states",
+    dataset: str = "states",
+) -> Measurement:
+    """Measure hidden states computed elsewhere: h_0 .. h_L, each (N, T, d), with the attention
+    mask (N, T), pooled by the extraction's pooler (`deffcore.external`, which documents what to
+    pass from transformers, TransformerLens and nnsight). `name`/`dataset` label the run
+    (model "states:<name>"); nothing is cached."""
+    _check_choice(metric, METRICS, "metric")
+    pooled = external.pool_external(states, mask)
+    return Measurement(
+        spec=external.states_spec(pooled, name, dataset), pooled=pooled, metric=metric
+    )

@@ -58,7 +58,6 @@ def run_figure(
         raise DeffError(f"Unknown figure {name!r}; choose one of {', '.join(FIGURE_NAMES)}.")
     _check(pooling, metric)
     from deffcore import figures
-    from deffcore.snapshot import run_identity
 
     if name == "heatmap":
         fig = figures.similarity_heatmap(
@@ -89,7 +88,7 @@ def run_figure(
                 showarrow=False,
                 xanchor="left",
             )
-    return figures.tag_run(fig, run_identity(view.spec, pooling=pooling, metric=metric))
+    return figures.tag_run(fig, view.identity(pooling, metric))
 
 
 def _gap_table(view: RunView, pooling: str, metric: str, K: int | None, paper: bool):

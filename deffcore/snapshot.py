@@ -192,6 +192,10 @@ class RunView:
             null_seeds=seeds,
         )
 
+    def identity(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
+        """`run_identity` of this run and view (what a downloaded table or figure carries)."""
+        return run_identity(self.spec, pooling=pooling, metric=metric)
+
     def figure(self, name: str = "heatmap", **options: Any) -> Any:
         """The explorer's Plotly figure `name` ("heatmap", "lag", "gap", "controls") of this
         run; options: pooling, metric, K, paper (see `deffcore.notebook.run_figure`)."""
