@@ -75,12 +75,26 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+#: Optional dependencies -> the pyproject extra that installs each (`pip install deffcore[x]`).
+EXTRAS: dict[str, str] = {"ray": "sweep", "streamlit": "app"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except DeffError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        top = (err.name or "").partition(".")[0]
+        if top not in EXTRAS:
+            raise
+        print(
+            f"error: `{args.command}` needs the optional package {top!r}, which is not "
+            f"installed: pip install 'deffcore[{EXTRAS[top]}]'.",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         # finished batches of an extraction are kept in the cache (deffcore.cache partials)

@@ -94,6 +94,27 @@ def test_installed_package_caches_in_the_users_cache_not_site_packages(tmp_path,
     assert not (tmp_path / "site-packages").exists()
 
 
+def test_a_missing_extra_gets_one_sentence(monkeypatch, capsys):
+    """`deffcore sweep` without Ray (an install without the `sweep` extra): one line, exit 2."""
+    import builtins
+
+    from deffcore import cli
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ModuleNotFoundError("No module named 'ray'", name="ray")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    code = cli.main(["sweep", "--models", "tiny-llama", "--n", "8", "--engine", "ray"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "pip install 'deffcore[sweep]'" in err and "Traceback" not in err
+    assert set(cli.EXTRAS.values()) <= set(PYPROJECT["project"]["optional-dependencies"])
+
+
 def _build_wheel(out: Path) -> Path:
     """The wheel of this tree, built from a copy (the build's egg-info and build/ folders stay
     out of the checkout), with the project venv's pinned setuptools (no download)."""
