@@ -2,7 +2,7 @@
 
 This file is the router (`st.navigation`): it lists the pages, in their numeric order, in
 sections, and runs the one the visitor chose. Each page is its own file in pages/ and starts
-with `ui_common.page()` or `ui_common.require_view()`, which draws the shared sidebar (run
+with `explorer.page.page()` or `explorer.page.require_view()`, which draws the shared sidebar (run
 settings and Run at the top, view controls below; values persist across pages), shows a
 background run's progress in the main area, and returns the current run: the last run landed
 in this session, else the shipped snapshot of the default run. The first page is

@@ -48,7 +48,6 @@ PAPER_LABELS: dict[str, str] = {
     "no_qk": "no QK",
     "no_post_no_qk": "no post/no QK",
 }
-_POST_NORMS = ("post_attention_layernorm", "post_feedforward_layernorm")
 _QK_NORMS = ("q_norm", "k_norm")
 
 

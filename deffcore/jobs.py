@@ -1,10 +1,12 @@
-"""Background runs: a measurement that outlives the script run (page view) that started it.
+"""Background work: runs and sweeps that outlive the script run (page view) that started them.
 
     job_id = jobs.start(spec, device="cpu")      # checks the data first, then queues the run
     jobs.status(job_id)   -> JobStatus(stage, done, total, tokens_per_s, eta_s, state, ...)
     jobs.cancel(job_id)   # stops it before the next batch (its finished batches are kept)
     jobs.active_jobs()    # queued and running jobs, oldest first
     jobs.load_result(status.result_key) -> Measurement (read back from the cache)
+    sweep_id = jobs.start_sweep(cells, n=64, engine="serial")   # a sweep is a job too
+    jobs.sweep_job(sweep_id) -> {"state", "landed", "total", "rows", ...}
 
 A Streamlit page only draws: a run started from it goes to this process-wide registry and one
 worker thread, so switching pages or reloading the browser does not stop it. The thread runs
@@ -13,13 +15,16 @@ its cache entry (`result_key`), read back by key; an interrupted or cancelled ru
 *partial* entry (never a complete-looking one) that the same spec resumes.
 
 Decisions:
-- One worker thread, jobs in arrival order (`queued` until it is their turn): runs share the
-  machine's cores, and two extractions at once would each run at half speed anyway.
+- One registry and one worker thread for every kind of background work, jobs in arrival order
+  (`queued` until it is their turn): runs share the machine's cores, and two extractions at
+  once would each run at half speed anyway. A sweep (`start_sweep`, the Models page) is one
+  job of the same queue: checked before it is queued, cancellable between cells and batches,
+  forgotten like a run once finished. With engine "ray" its cells run as Ray tasks while the
+  worker waits for them: Ray, not this queue, schedules a cluster.
 - Starting a spec that is already queued or running returns that job (two tabs, one run).
-- `start` checks what can be checked cheaply BEFORE anything loads (`check`): the model path,
-  the dataset (opened and sampled: an empty, unreadable or too small file fails here) and, for
-  token windows, the window count when `deffcore.tokens.count_windows` exists. Errors name the
-  user's own file when `names` maps a saved path to it (uploads are stored under a hash name).
+- `start` checks what can be checked cheaply BEFORE anything loads (`check`, from
+  `deffcore.preflight`, re-exported here with `plan` and `display`): the model path and the
+  data; errors name the user's own file.
 - Rates: passages per second over the extraction batches seen so far (the model load is not in
   it); tokens per second = that rate x max_tokens, exact for token windows (every window is
   max_tokens long) and an upper bound for documents (`tokens_exact` False); once done, the
@@ -29,21 +34,39 @@ Decisions:
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from deffcore.cache import RunSpec
 from deffcore.constants import WINDOW_MODES
-from deffcore.errors import DeffError, RunCancelled, TooFewPassagesError, UnknownModelError
+from deffcore.errors import DeffError, RunCancelled
+from deffcore.preflight import check, display, plan
 
-STATES = ("queued", "running", "done", "failed", "cancelled")
+__all__ = [
+    "FINISHED",
+    "KEEP_FINISHED",
+    "JobStatus",
+    "active_jobs",
+    "cancel",
+    "check",
+    "display",
+    "kept_passages",
+    "load_result",
+    "partial_spec",
+    "plan",
+    "start",
+    "start_sweep",
+    "status",
+    "sweep_job",
+    "wait",
+]
+
 FINISHED = ("done", "failed", "cancelled")
 #: Finished jobs kept for `status` (a session that reloads still finds its job).
 KEEP_FINISHED = 200
@@ -54,7 +77,7 @@ class JobStatus:
     """A snapshot of one job; every field is plain data (safe to read from any thread)."""
 
     job_id: str
-    spec: RunSpec
+    spec: RunSpec | None  # None for a sweep
     state: str
     stage: str
     done: int
@@ -70,6 +93,8 @@ class JobStatus:
     resumed: int
     cancel_requested: bool
     ahead: int  # jobs queued or running before this one
+    kind: str = "run"  # "run" (one RunSpec) or "sweep" (done/total count cells)
+    datasets: tuple[str, ...] = ()  # every dataset the job reads (uploads in use stay)
 
     @property
     def finished(self) -> bool:
@@ -79,6 +104,9 @@ class JobStatus:
         """One line for a progress display: stage, passages, tokens/s, ETA."""
         if self.state == "queued":
             return f"queued: waiting for {self.ahead} run(s) ahead of it"
+        if self.kind == "sweep":
+            stopping = " · stopping after this cell" if self.cancel_requested else ""
+            return f"sweep {self.state}: {self.done:,} of {self.total:,} cells landed{stopping}"
         if self.state == "done":
             how = "served from the cache" if self.from_cache else f"in {self.elapsed_s:.0f} s"
             rate = f" · {self.tokens_per_s:,.0f} tokens/s" if self.tokens_per_s else ""
@@ -107,9 +135,19 @@ class JobStatus:
 
 
 @dataclass
+class _SweepWork:
+    """What a sweep job runs (a plan checked when it was started) and what has landed."""
+
+    plan: Any  # deffcore.sweep.runner.SweepPlan
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    engine: str | None = None
+    address: str | None = None
+
+
+@dataclass
 class _Job:
     job_id: str
-    spec: RunSpec
+    spec: RunSpec | None  # None for a sweep
     metric: str
     device: str | None
     batch_size: int | None
@@ -131,6 +169,7 @@ class _Job:
     result_key: str | None = None
     from_cache: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
+    sweep: _SweepWork | None = None
 
 
 _LOCK = threading.Lock()
@@ -139,100 +178,6 @@ _QUEUE: deque[str] = deque()
 _WAKE = threading.Condition(_LOCK)
 _SEQ = itertools.count()
 _WORKER: threading.Thread | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# Checks before anything loads
-# ---------------------------------------------------------------------------------------------
-
-
-def display(text: str, names: dict[str, str] | None) -> str:
-    """`text` with every saved path (and its file name) replaced by the user's file name."""
-    for path, shown in (names or {}).items():
-        text = text.replace(path, shown).replace(Path(path).name, shown)
-    return text
-
-
-def plan(
-    *, names: dict[str, str] | None = None, windows: int | None = None, **run: Any
-) -> tuple[RunSpec, str]:
-    """`deffcore.measurement.run_spec(**run)` followed by `check`: (spec, device) of a run
-    whose arguments, model path and data were checked before anything loads; errors name the
-    user's files (`names`). `windows`: the window count when the caller already knows it."""
-    from deffcore.measurement import run_spec
-
-    try:
-        spec, device = run_spec(**run)
-    except DeffError as err:
-        raise type(err)(display(str(err), names)) from None
-    check(spec, names=names, windows=windows)
-    return spec, device
-
-
-def check(
-    spec: RunSpec, *, names: dict[str, str] | None = None, windows: int | None = None
-) -> None:
-    """Raise the DeffError a run of `spec` would hit in its data or model path, before any
-    model loads (see the module doc). Hub datasets are not opened here (network): the worker
-    opens them first, still before the model. `windows` skips counting them again."""
-    try:
-        _check(spec, windows)
-    except DeffError as err:
-        raise type(err)(display(str(err), names)) from None
-
-
-def _check(spec: RunSpec, windows: int | None = None) -> None:
-    from deffcore import serving
-    from deffcore.texts import all_documents, load_passages
-
-    inner = spec.model
-    if inner.startswith("random:"):
-        inner = inner.removeprefix("random:").rpartition(":")[0]
-    if serving.looks_like_path(inner):
-        path = Path(inner).expanduser()
-        if path.suffix == ".gguf" and not path.is_file():
-            raise UnknownModelError(f"The GGUF file {inner} does not exist.")
-        if path.suffix != ".gguf" and not path.is_dir() and inner.startswith((".", "/", "~")):
-            raise UnknownModelError(f"The model folder {inner} does not exist.")
-    if spec.dataset.startswith("hf:"):
-        return
-    if spec.passages in WINDOW_MODES:
-        all_documents(spec.dataset, spec.n, seed=spec.seed)
-        count_windows = _optional("deffcore.tokens", "count_windows")
-        if windows is not None or count_windows is not None:
-            try:
-                available = windows
-                if available is None:
-                    available = int(
-                        count_windows(
-                            spec.model,
-                            spec.dataset,
-                            spec.max_tokens,
-                            spec.bos,
-                            spec.revision,
-                            mode=spec.passages,
-                        )
-                    )
-            except DeffError:
-                raise
-            except Exception:  # a tokenizer that cannot load here: the worker will say why
-                return
-            if spec.n > available:
-                raise TooFewPassagesError(
-                    f"{spec.dataset} yields {available:,} windows of {spec.max_tokens} tokens "
-                    f"for {spec.model}, fewer than N = {spec.n:,}; ask for N <= {available:,}."
-                )
-    else:
-        load_passages(spec.dataset, spec.n, seed=spec.seed)
-
-
-def _optional(module: str, name: str) -> Any:
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,12 +214,66 @@ def start(
             names=dict(names or {}),
             seq=next(_SEQ),
         )
-        _JOBS[job.job_id] = job
-        _QUEUE.append(job.job_id)
-        _forget_old()
-        _ensure_worker()
-        _WAKE.notify_all()
-        return job.job_id
+        return _enqueue(job)
+
+
+def start_sweep(cells: Sequence[Any], **options: Any) -> str:
+    """Queue a sweep of `cells` (`deffcore.sweep.run_sweep` options) -> its job id.
+
+    The sweep is checked here, before it is queued (`deffcore.sweep.plan_sweep`: at most
+    `MAX_CELLS` distinct cells, known interventions, and every cell's options as `run_spec`
+    checks them): a malformed sweep raises its DeffError and nothing is queued. It then waits
+    its turn in the one queue like a run (never two extractions at once), `cancel` stops it
+    before its next cell or batch (the cells that landed stay in the cache), and once finished
+    it is forgotten like a run (`KEEP_FINISHED`). `sweep_job(job_id)` follows it.
+    """
+    from deffcore.sweep.runner import plan_sweep
+
+    plan = plan_sweep(cells, **options)
+    with _LOCK:
+        job = _Job(
+            job_id=uuid.uuid4().hex,
+            spec=None,
+            metric=plan.settings["metric"],
+            device=plan.device,
+            batch_size=plan.batch_size,
+            names={},
+            seq=next(_SEQ),
+            total=len(plan.rows),
+            sweep=_SweepWork(plan),
+        )
+        return _enqueue(job)
+
+
+def _enqueue(job: _Job) -> str:
+    """Register `job` and queue it (under `_LOCK`); the worker wakes."""
+    _JOBS[job.job_id] = job
+    _QUEUE.append(job.job_id)
+    _forget_old()
+    _ensure_worker()
+    _WAKE.notify_all()
+    return job.job_id
+
+
+def sweep_job(job_id: str) -> dict[str, Any] | None:
+    """A sweep job's snapshot as plain data (None for an unknown id or a run): job_id, state,
+    error, engine, address, total and landed cells, each landed cell's row, elapsed_s."""
+    with _LOCK:
+        job = _JOBS.get(job_id)
+        if job is None or job.sweep is None:
+            return None
+        end = job.ended or time.monotonic()
+        return {
+            "job_id": job.job_id,
+            "state": job.state,
+            "error": job.error,
+            "engine": job.sweep.engine,
+            "address": job.sweep.address,
+            "total": job.total,
+            "landed": len(job.sweep.rows),
+            "rows": [dict(r) for r in job.sweep.rows],
+            "elapsed_s": end - (job.started or job.created),
+        }
 
 
 def status(job_id: str) -> JobStatus | None:
@@ -333,10 +332,11 @@ def _snapshot(job: _Job) -> JobStatus:
     now = time.monotonic()
     end = job.ended or now
     rate = _rate(job)
-    exact = job.spec.passages in WINDOW_MODES
+    spec = job.spec
+    exact = spec is not None and spec.passages in WINDOW_MODES
     tps = job.final_tokens_per_s
-    if tps is None and rate is not None and job.state == "running":
-        tps = rate * job.spec.max_tokens
+    if tps is None and rate is not None and job.state == "running" and spec is not None:
+        tps = rate * spec.max_tokens
     elif tps is not None:
         exact = True
     eta = (job.total - job.done) / rate if rate and job.state == "running" else None
@@ -347,7 +347,7 @@ def _snapshot(job: _Job) -> JobStatus:
         state=job.state,
         stage=job.stage,
         done=job.done,
-        total=job.total or job.spec.n,
+        total=job.total or (spec.n if spec is not None else 0),
         tokens_per_s=tps,
         tokens_exact=exact,
         eta_s=eta,
@@ -359,7 +359,15 @@ def _snapshot(job: _Job) -> JobStatus:
         resumed=job.resumed,
         cancel_requested=job.cancel.is_set(),
         ahead=ahead if job.state == "queued" else 0,
+        kind="run" if job.sweep is None else "sweep",
+        datasets=_datasets(job),
     )
+
+
+def _datasets(job: _Job) -> tuple[str, ...]:
+    if job.sweep is None:
+        return (job.spec.dataset,) if job.spec is not None else ()
+    return tuple(dict.fromkeys(spec.dataset for spec in job.sweep.plan.specs))
 
 
 def _forget_old() -> None:
@@ -382,8 +390,11 @@ def _work() -> None:
                 _WAKE.wait()
             job = _JOBS[_QUEUE.popleft()]
             job.state, job.started = "running", time.monotonic()
-            _set_stage(job, "checking data")
-        _run(job)
+            _set_stage(job, "checking data" if job.sweep is None else "sweeping")
+        if job.sweep is None:
+            _run(job)
+        else:
+            _run_sweep(job)
 
 
 def _set_stage(job: _Job, stage: str) -> None:
@@ -391,13 +402,10 @@ def _set_stage(job: _Job, stage: str) -> None:
         job.stage, job.stage_started = stage, time.monotonic()
 
 
-def _progress(job: _Job, *, stop_here: bool):
-    """measure's progress(done, total, stage) -> the job's fields. `stop_here`: cancel by
-    raising RunCancelled from the callback (for a measure_spec without `should_stop`)."""
+def _progress(job: _Job):
+    """measure's progress(done, total, stage) -> the job's fields."""
 
     def progress(done: int, total: int, stage: str) -> None:
-        if stop_here and job.cancel.is_set():
-            raise RunCancelled("The run was cancelled.")
         now = time.monotonic()
         with _LOCK:
             job.total = int(total)
@@ -421,18 +429,16 @@ def _progress(job: _Job, *, stop_here: bool):
 def _run(job: _Job) -> None:
     from deffcore import measurement
 
-    stoppable = "should_stop" in inspect.signature(measurement.measure_spec).parameters
-    kwargs: dict[str, Any] = {
-        "metric": job.metric,
-        "device": job.device,
-        "batch_size": job.batch_size,
-        "progress": _progress(job, stop_here=not stoppable),
-    }
-    if stoppable:
-        kwargs["should_stop"] = job.cancel.is_set
     state, error = "failed", None
     try:
-        m = measurement.measure_spec(job.spec, **kwargs)
+        m = measurement.measure_spec(
+            job.spec,
+            metric=job.metric,
+            device=job.device,
+            batch_size=job.batch_size,
+            progress=_progress(job),
+            should_stop=job.cancel.is_set,
+        )
         with _LOCK:
             job.result_key = m.spec.key()
             job.from_cache = bool(m.cached)
@@ -452,6 +458,36 @@ def _run(job: _Job) -> None:
         error = "The run ran out of memory; lower N or max tokens and try again."
     except Exception as err:  # any third-party failure ends the job, never the worker
         error = display(f"The run failed unexpectedly ({type(err).__name__}): {err}", job.names)
+    _finish(job, state, error)
+
+
+def _run_sweep(job: _Job) -> None:
+    """The worker's body for a sweep job: its checked plan, cell after cell (or on Ray)."""
+    from deffcore.sweep.cells import one_sentence
+    from deffcore.sweep.runner import run_plan
+
+    work = job.sweep
+    assert work is not None
+
+    def on_cell(row: dict[str, Any], landed: int, total: int) -> None:
+        with _LOCK:
+            work.rows.append(dict(row))
+            job.done = landed
+
+    state, error = "failed", None
+    try:
+        result = run_plan(work.plan, on_cell=on_cell, should_stop=job.cancel.is_set)
+        with _LOCK:
+            work.engine, work.address = result.engine, result.address
+        state = "done"
+    except RunCancelled:
+        state = "cancelled"
+    except Exception as err:  # the worker records every failure, never dies of one
+        error = one_sentence(err)
+    _finish(job, state, error)
+
+
+def _finish(job: _Job, state: str, error: str | None) -> None:
     with _LOCK:
         job.state, job.error, job.ended = state, error, time.monotonic()
         _set_stage(job, state)

@@ -95,7 +95,8 @@ def _gap_table(view: RunView, pooling: str, metric: str, K: int | None, paper: b
     import pandas as pd
 
     from deffcore.depth import gap_percent
-    from deffcore.paper import model_family, published_default_gaps
+    from deffcore.models_overview import model_family
+    from deffcore.paper import paper_default_gaps, paper_table
 
     h = view.headline(pooling, metric, K)
     rows = [_gap_row(f"this run: {view.label}", "this run", "this run", h.gap_pct, h.layers)]
@@ -107,16 +108,11 @@ def _gap_table(view: RunView, pooling: str, metric: str, K: int | None, paper: b
                 f"random weights, seed {seed}", "random-weight null", "cached", gap, view.layers
             )
         )
-    if paper:
-        for r in published_default_gaps():
+    published = paper_table() if paper else None
+    if published is not None:
+        for r in paper_default_gaps(published).itertuples():
             rows.append(
-                _gap_row(
-                    f"{r['model']} (paper)",
-                    model_family(r["model"]),
-                    "paper",
-                    float(r["value"]),
-                    r["layers"],
-                )
+                _gap_row(f"{r.model} (paper)", model_family(r.model), "paper", r.value, r.layers)
             )
     return pd.DataFrame(rows)
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deffcore.errors import DeffError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PACKAGED_PATH = Path(__file__).resolve().parent / "data" / "paper_reference.csv"
 COLUMNS: tuple[str, ...] = (
@@ -71,31 +74,51 @@ def paper_rows(source: str | None = None) -> list[dict[str, str]]:
     return [dict(r) for r in rows if source is None or r["source"] == source]
 
 
-#: Where a model's published default-pooling gap is read first (paper Figure 1: Table 2, then
-#: the appendix tables for the models Table 2 lacks).
+def paper_table() -> pd.DataFrame | None:
+    """Every published value as a DataFrame (the CSV's columns; a copy, free to change), None
+    when the CSV is not found (a copy of the project without it: pages say so and go on)."""
+    path = paper_reference_path()
+    if path is None or not path.is_file():
+        return None
+    return _paper_frame(str(path), path.stat().st_mtime_ns).copy()
+
+
+@lru_cache(maxsize=4)
+def _paper_frame(path: str, mtime_ns: int) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.read_csv(path)
+
+
+#: Where Figure 1's published default-pooling gaps come from, in order of preference.
 DEFAULT_GAP_TABLES: tuple[str, ...] = ("Table 2", "Table S4", "Table S5", "Table S6", "Table S17")
 
 
-def published_default_gaps() -> list[dict[str, str]]:
-    """One published default-pooling gap per model, without intervention (paper Figure 1), in
-    DEFAULT_GAP_TABLES order: the first table that has the model wins."""
-    rows = [
-        r
-        for r in paper_rows()
-        if r["quantity"] == "gap_pct"
-        and r["setting"] == "default"
-        and r["note"] in ("", "intervention: none")
-        and r["source"] in DEFAULT_GAP_TABLES
-    ]
-    rows.sort(key=lambda r: DEFAULT_GAP_TABLES.index(r["source"]))
-    seen: set[str] = set()
-    return [r for r in rows if not (r["model"] in seen or seen.add(r["model"]))]
+def paper_default_gaps(paper: pd.DataFrame) -> pd.DataFrame:
+    """One published default-pooling gap per model (no intervention), as in the paper's Figure 1.
+
+    `paper`: `paper_table()`. Table 2 first, then the appendix tables for models that Table 2
+    lacks (Gemma, Mistral, ...), in the order of `DEFAULT_GAP_TABLES`.
+    """
+    order = list(DEFAULT_GAP_TABLES)
+    pub = paper[
+        (paper["quantity"] == "gap_pct")
+        & (paper["setting"] == "default")
+        & (paper["note"].isna() | (paper["note"] == "intervention: none"))
+        & paper["source"].isin(order)
+    ].copy()
+    pub["rank"] = pub["source"].map(order.index)
+    return pub.sort_values("rank").drop_duplicates("model", keep="first").drop(columns="rank")
 
 
-def model_family(spec: str) -> str:
-    """`Pythia-70M` -> `Pythia`, `EleutherAI/pythia-70m` -> `pythia`, `random:x:1` ->
-    `random-weight null` (how the gap chart groups its bars)."""
-    if spec.startswith("random:"):
-        return "random-weight null"
-    name = spec.rstrip("/").split("/")[-1].removesuffix(".gguf")
-    return re.sub(r"-[^-]*\d[^-]*$", "", name) if "-" in name else name
+#: Where the paper's pooling controls are published (Figure 2's values).
+CONTROL_TABLES: tuple[str, ...] = ("Table S4", "Table S5", "Table S6")
+
+
+def paper_controls(paper: pd.DataFrame) -> pd.DataFrame:
+    """The published gap to F_L of every (model, pooling control), no intervention, first
+    table of `CONTROL_TABLES` that has it: columns `model`, `setting` (the pooling), `value`,
+    `source` and the rest of the CSV's. `paper`: `paper_table()`."""
+    pub = paper[(paper["quantity"] == "gap_pct") & paper["source"].isin(CONTROL_TABLES)]
+    pub = pub[pub["note"].isna() | (pub["note"] == "intervention: none")]
+    return pub.drop_duplicates(["model", "setting"], keep="first")

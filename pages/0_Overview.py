@@ -5,47 +5,20 @@ from __future__ import annotations
 
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
+from deffcore.run_tables import metric_comparison
+from deffcore.snapshot import RunView
+from explorer.cards import headline_cards, precomputed_note, show_figure
+from explorer.page import page
+from explorer.settings import Settings
 
-view, settings = ui.page("Overview")
-st.title("Effective Depth Explorer")
-st.markdown(
+INTRO = (
     "How does a transformer's residual stream accumulate across depth? "
     "**Effective depth** $D_\\mathrm{eff} = L^2 / \\sum_{ij} S_{ij}$ counts how many "
     "*independent* layers the similarity matrix $S$ is worth; accumulated orthogonal "
     "updates give exactly $F_L = 2L/(L+1)$."
 )
-if view is None:
-    st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
-    st.stop()
-st.subheader(view.label)
-ui.precomputed_note(view)
-ui.headline_cards(view, settings)
-metric_table = ui.metric_comparison(view, settings)
-if metric_table is not None:
-    st.markdown(
-        f"**Linear vs unbiased CKA** (pooling `{settings.pooling}`). Linear CKA of independent "
-        f"data is about d/(N+d) = {view.headline(settings.pooling, 'cka').cka_bias:.2f} here, "
-        "not 0; unbiased CKA removes that finite-sample bias. Close values mean the headline "
-        "is not an artefact of N."
-    )
-    st.dataframe(metric_table, hide_index=True, width="content")
-left, right = st.columns(2)
-with left:
-    S = view.similarity(settings.pooling, settings.metric)
-    ui.show_figure(
-        figures.similarity_heatmap(S, metric=settings.metric, pooling=settings.pooling),
-        key="overview_heatmap",
-    )
-with right:
-    rho = view.lag_profile(settings.pooling, settings.metric)
-    biased = settings.metric == "cka"  # d/(N+d) is linear CKA's finite-sample floor
-    ui.show_figure(
-        figures.lag_decay(rho, n=view.n if biased else None, d=view.d_model if biased else None),
-        key="overview_lag",
-    )
-st.caption(
+PAGES_NOTE = (
     "Pages (sidebar): Similarity (the matrix; click a layer), Lag decay (ρ(k) and K), Gap to "
     "F_L (beside the paper's models), BOS & controls (pooling controls, position-0 norms), "
     "Synthetic lab (constructions with known answers), Baselines (random-weight null, matched "
@@ -53,3 +26,54 @@ st.caption(
     "norms), Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training "
     "dynamics (checkpoints over training), Aggregations (other ways to count layers)."
 )
+
+
+def metric_section(view: RunView, settings: Settings) -> None:
+    """Linear vs unbiased CKA side by side: is the headline an artefact of N?"""
+    table = metric_comparison(view, settings.pooling, settings.K)
+    if table is None:
+        return
+    st.markdown(
+        f"**Linear vs unbiased CKA** (pooling `{settings.pooling}`). Linear CKA of independent "
+        f"data is about d/(N+d) = {view.headline(settings.pooling, 'cka').cka_bias:.2f} here, "
+        "not 0; unbiased CKA removes that finite-sample bias. Close values mean the headline "
+        "is not an artefact of N."
+    )
+    st.dataframe(table, hide_index=True, width="content")
+
+
+def charts_section(view: RunView, settings: Settings) -> None:
+    left, right = st.columns(2)
+    with left:
+        S = view.similarity(settings.pooling, settings.metric)
+        show_figure(
+            figures.similarity_heatmap(S, metric=settings.metric, pooling=settings.pooling),
+            key="overview_heatmap",
+        )
+    with right:
+        rho = view.lag_profile(settings.pooling, settings.metric)
+        biased = settings.metric == "cka"  # d/(N+d) is linear CKA's finite-sample floor
+        show_figure(
+            figures.lag_decay(
+                rho, n=view.n if biased else None, d=view.d_model if biased else None
+            ),
+            key="overview_lag",
+        )
+
+
+def main() -> None:
+    view, settings = page("Overview")
+    st.title("Effective Depth Explorer")
+    st.markdown(INTRO)
+    if view is None:
+        st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
+        st.stop()
+    st.subheader(view.label)
+    precomputed_note(view)
+    headline_cards(view, settings)
+    metric_section(view, settings)
+    charts_section(view, settings)
+    st.caption(PAGES_NOTE)
+
+
+main()

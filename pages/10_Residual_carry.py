@@ -4,63 +4,58 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 import torch
 
-import ui_common as ui
 from deffcore.cache import cache_dir
 from deffcore.glossary import human_columns
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.residual_carry import PRESETS, paper_carry_rows, run_carry_sweep, settings_from
+from explorer.cards import show_figure
+from explorer.page import page
+from explorer.progress import run_in_page
 
-ui.page("Residual carry")
-st.title("Residual carry")
-st.markdown(
-    "A small character-level GPT whose blocks compute **h_l = γ·h_{l−1} + block(h_{l−1})**, "
-    "trained on BBC-news characters for several γ and seeds. γ = 1 is the ordinary residual "
-    "stream; smaller γ forgets the accumulated past. During training the lab records the "
-    "validation loss, D_eff(h)/L, D_eff(update)/L, ρ̂(1) and ||f||/||h||. Checkpoints are "
-    "saved for the Training dynamics page."
-)
-presets = [p for p in PRESETS if p != "gpu" or torch.cuda.is_available()]
-c1, c2, c3 = st.columns(3)
-preset = c1.selectbox(
-    "Preset",
-    presets,
-    index=presets.index("tiny"),
-    key="rc_preset",
-    help="tiny: seconds · cpu: a few minutes (12 layers) · gpu: nanoGPT shakespeare_char scale",
-)
-base = PRESETS[preset]
-gammas = c2.multiselect("γ", [1.0, 0.75, 0.5, 0.25], default=list(base.gammas), key="rc_gammas")
-seeds = c3.number_input("Seeds", 1, 8, len(base.seeds), key="rc_seeds")
-c4, c5, c6 = st.columns(3)
-iters = c4.number_input("Training steps", 2, 100_000, base.iters, key="rc_iters")
-n_layer = c5.number_input("Layers", 2, 48, base.n_layer, key="rc_layers")
-eval_interval = c6.number_input("Evaluate every", 1, 10_000, base.eval_interval, key="rc_eval")
 
-if st.button("Train", type="primary", key="rc_run"):
-    s = settings_from(
-        preset,
-        gammas=tuple(sorted(gammas, reverse=True)),
-        seeds=tuple(range(int(seeds))),
-        iters=int(iters),
-        n_layer=int(n_layer),
-        eval_interval=int(eval_interval),
-        checkpoint_dir=str(cache_dir() / "carry" / preset),
+def train_form() -> None:
+    """The preset and its knobs; Train runs the carry sweep in this script run."""
+    presets = [p for p in PRESETS if p != "gpu" or torch.cuda.is_available()]
+    c1, c2, c3 = st.columns(3)
+    preset = c1.selectbox(
+        "Preset",
+        presets,
+        index=presets.index("tiny"),
+        key="rc_preset",
+        help="tiny: seconds · cpu: a few minutes (12 layers) · gpu: nanoGPT shakespeare_char scale",
     )
-    bar = st.progress(0.0, text="starting")
-    with ui.guarded("Training"):
-        result = run_carry_sweep(s, progress=ui.progress_callback(bar))
-        st.session_state["rc_result"] = result.to_dict()
-        bar.progress(1.0, text=f"done in {result.seconds:.0f} s")
+    base = PRESETS[preset]
+    gammas = c2.multiselect("γ", [1.0, 0.75, 0.5, 0.25], default=list(base.gammas), key="rc_gammas")
+    seeds = c3.number_input("Seeds", 1, 8, len(base.seeds), key="rc_seeds")
+    c4, c5, c6 = st.columns(3)
+    iters = c4.number_input("Training steps", 2, 100_000, base.iters, key="rc_iters")
+    n_layer = c5.number_input("Layers", 2, 48, base.n_layer, key="rc_layers")
+    eval_interval = c6.number_input("Evaluate every", 1, 10_000, base.eval_interval, key="rc_eval")
+    if st.button("Train", type="primary", key="rc_run"):
+        s = settings_from(
+            preset,
+            gammas=tuple(sorted(gammas, reverse=True)),
+            seeds=tuple(range(int(seeds))),
+            iters=int(iters),
+            n_layer=int(n_layer),
+            eval_interval=int(eval_interval),
+            checkpoint_dir=str(cache_dir() / "carry" / preset),
+        )
+        run_in_page(
+            "Training",
+            "rc_result",
+            lambda progress: run_carry_sweep(s, progress=progress),
+            done=lambda result: f"done in {result.seconds:.0f} s",
+        )
 
-result = st.session_state.get("rc_result")
-if result is None:
-    st.info("Press **Train**. The paper's Table S14 (12-layer nanoGPT, 5000 steps) is below.")
-else:
+
+def results_section(result: dict[str, Any]) -> None:
     s = result["settings"]
     folder = Path(s["checkpoint_dir"])
     with contextlib.suppress(ValueError):  # short: relative to the cache folder when inside it
@@ -71,8 +66,29 @@ else:
         f"{result['seconds']:.0f} s · checkpoints in {folder}",
         help=f"Full path: {s['checkpoint_dir']}",
     )
-    ui.show_figure(lab_figures.carry_trajectories(result["records"]), key="carry_trajectories")
+    show_figure(lab_figures.carry_trajectories(result["records"]), key="carry_trajectories")
     st.subheader("Final step: mean [min, max] across seeds")
     st.dataframe(lab_figures.carry_table(result["final"]), key="rc_table", hide_index=True)
-st.subheader("Paper, Table S14 (display only)")
-st.dataframe(human_columns(pd.DataFrame(paper_carry_rows())), key="rc_paper", hide_index=True)
+
+
+def main() -> None:
+    page("Residual carry")
+    st.title("Residual carry")
+    st.markdown(
+        "A small character-level GPT whose blocks compute **h_l = γ·h_{l−1} + block(h_{l−1})**, "
+        "trained on BBC-news characters for several γ and seeds. γ = 1 is the ordinary residual "
+        "stream; smaller γ forgets the accumulated past. During training the lab records the "
+        "validation loss, D_eff(h)/L, D_eff(update)/L, ρ̂(1) and ||f||/||h||. Checkpoints are "
+        "saved for the Training dynamics page."
+    )
+    train_form()
+    result = st.session_state.get("rc_result")
+    if result is None:
+        st.info("Press **Train**. The paper's Table S14 (12-layer nanoGPT, 5000 steps) is below.")
+    else:
+        results_section(result)
+    st.subheader("Paper, Table S14 (display only)")
+    st.dataframe(human_columns(pd.DataFrame(paper_carry_rows())), key="rc_paper", hide_index=True)
+
+
+main()

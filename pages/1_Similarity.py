@@ -2,43 +2,35 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
-from deffcore.snapshot import download_stem, run_identity
+from deffcore.snapshot import RunView
+from explorer.cards import show_run_figure
+from explorer.page import require_view
+from explorer.settings import Settings
 
-ctx = ui.require_view("Similarity")
-if ctx is None:
-    st.stop()
-view, settings = ctx
-st.caption(f"{view.label} · {settings.metric} · pooling {settings.pooling}")
 
-pooling, metric = settings.pooling, settings.metric
-S = view.similarity(pooling, metric)
-L = S.shape[0]
-# downloads say which run and view they came from (file name and leading CSV columns)
-identity = run_identity(view.spec, pooling=pooling, metric=metric)
-st.markdown(
-    "Each cell is the similarity S(i, j) of the residual stream after block i and after "
-    "block j (1 on the diagonal). **Click a cell** to show its row i beside the map, or pick "
-    "the **box select** tool (top right of the map) and drag over several rows. Double-click "
-    "the map to clear the selection; the slider then picks the row."
-)
-left, right = st.columns([11, 9])
-with left:
-    event = ui.show_figure(
-        figures.tag_run(
-            figures.similarity_heatmap(S, metric=metric, pooling=pooling, selectable=True),
-            identity,
-        ),
-        key=download_stem(view.spec, "heatmap", pooling=pooling, metric=metric),
+def heatmap(view: RunView, S: np.ndarray, settings: Settings) -> list[int]:
+    """The clickable map -> the layers picked on it (a click or a box), sorted."""
+    pooling, metric = settings.pooling, settings.metric
+    event = show_run_figure(
+        figures.similarity_heatmap(S, metric=metric, pooling=pooling, selectable=True),
+        view.spec,
+        "heatmap",
+        pooling=pooling,
+        metric=metric,
         on_select="rerun",
         selection_mode=("points", "box"),
     )
-points = (event or {}).get("selection", {}).get("points", []) if event else []
-picked = sorted({int(p["y"]) for p in points if p.get("y") is not None})
-with right:
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    return sorted({int(p["y"]) for p in points if p.get("y") is not None})
+
+
+def rows(view: RunView, S: np.ndarray, settings: Settings, picked: list[int]) -> None:
+    """The picked rows S(i, :) as curves; without a pick, the slider's row."""
+    L = S.shape[0]
     if picked:
         shown = ", ".join(map(str, picked))
         st.caption(f"Selected on the heatmap: layer(s) {shown}. Double-click it to clear.")
@@ -53,7 +45,35 @@ with right:
                 help="Clicking a cell or dragging a box on the heatmap overrides this slider.",
             )
         ]
-    ui.show_figure(
-        figures.tag_run(figures.similarity_rows(S, picked, metric=metric), identity),
-        key=download_stem(view.spec, "rows", pooling=pooling, metric=metric),
+    pooling, metric = settings.pooling, settings.metric
+    show_run_figure(
+        figures.similarity_rows(S, picked, metric=metric),
+        view.spec,
+        "rows",
+        pooling=pooling,
+        metric=metric,
     )
+
+
+def main() -> None:
+    ctx = require_view("Similarity")
+    if ctx is None:
+        st.stop()
+    view, settings = ctx
+    st.caption(f"{view.label} · {settings.metric} · pooling {settings.pooling}")
+    S = view.similarity(settings.pooling, settings.metric)
+    # downloads say which run and view they came from (file name and leading CSV columns)
+    st.markdown(
+        "Each cell is the similarity S(i, j) of the residual stream after block i and after "
+        "block j (1 on the diagonal). **Click a cell** to show its row i beside the map, or "
+        "pick the **box select** tool (top right of the map) and drag over several rows. "
+        "Double-click the map to clear the selection; the slider then picks the row."
+    )
+    left, right = st.columns([11, 9])
+    with left:
+        picked = heatmap(view, S, settings)
+    with right:
+        rows(view, S, settings, picked)
+
+
+main()

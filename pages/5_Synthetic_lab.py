@@ -6,20 +6,34 @@ are drawn only when a button asks, within a size budget. The logic lives in deff
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures, teaching
 from deffcore.depth import lag_profile
 from deffcore.glossary import glossary_markdown, human_columns
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.settings import Settings
 
 N_OPTIONS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 10_000, 100_000]
 D_OPTIONS = [8, 16, 32, 64, 128, 256, 512, 1024]
 CUSTOM = "(your own settings)"
 KNOB_KEYS = {"L": "syn_t_L", "h0": "syn_t_h0", "growth": "syn_t_growth", "rho": "syn_t_rho"}
 KNOB_KEYS |= {"n": "syn_t_n", "d": "syn_t_d"}
+#: The story's sliders that a step may grey out: (knob, label, low, high, step, help).
+STORY_SLIDERS = (
+    ("h0", "h_0 size (in updates)", 0.0, 10.0, 0.25,
+     "‖h_0‖² in units of one update. Enters at step 3."),
+    ("growth", "update growth g", 0.8, 1.5, 0.05,
+     "Update m has squared size g^(m-1). Enters at step 4."),
+    ("rho", "update correlation ρ", 0.0, 0.9, 0.05,
+     "Updates k layers apart have correlation ρ^k. Enters at step 5."),
+)  # fmt: skip
 #: Sweep sampling budget: sum over the depths of L * N * d, three constructions each.
 SWEEP_BUDGET = 4 * teaching.SAMPLE_BUDGET
 
@@ -74,19 +88,114 @@ def sampled_sweep(n: int, d: int, L_max: int, scale: float, metric: str, seed: i
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------------------------------------
-_, settings = ui.page("Synthetic lab")
-st.title("Synthetic lab")
-st.markdown(
-    "Constructions whose effective depth is known exactly. **Metric: linear CKA** (the paper's "
-    "metric and the app's default): every curve here is its closed form, so the sliders answer "
-    "at once. Press a *Sample* button to draw real random data of that size and measure it "
-    "with the same code as the models."
-)
-story_tab, sweep_tab = st.tabs(["Teaching story", "Free sweep"])
+def story_knobs(step: str) -> teaching.Knobs:
+    """The story's sliders (those the step does not use are greyed out) -> its knobs."""
+    active = teaching.active_knobs(step)
+    c = st.columns(6)
+    L = c[0].slider("L (layers)", 2, 64, key=KNOB_KEYS["L"])
+    h0, growth, rho = (
+        col.slider(
+            label,
+            low,
+            high,
+            step=step_size,
+            key=KNOB_KEYS[field],
+            disabled=field not in active,
+            help=help_text,
+        )
+        for col, (field, label, low, high, step_size, help_text) in zip(
+            c[1:4], STORY_SLIDERS, strict=True
+        )
+    )
+    n = c[4].select_slider(
+        "N (passages)",
+        N_OPTIONS,
+        key=KNOB_KEYS["n"],
+        help="Used at step 6 and when sampling.",
+    )
+    d = c[5].select_slider(
+        "d (features)", D_OPTIONS, key=KNOB_KEYS["d"], help="Used at step 6 and when sampling."
+    )
+    return teaching.Knobs(
+        L=int(L), h0=float(h0), growth=float(growth), rho=float(rho), n=int(n), d=int(d)
+    )
 
-# ---------------------------------------------------------------------------------------------
-with story_tab:
+
+def story_numbers(res: teaching.StepResult) -> None:
+    """The step's title, what changes, and its numbers (D_eff, D_eff/L, F_L, gap)."""
+    st.subheader(res.title)
+    st.markdown(f"**What changes:** {res.adds}  \n**What to notice:** {res.takeaway}")
+    for note in res.notes:
+        st.info(note, icon="ℹ️")
+    cols = st.columns(5)
+    cols[0].metric("D_eff", f"{res.deff:.3f}", help="Effective number of layers, L²/ΣS")
+    cols[1].metric("D_eff / L", f"{res.deff / res.knobs.L:.3f}")
+    cols[2].metric("F_L = 2L/(L+1)", f"{res.F_L:.3f}", help="Accumulated equal orthogonal updates")
+    gap_words = figures.regime_label(res.gap_pct) if abs(res.gap_pct) >= 0.05 else "= F_L"
+    cols[3].metric("Gap to F_L", f"{res.gap_pct:+.1f}%", help=gap_words)
+    if res.deff_previous is not None:
+        cols[4].metric("Previous step's D_eff", f"{res.deff_previous:.3f}")
+    st.markdown(f"> {res.summary()}")
+
+
+def story_sample(step: str, res: teaching.StepResult) -> Any:
+    """Sampling on request, stored with the settings it was drawn for -> the samples or None."""
+    sample_key = (step, res.knobs)
+    sampled = st.session_state.get("syn_sampled")
+    if sampled is not None and sampled[0] != sample_key:
+        sampled = None
+    row = st.columns([1, 3])
+    if row[0].button("Sample this step", key="syn_sample", help="Draw N × d random data"):
+        refusal = teaching.sampling_refusal(res.knobs, res.knobs.n, res.knobs.d)
+        if refusal:
+            row[1].info(refusal, icon="ℹ️")
+        else:
+            with st.spinner("Sampling and measuring…"):
+                out = teaching.sample_step(step, res.knobs, res.knobs.n, res.knobs.d)
+            sampled = (sample_key, out)
+            st.session_state["syn_sampled"] = sampled
+    if sampled is None:
+        row[1].caption(
+            f"Draws L = {res.knobs.L} states of N = {res.knobs.n} passages × d = "
+            f"{res.knobs.d} features and measures them with linear and unbiased CKA."
+        )
+    return sampled[1] if sampled else None
+
+
+def story_charts(res: teaching.StepResult, samples: Any, projector: bool) -> None:
+    curves, depths = teaching.story_curves(res, samples)
+    story_figures = {
+        "syn_story_heatmap": figures.similarity_heatmap(
+            res.S,
+            metric="CKA",
+            pooling="closed form",
+            title=f"S(i, j), closed form: {res.title}",
+        ),
+        "syn_story_lag": figures.story_lag_profiles(curves, L=res.knobs.L, bias=res.bias),
+        "syn_story_depth": figures.story_depth_bars(depths, F_L=res.F_L, L=res.knobs.L),
+    }
+    if projector:  # one chart per row, large text: readable from the back of a room
+        for key, fig in story_figures.items():
+            fig.update_layout(font={"size": 22}, height=(fig.layout.height or 400) + 150)
+            show_figure(fig, key=key)
+    else:
+        left, right = st.columns(2)
+        with left:
+            show_figure(story_figures["syn_story_heatmap"], key="syn_story_heatmap")
+        with right:
+            show_figure(story_figures["syn_story_lag"], key="syn_story_lag")
+        show_figure(story_figures["syn_story_depth"], key="syn_story_depth")
+    st.caption(
+        "Why a sampled curve can sit below F_L: linear CKA on N passages of d features "
+        "reads unrelated states as about b = d/(N+d) alike, not 0. Every similarity is "
+        "pulled up towards 1 by b — expected CKA ≈ (1−b)·S + b — so D_eff comes out lower "
+        "than the closed form at N → ∞. Unbiased CKA removes this (its samples follow the "
+        "N → ∞ curve, with more scatter)."
+    )
+
+
+def story_tab() -> None:
+    """The teaching story: a preset or the sliders, one step's closed form, samples on request."""
     init_defaults()
     top = st.columns([3, 1])
     top[0].selectbox(
@@ -106,121 +215,15 @@ with story_tab:
         horizontal=True,
         format_func=lambda s: teaching.STEPS[s][0],
     )
-    active = teaching.active_knobs(step)
-    c = st.columns(6)
-    L = c[0].slider("L (layers)", 2, 64, key=KNOB_KEYS["L"])
-    h0 = c[1].slider(
-        "h_0 size (in updates)",
-        0.0,
-        10.0,
-        step=0.25,
-        key=KNOB_KEYS["h0"],
-        disabled="h0" not in active,
-        help="‖h_0‖² in units of one update. Enters at step 3.",
-    )
-    growth = c[2].slider(
-        "update growth g",
-        0.8,
-        1.5,
-        step=0.05,
-        key=KNOB_KEYS["growth"],
-        disabled="growth" not in active,
-        help="Update m has squared size g^(m-1). Enters at step 4.",
-    )
-    rho = c[3].slider(
-        "update correlation ρ",
-        0.0,
-        0.9,
-        step=0.05,
-        key=KNOB_KEYS["rho"],
-        disabled="rho" not in active,
-        help="Updates k layers apart have correlation ρ^k. Enters at step 5.",
-    )
-    n = c[4].select_slider(
-        "N (passages)",
-        N_OPTIONS,
-        key=KNOB_KEYS["n"],
-        help="Used at step 6 and when sampling.",
-    )
-    d = c[5].select_slider(
-        "d (features)", D_OPTIONS, key=KNOB_KEYS["d"], help="Used at step 6 and when sampling."
-    )
-    knobs = teaching.Knobs(
-        L=int(L), h0=float(h0), growth=float(growth), rho=float(rho), n=int(n), d=int(d)
-    )
-
-    with ui.guarded("The story step"):
+    knobs = story_knobs(step)
+    with guarded("The story step"):
         res = teaching.story_step(step, knobs)
-        st.subheader(res.title)
-        st.markdown(f"**What changes:** {res.adds}  \n**What to notice:** {res.takeaway}")
-        for note in res.notes:
-            st.info(note, icon="ℹ️")
+        story_numbers(res)
+        story_charts(res, story_sample(step, res), projector)
 
-        cols = st.columns(5)
-        cols[0].metric("D_eff", f"{res.deff:.3f}", help="Effective number of layers, L²/ΣS")
-        cols[1].metric("D_eff / L", f"{res.deff / res.knobs.L:.3f}")
-        cols[2].metric(
-            "F_L = 2L/(L+1)", f"{res.F_L:.3f}", help="Accumulated equal orthogonal updates"
-        )
-        gap_words = figures.regime_label(res.gap_pct) if abs(res.gap_pct) >= 0.05 else "= F_L"
-        cols[3].metric("Gap to F_L", f"{res.gap_pct:+.1f}%", help=gap_words)
-        if res.deff_previous is not None:
-            cols[4].metric("Previous step's D_eff", f"{res.deff_previous:.3f}")
-        st.markdown(f"> {res.summary()}")
 
-        # sampling on request: stored with the settings it was drawn for
-        sample_key = (step, res.knobs)
-        sampled = st.session_state.get("syn_sampled")
-        if sampled is not None and sampled[0] != sample_key:
-            sampled = None
-        row = st.columns([1, 3])
-        if row[0].button("Sample this step", key="syn_sample", help="Draw N × d random data"):
-            refusal = teaching.sampling_refusal(res.knobs, res.knobs.n, res.knobs.d)
-            if refusal:
-                row[1].info(refusal, icon="ℹ️")
-            else:
-                with st.spinner("Sampling and measuring…"):
-                    out = teaching.sample_step(step, res.knobs, res.knobs.n, res.knobs.d)
-                sampled = (sample_key, out)
-                st.session_state["syn_sampled"] = sampled
-        if sampled is None:
-            row[1].caption(
-                f"Draws L = {res.knobs.L} states of N = {res.knobs.n} passages × d = "
-                f"{res.knobs.d} features and measures them with linear and unbiased CKA."
-            )
-
-        curves, depths = teaching.story_curves(res, sampled[1] if sampled else None)
-        story_figures = {
-            "syn_story_heatmap": figures.similarity_heatmap(
-                res.S,
-                metric="CKA",
-                pooling="closed form",
-                title=f"S(i, j), closed form: {res.title}",
-            ),
-            "syn_story_lag": figures.story_lag_profiles(curves, L=res.knobs.L, bias=res.bias),
-            "syn_story_depth": figures.story_depth_bars(depths, F_L=res.F_L, L=res.knobs.L),
-        }
-        if projector:  # one chart per row, large text: readable from the back of a room
-            for key, fig in story_figures.items():
-                fig.update_layout(font={"size": 22}, height=(fig.layout.height or 400) + 150)
-                ui.show_figure(fig, key=key)
-        else:
-            left, right = st.columns(2)
-            with left:
-                ui.show_figure(story_figures["syn_story_heatmap"], key="syn_story_heatmap")
-            with right:
-                ui.show_figure(story_figures["syn_story_lag"], key="syn_story_lag")
-            ui.show_figure(story_figures["syn_story_depth"], key="syn_story_depth")
-        st.caption(
-            "Why a sampled curve can sit below F_L: linear CKA on N passages of d features "
-            "reads unrelated states as about b = d/(N+d) alike, not 0. Every similarity is "
-            "pulled up towards 1 by b — expected CKA ≈ (1−b)·S + b — so D_eff comes out lower "
-            "than the closed form at N → ∞. Unbiased CKA removes this (its samples follow the "
-            "N → ∞ curve, with more scatter)."
-        )
-
-# ---------------------------------------------------------------------------------------------
-with sweep_tab:
+def sweep_tab(settings: Settings) -> None:
+    """Three constructions over depth: closed forms, samples on request, updates vs states."""
     st.markdown(
         "Three constructions over depth. Lines: the closed forms of **linear CKA** at this N "
         "and d (bias included). Press *Sample the sweep* to overlay samples measured with the "
@@ -231,122 +234,155 @@ with sweep_tab:
     sw_d = c2.select_slider("d (features)", D_OPTIONS[:7], value=64, key="syn_d")
     L_max = c3.slider("L (deepest)", 3, 48, 24, key="syn_L")
     scale = c4.slider("update scale s", 0.05, 5.0, 1.0, step=0.05, key="syn_scale")
-
-    with ui.guarded("The synthetic sweep"):
+    with guarded("The synthetic sweep"):
         grid = depth_grid(L_max)
         table = pd.DataFrame(teaching.sweep_closed_form(sw_n, sw_d, grid, scale=float(scale)))
-        sampled_table = None
-        cost = sum(grid) * sw_n * sw_d * 3
-        # samples belong to the settings they were asked for: moving a slider afterwards shows
-        # the closed forms alone again (fast), until the button is pressed again
-        request = (sw_n, sw_d, L_max, float(scale), settings.metric)
-        if st.button("Sample the sweep", key="syn_sweep_sample"):
-            st.session_state["syn_sweep_request"] = request
-        if st.session_state.get("syn_sweep_request") == request:
-            if cost > SWEEP_BUDGET:
-                st.info(
-                    f"Sampling this sweep means {cost / 1e6:.0f} million random numbers, beyond "
-                    f"the classroom budget of {SWEEP_BUDGET / 1e6:.0f} million (a few seconds); "
-                    "the lines are exact in expectation. Lower N, d or L to sample.",
-                    icon="ℹ️",
-                )
-            else:
-                with st.spinner("Sampling the three constructions…"):
-                    sampled_table = sampled_sweep(
-                        sw_n, sw_d, L_max, float(scale), settings.metric, 0
-                    )
-        ui.show_figure(
+        sampled_table = sweep_samples(sw_n, sw_d, L_max, float(scale), settings.metric)
+        show_figure(
             figures.synthetic_sweep(table, n=sw_n, d=sw_d, sampled=sampled_table),
             key="synthetic_sweep",
         )
-        deepest = table[table["L"] == L_max].set_index("construction")
-        cols = st.columns(3)
-        for col, name in zip(cols, figures.CONSTRUCTION_COLORS, strict=True):
-            value = deepest.loc[name, "deff_over_L"]
-            col.metric(
-                f"{name}: D_eff/L at L = {L_max}",
-                f"{value:.4f}" if np.isfinite(value) else "needs N > L",
-                help=f"ρ̂(1) = {deepest.loc[name, 'rho1']:.4f} (closed form, linear CKA)",
-            )
-        if sw_n <= L_max:
-            st.info(
-                f"Orthogonal states need N > L (one direction per layer); with N = {sw_n} they "
-                f"exist only up to L = {sw_n - 1}.",
-                icon="ℹ️",
-            )
-        st.caption(
-            "Why orthogonal updates sit below the dashed F_L/L: they start from a random h_0 "
-            "as large as one update at s = 1, which every state shares, and linear CKA adds "
-            "its finite-sample bias d/(N+d). F_L is the limit of large s and N ≫ d. Independent "
-            "states follow the vermillion dotted iid reference: that is the bias alone, not depth."
-        )
+        sweep_numbers(table, sw_n, L_max)
         if sampled_table is not None:
             with st.expander("Sampled values"):
                 st.dataframe(human_columns(sampled_table), hide_index=True, key="syn_sampled_tbl")
+        updates_vs_states(sw_n, sw_d, L_max, float(scale))
 
-        st.subheader("Updates vs accumulated states")
-        u = teaching.updates_vs_states(sw_n, sw_d, L_max, float(scale))
-        ui.show_figure(
-            figures.states_vs_updates(u["rho_states"], u["rho_updates"]), key="syn_updates"
+
+def sweep_samples(n: int, d: int, L_max: int, scale: float, metric: str) -> pd.DataFrame | None:
+    """The sweep's samples when asked for these settings and within the budget, else None.
+
+    Samples belong to the settings they were asked for: moving a slider afterwards shows the
+    closed forms alone again (fast), until the button is pressed again."""
+    cost = sum(depth_grid(L_max)) * n * d * 3
+    request = (n, d, L_max, scale, metric)
+    if st.button("Sample the sweep", key="syn_sweep_sample"):
+        st.session_state["syn_sweep_request"] = request
+    if st.session_state.get("syn_sweep_request") != request:
+        return None
+    if cost > SWEEP_BUDGET:
+        st.info(
+            f"Sampling this sweep means {cost / 1e6:.0f} million random numbers, beyond "
+            f"the classroom budget of {SWEEP_BUDGET / 1e6:.0f} million (a few seconds); "
+            "the lines are exact in expectation. Lower N, d or L to sample.",
+            icon="ℹ️",
         )
-        st.caption(
-            f"L = {L_max}, closed forms: D_eff(h)/L = {u['deff_states'] / L_max:.4f} for the "
-            f"accumulated states, D_eff(f)/L = {u['deff_updates'] / L_max:.4f} for the updates "
-            f"themselves (F_L/L = {2 / (L_max + 1):.4f})."
+        return None
+    with st.spinner("Sampling the three constructions…"):
+        return sampled_sweep(n, d, L_max, scale, metric, 0)
+
+
+def sweep_numbers(table: pd.DataFrame, n: int, L_max: int) -> None:
+    deepest = table[table["L"] == L_max].set_index("construction")
+    cols = st.columns(3)
+    for col, name in zip(cols, figures.CONSTRUCTION_COLORS, strict=True):
+        value = deepest.loc[name, "deff_over_L"]
+        col.metric(
+            f"{name}: D_eff/L at L = {L_max}",
+            f"{value:.4f}" if np.isfinite(value) else "needs N > L",
+            help=f"ρ̂(1) = {deepest.loc[name, 'rho1']:.4f} (closed form, linear CKA)",
+        )
+    if n <= L_max:
+        st.info(
+            f"Orthogonal states need N > L (one direction per layer); with N = {n} they "
+            f"exist only up to L = {n - 1}.",
+            icon="ℹ️",
+        )
+    st.caption(
+        "Why orthogonal updates sit below the dashed F_L/L: they start from a random h_0 "
+        "as large as one update at s = 1, which every state shares, and linear CKA adds "
+        "its finite-sample bias d/(N+d). F_L is the limit of large s and N ≫ d. Independent "
+        "states follow the vermillion dotted iid reference: that is the bias alone, not depth."
+    )
+
+
+def updates_vs_states(n: int, d: int, L_max: int, scale: float) -> None:
+    st.subheader("Updates vs accumulated states")
+    u = teaching.updates_vs_states(n, d, L_max, scale)
+    show_figure(figures.states_vs_updates(u["rho_states"], u["rho_updates"]), key="syn_updates")
+    st.caption(
+        f"L = {L_max}, closed forms: D_eff(h)/L = {u['deff_states'] / L_max:.4f} for the "
+        f"accumulated states, D_eff(f)/L = {u['deff_updates'] / L_max:.4f} for the updates "
+        f"themselves (F_L/L = {2 / (L_max + 1):.4f})."
+    )
+
+
+def formulas() -> None:
+    with st.expander("The formulas", expanded=False):
+        st.markdown("**Effective depth** from the lag profile of the similarity matrix:")
+        st.latex(
+            r"\rho(k) = \frac{1}{L-k}\sum_{i=1}^{L-k} S(i,i+k),\qquad "
+            r"D_\mathrm{eff} = \frac{L}{1 + 2\sum_{k=1}^{L-1}(1-\tfrac{k}{L})\,\rho(k)}"
+            r" = \frac{L^2}{\sum_{i,j} S(i,j)}"
+        )
+        st.markdown(
+            "**Accumulated updates** with sizes $a_m$, a persistent $h_0$ of size $a_0$ and update "
+            "correlations $r(k)$ (SPEC section 5):"
+        )
+        st.latex(
+            r"G_{ij} = a_0 + \sum_{m\le i,\,n\le j} r(|m-n|)\sqrt{a_m a_n},\qquad "
+            r"S(i,j) = \frac{G_{ij}^2}{G_{ii}G_{jj}}"
+        )
+        st.markdown("Equal sizes, no $h_0$, unrelated updates:")
+        st.latex(r"S(i,j) = \frac{\min(i,j)}{\max(i,j)} \;\Rightarrow\; F_L = \frac{2L}{L+1} < 2")
+        st.markdown(
+            "**Finite-sample bias** of linear CKA on N passages of d isotropic features (derived "
+            "in `deffcore/teaching.py`, checked against sampling):"
+        )
+        st.latex(
+            r"\mathbb{E}[\mathrm{CKA}_{ij}] \approx (1-b)\,S(i,j) + b,\qquad b = \frac{d}{N+d},"
+            r"\qquad D_\mathrm{iid} = \frac{L}{1 + b\,(L-1)}"
+        )
+        st.markdown(
+            "**Orthogonal states** have mutually orthogonal column spaces, so CKA between "
+            "different layers is exactly 0 (no bias) and $D_\\mathrm{eff}/L = 1$."
         )
 
-with st.expander("The formulas", expanded=False):
-    st.markdown("**Effective depth** from the lag profile of the similarity matrix:")
-    st.latex(
-        r"\rho(k) = \frac{1}{L-k}\sum_{i=1}^{L-k} S(i,i+k),\qquad "
-        r"D_\mathrm{eff} = \frac{L}{1 + 2\sum_{k=1}^{L-1}(1-\tfrac{k}{L})\,\rho(k)}"
-        r" = \frac{L^2}{\sum_{i,j} S(i,j)}"
-    )
-    st.markdown(
-        "**Accumulated updates** with sizes $a_m$, a persistent $h_0$ of size $a_0$ and update "
-        "correlations $r(k)$ (SPEC section 5):"
-    )
-    st.latex(
-        r"G_{ij} = a_0 + \sum_{m\le i,\,n\le j} r(|m-n|)\sqrt{a_m a_n},\qquad "
-        r"S(i,j) = \frac{G_{ij}^2}{G_{ii}G_{jj}}"
-    )
-    st.markdown("Equal sizes, no $h_0$, unrelated updates:")
-    st.latex(r"S(i,j) = \frac{\min(i,j)}{\max(i,j)} \;\Rightarrow\; F_L = \frac{2L}{L+1} < 2")
-    st.markdown(
-        "**Finite-sample bias** of linear CKA on N passages of d isotropic features (derived "
-        "in `deffcore/teaching.py`, checked against sampling):"
-    )
-    st.latex(
-        r"\mathbb{E}[\mathrm{CKA}_{ij}] \approx (1-b)\,S(i,j) + b,\qquad b = \frac{d}{N+d},"
-        r"\qquad D_\mathrm{iid} = \frac{L}{1 + b\,(L-1)}"
-    )
-    st.markdown(
-        "**Orthogonal states** have mutually orthogonal column spaces, so CKA between "
-        "different layers is exactly 0 (no bias) and $D_\\mathrm{eff}/L = 1$."
-    )
 
-with st.expander("Words used on this page"):
-    st.markdown(
-        glossary_markdown(
-            [
-                "D_eff",
-                "D_eff/L",
-                "F_L",
-                "gap",
-                "more redundant than orthogonal updates",
-                "less redundant than orthogonal updates",
-                "lag profile",
-                "ρ̂(1)",
-                "CKA",
-                "unbiased CKA",
-                "finite-sample bias",
-                "iid reference",
-                "h_0",
-                "independent states",
-                "orthogonal updates",
-                "orthogonal states",
-                "growing update norms",
-                "correlated updates",
-            ]
+def words_used() -> None:
+    with st.expander("Words used on this page"):
+        st.markdown(
+            glossary_markdown(
+                [
+                    "D_eff",
+                    "D_eff/L",
+                    "F_L",
+                    "gap",
+                    "more redundant than orthogonal updates",
+                    "less redundant than orthogonal updates",
+                    "lag profile",
+                    "ρ̂(1)",
+                    "CKA",
+                    "unbiased CKA",
+                    "finite-sample bias",
+                    "iid reference",
+                    "h_0",
+                    "independent states",
+                    "orthogonal updates",
+                    "orthogonal states",
+                    "growing update norms",
+                    "correlated updates",
+                ]
+            )
         )
+
+
+def main() -> None:
+    _, settings = page("Synthetic lab")
+    st.title("Synthetic lab")
+    st.markdown(
+        "Constructions whose effective depth is known exactly. **Metric: linear CKA** (the "
+        "paper's metric and the app's default): every curve here is its closed form, so the "
+        "sliders answer at once. Press a *Sample* button to draw real random data of that size "
+        "and measure it with the same code as the models."
     )
+    story, sweep = st.tabs(["Teaching story", "Free sweep"])
+    with story:
+        story_tab()
+    with sweep:
+        sweep_tab(settings)
+    formulas()
+    words_used()
+
+
+main()

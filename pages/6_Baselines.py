@@ -2,177 +2,202 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
-from deffcore.snapshot import download_stem, run_identity
-
-try:  # teach's glossary (issue 12.4): human names for the references
-    from deffcore.glossary import human_label
-except ImportError:  # pragma: no cover - before the glossary lands
-
-    def human_label(name: object) -> object:
-        return name
-
+from deffcore.glossary import human_label
+from deffcore.snapshot import Headline, MeasurementView, RunView
+from explorer.cards import show_run_figure
+from explorer.guard import guarded
+from explorer.page import require_view
+from explorer.progress import progress_callback
+from explorer.views import set_view
 
 RANDOM_SEEDS = (1, 2, 3)
-
-ctx = ui.require_view("Baselines")
-if ctx is None:
-    st.stop()
-view, settings = ctx
-pooling, metric = settings.pooling, settings.metric
-h = view.headline(pooling, metric)
-identity = run_identity(view.spec, pooling=pooling, metric=metric)
+REFERENCES = ("F_L", "F_norm", "F_h0+norm", "F_h0+corr")
 
 
-def name(what: str) -> str:
-    """Widget key and download file stem: the run, the view and what the figure shows."""
-    return download_stem(view.spec, what, pooling=pooling, metric=metric)
+class Baselines:
+    """The run and view every section of this page reads."""
 
+    def __init__(self, view: RunView, pooling: str, metric: str) -> None:
+        self.view, self.pooling, self.metric = view, pooling, metric
+        self.h: Headline = view.headline(pooling, metric)
 
-st.caption(f"{view.label} · {metric} · pooling {pooling} · K = L-1")
-
-# --- random-weight null ----------------------------------------------------------------------
-st.subheader("Trained vs random-weight null")
-st.markdown(
-    "The same architecture and config, freshly initialised (several seeds), measured on the "
-    "same passages. Band: mean ± 2σ over seeds."
-)
-band = view.random_band(pooling, metric)
-if band:
-    ui.show_figure(
-        figures.tag_run(
-            figures.null_baseline(h.deff_over_L, band["deff_over_L"], label="trained"), identity
-        ),
-        key=name("random_null"),
-    )
-    inside = band["low"] <= h.deff_over_L <= band["high"]
-    st.markdown(
-        f"Trained D_eff/L = **{h.deff_over_L:.4f}**; random seeds "
-        f"{', '.join(map(str, band['seeds']))}: mean "
-        f"**{band['mean']:.4f}**, band [{band['low']:.4f}, {band['high']:.4f}] — the trained "
-        f"model is {'inside' if inside else 'outside'} the null band."
-    )
-elif view.measurement is None:
-    st.info("The precomputed run has no random-weight null for this metric; press Run first.")
-else:
-    st.info(f"No random-weight null yet for this run ({len(RANDOM_SEEDS)} seeds to compute).")
-    if st.button(f"Compute the random-weight null ({len(RANDOM_SEEDS)} seeds)", key="run_null"):
-        spec = view.spec
-        bar = st.progress(0.0, text="starting")
-        with ui.guarded("The random-weight null"):
-            from deffcore.measurement import measure
-
-            m = measure(
-                model=spec["model"],
-                revision=spec["revision"],
-                dataset=spec["dataset"],
-                n=int(spec["n"]),
-                max_tokens=int(spec["max_tokens"]),
-                seed=int(spec["seed"]),
-                dtype=spec["dtype"],
-                metric=metric,
-                random_seeds=RANDOM_SEEDS,
-                progress=ui.progress_callback(bar),
-            )
-            ui.set_view(ui.MeasurementView(m))
-            st.rerun()
-
-# --- matched references ------------------------------------------------------------------------
-st.subheader("Matched references")
-st.markdown(
-    "Closed forms from this run's own statistics: F_norm uses the measured update sizes, "
-    "F_h0+norm adds the persistent initial state h_0, F_h0+corr also keeps the measured update "
-    "correlations."
-)
-refs = None
-with ui.guarded("The matched references"):
-    refs = view.matched_references(pooling, metric)
-if refs:
-    names = ["F_L", "F_norm", "F_h0+norm", "F_h0+corr"]
-    ui.show_figure(
-        figures.tag_run(
-            figures.matched_references_bars(refs["deff"], {k: refs[k] for k in names}), identity
-        ),
-        key=name("matched_references"),
-    )
-    st.dataframe(
-        pd.DataFrame(
-            {
-                "reference": [human_label(k) for k in names],
-                "depth": [refs[k] for k in names],
-                "gap (%)": [refs[f"gap_pct_{k}"] for k in names],
-            }
-        ),
-        hide_index=True,
-        column_config={
-            "depth": st.column_config.NumberColumn("depth (layers)", format="%.4f"),
-            "gap (%)": st.column_config.NumberColumn(format="%+.2f"),
-        },
-    )
-elif refs is None and view.measurement is None:
-    st.info("The precomputed run holds matched references for the cka metric only.")
-
-# --- update-based depth ------------------------------------------------------------------------
-st.subheader("Update-based depth")
-upd = None
-with ui.guarded("The update-based depth"):
-    upd = view.update_depth(pooling, metric)
-if upd:
-    c1, c2, c3 = st.columns(3)
-    c1.metric("D_eff^upd / L", f"{upd['deff_upd_over_L']:.4f}", help=f"states: {h.deff_over_L:.4f}")
-    c2.metric("ρ̂_upd(1)", f"{upd['rho1_upd']:.4f}", help=f"states: {h.rho1:.4f}")
-    c3.metric("‖f‖ / ‖h‖", f"{upd['update_to_state_norm']:.3f}")
-    if upd.get("rho_upd"):
-        ui.show_figure(
-            figures.tag_run(
-                figures.states_vs_updates(view.lag_profile(pooling, metric), upd["rho_upd"]),
-                identity,
-            ),
-            key=name("updates_vs_states"),
+    def show(self, fig, what: str, **identity: object) -> None:
+        """A figure of this run and view; its key and downloads say which (and `identity`)."""
+        show_run_figure(
+            fig, self.view.spec, what, pooling=self.pooling, metric=self.metric, identity=identity
         )
-elif view.measurement is None:
-    st.info("The precomputed run holds the update-based depth for the cka metric only.")
 
-# --- bootstrap -----------------------------------------------------------------------------------
-st.subheader("Passage bootstrap")
-m = view.measurement
-if m is None:
-    st.info("The bootstrap resamples the pooled states: press Run to measure this run here first.")
-else:
+
+def random_null_section(b: Baselines) -> None:
+    st.subheader("Trained vs random-weight null")
+    st.markdown(
+        "The same architecture and config, freshly initialised (several seeds), measured on "
+        "the same passages. Band: mean ± 2σ over seeds."
+    )
+    band = b.view.random_band(b.pooling, b.metric)
+    if band:
+        b.show(
+            figures.null_baseline(b.h.deff_over_L, band["deff_over_L"], label="trained"),
+            "random_null",
+        )
+        inside = band["low"] <= b.h.deff_over_L <= band["high"]
+        st.markdown(
+            f"Trained D_eff/L = **{b.h.deff_over_L:.4f}**; random seeds "
+            f"{', '.join(map(str, band['seeds']))}: mean "
+            f"**{band['mean']:.4f}**, band [{band['low']:.4f}, {band['high']:.4f}] — the "
+            f"trained model is {'inside' if inside else 'outside'} the null band."
+        )
+    elif b.view.measurement is None:
+        st.info("The precomputed run has no random-weight null for this metric; press Run first.")
+    else:
+        st.info(f"No random-weight null yet for this run ({len(RANDOM_SEEDS)} seeds to compute).")
+        if st.button(f"Compute the random-weight null ({len(RANDOM_SEEDS)} seeds)", key="run_null"):
+            compute_random_null(b)
+
+
+def compute_random_null(b: Baselines) -> None:
+    """Measure the run again with its random-weight nulls; the result becomes the current run."""
+    spec = b.view.spec
+    bar = st.progress(0.0, text="starting")
+    with guarded("The random-weight null"):
+        from deffcore.measurement import measure
+
+        m = measure(
+            model=spec["model"],
+            revision=spec["revision"],
+            dataset=spec["dataset"],
+            n=int(spec["n"]),
+            max_tokens=int(spec["max_tokens"]),
+            seed=int(spec["seed"]),
+            dtype=spec["dtype"],
+            metric=b.metric,
+            random_seeds=RANDOM_SEEDS,
+            progress=progress_callback(bar),
+        )
+        set_view(MeasurementView(m))
+        st.rerun()
+
+
+def matched_references_section(b: Baselines) -> None:
+    st.subheader("Matched references")
+    st.markdown(
+        "Closed forms from this run's own statistics: F_norm uses the measured update sizes, "
+        "F_h0+norm adds the persistent initial state h_0, F_h0+corr also keeps the measured "
+        "update correlations."
+    )
+    refs = None
+    with guarded("The matched references"):
+        refs = b.view.matched_references(b.pooling, b.metric)
+    if refs:
+        b.show(
+            figures.matched_references_bars(refs["deff"], {k: refs[k] for k in REFERENCES}),
+            "matched_references",
+        )
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "reference": [human_label(k) for k in REFERENCES],
+                    "depth": [refs[k] for k in REFERENCES],
+                    "gap (%)": [refs[f"gap_pct_{k}"] for k in REFERENCES],
+                }
+            ),
+            hide_index=True,
+            column_config={
+                "depth": st.column_config.NumberColumn("depth (layers)", format="%.4f"),
+                "gap (%)": st.column_config.NumberColumn(format="%+.2f"),
+            },
+        )
+    elif refs is None and b.view.measurement is None:
+        st.info("The precomputed run holds matched references for the cka metric only.")
+
+
+def update_depth_section(b: Baselines) -> None:
+    st.subheader("Update-based depth")
+    upd = None
+    with guarded("The update-based depth"):
+        upd = b.view.update_depth(b.pooling, b.metric)
+    if upd:
+        c1, c2, c3 = st.columns(3)
+        c1.metric(
+            "D_eff^upd / L", f"{upd['deff_upd_over_L']:.4f}", help=f"states: {b.h.deff_over_L:.4f}"
+        )
+        c2.metric("ρ̂_upd(1)", f"{upd['rho1_upd']:.4f}", help=f"states: {b.h.rho1:.4f}")
+        c3.metric("‖f‖ / ‖h‖", f"{upd['update_to_state_norm']:.3f}")
+        if upd.get("rho_upd"):
+            rho = b.view.lag_profile(b.pooling, b.metric)
+            b.show(figures.states_vs_updates(rho, upd["rho_upd"]), "updates_vs_states")
+    elif b.view.measurement is None:
+        st.info("The precomputed run holds the update-based depth for the cka metric only.")
+
+
+def bootstrap_section(b: Baselines) -> None:
+    st.subheader("Passage bootstrap")
+    m = b.view.measurement
+    if m is None:
+        st.info(
+            "The bootstrap resamples the pooled states: press Run to measure this run here first."
+        )
+        return
     B = st.select_slider("Resamples B", [20, 50, 100, 200, 500], value=100, key="bootstrap_B")
-    boot_key = ("bootstrap", view.key, pooling, metric, B)
+    boot_key = ("bootstrap", b.view.key, b.pooling, b.metric, B)
     if st.button("Compute the bootstrap CI", key="run_bootstrap"):
-        with st.spinner(f"Bootstrapping D_eff/L ({B} resamples)…"), ui.guarded("The bootstrap"):
-            st.session_state[boot_key] = m.bootstrap(pooling, metric, B=B).to_dict()
+        with st.spinner(f"Bootstrapping D_eff/L ({B} resamples)…"), guarded("The bootstrap"):
+            st.session_state[boot_key] = m.bootstrap(b.pooling, b.metric, B=B).to_dict()
     boot = st.session_state.get(boot_key)
     if boot:
-        ui.show_figure(
-            figures.tag_run(
-                figures.bootstrap_histogram(
-                    boot["samples"], point=boot["point"], low=boot["low"], high=boot["high"]
-                ),
-                {**identity, "resamples B": boot["B"]},
-            ),
-            key=name(f"bootstrap_B{boot['B']}"),
+        bootstrap_result(b, boot)
+
+
+def bootstrap_result(b: Baselines, boot: dict) -> None:
+    b.show(
+        figures.bootstrap_histogram(
+            boot["samples"], point=boot["point"], low=boot["low"], high=boot["high"]
+        ),
+        f"bootstrap_B{boot['B']}",
+        **{"resamples B": boot["B"]},
+    )
+    st.markdown(
+        f"D_eff/L = **{boot['point']:.4f}**, {100 * boot['ci']:.0f}% percentile CI "
+        f"[{boot['low']:.4f}, {boot['high']:.4f}], bias-corrected (basic) CI "
+        f"[{boot['basic_low']:.4f}, {boot['basic_high']:.4f}], bootstrap bias "
+        f"{boot['bias']:+.4f}, from B = {boot['B']} resamples."
+    )
+    if not boot["low"] <= boot["point"] <= boot["high"]:
+        st.warning(
+            "The point estimate lies outside its own percentile interval. A resample "
+            "draws passages with replacement, so it holds fewer distinct passages, and the "
+            "similarity metric's finite-sample bias grows as N shrinks, shifting every "
+            "resample's D_eff. "
+            "Read the percentile interval's width as the sampling spread, not its "
+            "position. The bias-corrected (basic) interval treats the shift as the "
+            "estimator's own finite-N bias and moves the other way, towards the large-N "
+            "value; with more passages both shifts get smaller."
         )
-        st.markdown(
-            f"D_eff/L = **{boot['point']:.4f}**, {100 * boot['ci']:.0f}% percentile CI "
-            f"[{boot['low']:.4f}, {boot['high']:.4f}], bias-corrected (basic) CI "
-            f"[{boot['basic_low']:.4f}, {boot['basic_high']:.4f}], bootstrap bias "
-            f"{boot['bias']:+.4f}, from B = {boot['B']} resamples."
-        )
-        if not boot["low"] <= boot["point"] <= boot["high"]:
-            st.warning(
-                "The point estimate lies outside its own percentile interval. A resample "
-                "draws passages with replacement, so it holds fewer distinct passages, and the "
-                "similarity metric's finite-sample bias grows as N shrinks, shifting every "
-                "resample's D_eff. "
-                "Read the percentile interval's width as the sampling spread, not its "
-                "position. The bias-corrected (basic) interval treats the shift as the "
-                "estimator's own finite-N bias and moves the other way, towards the large-N "
-                "value; with more passages both shifts get smaller."
-            )
+
+
+SECTIONS: tuple[Callable[[Baselines], None], ...] = (
+    random_null_section,
+    matched_references_section,
+    update_depth_section,
+    bootstrap_section,
+)
+
+
+def main() -> None:
+    ctx = require_view("Baselines")
+    if ctx is None:
+        st.stop()
+    view, settings = ctx
+    b = Baselines(view, settings.pooling, settings.metric)
+    st.caption(f"{view.label} · {b.metric} · pooling {b.pooling} · K = L-1")
+    for section in SECTIONS:
+        section(b)
+
+
+main()

@@ -3,41 +3,45 @@ per run, two runs side by side), resume an interrupted run, delete a cached one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore import figures
+from deffcore.models_overview import model_family
 from deffcore.snapshot import (
     Headline,
-    SnapshotView,
+    MeasurementView,
+    RunView,
     common_label,
     headline_changes,
     label_fields,
-    load_gallery,
     run_label,
     run_labels,
     run_slug,
 )
-
-view, settings = ui.page("Runs")
-pooling, metric = settings.pooling, settings.metric
-st.title("Runs")
-
-
-@st.cache_resource(show_spinner=False)
-def gallery() -> list[SnapshotView]:
-    """The precomputed runs shipped with the app (the default first)."""
-    return load_gallery()
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.run_panel import resume_run
+from explorer.settings import Settings
+from explorer.views import (
+    cached_result,
+    forget_run,
+    measurement_from_cache,
+    open_run,
+    precomputed_runs,
+    set_view,
+)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def cached_similarity(key: str, created: str, pooling: str, metric: str) -> np.ndarray:
     """(L, L) similarity of a cached run (the states are read from disk, the model not run)."""
-    return ui.MeasurementView(ui.measurement_from_cache(key)).similarity(pooling, metric)
+    return MeasurementView(measurement_from_cache(key)).similarity(pooling, metric)
 
 
 def line_name(i: int) -> str:
@@ -47,11 +51,28 @@ def line_name(i: int) -> str:
     return colour if style["dash"] == "solid" else f"{colour}, {style['dash']}"
 
 
+@dataclass
+class Runs:
+    """Every run the page lists: cached entries, then the precomputed gallery, by id (a cached
+    run by its cache key, a precomputed one, which may also be cached, by `precomputed:<key>`),
+    each labelled by what tells it apart from the others."""
+
+    entries: list[dict[str, Any]]
+    labels: dict[str, str]
+    by_id: dict[str, dict[str, Any]]
+    current_id: str | None
+    shared: str  # what every listed run has in common
+
+    @property
+    def complete(self) -> list[str]:
+        return [e["id"] for e in self.entries if e["status"] in ("complete", "precomputed")]
+
+
 def cache_entries() -> list[dict[str, Any]]:
     from deffcore import cache
 
     entries = []
-    with ui.guarded("Listing the cache"):
+    with guarded("Listing the cache"):
         for m in cache.list_runs():
             status = m.get("status") or ("corrupt" if m.get("corrupt") else "complete")
             if m.get("running") and status != "complete":
@@ -60,9 +81,8 @@ def cache_entries() -> list[dict[str, Any]]:
     return entries
 
 
-entries: list[dict[str, Any]] = cache_entries()
-for snap in gallery():
-    entries.append(
+def gallery_entries() -> list[dict[str, Any]]:
+    return [
         {
             "key": snap.key,
             "spec": snap.spec,
@@ -73,43 +93,42 @@ for snap in gallery():
             "source": "precomputed",
             "view": snap,
         }
+        for snap in precomputed_runs()
+    ]
+
+
+def list_runs(view: RunView | None) -> Runs:
+    entries = cache_entries() + gallery_entries()
+    for e in entries:
+        e["id"] = e["key"] if e["source"] == "cached" else f"precomputed:{e['key']}"
+        e["tags"] = [] if e["status"] == "complete" else [e["status"]]
+    with_spec = [e for e in entries if isinstance(e.get("spec"), dict)]
+    labels = dict(
+        zip(
+            [e["id"] for e in with_spec],
+            run_labels([e["spec"] for e in with_spec]),
+            strict=True,
+        )
     )
-for e in entries:
-    # a cached run is picked by its cache key; a precomputed one (the same run may also be
-    # cached) by `precomputed:<key>`
-    e["id"] = e["key"] if e["source"] == "cached" else f"precomputed:{e['key']}"
-    e["tags"] = [] if e["status"] == "complete" else [e["status"]]
+    for e in entries:
+        base = labels.get(e["id"], f"unreadable entry {e['key'][:8]}")
+        labels[e["id"]] = " · ".join([base, *e["tags"]])
 
-with_spec = [e for e in entries if isinstance(e.get("spec"), dict)]
-labels = dict(
-    zip(
-        [e["id"] for e in with_spec],
-        run_labels([e["spec"] for e in with_spec]),
-        strict=True,
+    def is_current(e: dict[str, Any]) -> bool:
+        if view is None or e["key"] != getattr(view, "key", None):
+            return False
+        return (e["source"] == "precomputed") == (view.source == "precomputed")
+
+    return Runs(
+        entries=entries,
+        labels=labels,
+        by_id={e["id"]: e for e in entries},
+        current_id=next((e["id"] for e in entries if is_current(e)), None),
+        shared=common_label([e["spec"] for e in with_spec]) if len(with_spec) > 1 else "",
     )
-)
-for e in entries:
-    base = labels.get(e["id"], f"unreadable entry {e['key'][:8]}")
-    labels[e["id"]] = " · ".join([base, *e["tags"]])
-by_id = {e["id"]: e for e in entries}
 
 
-def is_current(e: dict[str, Any]) -> bool:
-    if view is None or e["key"] != getattr(view, "key", None):
-        return False
-    return (e["source"] == "precomputed") == (view.source == "precomputed")
-
-
-current_id = next((e["id"] for e in entries if is_current(e)), None)
-shared = common_label([e["spec"] for e in with_spec]) if len(with_spec) > 1 else ""
-st.markdown(
-    "Every run you press is kept in the cache; the **precomputed** runs ship with the app, so "
-    "models can be compared before anything is run. Each run is named by what tells it apart "
-    "from the others" + (f" (all of them: {shared})." if shared else ".")
-)
-
-rows = []
-for e in entries:
+def table_row(e: dict[str, Any], runs: Runs) -> dict[str, Any]:
     spec = e.get("spec") if isinstance(e.get("spec"), dict) else {}
     f = label_fields(spec) if spec else {}
     done = (
@@ -117,245 +136,302 @@ for e in entries:
         if e["status"] in ("partial", "running")
         else ""
     )
-    rows.append(
-        {
-            "current": e["id"] == current_id,
-            "run": labels[e["id"]],
-            "status": e["status"] + (f" ({done} passages)" if done else ""),
-            "model": f.get("model", ""),
-            "weights": f.get("weights", ""),
-            "dataset": f.get("dataset", ""),
-            "N": e.get("n") or spec.get("n"),
-            "max tokens": spec.get("max_tokens"),
-            "passages": spec.get("passages", "documents") if spec else "",
-            "BOS": spec.get("bos", "default") if spec else "",
-            "intervention": spec.get("intervention", "none") if spec else "",
-            "seed": spec.get("seed"),
-            "L (layers)": e.get("layers"),
-            "d (features)": e.get("d_model"),
-            "created": e.get("created", ""),
-            "size (MB)": round(e.get("size_bytes", 0) / 1e6, 2)
-            if e["source"] == "cached"
-            else None,
-            "key": e["key"][:10],
-        }
+    return {
+        "current": e["id"] == runs.current_id,
+        "run": runs.labels[e["id"]],
+        "status": e["status"] + (f" ({done} passages)" if done else ""),
+        "model": f.get("model", ""),
+        "weights": f.get("weights", ""),
+        "dataset": f.get("dataset", ""),
+        "N": e.get("n") or spec.get("n"),
+        "max tokens": spec.get("max_tokens"),
+        "passages": spec.get("passages", "documents") if spec else "",
+        "BOS": spec.get("bos", "default") if spec else "",
+        "intervention": spec.get("intervention", "none") if spec else "",
+        "seed": spec.get("seed"),
+        "L (layers)": e.get("layers"),
+        "d (features)": e.get("d_model"),
+        "created": e.get("created", ""),
+        "size (MB)": round(e.get("size_bytes", 0) / 1e6, 2) if e["source"] == "cached" else None,
+        "key": e["key"][:10],
+    }
+
+
+def runs_table(runs: Runs) -> None:
+    """The intro and one row per run; stops the page when there is none."""
+    st.markdown(
+        "Every run you press is kept in the cache; the **precomputed** runs ship with the app, "
+        "so models can be compared before anything is run. Each run is named by what tells it "
+        "apart from the others" + (f" (all of them: {runs.shared})." if runs.shared else ".")
     )
-if not rows:
-    st.info("No runs yet: press Run in the sidebar; every run is kept in the cache.")
-    st.stop()
-st.dataframe(pd.DataFrame(rows), hide_index=True)
-
-complete = [e["id"] for e in entries if e["status"] in ("complete", "precomputed")]
-
-
-def open_entry(entry_id: str) -> bool:
-    e = by_id[entry_id]
-    if e["source"] == "precomputed":
-        ui.set_view(e["view"])
-        return True
-    return ui.open_run(e["key"]) is not None
+    rows = [table_row(e, runs) for e in runs.entries]
+    if not rows:
+        st.info("No runs yet: press Run in the sidebar; every run is kept in the cache.")
+        st.stop()
+    st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
-st.subheader("Open")
-if complete:
+def open_section(runs: Runs) -> None:
+    st.subheader("Open")
+    complete = runs.complete
+    if not complete:
+        return
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
-    start = complete.index(current_id) if current_id in complete else 0
-    to_open = c1.selectbox("Run", complete, index=start, format_func=labels.get, key="runs_open")
-    if c2.button("Open", key="runs_open_button") and open_entry(to_open):
+    start = complete.index(runs.current_id) if runs.current_id in complete else 0
+    to_open = c1.selectbox(
+        "Run", complete, index=start, format_func=runs.labels.get, key="runs_open"
+    )
+    if c2.button("Open", key="runs_open_button") and open_entry(runs.by_id[to_open]):
         st.session_state["runs_opened"] = to_open
         st.rerun()  # redraw the sidebar too, which was drawn before the run changed
     opened = st.session_state.pop("runs_opened", None)
-    if opened in labels:
-        st.success(f"Opened {run_label(by_id[opened]['spec'])}; every page now shows it.")
+    if opened in runs.labels:
+        st.success(f"Opened {run_label(runs.by_id[opened]['spec'])}; every page now shows it.")
 
-# --- interrupted runs -----------------------------------------------------------------------
-unfinished = [e for e in entries if e["status"] == "partial"]
-if unfinished:
+
+def open_entry(e: dict[str, Any]) -> bool:
+    if e["source"] == "precomputed":
+        set_view(e["view"])
+        return True
+    return open_run(e["key"]) is not None
+
+
+def resume_section(runs: Runs) -> None:
+    unfinished = [e["id"] for e in runs.entries if e["status"] == "partial"]
+    if not unfinished:
+        return
     st.subheader("Interrupted runs")
     st.caption(
         "These runs stopped before the end (cancelled, or the app was closed); the passages "
         "already done are kept, so resuming computes only the rest."
     )
     c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
-    ids = [e["id"] for e in unfinished]
-    to_resume = c1.selectbox("Interrupted run", ids, format_func=labels.get, key="runs_resume")
-    resume = getattr(ui, "resume_run", None)  # ui-run's background runs
-    if resume is None:
-        c2.button("Resume", key="runs_resume_button", disabled=True)
-        st.caption(
-            "Resuming from this page arrives with background runs; pressing Run with "
-            "the same settings in the sidebar resumes it meanwhile."
-        )
-    elif c2.button("Resume", key="runs_resume_button"):
-        with ui.guarded("Resuming the run"):
-            resume(by_id[to_resume]["key"])
+    to_resume = c1.selectbox(
+        "Interrupted run", unfinished, format_func=runs.labels.get, key="runs_resume"
+    )
+    if c2.button("Resume", key="runs_resume_button"):
+        with guarded("Resuming the run"):
+            resume_run(runs.by_id[to_resume]["key"])
             st.rerun()
 
-# --- compare ----------------------------------------------------------------------------------
-st.subheader("Compare")
-if len(complete) < 2:
-    st.caption(
-        "Only one run so far: press Run in the sidebar with another model or setting "
-        "(e.g. Model source → Random-weight null) to have something to compare."
-    )
-else:
+
+def compare_section(runs: Runs, settings: Settings) -> None:
+    st.subheader("Compare")
+    complete = runs.complete
+    if len(complete) < 2:
+        st.caption(
+            "Only one run so far: press Run in the sidebar with another model or setting "
+            "(e.g. Model source → Random-weight null) to have something to compare."
+        )
+        return
     # start from the current run, beside the first run of another model (else the next run)
-    first = current_id if current_id in complete else complete[0]
-    model = label_fields(by_id[first]["spec"])["model"]
+    first = runs.current_id if runs.current_id in complete else complete[0]
+    model = label_fields(runs.by_id[first]["spec"])["model"]
     other = next(
-        (i for i in complete if i != first and label_fields(by_id[i]["spec"])["model"] != model),
+        (
+            i
+            for i in complete
+            if i != first and label_fields(runs.by_id[i]["spec"])["model"] != model
+        ),
         next(i for i in complete if i != first),
     )
     picked = st.multiselect(
         "Runs to compare (two or more; the first is the reference)",
         complete,
         default=[first, other],
-        format_func=labels.get,
+        format_func=runs.labels.get,
         key="runs_compare",
     )
     if len(picked) < 2:
         st.caption("Pick at least two runs, e.g. a trained model and its random-weight null.")
-    else:
-        names = dict(zip(picked, run_labels([by_id[i]["spec"] for i in picked]), strict=True))
-        for i in picked:
-            if by_id[i]["source"] == "precomputed":
-                names[i] += " · precomputed"
-        shared = common_label([by_id[i]["spec"] for i in picked])
-        if shared:
-            st.caption(f"All compared runs: {shared} · {metric} · pooling {pooling}")
-        results: dict[str, dict[str, Any]] = {}
-        for i in picked:
-            e = by_id[i]
-            with ui.guarded(f"Run {labels[i]}"):
-                if e["source"] == "precomputed":
-                    snap = e["view"]
-                    h = snap.headline(pooling, metric)
-                    results[i] = {**h.to_dict(), "rho": snap.lag_profile(pooling, metric)}
-                else:
-                    results[i] = ui.cached_result(e["key"], e.get("created", ""), pooling, metric)
-        stem = f"compare_{len(results)}runs_{pooling}_{metric}"
-        tag = {"runs": " | ".join(run_label(by_id[i]["spec"]) for i in results)}
-        tag |= {"pooling": pooling, "metric": metric}
-        if results:
-            ui.show_figure(
-                figures.tag_run(
-                    figures.compare_lag_profiles({names[i]: r["rho"] for i, r in results.items()}),
-                    tag,
-                ),
-                key=f"{stem}_lag_profiles",
-            )
-            gaps = pd.DataFrame(
-                {
-                    "label": [names[i] for i in results],
-                    "family": [ui.model_family(by_id[i]["spec"]["model"]) for i in results],
-                    "gap_pct": [r["gap_pct"] for r in results.values()],
-                    "source": [by_id[i]["source"] for i in results],
-                }
-            )
-            ui.show_figure(figures.tag_run(figures.gap_bars(gaps), tag), key=f"{stem}_gaps")
-            st.dataframe(
-                pd.DataFrame(
-                    {
-                        "run": [names[i] for i in results],
-                        "line": [line_name(j) for j in range(len(results))],
-                        "L (layers)": [r["layers"] for r in results.values()],
-                        "N (passages)": [r["n"] for r in results.values()],
-                        "D_eff": [r["deff"] for r in results.values()],
-                        "D_eff / L": [r["deff_over_L"] for r in results.values()],
-                        "Gap to F_L (%)": [r["gap_pct"] for r in results.values()],
-                        "ρ̂(1)": [r["rho1"] for r in results.values()],
-                    }
-                ),
-                hide_index=True,
-                column_config={
-                    "D_eff": st.column_config.NumberColumn(format="%.3f"),
-                    "D_eff / L": st.column_config.NumberColumn(format="%.4f"),
-                    "Gap to F_L (%)": st.column_config.NumberColumn(format="%+.2f"),
-                    "ρ̂(1)": st.column_config.NumberColumn(format="%.4f"),
-                },
-            )
+        return
+    names = dict(zip(picked, run_labels([runs.by_id[i]["spec"] for i in picked]), strict=True))
+    for i in picked:
+        if runs.by_id[i]["source"] == "precomputed":
+            names[i] += " · precomputed"
+    shared = common_label([runs.by_id[i]["spec"] for i in picked])
+    if shared:
+        st.caption(f"All compared runs: {shared} · {settings.metric} · pooling {settings.pooling}")
+    results = compared_results(runs, picked, settings)
+    if results:
+        comparison_charts(runs, names, results, settings)
+    side_by_side_section(runs, names, results, picked, settings)
 
-        # --- two runs side by side -----------------------------------------------------------
-        st.subheader("Two runs side by side")
-        ok = [i for i in picked if i in results]
-        c1, c2 = st.columns(2)
-        a = c1.selectbox("Run A", ok, index=0, format_func=names.get, key="runs_side_a")
-        b = c2.selectbox(
-            "Run B", ok, index=min(1, len(ok) - 1), format_func=names.get, key="runs_side_b"
+
+def compared_results(
+    runs: Runs, picked: list[str], settings: Settings
+) -> dict[str, dict[str, Any]]:
+    """Headline numbers and lag profile of each picked run (a failing one is left out)."""
+    pooling, metric = settings.pooling, settings.metric
+    results: dict[str, dict[str, Any]] = {}
+    for i in picked:
+        e = runs.by_id[i]
+        with guarded(f"Run {runs.labels[i]}"):
+            if e["source"] == "precomputed":
+                snap = e["view"]
+                h = snap.headline(pooling, metric)
+                results[i] = {**h.to_dict(), "rho": snap.lag_profile(pooling, metric)}
+            else:
+                results[i] = cached_result(e["key"], e.get("created", ""), pooling, metric)
+    return results
+
+
+def comparison_charts(
+    runs: Runs, names: dict[str, str], results: dict[str, dict[str, Any]], settings: Settings
+) -> None:
+    """Lag profiles and gaps of the compared runs, and their numbers in one table."""
+    pooling, metric = settings.pooling, settings.metric
+    stem = f"compare_{len(results)}runs_{pooling}_{metric}"
+    tag = {"runs": " | ".join(run_label(runs.by_id[i]["spec"]) for i in results)}
+    tag |= {"pooling": pooling, "metric": metric}
+    show_figure(
+        figures.tag_run(
+            figures.compare_lag_profiles({names[i]: r["rho"] for i, r in results.items()}), tag
+        ),
+        key=f"{stem}_lag_profiles",
+    )
+    gaps = pd.DataFrame(
+        {
+            "label": [names[i] for i in results],
+            "family": [model_family(runs.by_id[i]["spec"]["model"]) for i in results],
+            "gap_pct": [r["gap_pct"] for r in results.values()],
+            "source": [runs.by_id[i]["source"] for i in results],
+        }
+    )
+    show_figure(figures.tag_run(figures.gap_bars(gaps), tag), key=f"{stem}_gaps")
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "run": [names[i] for i in results],
+                "line": [line_name(j) for j in range(len(results))],
+                "L (layers)": [r["layers"] for r in results.values()],
+                "N (passages)": [r["n"] for r in results.values()],
+                "D_eff": [r["deff"] for r in results.values()],
+                "D_eff / L": [r["deff_over_L"] for r in results.values()],
+                "Gap to F_L (%)": [r["gap_pct"] for r in results.values()],
+                "ρ̂(1)": [r["rho1"] for r in results.values()],
+            }
+        ),
+        hide_index=True,
+        column_config={
+            "D_eff": st.column_config.NumberColumn(format="%.3f"),
+            "D_eff / L": st.column_config.NumberColumn(format="%.4f"),
+            "Gap to F_L (%)": st.column_config.NumberColumn(format="%+.2f"),
+            "ρ̂(1)": st.column_config.NumberColumn(format="%.4f"),
+        },
+    )
+
+
+def side_by_side_section(
+    runs: Runs,
+    names: dict[str, str],
+    results: dict[str, dict[str, Any]],
+    picked: list[str],
+    settings: Settings,
+) -> None:
+    """Two of the compared runs: their similarity maps (and difference) and headline changes."""
+    st.subheader("Two runs side by side")
+    ok = [i for i in picked if i in results]
+    c1, c2 = st.columns(2)
+    a = c1.selectbox("Run A", ok, index=0, format_func=names.get, key="runs_side_a")
+    b = c2.selectbox(
+        "Run B", ok, index=min(1, len(ok) - 1), format_func=names.get, key="runs_side_b"
+    )
+    if a == b:
+        st.caption("Pick two different runs.")
+        return
+    pooling, metric = settings.pooling, settings.metric
+    mats = {}
+    for i in (a, b):
+        e = runs.by_id[i]
+        with guarded(f"Run {names[i]}"):
+            mats[i] = (
+                e["view"].similarity(pooling, metric)
+                if e["source"] == "precomputed"
+                else cached_similarity(e["key"], e.get("created", ""), pooling, metric)
+            )
+    if len(mats) < 2:
+        return
+    spec_a, spec_b = runs.by_id[a]["spec"], runs.by_id[b]["spec"]
+    pair = {"run A": run_label(spec_a), "run B": run_label(spec_b)}
+    pair |= {"pooling": pooling, "metric": metric}
+    side_key = f"{run_slug(spec_a)}_vs_{run_slug(spec_b)}_{pooling}_{metric}"
+    show_figure(
+        figures.tag_run(
+            figures.side_by_side_heatmaps(
+                mats[a], mats[b], label_a=names[a], label_b=names[b], metric=metric
+            ),
+            pair,
+        ),
+        key=f"{side_key}_side_by_side",
+    )
+    fields = Headline.__dataclass_fields__
+    changes = headline_changes(
+        Headline(**{k: results[a][k] for k in fields}),
+        Headline(**{k: results[b][k] for k in fields}),
+    )
+    left, right = st.columns([1, 1])
+    with left:
+        st.dataframe(
+            pd.DataFrame(changes),
+            hide_index=True,
+            column_config={
+                c: st.column_config.NumberColumn(format="%.4g")
+                for c in ("run A", "run B", "change (B - A)")
+            },
         )
-        if a == b:
-            st.caption("Pick two different runs.")
-        else:
-            mats = {}
-            for i in (a, b):
-                e = by_id[i]
-                with ui.guarded(f"Run {names[i]}"):
-                    mats[i] = (
-                        e["view"].similarity(pooling, metric)
-                        if e["source"] == "precomputed"
-                        else cached_similarity(e["key"], e.get("created", ""), pooling, metric)
-                    )
-            if len(mats) == 2:
-                spec_a, spec_b = by_id[a]["spec"], by_id[b]["spec"]
-                pair = {"run A": run_label(spec_a), "run B": run_label(spec_b)}
-                pair |= {"pooling": pooling, "metric": metric}
-                side_key = f"{run_slug(spec_a)}_vs_{run_slug(spec_b)}_{pooling}_{metric}"
-                ui.show_figure(
-                    figures.tag_run(
-                        figures.side_by_side_heatmaps(
-                            mats[a], mats[b], label_a=names[a], label_b=names[b], metric=metric
-                        ),
-                        pair,
-                    ),
-                    key=f"{side_key}_side_by_side",
-                )
-                fields = Headline.__dataclass_fields__
-                ra = {k: results[a][k] for k in fields}
-                rb = {k: results[b][k] for k in fields}
-                changes = headline_changes(Headline(**ra), Headline(**rb))
-                left, right = st.columns([1, 1])
-                with left:
-                    st.dataframe(
-                        pd.DataFrame(changes),
-                        hide_index=True,
-                        column_config={
-                            c: st.column_config.NumberColumn(format="%.4g")
-                            for c in ("run A", "run B", "change (B - A)")
-                        },
-                    )
-                with right:
-                    ui.show_figure(
-                        figures.tag_run(
-                            figures.headline_change_bars(changes, label_b=names[b]), pair
-                        ),
-                        key=f"{side_key}_changes",
-                    )
+    with right:
+        show_figure(
+            figures.tag_run(figures.headline_change_bars(changes, label_b=names[b]), pair),
+            key=f"{side_key}_changes",
+        )
 
-# --- delete -----------------------------------------------------------------------------------
-deletable = [e["id"] for e in entries if e["source"] == "cached" and e["status"] != "running"]
-st.subheader("Delete")
-if not deletable:
-    st.caption("No cached run to delete (precomputed runs ship with the app).")
-    st.stop()
-c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
-to_delete = c1.selectbox(
-    "Cached run to delete", deletable, format_func=labels.get, key="runs_delete"
-)
-if c2.button("Delete…", key="runs_delete_button"):
-    st.session_state["runs_confirm_delete"] = to_delete
-pending = st.session_state.get("runs_confirm_delete")
-if pending in deletable:
-    st.warning(f"Delete {labels[pending]} from the cache? Its states cannot be recovered.")
+
+def delete_section(runs: Runs) -> None:
+    deletable = [
+        e["id"] for e in runs.entries if e["source"] == "cached" and e["status"] != "running"
+    ]
+    st.subheader("Delete")
+    if not deletable:
+        st.caption("No cached run to delete (precomputed runs ship with the app).")
+        return
+    c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
+    to_delete = c1.selectbox(
+        "Cached run to delete", deletable, format_func=runs.labels.get, key="runs_delete"
+    )
+    if c2.button("Delete…", key="runs_delete_button"):
+        st.session_state["runs_confirm_delete"] = to_delete
+    pending = st.session_state.get("runs_confirm_delete")
+    if pending in deletable:
+        confirm_delete(runs, pending)
+
+
+def confirm_delete(runs: Runs, pending: str) -> None:
+    st.warning(f"Delete {runs.labels[pending]} from the cache? Its states cannot be recovered.")
     c1, c2, _ = st.columns([1, 1, 4])
     if c1.button("Yes, delete", type="primary", key="runs_delete_confirm"):
-        with ui.guarded("Deleting the run"):
+        with guarded("Deleting the run"):
             from deffcore import cache
 
-            key = by_id[pending]["key"]
+            key = runs.by_id[pending]["key"]
             cache.delete(key)
-            ui.forget_run(key)
+            forget_run(key)
             del st.session_state["runs_confirm_delete"]
             st.rerun()
     if c2.button("Cancel", key="runs_delete_cancel"):
         del st.session_state["runs_confirm_delete"]
         st.rerun()
+
+
+def main() -> None:
+    view, settings = page("Runs")
+    st.title("Runs")
+    runs = list_runs(view)
+    runs_table(runs)
+    open_section(runs)
+    resume_section(runs)
+    compare_section(runs, settings)
+    delete_section(runs)
+
+
+main()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-import ui_common as ui
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.interventions import (
     INTERVENTIONS,
@@ -12,61 +11,77 @@ from deffcore.labs.interventions import (
     intervention_table,
     paper_intervention_rows,
 )
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.progress import run_in_page
+from explorer.settings import Settings
 
 MODELS = ("gemma3-270m", "tiny-gemma3", "tiny-olmo2", "tiny-qwen3")
 
-_, settings = ui.page("Norm interventions")
-st.title("Norm interventions")
-st.markdown(
-    "Gemma-style blocks normalise each sub-layer's output before adding it to the residual "
-    "stream (**post** norms) and normalise queries and keys (**QK** norms). Here the same "
-    "weights run with those norms replaced by identity (inference only), and every pooling "
-    "control is measured under each intervention. Architectures without those norms are "
-    "refused. Columns marked *paper* and open markers are the paper's Gemma-3-4B/12B values "
-    "(Table S6, display only; never measured here)."
-)
-c1, c2, c3 = st.columns(3)
-model = c1.selectbox("Model", MODELS, key="iv_model", help="Gemma-3, OLMo-2 or Qwen3 blocks")
-n = c2.number_input("N passages", 4, 10_000, 64, key="iv_n")
-max_tokens = c3.number_input("Max tokens", 2, 4096, 128, key="iv_max_tokens")
-chosen = st.multiselect(
-    "Interventions",
-    INTERVENTIONS,
-    default=list(INTERVENTIONS),
-    key="iv_which",
-    format_func=lambda name: PAPER_LABELS[name],
-)
 
-paper = []
-with ui.guarded("Reading the paper's values"):
-    paper = paper_intervention_rows()
-
-if st.button("Run interventions", type="primary", key="iv_run"):
-    bar = st.progress(0.0, text="starting")
-    with ui.guarded("The intervention run"):
-        table = intervention_table(
-            model,
-            settings.dataset,
-            n=int(n),
-            max_tokens=int(max_tokens),
-            seed=settings.seed,
-            metric=settings.metric,
-            interventions=chosen,
-            progress=ui.progress_callback(bar),
-        )
-        st.session_state["iv_result"] = table.to_dict()
-        bar.progress(1.0, text="done")
-
-result = st.session_state.get("iv_result")
-rows = result["rows"] if result else []
-if result:
-    st.caption(
-        f"{result['model']} · N = {result['n']} · max tokens {result['max_tokens']} · "
-        f"metric {result['metric']}. Gap to F_L in %: > 0 is sub-reference."
+def run_form(settings: Settings) -> None:
+    """The model, size and interventions; Run measures them in this script run."""
+    c1, c2, c3 = st.columns(3)
+    model = c1.selectbox("Model", MODELS, key="iv_model", help="Gemma-3, OLMo-2 or Qwen3 blocks")
+    n = c2.number_input("N passages", 4, 10_000, 64, key="iv_n")
+    max_tokens = c3.number_input("Max tokens", 2, 4096, 128, key="iv_max_tokens")
+    chosen = st.multiselect(
+        "Interventions",
+        INTERVENTIONS,
+        default=list(INTERVENTIONS),
+        key="iv_which",
+        format_func=lambda name: PAPER_LABELS[name],
     )
-else:
-    st.info("Press **Run interventions** to measure; the paper's values are shown meanwhile.")
-frame = lab_figures.intervention_frame(rows, paper)
-if not frame.empty:
-    st.dataframe(frame.style.format("{:.1f}", na_rep="—"), key="iv_table")
-ui.show_figure(lab_figures.intervention_plot(rows, paper), key="interventions")
+    if st.button("Run interventions", type="primary", key="iv_run"):
+        run_in_page(
+            "The intervention run",
+            "iv_result",
+            lambda progress: intervention_table(
+                model,
+                settings.dataset,
+                n=int(n),
+                max_tokens=int(max_tokens),
+                seed=settings.seed,
+                metric=settings.metric,
+                interventions=chosen,
+                progress=progress,
+            ),
+        )
+
+
+def results_section(paper: list) -> None:
+    result = st.session_state.get("iv_result")
+    rows = result["rows"] if result else []
+    if result:
+        st.caption(
+            f"{result['model']} · N = {result['n']} · max tokens {result['max_tokens']} · "
+            f"metric {result['metric']}. Gap to F_L in %: > 0 is sub-reference."
+        )
+    else:
+        st.info("Press **Run interventions** to measure; the paper's values are shown meanwhile.")
+    frame = lab_figures.intervention_frame(rows, paper)
+    if not frame.empty:
+        st.dataframe(frame.style.format("{:.1f}", na_rep="—"), key="iv_table")
+    show_figure(lab_figures.intervention_plot(rows, paper), key="interventions")
+
+
+def main() -> None:
+    _, settings = page("Norm interventions")
+    st.title("Norm interventions")
+    st.markdown(
+        "Gemma-style blocks normalise each sub-layer's output before adding it to the residual "
+        "stream (**post** norms) and normalise queries and keys (**QK** norms). Here the same "
+        "weights run with those norms replaced by identity (inference only), and every pooling "
+        "control is measured under each intervention. Architectures without those norms are "
+        "refused. Columns marked *paper* and open markers are the paper's Gemma-3-4B/12B values "
+        "(Table S6, display only; never measured here)."
+    )
+    paper = []
+    with guarded("Reading the paper's values"):
+        paper = paper_intervention_rows()
+    run_form(settings)
+    results_section(paper)
+
+
+main()

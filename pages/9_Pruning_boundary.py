@@ -2,77 +2,67 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
-import ui_common as ui
 from deffcore.glossary import GLOSSARY
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.pruning import RANKING_LABELS, pruning_check
+from explorer.cards import show_figure
+from explorer.page import page
+from explorer.progress import run_in_page
+from explorer.settings import Settings
 
-_, settings = ui.page("Pruning boundary check")
-st.title("Pruning boundary check")
-st.markdown(
-    "Is D_eff a per-layer importance signal? Blocks are ranked by **Block Influence** "
-    "(1 − mean cosine between a block's input and output) and by **local ΔD_eff** (how much "
-    "D_eff drops when the layer is left out of S). The k lowest-ranked blocks are skipped "
-    "(they pass their input through) and perplexity is measured on held-out passages. "
-    "This is the one lab that runs the LM head."
-)
-c1, c2, c3, c4 = st.columns(4)
-model = c1.text_input("Model", settings.model, key="pr_model")
-n = c2.number_input("Measured passages", 4, 10_000, 32, key="pr_n")
-n_heldout = c3.number_input("Held-out passages", 1, 10_000, 16, key="pr_heldout")
-max_tokens = c4.number_input("Max tokens", 2, 4096, 128, key="pr_max_tokens")
 
-if st.button("Run boundary check", type="primary", key="pr_run"):
-    bar = st.progress(0.0, text="starting")
-    with ui.guarded("The boundary check"):
-        result = pruning_check(
-            model,
-            settings.dataset,
-            n=int(n),
-            n_heldout=int(n_heldout),
-            max_tokens=int(max_tokens),
-            seed=settings.seed,
-            metric=settings.metric,
-            revision=settings.revision,
-            progress=ui.progress_callback(bar),
+def run_form(settings: Settings) -> None:
+    c1, c2, c3, c4 = st.columns(4)
+    model = c1.text_input("Model", settings.model, key="pr_model")
+    n = c2.number_input("Measured passages", 4, 10_000, 32, key="pr_n")
+    n_heldout = c3.number_input("Held-out passages", 1, 10_000, 16, key="pr_heldout")
+    max_tokens = c4.number_input("Max tokens", 2, 4096, 128, key="pr_max_tokens")
+    if st.button("Run boundary check", type="primary", key="pr_run"):
+        run_in_page(
+            "The boundary check",
+            "pr_result",
+            lambda progress: pruning_check(
+                model,
+                settings.dataset,
+                n=int(n),
+                n_heldout=int(n_heldout),
+                max_tokens=int(max_tokens),
+                seed=settings.seed,
+                metric=settings.metric,
+                revision=settings.revision,
+                progress=progress,
+            ),
         )
-        st.session_state["pr_result"] = result.to_dict()
-        bar.progress(1.0, text="done")
 
-result = st.session_state.get("pr_result")
-if result is None:
-    st.info("Press **Run boundary check**; a 30-block model takes a minute or two on a CPU.")
-else:
-    L = result["layers"]
+
+def headline(result: dict[str, Any]) -> None:
+    """PPL_0, k_1.10 by each ranking, and how alike the two rankings are."""
     cols = st.columns(4)
     cols[0].metric("PPL₀ (held-out)", f"{result['ppl0']:.2f}")
     k_help = GLOSSARY["k₁.₁₀"] + " f₁.₁₀ = k₁.₁₀ / L."
-    cols[1].metric(
-        "k₁.₁₀ by BI",
-        f"{result['k_1.10']['bi']}",
-        f"f = {result['f_1.10']['bi']:.3f}",
-        delta_color="off",
-        help=k_help,
-    )
-    cols[2].metric(
-        "k₁.₁₀ by local ΔD_eff",
-        f"{result['k_1.10']['local_deff']}",
-        f"f = {result['f_1.10']['local_deff']:.3f}",
-        delta_color="off",
-        help=k_help,
-    )
+    for col, ranking, name in ((cols[1], "bi", "BI"), (cols[2], "local_deff", "local ΔD_eff")):
+        col.metric(
+            f"k₁.₁₀ by {name}",
+            f"{result['k_1.10'][ranking]}",
+            f"f = {result['f_1.10'][ranking]:.3f}",
+            delta_color="off",
+            help=k_help,
+        )
     cols[3].metric("Spearman (BI, ΔD_eff)", f"{result['spearman_bi_vs_local_deff']:.2f}")
     st.caption(
-        f"{result['model']} · L = {L} · D_eff/L = {result['deff_over_L']:.3f} · gap "
-        f"{result['gap_pct']:.1f}% · {result['n']} measured and {result['n_heldout']} held-out "
-        f"passages ({result['heldout_tokens']} predicted tokens) · Spearman p = "
+        f"{result['model']} · L = {result['layers']} · D_eff/L = {result['deff_over_L']:.3f} · "
+        f"gap {result['gap_pct']:.1f}% · {result['n']} measured and {result['n_heldout']} "
+        f"held-out passages ({result['heldout_tokens']} predicted tokens) · Spearman p = "
         f"{result['spearman_p']:.2f}"
     )
-    ui.show_figure(lab_figures.pruning_plot(result), key="pruning_ppl")
-    ui.show_figure(lab_figures.pruning_scores_plot(result), key="pruning_scores")
+
+
+def tables(result: dict[str, Any]) -> None:
     table = pd.DataFrame(
         {RANKING_LABELS[r]: {int(k): v for k, v in p.items()} for r, p in result["ppl"].items()}
     )
@@ -82,7 +72,31 @@ else:
     order = pd.DataFrame(
         {RANKING_LABELS[r]: [b + 1 for b in o] for r, o in result["skip_order"].items()}
     )
-    order.index = range(1, L + 1)
+    order.index = range(1, result["layers"] + 1)
     order.index.name = "skip rank"
     with st.expander("Skip order (block numbers, 1-based)"):
         st.dataframe(order, key="pr_order")
+
+
+def main() -> None:
+    _, settings = page("Pruning boundary check")
+    st.title("Pruning boundary check")
+    st.markdown(
+        "Is D_eff a per-layer importance signal? Blocks are ranked by **Block Influence** "
+        "(1 − mean cosine between a block's input and output) and by **local ΔD_eff** (how "
+        "much D_eff drops when the layer is left out of S). The k lowest-ranked blocks are "
+        "skipped (they pass their input through) and perplexity is measured on held-out "
+        "passages. This is the one lab that runs the LM head."
+    )
+    run_form(settings)
+    result = st.session_state.get("pr_result")
+    if result is None:
+        st.info("Press **Run boundary check**; a 30-block model takes a minute or two on a CPU.")
+        return
+    headline(result)
+    show_figure(lab_figures.pruning_plot(result), key="pruning_ppl")
+    show_figure(lab_figures.pruning_scores_plot(result), key="pruning_scores")
+    tables(result)
+
+
+main()

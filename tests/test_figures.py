@@ -134,12 +134,6 @@ def test_matched_references_gaps():
     np.testing.assert_allclose(np.asarray(fig.data[0].customdata), [50.0, 20.0])
 
 
-def test_overlay_uses_relative_lag():
-    fig = figures.overlay_lag_profiles({"a": np.array([0.9, 0.8, 0.7]), "b": np.array([0.5])})
-    np.testing.assert_allclose(np.asarray(fig.data[0].x), [0.25, 0.5, 0.75])
-    np.testing.assert_allclose(np.asarray(fig.data[1].x), [0.5])
-
-
 def test_figure_data_and_csv_round_trip_heatmap():
     S = _sym(3)
     fig = figures.similarity_heatmap(S)
@@ -323,3 +317,47 @@ def test_pruning_plot_caps_exploded_perplexity_and_fits_the_axis():
     low, high = fig.layout.yaxis.range
     assert 10**low < 20.0 and cap < 10**high < 10 * cap  # never up to 1e63
     assert "%{customdata:.4g}" in bi.hovertemplate
+
+
+def test_models_depth_scatter_styles_each_family_and_source():
+    """The depth scatter's markers: one colour and legend group per family, shape by source,
+    open and thicker-edged for random weights; the published null carries its min-max range."""
+    table = pd.DataFrame(
+        [
+            {"model": "A", "family": "Pythia", "source": "paper", "weights": "trained",
+             "layers": 6, "deff_over_L": 0.3, "random_mean": 0.5, "random_low": 0.45,
+             "random_high": 0.55},
+            {"model": "B", "family": "Llama", "source": "cached", "weights": "random",
+             "layers": 4, "deff_over_L": 0.6, "n": 64, "max_tokens": 32},
+            {"model": "B2", "family": "Llama", "source": "cached", "weights": "trained",
+             "layers": 4, "deff_over_L": 0.4, "n": 64, "max_tokens": 32},
+            {"model": "X", "family": "unheard-of", "source": "cached", "weights": "trained",
+             "layers": 8, "deff_over_L": 0.2},
+        ]
+    )  # fmt: skip
+    fig = figures.models_depth_scatter(table)
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name) == [
+        "Llama (cached, random)",
+        "Llama (cached, trained)",
+        "Pythia (paper, trained)",
+        "unheard-of (cached, trained)",
+        "Pythia (paper, random null)",
+        "1/L (D_eff = 1)",
+    ]
+    random, trained = by_name["Llama (cached, random)"], by_name["Llama (cached, trained)"]
+    assert random.marker.color == trained.marker.color == figures.FAMILY_COLORS["Llama"]
+    assert random.legendgroup == trained.legendgroup == "Llama"
+    assert (random.marker.symbol, trained.marker.symbol) == ("circle-open", "circle")
+    assert (random.marker.line.width, trained.marker.line.width) == (2, 1)
+    assert random.marker.size == 10 and random.marker.line.color == "#333"
+    assert "N = 64, 32 tokens" in random.text[0]
+    paper = by_name["Pythia (paper, trained)"]
+    assert (paper.marker.symbol, paper.marker.size) == ("diamond", 12)
+    assert by_name["unheard-of (cached, trained)"].marker.color == figures.COLOR_PAPER
+    null = by_name["Pythia (paper, random null)"]
+    assert null.legendgroup == "Pythia" and null.marker.color == figures.FAMILY_COLORS["Pythia"]
+    assert (null.marker.symbol, null.marker.size, null.marker.line.width) == ("diamond-open", 12, 2)
+    assert list(null.error_y.array) == pytest.approx([0.05])
+    assert list(null.error_y.arrayminus) == pytest.approx([0.05])
+    assert null.text == ("A random-weight null (paper)",)

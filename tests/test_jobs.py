@@ -4,6 +4,8 @@ before any model loads."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -178,6 +180,15 @@ def test_n_beyond_the_dataset_and_missing_paths_are_refused_before_the_model(no_
     assert no_model == []
 
 
+def test_a_tokenizer_error_of_the_window_count_is_said_before_the_model(no_model):
+    # counting windows loads the tokenizer: its DeffError (a model not on this machine) is the
+    # answer, said before the run is queued; only an unexpected error is left to the worker
+    before = set(jobs._JOBS)
+    with pytest.raises(DeffError, match="no-such-org/no-such-model"):
+        jobs.start(spec_of(model="no-such-org/no-such-model", passages="windows"))
+    assert set(jobs._JOBS) == before and no_model == []
+
+
 def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch):
     def failing(*args, **kwargs):
         raise RuntimeError("CUDA error: device-side assert triggered")
@@ -190,3 +201,135 @@ def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch):
     )
     monkeypatch.undo()
     assert jobs.wait(jobs.start(spec_of(n=12)), timeout=600).state == "done"  # worker alive
+
+
+# ---------------------------------------------------------------------------------------------
+# sweeps are jobs of the same registry and queue
+# ---------------------------------------------------------------------------------------------
+
+SWEEP = {"n": 8, "max_tokens": 16, "engine": "serial"}
+
+
+def _cells(*seeds):
+    from deffcore.sweep import Cell
+
+    return [Cell("tiny-llama", seed=s) for s in seeds]
+
+
+def test_a_sweep_job_lands_its_cells_and_says_so():
+    job_id = jobs.start_sweep(_cells(1, 2), **SWEEP)
+    st = jobs.wait(job_id, timeout=600)
+    assert st.state == "done" and st.kind == "sweep" and st.spec is None
+    assert st.done == st.total == 2 and st.datasets == ("bbc-news",)
+    assert st.describe() == "sweep done: 2 of 2 cells landed"
+    snap = jobs.sweep_job(job_id)
+    assert snap["landed"] == 2 and [r["status"] for r in snap["rows"]] == ["done", "done"]
+    assert jobs.sweep_job("no-such-job") is None
+    run = jobs.start(spec_of(n=12))
+    assert jobs.sweep_job(run) is None  # a run is not a sweep
+    assert jobs.wait(run, timeout=600).kind == "run"
+
+
+def test_a_running_sweep_is_cancelled_before_its_next_cell(monkeypatch):
+    import threading
+
+    real = deffcore.measurement.extract_pooled
+    inside, release, calls = threading.Event(), threading.Event(), []
+
+    def held(*args, **kwargs):
+        calls.append(1)
+        inside.set()
+        assert release.wait(600)
+        return real(*args, **kwargs)  # asks should_stop before its first batch
+
+    monkeypatch.setattr(deffcore.measurement, "extract_pooled", held)
+    job_id = jobs.start_sweep(_cells(1, 2, 3), **SWEEP)
+    assert inside.wait(600)
+    assert jobs.cancel(job_id)
+    assert "stopping after this cell" in jobs.status(job_id).describe()
+    release.set()
+    st = jobs.wait(job_id, timeout=600)
+    assert st.state == "cancelled" and st.error is None
+    assert calls == [1]  # the other cells never started
+    assert jobs.sweep_job(job_id)["landed"] == 0
+    assert not jobs.cancel(job_id)  # finished
+
+
+def test_a_queued_sweep_is_cancelled_at_once(gate):
+    run = jobs.start(spec_of(n=20))  # holds the worker at its model load
+    job_id = jobs.start_sweep(_cells(1), **SWEEP)
+    st = jobs.status(job_id)
+    assert st.state == "queued" and st.ahead == 1
+    assert [j.job_id for j in jobs.active_jobs()][-2:] == [run, job_id]
+    assert jobs.cancel(job_id)
+    assert jobs.status(job_id).state == "cancelled"
+    gate.set()
+    assert jobs.wait(run, timeout=600).state == "done"
+    assert jobs.sweep_job(job_id)["landed"] == 0
+
+
+def test_a_sweep_and_a_run_never_extract_at_the_same_time(monkeypatch):
+    import threading
+    import time
+
+    real = deffcore.measurement.extract_pooled
+    lock, now, peak, spans = threading.Lock(), [0], [0], []
+
+    def counted(*args, **kwargs):
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        start = time.monotonic()
+        try:
+            time.sleep(0.2)  # room for a second extraction to overlap, if one could
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                now[0] -= 1
+                spans.append((start, time.monotonic()))
+
+    monkeypatch.setattr(deffcore.measurement, "extract_pooled", counted)
+    sweep = jobs.start_sweep(_cells(4, 5), **SWEEP)
+    run = jobs.start(spec_of(n=12, max_tokens=16))
+    assert jobs.wait(sweep, timeout=600).state == "done"
+    assert jobs.wait(run, timeout=600).state == "done"
+    assert len(spans) == 3 and peak[0] == 1
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+
+
+def test_a_sweep_is_checked_before_it_is_queued(no_model):
+    from deffcore.sweep import MAX_CELLS, Cell, SweepError
+
+    before = set(jobs._JOBS)
+    with pytest.raises(SweepError, match=f"at most {MAX_CELLS}"):
+        jobs.start_sweep(_cells(*range(MAX_CELLS + 1)), **SWEEP)
+    with pytest.raises(SweepError, match="no cells"):
+        jobs.start_sweep([], **SWEEP)
+    with pytest.raises(SweepError, match="Unknown norm intervention"):
+        jobs.start_sweep([Cell("tiny-llama", intervention="no_such_norm")], **SWEEP)
+    with pytest.raises(DeffError, match="n must be"):
+        jobs.start_sweep(_cells(1), **{**SWEEP, "n": 2})
+    with pytest.raises(SweepError, match="Unknown sweep engine"):
+        jobs.start_sweep(_cells(1), **{**SWEEP, "engine": "fast"})
+    assert set(jobs._JOBS) == before  # nothing was queued
+    assert no_model == []
+
+
+def test_finished_sweeps_are_forgotten_like_runs(monkeypatch):
+    import deffcore.sweep.runner
+
+    def fails_fast(spec, device, batch_size=None, should_stop=None):
+        return {"pooled": None, "error": "no model here", "worker": "test", "seconds": 0.0}
+
+    monkeypatch.setattr(deffcore.sweep.runner, "compute_cell", fails_fast)
+    monkeypatch.setattr(jobs, "KEEP_FINISHED", 1)
+    first = jobs.start_sweep(_cells(11), **SWEEP)
+    assert jobs.wait(first, timeout=60).state == "done"
+    second = jobs.start_sweep(_cells(12), **SWEEP)
+    assert jobs.wait(second, timeout=60).state == "done"
+    assert jobs.sweep_job(second)["rows"][0]["error"] == "no model here"
+    third = jobs.start_sweep(_cells(13), **SWEEP)  # starting it forgets the oldest finished
+    assert jobs.sweep_job(first) is None and jobs.status(first) is None
+    assert jobs.sweep_job(second) is not None
+    jobs.wait(third, timeout=60)

@@ -154,3 +154,78 @@ def test_deffcore_never_imports_streamlit(name):
 def test_paths_is_a_leaf():
     assert _graph()["deffcore.paths"] <= {"deffcore.errors"}
     assert _graph()["deffcore.errors"] == set()
+
+
+def test_one_model_family():
+    """`model_family` is defined once (deffcore.models_overview); pages and helpers import it."""
+    sources = [*PKG.rglob("*.py"), *(ROOT / "pages").glob("*.py"), *ROOT.glob("*.py")]
+    sources += [*(ROOT / "explorer").rglob("*.py")]
+    defining = sorted(
+        str(p.relative_to(ROOT))
+        for p in sources
+        if any(
+            isinstance(node, ast.FunctionDef) and node.name == "model_family"
+            for node in ast.walk(ast.parse(p.read_text(), filename=str(p)))
+        )
+    )
+    assert defining == ["deffcore/models_overview.py"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The app's layers: pages -> explorer -> deffcore; nothing imports a page (issue 18)
+# ---------------------------------------------------------------------------------------------
+
+APP_FILES: dict[str, Path] = {
+    **{_module_name(p): p for p in sorted((ROOT / "explorer").rglob("*.py"))},
+    **{f"pages.{p.stem}": p for p in sorted((ROOT / "pages").glob("*.py"))},
+    "app": ROOT / "app.py",
+}
+
+
+def _imports_of(path: Path, name: str) -> list[str]:
+    return _imported_names(ast.parse(path.read_text(), filename=str(path)), name, False)
+
+
+def test_the_explorer_is_an_importable_package():
+    assert (ROOT / "explorer" / "__init__.py").is_file()
+    assert "explorer.page" in APP_FILES and "explorer.settings" in APP_FILES
+    assert not (ROOT / "ui_common.py").exists()  # the grab-bag is gone
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_deffcore_never_imports_the_explorer_or_a_page(name):
+    bad = [
+        n
+        for n in _imports_of(MODULES[name], name)
+        if n.split(".")[0] in ("explorer", "pages", "app", "ui_common")
+    ]
+    assert not bad, f"{name} imports {bad}"
+
+
+@pytest.mark.parametrize("name", sorted(APP_FILES))
+def test_no_module_imports_a_page(name):
+    """Pages are scripts the router runs (st.navigation), never modules to import: a page
+    importing another would run its widgets twice. explorer/ and app.py import no page."""
+    bad = [n for n in _imports_of(APP_FILES[name], name) if n.split(".")[0] in ("pages", "app")]
+    assert not bad, f"{name} imports {bad}"
+
+
+def test_the_layering_checks_catch_a_page_import():
+    tree = "import pages.x\nfrom app import navigation\nfrom explorer.cards import show_figure\n"
+    names = _imported_names(ast.parse(tree), "explorer.views", False)
+    assert {"pages.x", "app", "explorer.cards"} <= set(names)
+
+
+def test_the_design_map_names_every_module():
+    """docs/DESIGN.md's map has a line for every module of deffcore/, its two sub-packages and
+    explorer/ (a new module without a line on the map is a room nobody can find)."""
+    text = (ROOT / "docs" / "DESIGN.md").read_text()
+    the_map = text[text.index("## The map") : text.index("## Conventions")]
+    folders = [PKG, PKG / "figures", PKG / "sweep", ROOT / "explorer"]
+    files = [p for folder in folders for p in sorted(folder.glob("*.py"))]
+    missing = [
+        str(p.relative_to(ROOT))
+        for p in files
+        if p.name not in ("__main__.py",) and f"{p.name} " not in the_map
+    ]
+    assert not missing, f"not on the map in docs/DESIGN.md: {missing}"

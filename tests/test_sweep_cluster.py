@@ -50,7 +50,7 @@ def test_background_ray_sweep_starts_its_runtime_in_a_thread(tiny_dataset):
         num_cpus=2,
     )
     deadline = time.monotonic() + 400
-    while sweep_job(job)["state"] == "running" and time.monotonic() < deadline:
+    while sweep_job(job)["state"] in ("queued", "running") and time.monotonic() < deadline:
         time.sleep(0.5)
     snap = sweep_job(job)
     assert snap["state"] == "done", snap["error"]

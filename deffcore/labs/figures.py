@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deffcore.constants import POOLINGS
-from deffcore.figures import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO, POOLING_COLORS
+from deffcore.figures.base import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO, POOLING_COLORS
 from deffcore.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
@@ -223,28 +223,21 @@ def pruning_scores_plot(result: Mapping[str, Any]) -> go.Figure:
     L = result["layers"]
     blocks = list(range(1, L + 1))
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Block Influence", "local ΔD_eff"))
-    fig.add_trace(
-        go.Bar(
-            x=blocks,
-            y=result["block_influence"],
-            name="BI",
-            marker_color=RANKING_COLORS["bi"],
-            hovertemplate="block %{x}<br>BI = %{y:.4g}<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Bar(
-            x=blocks,
-            y=result["local_delta_deff"],
-            name="local ΔD_eff",
-            marker_color=RANKING_COLORS["local_deff"],
-            hovertemplate="block %{x}<br>local ΔD_eff = %{y:.4g}<extra></extra>",
-        ),
-        row=1,
-        col=2,
-    )
+    for col, (ranking, name, values) in enumerate(
+        (("bi", "BI", "block_influence"), ("local_deff", "local ΔD_eff", "local_delta_deff")),
+        start=1,
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=blocks,
+                y=result[values],
+                name=name,
+                marker_color=RANKING_COLORS[ranking],
+                hovertemplate=f"block %{{x}}<br>{name} = %{{y:.4g}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
     fig.update_xaxes(title_text="block l")
     fig.update_layout(
         title="Per-block scores (the lowest are skipped first)",

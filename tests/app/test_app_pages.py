@@ -54,21 +54,6 @@ def press_run(at: AppTest, **overrides) -> AppTest:
     return at.run()
 
 
-@pytest.fixture(autouse=True)
-def deff_cache_dir(cache_dir, monkeypatch):
-    """Overrides tests/conftest.py's fresh-cache-per-test: this module's tests share one app
-    session, so they share its cache (still a temporary folder, never the repo's cache/)."""
-    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
-    return cache_dir
-
-
-@pytest.fixture(scope="module")
-def measurement(cache_dir):
-    from deffcore.measurement import measure
-
-    return measure(**RUN)
-
-
 @pytest.fixture(scope="module")
 def app(cache_dir, measurement):
     at = new_app().run()
@@ -223,9 +208,9 @@ def test_gap_page_shows_run_and_paper_separately(app, measurement):
 
 
 def test_gap_page_without_the_paper_file_says_so(app, monkeypatch, tmp_path):
-    import ui_common
+    import deffcore.paper
 
-    monkeypatch.setattr(ui_common, "paper_reference_path", lambda: None)
+    monkeypatch.setattr(deffcore.paper, "paper_reference_path", lambda: tmp_path / "none.csv")
     at = goto(app, "pages/3_Gap_to_F_L.py")
     assert_clean(at)
     assert any("published values were not found" in i.value for i in at.info)

@@ -157,9 +157,9 @@ def test_cancel_stops_the_run_and_leaves_no_complete_entry(gate):
     assert cache.load(spec) is None  # nothing loads as a complete run
     entries = [r for r in cache.list_runs() if r["key"] == spec.key()]
     assert all(r["status"] != "complete" for r in entries)
-    import ui_common
+    from explorer import views
 
-    assert spec.key() not in [m["key"] for m in ui_common.cached_runs()]
+    assert spec.key() not in [m["key"] for m in views.cached_runs()]
 
 
 def test_cancel_notice_shows_once_when_the_worker_stops_during_the_cancel_rerun(gate, monkeypatch):
@@ -210,7 +210,7 @@ def test_an_interrupted_run_resumes_from_the_runs_page(monkeypatch):
 
     at.switch_page("pages/7_Runs.py").run()
     at.selectbox(key="runs_resume").set_value(partial[0]["key"])
-    at.button(key="runs_resume_button").click().run()  # calls ui_common.resume_run(key)
+    at.button(key="runs_resume_button").click().run()  # calls explorer.run_panel.resume_run(key)
     assert not at.exception
     success = " ".join(texts(at, "success"))
     assert "Run finished" in success and "passages resumed" in success, success
@@ -256,15 +256,15 @@ def test_bad_uploads_are_refused_before_any_model_loads(no_model, cache_dir):
 
 
 def test_uploads_do_not_pile_up_and_foreign_files_stay(cache_dir):
-    import ui_common
+    from explorer import uploads
 
     folder = cache_dir / ".uploads"
     folder.mkdir(exist_ok=True)
     foreign = folder / "0123456789abcdef_not-ours.txt"  # right shape, wrong hash: not provably ours
     foreign.write_text("a user's file")
-    paths = [ui_common.save_upload(f"f{i}.txt", f"text number {i}".encode()) for i in range(12)]
+    paths = [uploads.save_upload(f"f{i}.txt", f"text number {i}".encode()) for i in range(12)]
     ours = [p for p in folder.iterdir() if p.name != foreign.name]
-    assert len(ours) <= ui_common.MAX_UPLOADS
+    assert len(ours) <= uploads.MAX_UPLOADS
     assert Path(paths[-1]).exists() and not Path(paths[0]).exists()
     assert foreign.exists()
 

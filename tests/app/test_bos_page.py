@@ -29,19 +29,6 @@ def verdicts(at: AppTest) -> list[str]:
     return [e.value for e in (*at.success, *at.warning) if "BOS sensitivity" in e.value]
 
 
-@pytest.fixture(autouse=True)
-def deff_cache_dir(cache_dir, monkeypatch):
-    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
-    return cache_dir
-
-
-@pytest.fixture(scope="module")
-def measurement(cache_dir):
-    from deffcore.measurement import measure
-
-    return measure(**RUN)
-
-
 @pytest.fixture(scope="module")
 def app(cache_dir, measurement):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()

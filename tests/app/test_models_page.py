@@ -23,18 +23,6 @@ PAGE = "pages/13_Models.py"
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
 
 
-@pytest.fixture(autouse=True)
-def deff_cache_dir(cache_dir, monkeypatch):
-    """One cache for the module (the app session and `measure` must see the same runs)."""
-    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
-    return cache_dir
-
-
-@pytest.fixture(scope="module")
-def measurement(cache_dir):
-    return measure(**RUN)
-
-
 @pytest.fixture(scope="module")
 def app(cache_dir, measurement):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180).run()
@@ -107,7 +95,7 @@ def test_sweep_from_the_form_lands_in_the_table(app, measurement):
     assert_clean(at)
     job_id = at.session_state["_models_sweep_job"]
     deadline = time.monotonic() + 300
-    while sweep_job(job_id)["state"] == "running" and time.monotonic() < deadline:
+    while sweep_job(job_id)["state"] in ("queued", "running") and time.monotonic() < deadline:
         time.sleep(0.5)
     snap = sweep_job(job_id)
     assert snap["state"] == "done" and snap["landed"] == snap["total"] == 4

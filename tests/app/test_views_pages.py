@@ -26,13 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
 
 
-@pytest.fixture(autouse=True)
-def deff_cache_dir(cache_dir, monkeypatch):
-    """This module's tests share one cache (the module-scoped folder), like its app session."""
-    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
-    return cache_dir
-
-
 @pytest.fixture(scope="module")
 def runs(cache_dir):
     """The trained run (with its two null seeds), a windows variant and a partial entry."""
@@ -56,12 +49,10 @@ def runs(cache_dir):
 
 @pytest.fixture(scope="module")
 def app(runs):
-    import ui_common
+    from explorer import views
 
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
-    at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = MeasurementView(
-        runs["trained"]
-    )
+    at.session_state[views.VIEW_KEY] = MeasurementView(runs["trained"])
     at.run()
     assert_clean(at)
     return at
@@ -177,10 +168,6 @@ def test_resume_and_delete_only_list_cache_entries(app, runs):
 
 
 def test_resume_finishes_an_interrupted_run(app, runs):
-    import ui_common
-
-    if not hasattr(ui_common, "resume_run"):
-        pytest.skip("ui_common.resume_run (background runs) is not in yet")
     from deffcore import cache
 
     key = runs["partial"].key()
@@ -199,16 +186,16 @@ def test_a_precomputed_run_can_be_opened(app):
     gallery = load_gallery()
     if not gallery:
         pytest.skip("no shipped snapshot")
-    import ui_common
+    from explorer import views
 
     at = goto(app, "pages/7_Runs.py")
     at.selectbox(key="runs_open").set_value(f"precomputed:{gallery[0].key}")
     at.button(key="runs_open_button").click().run()
     assert_clean(at)
     assert any("every page now shows it" in s.value for s in at.success)
-    view = at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")]
+    view = at.session_state[views.VIEW_KEY]
     assert view.source == "precomputed" and view.key == gallery[0].key
-    at.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = None
+    at.session_state[views.VIEW_KEY] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,11 +204,9 @@ def test_a_precomputed_run_can_be_opened(app):
 
 
 def test_gap_page_labels_are_unique_and_precomputed_runs_are_shown(app, runs):
-    import ui_common
+    from explorer import views
 
-    app.session_state[getattr(ui_common, "_VIEW_KEY", "deff_view")] = MeasurementView(
-        runs["trained"]
-    )
+    app.session_state[views.VIEW_KEY] = MeasurementView(runs["trained"])
     at = goto(app, "pages/3_Gap_to_F_L.py")
     assert_clean(at)
     fig = chart(at, "Gap to the orthogonal-update reference")

@@ -1,0 +1,27 @@
+"""One clear error on the page instead of a traceback: `with guarded("This step"): ...`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import streamlit as st
+
+from deffcore.errors import DeffError
+
+
+@contextlib.contextmanager
+def guarded(what: str = "This step") -> Iterator[None]:
+    """Show bad input as one clear error on the page instead of a traceback; the app goes on.
+
+    DeffError text is already a complete sentence for a person. Anything else (a torch error,
+    an OSError) is unexpected: name its type so it can be reported.
+    """
+    try:
+        yield
+    except DeffError as err:
+        st.error(str(err))
+    except MemoryError:
+        st.error(f"{what} ran out of memory; lower N or max tokens and try again.")
+    except Exception as err:  # keep the app usable whatever a third-party library raises
+        st.error(f"{what} failed unexpectedly ({type(err).__name__}): {err}")

@@ -1,0 +1,390 @@
+"""The shared sidebar and its settings: what to measure (Run and the run settings at the top)
+and how to look at it (the view controls below), values kept across pages (`persisted`).
+
+DEFF_LOCAL_PATHS is enforced here, once, for every page: a refused model path or dataset file
+never reaches a page. Pooling, metric and K are *view* settings: changing them only recomputes
+an L x L similarity or a sum over it, never the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from deffcore import serving
+from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS, WINDOW_MODES
+from deffcore.errors import DeffError
+from explorer.uploads import upload_names, upload_widget
+from explorer.views import current_view
+
+DEFAULT_MODEL = "smollm2-135m"
+#: The one demo model listed by default; the other tiny test models behind a checkbox.
+DEMO_MODEL = "tiny-llama"
+DEFAULT_DATASET = "bbc-news"
+DEFAULT_N = 512
+DEFAULT_MAX_TOKENS = 128
+MODEL_SOURCES = ("Packaged (offline)", "Hugging Face id", "Local path", "Random-weight null")
+DATA_SOURCES = ("BBC news (offline)", "Hugging Face dataset", "Upload a file", "Local file")
+PASSAGES_HELP = (
+    "documents: one passage per document, its first max-tokens tokens. windows: every "
+    "document cut into consecutive windows of max-tokens tokens (many more passages from the "
+    "same text; SPEC section 12). packed: all documents joined with a blank line, then cut "
+    "the same way (a window may span two documents; a few more windows at long lengths)."
+)
+BOS_HELP = (
+    "default: the tokenizer's own special tokens. add: a BOS token at the start of every "
+    "passage. none: no BOS token (the model sees the text alone)."
+)
+POOLING_HELP = {
+    "default": "mean over all tokens, position 0 included",
+    "first_non_bos": "the state at position 1 only",
+    "token_normed": "each token state L2-normalised, then the mean",
+    "no_pos0": "mean over the tokens after position 0",
+    "top1_pc": "default pooling with the top principal direction projected out",
+    "top3_pc": "default pooling with the top 3 principal directions projected out",
+}
+#: True on the first script run of a page after another page (`persisted` restores then).
+PAGE_CHANGED_KEY = "_deff_page_changed"
+#: The sidebar's refusals of this script run (DEFF_LOCAL_PATHS): Run does nothing while any.
+REFUSED_KEY = "_deff_refused"
+
+
+@dataclass
+class Settings:
+    """The sidebar's values: what to measure (run settings) and how to look at it (view)."""
+
+    model: str
+    revision: str | None
+    dataset: str
+    n: int
+    max_tokens: int
+    seed: int
+    pooling: str
+    metric: str
+    K: int | None
+    passages: str = "documents"
+    bos: str = "default"
+    #: the local dataset path typed by the user (checked against DEFF_LOCAL_PATHS), if any
+    local_data: str | None = None
+
+    def shared_options(self) -> dict[str, Any]:
+        """What every run of these settings shares beyond model and data (a run's, a
+        sweep's or a comparison's keyword arguments)."""
+        return {
+            "n": self.n,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "metric": self.metric,
+            "passages": self.passages,
+            "bos": self.bos,
+        }
+
+    def windows(self) -> int | None:
+        """How many token windows these settings yield (`windows_available`); None when the
+        passages are documents or the count cannot be told here."""
+        if self.passages not in WINDOW_MODES:
+            return None
+        return windows_available(
+            self.model, self.dataset, self.max_tokens, self.bos, self.revision, self.passages
+        )
+
+
+def offline_models() -> dict[str, str]:
+    """Packaged models first, then the tiny random-init demo models: spec -> description."""
+    from deffcore import models
+
+    choices = dict(models.PACKAGED_MODELS)
+    tiny = models.TINY_MODELS
+    for name in tiny:
+        choices[name] = tiny[name] if isinstance(tiny, dict) else "tiny random-init model (demo)"
+    return choices
+
+
+def model_choice_label(spec: str, description: str) -> str:
+    """How a model appears in the list: tiny test models are marked as the demo group."""
+    from deffcore import models
+
+    if spec in models.TINY_MODELS:
+        return f"demo · {spec} — {description}"
+    return f"{spec} — {description}"
+
+
+def persisted(widget: Any, label: str, key: str, default: Any, **kwargs: Any) -> Any:
+    """A sidebar widget whose value survives page switches.
+
+    Every page is its own script, and Streamlit drops a widget's state when a run does not
+    draw it (and a page's widget is a new widget even under the same key), so the value is
+    mirrored under `_keep_<key>` and restored into the widget's key before it is drawn on the
+    first run of a page (the widget gets no `value=`/`index=` of its own, which would conflict
+    with the restored state). A kept value that is no longer among `options` falls back to
+    `default` (e.g. a source the server's DEFF_LOCAL_PATHS setting hides).
+    """
+    keep = f"_keep_{key}"
+    options = kwargs.get("options")
+    if options is not None and st.session_state.get(keep, default) not in list(options):
+        st.session_state[keep] = default
+        st.session_state.pop(key, None)
+    if key not in st.session_state or (
+        st.session_state.get(PAGE_CHANGED_KEY) and keep in st.session_state
+    ):
+        st.session_state[key] = st.session_state.get(keep, default)
+    if options is not None and st.session_state[key] not in list(options):
+        st.session_state[key] = default
+    value = widget(label, key=key, **kwargs)
+    st.session_state[keep] = value
+    return value
+
+
+def _model_spec() -> tuple[str, str | None]:
+    local = serving.local_path_policy().allowed
+    sources = [s for s in MODEL_SOURCES if local or s != "Local path"]
+    source = persisted(st.radio, "Model source", "model_source", MODEL_SOURCES[0], options=sources)
+    choices = offline_models()
+    if source == MODEL_SOURCES[0]:
+        from deffcore import models
+
+        all_demo = persisted(
+            st.checkbox,
+            "More demo models",
+            "model_all_demo",
+            False,
+            help="Tiny random-init test models of every architecture (4 blocks, d = 64): "
+            "they run in seconds but measure nothing real.",
+        )
+        kept = st.session_state.get("_keep_model_packaged", DEFAULT_MODEL)
+        shown = [
+            m for m in choices if m in models.PACKAGED_MODELS or m in (DEMO_MODEL, kept) or all_demo
+        ]
+        spec = persisted(
+            st.selectbox,
+            "Model",
+            "model_packaged",
+            DEFAULT_MODEL,
+            options=shown,
+            format_func=lambda s: model_choice_label(s, choices[s]),
+        )
+        return spec, None
+    if source == MODEL_SOURCES[1]:
+        spec = persisted(
+            st.text_input, "Hugging Face id", "model_hf", "", placeholder="EleutherAI/pythia-70m"
+        )
+        revision = persisted(st.text_input, "Revision (optional)", "model_revision", "") or None
+        return spec.strip(), revision
+    if source == MODEL_SOURCES[2]:
+        spec = persisted(
+            st.text_input,
+            "Local folder or .gguf file",
+            "model_path",
+            "",
+            placeholder="/models/my-model",
+        )
+        return spec.strip(), None
+    base = persisted(
+        st.selectbox,
+        "Architecture of",
+        "model_random_base",
+        DEFAULT_MODEL,
+        options=list(choices),
+        format_func=lambda s: model_choice_label(s, choices[s]),
+    )
+    seed = persisted(st.number_input, "Init seed", "model_random_seed", 1, min_value=0, step=1)
+    return f"random:{base}:{int(seed)}", None
+
+
+def _dataset_spec() -> tuple[str, str | None]:
+    """(dataset spec, the local path the user typed or None)."""
+    local = serving.local_path_policy().allowed
+    sources = [s for s in DATA_SOURCES if local or s != "Local file"]
+    source = persisted(st.radio, "Dataset source", "data_source", DATA_SOURCES[0], options=sources)
+    if source == DATA_SOURCES[0]:
+        return DEFAULT_DATASET, None
+    if source == DATA_SOURCES[1]:
+        spec = persisted(
+            st.text_input,
+            "hf:<name>[:<config>]:<split>[:<column>]",
+            "data_hf",
+            "",
+            placeholder="hf:wikitext:wikitext-103-raw-v1:test:text",
+        )
+        return spec.strip(), None
+    column = persisted(
+        st.text_input, "Text column (csv/jsonl/parquet; optional)", "data_column", ""
+    )
+    typed = None
+    if source == DATA_SOURCES[2]:
+        path = upload_widget()
+    else:
+        typed = persisted(
+            st.text_input, "Path", "data_path", "", placeholder="/data/passages.jsonl"
+        ).strip()
+        path = typed
+    spec = f"{path}:{column.strip()}" if path and column.strip() else path
+    return spec, typed or None
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def windows_available(
+    model: str,
+    dataset: str,
+    max_tokens: int,
+    bos: str,
+    revision: str | None,
+    passages: str = "windows",
+) -> int | None:
+    """How many token windows this choice yields (`deffcore.tokens.count_windows`, tokenizer
+    only), None when it cannot be told here (hub data, a tokenizer that does not load)."""
+    from deffcore.tokens import count_windows
+
+    if not model or not dataset or dataset.startswith("hf:"):
+        return None
+    try:
+        return int(count_windows(model, dataset, max_tokens, bos, revision, mode=passages))
+    except Exception:  # the Run click reports the real error, checked before the model loads
+        return None
+
+
+def _check_data_input(dataset: str, local_data: str | None) -> None:
+    """DEFF_LOCAL_PATHS: refuse a dataset file the server does not allow, and a path typed
+    where a Hugging Face dataset spec belongs (it would be read as a file)."""
+    if local_data:
+        serving.check_local_path(local_data, what="dataset file")
+    ds = dataset
+    uploaded = any(ds == p or ds.startswith(f"{p}:") for p in upload_names())
+    typed_hf = ds != DEFAULT_DATASET and not local_data and not uploaded
+    if ds and typed_hf and not ds.startswith("hf:"):
+        raise DeffError(
+            f"A Hugging Face dataset spec starts with 'hf:' (got {ds!r}); choose Upload a "
+            "file or Local file for a file."
+        )
+
+
+def _run_summary(settings: Settings) -> str:
+    what = f"{settings.model or '(no model)'} · {settings.dataset or '(no data)'}"
+    text = f"{what} · N = {settings.n:,} · {settings.max_tokens} tokens"
+    available = settings.windows()
+    if available is not None:
+        text += f" · this choice yields {available:,} windows"
+        if settings.n > available:
+            text += f" (fewer than N: lower N to ≤ {available:,})"
+    return text
+
+
+def glossary_expander() -> None:
+    """Every symbol and term in plain words (`deffcore.glossary`)."""
+    try:
+        from deffcore.glossary import glossary_markdown
+    except ImportError:
+        return
+    with st.expander("Glossary: what the symbols mean"):
+        st.markdown(glossary_markdown())
+
+
+def sidebar() -> tuple[Settings, bool]:
+    """Draw the shared sidebar: Run and the run settings, then the view, then the glossary.
+    Returns the settings and whether Run was pressed (the caller starts the run)."""
+    with st.sidebar:
+        top = st.container()  # Run first: visible without scrolling at 900 px
+        settings = run_settings()
+        with top:
+            run_clicked = st.button("Run", type="primary", key="run", width="stretch")
+            st.caption(_run_summary(settings))
+        view_settings(settings)
+        glossary_expander()
+    return settings, run_clicked
+
+
+def run_settings() -> Settings:
+    """What to measure: model, data, N, max tokens, passages, BOS, seed (view left default)."""
+    model, revision = _model_spec()
+    dataset, local_data = _dataset_spec()
+    c1, c2 = st.columns(2)
+    with c1:
+        n = persisted(st.number_input, "N passages", "n", DEFAULT_N, min_value=4, step=32)
+    with c2:
+        max_tokens = persisted(
+            st.number_input, "Max tokens", "max_tokens", DEFAULT_MAX_TOKENS, min_value=2
+        )
+    c3, c4 = st.columns(2)
+    with c3:
+        passages = persisted(
+            st.selectbox,
+            "Passages",
+            "passages",
+            PASSAGE_MODES[0],
+            options=list(PASSAGE_MODES),
+            help=PASSAGES_HELP,
+        )
+    with c4:
+        bos = persisted(
+            st.selectbox, "BOS", "bos", BOS_OPTIONS[0], options=list(BOS_OPTIONS), help=BOS_HELP
+        )
+    seed = persisted(st.number_input, "Sample seed", "seed", 0, min_value=0)
+    model, dataset = _refuse_paths(model, dataset, local_data)
+    return Settings(
+        model=model,
+        revision=revision,
+        dataset=dataset,
+        n=int(n),
+        max_tokens=int(max_tokens),
+        seed=int(seed),
+        pooling="default",
+        metric="cka",
+        K=None,
+        passages=passages,
+        bos=bos,
+        local_data=local_data,
+    )
+
+
+def _refuse_paths(model: str, dataset: str, local_data: str | None) -> tuple[str, str]:
+    """DEFF_LOCAL_PATHS, once for every page: a refused model path or dataset file is shown as
+    an error and becomes "" (the labs read settings.model / .dataset too)."""
+    refused = []
+    try:
+        serving.check_model_spec(model)
+    except DeffError as err:
+        refused.append(str(err))
+        model = ""
+    try:
+        _check_data_input(dataset, local_data)
+    except DeffError as err:
+        refused.append(str(err))
+        dataset = ""
+    for text in refused:
+        st.error(text)
+    st.session_state[REFUSED_KEY] = refused
+    return model, dataset
+
+
+def view_settings(settings: Settings) -> None:
+    """How to look at the run: pooling, metric and K (never re-run the model), set on
+    `settings`; then which run is current."""
+    st.header("View")
+    st.caption("Changing these never re-runs the model.")
+    settings.pooling = persisted(
+        st.radio,
+        "Pooling control",
+        "pooling",
+        POOLINGS[0],
+        options=POOLINGS,
+        help="\n".join(f"- **{k}**: {v}" for k, v in POOLING_HELP.items() if k in POOLINGS),
+    )
+    settings.metric = persisted(
+        st.selectbox,
+        "Metric",
+        "metric",
+        METRICS[0],
+        options=METRICS,
+        help="linear CKA (default), unbiased CKA (no finite-sample bias), mean cosine",
+    )
+    view = current_view()
+    if view is not None and view.layers > 2:
+        L = view.layers
+        settings.K = persisted(
+            st.slider, "Maximum lag K", f"K_L{L}", L - 1, min_value=1, max_value=L - 1
+        )
+    if view is not None:
+        tag = "precomputed" if view.source == "precomputed" else "measured"
+        st.caption(f"Current run ({tag}): {view.label}")

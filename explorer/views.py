@@ -1,0 +1,78 @@
+"""The session's current run and views of cached runs (read from the cache, never re-run).
+
+Until a run lands, the current run is the shipped default snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from deffcore import jobs
+from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_gallery, load_snapshot
+from explorer.guard import guarded
+
+VIEW_KEY = "deff_view"
+
+
+def cached_runs() -> list[dict[str, Any]]:
+    """Meta of every complete cached run, newest first (`deffcore.cache.list_runs`)."""
+    from deffcore import cache
+
+    return [
+        m
+        for m in cache.list_runs()
+        if m.get("status", "complete") == "complete" and not m.get("corrupt") and "spec" in m
+    ]
+
+
+def measurement_from_cache(key: str) -> Any:
+    """The `Measurement` of a cached run, read from disk (the model is not run)."""
+    return jobs.load_result(key)
+
+
+def open_run(key: str) -> RunView | None:
+    """Make a cached run the session's current run."""
+    view = None
+    with guarded(f"Opening run {key}"):
+        view = MeasurementView(measurement_from_cache(key))
+        st.session_state[VIEW_KEY] = view
+    return view
+
+
+def set_view(view: RunView) -> None:
+    """Make `view` the session's current run (every page shows it)."""
+    st.session_state[VIEW_KEY] = view
+
+
+def forget_run(key: str) -> None:
+    """After a delete: drop the session's run if it was that one (the snapshot stays)."""
+    view = st.session_state.get(VIEW_KEY)
+    if view is not None and getattr(view, "key", None) == key:
+        del st.session_state[VIEW_KEY]
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def cached_result(key: str, created: str, pooling: str, metric: str) -> dict[str, Any]:
+    """Headline numbers and lag profile of a cached run (memoised: the states are read once
+    per (run, pooling, metric); `created` makes a recomputed entry a new cache line)."""
+    view = MeasurementView(measurement_from_cache(key))
+    h = view.headline(pooling, metric)
+    return {**h.to_dict(), "rho": view.lag_profile(pooling, metric)}
+
+
+@st.cache_resource(show_spinner=False)
+def default_snapshot() -> SnapshotView | None:
+    return load_snapshot()
+
+
+@st.cache_resource(show_spinner=False)
+def precomputed_runs() -> list[SnapshotView]:
+    """The precomputed runs shipped with the app (the default first)."""
+    return load_gallery()
+
+
+def current_view() -> RunView | None:
+    """The run landed last in this session, else the shipped default snapshot."""
+    return st.session_state.get(VIEW_KEY) or default_snapshot()
