@@ -18,7 +18,9 @@ CPU_TOKENS_PER_S = 600
 
 
 def precomputed_note(view: RunView) -> None:
-    if isinstance(view, SnapshotView):
+    if isinstance(view, SnapshotView) and view.source == "shared":
+        shared_note(view)
+    elif isinstance(view, SnapshotView):
         tokens = view.n * int(view.spec.get("max_tokens", 128))
         # ~600 tokens/s: SmolLM2-135M on a quiet 2-core CPU (BENCHMARKS.md, extraction)
         minutes = max(1, round(tokens / CPU_TOKENS_PER_S / 60))
@@ -28,6 +30,18 @@ def precomputed_note(view: RunView) -> None:
             f"for {tokens:,} tokens; seconds on a GPU; a smaller N is quicker).",
             icon="ℹ️",
         )
+
+
+def shared_note(view: SnapshotView) -> None:
+    """Where a shared run comes from; its command is someone else's text, shown as code."""
+    st.info(
+        "A shared run: the numbers are read from the snapshot file its sender made, never "
+        "re-run here. To measure it yourself, choose the same settings in the sidebar and "
+        "press **Run**." + (" It was made with:" if view.command else ""),
+        icon="ℹ️",
+    )
+    if view.command:
+        st.code(view.command, language="bash")
 
 
 def trust_of(view: RunView, settings: Settings) -> Trust:

@@ -281,7 +281,7 @@ def test_shipped_default_run_is_small_and_consistent():
 
 
 def test_a_shared_snapshot_reads_back_as_the_run_and_compares_like_one(tiny_measurement, tmp_path):
-    from deffcore.snapshot import open_snapshot
+    from deffcore.sharing import open_snapshot
 
     path = tmp_path / "from a colleague.json"
     path.write_text(json.dumps(snapshot(tiny_measurement, command="python -m deffcore ...")))
@@ -295,7 +295,7 @@ def test_a_shared_snapshot_reads_back_as_the_run_and_compares_like_one(tiny_meas
 
 
 def test_every_shipped_snapshot_validates():
-    from deffcore.snapshot import open_snapshot
+    from deffcore.sharing import open_snapshot
 
     for path in [DEFAULT_RUN_PATH, *sorted(GALLERY_DIR.glob("*.json"))]:
         if path.exists():
@@ -345,7 +345,7 @@ def _bad_snapshots(good: dict) -> dict[str, object]:
 
 
 def test_corrupt_or_foreign_files_get_one_sentence(tiny_measurement, tmp_path):
-    from deffcore.snapshot import SnapshotError, open_snapshot, read_snapshot
+    from deffcore.sharing import SnapshotError, open_snapshot, read_snapshot
 
     good = json.loads(json.dumps(snapshot(tiny_measurement)))
     read_snapshot(json.dumps(good).encode())  # the unbroken one passes
@@ -366,20 +366,20 @@ def test_corrupt_or_foreign_files_get_one_sentence(tiny_measurement, tmp_path):
 
 
 def test_size_is_checked_before_anything_is_parsed(tiny_measurement, tmp_path, monkeypatch):
-    from deffcore import snapshot as snap_mod
+    from deffcore import sharing
 
     body = json.dumps(snapshot(tiny_measurement)).encode()
-    monkeypatch.setattr(snap_mod, "MAX_SNAPSHOT_BYTES", len(body) - 1)
+    monkeypatch.setattr(sharing, "MAX_SNAPSHOT_BYTES", len(body) - 1)
     monkeypatch.setattr(json, "loads", lambda *_a, **_k: pytest.fail("parsed a too-large file"))
-    with pytest.raises(snap_mod.SnapshotError, match="limit"):
-        snap_mod.read_snapshot(body)
+    with pytest.raises(sharing.SnapshotError, match="limit"):
+        sharing.read_snapshot(body)
     (tmp_path / "big.json").write_bytes(body)
-    with pytest.raises(snap_mod.SnapshotError, match="limit"):
-        snap_mod.open_snapshot(tmp_path / "big.json")
+    with pytest.raises(sharing.SnapshotError, match="limit"):
+        sharing.open_snapshot(tmp_path / "big.json")
 
 
 def test_shared_runs_are_kept_listed_and_deleted_only_when_ours(tiny_measurement, deff_cache_dir):
-    from deffcore.snapshot import (
+    from deffcore.sharing import (
         SnapshotError,
         delete_shared,
         list_shared,
@@ -407,3 +407,56 @@ def test_shared_runs_are_kept_listed_and_deleted_only_when_ours(tiny_measurement
     assert not first.path.exists() and (shared_dir() / "notes.txt").exists()
     with pytest.raises(SnapshotError):
         save_shared(b"{}")
+
+
+def test_a_kept_run_opens_by_its_content_id_only_when_it_is_still_that_file(
+    tiny_measurement, deff_cache_dir, tmp_path
+):
+    """`open_shared` (what `deffcore app --run` hands the app): the very bytes named by their
+    hash, a regular file, never a link; anything else is one sentence."""
+    from deffcore.sharing import SnapshotError, open_shared, save_shared, share_file, shared_dir
+
+    body = json.dumps(snapshot(tiny_measurement)).encode()
+    sent = tmp_path / "from a colleague.json"
+    sent.write_bytes(body)
+    kept = share_file(sent)  # read once, checked, kept
+    assert kept.path == shared_dir() / f"{kept.sha256[:16]}.json" and kept.path.read_bytes() == body
+    opened = open_shared(kept.sha256[:16])
+    assert opened.sha256 == kept.sha256 and opened.headline() == kept.headline()
+    assert opened.source == "shared" and opened.path == kept.path
+    for bad in ("0" * 16, "../../etc/pass", "", "ABCDEF0123456789"):
+        with pytest.raises(SnapshotError, match="is kept here"):
+            open_shared(bad)
+    kept.path.write_bytes(body.replace(b'"n": ', b'"n":  ', 1))  # changed since it was kept
+    with pytest.raises(SnapshotError, match="has changed since it was kept"):
+        open_shared(kept.sha256)
+    # a link squatting the name is never read, and never written through
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes(b"theirs")
+    kept.path.unlink()
+    kept.path.symlink_to(elsewhere)
+    with pytest.raises(SnapshotError, match="cannot be read"):
+        open_shared(kept.sha256)
+    again = save_shared(body, name="run.json")  # replaces the link itself
+    assert not again.path.is_symlink() and again.path.read_bytes() == body
+    assert elsewhere.read_bytes() == b"theirs"
+    assert open_shared(kept.sha256).sha256 == kept.sha256
+
+
+def test_a_run_that_cannot_be_kept_is_one_sentence(tiny_measurement, deff_cache_dir, monkeypatch):
+    import tempfile
+
+    from deffcore.sharing import SnapshotError, list_shared, save_shared
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", full_disk)
+    body = json.dumps(snapshot(tiny_measurement)).encode()
+    with pytest.raises(
+        SnapshotError,
+        match=r"run.json is a valid run but cannot be kept in .*"
+        r"\(No space left on device\)\.$",
+    ):
+        save_shared(body, name="run.json")
+    assert list_shared() == []

@@ -1,14 +1,19 @@
-"""The installable package: pyproject's dependency ranges admit the tested pins, and (slow) the
-wheel built from this tree installs into a fresh venv outside the repository and works there.
+"""The installable package: pyproject's dependency ranges admit the tested pins, the wheel
+carries the library and the explorer (its entry files mapped from the checkout's root), and
+(slow) the wheel built from this tree installs into a fresh venv outside the repository and
+works there, explorer included.
 
 The slow test is what a new user does: build the wheel, make a fresh venv (no
---system-site-packages: nothing of the project's venv is visible), install the wheel with
+--system-site-packages: nothing of the project's venv is visible), install `<wheel>[app]` with
 `-c requirements.txt`, so pip resolves the wheel's *declared* dependencies (a missing one
 fails here) but takes every pinned package at its pinned version (torch==2.13.0 is the CPU
-file on this machine kind's disk: no CUDA build is downloaded), then run `deffcore --help`,
-`deffcore measure --model tiny-llama ... --json` and `import deffcore` from a folder that is
-not the repository. Measured on the 2-core CI machine: ~2 s to build, ~2 min to install
-(1.7 GB, mostly torch; the other wheels come from PyPI), ~10 s for the commands.
+file on this machine kind's disk: no CUDA build is downloaded), then, from a folder that is
+not the repository: `deffcore --help`, `deffcore measure --model tiny-llama ... --json
+--snapshot`, `import deffcore`, `deffcore app --port P --run <that snapshot>` until
+`/_stcore/health` answers 200 (then the server is stopped), and the installed app's pages under
+AppTest with that shared run opened. Measured on the 2-core CI machine: ~2 s to build, ~2 min
+to install the core (1.7 GB, mostly torch; the other wheels come from PyPI), ~10 s for the
+commands.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -30,8 +39,15 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-#: Not shipped in the wheel: everything but the library.
-NOT_SHIPPED = ("tests", "benchmarks", "pages", "cache", "scripts", "docs", "app.py", "ui_common.py")
+#: Not shipped in the wheel: everything but the library and the explorer.
+NOT_SHIPPED = ("tests", "benchmarks", "cache", "scripts", "docs", "ui_common.py")
+#: The explorer's entry files, where a checkout has them -> where the wheel has them (the
+#: build-time mapping of pyproject's [tool.setuptools.package-dir]).
+APP_FILES = {
+    "app.py": "explorer/_app/app.py",
+    ".streamlit/config.toml": "explorer/_app/.streamlit/config.toml",
+    **{f"pages/{p.name}": f"explorer/_app/pages/{p.name}" for p in (REPO / "pages").glob("*.py")},
+}
 DATA_FILES = (
     "deffcore/data/default_run.json",
     "deffcore/data/paper_reference.csv",
@@ -92,6 +108,20 @@ def test_installed_package_caches_in_the_users_cache_not_site_packages(tmp_path,
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert paths.cache_dir() == tmp_path / "home" / ".cache" / "deffcore"
     assert not (tmp_path / "site-packages").exists()
+
+
+def test_the_package_list_names_every_package_folder():
+    """pyproject lists the packages (the explorer's entry files are a mapped package, which
+    setuptools' find cannot see): a new subpackage must not silently miss the wheel."""
+    folders = {
+        ".".join(p.relative_to(REPO).parts)
+        for top in ("deffcore", "explorer")
+        for p in [REPO / top, *(REPO / top).rglob("*")]
+        if p.is_dir() and p.name != "__pycache__" and any(p.iterdir())
+    }
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    assert set(setuptools["packages"]) == folders | {"explorer._app", "explorer._app.pages"}
+    assert setuptools["package-dir"] == {"explorer._app": "."}  # app.py, pages/ stay at the root
 
 
 def test_a_missing_extra_gets_one_sentence(monkeypatch, capsys):
@@ -158,13 +188,21 @@ def _build_wheel(out: Path) -> Path:
 
 
 def _check_contents(wheel: Path) -> None:
-    names = zipfile.ZipFile(wheel).namelist()
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
     tops = {n.split("/", 1)[0] for n in names}
-    assert tops == {"deffcore", re.sub(r"-py3.*", "", wheel.name) + ".dist-info"}, tops
+    assert tops == {"deffcore", "explorer", re.sub(r"-py3.*", "", wheel.name) + ".dist-info"}
     for path in DATA_FILES:
         assert path in names, f"{path} is not in the wheel"
     assert not [n for n in names if n.split("/")[1:2] and n.split("/")[1] in NOT_SHIPPED]
     assert "deffcore/commands/measure.py" in names and "deffcore/labs/pruning.py" in names
+    assert "deffcore/commands/app.py" in names
+    for module in (REPO / "explorer").glob("*.py"):
+        assert f"explorer/{module.name}" in names
+    # the explorer's entry files, unchanged, and nothing else of the checkout's root
+    for checkout, shipped in APP_FILES.items():
+        assert archive.read(shipped) == (REPO / checkout).read_bytes(), shipped
+    assert {n for n in names if n.startswith("explorer/_app/")} == set(APP_FILES.values())
     entry = [n for n in names if n.endswith("entry_points.txt")]
     assert "deffcore = deffcore.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
 
@@ -218,7 +256,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_repository(tmp_pa
                 "-q",
                 "-c",
                 str(REPO / "requirements.txt"),
-                str(wheel),
+                f"{wheel}[app]",  # the explorer's extra: Streamlit at its pin
             ],
             outside,
             env,
@@ -242,6 +280,8 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_repository(tmp_pa
                 "32",
                 "--json",
                 "--no-progress",
+                "--snapshot",
+                str(outside / "run.json"),
             ],
             outside,
             env,
@@ -260,5 +300,83 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_repository(tmp_pa
         assert Path(info["file"]).is_relative_to(venv), info["file"]
         assert info["default_run"] and info["gallery"] >= 2 and info["paper_rows"] > 100
         assert info["deff_identity"] == 8.0 and all(info["lazy"])
+
+        shared = _serve_the_app(exe, outside / "run.json", outside, env)
+        _check_the_installed_pages(py, shared, outside, env, deff=got["results"]["default"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_the_app(exe: Path, run_file: Path, cwd: Path, env: dict[str, str]) -> str:
+    """`deffcore app --port P --run FILE` until /_stcore/health answers 200 on localhost, then
+    stopped; returns the shared run's content id it printed."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(exe), "app", "--port", str(port), "--run", str(run_file)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # the server and anything it starts are one group to stop
+    )
+    try:
+        status, deadline = None, time.monotonic() + 300
+        while status != 200 and time.monotonic() < deadline and server.poll() is None:
+            try:
+                url = f"http://localhost:{port}/_stcore/health"
+                with urllib.request.urlopen(url, timeout=5) as reply:
+                    status = reply.status
+            except OSError:
+                time.sleep(1)
+        assert status == 200, f"no health answer (exit {server.poll()})"
+        with urllib.request.urlopen(f"http://localhost:{port}/", timeout=10) as page:
+            assert page.status == 200 and b"<html" in page.read().lower()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            out, _ = server.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            out, _ = server.communicate()
+    found = re.search(r"Opening the shared run .* \(([0-9a-f]{16})\)\.", out)
+    assert found, out
+    return found.group(1)
+
+
+PAGES_CHECK = """
+import json, os, pathlib, sys
+import explorer
+from streamlit.testing.v1 import AppTest
+
+app = pathlib.Path(explorer.__file__).parent / "_app" / "app.py"
+at = AppTest.from_file(str(app), default_timeout=600).run()
+view = at.session_state["deff_view"]
+out = {"app": str(app), "exceptions": [e.value for e in at.exception],
+       "errors": [e.value for e in at.error], "source": view.source, "sha": view.sha256,
+       "deff": next(m.value for m in at.metric if m.label == "D_eff")}
+at.switch_page("pages/7_Runs.py").run()
+out["runs_errors"] = [e.value for e in at.exception] + [e.value for e in at.error]
+out["statuses"] = sorted(set(at.dataframe[0].value["status"]))
+print(json.dumps(out))
+"""
+
+
+def _check_the_installed_pages(
+    py: Path, shared: str, cwd: Path, env: dict[str, str], deff: dict
+) -> None:
+    """The installed explorer's own files under AppTest: a new session opens the run that
+    `deffcore app --run` kept (DEFF_APP_RUN), the first page shows its D_eff, the Runs page
+    lists it as shared beside the cached run."""
+    got = json.loads(_run([str(py), "-c", PAGES_CHECK], cwd, env | {"DEFF_APP_RUN": shared}))
+    assert "site-packages" in got["app"], got["app"]
+    assert not got["exceptions"] and not got["errors"] and not got["runs_errors"], got
+    assert got["source"] == "shared" and got["sha"].startswith(shared)
+    assert got["deff"] == f"{deff['deff']:.3f}"
+    assert {"complete", "shared"} <= set(got["statuses"])
