@@ -37,14 +37,12 @@ def require_view(title: str) -> tuple[RunView, Settings] | None:
     if view is None:
         st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
         return None
-    if isinstance(view, SnapshotView) and view.source == "shared":
+    if isinstance(view, SnapshotView):
         st.caption(
             "ℹ️ Showing a shared run (a snapshot file someone sent, see the Runs page): its "
             "numbers are as its sender measured them; press **Run** to measure your own."
-        )
-    elif isinstance(view, SnapshotView):
-        st.caption(
-            "ℹ️ Showing the shipped precomputed default run (see the first page); press **Run** "
-            "in the sidebar to measure your own model and data."
+            if view.source == "shared"
+            else "ℹ️ Showing the shipped precomputed default run (see the first page); press "
+            "**Run** in the sidebar to measure your own model and data."
         )
     return view, settings
