@@ -4,6 +4,12 @@
     S = dc.similarity_matrix(states)          # (L, N, d) -> (L, L)
     dc.effective_depth(S), dc.reference_depth(L)
 
+    m = dc.measure("smollm2-135m", n=512)     # a named model (cached on disk)
+    m = dc.measure(model, tokenizer, texts)   # a model in memory (cache_id= to cache it)
+    m = dc.measure_states(states, mask)       # h_0 .. h_L (N, T, d) computed elsewhere
+    m.trust(), m.figure("heatmap")            # in Jupyter, `m` shows its summary
+    run = dc.open_snapshot("run.json")        # a run someone shared (`measure --snapshot`)
+
 The public API is re-exported here; see docs/DESIGN.md for the module map.
 """
 
@@ -108,6 +114,9 @@ __all__ += [
 _LAZY: dict[str, str] = {
     "measure": "deffcore.measurement",
     "Measurement": "deffcore.measurement",
+    "measure_states": "deffcore.measurement",
+    "open_snapshot": "deffcore.sharing",
+    "read_snapshot": "deffcore.sharing",
     "load_model": "deffcore.models",
     "LoadedModel": "deffcore.models",
     "PACKAGED_MODELS": "deffcore.models",

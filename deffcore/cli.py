@@ -1,4 +1,5 @@
-"""`python -m deffcore <command>`: every measurement from the command line.
+"""`deffcore <command>` (or `python -m deffcore <command>`): every measurement from the
+command line. The installed console script `deffcore` calls `main` (pyproject.toml).
 
 Each subcommand lives in its own module under `deffcore/commands/`, which defines
 `add_parser(subparsers)` (registering its arguments, with `func=run`) and `run(args) -> int`.
@@ -11,6 +12,7 @@ import argparse
 import importlib
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from deffcore.errors import DeffError
@@ -28,14 +30,21 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aggregations",
     "bos",
     "sweep",
+    "app",
 )
+
+
+def program_name() -> str:
+    """How the user started us: `deffcore` (the installed console script) or
+    `python -m deffcore` (a clone or any install); usage lines and hints say the same."""
+    return "deffcore" if Path(sys.argv[0]).name == "deffcore" else "python -m deffcore"
 
 
 def build_parser() -> argparse.ArgumentParser:
     from deffcore.commands._common import OneLineArgumentParser  # core-A: one-line errors
 
     parser = OneLineArgumentParser(
-        prog="python -m deffcore",
+        prog=program_name(),
         description="Effective depth (D_eff) of a transformer's residual stream.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -67,12 +76,26 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+#: Optional dependencies -> the pyproject extra that installs each (`pip install deffcore[x]`).
+EXTRAS: dict[str, str] = {"ray": "sweep", "streamlit": "app"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except DeffError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        top = (err.name or "").partition(".")[0]
+        if top not in EXTRAS:
+            raise
+        print(
+            f"error: `{args.command}` needs the optional package {top!r}, which is not "
+            f"installed: pip install 'deffcore[{EXTRAS[top]}]'.",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         # finished batches of an extraction are kept in the cache (deffcore.cache partials)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore import cache
+from deffcore import cache, external
 from deffcore.cache import RunSpec
 from deffcore.checks import check_cache_dir, check_int, check_seed
 from deffcore.constants import (
@@ -280,6 +280,35 @@ class Measurement:
             }
         return out
 
+    # -- In a notebook (deffcore.notebook): the same view a shared snapshot gets ---------------
+
+    def view(self, label: str | None = None):
+        """This run as a `snapshot.MeasurementView` (what the explorer's pages read)."""
+        from deffcore.snapshot import MeasurementView
+
+        return MeasurementView(self, label)
+
+    def trust(
+        self,
+        pooling: str = "default",
+        metric: str | None = None,
+        K: int | None = None,
+        ci: tuple[float, float] | None = None,
+    ):
+        """Trust level of the headline (`deffcore.trust.Trust`: level, reasons, action)."""
+        return self.view().trust(pooling, metric or self.metric, K, ci)
+
+    def figure(self, name: str = "heatmap", **options: Any):
+        """The explorer's Plotly figure: "heatmap", "lag", "gap" or "controls" (options:
+        pooling, metric, K, paper; see `deffcore.notebook.run_figure`)."""
+        options.setdefault("metric", self.metric)
+        return self.view().figure(name, **options)
+
+    def _repr_html_(self) -> str:
+        from deffcore.notebook import run_html
+
+        return run_html(self.view(), metric=self.metric)
+
 
 def extract_spec(
     spec: RunSpec,
@@ -290,6 +319,7 @@ def extract_spec(
     loaded: LoadedModel | None = None,
     checkpoint: BatchCheckpoint | None = None,
     should_stop: Callable[[], bool] | None = None,
+    documents: list[str] | None = None,
 ) -> PooledStates:
     """Compute the pooled states of `spec` (no cache): text, then model, then one extraction.
 
@@ -298,9 +328,11 @@ def extract_spec(
     The intervention named by `spec.intervention` is applied around the extraction.
     `checkpoint` keeps finished batches and resumes them (`deffcore.cache.PartialRun(spec)`);
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
+    `documents`: the run's texts when they are not `spec.dataset`'s (a notebook's list of
+    strings, `deffcore.external`); None reads them from the dataset.
     """
     device = device or resolve_device_dtype(None, spec.dtype)[0]
-    documents = run_texts(spec)
+    documents = run_texts(spec) if documents is None else documents
     model = loaded
     if should_stop is not None and should_stop():
         raise RunCancelled("The run was stopped before it started.")
@@ -343,6 +375,7 @@ def measure_spec(
     loaded: LoadedModel | None = None,
     use_cache: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    documents: list[str] | None = None,
 ) -> Measurement:
     """Measure one fully specified run: read it from the cache or extract and store it.
 
@@ -365,6 +398,7 @@ def measure_spec(
             loaded=loaded,
             checkpoint=checkpoint,
             should_stop=should_stop,
+            documents=documents,
         )
 
     if use_cache:
@@ -473,9 +507,11 @@ def run_spec(
 
 
 def measure(
-    model: str = "smollm2-135m",
-    dataset: str = "bbc-news",
-    n: int = 512,
+    model: str | Any = "smollm2-135m",
+    tokenizer: Any = None,
+    dataset: str | list[str] = "bbc-news",
+    *,
+    n: int | None = None,
     max_tokens: int = 128,
     seed: int = 0,
     metric: str = "cka",
@@ -490,15 +526,48 @@ def measure(
     bos: str = "default",
     use_cache: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    cache_id: str | None = None,
 ) -> Measurement:
     """Measure the effective depth of `model` on `n` passages of `dataset` (cached on disk).
 
+    `model` is a model spec (a name, path or hub id; `n` defaults to 512) or, in a notebook, a
+    loaded transformers model with its `tokenizer`: `measure(model, tokenizer, texts)`, where
+    `texts` (the `dataset`) is a list of strings or a dataset spec. A loaded model is cached
+    only when `cache_id` names it (see `deffcore.external`, which also takes a list of strings
+    with a model spec).
     An interrupted run resumes from its last finished batch; `use_cache=False` neither reads
     nor writes the cache; `should_stop` cancels between batches (see `measure_spec`).
     Raises DeffError subclasses for unknown models/datasets, too few passages, NaN activations.
     With `random_seeds`, `Measurement.random_null` holds one measurement of
     `random:<model>:<seed>` per seed.
     """
+    if not isinstance(model, str) or tokenizer is not None or not isinstance(dataset, str):
+        return _measure_in_memory(
+            model,
+            tokenizer,
+            dataset,
+            n=n,
+            max_tokens=max_tokens,
+            seed=seed,
+            metric=metric,
+            revision=revision,
+            device=device,
+            dtype=dtype,
+            progress=progress,
+            random_seeds=random_seeds,
+            intervention=intervention,
+            batch_size=batch_size,
+            passages=passages,
+            bos=bos,
+            use_cache=use_cache,
+            should_stop=should_stop,
+            cache_id=cache_id,
+        )
+    if cache_id is not None:
+        raise DeffError(
+            f"cache_id names a model in memory; {model!r} is named by its spec already."
+        )
+    n = 512 if n is None else n
     spec, device = run_spec(
         model,
         dataset,
@@ -527,3 +596,112 @@ def measure(
         rspec = replace(spec, model=f"random:{model}:{int(s)}")
         main.random_null.append(measure_spec(rspec, **options))
     return main
+
+
+# ---------------------------------------------------------------------------------------------
+# In a notebook: a model or states already in memory (helpers in deffcore.external)
+
+
+def measure_model(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str] | str = "bbc-news",
+    *,
+    n: int | None = None,
+    max_tokens: int = 128,
+    seed: int = 0,
+    metric: str = "cka",
+    cache_id: str | None = None,
+    intervention: str = "none",
+    passages: str = "documents",
+    bos: str = "default",
+    batch_size: int | None = None,
+    random_seeds: tuple[int, ...] | list[int] = (),
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Measurement:
+    """Measure a transformers model in memory with its tokenizer (`measure(model, tokenizer,
+    texts)`): the extraction of a named run on its own weights, in eval mode; cached only under
+    `cache_id` (see `deffcore.external` for the key). `random_seeds`: the same config freshly
+    initialised per seed, as `Measurement.random_null`."""
+    spec, loaded, docs, ids, seeds = external.plan_loaded_run(
+        model,
+        tokenizer,
+        texts,
+        n=n,
+        max_tokens=max_tokens,
+        seed=seed,
+        metric=metric,
+        cache_id=cache_id,
+        intervention=intervention,
+        passages=passages,
+        bos=bos,
+        batch_size=batch_size,
+        random_seeds=random_seeds,
+    )
+    options = {
+        "metric": metric,
+        "batch_size": batch_size,
+        "progress": progress,
+        "use_cache": cache_id is not None,
+        "should_stop": should_stop,
+        "documents": docs,
+    }
+
+    def one(module: Any, name: str) -> Measurement:
+        run, wrapped = external.pin(spec, loaded, module, name, ids)
+        with external.eval_mode(module):
+            return measure_spec(run, device=loaded.device, loaded=wrapped, **options)
+
+    main = one(model, spec.model)
+    for s in seeds:
+        twin = external.random_twin(model, s, loaded)
+        main.random_null.append(one(twin, f"random:{spec.model}:{s}"))
+    return main
+
+
+def _measure_in_memory(
+    model: Any,
+    tokenizer: Any,
+    texts: Any,
+    *,
+    revision: str | None,
+    device: str | None,
+    dtype: str | None,
+    use_cache: bool,
+    cache_id: str | None,
+    **options: Any,
+) -> Measurement:
+    """`measure` for what is not a (model spec, dataset spec) pair: a loaded model with its
+    tokenizer, or a model spec with a list of strings (loaded here, cached under its identity
+    unless `use_cache` is False)."""
+    external.check_in_memory_args(model, tokenizer, revision, device, dtype)
+    if isinstance(model, str):
+        if cache_id is not None:
+            raise DeffError(f"cache_id names a model in memory; {model!r} has a spec already.")
+        loaded, own_id = external.load_for_texts(
+            model, texts, options.get("max_tokens", 128), revision, device, dtype
+        )
+        model, tokenizer, cache_id = loaded.model, loaded.tokenizer, own_id
+    return measure_model(
+        model, tokenizer, texts, cache_id=cache_id if use_cache else None, **options
+    )
+
+
+def measure_states(
+    states: Any,
+    mask: Any = None,
+    *,
+    metric: str = "cka",
+    name: str = "states",
+    dataset: str = "states",
+) -> Measurement:
+    """Measure hidden states computed elsewhere: h_0 .. h_L, each (N, T, d), with the attention
+    mask (N, T), pooled by the extraction's pooler (`deffcore.external`, which documents what to
+    pass from transformers, TransformerLens and nnsight). `name`/`dataset` label the run
+    (model "states:<name>"); nothing is cached."""
+    _check_choice(metric, METRICS, "metric")
+    pooled = external.pool_external(states, mask)
+    return Measurement(
+        spec=external.states_spec(pooled, name, dataset), pooled=pooled, metric=metric
+    )

@@ -1,16 +1,15 @@
-"""The Models overview: every cached run and the paper's models as rows of one table.
+"""The Models overview: the paper's models as rows of a table, and the family of any model.
 
 `model_family` is the one family label of a model spec (every page uses it): the paper's
 family names (`FAMILIES`, first match wins), "random-weight null" for a `random:<m>:<seed>`
-spec, "other" for a name no family matches.
+spec, "other" for a name no family matches. A cached run's row is
+`deffcore.run_tables.cached_model_row` (it needs the measurement, which this module stays below:
+the notebook's gap figure labels its bars with `model_family`).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from deffcore.constants import POOLINGS
-from deffcore.errors import DeffError
 
 #: Family of a model, from its name (first match wins); the Models page colours by it.
 FAMILIES: tuple[tuple[str, str], ...] = (
@@ -98,41 +97,3 @@ def paper_models() -> list[dict[str, Any]]:
     for m in rows:
         m["gap_pct"] = m.get("gap_default")
     return sorted(rows, key=lambda m: (m["family"], m.get("layers") or 0, m["model"]))
-
-
-def cached_model_row(meta: dict[str, Any], metric: str = "cka") -> dict[str, Any]:
-    """One cached run (its cache meta) as a Models-table row, numbers computed from its states.
-
-    Raises DeffError when the entry cannot be read (corrupt, missing).
-    """
-    from deffcore import cache
-    from deffcore.cache import RunSpec
-    from deffcore.measurement import Measurement
-
-    spec = RunSpec(**meta["spec"])
-    found = cache._read_entry(meta["key"])  # by key: the stored spec's key may predate a change
-    if found is None:
-        raise DeffError(f"The cached run {meta['key']} has no states.")
-    m = Measurement(spec=spec, pooled=found[0], metric=metric)
-    row: dict[str, Any] = {
-        "source": "cached",
-        "model": spec.model,
-        "family": model_family(spec.model),
-        "weights": "random" if spec.model.startswith("random:") else "trained",
-        "layers": m.layers,
-        "d_model": m.d_model,
-        "n": m.n,
-        "max_tokens": spec.max_tokens,
-        "dataset": spec.dataset,
-        "intervention": spec.intervention,
-        "passages": spec.passages,
-        "revision": spec.revision,
-        "key": meta["key"],
-        "created": meta.get("created"),
-    }
-    for p in POOLINGS:
-        s = m.summary(p)
-        row[f"gap_{p}"] = s.gap_pct
-        if p == "default":
-            row["deff_over_L"], row["gap_pct"] = s.deff_over_L, s.gap_pct
-    return row

@@ -11,17 +11,29 @@ from pathlib import Path
 
 from deffcore.errors import DeffError
 
-#: The default cache folder, `<repo>/cache` (see cache/README.md for its layout).
+#: The default cache folder of a source checkout, `<repo>/cache` (see cache/README.md).
 REPO_CACHE = Path(__file__).resolve().parent.parent / "cache"
 
 
+def default_cache_dir() -> Path:
+    """`<repo>/cache` in a source checkout (the package sits beside the project's
+    pyproject.toml); for an installed package (the wheel in site-packages, where no such file
+    is) the user's cache folder, `$XDG_CACHE_HOME/deffcore` or `~/.cache/deffcore`, so an
+    install never writes into site-packages."""
+    if (REPO_CACHE.parent / "pyproject.toml").is_file():
+        return REPO_CACHE
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "deffcore"
+
+
 def cache_dir() -> Path:
-    """`$DEFF_CACHE_DIR` if set, else `<repo>/cache`; created on first use.
+    """`$DEFF_CACHE_DIR` if set, else `default_cache_dir()`; created on first use.
 
     Raises DeffError (one sentence) when the path is a file or cannot be created.
     """
     from_env = os.environ.get("DEFF_CACHE_DIR")
-    path = Path(from_env or REPO_CACHE).expanduser()
+    path = Path(from_env or default_cache_dir()).expanduser()
     where = "DEFF_CACHE_DIR" if from_env else "The cache folder"
     if path.exists() and not path.is_dir():
         raise DeffError(

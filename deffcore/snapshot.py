@@ -19,6 +19,7 @@ Regenerate the shipped snapshot with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -159,6 +160,54 @@ class RunView:
             cka_bias=float(cka_finite_sample_bias(self.n, self.d_model)),
         )
 
+    def trust(
+        self,
+        pooling: str = "default",
+        metric: str = "cka",
+        K: int | None = None,
+        ci: tuple[float, float] | None = None,
+    ) -> Any:
+        """How far to trust this headline (`deffcore.trust.trust_badge`): N against d, whether
+        the CKA bias moves D_eff/L (against unbiased CKA, when the run has it), the bootstrap
+        interval `ci` when one was computed, the random-weight band when the run has one."""
+        from deffcore.trust import trust_badge
+
+        h = self.headline(pooling, metric, K)
+        unbiased = None
+        if metric == "cka":
+            with contextlib.suppress(KeyError):  # a snapshot may lack unbiased CKA
+                unbiased = self.headline(pooling, "unbiased_cka", K).deff_over_L
+        band = self.random_band(pooling, metric) or {}
+        seeds = len(band.get("seeds") or band.get("deff_over_L") or [])
+        null = (band["low"], band["high"]) if seeds and {"low", "high"} <= set(band) else None
+        return trust_badge(
+            h.n,
+            h.d_model,
+            metric=metric,
+            value=h.deff_over_L,
+            unbiased_value=unbiased,
+            ci=ci,
+            null_band=null,
+            null_seeds=seeds,
+        )
+
+    def identity(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
+        """`run_identity` of this run and view (what a downloaded table or figure carries)."""
+        return run_identity(self.spec, pooling=pooling, metric=metric)
+
+    def figure(self, name: str = "heatmap", **options: Any) -> Any:
+        """The explorer's Plotly figure `name` ("heatmap", "lag", "gap", "controls") of this
+        run; options: pooling, metric, K, paper (see `deffcore.notebook.run_figure`)."""
+        from deffcore.notebook import run_figure
+
+        return run_figure(self, name, **options)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: headline numbers, trust level and a small heatmap."""
+        from deffcore.notebook import run_html
+
+        return run_html(self)
+
 
 class MeasurementView(RunView):
     """A live `deffcore.measurement.Measurement` (its similarity matrices are memoised there)."""
@@ -205,9 +254,12 @@ class MeasurementView(RunView):
 
 
 class SnapshotView(RunView):
-    """A run read from a snapshot dict (see `snapshot`)."""
+    """A run read from a snapshot dict (see `snapshot`). `source` is "precomputed" (shipped
+    with the app) or "shared" (`read_snapshot`, with the file's `sha256` and `path`)."""
 
     source = "precomputed"
+    sha256 = ""
+    path: Path | None = None
 
     def __init__(self, data: dict[str, Any]):
         if data.get("format") != SNAPSHOT_FORMAT:
@@ -254,17 +306,21 @@ class SnapshotView(RunView):
 
 
 def _split_model(model: str) -> tuple[str, str | None]:
-    """`random:<base>:<seed>` -> (base, "random weights, init seed <seed>"); else (model, None)."""
-    parts = str(model).split(":")
-    if len(parts) == 3 and parts[0] == "random":
-        return parts[1], f"random weights, init seed {parts[2]}"
-    return str(model), None
+    """`random:<base>:<seed>` -> (base, "random weights, init seed <seed>"); else (model, None).
+    The base may hold colons itself (`random:loaded:my-ft@v3:1`, a notebook model's null)."""
+    text = str(model)
+    base, sep, seed = text.removeprefix("random:").rpartition(":")
+    if text.startswith("random:") and sep and base and seed.isdigit():
+        return base, f"random weights, init seed {seed}"
+    return text, None
 
 
 def _short_dataset(dataset: str) -> str:
     """A dataset spec as a person names it: a local path by its file name (never the folder,
     which can be the cache's upload folder), with its `:column` kept; others as written."""
     text = str(dataset)
+    if re.fullmatch(r"texts:[0-9a-f]{16}", text):  # a notebook's list of strings (content hash)
+        return f"texts {text[6:14]}"
     if text.startswith("hf:") or "/" not in text:
         return text
     path, sep, column = text.rpartition(":")
@@ -285,6 +341,8 @@ def label_fields(spec: dict[str, Any]) -> dict[str, str]:
     full = {**SPEC_DEFAULTS, **spec}
     base, weights = _split_model(full["model"])
     revision = full.get("revision")
+    if str(base).startswith("loaded:"):
+        revision = None  # a notebook model's fingerprint (deffcore.external): the key's, not a name
     return {
         "model": base,
         "weights": weights or "trained",
@@ -373,7 +431,7 @@ def run_slug(spec: dict[str, Any]) -> str:
     base, weights = _split_model(full["model"])
     parts = [base.replace("/", "-")]
     if weights:
-        parts.append(f"random-s{str(full['model']).split(':')[2]}")
+        parts.append(f"random-s{str(full['model']).rpartition(':')[2]}")
     if full.get("revision"):
         parts.append(f"rev-{full['revision']}")
     parts += [_short_dataset(full["dataset"]), f"N{full['n']}", f"T{full['max_tokens']}"]

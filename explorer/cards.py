@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import plotly.graph_objects as go
@@ -11,7 +10,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.snapshot import RunView, SnapshotView, download_stem, run_identity
-from deffcore.trust import Trust, trust_badge
+from deffcore.trust import Trust
 from explorer.settings import Settings
 
 #: Extraction speed used for time estimates (SmolLM2-135M, quiet 2-core CPU, BENCHMARKS.md).
@@ -19,7 +18,9 @@ CPU_TOKENS_PER_S = 600
 
 
 def precomputed_note(view: RunView) -> None:
-    if isinstance(view, SnapshotView):
+    if isinstance(view, SnapshotView) and view.source == "shared":
+        shared_note(view)
+    elif isinstance(view, SnapshotView):
         tokens = view.n * int(view.spec.get("max_tokens", 128))
         # ~600 tokens/s: SmolLM2-135M on a quiet 2-core CPU (BENCHMARKS.md, extraction)
         minutes = max(1, round(tokens / CPU_TOKENS_PER_S / 60))
@@ -31,16 +32,22 @@ def precomputed_note(view: RunView) -> None:
         )
 
 
+def shared_note(view: SnapshotView) -> None:
+    """Where a shared run comes from; its command is someone else's text, shown as code."""
+    st.info(
+        "A shared run: the numbers are read from the snapshot file its sender made, never "
+        "re-run here. To measure it yourself, choose the same settings in the sidebar and "
+        "press **Run**." + (" It was made with:" if view.command else ""),
+        icon="ℹ️",
+    )
+    if view.command:
+        st.code(view.command, language="bash")
+
+
 def trust_of(view: RunView, settings: Settings) -> Trust:
-    """The trust badge of the current headline (`deffcore.trust`): N against d, the bias's
-    effect (linear vs unbiased CKA), the bootstrap interval when the Baselines page computed
-    one for this view, the random-weight band when the run has one."""
+    """The trust badge of the current headline (`RunView.trust`), with the bootstrap interval
+    when the Baselines page computed one for this view."""
     pooling, metric, K = settings.pooling, settings.metric, settings.K
-    h = view.headline(pooling, metric, K)
-    unbiased = None
-    if metric == "cka":
-        with contextlib.suppress(KeyError):  # a snapshot may lack unbiased CKA
-            unbiased = view.headline(pooling, "unbiased_cka", K).deff_over_L
     ci = None
     if K in (None, view.layers - 1):
         for k, v in st.session_state.items():
@@ -51,19 +58,7 @@ def trust_of(view: RunView, settings: Settings) -> Trust:
                 and {"low", "high"} <= set(v)
             ):
                 ci = (float(v["low"]), float(v["high"]))
-    band = view.random_band(pooling, metric) or {}
-    seeds = len(band.get("seeds") or band.get("deff_over_L") or [])
-    null = (band["low"], band["high"]) if seeds and "low" in band and "high" in band else None
-    return trust_badge(
-        h.n,
-        h.d_model,
-        metric=metric,
-        value=h.deff_over_L,
-        unbiased_value=unbiased,
-        ci=ci,
-        null_band=null,
-        null_seeds=seeds,
-    )
+    return view.trust(pooling, metric, K, ci)
 
 
 _BADGE_COLOR = {"solid": "green", "indicative": "orange", "noise": "red"}

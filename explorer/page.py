@@ -46,7 +46,10 @@ def require_view(title: str) -> tuple[RunView, Settings] | None:
         return None
     if isinstance(view, SnapshotView):
         st.caption(
-            "ℹ️ Showing the shipped precomputed default run (see the first page); press **Run** "
-            "in the sidebar to measure your own model and data."
+            "ℹ️ Showing a shared run (a snapshot file someone sent, see the Runs page): its "
+            "numbers are as its sender measured them; press **Run** to measure your own."
+            if view.source == "shared"
+            else "ℹ️ Showing the shipped precomputed default run (see the first page); press "
+            "**Run** in the sidebar to measure your own model and data."
         )
     return view, settings

@@ -386,5 +386,5 @@ def view_settings(settings: Settings) -> None:
             st.slider, "Maximum lag K", f"K_L{L}", L - 1, min_value=1, max_value=L - 1
         )
     if view is not None:
-        tag = "precomputed" if view.source == "precomputed" else "measured"
+        tag = view.source if view.source in ("precomputed", "shared") else "measured"
         st.caption(f"Current run ({tag}): {md_escape(view.label)}")

@@ -1,19 +1,23 @@
 """The session's current run and views of cached runs (read from the cache, never re-run).
 
-Until a run lands, the current run is the shipped default snapshot.
+Until a run lands, the current run is the shared run `deffcore app --run FILE` named, else
+the shipped default snapshot.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import streamlit as st
 
 from deffcore import jobs
+from deffcore.sharing import APP_RUN_ENV, open_shared
 from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_gallery, load_snapshot
 from explorer.guard import guarded
 
 VIEW_KEY = "deff_view"
+_RUN_ENV_DONE = "_deff_run_env_opened"
 
 
 def cached_runs() -> list[dict[str, Any]]:
@@ -73,6 +77,16 @@ def precomputed_runs() -> list[SnapshotView]:
     return load_gallery()
 
 
+def requested_run() -> None:
+    """Once per session: make the shared run `deffcore app --run FILE` kept the current run."""
+    if st.session_state.get(_RUN_ENV_DONE) or not os.environ.get(APP_RUN_ENV):
+        return
+    st.session_state[_RUN_ENV_DONE] = True
+    with guarded("Opening the shared run"):
+        st.session_state[VIEW_KEY] = open_shared(os.environ[APP_RUN_ENV])
+
+
 def current_view() -> RunView | None:
     """The run landed last in this session, else the shipped default snapshot."""
+    requested_run()
     return st.session_state.get(VIEW_KEY) or default_snapshot()

@@ -1,5 +1,6 @@
-"""The runs: cached and precomputed ones, told apart by what differs; open, compare (a colour
-per run, two runs side by side), resume an interrupted run, delete a cached one."""
+"""The runs: cached, shared and precomputed ones, told apart by what differs; open, compare (a
+colour per run, two runs side by side), upload a shared run, resume an interrupted run, delete
+a cached or shared one."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from explorer.guard import guarded
 from explorer.page import page
 from explorer.run_panel import resume_run
 from explorer.settings import Settings
+from explorer.shared_runs import share_section, shared_entries
 from explorer.views import (
     cached_result,
     forget_run,
@@ -52,6 +54,10 @@ def line_name(i: int) -> str:
     return colour if style["dash"] == "solid" else f"{colour}, {style['dash']}"
 
 
+#: Runs that are a file (a view each), not a cache entry.
+VIEW_SOURCES = ("shared", "precomputed")
+
+
 @dataclass
 class Runs:
     """Every run the page lists: cached entries, then the precomputed gallery, by id (a cached
@@ -66,7 +72,7 @@ class Runs:
 
     @property
     def complete(self) -> list[str]:
-        return [e["id"] for e in self.entries if e["status"] in ("complete", "precomputed")]
+        return [e["id"] for e in self.entries if e["status"] in ("complete", *VIEW_SOURCES)]
 
 
 def cache_entries() -> list[dict[str, Any]]:
@@ -99,9 +105,9 @@ def gallery_entries() -> list[dict[str, Any]]:
 
 
 def list_runs(view: RunView | None) -> Runs:
-    entries = cache_entries() + gallery_entries()
+    entries = cache_entries() + shared_entries() + gallery_entries()
     for e in entries:
-        e["id"] = e["key"] if e["source"] == "cached" else f"precomputed:{e['key']}"
+        e.setdefault("id", e["key"] if e["source"] == "cached" else f"precomputed:{e['key']}")
         e["tags"] = [] if e["status"] == "complete" else [e["status"]]
     with_spec = [e for e in entries if isinstance(e.get("spec"), dict)]
     labels = dict(
@@ -118,6 +124,8 @@ def list_runs(view: RunView | None) -> Runs:
     def is_current(e: dict[str, Any]) -> bool:
         if view is None or e["key"] != getattr(view, "key", None):
             return False
+        if "shared" in (e["source"], view.source):  # the very file: two may hold one run
+            return e.get("sha256") == getattr(view, "sha256", None)
         return (e["source"] == "precomputed") == (view.source == "precomputed")
 
     return Runs(
@@ -193,7 +201,7 @@ def open_section(runs: Runs) -> None:
 
 
 def open_entry(e: dict[str, Any]) -> bool:
-    if e["source"] == "precomputed":
+    if "view" in e:  # precomputed or shared: the file is the run
         set_view(e["view"])
         return True
     return open_run(e["key"]) is not None
@@ -250,8 +258,8 @@ def compare_section(runs: Runs, settings: Settings) -> None:
         return
     names = dict(zip(picked, run_labels([runs.by_id[i]["spec"] for i in picked]), strict=True))
     for i in picked:
-        if runs.by_id[i]["source"] == "precomputed":
-            names[i] += " · precomputed"
+        if runs.by_id[i]["source"] != "cached":
+            names[i] += f" · {runs.by_id[i]['source']}"
     shared = common_label([runs.by_id[i]["spec"] for i in picked])
     if shared:
         shown = md_escape(shared)
@@ -271,7 +279,7 @@ def compared_results(
     for i in picked:
         e = runs.by_id[i]
         with guarded(f"Run {runs.labels[i]}"):
-            if e["source"] == "precomputed":
+            if "view" in e:
                 snap = e["view"]
                 h = snap.headline(pooling, metric)
                 results[i] = {**h.to_dict(), "rho": snap.lag_profile(pooling, metric)}
@@ -351,7 +359,7 @@ def side_by_side_section(
         with guarded(f"Run {names[i]}"):
             mats[i] = (
                 e["view"].similarity(pooling, metric)
-                if e["source"] == "precomputed"
+                if "view" in e
                 else cached_similarity(e["key"], e.get("created", ""), pooling, metric)
             )
     if len(mats) < 2:
@@ -434,6 +442,7 @@ def main() -> None:
     runs = list_runs(view)
     runs_table(runs)
     open_section(runs)
+    share_section(runs.entries)
     resume_section(runs)
     compare_section(runs, settings)
     delete_section(runs)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 
 import numpy as np
@@ -272,3 +274,189 @@ def test_shipped_default_run_is_small_and_consistent():
     assert snap.spec["max_tokens"] == 128
     assert (snap.layers, snap.d_model) == (30, 576)
     _check_snapshot(snap)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared runs: open_snapshot / read_snapshot / save_shared / list_shared / delete_shared
+
+
+def test_a_shared_snapshot_reads_back_as_the_run_and_compares_like_one(tiny_measurement, tmp_path):
+    from deffcore.sharing import open_snapshot
+
+    path = tmp_path / "from a colleague.json"
+    path.write_text(json.dumps(snapshot(tiny_measurement, command="python -m deffcore ...")))
+    shared = open_snapshot(path)
+    live = MeasurementView(tiny_measurement)
+    assert shared.source == "shared" and shared.path == path.resolve()
+    assert len(shared.sha256) == 64 and shared.key == live.key and shared.label == live.label
+    for row in headline_changes(live.headline(), shared.headline()):
+        assert row["change (B - A)"] == pytest.approx(0.0, abs=1e-5), row["quantity"]
+    assert shared.trust().level == live.trust().level
+
+
+def test_every_shipped_snapshot_validates():
+    from deffcore.sharing import open_snapshot
+
+    for path in [DEFAULT_RUN_PATH, *sorted(GALLERY_DIR.glob("*.json"))]:
+        if path.exists():
+            assert open_snapshot(path).layers >= 2, path.name
+
+
+def _bad_snapshots(good: dict) -> dict[str, object]:
+    """name -> a file body (bytes) or a dict that breaks one rule."""
+    import copy
+    import pickle
+
+    def edit(fn):
+        data = copy.deepcopy(good)
+        fn(data)
+        return data
+
+    L = good["layers"]
+    return {
+        "empty": b"",
+        "not json": b"{not json",
+        "not utf-8": b"\xff\xfe\x00{",
+        "a pickle": pickle.dumps(print),
+        "deep nesting": b"[" * 100_000,
+        "a list": [],
+        "other format": edit(lambda d: d.update(format=2)),
+        "no similarity": edit(lambda d: d.pop("similarity")),
+        "spec n a string": edit(lambda d: d["spec"].update(n="512")),
+        "unknown spec field": edit(lambda d: d["spec"].update(command="rm -rf /")),
+        "unknown passages": edit(lambda d: d["spec"].update(passages="sentences")),
+        "layers a bool": edit(lambda d: d.update(layers=True)),
+        "layers huge": edit(lambda d: d.update(layers=10**9)),
+        "bad key": edit(lambda d: d.update(key="../../etc")),
+        "short pos0": edit(lambda d: d.update(pos0_norm_ratio=[1.0] * L)),
+        "string in S": edit(lambda d: d["similarity"]["default"]["cka"][0].__setitem__(1, "0.5")),
+        "S too small": edit(lambda d: d["similarity"]["default"].update(cka=[[1.0]])),
+        "S asymmetric": edit(lambda d: d["similarity"]["default"]["cka"][0].__setitem__(1, 0.123)),
+        "S out of range": edit(lambda d: d["similarity"]["default"]["cka"][0].__setitem__(0, 5.0)),
+        "NaN in S": edit(
+            lambda d: d["similarity"]["default"]["cka"][1].__setitem__(1, float("nan"))
+        ),
+        "unknown pooling": edit(lambda d: d["similarity"].update(mystery={})),
+        "results a list": edit(lambda d: d["measurement"].update(results=[1])),
+        "band text": edit(
+            lambda d: d["measurement"]["random_null"]["results"]["default"].update(mean={"x": 1})
+        ),
+    }
+
+
+def test_corrupt_or_foreign_files_get_one_sentence(tiny_measurement, tmp_path):
+    from deffcore.sharing import SnapshotError, open_snapshot, read_snapshot
+
+    good = json.loads(json.dumps(snapshot(tiny_measurement)))
+    read_snapshot(json.dumps(good).encode())  # the unbroken one passes
+    for name, body in _bad_snapshots(good).items():
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        with pytest.raises(SnapshotError) as err:
+            read_snapshot(data, name="run.json")
+        text = str(err.value)
+        assert text.startswith("run.json") and "\n" not in text and len(text) < 200, (name, text)
+    with pytest.raises(SnapshotError, match="cannot be read"):
+        open_snapshot(tmp_path / "missing.json")
+    with pytest.raises(SnapshotError, match="cannot be read"):
+        open_snapshot(tmp_path)  # a folder
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)  # opening it must neither block nor read
+    with pytest.raises(SnapshotError, match="not a regular file"):
+        open_snapshot(fifo)
+
+
+def test_size_is_checked_before_anything_is_parsed(tiny_measurement, tmp_path, monkeypatch):
+    from deffcore import sharing
+
+    body = json.dumps(snapshot(tiny_measurement)).encode()
+    monkeypatch.setattr(sharing, "MAX_SNAPSHOT_BYTES", len(body) - 1)
+    monkeypatch.setattr(json, "loads", lambda *_a, **_k: pytest.fail("parsed a too-large file"))
+    with pytest.raises(sharing.SnapshotError, match="limit"):
+        sharing.read_snapshot(body)
+    (tmp_path / "big.json").write_bytes(body)
+    with pytest.raises(sharing.SnapshotError, match="limit"):
+        sharing.open_snapshot(tmp_path / "big.json")
+
+
+def test_shared_runs_are_kept_listed_and_deleted_only_when_ours(tiny_measurement, deff_cache_dir):
+    from deffcore.sharing import (
+        SnapshotError,
+        delete_shared,
+        list_shared,
+        save_shared,
+        shared_dir,
+    )
+
+    body = json.dumps(snapshot(tiny_measurement)).encode()
+    first = save_shared(body, name="run.json")
+    again = save_shared(body, name="copy.json")
+    assert first.path == again.path and first.path.parent == deff_cache_dir / ".shared"
+    assert [v.sha256 for v in list_shared()] == [first.sha256]
+    (shared_dir() / "notes.txt").write_text("mine")  # not a shared run: never listed/deleted
+    other = shared_dir() / ("0" * 16 + ".json")
+    other.write_bytes(body)  # named like one, but its name is not its hash
+    broken = b"{broken"
+    (shared_dir() / f"{hashlib.sha256(broken).hexdigest()[:16]}.json").write_bytes(broken)
+    with pytest.warns(UserWarning, match="Skipped shared run"):
+        assert [v.path for v in list_shared()] == [first.path]
+    for sha in ("0" * 16, "../../x", "not hex!"):
+        with pytest.raises(SnapshotError, match="nothing was deleted"):
+            delete_shared(sha)
+    assert other.exists()
+    delete_shared(first.sha256)
+    assert not first.path.exists() and (shared_dir() / "notes.txt").exists()
+    with pytest.raises(SnapshotError):
+        save_shared(b"{}")
+
+
+def test_a_kept_run_opens_by_its_content_id_only_when_it_is_still_that_file(
+    tiny_measurement, deff_cache_dir, tmp_path
+):
+    """`open_shared` (what `deffcore app --run` hands the app): the very bytes named by their
+    hash, a regular file, never a link; anything else is one sentence."""
+    from deffcore.sharing import SnapshotError, open_shared, save_shared, share_file, shared_dir
+
+    body = json.dumps(snapshot(tiny_measurement)).encode()
+    sent = tmp_path / "from a colleague.json"
+    sent.write_bytes(body)
+    kept = share_file(sent)  # read once, checked, kept
+    assert kept.path == shared_dir() / f"{kept.sha256[:16]}.json" and kept.path.read_bytes() == body
+    opened = open_shared(kept.sha256[:16])
+    assert opened.sha256 == kept.sha256 and opened.headline() == kept.headline()
+    assert opened.source == "shared" and opened.path == kept.path
+    for bad in ("0" * 16, "../../etc/pass", "", "ABCDEF0123456789"):
+        with pytest.raises(SnapshotError, match="is kept here"):
+            open_shared(bad)
+    kept.path.write_bytes(body.replace(b'"n": ', b'"n":  ', 1))  # changed since it was kept
+    with pytest.raises(SnapshotError, match="has changed since it was kept"):
+        open_shared(kept.sha256)
+    # a link squatting the name is never read, and never written through
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes(b"theirs")
+    kept.path.unlink()
+    kept.path.symlink_to(elsewhere)
+    with pytest.raises(SnapshotError, match="cannot be read"):
+        open_shared(kept.sha256)
+    again = save_shared(body, name="run.json")  # replaces the link itself
+    assert not again.path.is_symlink() and again.path.read_bytes() == body
+    assert elsewhere.read_bytes() == b"theirs"
+    assert open_shared(kept.sha256).sha256 == kept.sha256
+
+
+def test_a_run_that_cannot_be_kept_is_one_sentence(tiny_measurement, deff_cache_dir, monkeypatch):
+    import tempfile
+
+    from deffcore.sharing import SnapshotError, list_shared, save_shared
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", full_disk)
+    body = json.dumps(snapshot(tiny_measurement)).encode()
+    with pytest.raises(
+        SnapshotError,
+        match=r"run.json is a valid run but cannot be kept in .*"
+        r"\(No space left on device\)\.$",
+    ):
+        save_shared(body, name="run.json")
+    assert list_shared() == []

@@ -25,6 +25,7 @@ from deffcore.figures.base import (
 GAP_BAR_STYLES: dict[str, dict[str, str | None]] = {
     "paper": {"color": COLOR_PAPER, "pattern": "/"},
     "precomputed": {"color": None, "pattern": ""},  # the shipped gallery runs
+    "shared": {"color": None, "pattern": ""},  # snapshot files someone sent (Runs page)
     "cached": {"color": None, "pattern": ""},
     "this run": {"color": None, "pattern": ""},
 }
@@ -34,7 +35,8 @@ def gap_bars(table: pd.DataFrame) -> go.Figure:
     """Signed gap-to-F_L bars, grouped by family and sorted within each family.
 
     table: one row per bar with columns `label`, `family`, `gap_pct`, `source`, where source is
-    "this run", "cached", "precomputed" (a shipped gallery run) or "paper". Published values
+    "this run", "cached", "precomputed" (a shipped gallery run), "shared" (a snapshot file
+    someone sent) or "paper". Published values
     keep a hatched grey bar and the word "paper" in their label, so they are never mistaken
     for measurements.
 

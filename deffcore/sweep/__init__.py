@@ -8,7 +8,8 @@
 `plan_sweep`, `run_sweep`, `compute_cell`), `ray_runtime` (join a cluster or start a private
 local runtime), `table_s7` (paper Table S7 as one sweep). A background sweep (the Models page)
 is a job of `deffcore.jobs`, the one registry and queue of background work. The Models overview
-(`model_family`, `paper_models`, `cached_model_row`) lives in `deffcore.models_overview`.
+(`model_family`, `paper_models`) lives in `deffcore.models_overview`, a cached run's row in
+`deffcore.run_tables.cached_model_row`.
 
 Every public name is re-exported here: `from deffcore.sweep import run_sweep` keeps working;
 `start_sweep` and `sweep_job` are `deffcore.jobs`'s (resolved on first use, so importing this
@@ -17,7 +18,8 @@ package stays light).
 
 from __future__ import annotations
 
-from deffcore.models_overview import FAMILIES, cached_model_row, model_family, paper_models
+from deffcore.models_overview import FAMILIES, model_family, paper_models
+from deffcore.run_tables import cached_model_row
 from deffcore.sweep.cells import (
     MAX_CELLS,
     Cell,
