@@ -40,7 +40,7 @@ from deffcore.errors import DeffError
 from deffcore.paper import paper_reference_path
 from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_snapshot
 from deffcore.snapshot import run_label as run_label  # re-exported for the pages
-from deffcore.trust import Trust, trust_badge
+from deffcore.trust_rule import Trust, trust_badge
 
 DEFAULT_MODEL = "smollm2-135m"
 #: The one demo model listed by default; the other tiny test models behind a checkbox.
