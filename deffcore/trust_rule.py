@@ -149,21 +149,22 @@ def spread(n: int) -> float:
 
 
 def passages_needed(n: int, bias_rel: float, spread_rel: float) -> int:
-    """Passages at which bias + spread falls to SOLID_ERROR, scaling the spread as 1/sqrt(N)
-    and linear CKA's bias as 1/N (d/(N+d) for N >> d); 0 when none would (bias alone)."""
-    target = SOLID_ERROR * 0.999
-    lo, hi = n, n
-    for _ in range(64):  # find an upper bound, then bisect
-        if bias_rel * n / hi + spread_rel * math.sqrt(n / hi) <= target:
-            break
+    """The smallest N' >= n at which bias + spread falls to SOLID_ERROR, scaling the spread
+    as 1/sqrt(N) and linear CKA's bias as 1/N (d/(N+d) for N >> d); both measured at n."""
+
+    def fits(m: int) -> bool:
+        return bias_rel * n / m + spread_rel * math.sqrt(n / m) <= SOLID_ERROR
+
+    hi = n
+    while not fits(hi):
         hi *= 2
-    else:
-        return 0
-    while hi - lo > max(1, lo // 1000):
+    lo = max(n, hi // 2)
+    if fits(lo):
+        return lo
+    while hi - lo > 1:  # fits(hi), not fits(lo)
         mid = (lo + hi) // 2
-        ok = bias_rel * n / mid + spread_rel * math.sqrt(n / mid) <= target
-        lo, hi = (lo, mid) if ok else (mid, hi)
-    return int(hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
 
 
 def gap_of(deff_over_L: float, layers: int) -> float:
