@@ -161,6 +161,7 @@ def test_snapshot_command_remakes_a_windows_run(capsys, tiny_dataset, tmp_path):
     snap = json.loads(path.read_text())
     assert "--passages windows --bos none" in snap["command"]
     assert "--intervention" not in snap["command"] and d["passages"] == "windows"
+    assert snap["measurement"]["trust"] == d["trust"]  # the badge travels with the snapshot
 
 
 def test_measure_reports_trust_and_bootstrap_adds_the_interval(capsys, tiny_dataset):

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         d["bootstrap"] = boot.to_dict()
     d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
     if args.snapshot is not None:
-        _write_snapshot(m, args, seeds)
+        _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d})
     if args.json:
         print_json(d)
     else:
@@ -146,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...]) -> None:
-    """The explorer's snapshot of this run, stamped with the command that reproduces it."""
+def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict) -> None:
+    """The explorer's snapshot of this run, stamped with the command that reproduces it; its
+    CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run)."""
     from deffcore.snapshot import snapshot
 
     command = (
@@ -164,6 +165,10 @@ def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...]) -> None
             command += f" {flag} {shlex.quote(value)}"
     if seeds:
         command += " --random-seeds " + ",".join(map(str, seeds))
+    if args.bootstrap is not None:
+        command += f" --bootstrap {args.bootstrap}"
+    data = snapshot(m, command=command)
+    data["measurement"].update(extra)
     args.snapshot.parent.mkdir(parents=True, exist_ok=True)
-    args.snapshot.write_text(json.dumps(snapshot(m, command=command), separators=(",", ":")))
+    args.snapshot.write_text(json.dumps(data, separators=(",", ":")))
     print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)
