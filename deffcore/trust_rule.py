@@ -72,6 +72,8 @@ MIN_NULL_SEEDS = 5
 LEVELS = ("solid", "indicative", "noise")
 #: Shape + word, never colour alone (colour-blind readers).
 BADGE = {"solid": "● solid", "indicative": "◐ indicative", "noise": "○ noise"}
+#: The regimes in symbols.
+REGIME_WORDS = {"below": "D_eff < F_L", "above": "D_eff > F_L", "at the reference": "D_eff at F_L"}
 #: The null statement's verdicts.
 NULL_VERDICTS = ("differs", "overlaps", "too_few_seeds", "no_interval")
 
@@ -125,7 +127,7 @@ class Trust:
 
     def sentence(self) -> str:
         """One line for a page: the level, the reasons, the action, the null statement."""
-        text = f"{self.level.capitalize()}: " + " ".join(self.reasons or ("enough data.",))
+        text = f"{self.level.capitalize()}: " + " ".join(self.reasons)
         text += f" To make it solid: {self.action}." if self.action else ""
         return text + (f" {self.null_sentence}" if self.null_sentence else "")
 
@@ -334,6 +336,11 @@ def assess(
     regime, unsettled = _regime(point, layers, interval, err.total)
     noise, weak = _noise_reasons(n, err), _weak_reasons(metric, point, err, interval, unsettled)
     level = "noise" if noise else "indicative" if weak else "solid"
+    if level == "solid":  # say what was checked
+        weak = [
+            f"The estimated error of D_eff/L is {_error_words(err)}, within {SOLID_ERROR:.0%}"
+            + (f"; the regime ({REGIME_WORDS[regime]}) is settled." if regime else ".")
+        ]
     need = passages_needed(n, err.bias or 0.0, err.spread)
     verdict, sentence = _null_statement(null_band(band), interval)
     return Trust(

@@ -81,7 +81,11 @@ def test_too_few_passages_are_noise_and_the_action_is_more_passages():
 def test_unbiased_cka_is_solid_where_the_spread_fits_two_percent():
     edge = math.ceil((tr.SPREAD_C / tr.SOLID_ERROR) ** 2)  # spread(N) <= 2% from here on
     solid = assess(edge, D, metric="unbiased_cka", point=POINT, layers=L)
-    assert solid.level == "solid" and solid.action is None and solid.reasons == ()
+    assert solid.level == "solid" and solid.action is None
+    assert solid.reasons == (
+        f"The estimated error of D_eff/L is {solid.error:.1%} (bias 0.0%, spread "
+        f"{solid.error:.1%}), within 2%; the regime (D_eff < F_L) is settled.",
+    )
     assert solid.error == pytest.approx(tr.spread(edge))
     below = assess(edge - 1, D, metric="unbiased_cka", point=POINT, layers=L)
     assert below.level == "indicative" and "solid needs at most 2%" in below.sentence()
