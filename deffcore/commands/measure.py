@@ -103,7 +103,8 @@ def _table(d: dict) -> str:
 
 def trust_lines(trust: dict, bootstrap: dict | None = None) -> list[str]:
     """The trust badge of the default pooling's D_eff/L in words (and its interval)."""
-    lines = [f"trust (default pooling, D_eff/L): {trust['badge']}: {trust['sentence']}"]
+    why = trust["sentence"].split(": ", 1)[-1]  # the sentence without its "Level: " prefix
+    lines = [f"trust (default pooling, D_eff/L): {trust['badge']}. {why}"]
     if bootstrap is not None:
         lines.append(
             f"bootstrap (B = {bootstrap['B']}): D_eff/L {bootstrap['point']:.4f}, 95% interval "
