@@ -295,7 +295,7 @@ class Measurement:
         K: int | None = None,
         ci: tuple[float, float] | None = None,
     ):
-        """Trust level of the headline (`deffcore.trust.Trust`: level, reasons, action)."""
+        """Trust level of the headline (`deffcore.trust_rule.Trust`: level, reasons, action)."""
         return self.view().trust(pooling, metric or self.metric, K, ci)
 
     def figure(self, name: str = "heatmap", **options: Any):

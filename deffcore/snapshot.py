@@ -167,10 +167,10 @@ class RunView:
         K: int | None = None,
         ci: tuple[float, float] | None = None,
     ) -> Any:
-        """How far to trust this headline (`deffcore.trust.trust_badge`): N against d, whether
+        """How far to trust this headline (`deffcore.trust_rule.trust_badge`): N against d, whether
         the CKA bias moves D_eff/L (against unbiased CKA, when the run has it), the bootstrap
         interval `ci` when one was computed, the random-weight band when the run has one."""
-        from deffcore.trust import trust_badge
+        from deffcore.trust_rule import trust_badge
 
         h = self.headline(pooling, metric, K)
         unbiased = None
@@ -189,6 +189,7 @@ class RunView:
             ci=ci,
             null_band=null,
             null_seeds=seeds,
+            layers=h.layers,  # the gap's regime is part of the claim
         )
 
     def identity(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:

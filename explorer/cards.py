@@ -10,7 +10,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.snapshot import RunView, SnapshotView, download_stem, run_identity
-from deffcore.trust import Trust
+from deffcore.trust_rule import Trust
 from explorer.settings import Settings
 
 #: Extraction speed used for time estimates (SmolLM2-135M, quiet 2-core CPU, BENCHMARKS.md).

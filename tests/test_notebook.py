@@ -16,7 +16,7 @@ from deffcore.constants import POOLINGS
 from deffcore.depth import lag_profile
 from deffcore.notebook import FIGURE_NAMES, heatmap_svg
 from deffcore.snapshot import MeasurementView, SnapshotView, snapshot
-from deffcore.trust import trust_badge
+from deffcore.trust_rule import trust_badge
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "docs" / "quickstart.ipynb"
@@ -78,6 +78,7 @@ def test_trust_is_the_badge_of_the_headline(run):
         unbiased_value=unbiased,
         null_band=(band["low"], band["high"]),
         null_seeds=3,
+        layers=run.layers,  # the regime is part of the claim
     )
     assert run.trust() == want
     assert run.trust(metric="cosine") == MeasurementView(run).trust("default", "cosine")

@@ -49,6 +49,14 @@ def add_parser(subparsers) -> None:
         "this is how deffcore/data/default_run.json, the app's first screen, is made",
     )
     p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=None,
+        metavar="B",
+        help="passage bootstrap with B replicates (e.g. 100): the 95%% interval of the default "
+        "pooling's D_eff/L, which the trust badge then uses (SPEC section 8)",
+    )
+    p.add_argument(
         "--no-cache",
         action="store_true",
         help="recompute without reading or writing the cache (an interrupted run is otherwise "
@@ -88,6 +96,7 @@ def _table(d: dict) -> str:
                 f"{pooling:<15}{b['mean']:>8.3f}  [{b['low']:.3f}, {b['high']:.3f}]  "
                 f"trained {d['results'][pooling]['deff_over_L']:.3f}"
             )
+    lines += ["", *trust_lines(d["trust"], d.get("bootstrap"))]
     lines += [
         "",
         f"{'cached' if d['cached'] else 'computed'} in {d['elapsed_s']:.1f} s (key {d['key']})",
@@ -95,9 +104,26 @@ def _table(d: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from deffcore.measurement import measure
+def trust_lines(trust: dict, bootstrap: dict | None = None) -> list[str]:
+    """The trust badge of the default pooling's D_eff/L in words (and its interval)."""
+    why = trust["sentence"].split(": ", 1)[-1]  # the sentence without its "Level: " prefix
+    lines = [f"trust (default pooling, D_eff/L): {trust['badge']}. {why}"]
+    if bootstrap is not None:
+        lines.append(
+            f"bootstrap (B = {bootstrap['B']}): D_eff/L {bootstrap['point']:.4f}, 95% interval "
+            f"[{bootstrap['low']:.4f}, {bootstrap['high']:.4f}], replicate mean "
+            f"{bootstrap['mean']:.4f}, bias-corrected {bootstrap['bias_corrected']:.4f}"
+        )
+    return lines
 
+
+def run(args: argparse.Namespace) -> int:
+    from deffcore.checks import check_int
+    from deffcore.measurement import measure
+    from deffcore.trust_rule import measurement_trust
+
+    if args.bootstrap is not None:
+        check_int(args.bootstrap, "--bootstrap", 2)
     check_args(args)
     seeds = int_list(args.random_seeds, "--random-seeds")
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
@@ -110,8 +136,13 @@ def run(args: argparse.Namespace) -> int:
             use_cache=not args.no_cache,
         )
     d = m.to_dict()
+    boot = None
+    if args.bootstrap is not None:
+        boot = m.bootstrap("default", B=args.bootstrap, seed=args.seed)
+        d["bootstrap"] = boot.to_dict()
+    d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
     if args.snapshot is not None:
-        _write_snapshot(m, args, seeds)
+        _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d})
     if args.json:
         print_json(d)
     else:
@@ -119,8 +150,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...]) -> None:
-    """The explorer's snapshot of this run, stamped with the command that reproduces it."""
+def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict) -> None:
+    """The explorer's snapshot of this run, stamped with the command that reproduces it; its
+    CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run)."""
     from deffcore.snapshot import snapshot
 
     command = (
@@ -137,6 +169,10 @@ def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...]) -> None
             command += f" {flag} {shlex.quote(value)}"
     if seeds:
         command += " --random-seeds " + ",".join(map(str, seeds))
+    if args.bootstrap is not None:
+        command += f" --bootstrap {args.bootstrap}"
+    data = snapshot(m, command=command)
+    data["measurement"].update(extra)
     args.snapshot.parent.mkdir(parents=True, exist_ok=True)
-    args.snapshot.write_text(json.dumps(snapshot(m, command=command), separators=(",", ":")))
+    args.snapshot.write_text(json.dumps(data, separators=(",", ":")))
     print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)
