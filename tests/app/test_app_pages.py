@@ -118,6 +118,7 @@ def test_run_completes_and_headline_matches_measure(app, measurement):
         metric="cka",
         value=s.deff_over_L,
         unbiased_value=measurement.summary("default", "unbiased_cka").deff_over_L,
+        layers=measurement.layers,  # the app judges the gap's regime too
     )
     assert t.level == "noise"
     assert any("Trust: noise" in m.value for m in at.markdown)
