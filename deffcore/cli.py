@@ -26,6 +26,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "carry",
     "dynamics",
     "aggregations",
+    "gw",
+    "correlate",
+    "pretrain",
     "bos",
     "sweep",
 )

@@ -90,8 +90,9 @@ def spherical_turning_angles(S: np.ndarray) -> np.ndarray:
     return out
 
 
-def _euclidean(states: np.ndarray) -> tuple[float, np.ndarray]:
-    """(chord / path, turning angles (L-2,)) of the centred pooled matrices, float64."""
+def euclidean_path(states: np.ndarray) -> tuple[float, np.ndarray]:
+    """states (L, N, d) -> (chord / path, turning angles (L-2,)) of the column-centred pooled
+    matrices as points of R^{N x d} (float64; see the module docstring)."""
     X = np.asarray(states, dtype=np.float64)
     X = X - X.mean(axis=1, keepdims=True)
     steps = np.diff(X, axis=0).reshape(X.shape[0] - 1, -1)  # (L-1, N*d)
@@ -158,7 +159,7 @@ def geodesic_efficiency(S_or_states: np.ndarray, metric: str = "cka") -> Traject
             "can exceed 1 and the turning angles are formal."
         )
     if states is not None:
-        eff, eturns = _euclidean(states)
+        eff, eturns = euclidean_path(states)
         out.euclidean_efficiency = eff
         out.euclidean_turning_angles = eturns.tolist()
         out.euclidean_mean_turning = _nanmean(eturns)

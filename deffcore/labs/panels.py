@@ -323,4 +323,3 @@ def check_sources(text: str) -> tuple[str, ...]:
             f"--sources must name some of {', '.join(SOURCES)}; got {text!r}."
         )
     return names
-

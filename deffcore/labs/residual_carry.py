@@ -325,11 +325,17 @@ PRESETS: dict[str, CarrySettings] = {
 }
 
 
+def lr_schedule(step: int, lr: float, warmup: int, iters: int) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to lr/10 at `iters` (nanoGPT's).
+    Shared with the short-pretraining probes (`deffcore.labs.pretrain`)."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(iters - warmup, 1)
+    return lr / 10 + 0.5 * (lr - lr / 10) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
 def _lr_at(step: int, s: CarrySettings) -> float:
-    if step < s.warmup:
-        return s.lr * (step + 1) / s.warmup
-    progress = (step - s.warmup) / max(s.iters - s.warmup, 1)
-    return s.lr / 10 + 0.5 * (s.lr - s.lr / 10) * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return lr_schedule(step, s.lr, s.warmup, s.iters)
 
 
 @torch.no_grad()
