@@ -10,7 +10,7 @@ from deffcore.commands._common import add_output_args, fmt, result_only_stdout
 
 def add_parser(subparsers) -> None:
     from deffcore.constants import METRICS
-    from deffcore.labs.correlation import Y_BUILTIN
+    from deffcore.labs.correlation_lab import Y_BUILTIN
     from deffcore.labs.panels import X_QUANTITIES
 
     p = subparsers.add_parser(
@@ -127,7 +127,7 @@ def _table(d: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deffcore.labs import correlation as lab
+    from deffcore.labs import correlation_lab as lab
 
     scores = _check(args)
     with result_only_stdout():

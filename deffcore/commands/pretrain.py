@@ -74,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
     check_args(args, uses_cache=False)
     if args.n_probe is not None and args.n_probe < 4:
         raise InvalidArgumentError(f"--n-probe must be an integer >= 4, got {args.n_probe}.")
-    if args.device is not None:
-        check_device(args.device)
     settings = settings_from(
         args.preset,
         variants=str_list(args.variants) if args.variants else None,
@@ -89,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         threads=args.threads,
     )
+    check_device(settings.device)  # the preset's own device too (gpu: cuda)
     check_settings(settings)
     with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
         result = pretrain_probe(settings, progress=bar)

@@ -108,10 +108,12 @@ def read_scores(path: str | Path) -> ScoreTable:
         if not any(cell.strip() for cell in row):
             continue  # blank lines are allowed
         where = f"{path.name} line {line}"
-        if len(row) != len(cols):
+        required_width = 1 + max(cols[c] for c in REQUIRED)
+        if len(row) > len(cols) or len(row) < required_width:
             raise InvalidArgumentError(
                 f"{where} has {len(row)} fields; the header has {len(cols)}."
             )
+        row = row + [""] * (len(cols) - len(row))  # an optional last column may be left off
         model, task = row[cols["model"]].strip(), row[cols["task"]].strip()
         if not model or not task:
             raise InvalidArgumentError(f"{where}: the model and the task must not be empty.")

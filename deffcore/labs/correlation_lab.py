@@ -10,7 +10,7 @@ Three kinds of y (`deffcore.labs.panels` says where each number comes from):
   own D_eff/L, optionally with the paper's Table S17 models beside ours;
 - **trajectory geometry** (geodesic / Euclidean efficiency) of every cached run (Figure S6).
 
-Each correlation is `deffcore.correlate.correlate` (Pearson, Spearman with scipy's t p and the
+Each correlation is `deffcore.correlation.correlate` (Pearson, Spearman with scipy's t p and the
 exact permutation p, n, leave-one-out and leave-one-family-out rows, a small-n warning).
 
 **Table S18 from the paper's own values** (`s18_check`). Table S17 prints six models' k_1.10;
@@ -35,7 +35,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from deffcore.correlate import MIN_N, correlate
+from deffcore.correlation import MIN_N, correlate
 from deffcore.errors import DeffError, InvalidArgumentError
 from deffcore.labs.panels import (
     SOURCES,
