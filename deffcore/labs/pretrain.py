@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -45,6 +44,7 @@ import torch
 
 from deffcore.constants import PC_CONTROLS, POOLINGS
 from deffcore.errors import DeffError
+from deffcore.labs.residual_carry import lr_schedule, train_grid
 
 ProgressFn = Callable[[int, int, str], None]
 #: Fixed seed of the document split, the probe windows and the validation batches.
@@ -312,7 +312,6 @@ def train_probe(
 ) -> list[dict[str, Any]]:
     """Train one (variant, seed) model; one record per evaluation (step 0 included)."""
     from deffcore.interventions import norm_intervention
-    from deffcore.labs.residual_carry import lr_schedule
 
     model = build_model(s, tokenizer, seed)
     loaded = _as_loaded(model, tokenizer, s, f"pretrain:{variant}:{seed}")
@@ -417,20 +416,12 @@ def pretrain_probe(
     data = data or token_data(tokenizer, s.block_size)
     result = PretrainResult(settings=s, tokens_per_run=s.iters * s.batch_size * s.block_size)
     runs = [(v, seed) for v in s.variants for seed in s.seeds]
-    total = len(runs) * s.iters
-    previous = torch.get_num_threads()
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    start = time.perf_counter()
-    try:
-        for i, (variant, seed) in enumerate(runs):
 
-            def tick(step: int, offset: int = i * s.iters, stage: str = f"{variant} seed={seed}"):
-                if progress is not None:
-                    progress(offset + step, total, stage)
+    def train_one(run: tuple[str, int], tick: Callable[[int], None]) -> list[dict[str, Any]]:
+        return train_probe(run[0], run[1], s, tokenizer, data, tick=tick)
 
-            result.records += train_probe(variant, seed, s, tokenizer, data, tick=tick)
-    finally:
-        torch.set_num_threads(previous)
-    result.seconds = time.perf_counter() - start
+    result.records, result.seconds = train_grid(
+        runs, s.iters, train_one, progress=progress, threads=s.threads,
+        stage=lambda run: f"{run[0]} seed={run[1]}",
+    )  # fmt: skip
     return result
