@@ -16,7 +16,9 @@ x and y are one value per model (e.g. D_eff/L and a benchmark score). Reported:
 - **Leave-one-out rows**: the same numbers with each model left out in turn (Table S18 drops
   the extreme-D_eff/L models; every one is dropped here, and `extremes` names the two ends).
 - **Leave-one-family-out rows** when `families` is given (Table S21): each family dropped in
-  turn; a family that holds every model, or all but one, is not dropped (nothing would remain).
+  turn; a family whose removal leaves fewer than MIN_N models is not dropped. A family of one
+  model gives the same numbers as that model's leave-one-out row: the row is kept (Table S21
+  lists such families) and marked `same_as_loo` with the model's label.
 - The least-squares line y = slope x + intercept, for a scatter.
 
 Non-finite pairs are an error, not silently dropped: the caller decides which models count.
@@ -205,9 +207,10 @@ def correlate(
         for family in sorted(set(fam)):
             keep = np.array([f != family for f in fam])
             if keep.sum() >= MIN_N:
-                result.lofo.append(
-                    _subset_row(xa, ya, keep, dropped_family=family, dropped=int(n - keep.sum()))
-                )
+                row = _subset_row(xa, ya, keep, dropped_family=family, dropped=int(n - keep.sum()))
+                if row["dropped"] == 1:  # the same numbers as that model's leave-one-out row
+                    row["same_as_loo"] = names[int(np.flatnonzero(~keep)[0])]
+                result.lofo.append(row)
     result.warnings = _warnings(result)
     return result
 

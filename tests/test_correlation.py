@@ -106,6 +106,12 @@ def test_leave_one_family_out():
         ys = [v for v, k in zip(Y, keep, strict=True) if k]
         assert row["n"] == len(xs) and row["dropped"] == 7 - len(xs)
         assert row["pearson_r"] == pytest.approx(pearsonr(xs, ys)[0], abs=1e-12)
+    assert all("same_as_loo" not in row for row in c.lofo)
+    single = correlate(X, Y, families=["A", "A", "B", "B", "B", "C", "D"], labels=list("abcdefg"))
+    by_family = {row["dropped_family"]: row for row in single.lofo}
+    assert by_family["D"]["same_as_loo"] == "g" and "same_as_loo" not in by_family["A"]
+    loo_g = next(row for row in single.loo if row["dropped"] == "g")
+    assert by_family["D"]["pearson_r"] == loo_g["pearson_r"]
     # a family that would leave fewer than 3 models is not dropped
     c2 = correlate([1, 2, 3, 4], [1, 3, 2, 4], families=["A", "A", "B", "A"])
     assert [row["dropped_family"] for row in c2.lofo] == ["B"]

@@ -86,6 +86,9 @@ def _corr_lines(r: dict, name: str) -> list[str]:
         what = row.get("dropped_family", row["dropped"])
         if "skipped" in row:
             continue
+        if "same_as_loo" in row:
+            lines.append(f"    drop {what!s:<28} = drop {row['same_as_loo']} (its only model)")
+            continue
         lines.append(
             f"    drop {what!s:<28} n={row['n']:<3} r={fmt(row['pearson_r'], '+.3f')} "
             f"(p={fmt(row['pearson_p'])})  rho={fmt(row['spearman_rho'], '+.3f')} "
