@@ -2,7 +2,8 @@
 
 Model panels (one row per model, the x of a correlation with a user's scores):
 
-- `cached`: the measured runs in the cache (complete, trained weights, no intervention). A
+- `cached`: the measured runs in the cache (complete, trained weights, no intervention; the
+  random-weight specs of RANDOM_WEIGHTS, `random:...` and the `tiny-...` test models, never). A
   model measured several times counts once: its run with the largest N, the newest among equal
   N (the best measurement, not an average of a quick test with a real run). Numbers at the
   default pooling and the lab's metric: deff, deff_over_L, gap_pct, rho1.
@@ -78,8 +79,13 @@ def _measurement(meta: dict[str, Any], metric: str) -> Any:
     return Measurement(spec=spec_from_fields(meta["spec"]), pooled=found[0], metric=metric)
 
 
+#: Model specs whose weights are random (the null `random:<m>:<seed>` and the tiny test
+#: models): never a point of a panel, which compares trained models.
+RANDOM_WEIGHTS: tuple[str, ...] = ("random:", "tiny-")
+
+
 def _trained_plain(spec: dict[str, Any]) -> bool:
-    return not str(spec.get("model", "")).startswith("random:") and (
+    return not str(spec.get("model", "")).startswith(RANDOM_WEIGHTS) and (
         spec.get("intervention", "none") == "none"
     )
 

@@ -149,7 +149,22 @@ def test_sweep_panel_json_and_csv(tmp_path):
         panels.sweep_panel(tmp_path / "none.json")
 
 
-def test_cached_panel_keeps_the_largest_run_and_wins_over_the_paper(tiny_dataset):
+@pytest.fixture
+def tiny_counts_as_trained(monkeypatch):
+    """The tiny test models stand in for trained ones here (panels leave them out otherwise)."""
+    monkeypatch.setattr(panels, "RANDOM_WEIGHTS", ("random:",))
+
+
+def test_random_weights_are_never_in_a_panel(tiny_dataset):
+    from deffcore.measurement import measure
+
+    measure("tiny-llama", tiny_dataset, n=6, max_tokens=16)
+    assert panels.cached_panel() == [] and panels.geometry_panel() == []
+
+
+def test_cached_panel_keeps_the_largest_run_and_wins_over_the_paper(
+    tiny_dataset, tiny_counts_as_trained
+):
     from deffcore.measurement import measure
 
     small = measure("tiny-llama", tiny_dataset, n=6, max_tokens=16)
@@ -206,7 +221,7 @@ def test_pruning_correlations_need_three_checks():
         lab.pruning_correlations()
 
 
-def test_geometry_correlations_over_cached_runs(tiny_dataset):
+def test_geometry_correlations_over_cached_runs(tiny_dataset, tiny_counts_as_trained):
     from deffcore.geometry import geodesic_efficiency
     from deffcore.measurement import measure
 
