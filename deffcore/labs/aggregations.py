@@ -162,9 +162,10 @@ def aggregation_table(
     Returns {"lab": "aggregations", "pooling", "layers", "rows": [{metric, aggregation, value,
     value_over_L}], "xi": {metric: xi}, "similarity": {metric: S as nested lists},
     "geometry": {metric: TrajectoryGeometry dict}, "trajectory": {euclidean_efficiency,
-    euclidean_turning_angles, euclidean_mean_turning, reference_efficiency}}.
+    euclidean_turning_angles, euclidean_mean_turning (None when `measurement` has no pooled
+    states, e.g. a snapshot), reference_efficiency}}.
     """
-    from deffcore.geometry import euclidean_path, geodesic_efficiency, reference_efficiency
+    from deffcore.geometry import geodesic_efficiency, reference_efficiency
 
     rows = []
     geometry = {}
@@ -195,14 +196,27 @@ def aggregation_table(
         "xi": xis,
         "similarity": matrices,
         "geometry": geometry,
-        "trajectory": _trajectory(
-            euclidean_path(measurement.states(pooling)), reference_efficiency(layers)
-        ),
+        "trajectory": _trajectory(_states_of(measurement, pooling), reference_efficiency(layers)),
     }
 
 
-def _trajectory(path: tuple[float, np.ndarray], reference: float) -> dict[str, Any]:
-    efficiency, turns = path
+def _states_of(measurement: Any, pooling: str) -> np.ndarray | None:
+    """The pooled states h_1 .. h_L (L, N, d) behind `measurement`, or None: a Measurement
+    has them, an app view (`deffcore.snapshot.RunView`) holds one or, for a snapshot, none."""
+    if hasattr(measurement, "states"):
+        return measurement.states(pooling)
+    inner = getattr(measurement, "measurement", None)  # a view's live Measurement (property)
+    return inner.states(pooling) if inner is not None and hasattr(inner, "states") else None
+
+
+def _trajectory(states: np.ndarray | None, reference: float) -> dict[str, Any]:
+    """The Euclidean path of the states (None values without states) and E_L."""
+    from deffcore.geometry import euclidean_path
+
+    if states is None:
+        return {"euclidean_efficiency": None, "euclidean_turning_angles": None,
+                "euclidean_mean_turning": None, "reference_efficiency": reference}  # fmt: skip
+    efficiency, turns = euclidean_path(states)
     finite = turns[np.isfinite(turns)]
     return {
         "euclidean_efficiency": efficiency,
