@@ -145,6 +145,14 @@ _LAZY: dict[str, str] = {
     "run_carry_sweep": "deffcore.labs.residual_carry",
     "dynamics_sweep": "deffcore.labs.dynamics",
     "aggregation_table": "deffcore.labs.aggregations",
+    "correlate": "deffcore.correlation",
+    "Correlation": "deffcore.correlation",
+    "gw_matrix": "deffcore.gw",
+    "gw_distance": "deffcore.gw",
+    "geodesic_efficiency": "deffcore.geometry",
+    "TrajectoryGeometry": "deffcore.geometry",
+    "gw_lens": "deffcore.labs.gw_lens",
+    "pretrain_probe": "deffcore.labs.pretrain",
 }
 __all__ += sorted(_LAZY)
 

@@ -149,6 +149,26 @@ GLOSSARY: dict[str, str] = {
     "aggregation": "A way of turning S into an effective number of layers; D_eff is one, the "
     "participation ratio, spectral-entropy rank, Geyer ESS and exponential fit are others.",
     "ξ": "The correlation length of an exponential fit ρ(k) ≈ exp(-k/ξ), in layers.",
+    # --- further lenses (issue 20)
+    "f₁.₁₀": "Pruning tolerance: k₁.₁₀ divided by the number of layers, the share of blocks "
+    "that can be skipped within 1.10 times the unpruned perplexity.",
+    "Pearson r": "Linear correlation across models: 1 when the points lie on a rising line.",
+    "leave-one-out": "The correlation again with one model left out, for every model: a "
+    "correlation that one model carries changes a lot there.",
+    "leave-one-family-out": "The correlation again with one model family (all Pythia, all "
+    "Qwen, ...) left out: shows whether one family drives it.",
+    "exact permutation p": "The share of all orderings of the scores that correlate at least "
+    "as strongly as the real one; exact for few models, where the usual formula is rough.",
+    "Gromov–Wasserstein": "A distance between two point clouds that compares only their "
+    "internal distances, with no matching of points given; GW² is 0 for a rotated or "
+    "shuffled copy of the same cloud.",
+    "geodesic efficiency": "How straight the path through the layers is: the angle between "
+    "the first and last layer (arccos of their CKA) divided by the sum of the angles between "
+    "neighbouring layers. 1 for a straight path; orthogonal updates give less.",
+    "turning angle": "How sharply the layer path bends at a layer: 0 straight on, 90° a right "
+    "angle (what orthogonal updates give).",
+    "short pretraining": "Training a small model from random weights for a short while, to "
+    "see whether an effect of the pretrained model appears early.",
 }
 
 #: snake_case result keys -> column names a person reads (used by `human_columns`).
@@ -191,6 +211,16 @@ COLUMN_LABELS: dict[str, str] = {
     "k_1.10": "k₁.₁₀",
     "f_1.10": "f₁.₁₀",
     "ppl0": "PPL₀ (held-out)",
+    "k_110": "k₁.₁₀",
+    "f_110": "f₁.₁₀",
+    "pearson_r": "Pearson r",
+    "pearson_p": "p (Pearson)",
+    "spearman_rho": "Spearman ρ",
+    "spearman_gw_cka": "ρ(GW, CKA)",
+    "spearman_lag_gw": "ρ(|i−j|, GW)",
+    "spearman_lag_cka": "ρ(|i−j|, CKA)",
+    "geodesic_efficiency": "Geodesic efficiency",
+    "euclidean_efficiency": "Euclidean chord/path",
     "ppl": "Perplexity",
     "block_influence": "Block Influence (BI)",
     "local_delta_deff": "Local ΔD_eff",

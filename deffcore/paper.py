@@ -4,7 +4,11 @@
 Stream's Effective Depth* (Gahtan, Galil, Bronstein, 2026) publishes, one row per value with
 its source table: columns `source, model, layers, dataset, setting, quantity, value, note`
 (e.g. `Table 2, Pythia-70M, 6, FineWeb-Edu, default, gap_pct, 28.2,`). It covers Tables 1, 2 and
-S3-S17, including Table S7 (initialisation-only norm probes) and Table S14 (residual carry).
+S3-S22 and Figure S6, including Table S7 (initialisation-only norm probes), Table S8 (short-
+pretraining norm probes), Table S14 (residual carry), S17 (per-model pruning tolerance), S18
+(its correlation with D_eff/L), S20/S21 (benchmark correlations), S22 (Gromov–Wasserstein).
+Rows of a whole panel (S18, S20, S21) have model "panel"; S20/S21 keep the task in `dataset`
+and the subset ("all 16", "drop Gemma") in `setting`; S18 keeps the subset in `setting`.
 
 `$DEFF_PAPER_REFERENCE` may point at another CSV of the same columns (for a newer version of
 the values); nothing depends on it: without it the packaged copy is read.
@@ -122,3 +126,57 @@ def paper_controls(paper: pd.DataFrame) -> pd.DataFrame:
     pub = paper[(paper["quantity"] == "gap_pct") & paper["source"].isin(CONTROL_TABLES)]
     pub = pub[pub["note"].isna() | (pub["note"] == "intervention: none")]
     return pub.drop_duplicates(["model", "setting"], keep="first")
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def paper_pivot(source: str) -> dict[tuple[str, str, str], dict[str, float]]:
+    """One table as {(model, dataset, setting): {quantity: value}} (values that parse).
+
+    E.g. `paper_pivot("Table S18")[("panel", "FineWeb-Edu", "drop both")]["k110_pearson_r"]`
+    is -0.92, `paper_pivot("Table S17")[("Mistral-7B", "FineWeb-Edu", "default")]["k_1.10"]`
+    is 1. Tables whose rows differ only in the note (S7, S8) need `paper_norm_probe`.
+    """
+    out: dict[tuple[str, str, str], dict[str, float]] = {}
+    for r in paper_rows(source):
+        value = _float(r["value"])
+        if value is not None:
+            out.setdefault((r["model"], r["dataset"], r["setting"]), {})[r["quantity"]] = value
+    return out
+
+
+def note_intervention(note: str) -> str | None:
+    """'intervention: no post; short pretraining; ...' -> 'no post' (None when absent)."""
+    head = note.split(";")[0].strip()
+    return head.removeprefix("intervention:").strip() if head.startswith("intervention:") else None
+
+
+def note_sd(note: str) -> float | None:
+    """The standard deviation a note states ('...; sd 0.6') or None."""
+    import re
+
+    m = re.search(r"\bsd ([0-9.]+)", note)
+    return float(m.group(1)) if m else None
+
+
+def paper_norm_probe(source: str) -> dict[str, dict[str, dict[str, float | None]]]:
+    """A norm-probe table (Table S7 or S8) as {intervention label: {column: {value, sd}}}.
+
+    Columns: the pooling controls' gap% (default, first_non_bos, token_normed, top1_pc,
+    top3_pc), max_pos0_ratio and, in Table S8, val_loss. Intervention labels as the paper
+    writes them ("none", "no post", "no QK", "no post/no QK").
+    """
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for r in paper_rows(source):
+        label = note_intervention(r["note"])
+        value = _float(r["value"])
+        if label is None or value is None:
+            continue
+        column = r["setting"] if r["quantity"] == "gap_pct" else r["quantity"]
+        out.setdefault(label, {})[column] = {"value": value, "sd": note_sd(r["note"])}
+    return out

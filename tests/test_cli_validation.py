@@ -132,6 +132,27 @@ CASES = [
     (["carry", "--preset", "tiny", "--device", "tpu", "--no-progress"], "Unknown device"),
     (["carry", "--preset", "gpu", "--no-progress"], "CUDA is not available"),
     (["carry", "--preset", "huge", "--no-progress"], "invalid choice: 'huge'"),
+    # the further lenses (issue 20)
+    (["gw", "--model", "tiny-llama", *RUN, "--n-gw", "1"], "--n-gw must be an integer >= 2"),
+    (["gw", "--model", "tiny-llama", *RUN, "--gw-seed", "-1"], "--gw-seed must be"),
+    (["gw", "--model", "tiny-llama", *RUN, "--epsilon", "0"], "--epsilon must be a positive"),
+    (["gw", "--model", "tiny-llama", *RUN, "--epsilon", "nan"], "--epsilon must be a positive"),
+    (["gw", "--model", "tiny-llama", *RUN, "--solver", "sinkhorn"], "invalid choice"),
+    (["gw", "--model", "tiny-llama", *RUN, "--device", "tpu"], "Unknown device"),
+    (["aggregations", "--model", "tiny-llama", *RUN, "--gw", "--n-gw", "0"], "--n-gw must be"),
+    (["correlate", "--scores", "/no/such.csv"], "The scores file /no/such.csv does not exist"),
+    (["correlate", "--scores", "/no/such.csv", "--y", "f_110"], "either --scores or --y"),
+    (["correlate", "--y", "f_110", "--sources", "web"], "--sources must name some of"),
+    (["correlate", "--y", "f_110", "--sweep", "/no/sweep.json"], "does not exist or is not a"),
+    (["correlate", "--x", "width"], "invalid choice: 'width'"),
+    (["pretrain", "--preset", "tiny", "--iters", "0", "--no-progress"], "--iters must be"),
+    (["pretrain", "--preset", "tiny", "--seeds", "0,-1", "--no-progress"], "Each of --seeds"),
+    (["pretrain", "--preset", "tiny", "--variants", "none,no_mlp", "--no-progress"],
+     "Unknown norm variant(s) no_mlp"),
+    (["pretrain", "--preset", "tiny", "--n-probe", "2", "--no-progress"], "--n-probe must be"),
+    (["pretrain", "--preset", "tiny", "--layers", "1", "--no-progress"], "at least 2 layers"),
+    (["pretrain", "--preset", "tiny", "--device", "tpu", "--no-progress"], "Unknown device"),
+    (["pretrain", "--preset", "gpu", "--no-progress"], "CUDA is not available"),
 ]  # fmt: skip
 
 

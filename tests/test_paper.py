@@ -23,12 +23,31 @@ def test_packaged_copy_is_inside_the_repository_and_used_by_default(monkeypatch)
 
 def test_every_row_names_its_source_table_and_has_a_number():
     rows = paper.paper_rows()
-    assert len(rows) == 384
-    assert all(r["source"].startswith("Table ") for r in rows)
+    assert len(rows) == 496
+    assert all(r["source"].startswith(("Table ", "Figure ")) for r in rows)
     for r in rows:
         float(r["value"])  # every value parses
     sources = {r["source"] for r in rows}
     assert {"Table 2", "Table S6", "Table S7", "Table S14"} <= sources
+    assert {"Table S17", "Table S18", "Table S20", "Table S21", "Table S22", "Figure S6"} <= sources
+
+
+def test_pivot_and_norm_probe_accessors():
+    s18 = paper.paper_pivot("Table S18")
+    assert s18[("panel", "FineWeb-Edu", "drop both")]["k110_pearson_r"] == -0.92
+    assert s18[("panel", "FineWeb-Edu", "full panel")]["n_models"] == 8
+    s22 = paper.paper_pivot("Table S22")
+    assert s22[("OLMo-2-7B", "FineWeb-Edu", "default")] == {
+        "spearman_gw_cka": -0.47, "spearman_lag_gw": 0.44, "spearman_lag_cka": -0.82
+    }  # fmt: skip
+    s21 = paper.paper_pivot("Table S21")
+    assert s21[("panel", "GSM8K-CoT", "drop Qwen3.5")]["pearson_r"] == -0.848
+    s8 = paper.paper_norm_probe("Table S8")
+    assert list(s8) == ["none", "no post", "no QK", "no post/no QK"]
+    assert s8["no post"]["first_non_bos"] == {"value": 22.8, "sd": 1.7}
+    assert s8["no post/no QK"]["val_loss"] == {"value": 5.09, "sd": None}
+    assert paper.paper_norm_probe("Table S7")["no post"]["max_pos0_ratio"]["value"] == 1.2
+    assert paper.note_intervention("no note") is None
 
 
 def test_table_s7_and_s14_are_there():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from deffcore.cli import print_json
 from deffcore.commands._common import (
@@ -13,6 +14,7 @@ from deffcore.commands._common import (
     result_only_stdout,
     run_kwargs,
 )
+from deffcore.commands.gw import add_gw_args, check_gw_args, gw_kwargs, gw_table
 from deffcore.constants import POOLINGS
 
 
@@ -26,6 +28,13 @@ def add_parser(subparsers) -> None:
     )
     add_run_args(p, model="smollm2-135m", n=512)
     p.add_argument("--pooling", choices=POOLINGS, default="default")
+    p.add_argument(
+        "--gw",
+        action="store_true",
+        help="also the Gromov–Wasserstein matrix between layers and its Spearman correlations "
+        "(paper Table S22; minutes: see BENCHMARKS.md)",
+    )
+    add_gw_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -49,6 +58,20 @@ def _table(d: dict) -> str:
             for m in metrics
         ]
         lines.append(f"{name:<22}" + "".join(f"{c:>14.3f}" for c in cells))
+    lines.append(
+        f"{'geodesic efficiency':<22}"
+        + "".join(f"{d['geometry'][m]['efficiency']:>14.3f}" for m in metrics)
+    )
+    t = d["trajectory"]
+    lines += [
+        "",
+        f"geodesic efficiency = arccos-S chord / path (orthogonal updates at this L: "
+        f"{t['reference_efficiency']:.3f}); Euclidean chord/path of the pooled states "
+        f"{t['euclidean_efficiency']:.3f}, mean turning angle "
+        f"{math.degrees(t['euclidean_mean_turning']):.0f} deg",
+    ]
+    if "gw" in d:
+        lines += ["", gw_table(d["gw"])]
     return "\n".join(lines)
 
 
@@ -57,8 +80,13 @@ def run(args: argparse.Namespace) -> int:
     from deffcore.measurement import measure
 
     check_args(args)
+    check_gw_args(args)
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
         m = measure(**run_kwargs(args), progress=bar)
-    d = {"model": args.model, **aggregation_table(m, pooling=args.pooling)}
+        d = {"model": args.model, **aggregation_table(m, pooling=args.pooling)}
+        if args.gw:
+            from deffcore.labs.gw_lens import gw_lens
+
+            d["gw"] = gw_lens(m, **gw_kwargs(args), progress=bar)
     print_json(d) if args.json else print(_table(d))
     return 0

@@ -27,6 +27,12 @@ def add_parser(subparsers) -> None:
     add_run_args(p, model="smollm2-135m", n=64, passages=False)
     p.add_argument("--n-heldout", type=int, default=32, help="held-out passages for perplexity")
     p.add_argument("--ks", default="0,1,2,4,6,8", help="skip counts (those < L are used)")
+    p.add_argument(
+        "--no-store",
+        action="store_true",
+        help="compute afresh and do not store the result (by default a check is stored under "
+        "<cache>/labs/pruning and read back when repeated; the correlation lab reads them)",
+    )
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -48,6 +54,10 @@ def _table(d: dict) -> str:
         "k_1.10: " + "  ".join(f"{r}={d['k_1.10'][r]} (f={d['f_1.10'][r]:.3f})" for r in d["ppl"]),
         f"Spearman(BI, local dD_eff) = {fmt(d['spearman_bi_vs_local_deff'])} "
         f"(p = {fmt(d['spearman_p'])})",
+        f"pruning tolerance (Table S17, BI): PPL_0 = {fmt(d['ppl0'], '.2f')}  "
+        f"k_1.10 = {d['k_110']}  f_1.10 = {d['f_110']:.3f}"
+        + ("" if d["k_110_monotone"] else f"  (every k up to {d['k_110_contiguous']} qualifies)")
+        + ("  [stored result]" if d["cached"] else ""),
     ]
     return "\n".join(lines)
 
@@ -62,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             n_heldout=args.n_heldout,
             ks=int_list(args.ks, "--ks"),
             progress=bar,
+            store=not args.no_store,
         )
     d = result.to_dict()
     print_json(d) if args.json else print(_table(d))

@@ -19,6 +19,11 @@ mutually dissimilar (S = I), about 1 when they are all the same (S = all-ones).
                          the measured lag profile (least squares on log rho over the lags with
                          rho > 0, line through the origin); `xi` is the correlation length.
 
+Beside them, the trajectory geometry of the layers (`deffcore.geometry`, SPEC 13): the
+geodesic efficiency theta_{1,L} / sum theta_{l,l+1} with theta = arccos S under each metric
+(with the orthogonal-update reference's value at the same L), and the Euclidean chord/path
+ratio and mean turning angle of the pooled-state trajectory (metric-independent).
+
 Decisions: eigenvalue-based aggregations symmetrise S first ((S + S^T)/2; the engine's S is
 already symmetric). `exp_fit` uses only lags with rho(k) > 0 (log undefined otherwise); if
 none are positive the profile is taken as uncorrelated (xi = 0, D = L); if every positive lag
@@ -155,9 +160,15 @@ def aggregation_table(
     """All aggregations under every metric for one run (a `deffcore.measurement.Measurement`).
 
     Returns {"lab": "aggregations", "pooling", "layers", "rows": [{metric, aggregation, value,
-    value_over_L}], "xi": {metric: xi}, "similarity": {metric: S as nested lists}}.
+    value_over_L}], "xi": {metric: xi}, "similarity": {metric: S as nested lists},
+    "geometry": {metric: TrajectoryGeometry dict}, "trajectory": {euclidean_efficiency,
+    euclidean_turning_angles, euclidean_mean_turning (None when `measurement` has no pooled
+    states, e.g. a snapshot), reference_efficiency}}.
     """
+    from deffcore.geometry import geodesic_efficiency, reference_efficiency
+
     rows = []
+    geometry = {}
     xis = {}
     matrices = {}
     layers = None
@@ -167,6 +178,7 @@ def aggregation_table(
         layers = agg["layers"]
         xis[metric] = agg["xi"]
         matrices[metric] = np.asarray(S, dtype=np.float64).tolist()
+        geometry[metric] = geodesic_efficiency(S, metric=metric).to_dict()
         for name in AGGREGATIONS:
             rows.append(
                 {
@@ -183,4 +195,32 @@ def aggregation_table(
         "rows": rows,
         "xi": xis,
         "similarity": matrices,
+        "geometry": geometry,
+        "trajectory": _trajectory(_states_of(measurement, pooling), reference_efficiency(layers)),
+    }
+
+
+def _states_of(measurement: Any, pooling: str) -> np.ndarray | None:
+    """The pooled states h_1 .. h_L (L, N, d) behind `measurement`, or None: a Measurement
+    has them, an app view (`deffcore.snapshot.RunView`) holds one or, for a snapshot, none."""
+    if hasattr(measurement, "states"):
+        return measurement.states(pooling)
+    inner = getattr(measurement, "measurement", None)  # a view's live Measurement (property)
+    return inner.states(pooling) if inner is not None and hasattr(inner, "states") else None
+
+
+def _trajectory(states: np.ndarray | None, reference: float) -> dict[str, Any]:
+    """The Euclidean path of the states (None values without states) and E_L."""
+    from deffcore.geometry import euclidean_path
+
+    if states is None:
+        return {"euclidean_efficiency": None, "euclidean_turning_angles": None,
+                "euclidean_mean_turning": None, "reference_efficiency": reference}  # fmt: skip
+    efficiency, turns = euclidean_path(states)
+    finite = turns[np.isfinite(turns)]
+    return {
+        "euclidean_efficiency": efficiency,
+        "euclidean_turning_angles": turns.tolist(),
+        "euclidean_mean_turning": float(finite.mean()) if finite.size else math.nan,
+        "reference_efficiency": reference,
     }

@@ -24,7 +24,14 @@ Decisions (SPEC section 9 leaves these open):
 - Held-out passages: the next passages of the same seeded sample
   (`load_passages(dataset, n + n_heldout, seed)`), with any text equal to a measured passage
   removed, so the two sets never share a passage.
-- `k_1.10` is the largest qualifying k even if a smaller k did not qualify (the paper's wording).
+- `k_1.10` is the largest qualifying k even if a smaller k did not qualify: Table S17 defines
+  it as "the largest k in {0,1,2,4,6,8} at which PPL_k <= 1.10 PPL_0", a condition on each k
+  alone. Beside it `k_110_contiguous` is the largest k up to which *every* k qualifies (the
+  two differ only on a non-monotone perplexity curve, flagged by `k_110_monotone = False`).
+- Results are stored (`deffcore.labs.store`, `cache_dir()/labs/pruning/<key>.json`, keyed by
+  the model and its weights id, the dataset and its content id, n, n_heldout, max_tokens, seed,
+  the skip counts, metric, device kind and dtype): a repeated check is read back, and the
+  correlation lab reads every stored check as the per-model pruning tolerance.
 - Skipping uses forward hooks that replace the block's output by its input; the block still
   runs (its result is discarded), which keeps every architecture's output structure intact.
 """
@@ -87,12 +94,29 @@ def skip_counts(L: int, ks: Sequence[int] = SKIP_COUNTS) -> list[int]:
     return sorted({0, *(int(k) for k in ks if 0 <= int(k) < L)})
 
 
-def k_tolerance(ppl: dict[int, float], tolerance: float = PPL_TOLERANCE) -> int:
-    """The largest k with `ppl[k] <= tolerance * ppl[0]` (0 if none; ppl must contain k = 0)."""
+def _qualifies(ppl: dict[int, float], tolerance: float) -> dict[int, bool]:
     if 0 not in ppl:
         raise DeffError("k_1.10 needs the baseline perplexity at k = 0.")
-    ok = [k for k, p in ppl.items() if math.isfinite(p) and p <= tolerance * ppl[0]]
+    return {k: math.isfinite(p) and p <= tolerance * ppl[0] for k, p in ppl.items()}
+
+
+def k_tolerance(ppl: dict[int, float], tolerance: float = PPL_TOLERANCE) -> int:
+    """The largest k with `ppl[k] <= tolerance * ppl[0]` (0 if none; ppl must contain k = 0).
+
+    Each k is judged alone (Table S17's wording): a k can count after a smaller one failed.
+    """
+    ok = [k for k, good in _qualifies(ppl, tolerance).items() if good]
     return max(ok) if ok else 0
+
+
+def k_tolerance_contiguous(ppl: dict[int, float], tolerance: float = PPL_TOLERANCE) -> int:
+    """The largest k such that every k' <= k of `ppl` has `ppl[k'] <= tolerance * ppl[0]`."""
+    best = 0
+    for k, good in sorted(_qualifies(ppl, tolerance).items()):
+        if not good:
+            break
+        best = k
+    return best
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,6 +287,11 @@ class PruningResult:
     heldout_tokens: int = 0
     spearman: float = float("nan")
     spearman_p: float = float("nan")
+    dataset: str = "bbc-news"
+    max_tokens: int = 128
+    seed: int = 0
+    #: True when the result was read back from the lab store instead of computed
+    cached: bool = False
 
     @property
     def ppl0(self) -> float:
@@ -272,10 +301,18 @@ class PruningResult:
         return k_tolerance(self.ppl[ranking])
 
     def to_dict(self) -> dict[str, Any]:
+        """The CLI's JSON: the two rankings' curves (`ppl`, `k_1.10`, `f_1.10` per ranking) and
+        the pruning tolerance of Table S17 by BI (`ppl0`, `ppl_k`, `k_110`, `f_110`)."""
         L = self.layers
+        bi = self.ppl.get("bi", {})
+        k110 = self.k_1_10("bi") if bi else 0
+        contiguous = k_tolerance_contiguous(bi) if bi else 0
         return {
             "lab": "pruning",
             "model": self.model,
+            "dataset": self.dataset,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
             "layers": L,
             "n": self.n,
             "n_heldout": self.n_heldout,
@@ -293,7 +330,39 @@ class PruningResult:
             "f_1.10": {r: self.k_1_10(r) / L for r in self.ppl},
             "spearman_bi_vs_local_deff": self.spearman,
             "spearman_p": self.spearman_p,
+            "ppl_k": {str(k): v for k, v in bi.items()},
+            "k_110": k110,
+            "f_110": k110 / L,
+            "k_110_contiguous": contiguous,
+            "k_110_monotone": contiguous == k110,
+            "cached": self.cached,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PruningResult:
+        """The inverse of `to_dict` (for stored results)."""
+        return cls(
+            model=d["model"],
+            layers=int(d["layers"]),
+            n=int(d["n"]),
+            n_heldout=int(d["n_heldout"]),
+            deff=float(d["deff"]),
+            bi=[float(x) for x in d["block_influence"]],
+            local_deff=[float(x) for x in d["local_delta_deff"]],
+            order={r: [int(i) for i in v] for r, v in d["skip_order"].items()},
+            ks=[int(k) for k in d["ks"]],
+            ppl={r: {int(k): _num(v) for k, v in p.items()} for r, p in d["ppl"].items()},
+            heldout_tokens=int(d["heldout_tokens"]),
+            spearman=_num(d["spearman_bi_vs_local_deff"]),
+            spearman_p=_num(d["spearman_p"]),
+            dataset=d.get("dataset", "bbc-news"),
+            max_tokens=int(d.get("max_tokens", 128)),
+            seed=int(d.get("seed", 0)),
+        )
+
+
+def _num(v: Any) -> float:
+    return float("nan") if v is None else float(v)
 
 
 def heldout_passages(
@@ -315,6 +384,42 @@ def heldout_passages(
     return held[:n_heldout]
 
 
+def pruning_identity(
+    model: str,
+    dataset: str,
+    *,
+    n: int,
+    n_heldout: int,
+    max_tokens: int,
+    seed: int,
+    ks: Sequence[int],
+    metric: str,
+    revision: str | None,
+    device: str,
+    dtype: str,
+    weights_id: str | None = None,
+) -> dict[str, Any]:
+    """The plain values that determine a pruning check (its key in the lab store)."""
+    from deffcore.models import model_identity
+    from deffcore.texts import dataset_identity
+
+    return {
+        "model": model,
+        "revision": revision,
+        "weights_id": weights_id or model_identity(model, revision)["weights_id"],
+        "dataset": dataset,
+        "dataset_id": dataset_identity(dataset)["content_id"],
+        "n": int(n),
+        "n_heldout": int(n_heldout),
+        "max_tokens": int(max_tokens),
+        "seed": int(seed),
+        "ks": sorted({int(k) for k in ks}),
+        "metric": metric,
+        "device": str(device).split(":")[0],  # cuda:0 and cuda:1 compute the same
+        "dtype": dtype,
+    }
+
+
 def pruning_check(
     model: str = "smollm2-135m",
     dataset: str = "bbc-news",
@@ -330,15 +435,58 @@ def pruning_check(
     dtype: str | None = None,
     loaded: Any = None,
     progress: ProgressFn | None = None,
+    store: bool = True,
 ) -> PruningResult:
     """BI and local dD rankings on `n` measured passages, PPL on `n_heldout` disjoint ones.
 
     `loaded`: an already loaded `LoadedModel` (the app keeps one); else `model` is loaded.
+    `store`: read a stored result of the same identity instead of computing, and store a
+    computed one (`deffcore.labs.store`, lab "pruning").
     """
+    from deffcore.labs import store as lab_store
+    from deffcore.models import load_model, resolve_device_dtype
+
+    if loaded is not None:
+        device, dtype, weights_id = loaded.device, loaded.dtype, loaded.weights_id
+    else:
+        device, dtype = resolve_device_dtype(device, dtype)
+        weights_id = None
+    identity = pruning_identity(
+        model, dataset, n=n, n_heldout=n_heldout, max_tokens=max_tokens, seed=seed, ks=ks,
+        metric=metric, revision=revision, device=device, dtype=dtype, weights_id=weights_id,
+    )  # fmt: skip
+    if store:
+        found = lab_store.read_result("pruning", identity)
+        if found is not None:
+            result = PruningResult.from_dict(found)
+            result.cached = True
+            return result
+    if loaded is None:
+        if progress is not None:
+            progress(0, 1, "loading model")
+        loaded = load_model(model, revision=revision, device=device, dtype=dtype)
+    result = _compute(loaded, model, dataset, n, n_heldout, max_tokens, seed, ks, metric, progress)
+    if store:
+        lab_store.write_result("pruning", identity, result.to_dict())
+    return result
+
+
+def _compute(
+    loaded: Any,
+    model: str,
+    dataset: str,
+    n: int,
+    n_heldout: int,
+    max_tokens: int,
+    seed: int,
+    ks: Sequence[int],
+    metric: str,
+    progress: ProgressFn | None,
+) -> PruningResult:
+    """The check itself on a loaded model (see `pruning_check`)."""
     from scipy.stats import spearmanr
 
     from deffcore.extract import extract_pooled
-    from deffcore.models import load_model
     from deffcore.similarity import similarity_matrix
     from deffcore.texts import load_passages
 
@@ -346,9 +494,6 @@ def pruning_check(
         if progress is not None:
             progress(done, total, stage)
 
-    if loaded is None:
-        report(0, 1, "loading model")
-        loaded = load_model(model, revision=revision, device=device, dtype=dtype)
     L = loaded.layers
     if L < 3:
         raise InvalidStatesError(f"The pruning check needs at least 3 blocks; {model} has {L}.")
@@ -379,6 +524,9 @@ def pruning_check(
         ks=ks,
         spearman=float(rho),
         spearman_p=float(p),
+        dataset=dataset,
+        max_tokens=max_tokens,
+        seed=seed,
     )
     done = 2
     for ranking in RANKINGS:

@@ -325,11 +325,17 @@ PRESETS: dict[str, CarrySettings] = {
 }
 
 
+def lr_schedule(step: int, lr: float, warmup: int, iters: int) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to lr/10 at `iters` (nanoGPT's).
+    Shared with the short-pretraining probes (`deffcore.labs.pretrain`)."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(iters - warmup, 1)
+    return lr / 10 + 0.5 * (lr - lr / 10) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
 def _lr_at(step: int, s: CarrySettings) -> float:
-    if step < s.warmup:
-        return s.lr * (step + 1) / s.warmup
-    progress = (step - s.warmup) / max(s.iters - s.warmup, 1)
-    return s.lr / 10 + 0.5 * (s.lr - s.lr / 10) * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return lr_schedule(step, s.lr, s.warmup, s.iters)
 
 
 @torch.no_grad()
@@ -519,33 +525,51 @@ def run_carry_sweep(
         raise DeffError("The settings ask for a CUDA device, and none is available here.")
     data = data or char_data(s.max_chars)
     result = CarryResult(settings=s)
-    previous_threads = torch.get_num_threads()
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    try:
-        _sweep(s, data, result, progress)
-    finally:
-        torch.set_num_threads(previous_threads)
+    runs = [(gamma, seed) for gamma in s.gammas for seed in s.seeds]
+
+    def train_one(run: tuple[float, int], tick: Callable[[int], None]) -> list[dict[str, Any]]:
+        return train_run(run[0], run[1], s, data, progress=tick)
+
+    result.records, result.seconds = train_grid(
+        runs, s.iters, train_one, progress=progress, threads=s.threads,
+        stage=lambda run: f"gamma={run[0]:g} seed={run[1]}",
+    )  # fmt: skip
     if s.checkpoint_dir:
         Path(s.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         (Path(s.checkpoint_dir) / "records.json").write_text(json.dumps(result.to_dict(), indent=1))
     return result
 
 
-def _sweep(
-    s: CarrySettings, data: CharData, result: CarryResult, progress: ProgressFn | None
-) -> None:
-    total = len(s.gammas) * len(s.seeds) * s.iters
+def train_grid(
+    runs: list[Any],
+    iters: int,
+    train_one: Callable[[Any, Callable[[int], None]], list[dict[str, Any]]],
+    *,
+    progress: ProgressFn | None = None,
+    threads: int | None = None,
+    stage: Callable[[Any], str] = str,
+) -> tuple[list[dict[str, Any]], float]:
+    """Train every run in turn with torch's CPU threads set to `threads` (restored after):
+    `train_one(run, tick)` returns its records and calls tick(step) after each of its `iters`
+    steps; progress(done_steps, total_steps, stage(run)). Returns (records, seconds).
+    Shared with the short-pretraining probes (`deffcore.labs.pretrain`)."""
+    total = len(runs) * iters
+    records: list[dict[str, Any]] = []
+    previous_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
     start = time.perf_counter()
-    for i, (gamma, seed) in enumerate((g, sd) for g in s.gammas for sd in s.seeds):
-        stage = f"gamma={gamma:g} seed={seed}"
+    try:
+        for i, run in enumerate(runs):
 
-        def tick(step: int, offset: int = i * s.iters, stage: str = stage) -> None:
-            if progress is not None:
-                progress(offset + step, total, stage)
+            def tick(step: int, offset: int = i * iters, label: str = stage(run)) -> None:
+                if progress is not None:
+                    progress(offset + step, total, label)
 
-        result.records += train_run(gamma, seed, s, data, progress=tick)
-    result.seconds = time.perf_counter() - start
+            records += train_one(run, tick)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return records, time.perf_counter() - start
 
 
 def settings_from(preset: str = "cpu", **overrides: Any) -> CarrySettings:

@@ -98,6 +98,13 @@ class _FakeMeasurement:
 
 def test_table_has_every_metric_and_aggregation():
     table = aggregation_table(_FakeMeasurement())
+    # the geometry of each S; no pooled states here, so no Euclidean path
+    # S = I: every angle pi/2, so chord / path = 1 / (L - 1)
+    assert table["geometry"]["cka"]["efficiency"] == pytest.approx(1 / 3)
+    assert table["geometry"]["unbiased_cka"]["efficiency"] == pytest.approx(
+        table["trajectory"]["reference_efficiency"]
+    )  # S = min/max
+    assert table["trajectory"]["euclidean_efficiency"] is None
     assert table["layers"] == 4
     assert len(table["rows"]) == 3 * len(AGGREGATIONS)
     by = {(r["metric"], r["aggregation"]): r for r in table["rows"]}

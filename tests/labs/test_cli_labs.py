@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from deffcore.cli import main
@@ -87,3 +88,77 @@ def test_aggregations_json(capsys):
     direct = aggregation_table(measure(model="tiny-llama", n=8, max_tokens=24))
     for got, want in zip(out["rows"], direct["rows"], strict=True):
         assert got["value"] == pytest.approx(want["value"])
+
+
+def test_pruning_json_has_the_tolerance_fields(capsys):
+    from deffcore.labs.pruning import k_tolerance
+
+    argv = ["pruning", "--model", "tiny-llama", "--n-heldout", "4", "--ks", "0,1,2", *TINY]
+    out = run_json(capsys, argv)
+    assert out["ppl0"] == out["ppl_k"]["0"] and set(out["ppl_k"]) == {"0", "1", "2"}
+    assert out["k_110"] == k_tolerance({int(k): v for k, v in out["ppl_k"].items()})
+    assert out["f_110"] == out["k_110"] / 4 and out["cached"] is False
+    assert run_json(capsys, argv)["cached"] is True  # stored, read back
+    assert run_json(capsys, [*argv, "--no-store"])["cached"] is False
+
+
+def test_aggregations_json_has_the_trajectory_geometry(capsys):
+    from deffcore.geometry import geodesic_efficiency
+    from deffcore.measurement import measure
+
+    out = run_json(capsys, ["aggregations", "--model", "tiny-llama", *TINY])
+    m = measure(model="tiny-llama", n=8, max_tokens=24)
+    geo = geodesic_efficiency(m.states())
+    assert out["geometry"]["cka"]["efficiency"] == pytest.approx(geo.efficiency)
+    assert out["trajectory"]["euclidean_efficiency"] == pytest.approx(geo.euclidean_efficiency)
+    assert "gw" not in out
+    with_gw = run_json(capsys, ["aggregations", "--model", "tiny-llama", *TINY, "--gw",
+                                "--n-gw", "6"])  # fmt: skip
+    assert with_gw["gw"]["n_gw"] == 6 and len(with_gw["gw"]["gw"]) == 4
+
+
+def test_gw_json(capsys):
+    from deffcore.gw import gw_matrix, pair_spearman
+    from deffcore.measurement import measure
+
+    out = run_json(capsys, ["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--gw-seed", "1"])
+    assert {"gw", "spearman_gw_cka", "spearman_lag_gw", "spearman_lag_cka", "n_gw"} <= set(out)
+    m = measure(model="tiny-llama", n=8, max_tokens=24)
+    G = gw_matrix(m.states(), n=6, seed=1)
+    np.testing.assert_allclose(out["gw"], G, atol=1e-12)
+    want = pair_spearman(G, m.similarity())
+    assert out["spearman_gw_cka"] == pytest.approx(want["spearman_gw_cka"])
+    assert run_json(capsys, ["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--gw-seed",
+                             "1"])["cached"] is True  # fmt: skip
+    assert main(["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--gw-seed", "1"]) == 0
+    assert "Spearman rho(|i-j|, GW)" in capsys.readouterr().out
+
+
+def test_correlate_json_without_arguments_is_table_s18(capsys):
+    out = run_json(capsys, ["correlate"])
+    assert out["kind"] == "s18" and out["paper"]["agree"] == 29
+    assert main(["correlate"]) == 0
+    assert "29 of 32" in capsys.readouterr().out
+
+
+def test_correlate_scores_json(capsys, tmp_path):
+    path = tmp_path / "scores.csv"
+    rows = ["model,task,score", "Llama-3.1-8B,T,66", "Mistral-7B,T,62", "OLMo-2-1B,T,40",
+            "Pythia-1.4B,T,30", "Nobody-1B,T,1"]  # fmt: skip
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["correlate", "--scores", str(path), "--sources", "paper", "--json"]) == 2
+    assert "Nobody-1B" in capsys.readouterr().err
+    out = run_json(
+        capsys, ["correlate", "--scores", str(path), "--sources", "paper", "--ignore-unknown"]
+    )
+    (task,) = out["results"]
+    assert task["n"] == 4 and out["unknown_models"] == ["Nobody-1B"]
+    assert {p["model"]: p["x"] for p in task["points"]}["Mistral-7B"] == 0.048
+
+
+def test_pretrain_json(capsys):
+    out = run_json(capsys, ["pretrain", "--preset", "tiny", "--iters", "2", "--eval-interval",
+                            "2", "--variants", "none", "--no-progress"])  # fmt: skip
+    assert out["lab"] == "pretrain" and [r["step"] for r in out["records"]] == [0, 2]
+    (row,) = out["final"]
+    assert row["variant"] == "none" and row["paper_gap_default"] == 41.3

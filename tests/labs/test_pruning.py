@@ -165,3 +165,75 @@ def test_pruning_check_end_to_end(tiny_llama):
     assert out["k_1.10"]["bi"] == k_tolerance({int(k): v for k, v in out["ppl"]["bi"].items()})
     assert out["f_1.10"]["bi"] == out["k_1.10"]["bi"] / 4
     assert out["deff_over_L"] == pytest.approx(out["deff"] / 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pruning tolerance (Table S17): k_1.10 on planted perplexity curves, the stored result
+
+
+@pytest.mark.parametrize(
+    ("curve", "k110", "contiguous"),
+    [
+        ({0: 10.0, 1: 10.2, 2: 10.9, 4: 11.2, 6: 15.0, 8: 40.0}, 2, 2),  # monotone
+        ({0: 10.0, 1: 11.0, 2: 11.0001}, 1, 1),  # exactly 1.10 PPL_0 qualifies, just above not
+        ({0: 10.0, 1: 10.5, 2: 12.0, 4: 10.8, 6: 30.0}, 4, 1),  # non-monotone: 4 after 2 failed
+        ({0: 10.0, 1: 20.0, 2: 10.0}, 2, 0),
+        ({0: 10.0, 1: float("nan"), 2: float("inf")}, 0, 0),  # non-finite never qualifies
+        ({0: 10.0}, 0, 0),
+    ],
+)
+def test_k110_on_planted_curves(curve, k110, contiguous):
+    from deffcore.labs.pruning import k_tolerance_contiguous
+
+    assert k_tolerance(curve) == k110
+    assert k_tolerance_contiguous(curve) == contiguous
+    assert k_tolerance_contiguous(dict(reversed(list(curve.items())))) == contiguous  # any order
+
+
+def _planted_result(curve: dict[int, float], layers: int = 16):
+    from deffcore.labs.pruning import PruningResult
+
+    return PruningResult(
+        model="planted", layers=layers, n=8, n_heldout=4, deff=2.0, bi=[0.1] * layers,
+        local_deff=[0.0] * layers, order={"bi": list(range(layers))}, ks=sorted(curve),
+        ppl={"bi": dict(curve)}, heldout_tokens=100,
+    )  # fmt: skip
+
+
+def test_to_dict_reports_the_s17_fields_and_round_trips():
+    from deffcore.labs.pruning import PruningResult
+
+    curve = {0: 10.0, 1: 10.5, 2: 12.0, 4: 10.8, 6: 30.0, 8: 50.0}
+    d = _planted_result(curve).to_dict()
+    assert d["ppl0"] == 10.0
+    assert d["ppl_k"] == {str(k): v for k, v in curve.items()}
+    assert d["k_110"] == 4 and d["f_110"] == 4 / 16
+    assert d["k_110_contiguous"] == 1 and d["k_110_monotone"] is False
+    back = PruningResult.from_dict(d).to_dict()
+    assert back == d
+
+
+def test_pruning_check_is_stored_and_read_back(tiny_llama, monkeypatch):
+    import deffcore.labs.pruning as pruning_mod
+    from deffcore.labs.store import list_results
+
+    first = pruning_check("tiny-llama", n=8, n_heldout=4, max_tokens=24, seed=2, loaded=tiny_llama)
+    assert not first.cached
+    (record,) = list_results("pruning")
+    assert record["identity"]["model"] == "tiny-llama" and record["identity"]["n_heldout"] == 4
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("recomputed although the result is stored")
+
+    monkeypatch.setattr(pruning_mod, "_compute", refuse)
+    again = pruning_check("tiny-llama", n=8, n_heldout=4, max_tokens=24, seed=2, loaded=tiny_llama)
+    assert again.cached
+    d1, d2 = first.to_dict(), again.to_dict()
+    d1.pop("cached"), d2.pop("cached")
+    assert d1 == d2
+    # any result-changing argument is a different entry
+    with pytest.raises(AssertionError, match="recomputed"):
+        pruning_check("tiny-llama", n=8, n_heldout=5, max_tokens=24, seed=2, loaded=tiny_llama)
+    with pytest.raises(AssertionError, match="recomputed"):
+        pruning_check("tiny-llama", n=8, n_heldout=4, max_tokens=24, seed=2, loaded=tiny_llama,
+                      store=False)  # fmt: skip

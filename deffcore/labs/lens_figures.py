@@ -1,0 +1,199 @@
+"""Figures of the further lenses (Tables S8, S17, S18, S20-S22, Figure S6), for the app pages.
+
+Each builder takes the plain dicts the library returns (what `--json` prints) and returns a
+`plotly.graph_objects.Figure`; nothing here computes a number that the figure does not show
+as given, except the fitted line (from the result's own slope and intercept).
+
+    gw_heatmaps(gw)                 similarity and GW heatmaps side by side (`gw_lens` result)
+    correlation_scatter(result)     x vs y, labelled points by family, least-squares line
+    pruning_tolerance_bars(rows)    f_1.10 per model, ours beside the paper's Table S17
+    pretrain_trajectories(records)  gap% (default pooling) over training per norm variant
+    s18_frame(check)                Table S18 published beside our reconstruction (DataFrame)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from deffcore.figures import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO
+from deffcore.labs.figures import INTERVENTION_COLORS
+
+_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 70, "b": 50}}
+_FAMILY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon")
+_PALETTE = tuple(OKABE_ITO.values())
+
+
+def _fmt(x: Any, spec: str = "+.2f") -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def gw_heatmaps(gw: Mapping[str, Any]) -> go.Figure:
+    """Two heatmaps over layers 1..L: the run's similarity S and its GW^2 matrix."""
+    S = np.asarray(gw["similarity"], dtype=np.float64)
+    G = np.asarray(gw["gw"], dtype=np.float64)
+    layers = list(range(1, S.shape[0] + 1))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        horizontal_spacing=0.14,
+        subplot_titles=(f"{gw['metric']} similarity", f"Gromov–Wasserstein² ({gw['gw_metric']})"),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=S, x=layers, y=layers, colorscale="Viridis", zmax=1.0,
+            zmin=min(0.0, float(np.nanmin(S))), colorbar={"title": gw["metric"], "x": 0.43},
+            name="similarity", hovertemplate="layer %{y} vs %{x}<br>S = %{z:.4g}<extra></extra>",
+        ),
+        row=1, col=1,
+    )  # fmt: skip
+    fig.add_trace(
+        go.Heatmap(
+            z=G, x=layers, y=layers, colorscale="Magma", reversescale=True, zmin=0.0,
+            colorbar={"title": "GW²"}, name="GW",
+            hovertemplate="layer %{y} vs %{x}<br>GW² = %{z:.4g}<extra></extra>",
+        ),
+        row=1, col=2,
+    )  # fmt: skip
+    for col in (1, 2):
+        fig.update_xaxes(title_text="layer", row=1, col=col)
+        fig.update_yaxes(title_text="layer", autorange="reversed", row=1, col=col)
+    fig.update_layout(
+        title=f"{gw['model']}: ρ(GW, {gw['metric']}) = {_fmt(gw['spearman_gw_cka'])}, "
+        f"ρ(|i−j|, GW) = {_fmt(gw['spearman_lag_gw'])}, "
+        f"ρ(|i−j|, {gw['metric']}) = {_fmt(gw['spearman_lag_cka'])}  (n_gw = {gw['n_gw']})",
+        height=430,
+        **_LAYOUT,
+    )
+    return fig
+
+
+def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None,
+                        y_title: str | None = None) -> go.Figure:  # fmt: skip
+    """Points of one correlation (`correlate_points` output), a trace per family, labelled,
+    with the least-squares line over the x range and r, rho, p and n in the title."""
+    points = result["points"]
+    families = sorted({p.get("family") or "other" for p in points})
+    fig = go.Figure()
+    for i, family in enumerate(families):
+        mine = [p for p in points if (p.get("family") or "other") == family]
+        fig.add_trace(
+            go.Scatter(
+                x=[p["x"] for p in mine],
+                y=[p["y"] for p in mine],
+                mode="markers+text",
+                name=family,
+                text=[str(p.get("label") or p.get("model")) for p in mine],
+                textposition="top center",
+                marker={
+                    "size": 10,
+                    "color": _PALETTE[i % len(_PALETTE)],
+                    "symbol": _FAMILY_SYMBOLS[i % len(_FAMILY_SYMBOLS)],
+                },
+                hovertemplate="%{text}<br>x = %{x:.4g}<br>y = %{y:.4g}<extra></extra>",
+            )
+        )
+    xs = [p["x"] for p in points]
+    if math.isfinite(result.get("slope", math.nan)) and xs:
+        line_x = [min(xs), max(xs)]
+        fig.add_trace(
+            go.Scatter(
+                x=line_x,
+                y=[result["slope"] * v + result["intercept"] for v in line_x],
+                mode="lines",
+                name="least-squares fit",
+                line={"color": COLOR_REFERENCE, "dash": "dash"},
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        title=f"{result.get('task') or result['y']}: Pearson r = {_fmt(result['pearson_r'])} "
+        f"(p = {_fmt(result['pearson_p'], '.3g')}), Spearman ρ = {_fmt(result['spearman_rho'])} "
+        f"(p = {_fmt(result['spearman_p'], '.3g')}), n = {result['n']}",
+        xaxis_title=x_title or result["x"],
+        yaxis_title=y_title or result["y"],
+        height=460,
+        **_LAYOUT,
+    )
+    return fig
+
+
+def pruning_tolerance_bars(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    """f_1.10 per model (bars, k_1.10 / L as text), grouped by source: our stored checks
+    ("pruning") and the paper's Table S17 (grey, hatched)."""
+    fig = go.Figure()
+    for source, color, pattern in (
+        ("pruning", OKABE_ITO["blue"], ""),
+        ("Table S17", COLOR_PAPER, "/"),
+    ):
+        mine = [r for r in rows if r.get("source") == source]
+        if not mine:
+            continue
+        fig.add_trace(
+            go.Bar(
+                x=[r["model"] for r in mine],
+                y=[r["f_110"] for r in mine],
+                name="this machine" if source == "pruning" else "paper (Table S17)",
+                marker={"color": color, "pattern": {"shape": pattern}},
+                text=[f"{r['k_110']}/{r['layers']}" for r in mine],
+                textposition="outside",
+                customdata=[[r["deff_over_L"]] for r in mine],
+                hovertemplate="%{x}<br>f₁.₁₀ = %{y:.3f} (k/L = %{text})<br>"
+                "D_eff/L = %{customdata[0]:.3f}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="Pruning tolerance: the share of blocks that can be skipped (lowest BI first) "
+        "with PPL ≤ 1.10 PPL₀",
+        yaxis_title="f₁.₁₀ = k₁.₁₀ / L",
+        xaxis_title="model",
+        barmode="group",
+        height=420,
+        **_LAYOUT,
+    )
+    return fig
+
+
+def pretrain_trajectories(
+    records: Sequence[Mapping[str, Any]], column: str = "gap_default"
+) -> go.Figure:
+    """`column` (default: gap% at default pooling) against training tokens, one line per
+    (variant, seed), coloured by variant."""
+    fig = go.Figure()
+    runs = sorted({(r["variant"], r["seed"]) for r in records})
+    for variant, seed in runs:
+        mine = sorted(
+            (r for r in records if r["variant"] == variant and r["seed"] == seed),
+            key=lambda r: r["step"],
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[r["tokens"] for r in mine],
+                y=[r[column] for r in mine],
+                mode="lines+markers",
+                name=f"{variant}, seed {seed}",
+                legendgroup=variant,
+                line={"color": INTERVENTION_COLORS.get(variant, COLOR_PAPER)},
+            )
+        )
+    fig.update_layout(
+        title=f"Short pretraining from random init: {column} over training",
+        xaxis_title="training tokens",
+        yaxis_title=column,
+        height=420,
+        **_LAYOUT,
+    )
+    return fig
+
+
+def s18_frame(check: Mapping[str, Any]) -> pd.DataFrame:
+    """Table S18 published beside ours: subset, quantity, published, reconstructed (8 models,
+    two inferred), recomputed (S17's six), agrees (to the printed precision)."""
+    frame = pd.DataFrame(check["rows"])
+    return frame[["subset", "quantity", "published", "reconstructed", "recomputed_six", "agrees"]]

@@ -1,0 +1,237 @@
+"""The correlation lab: Table S18 from the paper's own values, panels, scores, geometry."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import pearsonr, spearmanr
+
+from deffcore.correlation import correlate
+from deffcore.errors import DeffError, InvalidArgumentError
+from deffcore.labs import correlation_lab as lab
+from deffcore.labs import panels
+from deffcore.labs.scores import read_scores
+
+# Table S17 as printed in the paper (model, L, D_eff/L, k_1.10), typed in by hand.
+S17 = [
+    ("OLMo-2-1B", 16, 0.070, 0),
+    ("Pythia-1.4B", 24, 0.059, 0),
+    ("Mistral-7B", 32, 0.048, 1),
+    ("Llama-3.1-8B", 32, 0.046, 1),
+    ("OLMo-2-7B", 32, 0.036, 1),
+    ("Qwen3.5-9B", 32, 0.036, 1),
+]
+
+
+def test_paper_pruning_rows_are_table_s17():
+    rows = panels.paper_pruning_rows()
+    assert [(r["model"], r["layers"], r["deff_over_L"], r["k_110"]) for r in rows] == S17
+    assert rows[2]["f_110"] == 0.031 and rows[0]["ppl0"] == 6.54
+
+
+def test_s18_recomputed_from_the_six_s17_models():
+    x = [r[2] for r in S17]
+    k = [r[3] for r in S17]
+    f = [r[3] / r[1] for r in S17]
+    check = lab.s18_check()
+    full = check["recomputed_six"][0]
+    assert full["subset"] == "full panel" and full["n"] == 6
+    assert full["k110_pearson_r"] == pytest.approx(pearsonr(x, k)[0])
+    assert full["frac110_pearson_r"] == pytest.approx(pearsonr(x, f)[0])
+    assert full["k110_spearman_rho"] == pytest.approx(spearmanr(x, k)[0])
+    assert full["k110_spearman_p"] == pytest.approx(spearmanr(x, k)[1])
+    # pinned: the six alone do not give the published full-panel r = -0.90 (n = 8)
+    assert full["k110_pearson_r"] == pytest.approx(-0.8908, abs=5e-5)
+
+
+def test_s18_reconstruction_agrees_with_29_of_32_printed_values():
+    check = lab.s18_check()
+    assert (check["agree"], check["total"]) == (29, 32)
+    off = {(r["subset"], r["quantity"]): r for r in check["rows"] if not r["agrees"]}
+    assert set(off) == {
+        ("drop OLMo-2-1B", "k110_spearman_rho"),
+        ("drop Qwen3.5-4B", "k110_spearman_rho"),
+        ("drop Qwen3.5-4B", "frac110_pearson_p"),
+    }
+    # each of the three is one unit off in the last printed digit (module docstring)
+    for (_, quantity), r in off.items():
+        unit = 0.01
+        assert unit / 2 < abs(r["reconstructed"] - r["published"]) <= 1.5 * unit, quantity
+    # n of every subset as printed
+    printed_n = {"full panel": 8, "drop OLMo-2-1B": 7, "drop Qwen3.5-4B": 7, "drop both": 6}
+    assert {r["subset"]: r["n"] for r in check["reconstructed_eight"]} == printed_n
+
+
+def test_the_paper_spearman_p_is_scipys_t_not_the_exact_permutation_p():
+    full = lab.s18_check()["reconstructed_eight"][0]
+    assert round(full["k110_spearman_p"], 3) == 0.001  # printed 0.001
+    assert full["k110_spearman_p_exact"] > 0.004  # the exact p would print as 0.005
+
+
+def test_agrees_uses_the_printed_precision():
+    assert lab.printed_decimals("-0.9") == 2 and lab.printed_decimals("0.002") == 3
+    assert lab.agrees(-0.9034, "-0.9") and not lab.agrees(-0.9061, "-0.9")
+    assert lab.agrees(0.0021, "0.002") and not lab.agrees(0.0026, "0.002")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scores against a panel
+
+
+@pytest.fixture
+def fake_panel(monkeypatch):
+    rows = {
+        "a": {"model": "A", "family": "F1", "source": "cached", "deff_over_L": 0.10},
+        "b": {"model": "B", "family": "F1", "source": "cached", "deff_over_L": 0.08},
+        "c": {"model": "C", "family": "F2", "source": "paper", "deff_over_L": 0.05},
+        "org-d": {"model": "org/D", "family": "F2", "source": "sweep", "deff_over_L": 0.03},
+        "e": {"model": "E", "family": "F3", "source": "paper", "deff_over_L": None},
+    }
+    panel = {panels.model_key(r["model"]): r for r in rows.values()}
+    monkeypatch.setattr(lab, "model_panel", lambda *a, **k: panel)
+    return panel
+
+
+def test_score_correlations_join_scores_to_the_panel(tmp_path, fake_panel):
+    path = tmp_path / "s.csv"
+    path.write_text("model,task,score\nA,T,1\nb,T,2\nC,T,4\nD,T,3.5\nA,U,1\nB,U,2\n")
+    out = lab.score_correlations(read_scores(path))
+    t, u = out["results"]
+    assert t["task"] == "T" and t["n"] == 4
+    direct = correlate([0.10, 0.08, 0.05, 0.03], [1, 2, 4, 3.5], families=["F1", "F1", "F2", "F2"])
+    assert t["pearson_r"] == pytest.approx(direct.pearson_r)
+    assert t["spearman_p"] == pytest.approx(direct.spearman_p)
+    assert [p["source"] for p in t["points"]] == ["cached", "cached", "paper", "sweep"]
+    assert "skipped" in u and u["n"] == 2
+    assert out["paper"]["Table S20"][0]["task"] == "MMLU"
+
+
+def test_unknown_models_are_refused_or_left_out(tmp_path, fake_panel):
+    path = tmp_path / "s.csv"
+    path.write_text("model,task,score\nA,T,1\nB,T,2\nC,T,4\nE,T,1\nZ,T,3\n")
+    with pytest.raises(InvalidArgumentError, match=r"no deff_over_L in the panel.*E, Z"):
+        lab.score_correlations(read_scores(path))
+    out = lab.score_correlations(read_scores(path), ignore_unknown=True)
+    assert out["unknown_models"] == ["E", "Z"] and out["results"][0]["n"] == 3
+    with pytest.raises(InvalidArgumentError, match="Unknown x"):
+        lab.score_correlations(read_scores(path), x="nope")
+
+
+# ---------------------------------------------------------------------------------------------
+# Panels from the cache, a sweep file, stored pruning checks
+
+
+def test_sweep_panel_json_and_csv(tmp_path):
+    cells = [
+        {"model": "m1", "status": "done", "intervention": "none", "deff_over_L": 0.1,
+         "gap_pct": 10},
+        {"model": "m1", "status": "cached", "intervention": "none", "deff_over_L": 0.2},
+        {"model": "m1", "status": "failed", "intervention": "none", "deff_over_L": None},
+        {"model": "m1", "status": "done", "intervention": "no_post", "deff_over_L": 0.9},
+        {"model": "random:m1:0", "status": "done", "intervention": "none", "deff_over_L": 0.9},
+        {"model": "m2", "status": "done", "intervention": "none", "deff_over_L": 0.3},
+    ]  # fmt: skip
+    js = tmp_path / "sweep.json"
+    js.write_text(json.dumps({"engine": "serial", "cells": cells}))
+    rows = {r["model"]: r for r in panels.sweep_panel(js)}
+    assert rows["m1"]["deff_over_L"] == pytest.approx(0.15) and rows["m1"]["runs"] == 2
+    assert rows["m1"]["gap_pct"] == 10 and set(rows) == {"m1", "m2"}
+    csv = tmp_path / "sweep.csv"
+    csv.write_text("model,deff_over_L\nm3,0.4\nm3,0.6\n")
+    assert panels.sweep_panel(csv)[0]["deff_over_L"] == pytest.approx(0.5)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rows": []}')
+    with pytest.raises(InvalidArgumentError, match="no list of cells"):
+        panels.sweep_panel(bad)
+    with pytest.raises(InvalidArgumentError, match="does not exist"):
+        panels.sweep_panel(tmp_path / "none.json")
+
+
+@pytest.fixture
+def tiny_counts_as_trained(monkeypatch):
+    """The tiny test models stand in for trained ones here (panels leave them out otherwise)."""
+    monkeypatch.setattr(panels, "RANDOM_WEIGHTS", ("random:",))
+
+
+def test_random_weights_are_never_in_a_panel(tiny_dataset):
+    from deffcore.measurement import measure
+
+    measure("tiny-llama", dataset=tiny_dataset, n=6, max_tokens=16)
+    assert panels.cached_panel() == [] and panels.geometry_panel() == []
+
+
+def test_cached_panel_keeps_the_largest_run_and_wins_over_the_paper(
+    tiny_dataset, tiny_counts_as_trained
+):
+    from deffcore.measurement import measure
+
+    small = measure("tiny-llama", dataset=tiny_dataset, n=6, max_tokens=16)
+    big = measure("tiny-llama", dataset=tiny_dataset, n=10, max_tokens=16)
+    measure("random:tiny-llama:1", dataset=tiny_dataset, n=10, max_tokens=16)  # never in the panel
+    rows = panels.cached_panel()
+    assert [r["model"] for r in rows] == ["tiny-llama"]
+    assert rows[0]["n"] == big.n and rows[0]["deff_over_L"] == big.summary().deff_over_L
+    assert small.n < big.n
+    panel = panels.model_panel(("cached", "paper"))
+    assert panel["tiny-llama"]["source"] == "cached"
+    assert panel["llama-3.1-8b"]["source"] == "paper"
+    assert panels.model_key("meta-llama/Llama-3.1-8B") == "llama-3.1-8b"
+    with pytest.raises(InvalidArgumentError, match="Unknown panel source"):
+        panels.model_panel(("cached", "web"))
+
+
+def _store_check(model: str, layers: int, deff_over_L: float, k: int, n_heldout: int = 4):
+    from deffcore.labs.pruning import PruningResult
+    from deffcore.labs.store import write_result
+
+    curve = {0: 10.0, **{kk: (10.5 if kk <= k else 20.0) for kk in (1, 2, 4, 6, 8) if kk < layers}}
+    result = PruningResult(
+        model=model, layers=layers, n=8, n_heldout=n_heldout, deff=deff_over_L * layers,
+        bi=[0.1] * layers, local_deff=[0.0] * layers, order={"bi": list(range(layers))},
+        ks=sorted(curve), ppl={"bi": curve}, heldout_tokens=50,
+    )  # fmt: skip
+    write_result("pruning", {"model": model, "n_heldout": n_heldout}, result.to_dict())
+
+
+def test_pruning_correlations_from_stored_checks():
+    _store_check("m1", 16, 0.07, 0)
+    _store_check("m1", 16, 0.99, 8, n_heldout=2)  # fewer held-out passages: not the one kept
+    _store_check("m2", 24, 0.05, 1)
+    _store_check("m3", 32, 0.04, 2)
+    _store_check("m4", 32, 0.03, 4)
+    out = lab.pruning_correlations()
+    f, k = out["results"]
+    assert (f["y"], k["y"], f["n"]) == ("f_110", "k_110", 4)
+    x = [0.07, 0.05, 0.04, 0.03]
+    assert sorted(p["x"] for p in k["points"]) == pytest.approx(sorted(x))
+    by_model = {p["model"]: p["y"] for p in k["points"]}
+    assert by_model == {"m1": 0, "m2": 1, "m3": 2, "m4": 4}
+    assert k["pearson_r"] == pytest.approx(pearsonr(x, [0, 1, 2, 4])[0])
+    assert out["paper"]["agree"] == 29
+    both = lab.pruning_correlations(with_paper=True)
+    assert both["results"][0]["n"] == 10
+    with pytest.raises(InvalidArgumentError, match="records deff_over_L and gap_pct"):
+        lab.pruning_correlations(x="rho1")
+
+
+def test_pruning_correlations_need_three_checks():
+    with pytest.raises(DeffError, match="Only 0 models with a stored pruning check"):
+        lab.pruning_correlations()
+
+
+def test_geometry_correlations_over_cached_runs(tiny_dataset, tiny_counts_as_trained):
+    from deffcore.geometry import geodesic_efficiency
+    from deffcore.measurement import measure
+
+    models = ("tiny-llama", "tiny-gpt2", "tiny-qwen2")
+    runs = [measure(m, dataset=tiny_dataset, n=8, max_tokens=16) for m in models]
+    out = lab.geometry_correlations()
+    geo, euc = out["results"]
+    assert geo["y"] == "geodesic_efficiency" and geo["n"] == 3
+    expected = {m.spec.model: geodesic_efficiency(m.states("default")).efficiency for m in runs}
+    got = {p["model"]: p["y"] for p in geo["points"]}
+    assert got == pytest.approx(expected)
+    assert np.isfinite(euc["pearson_r"]) or euc["warnings"]
+    assert out["paper"]["figure_s6_pearson_r"] == 0.65

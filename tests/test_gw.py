@@ -1,0 +1,113 @@
+"""Gromov–Wasserstein between layers: invariances, symmetry, the pair Spearman figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+import deffcore as dc
+from deffcore.errors import DeffError, InvalidStatesError
+from deffcore.gw import asymmetry, distance_matrix, gw_distance, gw_matrix, pair_spearman
+
+
+def _cloud(n: int = 40, d: int = 8, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, d))
+
+
+def _rotation(d: int, seed: int = 1) -> np.ndarray:
+    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, d)))
+    return q
+
+
+def test_distance_matrix_is_mean_normalised_symmetric_zero_diagonal():
+    X = _cloud(10, 3)
+    D = distance_matrix(X)
+    direct = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    off = ~np.eye(10, dtype=bool)
+    np.testing.assert_allclose(D, direct / direct[off].mean(), rtol=1e-10, atol=1e-12)
+    assert D[off].mean() == pytest.approx(1.0)
+    assert np.array_equal(D, D.T) and not np.diag(D).any()
+    # scale-free, as CKA is
+    np.testing.assert_allclose(distance_matrix(7.5 * X), D, atol=1e-10)
+    sq = distance_matrix(X, "sqeuclidean")
+    np.testing.assert_allclose(sq, direct**2 / (direct[off] ** 2).mean(), atol=1e-10)
+    with pytest.raises(DeffError, match="Unknown GW metric"):
+        distance_matrix(X, "manhattan")
+
+
+@pytest.mark.parametrize("init", ["both", "product"])
+def test_gw_of_a_rotated_permuted_copy_is_zero(init):
+    X = _cloud()
+    Y = (X @ _rotation(8))[np.random.default_rng(2).permutation(len(X))]
+    assert gw_distance(distance_matrix(X), distance_matrix(Y), init=init) == pytest.approx(
+        0.0, abs=1e-10
+    )
+
+
+def test_gw_between_different_clouds_is_positive_and_symmetric_in_value():
+    X = _cloud(seed=0)
+    Z = _cloud(seed=5) * np.linspace(0.2, 3.0, 8)  # anisotropic: a different shape
+    C1, C2 = distance_matrix(X), distance_matrix(Z)
+    forward, backward = gw_distance(C1, C2), gw_distance(C2, C1)
+    assert forward > 1e-3
+    assert backward == pytest.approx(forward, rel=1e-6)  # the solver is direction-blind here
+    assert asymmetry([C1, C2], [(0, 1)]) < 1e-6 * forward
+
+
+def test_both_inits_keep_the_smaller_local_optimum():
+    C1 = distance_matrix(_cloud(seed=0))
+    C2 = distance_matrix(_cloud(seed=5) * np.linspace(0.2, 3.0, 8))
+    both = gw_distance(C1, C2, init="both")
+    assert both == pytest.approx(
+        min(gw_distance(C1, C2, init="product"), gw_distance(C1, C2, init="identity"))
+    )
+    # the identity coupling's own cost bounds GW from above (GW is a minimum over couplings)
+    n = len(C1)
+    aligned = float(np.sum((C1 - C2) ** 2)) / n**2
+    assert both <= aligned + 1e-12
+
+
+def test_gw_matrix_shape_symmetry_zero_diagonal_and_subsample():
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((30, 6))
+    # layer 2 is a rotation of layer 1 (GW 0); layer 3 another shape
+    states = np.stack([base, base @ _rotation(6), rng.standard_normal((30, 6)) ** 3])
+    G = gw_matrix(states, n=20, seed=3)
+    assert G.shape == (3, 3)
+    assert np.array_equal(G, G.T) and not np.diag(G).any()
+    assert G[0, 1] == pytest.approx(0.0, abs=1e-10)
+    assert G[0, 2] > 1e-3 and G[1, 2] > 1e-3
+    assert dc.gw_matrix is gw_matrix
+    # the same seed draws the same passages; n above N uses all of them
+    np.testing.assert_array_equal(G, gw_matrix(states, n=20, seed=3))
+    assert gw_matrix(states, n=500).shape == (3, 3)
+    with pytest.raises(InvalidStatesError):
+        gw_matrix(states[0])
+    with pytest.raises(DeffError, match="at least 2 passages"):
+        gw_matrix(states, n=1)
+
+
+def test_entropic_option_runs_and_orders_like_exact():
+    X = _cloud(30, seed=0)
+    Y = (X @ _rotation(8))[::-1]
+    Z = _cloud(30, seed=7) ** 3
+    same = gw_distance(distance_matrix(X), distance_matrix(Y), solver="entropic", epsilon=0.05)
+    other = gw_distance(distance_matrix(X), distance_matrix(Z), solver="entropic", epsilon=0.05)
+    assert 0.0 <= same < other
+    with pytest.raises(DeffError, match="Unknown GW solver"):
+        gw_distance(distance_matrix(X), distance_matrix(Y), solver="sinkhorn")
+
+
+def test_pair_spearman_against_scipy_on_a_fixed_example():
+    G = np.array([[0, 1.0, 2.5, 2.0], [1.0, 0, 1.2, 3.0], [2.5, 1.2, 0, 0.5], [2.0, 3.0, 0.5, 0]])
+    S = np.array([[1, 0.9, 0.4, 0.5], [0.9, 1, 0.7, 0.2], [0.4, 0.7, 1, 0.95], [0.5, 0.2, 0.95, 1]])
+    # pairs i < j in row order: (1,2) (1,3) (1,4) (2,3) (2,4) (3,4)
+    g = [1.0, 2.5, 2.0, 1.2, 3.0, 0.5]
+    s = [0.9, 0.4, 0.5, 0.7, 0.2, 0.95]
+    lag = [1, 2, 3, 1, 2, 1]
+    out = pair_spearman(G, S)
+    assert out["spearman_gw_cka"] == pytest.approx(spearmanr(g, s)[0])
+    assert out["spearman_lag_gw"] == pytest.approx(spearmanr(lag, g)[0])
+    assert out["spearman_lag_cka"] == pytest.approx(spearmanr(lag, s)[0])
+    assert out["spearman_gw_cka"] == pytest.approx(-1.0)  # g is the reverse order of s
