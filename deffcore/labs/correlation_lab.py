@@ -94,8 +94,12 @@ def _usable(rows: Sequence[dict[str, Any]], *names: str) -> list[dict[str, Any]]
     return [r for r in rows if all(ok(r.get(n)) for n in names)]
 
 
-def _too_few(n: int, what: str) -> DeffError:
-    return DeffError(f"Only {n} {what}; a correlation needs at least {MIN_N}.")
+class TooFewModelsError(DeffError):
+    """Fewer models than a correlation needs (not bad input: measure or store more)."""
+
+
+def _too_few(n: int, what: str) -> TooFewModelsError:
+    return TooFewModelsError(f"Only {n} {what}; a correlation needs at least {MIN_N}.")
 
 
 # ---------------------------------------------------------------------------------------------

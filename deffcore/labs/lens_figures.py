@@ -9,6 +9,7 @@ as given, except the fitted line (from the result's own slope and intercept).
     pruning_tolerance_bars(rows)    f_1.10 per model, ours beside the paper's Table S17
     pretrain_trajectories(records)  gap% (default pooling) over training per norm variant
     s18_frame(check)                Table S18 published beside our reconstruction (DataFrame)
+    turning_angles_plot(table)      turning angle per layer under each geometry, 90° marked
 """
 
 from __future__ import annotations
@@ -197,3 +198,41 @@ def s18_frame(check: Mapping[str, Any]) -> pd.DataFrame:
     two inferred), recomputed (S17's six), agrees (to the printed precision)."""
     frame = pd.DataFrame(check["rows"])
     return frame[["subset", "quantity", "published", "reconstructed", "recomputed_six", "agrees"]]
+
+
+def turning_angles_plot(table: Mapping[str, Any]) -> go.Figure:
+    """The turning angle (degrees) at layers 2 .. L-1 of `aggregation_table`'s geometry: one
+    line per similarity metric (arccos S) and one for the Euclidean path of the pooled states
+    when present; 90° (orthogonal updates' every turn) dashed."""
+    from deffcore.glossary import COLUMN_LABELS
+
+    fig = go.Figure()
+    series = [
+        (f"arccos {COLUMN_LABELS.get(m, m)}", g["turning_angles"])
+        for m, g in table["geometry"].items()
+    ]
+    euclidean = table["trajectory"].get("euclidean_turning_angles")
+    if euclidean is not None:
+        series.append(("Euclidean (pooled states)", euclidean))
+    for i, (name, angles) in enumerate(series):
+        degrees = [math.degrees(a) if a is not None and math.isfinite(a) else None
+                   for a in angles]  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(2, len(degrees) + 2)), y=degrees, mode="lines+markers", name=name,
+                line={"color": _PALETTE[i % len(_PALETTE)]},
+                hovertemplate="layer %{x}: %{y:.1f}°<extra>" + name + "</extra>",
+            )
+        )  # fmt: skip
+    fig.add_hline(
+        y=90.0, line={"color": COLOR_REFERENCE, "dash": "dash"},
+        annotation_text="90°: orthogonal updates", annotation_position="top left",
+    )  # fmt: skip
+    fig.update_layout(
+        title="Turning angle of the layer path (0° straight on, 90° a right angle)",
+        xaxis_title="layer l (the bend between l−1 → l and l → l+1)",
+        yaxis_title="turning angle (°)",
+        height=400,
+        **_LAYOUT,
+    )
+    return fig
