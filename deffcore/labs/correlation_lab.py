@@ -125,7 +125,7 @@ def score_correlations(
         raise InvalidArgumentError(
             f"The scores name model(s) with no {x} in the panel ({', '.join(sources)}): "
             f"{', '.join(unknown[:8])}{' ...' if len(unknown) > 8 else ''}; measure them, add "
-            "a source, or pass --ignore-unknown."
+            "a source, or leave them out (--ignore-unknown; in the app, the checkbox)."
         )
     results = []
     for task, by_model in table.scores.items():

@@ -25,6 +25,7 @@ from plotly.subplots import make_subplots
 
 from deffcore.figures import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO
 from deffcore.labs.figures import INTERVENTION_COLORS
+from deffcore.safe_text import plotly_text
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 70, "b": 50}}
 _FAMILY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon")
@@ -89,8 +90,8 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
                 x=[p["x"] for p in mine],
                 y=[p["y"] for p in mine],
                 mode="markers+text",
-                name=family,
-                text=[str(p.get("label") or p.get("model")) for p in mine],
+                name=plotly_text(family),
+                text=[plotly_text(p.get("label") or p.get("model")) for p in mine],
                 textposition="top center",
                 marker={
                     "size": 10,
@@ -113,8 +114,9 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
                 hoverinfo="skip",
             )
         )
+    what = plotly_text(result.get("task") or result["y"])
     fig.update_layout(
-        title=f"{result.get('task') or result['y']}: Pearson r = {_fmt(result['pearson_r'])} "
+        title=f"{what}: Pearson r = {_fmt(result['pearson_r'])} "
         f"(p = {_fmt(result['pearson_p'], '.3g')}), Spearman ρ = {_fmt(result['spearman_rho'])} "
         f"(p = {_fmt(result['spearman_p'], '.3g')}), n = {result['n']}",
         xaxis_title=x_title or result["x"],

@@ -10,8 +10,11 @@ Each builder takes the plain dicts the library returns (what `--json` prints) an
     points_frame(result)          the points of a correlation (model, family, source, x, y)
     published_scores(paper)       Tables S20 / S21 as published
     pruning_tolerance(rows)       per model: L, D_eff/L, PPL_0, k_1.10, f_1.10, source
+    ppl_k_frame(check)            one pruning check's PPL_k by BI, PPL_k / PPL_0, within 1.10?
     geometry_frame(table)         per metric: D_eff/L, geodesic efficiency, E_L, mean turning
+    gw_beside_paper(gw)           the three Spearman figures of a GW result beside Table S22
     pretrain_beside_paper(final)  per variant: our final gap% etc. and Table S8's row under it
+    paper_table_s8()              Table S8 as published (values and sd)
 """
 
 from __future__ import annotations
@@ -106,6 +109,24 @@ def pruning_tolerance(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return human_columns(frame.rename(columns={"n": "measured passages"}))
 
 
+def ppl_k_frame(check: Mapping[str, Any]) -> pd.DataFrame:
+    """A pruning check's (`pruning --json`) Table S17 curve: per skip count k (lowest BI
+    first) PPL_k, PPL_k / PPL_0 and whether it is within the 1.10 tolerance."""
+    from deffcore.labs.pruning import PPL_TOLERANCE
+
+    ppl0 = check["ppl0"]
+    rows = []
+    for k, ppl in sorted(((int(k), v) for k, v in check["ppl_k"].items())):
+        finite = isinstance(ppl, int | float) and math.isfinite(ppl)
+        rows.append({
+            "k skipped": k,
+            "PPL_k": ppl,
+            "PPL_k / PPL₀": ppl / ppl0 if finite else math.nan,
+            f"≤ {PPL_TOLERANCE:.2f} PPL₀": bool(finite and ppl <= PPL_TOLERANCE * ppl0),
+        })  # fmt: skip
+    return pd.DataFrame(rows).set_index("k skipped")
+
+
 def _degrees(radians: Any) -> float:
     return math.degrees(radians) if isinstance(radians, int | float) else math.nan
 
@@ -139,6 +160,22 @@ def geometry_frame(table: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("geometry")
 
 
+GW_STATS: tuple[str, ...] = ("spearman_gw_cka", "spearman_lag_gw", "spearman_lag_cka")
+
+
+def gw_beside_paper(gw: Mapping[str, Any]) -> pd.DataFrame:
+    """A `gw_lens` result's Spearman correlations over layer pairs (first row) above the
+    paper's Table S22 models."""
+    from deffcore.paper import paper_pivot
+
+    ours = {"model": f"{gw['model']} (this run, n_gw = {gw['n_gw']})", "layers": gw["layers"]}
+    rows = [{**ours, **{k: gw[k] for k in GW_STATS}}]
+    for (model, _, _), values in paper_pivot("Table S22").items():
+        rows.append({"model": f"{model} (paper)", **{k: values.get(k) for k in GW_STATS}})
+    frame = pd.DataFrame(rows, columns=["model", "layers", *GW_STATS])
+    return human_columns(frame.dropna(axis=1, how="all"))
+
+
 #: Table S8's columns as the page names them.
 PRETRAIN_LABELS: dict[str, str] = {
     "gap_default": "default gap %",
@@ -165,4 +202,21 @@ def pretrain_beside_paper(final: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         paper.update({PRETRAIN_LABELS[c]: r.get(f"paper_{c}") for c in cols})
         paper["sd of default gap"] = r.get("paper_gap_default_sd")
         rows += [ours, paper]
+    return pd.DataFrame(rows)
+
+
+def paper_table_s8() -> pd.DataFrame:
+    """Table S8 as published: per variant (the paper's names) each column's value, and the
+    sd of the default gap."""
+    from deffcore.paper import paper_norm_probe
+
+    rows = []
+    for variant, columns in paper_norm_probe("Table S8").items():
+        row = {"variant": variant}
+        for col, label in PRETRAIN_LABELS.items():
+            found = columns.get(col.removeprefix("gap_"))
+            if found is not None:
+                row[label] = found["value"]
+        row["sd of default gap"] = (columns.get("default") or {}).get("sd")
+        rows.append(row)
     return pd.DataFrame(rows)

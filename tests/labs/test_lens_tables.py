@@ -158,3 +158,36 @@ def test_pretrain_beside_paper_rows():
     assert (ours["default gap %"], paper["default gap %"]) == (34.7, 41.3)
     assert (ours["validation loss"], paper["validation loss"]) == (2.3, 5.06)
     assert ours["sd of default gap"] == 0.6 and paper["sd of default gap"] == 0.6
+
+
+def test_gw_beside_the_paper():
+    gw = {"model": "m", "n_gw": 64, "layers": 4, "spearman_gw_cka": -0.8,
+          "spearman_lag_gw": 0.3, "spearman_lag_cka": -0.5}  # fmt: skip
+    frame = lt.gw_beside_paper(gw).set_index("Model")
+    assert list(frame.columns) == ["L (layers)", "ρ(GW, CKA)", "ρ(|i−j|, GW)", "ρ(|i−j|, CKA)"]
+    assert frame.loc["m (this run, n_gw = 64)", "ρ(GW, CKA)"] == -0.8
+    assert frame.loc["Pythia-410M (paper)", "ρ(|i−j|, GW)"] == 0.45  # Table S22
+    assert frame.loc["Llama-3.1-8B (paper)", "ρ(|i−j|, CKA)"] == -0.89
+
+
+def test_ppl_k_frame_of_a_non_monotone_curve():
+    from deffcore.labs.pruning import PruningResult
+
+    curve = {0: 10.0, 1: 12.0, 2: 10.5, 4: float("inf")}  # k = 1 fails, k = 2 qualifies again
+    check = PruningResult(
+        model="m", layers=8, n=8, n_heldout=4, deff=2.0, bi=[0.1] * 8, local_deff=[0.0] * 8,
+        order={"bi": list(range(8))}, ks=sorted(curve), ppl={"bi": curve}, heldout_tokens=50,
+    ).to_dict()  # fmt: skip
+    frame = lt.ppl_k_frame(check)
+    assert list(frame.index) == [0, 1, 2, 4]
+    assert list(frame["PPL_k / PPL₀"][:3]) == pytest.approx([1.0, 1.2, 1.05])
+    assert list(frame["≤ 1.10 PPL₀"]) == [True, False, True, False]
+    assert (check["k_110"], check["k_110_contiguous"], check["k_110_monotone"]) == (2, 0, False)
+
+
+def test_paper_table_s8():
+    frame = lt.paper_table_s8().set_index("variant")
+    assert list(frame.index) == ["none", "no post", "no QK", "no post/no QK"]
+    assert frame.loc["no post", "first non-BOS gap %"] == 22.8
+    assert frame.loc["none", "sd of default gap"] == 0.6
+    assert frame.loc["no post/no QK", "max pos-0 ratio"] == 5.06
