@@ -228,7 +228,8 @@ def pruning_tolerance_section() -> None:
     st.caption(
         f"{len(stored)} stored pruning check(s) on this machine (one per model: the one with "
         "the most held-out passages) beside the paper's models. f₁.₁₀ is the share of blocks "
-        "that can be skipped, lowest Block Influence first, with perplexity within 1.10 × PPL₀."
+        "that can be skipped, lowest Block Influence first, with perplexity within 1.10 × PPL₀"
+        " (checks come from the Pruning boundary page, `deffcore pruning`, `sweep --pruning`)."
     )
     rows = [*stored, *paper_pruning_rows()]
     show_figure(lens_figures.pruning_tolerance_bars(rows), key="models_pruning_tolerance")

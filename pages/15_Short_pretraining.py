@@ -116,6 +116,7 @@ def main() -> None:
     result = choose_result()
     if result is None:
         st.info("No probe yet: press **Train** (the paper's Table S8 is below).")
+        st.subheader("Paper, Table S8: Gemma-3-270M on FineWeb-Edu (display only)")
         st.dataframe(lens_tables.paper_table_s8(), hide_index=True, key="pt_paper")
         st.caption(DIFFERS)
         return

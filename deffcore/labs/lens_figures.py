@@ -79,7 +79,8 @@ def gw_heatmaps(gw: Mapping[str, Any]) -> go.Figure:
 def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None,
                         y_title: str | None = None) -> go.Figure:  # fmt: skip
     """Points of one correlation (`correlate_points` output), a trace per family, labelled,
-    with the least-squares line over the x range and r, rho, p and n in the title."""
+    with the least-squares line over the x range and r, rho, p and n in the title (which
+    names the task, else `y_title`, else y)."""
     points = result["points"]
     families = sorted({p.get("family") or "other" for p in points})
     fig = go.Figure()
@@ -114,7 +115,7 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
                 hoverinfo="skip",
             )
         )
-    what = plotly_text(result.get("task") or result["y"])
+    what = plotly_text(result.get("task") or y_title or result["y"])
     fig.update_layout(
         title=f"{what}: Pearson r = {_fmt(result['pearson_r'])} "
         f"(p = {_fmt(result['pearson_p'], '.3g')}), Spearman ρ = {_fmt(result['spearman_rho'])} "

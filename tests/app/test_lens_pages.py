@@ -75,14 +75,17 @@ def test_correlation_lab_pruning_beside_the_paper_and_table_s18(no_model_load):
         assert row["p (Spearman)"] == pytest.approx(result["spearman_p_exact"])  # n <= 9: exact
         assert row["Spearman p from"].startswith("exact permutation")
     assert any("Only n = 6 models" in plain(w.value) for w in at.warning)  # small n said
-    scatter = chart(at, "f_110: Pearson r")
+    scatter = chart(at, "f₁.₁₀: Pearson r")
     xs = sorted(float(v) for t in scatter["data"] if t["mode"] == "markers+text"
                 for v in plotly_array(t["x"]))  # fmt: skip
     assert xs == sorted(p["x"] for p in direct["results"][0]["points"])
     loo = tables_with(at, "left out")[0]
     assert set(loo["extreme"]) == {"", "largest x", "smallest x"}
-    s18 = tables_with(at, "recomputed_six")[0]
-    assert len(s18) == 32 and int(s18["agrees"].sum()) == 29
+    s18 = tables_with(at, "recomputed (Table S17's 6 models)")[0]
+    assert len(s18) == 32 and int(s18["agrees to the printed digits"].sum()) == 29
+    full = s18.set_index(["subset", "quantity"]).loc[("full panel", "k₁.₁₀: Spearman ρ")]
+    ours = full["reconstructed (8 models, 2 k₁.₁₀ inferred)"]
+    assert full["published"] == -0.93 and round(ours, 2) == -0.93
     assert any("inferred, not published" in m.value for m in at.markdown)
     inferred = tables_with(at, "k₁.₁₀")
     assert any(set(t["Model"]) == {"Qwen3.5-4B", "Qwen3.5-27B"} for t in inferred)

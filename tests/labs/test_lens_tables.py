@@ -191,3 +191,18 @@ def test_paper_table_s8():
     assert frame.loc["no post", "first non-BOS gap %"] == 22.8
     assert frame.loc["none", "sd of default gap"] == 0.6
     assert frame.loc["no post/no QK", "max pos-0 ratio"] == 5.06
+
+
+def test_s18_table_names_each_quantity():
+    from deffcore.labs.correlation_lab import s18_check
+
+    check = s18_check()
+    frame = lt.s18_table(check)
+    assert len(frame) == 32 and frame["agrees to the printed digits"].sum() == check["agree"]
+    row = frame.set_index(["subset", "quantity"]).loc[("drop both", "f₁.₁₀: p (Pearson)")]
+    (raw,) = [r for r in check["rows"]
+              if (r["subset"], r["quantity"]) == ("drop both", "frac110_pearson_p")]  # fmt: skip
+    assert row["published"] == raw["published"] == 0.14
+    assert row["reconstructed (8 models, 2 k₁.₁₀ inferred)"] == raw["reconstructed"]
+    assert row["recomputed (Table S17's 6 models)"] == raw["recomputed_six"]
+    assert set(frame["quantity"]) >= {"k₁.₁₀: p (Spearman, t approx.)", "f₁.₁₀: Spearman ρ"}
