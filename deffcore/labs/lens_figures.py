@@ -8,7 +8,6 @@ as given, except the fitted line (from the result's own slope and intercept).
     correlation_scatter(result)     x vs y, labelled points by family, least-squares line
     pruning_tolerance_bars(rows)    f_1.10 per model, ours beside the paper's Table S17
     pretrain_trajectories(records)  gap% (default pooling) over training per norm variant
-    s18_frame(check)                Table S18 published beside our reconstruction (DataFrame)
     turning_angles_plot(table)      turning angle per layer under each geometry, 90° marked
 """
 
@@ -19,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -194,13 +192,6 @@ def pretrain_trajectories(
         **_LAYOUT,
     )
     return fig
-
-
-def s18_frame(check: Mapping[str, Any]) -> pd.DataFrame:
-    """Table S18 published beside ours: subset, quantity, published, reconstructed (8 models,
-    two inferred), recomputed (S17's six), agrees (to the printed precision)."""
-    frame = pd.DataFrame(check["rows"])
-    return frame[["subset", "quantity", "published", "reconstructed", "recomputed_six", "agrees"]]
 
 
 def turning_angles_plot(table: Mapping[str, Any]) -> go.Figure:

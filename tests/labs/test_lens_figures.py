@@ -69,16 +69,6 @@ def test_pretrain_trajectories_one_line_per_run():
     assert fig.data[0].name == "no_post, seed 0" and list(fig.data[1].y) == [41.0, 46.0]
 
 
-def test_s18_frame_columns():
-    from deffcore.labs.correlation_lab import s18_check
-
-    frame = lf.s18_frame(s18_check())
-    assert list(frame.columns) == [
-        "subset", "quantity", "published", "reconstructed", "recomputed_six", "agrees"
-    ]  # fmt: skip
-    assert len(frame) == 32 and frame["agrees"].sum() == 29
-
-
 def test_user_text_reaches_plotly_as_text_not_html():
     result = _result()
     result["task"] = "<a href='http://x'>MMLU</a>"
