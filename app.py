@@ -36,6 +36,8 @@ PAGES: list[tuple[str, str, str]] = [
     ("Labs", "10_Residual_carry.py", "Residual carry"),
     ("Labs", "11_Training_dynamics.py", "Training dynamics"),
     ("Labs", "12_Aggregations.py", "Aggregations"),
+    ("Labs", "14_Correlation_lab.py", "Correlation lab"),
+    ("Labs", "15_Short_pretraining.py", "Short pretraining"),
 ]
 
 

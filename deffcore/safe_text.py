@@ -12,6 +12,7 @@ Streamlit: the app wraps user text in `md_escape` where it is shown.
 
 from __future__ import annotations
 
+import html
 import re
 import string
 
@@ -22,3 +23,9 @@ def md_escape(value: object) -> str:
     """`str(value)` with every ASCII punctuation character backslash-escaped, so a Markdown
     renderer shows it literally (no link, image, emphasis, code, heading, HTML or formula)."""
     return _PUNCTUATION.sub(r"\\\1", str(value))
+
+
+def plotly_text(value: object) -> str:
+    """`str(value)` for a Plotly label or title: Plotly renders a subset of HTML there (`<a
+    href>`, `<b>`, `<br>`), so `&`, `<` and `>` become entities, which it shows as themselves."""
+    return html.escape(str(value), quote=False)

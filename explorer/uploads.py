@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
@@ -57,12 +58,15 @@ def prune_uploads(keep: set[str] = frozenset()) -> int:  # type: ignore[assignme
     return removed
 
 
-def save_upload(name: str, data: bytes) -> str:
-    """Check an upload (empty or binary: DeffError naming `name`) and store it in the cache's
+def save_upload(
+    name: str, data: bytes, *, check: Callable[[str, bytes], None] | None = None
+) -> str:
+    """Check an upload (empty or binary: DeffError naming `name`; `check` replaces the passage
+    file's check for other uploads, e.g. a scores table) and store it in the cache's
     .uploads/ under its content hash, so the same upload is the same dataset (and cache key)
     in every session; older uploads are pruned. Returns the stored path."""
     shown = Path(name).name
-    serving.check_upload(shown, data)
+    (check or serving.check_upload)(shown, data)
     folder = _upload_folder()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}_{shown}"

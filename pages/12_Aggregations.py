@@ -1,22 +1,33 @@
-"""Aggregations and metrics (paper Figure S4, Table S11) of the current run."""
+"""Aggregations and metrics (paper Figure S4, Table S11), trajectory geometry (Figure S6) and
+Gromov–Wasserstein between layers (Table S22) of the current run."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from deffcore.glossary import human_columns, human_label
 from deffcore.labs import figures as lab_figures
+from deffcore.labs import lens_figures, lens_tables
 from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
+from deffcore.labs.gw_lens import gw_lens, stored_gw
 from deffcore.paper import paper_table
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView
-from explorer.cards import show_figure
+from explorer.cards import show_figure, show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
+from explorer.progress import progress_callback
+
+#: The app's default GW subsample: 45 s (SmolLM2, L = 30) to 100 s (Gemma-3, L = 18) on 2 CPU
+#: cores (BENCHMARKS.md); the library's default (SPEC 13.1) is 512.
+APP_N_GW = 128
 
 
-def aggregations_section(view: RunView, pooling: str) -> None:
+def aggregations_section(view: RunView, pooling: str) -> dict[str, Any] | None:
+    table = None
     with guarded("The aggregations"):
         table = aggregation_table(view, pooling=pooling)
         show_figure(lab_figures.aggregations_plot(table), key="aggregations")
@@ -27,6 +38,93 @@ def aggregations_section(view: RunView, pooling: str) -> None:
             "Fitted correlation length ξ (layers) of the exponential lag fit: "
             + ", ".join(f"{m} {xi:.2f}" for m, xi in table["xi"].items())
         )
+    return table
+
+
+def geometry_section(view: RunView, table: dict[str, Any], pooling: str) -> None:
+    """Geodesic efficiency and turning angles (SPEC 13) beside D_eff/L, from the same table."""
+    st.subheader("Trajectory geometry: how straight is the path through the layers?")
+    st.markdown(
+        "Each layer is a point; the angle between two layers is arccos of their similarity. "
+        "The **geodesic efficiency** is the angle from the first to the last layer divided by "
+        "the sum of the angles between neighbouring layers (1: a straight path); accumulated "
+        "orthogonal updates give E_L and turn by 90° at every layer. The Euclidean row is the "
+        "same ratio for the pooled states themselves (the paper's Figure S6 does not define "
+        "its efficiency; this one is documented in SPEC 13)."
+    )
+    st.dataframe(lens_tables.geometry_frame(table).style.format("{:.4f}", na_rep="—"),
+                 key="ag_geometry")  # fmt: skip
+    show_run_figure(
+        lens_figures.turning_angles_plot(table), view.spec, "turning_angles",
+        pooling=pooling, metric="every metric",
+    )  # fmt: skip
+    if table["trajectory"]["euclidean_efficiency"] is None:
+        st.caption(
+            "A snapshot holds the similarity matrices, not the pooled states: the Euclidean "
+            "path needs a measured run (press **Run** in the sidebar)."
+        )
+
+
+def gw_section(view: RunView, pooling: str) -> None:
+    """GW between layers, read from the store or computed on request (it takes minutes)."""
+    st.subheader("Gromov–Wasserstein between layers (Table S22)")
+    st.markdown(
+        "GW compares two layers' point clouds through their internal distances only: a "
+        "seeded subsample of n_gw passages (the same rows in every layer), Euclidean "
+        "distances divided by their mean, uniform weights, exact GW² started from two "
+        "couplings and the smaller kept (SPEC 13.1). Then Spearman ρ over layer pairs: GW "
+        "against the similarity, and each against the layer distance |i−j|."
+    )
+    m = view.measurement
+    c1, c2 = st.columns(2)
+    n_gw = c1.number_input("Subsample (n_gw passages)", 8, 2048, APP_N_GW, key="ag_gw_n",
+                           help=f"The library's default is 512; {APP_N_GW} takes 45–100 s for "
+                           "the packaged models on 2 CPU cores.")  # fmt: skip
+    seed = c2.number_input("Subsample seed", 0, 2**31 - 1, 0, key="ag_gw_seed")
+    if m is None:
+        st.button("Compute Gromov–Wasserstein (minutes)", disabled=True, key="ag_gw_run")
+        st.info(
+            "This is a snapshot: it holds the similarity matrices, not the pooled states GW "
+            "needs. Measure the run (press **Run** in the sidebar) to compute GW here."
+        )
+        return
+    options = {"pooling": pooling, "n_gw": int(n_gw), "seed": int(seed)}
+    result = stored_gw(m, **options)
+    if st.button("Compute Gromov–Wasserstein (minutes)", disabled=result is not None,
+                 key="ag_gw_run", type="primary"):  # fmt: skip
+        result = compute_gw(m, options)
+    if result is None:
+        pairs = m.layers * (m.layers - 1) // 2
+        st.caption(f"{pairs} layer pairs of {min(int(n_gw), m.n)} passages each; stored once "
+                   "computed, so it is shown at once on the next visit.")  # fmt: skip
+        return
+    gw_result_section(view, result)
+
+
+def compute_gw(m: Any, options: dict[str, Any]) -> dict[str, Any] | None:
+    result = None
+    with st.status("Gromov–Wasserstein between every pair of layers", expanded=True) as status:
+        bar = st.progress(0.0, text="starting")
+        with guarded("Gromov–Wasserstein"):
+            result = gw_lens(m, **options, progress=progress_callback(bar))
+        state = "complete" if result is not None else "error"
+        done = f"done in {result['seconds']:.0f} s" if result is not None else "failed"
+        status.update(label=f"Gromov–Wasserstein: {done}", state=state, expanded=False)
+    return result
+
+
+def gw_result_section(view: RunView, result: dict[str, Any]) -> None:
+    cols = st.columns(4)
+    for col, key in zip(cols, lens_tables.GW_STATS, strict=False):
+        col.metric(str(human_label(key)), f"{result[key]:+.2f}")
+    cols[3].metric("Compute time", f"{result['seconds']:.0f} s")
+    if result["cached"]:
+        st.caption("Read from the lab store (computed before with these settings).")
+    show_run_figure(
+        lens_figures.gw_heatmaps(result), view.spec, "gw", pooling=result["pooling"],
+        metric=result["metric"], identity={"n_gw": result["n_gw"], "gw_seed": result["gw_seed"]},
+    )  # fmt: skip
+    st.dataframe(lens_tables.gw_beside_paper(result), hide_index=True, key="ag_gw_paper")
 
 
 def paper_section() -> None:
@@ -56,8 +154,11 @@ def main() -> None:
     st.caption(
         f"Run: {md_escape(view.label)} · pooling {settings.pooling} (change it in the sidebar)"
     )
-    aggregations_section(view, settings.pooling)
+    table = aggregations_section(view, settings.pooling)
     paper_section()
+    if table is not None:
+        geometry_section(view, table, settings.pooling)
+    gw_section(view, settings.pooling)
 
 
 main()

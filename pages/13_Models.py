@@ -215,6 +215,27 @@ def sweep_progress() -> None:
         st.rerun(scope="app")  # the landed runs join the table and charts above
 
 
+def pruning_tolerance_section() -> None:
+    """Pruning tolerance per model (Table S17): this machine's stored pruning checks (the
+    Pruning boundary page, `deffcore pruning`, `sweep --pruning`) beside the paper's; the model
+    is never run here. (Imports kept local: this section is issue 20's, the page issue 19's.)"""
+    from deffcore.labs import lens_figures, lens_tables
+    from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
+    from explorer.cards import show_figure
+
+    st.subheader("Pruning tolerance (Table S17)")
+    stored = stored_pruning_rows()
+    st.caption(
+        f"{len(stored)} stored pruning check(s) on this machine (one per model: the one with "
+        "the most held-out passages) beside the paper's models. f₁.₁₀ is the share of blocks "
+        "that can be skipped, lowest Block Influence first, with perplexity within 1.10 × PPL₀"
+        " (checks come from the Pruning boundary page, `deffcore pruning`, `sweep --pruning`)."
+    )
+    rows = [*stored, *paper_pruning_rows()]
+    show_figure(lens_figures.pruning_tolerance_bars(rows), key="models_pruning_tolerance")
+    st.dataframe(lens_tables.pruning_tolerance(rows), hide_index=True, key="models_pruning")
+
+
 def main() -> None:
     _, settings = page("Models")
     st.title("Models")
@@ -228,6 +249,7 @@ def main() -> None:
     charts_section(shown)
     sweep_form(settings)
     sweep_progress()
+    pruning_tolerance_section()
 
 
 main()

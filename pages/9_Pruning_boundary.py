@@ -9,6 +9,8 @@ import streamlit as st
 
 from deffcore.glossary import GLOSSARY
 from deffcore.labs import figures as lab_figures
+from deffcore.labs import lens_tables
+from deffcore.labs.panels import paper_pruning_rows
 from deffcore.labs.pruning import RANKING_LABELS, pruning_check
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from explorer.cards import show_figure
@@ -80,6 +82,36 @@ def tables(result: dict[str, Any]) -> None:
         st.dataframe(order, key="pr_order")
 
 
+def tolerance_section(result: dict[str, Any]) -> None:
+    """Table S17's pruning tolerance of this check (BI ranking): PPL_k, k_1.10, f_1.10, the
+    non-monotone case, whether the check was read from the store; the paper's models below."""
+    st.subheader("Pruning tolerance (Table S17)")
+    cols = st.columns(4)
+    cols[0].metric("k₁.₁₀ (BI)", f"{result['k_110']}", help=GLOSSARY["k₁.₁₀"])
+    cols[1].metric("f₁.₁₀ = k₁.₁₀ / L", f"{result['f_110']:.3f}", help=GLOSSARY["f₁.₁₀"])
+    monotone = result["k_110_monotone"]
+    cols[2].metric("Perplexity curve", "monotone" if monotone else "not monotone")
+    cols[3].metric("Result", "read from the store" if result["cached"] else "computed now")
+    if not monotone:
+        st.warning(
+            f"Not monotone: k = {result['k_110']} is within 1.10 PPL₀ on its own although a "
+            "smaller k is not. k₁.₁₀ judges each k alone, as Table S17 words it; every k up to "
+            f"{result['k_110_contiguous']} qualifies."
+        )
+    st.dataframe(lens_tables.ppl_k_frame(result).style.format("{:.4g}", subset=["PPL_k"])
+                 .format("{:.3f}", subset=["PPL_k / PPL₀"]), key="pr_ppl_k")  # fmt: skip
+    st.caption(
+        "Stored under the cache's labs/pruning folder and read back when the same check is "
+        "repeated (the Correlation lab and the Models page read every stored check)."
+        if result["cached"]
+        else "Stored: the same check is read back next time; the Correlation lab and the "
+        "Models page read every stored check."
+    )
+    with st.expander("The paper's Table S17 (FineWeb-Edu, N = 10,000; display only)"):
+        st.dataframe(lens_tables.pruning_tolerance(paper_pruning_rows()), hide_index=True,
+                     key="pr_paper")  # fmt: skip
+
+
 def main() -> None:
     _, settings = page("Pruning boundary check")
     st.title("Pruning boundary check")
@@ -99,6 +131,7 @@ def main() -> None:
     show_figure(lab_figures.pruning_plot(result), key="pruning_ppl")
     show_figure(lab_figures.pruning_scores_plot(result), key="pruning_scores")
     tables(result)
+    tolerance_section(result)
 
 
 main()

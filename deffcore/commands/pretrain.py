@@ -39,6 +39,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--n-probe", type=int, default=None, help="probe windows measured")
     p.add_argument("--device", default=None, help="cpu or cuda")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads during training")
+    p.add_argument(
+        "--no-store",
+        action="store_true",
+        help="train afresh and do not store the result (by default a probe is stored under "
+        "<cache>/labs/pretrain and read back when repeated; the app shows stored probes)",
+    )
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -51,7 +57,7 @@ def _table(d: dict) -> str:
     lines = [
         f"{s['layers']}-block Gemma-3 (d={s['hidden']}, {s['tokenizer']} tokens), {s['iters']} "
         f"steps x {s['batch_size']} x {s['block_size']} tokens ({d['tokens_per_run']:,} per run), "
-        f"seeds {s['seeds']}, {d['seconds']:.0f} s",
+        f"seeds {s['seeds']}, {d['seconds']:.0f} s" + ("  [stored result]" if d["cached"] else ""),
         "gap% to F_L (and the paper's Table S8 below each, Gemma-3-270M on FineWeb-Edu)",
         f"{'variant':<15}" + "".join(f"{n:>15}" for n in names),
     ]
@@ -90,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     check_device(settings.device)  # the preset's own device too (gpu: cuda)
     check_settings(settings)
     with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
-        result = pretrain_probe(settings, progress=bar)
+        result = pretrain_probe(settings, progress=bar, store=not args.no_store)
     d = result.to_dict()
     print_json(d) if args.json else print(_table(d))
     return 0

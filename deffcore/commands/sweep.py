@@ -3,6 +3,7 @@
     python -m deffcore sweep --models tiny-llama,tiny-gpt2 --random-seeds 0,1 --n 64
     python -m deffcore sweep --manifest cells.yaml --engine ray --address 10.0.0.5:6379
     python -m deffcore sweep --table-s7 --n 128 --max-tokens 64
+    python -m deffcore sweep --models smollm2-135m,gemma3-270m --n 256 --pruning   # + k_1.10
 
 Exit 0 when the sweep ran (even when some cells failed: their rows say why), 2 for a malformed
 sweep (no models, an unknown intervention, an unreadable manifest, bad shared options).
@@ -78,6 +79,22 @@ def add_parser(subparsers) -> None:
         help="paper Table S7: random:gemma3-270m:{0,1,2} x the four interventions, mean +- sd "
         "per pooling control beside the paper's Gemma-3-4B values",
     )
+    prune = p.add_argument_group("pruning column (Table S17; off by default: costly)")
+    prune.add_argument(
+        "--pruning",
+        action="store_true",
+        help="also run the pruning check of every trained cell without intervention (stored, "
+        "read back when repeated) and add ppl0, k_110, f_110 to its row; a held-out "
+        "perplexity pass per skip count. A manifest turns it on with `pruning: true`",
+    )
+    prune.add_argument(
+        "--pruning-n", type=int, default=None, help="its measured passages (default 64; implies "
+        "--pruning)",
+    )  # fmt: skip
+    prune.add_argument(
+        "--pruning-heldout", type=int, default=None, help="its held-out passages (default 32; "
+        "implies --pruning)",
+    )  # fmt: skip
     run = p.add_argument_group("execution")
     run.add_argument("--engine", choices=("auto", "ray", "serial"), default="auto")
     run.add_argument(
@@ -139,21 +156,41 @@ def cells_from_args(args: argparse.Namespace) -> list:
     return cells
 
 
+def pruning_from_args(args: argparse.Namespace):
+    """The pruning column the flags and the manifest ask for (None: off); sizes from the
+    flags, else the manifest's, else the defaults."""
+    from deffcore.sweep.pruning_column import manifest_pruning, pruning_options
+
+    from_manifest = manifest_pruning(args.manifest) if args.manifest else None
+    flags = {"n": args.pruning_n, "n_heldout": args.pruning_heldout}
+    if not (args.pruning or from_manifest or any(v is not None for v in flags.values())):
+        return None
+    sizes = from_manifest.to_dict() if from_manifest else {}
+    sizes.update({k: v for k, v in flags.items() if v is not None})
+    return pruning_options(sizes, "--pruning")
+
+
 def _table(result) -> str:
     pooling = result.settings["pooling"]
+    prune = bool(result.settings.get("pruning"))
     lines = [
         f"engine {result.engine}"
         + (f" at {result.address}" if result.address else "")
         + f"   N={result.settings['n']} max_tokens={result.settings['max_tokens']} "
         f"pooling={pooling}",
         "",
-        f"{'cell':<44}{'status':>8}{'D_eff/L':>9}{'gap%':>8}{'s':>7}  worker / error",
+        f"{'cell':<44}{'status':>8}{'D_eff/L':>9}{'gap%':>8}"
+        + (f"{'k_1.10':>7}{'f_1.10':>7}" if prune else "")
+        + f"{'s':>7}  worker / error",
     ]
     for r in result.rows:
         tail = r["error"] if r["status"] == "failed" else (r["worker"] or "")
+        if prune and r.get("pruning_status") == "failed":
+            tail += f"  (pruning check failed: {r['pruning_error']})"
+        pruned = f"{fmt(r.get('k_110'), 'd'):>7}{fmt(r.get('f_110'), '.3f'):>7}" if prune else ""
         lines.append(
             f"{r['label'][:43]:<44}{r['status']:>8}{fmt(r['deff_over_L']):>9}"
-            f"{fmt(r['gap_pct'], '.1f'):>8}{fmt(r['seconds'], '.1f'):>7}  {tail}"
+            f"{fmt(r['gap_pct'], '.1f'):>8}{pruned}{fmt(r['seconds'], '.1f'):>7}  {tail}"
         )
     c = result.counts()
     lines += ["", f"{c['done']} done, {c['cached']} cached, {c['failed']} failed"]
@@ -218,6 +255,7 @@ def run_command(args: argparse.Namespace) -> int:
                 num_cpus=args.num_cpus,
                 cpus_per_cell=args.cpus_per_cell,
                 gpus_per_cell=args.gpus_per_cell,
+                pruning=pruning_from_args(args),
                 on_cell=bar,
             )
     finally:

@@ -94,8 +94,12 @@ def _usable(rows: Sequence[dict[str, Any]], *names: str) -> list[dict[str, Any]]
     return [r for r in rows if all(ok(r.get(n)) for n in names)]
 
 
-def _too_few(n: int, what: str) -> DeffError:
-    return DeffError(f"Only {n} {what}; a correlation needs at least {MIN_N}.")
+class TooFewModelsError(DeffError):
+    """Fewer models than a correlation needs (not bad input: measure or store more)."""
+
+
+def _too_few(n: int, what: str) -> TooFewModelsError:
+    return TooFewModelsError(f"Only {n} {what}; a correlation needs at least {MIN_N}.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,7 +125,7 @@ def score_correlations(
         raise InvalidArgumentError(
             f"The scores name model(s) with no {x} in the panel ({', '.join(sources)}): "
             f"{', '.join(unknown[:8])}{' ...' if len(unknown) > 8 else ''}; measure them, add "
-            "a source, or pass --ignore-unknown."
+            "a source, or leave them out (--ignore-unknown; in the app, the checkbox)."
         )
     results = []
     for task, by_model in table.scores.items():

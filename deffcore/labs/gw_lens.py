@@ -46,6 +46,33 @@ def gw_identity(
     }
 
 
+def _identity(m: Any, **options: Any) -> dict[str, Any]:
+    return gw_identity(m.spec.key(), metric=m.metric, **options)
+
+
+def stored_gw(
+    measurement: Any,
+    *,
+    pooling: str = "default",
+    n_gw: int = N_GW,
+    seed: int = 0,
+    gw_metric: str = "euclidean",
+    solver: str = "exact",
+    epsilon: float = EPSILON,
+    init: str = "both",
+) -> dict[str, Any] | None:
+    """The stored `gw_lens` result of these options (`"cached": True`), or None; never
+    computes (the app shows a stored result before anyone presses Compute)."""
+    from deffcore.labs import store as lab_store
+
+    identity = _identity(
+        measurement, pooling=pooling, n_gw=n_gw, seed=seed, gw_metric=gw_metric,
+        solver=solver, epsilon=epsilon, init=init,
+    )  # fmt: skip
+    found = lab_store.read_result("gw", identity)
+    return None if found is None else {**found, "cached": True}
+
+
 def gw_lens(
     measurement: Any,
     *,
@@ -64,14 +91,13 @@ def gw_lens(
     from deffcore.labs import store as lab_store
 
     m = measurement
-    identity = gw_identity(
-        m.spec.key(), pooling=pooling, metric=m.metric, n_gw=n_gw, seed=seed,
-        gw_metric=gw_metric, solver=solver, epsilon=epsilon, init=init,
-    )  # fmt: skip
+    options = {"pooling": pooling, "n_gw": n_gw, "seed": seed, "gw_metric": gw_metric,
+               "solver": solver, "epsilon": epsilon, "init": init}  # fmt: skip
+    identity = _identity(m, **options)
     if store:
-        found = lab_store.read_result("gw", identity)
+        found = stored_gw(m, **options)
         if found is not None:
-            return {**found, "cached": True}
+            return found
     states = m.states(pooling)
     S = m.similarity(pooling)
     start = time.perf_counter()

@@ -8,7 +8,7 @@ as given, except the fitted line (from the result's own slope and intercept).
     correlation_scatter(result)     x vs y, labelled points by family, least-squares line
     pruning_tolerance_bars(rows)    f_1.10 per model, ours beside the paper's Table S17
     pretrain_trajectories(records)  gap% (default pooling) over training per norm variant
-    s18_frame(check)                Table S18 published beside our reconstruction (DataFrame)
+    turning_angles_plot(table)      turning angle per layer under each geometry, 90° marked
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deffcore.figures import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO
 from deffcore.labs.figures import INTERVENTION_COLORS
+from deffcore.safe_text import plotly_text
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 70, "b": 50}}
 _FAMILY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon")
@@ -77,7 +77,8 @@ def gw_heatmaps(gw: Mapping[str, Any]) -> go.Figure:
 def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None,
                         y_title: str | None = None) -> go.Figure:  # fmt: skip
     """Points of one correlation (`correlate_points` output), a trace per family, labelled,
-    with the least-squares line over the x range and r, rho, p and n in the title."""
+    with the least-squares line over the x range and r, rho, p and n in the title (which
+    names the task, else `y_title`, else y)."""
     points = result["points"]
     families = sorted({p.get("family") or "other" for p in points})
     fig = go.Figure()
@@ -88,8 +89,8 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
                 x=[p["x"] for p in mine],
                 y=[p["y"] for p in mine],
                 mode="markers+text",
-                name=family,
-                text=[str(p.get("label") or p.get("model")) for p in mine],
+                name=plotly_text(family),
+                text=[plotly_text(p.get("label") or p.get("model")) for p in mine],
                 textposition="top center",
                 marker={
                     "size": 10,
@@ -112,8 +113,9 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
                 hoverinfo="skip",
             )
         )
+    what = plotly_text(result.get("task") or y_title or result["y"])
     fig.update_layout(
-        title=f"{result.get('task') or result['y']}: Pearson r = {_fmt(result['pearson_r'])} "
+        title=f"{what}: Pearson r = {_fmt(result['pearson_r'])} "
         f"(p = {_fmt(result['pearson_p'], '.3g')}), Spearman ρ = {_fmt(result['spearman_rho'])} "
         f"(p = {_fmt(result['spearman_p'], '.3g')}), n = {result['n']}",
         xaxis_title=x_title or result["x"],
@@ -192,8 +194,39 @@ def pretrain_trajectories(
     return fig
 
 
-def s18_frame(check: Mapping[str, Any]) -> pd.DataFrame:
-    """Table S18 published beside ours: subset, quantity, published, reconstructed (8 models,
-    two inferred), recomputed (S17's six), agrees (to the printed precision)."""
-    frame = pd.DataFrame(check["rows"])
-    return frame[["subset", "quantity", "published", "reconstructed", "recomputed_six", "agrees"]]
+def turning_angles_plot(table: Mapping[str, Any]) -> go.Figure:
+    """The turning angle (degrees) at layers 2 .. L-1 of `aggregation_table`'s geometry: one
+    line per similarity metric (arccos S) and one for the Euclidean path of the pooled states
+    when present; 90° (orthogonal updates' every turn) dashed."""
+    from deffcore.glossary import COLUMN_LABELS
+
+    fig = go.Figure()
+    series = [
+        (f"arccos {COLUMN_LABELS.get(m, m)}", g["turning_angles"])
+        for m, g in table["geometry"].items()
+    ]
+    euclidean = table["trajectory"].get("euclidean_turning_angles")
+    if euclidean is not None:
+        series.append(("Euclidean (pooled states)", euclidean))
+    for i, (name, angles) in enumerate(series):
+        degrees = [math.degrees(a) if a is not None and math.isfinite(a) else None
+                   for a in angles]  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(2, len(degrees) + 2)), y=degrees, mode="lines+markers", name=name,
+                line={"color": _PALETTE[i % len(_PALETTE)]},
+                hovertemplate="layer %{x}: %{y:.1f}°<extra>" + name + "</extra>",
+            )
+        )  # fmt: skip
+    fig.add_hline(
+        y=90.0, line={"color": COLOR_REFERENCE, "dash": "dash"},
+        annotation_text="90°: orthogonal updates", annotation_position="top left",
+    )  # fmt: skip
+    fig.update_layout(
+        title="Turning angle of the layer path (0° straight on, 90° a right angle)",
+        xaxis_title="layer l (the bend between l−1 → l and l → l+1)",
+        yaxis_title="turning angle (°)",
+        height=400,
+        **_LAYOUT,
+    )
+    return fig

@@ -287,8 +287,9 @@ def stored_pruning_rows() -> list[dict[str, Any]]:
 
 
 def pruning_panel(*, with_paper: bool = False) -> list[dict[str, Any]]:
-    """Stored pruning checks, and the paper's Table S17 rows when `with_paper`."""
-    rows = stored_pruning_rows()
+    """Stored pruning checks of trained weights (never RANDOM_WEIGHTS specs), and the paper's
+    Table S17 rows when `with_paper`."""
+    rows = [r for r in stored_pruning_rows() if _trained_plain({"model": r["model"]})]
     if with_paper:
         mine = {model_key(r["model"]) for r in rows}
         rows += [r for r in paper_pruning_rows() if model_key(r["model"]) not in mine]

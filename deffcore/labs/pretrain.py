@@ -26,6 +26,10 @@ Decisions:
   maximum over h_0 .. h_L of the position-0 norm ratio (SPEC 2).
 - Optimiser: AdamW (beta2 = 0.95, weight decay 0.1), linear warm-up then cosine decay to
   lr/10 (`residual_carry.lr_schedule`), gradient clipping at 1.
+- Results are stored (`deffcore.labs.store`, lab "pretrain", keyed by every setting except
+  `threads` (which changes the speed, not the numbers), the device kind and the BBC text's
+  content id): a repeated probe is read back (`cached`), and the app shows stored probes. A
+  probe given its own `data` is never stored (the key could not name that data).
 - Presets: "cpu" (a 6-block, d = 64 model with the byte tokenizer; a few minutes on 2 cores),
   "tiny" (tests), "gpu" (Gemma-3-270M's own shape and Gemma-3 tokenizer, the paper's model,
   with a short budget; see the README for what still differs from the paper's setting).
@@ -367,6 +371,8 @@ class PretrainResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     tokens_per_run: int = 0
+    #: True when read back from the lab store instead of trained
+    cached: bool = False
 
     def final_table(self) -> list[dict[str, Any]]:
         """Per variant, each column at the last step: mean and sd (ddof 1) over seeds, beside
@@ -389,6 +395,7 @@ class PretrainResult:
                 row[f"{col}_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else math.nan
                 key = col.removeprefix("gap_")
                 row[f"paper_{col}"] = published.get(key, {}).get("value")
+                row[f"paper_{col}_sd"] = published.get(key, {}).get("sd")
             rows.append(row)
         return rows
 
@@ -400,7 +407,50 @@ class PretrainResult:
             "tokens_per_run": self.tokens_per_run,
             "final": self.final_table(),
             "records": self.records,
+            "cached": self.cached,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PretrainResult:
+        """The inverse of `to_dict` (for stored results; `final` is recomputed)."""
+        fields = dict(d["settings"])
+        for name in ("variants", "seeds"):
+            fields[name] = tuple(fields[name])
+        return cls(
+            settings=PretrainSettings(**fields),
+            records=[dict(r) for r in d["records"]],
+            seconds=float(d["seconds"]),
+            tokens_per_run=int(d["tokens_per_run"]),
+        )
+
+
+def pretrain_identity(s: PretrainSettings) -> dict[str, Any]:
+    """The plain values that determine a probe (its key in the lab store): every setting but
+    `threads`, the device kind (cuda:0 and cuda:1 train the same) and the text's content id."""
+    from deffcore.texts import dataset_identity
+
+    settings = {k: v for k, v in s.to_dict().items() if k != "threads"}
+    settings["device"] = str(s.device).split(":")[0]
+    return {
+        "settings": settings,
+        "dataset_id": dataset_identity("bbc-news")["content_id"],
+        "data_seed": DATA_SEED,
+    }
+
+
+def stored_probes() -> list[PretrainResult]:
+    """Every stored probe, newest first (marked `cached`)."""
+    from deffcore.labs.store import list_results
+
+    out = []
+    for record in list_results("pretrain"):
+        try:
+            result = PretrainResult.from_dict(record["result"])
+        except (KeyError, TypeError, ValueError):
+            continue  # stored by an older version
+        result.cached = True
+        out.append(result)
+    return out
 
 
 def pretrain_probe(
@@ -408,10 +458,25 @@ def pretrain_probe(
     *,
     data: TokenData | None = None,
     progress: ProgressFn | None = None,
+    store: bool = True,
 ) -> PretrainResult:
-    """Train every (variant, seed) of `settings`; progress(done_steps, total_steps, stage)."""
+    """Train every (variant, seed) of `settings`; progress(done_steps, total_steps, stage).
+
+    `store`: read a stored probe of the same settings instead of training, and store a trained
+    one (`deffcore.labs.store`, lab "pretrain"); never when `data` is given."""
+    from deffcore.labs import store as lab_store
+
     s = settings or PretrainSettings()
     check_settings(s)
+    store = store and data is None
+    identity = pretrain_identity(s) if store else None
+    if identity is not None:
+        found = lab_store.read_result("pretrain", identity)
+        if found is not None:
+            result = PretrainResult.from_dict(found)
+            result.settings = s  # the caller's (threads included)
+            result.cached = True
+            return result
     tokenizer = probe_tokenizer(s.tokenizer)
     data = data or token_data(tokenizer, s.block_size)
     result = PretrainResult(settings=s, tokens_per_run=s.iters * s.batch_size * s.block_size)
@@ -424,4 +489,6 @@ def pretrain_probe(
         runs, s.iters, train_one, progress=progress, threads=s.threads,
         stage=lambda run: f"{run[0]} seed={run[1]}",
     )  # fmt: skip
+    if identity is not None:
+        lab_store.write_result("pretrain", identity, result.to_dict())
     return result

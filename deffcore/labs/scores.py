@@ -67,6 +67,28 @@ def _read_text(path: Path) -> str:
         ) from err
 
 
+def check_upload(
+    name: str, data: bytes, what: str = "scores file", max_bytes: int = MAX_BYTES
+) -> None:
+    """An uploaded table (scores, a sweep result) before it is stored: not empty, at most
+    `max_bytes`, UTF-8 text without NUL bytes (one sentence naming the user's file `name`)."""
+    if not data or not data.strip():
+        raise InvalidArgumentError(f"The uploaded {what} {name} is empty.")
+    if len(data) > max_bytes:
+        raise InvalidArgumentError(
+            f"The uploaded {what} {name} is {len(data) / 2**20:.1f} MB, more than the "
+            f"{max_bytes // 2**20} MB such a table may have."
+        )
+    try:
+        if b"\x00" in data[: 1 << 16]:
+            raise UnicodeDecodeError("utf-8", data[:1], 0, 1, "NUL byte")
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(
+            f"The uploaded {what} {name} is not UTF-8 text; upload a .csv (or .json) text file."
+        ) from None
+
+
 def _columns(header: list[str] | None, path: Path) -> dict[str, int]:
     if not header:
         raise InvalidArgumentError(f"The scores file {path} is empty; it needs a header row.")

@@ -6,7 +6,8 @@
 `key` = the first 20 hex digits of a sha256 over `identity` (sorted JSON): every argument that
 changes the result (model and its weights id, dataset and its content id, sample sizes, seeds,
 options) and `CODE_VERSION`. Used by the pruning check (`labs/pruning`, read back by the
-correlation lab) and the Gromov–Wasserstein lens (`labs/gw`).
+correlation lab), the Gromov–Wasserstein lens (`labs/gw`) and the short-pretraining probes
+(`labs/pretrain`).
 
 Nothing read is trusted: a file that is not valid JSON, of another format, whose key or
 identity does not match, is treated as absent. Writes are atomic (temp file + os.replace in
@@ -27,7 +28,7 @@ from deffcore.errors import DeffError
 
 FORMAT = 1
 LABS_FOLDER = "labs"
-_LABS = ("pruning", "gw")
+_LABS = ("pruning", "gw", "pretrain")
 
 
 def result_key(identity: dict[str, Any]) -> str:

@@ -146,7 +146,8 @@ def manifest_cells(path: str | Path) -> list[Cell]:
     Either a list of cells, or an object with `cells` (a list) and/or `grid` (keyword arguments
     of `grid_cells`: models, revisions, random_seeds, trained, interventions, datasets). A cell
     is a mapping with `model` and optionally revision, seed (random-weight seed), intervention,
-    dataset; a bare string is a model.
+    dataset; a bare string is a model. A top-level `pruning` key turns on the sweep's pruning
+    column (read by `deffcore.sweep.pruning_column.manifest_pruning`).
     """
     path = Path(path).expanduser()
     try:
@@ -169,7 +170,7 @@ def manifest_cells(path: str | Path) -> list[Cell]:
         raise SweepError(
             f"The sweep manifest {path} must be a list of cells or hold 'cells'/'grid'."
         )
-    unknown = set(data) - {"cells", "grid"}
+    unknown = set(data) - {"cells", "grid", "pruning"}  # pruning: sweep.pruning_column
     if unknown:
         raise SweepError(
             f"The sweep manifest {path} has unknown key(s) {', '.join(sorted(unknown))}."

@@ -52,6 +52,14 @@ from deffcore import sweep_checks
 from deffcore.constants import POOLINGS
 from deffcore.errors import DeffError, RunCancelled
 from deffcore.sweep.cells import Cell, SweepError, check_cells, one_sentence
+from deffcore.sweep.pruning_column import (
+    PRUNING_KEYS,
+    PruningOptions,
+    cell_pruning,
+    empty_columns,
+    pruning_options,
+    skip_reason,
+)
 from deffcore.sweep.ray_runtime import ray_runtime
 
 #: The keys of one cell in `SweepResult.rows` that the CLI's `--json` prints, in order.
@@ -149,11 +157,13 @@ class SweepResult:
     settings: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        """The CLI's `--json` object: engine, address and each cell's `CELL_KEYS`."""
+        """The CLI's `--json` object: engine, address and each cell's `CELL_KEYS` (and, with
+        the pruning column on, `PRUNING_KEYS`)."""
+        keys = CELL_KEYS + (PRUNING_KEYS if self.settings.get("pruning") else ())
         return {
             "engine": self.engine,
             "address": self.address,
-            "cells": [{k: row[k] for k in CELL_KEYS} for row in self.rows],
+            "cells": [{k: row[k] for k in keys} for row in self.rows],
         }
 
     def counts(self) -> dict[str, int]:
@@ -243,8 +253,12 @@ def plan_sweep(
     num_cpus: int | None = None,
     cpus_per_cell: float = 1,
     gpus_per_cell: float | None = None,
+    pruning: Any = None,
 ) -> SweepPlan:
     """Check a sweep before anything runs -> its plan (nothing is read, loaded or computed).
+
+    `pruning`: the optional pruning column (`deffcore.sweep.pruning_column`): None/False off,
+    True with the default sizes, or {n, n_heldout}.
 
     Raises SweepError (a DeffError) for a malformed sweep: no cells, too many, a bad engine,
     pooling or resource value, and the DeffError of `check_run_options` for an option every
@@ -254,6 +268,7 @@ def plan_sweep(
     """
     cells = check_cells(cells)
     _check_options(engine, pooling, cpus_per_cell, gpus_per_cell)
+    prune = pruning_options(pruning)
     if gpus_per_cell and device is None:
         device = "cuda"  # a GPU per cell: the workers have CUDA even if this driver has none
     # shared options once (a bad one refuses the sweep); a cell that cannot be built fails alone
@@ -264,6 +279,9 @@ def plan_sweep(
         device_here=not gpus_per_cell,
     )  # fmt: skip
     rows = [_row(cell, spec) for cell, spec in zip(cells, specs, strict=True)]
+    if prune is not None:
+        for row in rows:
+            row.update(empty_columns())
     if gpus_per_cell is None:
         gpus_per_cell = 1.0 if resolved.startswith("cuda") else 0.0
     settings = {
@@ -278,6 +296,7 @@ def plan_sweep(
         "pooling": pooling,
         "cpus_per_cell": cpus_per_cell,
         "gpus_per_cell": gpus_per_cell,
+        "pruning": prune.to_dict() if prune is not None else None,
     }
     return SweepPlan(specs, rows, settings, engine, address, num_cpus, batch_size, errors)
 
@@ -399,6 +418,18 @@ class _Landing:
         settings = self.plan.settings
         row, spec = self.plan.rows[i], self.plan.specs[i]
         _fill_numbers(row, spec, pooled, settings["metric"], settings["pooling"])
+        if settings.get("pruning"):
+            row.update(_pruning_columns(row, spec, settings))
+
+
+def _pruning_columns(row: dict[str, Any], spec: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """The pruning column of a landed cell (`pruning_column`), with the model this process
+    still holds for it when there is one (the serial engine's slot)."""
+    reason = skip_reason(row)
+    if reason is not None:
+        return {**empty_columns(), "pruning_status": "skipped", "pruning_error": reason}
+    held = _SLOT.get((spec.model, spec.revision, settings["device"], spec.dtype))
+    return cell_pruning(spec, PruningOptions(**settings["pruning"]), settings, loaded=held)
 
 
 def _cancelled(should_stop: Callable[[], bool] | None) -> None:

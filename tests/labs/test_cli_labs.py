@@ -162,3 +162,9 @@ def test_pretrain_json(capsys):
     assert out["lab"] == "pretrain" and [r["step"] for r in out["records"]] == [0, 2]
     (row,) = out["final"]
     assert row["variant"] == "none" and row["paper_gap_default"] == 41.3
+    assert out["cached"] is False
+    argv = ["pretrain", "--preset", "tiny", "--iters", "2", "--eval-interval", "2",
+            "--variants", "none", "--no-progress"]  # fmt: skip
+    again = run_json(capsys, argv)
+    assert again["cached"] is True and again["records"] == out["records"]  # stored, read back
+    assert run_json(capsys, [*argv, "--no-store"])["cached"] is False

@@ -235,3 +235,15 @@ def test_geometry_correlations_over_cached_runs(tiny_dataset, tiny_counts_as_tra
     assert got == pytest.approx(expected)
     assert np.isfinite(euc["pearson_r"]) or euc["warnings"]
     assert out["paper"]["figure_s6_pearson_r"] == 0.65
+
+
+def test_stored_checks_of_random_weights_are_no_pruning_points():
+    """The Models page lists every stored check; a correlation takes trained weights only."""
+    for model, k in (("m2", 1), ("m3", 2), ("m4", 4), ("tiny-llama", 0), ("random:m2:0", 8)):
+        _store_check(model, 32, 0.05, k)
+    assert {r["model"] for r in panels.stored_pruning_rows()} == {
+        "m2", "m3", "m4", "tiny-llama", "random:m2:0"
+    }  # fmt: skip
+    assert {r["model"] for r in panels.pruning_panel()} == {"m2", "m3", "m4"}
+    (f, _) = lab.pruning_correlations()["results"]
+    assert {p["model"] for p in f["points"]} == {"m2", "m3", "m4"}

@@ -69,11 +69,13 @@ def test_pretrain_trajectories_one_line_per_run():
     assert fig.data[0].name == "no_post, seed 0" and list(fig.data[1].y) == [41.0, 46.0]
 
 
-def test_s18_frame_columns():
-    from deffcore.labs.correlation_lab import s18_check
-
-    frame = lf.s18_frame(s18_check())
-    assert list(frame.columns) == [
-        "subset", "quantity", "published", "reconstructed", "recomputed_six", "agrees"
-    ]  # fmt: skip
-    assert len(frame) == 32 and frame["agrees"].sum() == 29
+def test_user_text_reaches_plotly_as_text_not_html():
+    result = _result()
+    result["task"] = "<a href='http://x'>MMLU</a>"
+    result["points"][0]["model"] = "<b>a</b>"
+    result["points"][0]["family"] = "F<1>"
+    fig = lf.correlation_scatter(result)
+    title = fig.layout.title.text
+    assert "<a" not in title and "&lt;a href='http://x'&gt;" in title
+    named = {t.name: t for t in fig.data}
+    assert list(named["F&lt;1&gt;"].text) == ["&lt;b&gt;a&lt;/b&gt;"]

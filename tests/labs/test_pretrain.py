@@ -112,3 +112,31 @@ def test_bad_settings(change, message):
         pretrain.check_settings(replace(pretrain.PRESETS["tiny"], **change))
     with pytest.raises(DeffError, match="Unknown pretraining preset"):
         pretrain.settings_from("huge")
+
+
+def test_a_probe_is_stored_and_read_back(monkeypatch):
+    """A trained probe is stored (keyed by its settings and the text, not by `threads`) and
+    read back without training; a probe given its own data is never stored."""
+    s = replace(pretrain.PRESETS["tiny"], variants=("none",), iters=2, eval_interval=2)
+    trained = pretrain.pretrain_probe(s)
+    assert not trained.cached
+    (stored,) = pretrain.stored_probes()
+    assert stored.cached and stored.records == trained.records
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored probe must not be trained again")
+
+    monkeypatch.setattr(pretrain, "train_probe", no_training)
+    again = pretrain.pretrain_probe(replace(s, threads=1))  # threads change speed, not numbers
+    assert again.cached and again.records == trained.records and again.settings.threads == 1
+    assert again.final_table() == trained.final_table()
+    with pytest.raises(AssertionError, match="must not be trained"):
+        pretrain.pretrain_probe(replace(s, seeds=(1,)))  # other settings: trained afresh
+    with pytest.raises(AssertionError, match="must not be trained"):
+        pretrain.pretrain_probe(s, store=False)
+
+
+def test_a_probe_on_given_data_is_never_stored(tiny):
+    s, _, data = tiny
+    pretrain.pretrain_probe(s, data=data)
+    assert pretrain.stored_probes() == []

@@ -59,3 +59,26 @@ def test_missing_folder_binary_and_huge(tmp_path):
         fh.truncate(6 * 2**20)
     with pytest.raises(InvalidArgumentError, match="under 5 MB"):
         read_scores(big)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b"", "The uploaded scores file s.csv is empty"),
+        (b"  \n", "is empty"),
+        (b"model,task,score\n\x00\x01", "is not UTF-8 text"),
+        (b"\xff\xfe model", "is not UTF-8 text"),
+        (b"x" * 101, "more than the 0 MB"),
+    ],
+)
+def test_an_upload_is_checked_before_it_is_stored(data, match):
+    from deffcore.labs.scores import check_upload
+
+    with pytest.raises(InvalidArgumentError, match=match):
+        check_upload("s.csv", data, max_bytes=100 if len(data) > 100 else 5 * 2**20)
+
+
+def test_a_good_upload_passes_its_check():
+    from deffcore.labs.scores import check_upload
+
+    check_upload("s.csv", "\ufeffmodel,task,score\nm,t,1\n".encode())  # a BOM is fine

@@ -1,0 +1,126 @@
+"""Short-pretraining norm probes (paper Table S8): a small Gemma-3 trained from random init."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+import torch
+
+from deffcore.labs import lens_figures, lens_tables
+from deffcore.labs.pretrain import PRESETS, pretrain_probe, settings_from, stored_probes
+from explorer.cards import show_figure
+from explorer.guard import guarded
+from explorer.page import page
+from explorer.progress import run_in_page
+
+VARIANTS = ("none", "no_post", "no_qk", "no_post_no_qk")
+DIFFERS = (
+    "What differs from the paper: the model (the `cpu` preset: 6 blocks, d = 64, a byte "
+    "vocabulary of 259; the paper: Gemma-3-270M, 18 blocks, d = 640, 262k vocabulary), the "
+    "data (BBC news, not FineWeb-Edu), the budget (0.3M tokens per run; the paper's short "
+    "budget is not stated) and the loss units (per byte, not per Gemma token: the validation "
+    "loss columns do not compare). The `gpu` preset has Gemma-3-270M's shape and tokenizer."
+)
+
+
+def describe(s: dict[str, Any]) -> str:
+    """One line for a probe's settings."""
+    return (
+        f"{s['layers']}-block Gemma-3, d = {s['hidden']}, {s['tokenizer']} tokens · "
+        f"{s['iters']} steps × {s['batch_size']} × {s['block_size']} tokens · "
+        f"{len(s['seeds'])} seed(s) · {', '.join(s['variants'])}"
+    )
+
+
+def probe_label(result: dict[str, Any]) -> str:
+    return f"{describe(result['settings'])} · {result['seconds']:.0f} s"
+
+
+def train_form() -> None:
+    """The preset and its knobs; Train runs the probes in this script run (stored after)."""
+    presets = [p for p in PRESETS if p != "gpu" or torch.cuda.is_available()]
+    c1, c2, c3 = st.columns(3)
+    preset = c1.selectbox(
+        "Preset", presets, index=presets.index("cpu"), key="pt_preset",
+        help="tiny: seconds (a smoke test) · cpu: several minutes on 2 cores (about 15 under "
+        "load) · gpu: Gemma-3-270M's shape, needs CUDA",
+    )  # fmt: skip
+    base = PRESETS[preset]
+    variants = c2.multiselect("Norm variants", VARIANTS, default=list(base.variants),
+                              key="pt_variants")  # fmt: skip
+    seeds = c3.number_input("Seeds", 1, 8, len(base.seeds), key="pt_seeds")
+    c4, c5 = st.columns(2)
+    iters = c4.number_input("Training steps", 2, 100_000, base.iters, key="pt_iters")
+    every = c5.number_input("Evaluate every", 1, 10_000, base.eval_interval, key="pt_eval")
+    st.caption(
+        "Training runs in this page: stay here until it finishes (leaving stops it). A "
+        "finished probe is stored and shown on every later visit, also one trained with "
+        "`python -m deffcore pretrain`."
+    )
+    if st.button("Train", type="primary", key="pt_run"):
+        with guarded("The pretraining probe"):
+            s = settings_from(preset, variants=tuple(v for v in VARIANTS if v in variants),
+                              seeds=tuple(range(int(seeds))), iters=int(iters),
+                              eval_interval=int(every))  # fmt: skip
+            run_in_page(
+                "The pretraining probe", "pt_result",
+                lambda progress: pretrain_probe(s, progress=progress),
+                done=lambda r: "read from the store" if r.cached else f"done in {r.seconds:.0f} s",
+            )  # fmt: skip
+            if st.session_state.get("pt_result") is not None:  # the stored list shows it
+                st.session_state["pt_stored"] = probe_label(st.session_state["pt_result"])
+
+
+def choose_result() -> dict[str, Any] | None:
+    """A stored probe (the newest, or the one just trained, by default)."""
+    trained = st.session_state.get("pt_result")
+    stored = {probe_label(d): d for d in (r.to_dict() for r in stored_probes())}
+    if not stored:
+        return trained
+    label = st.selectbox("Stored probes", list(stored), key="pt_stored")
+    if trained is not None and probe_label(trained) == label:
+        return trained  # as trained here: "trained in ... s", not "read from the store"
+    return stored[label]
+
+
+def results_section(result: dict[str, Any]) -> None:
+    s = result["settings"]
+    st.caption(
+        describe(s)
+        + f" · {result['tokens_per_run']:,} tokens per run · "
+        + ("read from the store" if result["cached"] else f"trained in {result['seconds']:.0f} s")
+    )
+    identity = {"lab": "pretrain", "L": s["layers"], "d": s["hidden"], "steps": s["iters"],
+                "seeds": len(s["seeds"])}  # fmt: skip
+    key = "pretrain_" + "_".join(f"{k}{v}" for k, v in identity.items() if k != "lab")
+    show_figure(lens_figures.pretrain_trajectories(result["records"]), key=key)
+    st.subheader("Final step: mean over seeds, beside the paper's Table S8")
+    frame = lens_tables.pretrain_beside_paper(result["final"])
+    st.dataframe(frame, hide_index=True, key="pt_table")
+    st.caption(DIFFERS)
+
+
+def main() -> None:
+    page("Short pretraining")
+    st.title("Short pretraining (Table S8)")
+    st.markdown(
+        "Does a Gemma-style model trained briefly from random weights already show the "
+        "pretrained Gemma's anomaly (a gap to F_L that flips sign between default and "
+        "token-normed pooling)? A small Gemma-3 is trained under each norm variant (the norms "
+        "removed throughout training and measurement) and several seeds; at every evaluation "
+        "the gap to F_L of every pooling control, the position-0 norm ratio and the "
+        "validation loss are measured on fixed probe windows."
+    )
+    train_form()
+    result = choose_result()
+    if result is None:
+        st.info("No probe yet: press **Train** (the paper's Table S8 is below).")
+        st.subheader("Paper, Table S8: Gemma-3-270M on FineWeb-Edu (display only)")
+        st.dataframe(lens_tables.paper_table_s8(), hide_index=True, key="pt_paper")
+        st.caption(DIFFERS)
+        return
+    results_section(result)
+
+
+main()
