@@ -171,7 +171,7 @@ def position0_answer(
             f"{head}: {moves}, but the headline's trust is noise → cannot tell yet whether "
             f"position 0 makes the gap; {action}.",
         )  # fmt: skip
-    if -T <= lo and hi <= T:
+    if lo >= -T and hi <= T:
         return Position0Answer(
             "not_artefact", *parts, None, trust, None,
             f"{head}: {moves}, within {tol} → not a position-0 artefact: position 0 "
@@ -273,25 +273,20 @@ def bos_on_off_conclusion(
     delta = g_without - g_with
     big_with, big_without = r_with > POS0_OUTLIER_RATIO, r_without > POS0_OUTLIER_RATIO
     ratios = f"{r_with:,.0f}× with a BOS, {r_without:,.0f}× without"
-    if big_with and big_without:
-        kind, text = "first_position", (
-            f"First-position effect: the position-0 outlier stays without a BOS ({ratios}), so "
-            "it belongs to whatever token comes first, not to the BOS token"
-        )
-    elif big_with:
-        kind, text = "bos", (
-            f"BOS effect: the position-0 outlier goes with the BOS token ({ratios})"
-        )
-    elif big_without:
-        kind, text = "appears", (
-            f"The position-0 outlier appears only without a BOS ({ratios}): a first-position "
-            "effect that the BOS token absorbs"
-        )
-    else:
-        kind, text = "none", (
-            f"No position-0 outlier with or without a BOS ({ratios}, both ≤ "
-            f"{POS0_OUTLIER_RATIO:.0f}×)"
-        )
+    kind = (
+        ("first_position" if big_without else "bos")
+        if big_with
+        else ("appears" if big_without else "none")
+    )
+    text = {
+        "first_position": "First-position effect: the position-0 outlier stays without a BOS "
+        f"({ratios}), so it belongs to whatever token comes first, not to the BOS token",
+        "bos": f"BOS effect: the position-0 outlier goes with the BOS token ({ratios})",
+        "appears": f"The position-0 outlier appears only without a BOS ({ratios}): a "
+        "first-position effect that the BOS token absorbs",
+        "none": f"No position-0 outlier with or without a BOS ({ratios}, both ≤ "
+        f"{POS0_OUTLIER_RATIO:.0f}×)",
+    }[kind]
     T = tolerance(g_with)
     size = "within" if abs(delta) <= T else "beyond"
     text += (

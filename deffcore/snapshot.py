@@ -461,28 +461,6 @@ def run_identity(spec: dict[str, Any], *, pooling: str, metric: str) -> dict[str
     }
 
 
-def headline_changes(a: Headline, b: Headline) -> list[dict[str, Any]]:
-    """Each headline number of run A, of run B and the change B - A (side-by-side view).
-
-    Rows: D_eff, D_eff/L, gap to F_L (%), rho_hat(1), position-0 norm ratio, N, L, CKA bias.
-    The change of the gap is in percentage points.
-    """
-    rows = [
-        ("D_eff", a.deff, b.deff),
-        ("D_eff / L", a.deff_over_L, b.deff_over_L),
-        ("Gap to F_L (%)", a.gap_pct, b.gap_pct),
-        ("ρ̂(1)", a.rho1, b.rho1),
-        ("Position-0 norm ratio", a.pos0_ratio, b.pos0_ratio),
-        ("N (passages)", a.n, b.n),
-        ("L (layers)", a.layers, b.layers),
-        ("CKA bias d/(N+d)", a.cka_bias, b.cka_bias),
-    ]
-    return [
-        {"quantity": name, "run A": float(x), "run B": float(y), "change (B - A)": float(y - x)}
-        for name, x, y in rows
-    ]
-
-
 def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), _DECIMALS).tolist()
 

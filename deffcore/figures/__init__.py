@@ -54,7 +54,6 @@ from deffcore.figures.compare import (
     RUN_SYMBOLS,
     compare_lag_profiles,
     gap_bars,
-    headline_change_bars,
     run_style,
     side_by_side_heatmaps,
 )
@@ -111,7 +110,6 @@ __all__ = [
     "figure_data",
     "figure_html",
     "gap_bars",
-    "headline_change_bars",
     "integer_ticks",
     "lag_decay",
     "massive_ratio_figure",

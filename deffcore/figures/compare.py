@@ -1,9 +1,9 @@
 """Figures that compare runs: the gap-to-F_L bars (the paper's Figure 1), lag profiles of
-several runs (a `run_style` per run), two similarity maps side by side, headline changes."""
+several runs (a `run_style` per run), two similarity maps side by side."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -274,40 +274,3 @@ def _add_difference_map(fig: go.Figure, D: np.ndarray) -> dict:
         "cmax": span,
         "colorbar": {"title": "ΔS", "x": 1.0, "len": 0.8},
     }
-
-
-def headline_change_bars(rows: Sequence[Mapping[str, float]], *, label_b: str) -> go.Figure:
-    """The change B - A of each headline number (`snapshot.headline_changes` rows), relative to
-    A in percent, as horizontal bars with the absolute values in the hover (N and L too)."""
-    names = [r["quantity"] for r in rows]
-    rel = [
-        100.0 * (r["run B"] - r["run A"]) / abs(r["run A"]) if r["run A"] else float("nan")
-        for r in rows
-    ]
-    fig = go.Figure(
-        go.Bar(
-            x=rel,
-            y=names,
-            orientation="h",
-            name=f"B vs A ({label_b})",
-            marker={"color": [run_style(1)["color"]] * len(rows)},
-            customdata=np.array(
-                [[r["run A"], r["run B"], r["change (B - A)"]] for r in rows], dtype=np.float64
-            ),
-            text=[f"{v:+.3g}%" if np.isfinite(v) else "" for v in rel],
-            textposition="outside",
-            cliponaxis=False,
-            hovertemplate="%{y}<br>A = %{customdata[0]:.4g}<br>B = %{customdata[1]:.4g}"
-            "<br>B − A = %{customdata[2]:+.3g} (%{x:+.3g}% of A)<extra></extra>",
-        )
-    )
-    span = float(np.nanmax(np.abs(rel))) if np.isfinite(rel).any() else 1.0
-    fig.add_vline(x=0, line={"color": "black", "width": 1})
-    fig.update_layout(
-        title="Change of each headline number, B relative to A",
-        xaxis={"title": "change (% of A)", "range": [-1.3 * span - 1, 1.3 * span + 1]},
-        yaxis={"autorange": "reversed"},
-        height=340,
-        **LAYOUT,
-    )
-    return fig

@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 
 from deffcore import figures
 from deffcore.depth import lag_profile
-from deffcore.snapshot import MeasurementView, headline_changes, load_gallery, run_slug
+from deffcore.snapshot import MeasurementView, load_gallery, run_slug
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -285,19 +285,6 @@ def test_side_by_side_difference_and_different_depths():
     assert len(other.data) == 2 and "no difference map" in other.layout.title.text
     data = figures.figure_data(fig)
     assert len(data) == 3 * 25  # every cell of the three maps
-
-
-def test_headline_change_bars_are_relative_to_a():
-    from deffcore.snapshot import Headline
-
-    a = Headline(30, 576, 512, 29, 5.0, 5 / 30, 10.0, 1.9, 0.8, 10.0, 3, 0.5)
-    b = Headline(30, 576, 1024, 29, 6.0, 6 / 30, 5.0, 1.9, 0.7, 12.0, 3, 0.36)
-    rows = headline_changes(a, b)
-    fig = figures.headline_change_bars(rows, label_b="b")
-    x = dict(zip(fig.data[0].y, fig.data[0].x, strict=True))
-    assert x["D_eff"] == pytest.approx(20.0)
-    assert x["Gap to F_L (%)"] == pytest.approx(-50.0)
-    assert x["N (passages)"] == pytest.approx(100.0)
 
 
 def test_tagged_figure_csv_leads_with_the_run_identity():
