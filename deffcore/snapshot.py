@@ -551,3 +551,27 @@ def download_stem(
     e.g. `smollm2-135m_bbc-news_N4096_T128_windows_seed0_default_cka_heatmap`."""
     view = [p for p in (pooling, metric) if p]
     return "_".join([run_slug(spec), *view, re.sub(r"[^A-Za-z0-9.-]+", "-", what)])
+
+
+#: The fields that make an identity a run's (`run_identity`), so its stem is the run's slug.
+_RUN_IDENTITY = frozenset({"model", "dataset", "n", "max_tokens"})
+
+
+def identity_stem(identity: dict[str, Any], what: str) -> str:
+    """The file-name stem of a download tagged with `identity` (the explorer's one download
+    helper, `explorer.cards.show_figure`): a run's identity (`run_identity`) gives
+    `download_stem`; any other (a lab's settings, a construction's knobs, a comparison) its
+    values in order, numbers after their key: `synthetic-story_h0_L24_N256_d64_heatmap`."""
+    if set(identity) >= _RUN_IDENTITY:
+        return download_stem(
+            dict(identity), what, pooling=identity.get("pooling"), metric=identity.get("metric")
+        )
+    parts = []
+    for key, value in identity.items():
+        if value is None or value == "":
+            continue
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        parts.append(f"{key}{value:g}" if numeric else str(value))
+    parts.append(what)
+    stem = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts)
+    return stem[:150]

@@ -13,7 +13,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deffcore.constants import POOLINGS
-from deffcore.figures.base import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO, POOLING_COLORS
+from deffcore.figures.base import (
+    COLOR_PAPER,
+    COLOR_REFERENCE,
+    OKABE_ITO,
+    POOLING_COLORS,
+    log_axis,
+    reference_hline,
+)
 from deffcore.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
@@ -193,14 +200,7 @@ def pruning_plot(result: Mapping[str, Any]) -> go.Figure:
                 hovertemplate="k = %{x}<br>PPL = %{customdata:.4g}<extra></extra>",
             )
         )
-    fig.add_hline(
-        y=PPL_TOLERANCE * result["ppl0"],
-        line_dash="dash",
-        line_color=COLOR_REFERENCE,
-        annotation_text=f"{PPL_TOLERANCE:.2f} × PPL_0",
-    )
     finite = [v for v in shown if math.isfinite(v) and v > 0]
-    low, high = (min(finite), max(finite)) if finite else (1.0, 10.0)
     fig.update_layout(
         title=f"Held-out perplexity after skipping k blocks "
         f"({result['model']}, L = {result['layers']})",
@@ -208,13 +208,14 @@ def pruning_plot(result: Mapping[str, Any]) -> go.Figure:
         yaxis={
             "title": "perplexity (log scale"
             + (f"; ▲ = above {cap:.3g}, off the chart)" if capped_any else ")"),
-            "type": "log",
             # fitted to the drawn values, with room for the "> cap" labels
-            "range": [math.log10(low) - 0.1, math.log10(high) + (0.35 if capped_any else 0.1)],
+            **log_axis(finite or [1.0, 10.0], pad=2.2 if capped_any else 1.3),
         },
         height=440,
         **_LAYOUT,
     )
+    # the label in the axis' units: add_hline's own label sits at 10^y on a log axis
+    reference_hline(fig, PPL_TOLERANCE * ppl0, f"{PPL_TOLERANCE:.2f} × PPL_0", log=True)
     return fig
 
 
