@@ -294,3 +294,67 @@ def bos_on_off_conclusion(
         f"{g_without:+.1f}%), {size} the {T:.1f}-point tolerance."
     )
     return OnOffConclusion(kind, r_with, r_without, delta, text)
+
+
+def bos_on_off(
+    spec: Any,
+    *,
+    metric: str = "cka",
+    K: int | None = None,
+    progress: Any = None,
+    should_stop: Any = None,
+) -> dict[str, Any]:
+    """The BOS on/off check of the run `spec` (a `RunSpec`): the same run with `bos=add` and
+    with `bos=none` (each cached like any run; one model load for both), then
+    `bos_on_off_conclusion`. progress(done, total, stage) counts both runs' passages.
+
+    Returns {"add": {...}, "none": {...}, "conclusion": sentence, "kind"}; each run's entry:
+    key, spec (plain fields), gaps {pooling: gap %}, pos0 [peak ratio, layer].
+    """
+    from dataclasses import replace
+
+    from deffcore import cache
+    from deffcore.constants import POOLINGS
+    from deffcore.errors import UndefinedSimilarityError
+    from deffcore.measurement import measure_spec
+    from deffcore.models import load_model
+
+    specs = {bos: replace(spec, bos=bos) for bos in ("add", "none")}
+    loaded = None
+    out: dict[str, Any] = {}
+    for i, (bos, s) in enumerate(specs.items()):
+        if loaded is None and not _complete(cache, s):
+            if progress is not None:
+                progress(0, 2 * s.n, f"loading {s.model}")
+            loaded = load_model(s.model, revision=s.revision, dtype=s.dtype)
+
+        def both(done: int, total: int, stage: str, i: int = i, n: int = s.n) -> None:
+            if progress is not None:
+                progress(i * n + done if stage == "extract" else done, 2 * n, stage)
+
+        m = measure_spec(s, metric=metric, progress=both, loaded=loaded, should_stop=should_stop)
+        gaps = {}
+        for p in POOLINGS:
+            try:
+                gaps[p] = m.summary(p, metric, K).gap_pct
+            except UndefinedSimilarityError:
+                continue
+        out[bos] = {
+            "key": s.key(),
+            "spec": {**s.__dict__},
+            "gaps": gaps,
+            "pos0": list(m.pos0_peak()),
+        }
+    c = bos_on_off_conclusion(
+        {"pos0_ratio": out["add"]["pos0"][0], "gap": out["add"]["gaps"]["default"]},
+        {"pos0_ratio": out["none"]["pos0"][0], "gap": out["none"]["gaps"]["default"]},
+    )
+    return {**out, "conclusion": c.sentence, "kind": c.kind}
+
+
+def _complete(cache: Any, spec: Any) -> bool:
+    try:
+        cache.load_meta(spec.key())
+    except Exception:  # not stored, or not readable: it will be measured
+        return False
+    return True
