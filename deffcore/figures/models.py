@@ -33,12 +33,17 @@ FAMILY_COLORS: dict[str, str] = {
     "GPT-NeoX": "#8c6d31",
     "other": COLOR_PAPER,
 }
-#: Marker per (source, weights): shape says where a point comes from, fill says trained/random.
+#: Marker per (source, weights): shape says where a point comes from (paper, measured here,
+#: shipped precomputed, shared), fill says trained/random.
 MODEL_SYMBOLS: dict[tuple[str, str], str] = {
     ("paper", "trained"): "diamond",
     ("paper", "random"): "diamond-open",
     ("cached", "trained"): "circle",
     ("cached", "random"): "circle-open",
+    ("precomputed", "trained"): "square",
+    ("precomputed", "random"): "square-open",
+    ("shared", "trained"): "star",
+    ("shared", "random"): "star-open",
 }
 
 
