@@ -555,6 +555,8 @@ def download_stem(
 
 #: The fields that make an identity a run's (`run_identity`), so its stem is the run's slug.
 _RUN_IDENTITY = frozenset({"model", "dataset", "n", "max_tokens"})
+#: Human labels an identity carries for its CSV columns, never in a file name.
+_LABEL_KEYS = frozenset({"run", "runs", "label"})
 
 
 def identity_stem(identity: dict[str, Any], what: str) -> str:
@@ -568,10 +570,10 @@ def identity_stem(identity: dict[str, Any], what: str) -> str:
         )
     parts = []
     for key, value in identity.items():
-        if value is None or value == "":
+        if value is None or value == "" or key in _LABEL_KEYS:  # labels: CSV columns only
             continue
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         parts.append(f"{key}{value:g}" if numeric else str(value))
     parts.append(what)
-    stem = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts)
+    stem = "_".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p).strip("-") for p in parts)
     return stem[:150]

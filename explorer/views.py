@@ -66,11 +66,12 @@ def forget_run(key: str) -> None:
 
 @st.cache_data(show_spinner=False, max_entries=512)
 def cached_result(key: str, created: str, pooling: str, metric: str) -> dict[str, Any]:
-    """Headline numbers and lag profile of a cached run (memoised: the states are read once
-    per (run, pooling, metric); `created` makes a recomputed entry a new cache line)."""
+    """Headline numbers, lag profile and trust level of a cached run (memoised: the states are
+    read once per (run, pooling, metric); `created` makes a recomputed entry a new cache line)."""
     view = MeasurementView(measurement_from_cache(key))
     h = view.headline(pooling, metric)
-    return {**h.to_dict(), "rho": view.lag_profile(pooling, metric)}
+    trust = view.trust(pooling, metric).level
+    return {**h.to_dict(), "rho": view.lag_profile(pooling, metric), "trust": trust}
 
 
 @st.cache_resource(show_spinner=False)
