@@ -95,6 +95,9 @@ GLOSSARY: dict[str, str] = {
     "at the reference": "A gap to F_L too close to 0 to call a regime: within ±1 point, or an "
     "interval that contains 0.",
     # --- references
+    "orthogonal updates on h_0": "The free sweep's construction: a random h_0 as large as one "
+    "update (scale s = 1), then unrelated updates of size s. The shared h_0 and the "
+    "finite-sample bias put it below F_L; large s and N >> d bring it to F_L.",
     "orthogonal updates": "A construction in which every layer adds a new, unrelated update; "
     "equal sizes and no h_0 give exactly D_eff = F_L.",
     "independent states": "A construction in which every layer is drawn afresh; D_eff = L "

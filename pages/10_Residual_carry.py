@@ -66,7 +66,14 @@ def results_section(result: dict[str, Any]) -> None:
         f"{result['seconds']:.0f} s · checkpoints in {folder}",
         help=f"Full path: {s['checkpoint_dir']}",
     )
-    show_figure(lab_figures.carry_trajectories(result["records"]), key="carry_trajectories")
+    identity = {
+        "lab": "residual-carry",
+        "L": s["n_layer"],
+        "d": s["n_embd"],
+        "steps": s["iters"],
+        "seeds": len(s["seeds"]),
+    }
+    show_figure(lab_figures.carry_trajectories(result["records"]), "carry_trajectories", identity)
     st.subheader("Final step: mean [min, max] across seeds")
     st.dataframe(lab_figures.carry_table(result["final"]), key="rc_table", hide_index=True)
 

@@ -11,7 +11,7 @@ from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
 from deffcore.paper import paper_table
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView
-from explorer.cards import show_figure
+from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
 
@@ -19,7 +19,10 @@ from explorer.page import require_view
 def aggregations_section(view: RunView, pooling: str) -> None:
     with guarded("The aggregations"):
         table = aggregation_table(view, pooling=pooling)
-        show_figure(lab_figures.aggregations_plot(table), key="aggregations")
+        show_run_figure(
+            lab_figures.aggregations_plot(table), view.spec, "aggregations",
+            pooling=pooling, metric="every metric",
+        )  # fmt: skip
         frame = lab_figures.aggregations_frame(table)
         frame.index = pd.Index([AGGREGATION_LABELS[a] for a in frame.index], name="aggregation")
         st.dataframe(human_columns(frame).style.format("{:.4f}"), key="ag_table")

@@ -107,7 +107,7 @@ def test_controls_dotplot_one_trace_per_pooling():
 
 def test_pos0_ratio_names_the_peak_layer():
     fig = figures.pos0_ratio(np.array([1.0, 3.0, 18.4, 2.0]))
-    assert "18.4x at layer 2" in fig.layout.title.text
+    assert "18.4× at layer 2" in fig.layout.title.text
     assert list(fig.data[0].x) == [0, 1, 2, 3]
 
 
@@ -197,7 +197,7 @@ def test_intervention_plot_shows_the_paper_before_any_run():
     ]
     fig = intervention_plot([], paper)
     names = [t.name for t in fig.data]
-    assert names == ["no_post (Gemma-3-4B, paper)", "no_qk (Gemma-3-4B, paper)"]
+    assert names == ["no post (Gemma-3-4B, paper)", "no QK (Gemma-3-4B, paper)"]
     assert list(fig.data[1].y) == [-60.2]
 
 
@@ -269,12 +269,18 @@ def test_controls_dotplot_gives_each_pooling_its_own_shape():
 
 def test_synthetic_sweep_overlays_samples_and_fits_a_log_axis():
     lines = pd.DataFrame(
-        {"construction": ["orthogonal updates"] * 2, "L": [4, 24], "deff_over_L": [0.3, 0.06]}
+        {
+            "construction": ["orthogonal updates on h_0"] * 2,
+            "L": [4, 24],
+            "deff_over_L": [0.3, 0.06],
+        }
     )
     sampled = lines.assign(deff_over_L=[0.29, 0.058])
     fig = figures.synthetic_sweep(lines, n=256, d=64, sampled=sampled)
     names = [t.name for t in fig.data]
-    assert names[1] == "orthogonal updates, sampled" and names[-1].startswith("iid reference")
+    assert names[1] == "orthogonal updates on h_0, sampled" and names[-1].startswith(
+        "iid reference"
+    )
     assert list(fig.data[1].y) == [0.29, 0.058]
     assert fig.layout.yaxis.type == "log"
     low, high = fig.layout.yaxis.range
@@ -294,7 +300,10 @@ def test_story_figures_hold_the_closed_forms():
     )
     (trace,) = bars.data
     assert list(trace.x) == [res.deff, res.F_L]
-    assert trace.text[0].endswith("(more redundant)") and trace.text[1].endswith("(= F_L)")
+    labels = [a for a in bars.layout.annotations if a.text.endswith(")")]
+    assert labels[0].text.endswith("(more redundant)") and labels[1].text.endswith("(= F_L)")
+    # the value labels sit right of every bar and of F_L: the dashed line never crosses them
+    assert all(a.x > max(res.F_L, res.deff) for a in labels)
     assert bars.layout.xaxis.range[1] < 6  # fitted to the values, not to L
 
 

@@ -241,3 +241,25 @@ def reference_hline(fig: go.Figure, y: float, text: str, *, log: bool = False, *
         yanchor="bottom",
         font={"size": 11, "color": COLOR_REFERENCE},
     )
+
+
+def projector(fig: go.Figure, size: int = 20) -> go.Figure:
+    """Every text of the figure at `size` (the title a little larger), for the back of a room:
+    the global font alone does not reach the axes, legend and annotations, which Streamlit's
+    theme sizes on their own. Returns `fig`, changed (and taller)."""
+    fig.update_layout(
+        font_size=size,
+        title_font_size=size + 4,
+        legend_font_size=size,
+        hoverlabel_font_size=size,
+        height=(fig.layout.height or 400) + 150,
+    )
+    fig.update_xaxes(title_font_size=size, tickfont_size=size - 2)
+    fig.update_yaxes(title_font_size=size, tickfont_size=size - 2)
+    for note in fig.layout.annotations or ():
+        note.font.size = size - 2
+    fig.for_each_trace(lambda t: t.update(textfont_size=size - 2) if "textfont" in t else None)
+    fig.for_each_trace(
+        lambda t: t.update(colorbar_tickfont_size=size - 2) if "colorbar" in t else None
+    )
+    return fig

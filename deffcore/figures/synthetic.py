@@ -26,12 +26,12 @@ from deffcore.figures.run import reference_lag_profile
 CONSTRUCTION_COLORS = {
     "independent states": OKABE_ITO["orange"],
     "orthogonal states": OKABE_ITO["bluish green"],
-    "orthogonal updates": OKABE_ITO["blue"],
+    "orthogonal updates on h_0": OKABE_ITO["blue"],
 }
 CONSTRUCTION_SYMBOLS = {
     "independent states": "square",
     "orthogonal states": "diamond",
-    "orthogonal updates": "circle",
+    "orthogonal updates on h_0": "circle",
 }
 
 
@@ -262,9 +262,6 @@ def story_depth_bars(values: Mapping[str, float], *, F_L: float, L: int) -> go.F
                 ],
                 "pattern": {"shape": ["" if w == "more redundant" else "/" for w in words]},
             },
-            text=[f"{v:.3f} ({w})" for v, w in zip(deffs, words, strict=True)],
-            textposition="outside",
-            cliponaxis=False,
             customdata=np.stack([gaps, [v / L for v in deffs]], axis=-1),
             name="D_eff",
             hovertemplate="%{y}<br>D_eff = %{x:.4g} (D_eff/L = %{customdata[1]:.4g})"
@@ -278,9 +275,14 @@ def story_depth_bars(values: Mapping[str, float], *, F_L: float, L: int) -> go.F
         annotation_position="top",
     )
     top = max([F_L, *deffs])
+    # each bar's value in a column right of every bar and of F_L: the line never crosses it
+    for name, v, w in zip(names, deffs, words, strict=True):
+        fig.add_annotation(
+            x=top * 1.04, y=name, text=f"{v:.3f} ({w})", showarrow=False, xanchor="left"
+        )
     fig.update_layout(
         title=f"Effective depth beside F_L = 2L/(L+1) (L = {L})",
-        xaxis={"title": "D_eff (effective number of layers)", "range": [0, top * 1.45]},
+        xaxis={"title": "D_eff (effective number of layers)", "range": [0, top * 1.75]},
         yaxis={"categoryorder": "array", "categoryarray": names[::-1]},
         height=110 + 55 * len(names),
         font={"size": 15},

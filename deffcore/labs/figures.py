@@ -69,7 +69,7 @@ def intervention_frame(
     rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[str, Any]] = ()
 ) -> pd.DataFrame:
     """intervention x pooling table of gap%: this run's columns, then each paper model's."""
-    from deffcore.labs.interventions import INTERVENTIONS
+    from deffcore.labs.interventions import INTERVENTIONS, PAPER_LABELS
 
     parts = []
     sources = [(pd.DataFrame(rows), "this run")] if rows else []
@@ -88,6 +88,7 @@ def intervention_frame(
     if rows:  # only the interventions of this run
         order = [i for i in order if i in {r["intervention"] for r in rows}]
     table = table.reindex(order)
+    table.index = [PAPER_LABELS.get(i, i) for i in order]  # the paper's words, as the picker's
     table.index.name = "intervention"
     return table
 
@@ -99,7 +100,7 @@ def intervention_plot(
 
     Before any run (no `rows`) the paper's values are drawn alone, for every intervention.
     """
-    from deffcore.labs.interventions import INTERVENTIONS
+    from deffcore.labs.interventions import INTERVENTIONS, PAPER_LABELS
 
     fig = go.Figure()
     present = {r["intervention"] for r in rows or paper_rows}
@@ -112,10 +113,12 @@ def intervention_plot(
             go.Bar(
                 x=[r["pooling"] for r in sub],
                 y=[r["gap_pct"] for r in sub],
-                name=f"{name} (this run)",
+                name=f"{PAPER_LABELS.get(name, name)} (this run, trust {sub[0].get('trust', '?')})",
                 marker_color=INTERVENTION_COLORS.get(name, COLOR_PAPER),
                 marker_pattern_shape=INTERVENTION_PATTERNS.get(name, ""),
-                hovertemplate="%{x}<br>gap = %{y:.3g}%<extra>" + name + "</extra>",
+                hovertemplate="%{x}<br>gap = %{y:.3g}%<extra>"
+                + PAPER_LABELS.get(name, name)
+                + "</extra>",
             )
         )
     symbols = ["circle-open", "diamond-open", "square-open"]
@@ -129,7 +132,7 @@ def intervention_plot(
                     x=[r["pooling"] for r in sub],
                     y=[r["gap_pct"] for r in sub],
                     mode="markers",
-                    name=f"{name} ({model}, paper)",
+                    name=f"{PAPER_LABELS.get(name, name)} ({model}, paper)",
                     marker={
                         "symbol": symbols[i % len(symbols)],
                         "size": 11,
