@@ -13,6 +13,7 @@ import streamlit as st
 from deffcore import figures, jobs
 from deffcore.comparisons import comparison_caveats
 from deffcore.constants import POOLINGS
+from deffcore.interventions import PAPER_LABELS
 from deffcore.models_overview import models_table
 from deffcore.run_tables import model_row
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
@@ -178,6 +179,7 @@ def sweep_form(settings: Settings) -> None:
             ["none", "no_post", "no_qk", "no_post_no_qk"],
             default=["none"],
             key="sweep_interventions",
+            format_func=lambda name: PAPER_LABELS[name],  # the same words on every page
         )
         engine = f3.radio("Engine", ["serial", "ray"], horizontal=True, key="sweep_engine")
         launched = st.form_submit_button("Run the sweep", type="primary")

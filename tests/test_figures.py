@@ -370,3 +370,56 @@ def test_models_depth_scatter_styles_each_family_and_source():
     assert list(null.error_y.array) == pytest.approx([0.05])
     assert list(null.error_y.arrayminus) == pytest.approx([0.05])
     assert null.text == ("A random-weight null (paper)",)
+
+
+# ---------------------------------------------------------------------------------------------
+# layout for a page (issue 19): titles clear of the toolbars, log axes fitted to the data
+
+
+def test_for_display_puts_every_title_below_the_toolbar_strip():
+    from deffcore.figures.base import TITLE_LINE_PX, TOOLBAR_PX
+
+    fig = figures.for_display(figures.lag_decay(np.array([0.9, 0.8, 0.7])))
+    t = fig.layout.title
+    assert (t.yref, t.y, t.yanchor, t.xanchor) == ("paper", 1.0, "bottom", "left")
+    assert fig.layout.margin.t >= TOOLBAR_PX + TITLE_LINE_PX
+    # text above the plot (subplot titles, the gap bars' legend line) pushes the title up
+    side = figures.for_display(
+        figures.side_by_side_heatmaps(np.eye(3), np.eye(3), label_a="a", label_b="b")
+    )
+    assert side.layout.title.pad.b > t.pad.b and side.layout.margin.t > fig.layout.margin.t
+
+
+@pytest.mark.parametrize(
+    ("values", "include", "ticks"),
+    [
+        ([5.0, 180.0], (100.0,), [5, 10, 20, 50, 100, 200]),  # 1-2-5 steps on a narrow range
+        ([0.03, 0.5], (), [0.02, 0.05, 0.1, 0.2, 0.5]),
+        ([1.0, 1e12], (), None),  # wide: powers of ten, never "2, 0.1, 9, 8"
+    ],
+)
+def test_log_axis_is_fitted_with_readable_ticks(values, include, ticks):
+    axis = figures.log_axis(values, include=include)
+    lo, hi = axis["range"]
+    assert lo < np.log10(min(values)) and hi > np.log10(max([*values, *include]))
+    assert hi - lo < np.log10(max(values) / min(values)) + 1  # fitted, not 1 .. 1e108
+    if ticks is not None:
+        assert axis["tickvals"] == pytest.approx(ticks)
+    else:
+        assert all(np.log10(t) == round(np.log10(t)) for t in axis["tickvals"])
+        assert 3 <= len(axis["tickvals"]) <= 9 and axis["ticktext"][-1].startswith("10<sup>")
+
+
+def test_massive_ratio_axis_fits_the_data_and_its_label_sits_at_its_line():
+    fig = figures.massive_ratio_figure([3.0, 8.0, 250.0, 8000.0], [0, 1, 0, 0], [5, 5, 7, 7])
+    lo, hi = fig.layout.yaxis.range
+    assert lo < np.log10(3.0) and np.log10(8000.0) < hi < 5  # was 1 .. 1e108
+    (label,) = [a for a in fig.layout.annotations if "massive" in a.text]
+    assert label.y == pytest.approx(2.0)  # log10(100): on a log axis annotations are in log10
+
+
+def test_projector_enlarges_every_text():
+    fig = figures.projector(figures.story_depth_bars({"a": 1.5, "b": 2.5}, F_L=1.9, L=6), 22)
+    assert fig.layout.font.size == 22 and fig.layout.legend.font.size == 22
+    assert fig.layout.xaxis.tickfont.size == 20 and fig.layout.yaxis.title.font.size == 22
+    assert all(a.font.size == 20 for a in fig.layout.annotations)

@@ -171,7 +171,7 @@ def for_display(fig: go.Figure) -> go.Figure:
     above = [
         a
         for a in fig.layout.annotations or ()
-        if a.yref in ("paper", None) and a.y is not None and a.y >= 1.0 and a.yanchor != "top"
+        if a.yref == "paper" and isinstance(a.y, int | float) and a.y >= 1.0 and a.yanchor != "top"
     ]
     notes = max((_lines(a.text) for a in above), default=0)
     lines = _lines(fig.layout.title.text)

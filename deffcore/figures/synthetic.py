@@ -278,8 +278,9 @@ def story_depth_bars(values: Mapping[str, float], *, F_L: float, L: int) -> go.F
     # each bar's value in a column right of every bar and of F_L: the line never crosses it
     for name, v, w in zip(names, deffs, words, strict=True):
         fig.add_annotation(
-            x=top * 1.04, y=name, text=f"{v:.3f} ({w})", showarrow=False, xanchor="left"
-        )
+            x=top * 1.04, y=name, xref="x", yref="y", text=f"{v:.3f} ({w})", showarrow=False,
+            xanchor="left",
+        )  # fmt: skip
     fig.update_layout(
         title=f"Effective depth beside F_L = 2L/(L+1) (L = {L})",
         xaxis={"title": "D_eff (effective number of layers)", "range": [0, top * 1.75]},
