@@ -46,7 +46,13 @@ def open_ref(ref: str) -> RunView:
         raise DeffError(f"The link names no run this app knows ({ref[:60]!r}).")
     where, key = found.groups()
     if where == "cached":
-        return MeasurementView(jobs.load_result(key))
+        try:
+            return MeasurementView(jobs.load_result(key))
+        except DeffError:  # its own message names the cache folder: never shown to a visitor
+            raise DeffError(
+                f"This machine's cache has no run {key} (the link was made on another machine, "
+                "or the run was deleted)."
+            ) from None
     if where == "shared":
         return open_shared(key)
     for view in precomputed_runs():

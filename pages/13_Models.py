@@ -31,9 +31,10 @@ GAP_COLUMNS = [f"gap_{p}" for p in POOLINGS]
 SOURCES = ["paper", "precomputed", "shared", "cached"]
 #: The table's columns, in order (the rest of a row stays in the export).
 COLUMNS = [
-    *("label", "model", "source", "family", "weights", "layers", "n", "trust", "bias"),
-    *("deff_over_L", *GAP_COLUMNS, "random_mean"),
-    *("max_tokens", "passages", "bos", "dataset", "intervention", "key"),
+    *("label", "trust", "n", "bias", "layers", "deff_over_L", "gap_default"),
+    *("source", "model", "family", "weights"),
+    *(c for c in GAP_COLUMNS if c != "gap_default"),
+    *("random_mean", "max_tokens", "passages", "bos", "dataset", "intervention", "key"),
 ]
 
 
@@ -149,12 +150,10 @@ def table_section(shown: pd.DataFrame, metric: str) -> None:
 
 def charts_section(shown: pd.DataFrame, metric: str) -> None:
     tag = {"view": "models", "metric": metric, "rows": len(shown)}
-    left, right = st.columns(2)
-    with left:
-        show_figure(figures.models_depth_scatter(shown), "depth_scatter", tag)
-    with right:
-        gap_table = shown.assign(model=shown["label"]).drop_duplicates("model")
-        show_figure(figures.models_gap_by_pooling(gap_table, POOLINGS), "gap_by_pooling", tag)
+    # one chart per row: both carry long legends or labels that a half page would cut
+    show_figure(figures.models_depth_scatter(shown), "depth_scatter", tag)
+    gap_table = shown.assign(model=shown["label"]).drop_duplicates("model")
+    show_figure(figures.models_gap_by_pooling(gap_table, POOLINGS), "gap_by_pooling", tag)
 
 
 def sweep_form(settings: Settings) -> None:

@@ -178,8 +178,15 @@ def runs_table(runs: Runs) -> None:
     if not rows:
         st.info("No runs yet: press Run in the sidebar; every run is kept in the cache.")
         st.stop()
+    table = pd.DataFrame(rows)
+    # a column every run shares is in the sentence above: the table keeps what differs
+    same = [
+        c for c in table.columns
+        if c not in ("current", "run", "status", "model", "dataset")
+        and table[c].astype(str).nunique() <= 1
+    ]  # fmt: skip
     st.dataframe(
-        pd.DataFrame(rows),
+        table.drop(columns=same if len(table) > 1 else []),
         hide_index=True,
         width="stretch",  # the page's width; more columns scroll inside the table, never cut
         column_config={

@@ -382,6 +382,7 @@ def test_for_display_puts_every_title_below_the_toolbar_strip():
     fig = figures.for_display(figures.lag_decay(np.array([0.9, 0.8, 0.7])))
     t = fig.layout.title
     assert (t.yref, t.y, t.yanchor, t.xanchor) == ("paper", 1.0, "bottom", "left")
+    assert t.xref == "container"  # the whole width, whatever the tick labels take
     assert fig.layout.margin.t >= TOOLBAR_PX + TITLE_LINE_PX
     # text above the plot (subplot titles, the gap bars' legend line) pushes the title up
     side = figures.for_display(

@@ -159,14 +159,33 @@ TITLE_LINE_PX = 24
 NOTE_LINE_PX = 20
 
 
+#: A title longer than this is broken in two (at " (" or ": "): it must fit a half-page column
+#: at 1400 px (about 55 characters of the theme's bold 16 px title).
+TITLE_MAX_CHARS = 52
+
+
 def _lines(text: object) -> int:
     return 1 + str(text).count("<br>") if text else 0
 
 
+def wrap_title(text: str, limit: int = TITLE_MAX_CHARS) -> str:
+    """`text` on two lines when longer than `limit`: broken before its last " (" or after its
+    last ": " that leaves a first line of at most `limit` characters (else at a space)."""
+    if not text or len(text) <= limit or "<br>" in text:
+        return text
+    cuts = [i for i in range(1, limit + 1) if text.startswith(" (", i)]
+    cuts += [i + 1 for i in range(1, limit) if text.startswith(": ", i)]
+    cuts = cuts or [i for i in range(1, limit + 1) if text[i] == " "]
+    if not cuts:
+        return text
+    at = max(cuts)
+    return text[:at].rstrip() + "<br>" + text[at:].lstrip()
+
+
 def for_display(fig: go.Figure) -> go.Figure:
     """The one layout rule of a chart on a page (`explorer.cards.show_figure` applies it):
-    the title sits directly above the plot area, left-aligned, and above any text the figure
-    puts there (subplot titles, a legend line); the top margin leaves the toolbar strip
+    the title sits directly above the plot area, from the figure's left edge, above any text
+    the figure puts there (subplot titles, a legend line); the top margin leaves the toolbar strip
     (`TOOLBAR_PX`) free, so no toolbar ever covers a title. Returns `fig`, changed."""
     above = [
         a
@@ -174,6 +193,8 @@ def for_display(fig: go.Figure) -> go.Figure:
         if a.yref == "paper" and isinstance(a.y, int | float) and a.y >= 1.0 and a.yanchor != "top"
     ]
     notes = max((_lines(a.text) for a in above), default=0)
+    if fig.layout.title.text:
+        fig.update_layout(title_text=wrap_title(fig.layout.title.text))
     lines = _lines(fig.layout.title.text)
     legend = fig.layout.legend
     top_legend = legend.orientation == "h" and legend.y is not None and legend.y >= 1.0
@@ -184,8 +205,9 @@ def for_display(fig: go.Figure) -> go.Figure:
     if lines:
         fig.update_layout(
             title_x=0,
-            title_xref="paper",
+            title_xref="container",  # the figure's left edge: long tick labels take no width
             title_xanchor="left",
+            title_pad_l=8,
             title_y=1.0,
             title_yref="paper",
             title_yanchor="bottom",

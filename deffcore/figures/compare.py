@@ -111,9 +111,10 @@ def _gap_bar_trace(part: pd.DataFrame, source: str) -> go.Bar:
 
 def _add_regime_legend(fig: go.Figure) -> None:
     """The gap bars' legend: a line of coloured words above the plot (see `gap_bars`)."""
+    # two short lines: one long line is cut at the right of a narrow chart
     legend = (
         f"<span style='color:{COLOR_SUB}'>■</span> gap > 0: {REGIME_MORE}   "
-        f"<span style='color:{COLOR_ABOVE}'>■</span> gap < 0: {REGIME_LESS}   "
+        f"<span style='color:{COLOR_ABOVE}'>■</span> gap < 0: {REGIME_LESS}<br>"
         f"<span style='color:{COLOR_PAPER}'>▨</span> paper (published)   "
         "□ black outline: this run"
     )
@@ -121,10 +122,11 @@ def _add_regime_legend(fig: go.Figure) -> None:
         text=legend,
         xref="paper",
         yref="paper",
-        x=0,
+        x=1.0,  # right-aligned: long run labels leave the plot area narrow, the text runs left
         y=1.0,
         yanchor="bottom",
-        xanchor="left",
+        xanchor="right",
+        align="right",
         showarrow=False,
         font={"size": 12},
     )
