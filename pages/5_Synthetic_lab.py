@@ -257,12 +257,13 @@ def story_more(res: Any, step: str, figs: dict, ident: dict, projector: bool) ->
     if projector:
         show_figure(figs["heatmap"], "heatmap", ident)
         show_figure(figs["depth"], "depth_bars", ident)
-    else:
+    else:  # side by side at one height, so their downloads line up
+        tall = max(figs["heatmap"].layout.height or 0, figs["depth"].layout.height or 0)
         left, right = st.columns(2)
         with left:
-            show_figure(figs["heatmap"], "heatmap", ident)
+            show_figure(figs["heatmap"].update_layout(height=tall), "heatmap", ident)
         with right:
-            show_figure(figs["depth"], "depth_bars", ident)
+            show_figure(figs["depth"].update_layout(height=tall), "depth_bars", ident)
     samples = story_sample(step, res)
     if step == "finite_sample" or samples is not None:  # the note applies to this step only
         st.caption(BIAS_NOTE)

@@ -300,10 +300,10 @@ def test_story_figures_hold_the_closed_forms():
     )
     (trace,) = bars.data
     assert list(trace.x) == [res.deff, res.F_L]
-    labels = [a for a in bars.layout.annotations if a.text.endswith(")")]
-    assert labels[0].text.endswith("(more redundant)") and labels[1].text.endswith("(= F_L)")
-    # the value labels sit right of every bar and of F_L: the dashed line never crosses them
-    assert all(a.x > max(res.F_L, res.deff) for a in labels)
+    labels = list(trace.y)
+    assert labels[0].endswith("(more redundant)") and labels[1].endswith("(= F_L)")
+    # the values are in the bars' labels, left of the plot: the dashed F_L line never crosses
+    assert not bars.layout.annotations and f"F_L = {res.F_L:.3f}" in bars.layout.xaxis.title.text
     assert bars.layout.xaxis.range[1] < 6  # fitted to the values, not to L
 
 
@@ -381,14 +381,19 @@ def test_for_display_puts_every_title_below_the_toolbar_strip():
 
     fig = figures.for_display(figures.lag_decay(np.array([0.9, 0.8, 0.7])))
     t = fig.layout.title
-    assert (t.yref, t.y, t.yanchor, t.xanchor) == ("paper", 1.0, "bottom", "left")
-    assert t.xref == "container"  # the whole width, whatever the tick labels take
+    assert (t.xref, t.x, t.xanchor) == ("container", 0, "left")  # the whole width
+    # its top just under the toolbar strip, the plot below its lines
+    assert (t.yref, t.yanchor) == ("container", "top")
+    assert (1 - t.y) * fig.layout.height == pytest.approx(TOOLBAR_PX)
     assert fig.layout.margin.t >= TOOLBAR_PX + TITLE_LINE_PX
-    # text above the plot (subplot titles, the gap bars' legend line) pushes the title up
+    # text above the plot (subplot titles, the gap bars' legend line) makes room for itself
     side = figures.for_display(
         figures.side_by_side_heatmaps(np.eye(3), np.eye(3), label_a="a", label_b="b")
     )
-    assert side.layout.title.pad.b > t.pad.b and side.layout.margin.t > fig.layout.margin.t
+    assert side.layout.margin.t > fig.layout.margin.t
+    long = figures.for_display(figures.pos0_ratio(np.array([1.0, 3.0, 168.0])))
+    assert long.layout.title.text.count("<br>") == 1  # a long title on two lines, not cut
+    assert long.layout.margin.t >= TOOLBAR_PX + 2 * TITLE_LINE_PX
 
 
 @pytest.mark.parametrize(

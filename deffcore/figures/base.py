@@ -202,16 +202,16 @@ def for_display(fig: go.Figure) -> go.Figure:
     need = TOOLBAR_PX + TITLE_LINE_PX * lines + extra + 6
     if (fig.layout.margin.t or 0) < need:
         fig.update_layout(margin_t=need)
-    if lines:
+    if lines:  # from just under the toolbar strip down (plotly anchors a title's first line)
+        height = fig.layout.height or 450
         fig.update_layout(
             title_x=0,
             title_xref="container",  # the figure's left edge: long tick labels take no width
             title_xanchor="left",
             title_pad_l=8,
-            title_y=1.0,
-            title_yref="paper",
-            title_yanchor="bottom",
-            title_pad_b=6 + extra,
+            title_y=1.0 - TOOLBAR_PX / height,
+            title_yref="container",
+            title_yanchor="top",
         )
     return fig
 
