@@ -358,3 +358,76 @@ def _complete(cache: Any, spec: Any) -> bool:
     except Exception:  # not stored, or not readable: it will be measured
         return False
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration: the answer on a construction whose truth is known
+
+
+def claim_is_right(verdict: str, gap_default_pop: float, gap_no_pos0_pop: float) -> bool | None:
+    """Whether a verdict is true of the population gaps (None: "cannot tell" claims nothing).
+    not_artefact: |Delta| <= T; artefact: |Delta| > T and the gap shrinks towards F_L (or
+    across it); masks: |Delta| > T and it does not (T from the population default gap)."""
+    delta, T = gap_no_pos0_pop - gap_default_pop, tolerance(gap_default_pop)
+    towards = abs(gap_default_pop) > REGIME_TOLERANCE and delta * gap_default_pop < 0
+    if verdict == "not_artefact":
+        return abs(delta) <= T
+    if verdict == "artefact":
+        return abs(delta) > T and towards
+    if verdict == "masks":
+        return abs(delta) > T and not towards
+    return None
+
+
+def _pooled_view(S: dict, layers: int, n: int, d: int) -> Any:
+    from deffcore.snapshot import RunView
+
+    class PoolingsView(RunView):
+        """A construction's two poolings, read as a page reads a run (no position-0 ratio)."""
+
+        source, label = "construction", "construction"
+
+        def __init__(self) -> None:
+            self.spec, self.layers, self.n, self.d_model = {}, layers, n, d
+
+        def similarity(self, pooling: str = "default", metric: str = "cka") -> Any:
+            return S[(pooling, metric)]
+
+        def pos0_norm_ratio(self) -> Any:
+            import numpy as np
+
+            return np.ones(layers + 1)
+
+    return PoolingsView()
+
+
+def calibration_case(
+    n: int,
+    d: int,
+    layers: int,
+    *,
+    pos0: float,
+    onset: int,
+    h0: float = 1.0,
+    seed: int = 0,
+    metrics: tuple[str, ...] = ("cka", "unbiased_cka"),
+) -> list[tuple[str, str, bool | None]]:
+    """One `synthetic.position0_construction`, answered as a page would (`position0_answer_for`
+    on a view of its two poolings) under each metric: [(metric, verdict, right)]."""
+    from deffcore.depth import effective_depth, gap_percent
+    from deffcore.similarity import similarity_matrix
+    from deffcore.synthetic import position0_construction
+
+    c = position0_construction(n, d, layers, h0=h0, pos0=pos0, onset=onset, seed=seed)
+    S = {
+        (p, m): similarity_matrix(states, m)
+        for p, states in (("default", c.default), ("no_pos0", c.no_pos0))
+        for m in {"unbiased_cka", *metrics}
+    }
+    view = _pooled_view(S, layers, n, d)
+    gaps = [gap_percent(effective_depth(S), S.shape[0]) for S in (c.S_default, c.S_no_pos0)]
+    out = []
+    for metric in metrics:
+        verdict = position0_answer_for(view, metric).verdict
+        out.append((metric, verdict, claim_is_right(verdict, *gaps)))
+    return out

@@ -12,6 +12,8 @@ import pytest
 from deffcore.bos_answer import (
     POS0_MIN_POINTS,
     bos_on_off_conclusion,
+    calibration_case,
+    claim_is_right,
     gap_error_points,
     position0_answer,
     position0_answer_for,
@@ -19,29 +21,8 @@ from deffcore.bos_answer import (
 )
 from deffcore.depth import effective_depth, gap_percent
 from deffcore.similarity import similarity_matrix
-from deffcore.snapshot import RunView, load_snapshot
+from deffcore.snapshot import load_snapshot
 from deffcore.synthetic import position0_construction
-
-
-class ArrayView(RunView):
-    """A RunView over the two poolings of a `position0_construction` (what a page reads)."""
-
-    source = "test"
-
-    def __init__(self, c, metrics=("cka", "unbiased_cka")):
-        self.S = {
-            (p, m): similarity_matrix(states, m)
-            for p, states in (("default", c.default), ("no_pos0", c.no_pos0))
-            for m in metrics
-        }
-        self.layers, self.n, self.d_model = c.default.shape[0], *c.default.shape[1:]
-        self.spec, self.label = {}, "construction"
-
-    def similarity(self, pooling="default", metric="cka"):
-        return self.S[(pooling, metric)]
-
-    def pos0_norm_ratio(self):
-        return np.ones(self.layers + 1)
 
 
 def gap(S: np.ndarray) -> float:
@@ -134,33 +115,28 @@ def test_construction_population_matches_large_sample():
 # calibration: every claim checked against the population (the benchmark runs a larger grid)
 
 
-def claim_is_right(verdict: str, c) -> bool | None:
-    g_d, g_n = gap(c.S_default), gap(c.S_no_pos0)
-    delta, T = g_n - g_d, tolerance(g_d)
-    if verdict == "not_artefact":
-        return abs(delta) <= T
-    if verdict == "artefact":
-        return abs(delta) > T and delta * g_d < 0
-    if verdict == "masks":
-        return abs(delta) > T and not (delta * g_d < 0 and abs(g_d) > 1)
-    return None
-
-
 @pytest.mark.slow
 def test_claims_are_calibrated_on_constructions():
     grid = itertools.product((8, 20), (64, 512), (16, 96), (0.0, 1.0, 8.0), (1, 4))
     outcomes = []
     for seed, (L, n, d, pos0, onset) in enumerate(grid):
-        c = position0_construction(n, d, L, h0=1.0, pos0=pos0 * L / 4, onset=onset, seed=seed)
-        view = ArrayView(c)
-        for metric in ("cka", "unbiased_cka"):
-            a = position0_answer_for(view, metric)
-            outcomes.append((a.verdict, claim_is_right(a.verdict, c)))
-    claims = [ok for _, ok in outcomes if ok is not None]
-    kinds = {v for v, ok in outcomes if ok is not None}
+        outcomes += calibration_case(n, d, L, pos0=pos0 * L / 4, onset=onset, seed=seed)
+    claims = [ok for _, _, ok in outcomes if ok is not None]
+    kinds = {v for _, v, ok in outcomes if ok is not None}
     assert {"not_artefact", "artefact"} <= kinds  # the rule does answer
     assert len(claims) >= len(outcomes) / 3
     assert sum(claims) >= 0.95 * len(claims), outcomes
+
+
+def test_the_judge_of_a_claim():
+    assert claim_is_right("not_artefact", 10.0, 14.0) is True  # 4 <= 5
+    assert claim_is_right("not_artefact", 10.0, 16.0) is False
+    assert (
+        claim_is_right("artefact", 40.0, 9.0) is True
+        and claim_is_right("masks", 40.0, 9.0) is False
+    )
+    assert claim_is_right("masks", 9.0, 40.0) is True
+    assert claim_is_right("cannot_tell", 9.0, 40.0) is None
 
 
 # ---------------------------------------------------------------------------------------------
