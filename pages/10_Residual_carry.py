@@ -37,7 +37,11 @@ def train_form() -> None:
     iters = c4.number_input("Training steps", 2, 100_000, base.iters, key="rc_iters")
     n_layer = c5.number_input("Layers", 2, 48, base.n_layer, key="rc_layers")
     eval_interval = c6.number_input("Evaluate every", 1, 10_000, base.eval_interval, key="rc_eval")
-    if st.button("Train", type="primary", key="rc_run"):
+    what = (
+        f"{len(gammas)} γ × {int(seeds)} seed(s), {int(n_layer)} layers, {int(iters)} steps "
+        f"({preset} preset)"
+    )  # what it trains (its own small GPTs, not the current run): said in the button
+    if st.button(f"Train: {what}", type="primary", key="rc_run"):
         s = settings_from(
             preset,
             gammas=tuple(sorted(gammas, reverse=True)),
