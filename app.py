@@ -21,12 +21,14 @@ import streamlit as st
 
 HERE = Path(__file__).resolve().parent
 
-#: (section, file in pages/, title). Sections keep the files' numeric order.
+#: (section, file in pages/, title), in the order the sidebar lists them (Models sits with the
+#: results, where a visitor looks for it, not behind "View more").
 PAGES: list[tuple[str, str, str]] = [
     ("Results", "0_Overview.py", "Overview"),
     ("Results", "1_Similarity.py", "Similarity"),
     ("Results", "2_Lag_decay.py", "Lag decay"),
     ("Results", "3_Gap_to_F_L.py", "Gap to F_L"),
+    ("Results", "13_Models.py", "Models"),
     ("Results", "4_BOS_and_controls.py", "BOS & controls"),
     ("Teach", "5_Synthetic_lab.py", "Synthetic lab"),
     ("Checks and runs", "6_Baselines.py", "Baselines"),
@@ -61,7 +63,8 @@ def navigation() -> dict[str, list[st.Page]]:
         if path.name not in named and not path.name.startswith("_")
     ]
     order = {s: i for i, s in enumerate(dict.fromkeys(section for section, _, _ in PAGES))}
-    rows.sort(key=lambda r: (order.get(r[0], len(order)), _number(r[1])))
+    listed = {file: i for i, (_, file, _) in enumerate(PAGES)}  # PAGES' own order first
+    rows.sort(key=lambda r: (order.get(r[0], len(order)), listed.get(r[1], 99), _number(r[1])))
     sections: dict[str, list[st.Page]] = {}
     for section, file, title in rows:
         sections.setdefault(section, []).append(

@@ -75,12 +75,25 @@ GLOSSARY: dict[str, str] = {
     "first_non_bos": "Pooling: the state of the second token only (the one after BOS).",
     "token_normed": "Pooling: every token state scaled to length 1 before the mean, so a few "
     "huge tokens cannot dominate.",
+    "no_pos0": "Pooling: the mean over the tokens after position 0, whatever token sits there "
+    "(the symmetric position-0 control; with or without a BOS).",
     "top1_pc": "Pooling: the default, with the single strongest shared direction removed.",
     "top3_pc": "Pooling: the default, with the three strongest shared directions removed.",
     # --- first token
     "BOS": "The beginning-of-sequence token some tokenizers put in front of every passage.",
-    "position-0 norm ratio": "How many times longer the first token's state is than the "
-    "average of the other tokens' states; large values signal a massive activation.",
+    "BOS default": "BOS option: the tokenizer's own special tokens (a BOS where it adds one).",
+    "BOS add": "BOS option: exactly one BOS token at position 0 of every passage.",
+    "BOS none": "BOS option: no BOS token, even where the tokenizer adds one (the text alone).",
+    "position-0 norm ratio": "‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖: how many times longer the whole "
+    "first-token state is than the other tokens' states, per layer over all N passages. "
+    "Not the massive-activation ratio: a long state can hold many moderate values.",
+    "massive-activation ratio": "The largest single feature |h_j| of a state over tokens and "
+    "features, divided by the median |h_j| (Sun et al.), per layer over 64 passages: one huge "
+    "number, not a whole state's length. Above 100x it is called massive.",
+    "position-0 test": "default vs no_pos0: Δ = gap(no_pos0) - gap(default), with an interval "
+    "from both numbers' estimated errors. 'Not a position-0 artefact' when the whole interval "
+    "is within the tolerance (half the gap, at least 2 points); 'a position-0 artefact' when "
+    "it is beyond it and the gap shrinks without position 0; otherwise 'cannot tell yet'.",
     "massive activation": "A few huge values in one token's state (often the first token) that "
     "dwarf everything else and can dominate a mean over tokens.",
     "attention sink": "A token (often the first) that many heads attend to by default; it tends "
@@ -95,6 +108,13 @@ GLOSSARY: dict[str, str] = {
     "at the reference": "A gap to F_L too close to 0 to call a regime: within ±1 point, or an "
     "interval that contains 0.",
     # --- references
+    "accumulated orthogonal updates": "The story's step 2: every layer adds one new, "
+    "unrelated update of equal size, no h_0; exactly D_eff = F_L.",
+    "persistent h_0": "The story's step 3: the sum starts from an h_0 that every later state "
+    "keeps, which makes all states more alike.",
+    "orthogonal updates on h_0": "The free sweep's construction: a random h_0 as large as one "
+    "update (scale s = 1), then unrelated updates of size s. The shared h_0 and the "
+    "finite-sample bias put it below F_L; large s and N >> d bring it to F_L.",
     "orthogonal updates": "A construction in which every layer adds a new, unrelated update; "
     "equal sizes and no h_0 give exactly D_eff = F_L.",
     "independent states": "A construction in which every layer is drawn afresh; D_eff = L "
@@ -126,11 +146,35 @@ GLOSSARY: dict[str, str] = {
     "under unbiased CKA, or the bootstrap's correction 2 x point - mean of the replicates.",
     "differs from random weights": "Said only when the bootstrap interval does not overlap the "
     "random-weight band and that band comes from at least 5 seeds.",
+    "documents": "Passages: one passage per document, its first max-tokens tokens.",
     "windows": "Passages cut as fixed-length token windows from a long text instead of one "
     "document each.",
+    "packed": "See packed windows.",
     "packed windows": "Token windows cut after joining all documents into one stream (a blank "
     "line between documents), so a window may span two documents; short documents then waste "
     "fewer tokens and give more windows.",
+    # --- where a run comes from, and what the sidebar offers
+    "Packaged (offline)": "Model source: a model shipped as a pip package (SmolLM2-135M, "
+    "Gemma-3-270M) or a tiny demo model; nothing is downloaded.",
+    "Hugging Face id": "Model source: a model on the Hugging Face hub by its id (needs the "
+    "network, or the model already on disk).",
+    "Local path": "Model source: a model folder or .gguf file on the server (when the server "
+    "allows local paths).",
+    "BBC news (offline)": "Dataset source: 2,225 BBC news articles shipped as a pip package.",
+    "Hugging Face dataset": "Dataset source: hf:<name>[:<config>]:<split>[:<column>].",
+    "Upload a file": "Dataset source: a .txt, .jsonl, .csv or .parquet file you upload.",
+    "Local file": "Dataset source: a file on the server (when the server allows local paths).",
+    "paper": "A value the paper publishes (N = 10,000 FineWeb-Edu passages): display only.",
+    "precomputed": "A run shipped with the app as a snapshot: shown before anything runs.",
+    "shared": "A run someone sent as a snapshot file, kept with your runs.",
+    "cached": "A run measured on this machine, kept in its cache.",
+    "trained": "The model's own trained weights.",
+    "random": "Freshly initialised weights (the random-weight null).",
+    "serial": "Sweep engine: one cell after another in this server.",
+    "ray": "Sweep engine: cells as tasks on a Ray runtime (local, or a cluster).",
+    "Residual-carry checkpoints": "Checkpoints the Residual carry lab saved while training.",
+    "Local checkpoint folder": "A folder of save_pretrained checkpoint sub-folders.",
+    "Hugging Face revisions": "Revisions (branches, tags) of one hub model, e.g. Pythia's steps.",
     # --- labs
     "BI": "Block Influence: 1 minus the mean cosine between a block's input and output. Low BI "
     "means the block changes little.",
@@ -142,7 +186,12 @@ GLOSSARY: dict[str, str] = {
     "value with no block skipped.",
     "Spearman": "Rank correlation of two scores: 1 when they order the blocks the same way.",
     "norm interventions": "Replacing some normalisation layers by the identity at inference "
-    "(no_post: the post-attention and post-feed-forward norms; no_qk: the query/key norms).",
+    "(no post: the post-attention and post-feed-forward norms; no QK: the query/key norms).",
+    "intervention none": "Norm intervention: none, the model as trained.",
+    "no post": "Norm intervention: the post-attention and post-feed-forward norms replaced by "
+    "the identity (inference only).",
+    "no QK": "Norm intervention: the query and key norms replaced by the identity.",
+    "no post/no QK": "Norm intervention: both no post and no QK.",
     "γ (residual carry)": "How much of the previous state a block keeps: h_l = γ h_{l-1} + "
     "block(h_{l-1}); γ = 1 is the ordinary residual stream.",
     "checkpoint": "The model's weights saved at one point of training.",
@@ -265,6 +314,25 @@ COLUMN_LABELS: dict[str, str] = {
 }
 
 _SNAKE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)+$")
+#: Option values whose glossary term is spelled otherwise (the metrics' snake names).
+ALIASES = {"cka": "CKA", "unbiased_cka": "unbiased CKA"}
+_LOWER = {term.lower(): term for term in GLOSSARY}
+
+
+def term_for(option: str, label: str = "") -> str | None:
+    """The glossary term of a widget's option, None when there is none: the option after a
+    tail of the widget's label ("BOS" + "add" -> "BOS add", "Norm interventions" + "none" ->
+    "intervention none"), else the option itself (case-insensitive, a story step's number and
+    article dropped: "3 · A persistent h_0" -> "persistent h_0"), else `ALIASES`."""
+    text = re.sub(r"^\d+ · ", "", str(option)).removesuffix(" (F_L)")
+    text = re.sub(r"^(a|the) ", "", text, flags=re.IGNORECASE)
+    words = str(label).lower().split()
+    tails = [" ".join(words[i:]) for i in range(len(words))]
+    tails += [t.removesuffix("s") for t in tails]
+    for candidate in [f"{t} {text}" for t in tails] + [text]:
+        if candidate.lower() in _LOWER:
+            return _LOWER[candidate.lower()]
+    return ALIASES.get(text)
 
 
 def human_label(name: object) -> object:

@@ -62,12 +62,16 @@ __all__ = [
     "plan",
     "start",
     "start_sweep",
+    "start_task",
     "status",
     "sweep_job",
+    "task_job",
     "wait",
 ]
 
 FINISHED = ("done", "failed", "cancelled")
+#: Stages that move no counter; their progress is their time against `stage_times.estimate`.
+ONE_OFF_STAGES = ("assembling", "loading model")
 #: Finished jobs kept for `status` (a session that reloads still finds its job).
 KEEP_FINISHED = 200
 
@@ -93,12 +97,42 @@ class JobStatus:
     resumed: int
     cancel_requested: bool
     ahead: int  # jobs queued or running before this one
-    kind: str = "run"  # "run" (one RunSpec) or "sweep" (done/total count cells)
+    kind: str = "run"  # "run" (one RunSpec), "sweep" (done/total count cells) or "task"
     datasets: tuple[str, ...] = ()  # every dataset the job reads (uploads in use stay)
+    #: the expected seconds of a one-off stage (`deffcore.stage_times`), None when unknown
+    stage_estimate_s: float | None = None
+    label: str = ""  # a task's name for people
+    result: Any = None  # a finished task's plain result
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED
+
+    @property
+    def stage_fraction(self) -> float:
+        """The current stage's bar: passages (or a task's steps) done, or a one-off stage's
+        elapsed time against its estimate (`stage_times.fraction`, never full)."""
+        from deffcore.stage_times import fraction
+
+        if self.stage in ONE_OFF_STAGES:
+            return fraction(self.stage_elapsed_s, self.stage_estimate_s)
+        if self.total and self.stage not in ("queued", "checking data"):
+            return min(max(self.done / self.total, 0.0), 1.0)
+        return 0.0
+
+    def _one_off(self) -> str:
+        """A one-off stage in words: what, how long so far, the estimate, once-only."""
+        what = {"assembling": "assembling the packaged model file (once, kept for later runs)"}
+        text = what.get(self.stage, "loading model")
+        if self.stage == "loading model" and self.spec is not None:
+            text += " and cutting windows" if self.spec.passages in WINDOW_MODES else ""
+        text += f"… {self.stage_elapsed_s:.0f} s"
+        if self.stage_estimate_s:
+            left = max(self.stage_estimate_s - self.stage_elapsed_s, 0.0)
+            text += f" of about {self.stage_estimate_s:.0f} s" + (
+                f" (ETA {left:.0f} s)" if left else " (taking longer than last time)"
+            )
+        return text
 
     def describe(self) -> str:
         """One line for a progress display: stage, passages, tokens/s, ETA."""
@@ -113,13 +147,10 @@ class JobStatus:
             return f"done {how}: {self.done:,} passages{rate}"
         if self.state in ("failed", "cancelled"):
             return self.state
-        if self.stage == "loading model":
-            what = (
-                "loading model and cutting windows"
-                if self.spec.passages in WINDOW_MODES
-                else ("loading model")
-            )
-            return f"{what}… {self.stage_elapsed_s:.0f} s"
+        if self.stage in ONE_OFF_STAGES:
+            return self._one_off()
+        if self.kind == "task":
+            return _task_line(self)
         if self.stage != "extracting":
             return f"{self.stage}… {self.stage_elapsed_s:.0f} s"
         parts = [f"extracting: {self.done:,} / {self.total:,} passages"]
@@ -132,6 +163,15 @@ class JobStatus:
         if self.cancel_requested:
             parts.append("stopping after this batch")
         return " · ".join(parts)
+
+
+def _task_line(status: JobStatus) -> str:
+    """A task's progress: its stage, steps done of total, ETA."""
+    parts = [
+        f"{status.stage}: {status.done:,} / {status.total:,}" if status.total else status.stage
+    ]
+    parts.append(f"ETA {status.eta_s:.0f} s" if status.eta_s is not None else "ETA: measuring…")
+    return " · ".join(parts)
 
 
 @dataclass
@@ -170,6 +210,10 @@ class _Job:
     from_cache: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
     sweep: _SweepWork | None = None
+    task: Any = None  # a task's fn(progress, should_stop) -> plain result
+    name: str = ""  # a task's identity (one at a time) and model (for stage times)
+    model: str = ""
+    result: Any = None
 
 
 _LOCK = threading.Lock()
@@ -245,6 +289,39 @@ def start_sweep(cells: Sequence[Any], **options: Any) -> str:
             sweep=_SweepWork(plan),
         )
         return _enqueue(job)
+
+
+def start_task(name: str, fn: Any, *, model: str = "") -> str:
+    """Queue background work that is neither a run nor a sweep (a run's BOS diagnostics, the
+    BOS on/off check): `fn(progress, should_stop)` returns a plain result, kept with the job
+    (`status(job_id).result`). `progress(done, total, stage)` as `measure`'s: a stage starting
+    with "loading" or "assembling" is a one-off stage with its estimate (`model`'s). One task
+    per `name` at a time: a name already queued or running returns that job. It waits its turn
+    in the one queue like a run."""
+    with _LOCK:
+        for job in _JOBS.values():
+            if job.task is not None and job.name == name and job.state in ("queued", "running"):
+                return job.job_id
+        job = _Job(
+            job_id=uuid.uuid4().hex,
+            spec=None,
+            metric="cka",
+            device=None,
+            batch_size=None,
+            names={},
+            seq=next(_SEQ),
+            task=fn,
+            name=name,
+            model=model,
+        )
+        return _enqueue(job)
+
+
+def task_job(name: str) -> JobStatus | None:
+    """The newest task named `name` (queued, running or finished), None when there is none."""
+    with _LOCK:
+        found = [j for j in _JOBS.values() if j.task is not None and j.name == name]
+        return _snapshot(max(found, key=lambda j: j.seq)) if found else None
 
 
 def _enqueue(job: _Job) -> str:
@@ -361,9 +438,20 @@ def _snapshot(job: _Job) -> JobStatus:
         resumed=job.resumed,
         cancel_requested=job.cancel.is_set(),
         ahead=ahead if job.state == "queued" else 0,
-        kind="run" if job.sweep is None else "sweep",
+        kind="task" if job.task is not None else "run" if job.sweep is None else "sweep",
         datasets=_datasets(job),
+        stage_estimate_s=_stage_estimate(job),
+        label=job.name,
+        result=job.result,
     )
+
+
+def _stage_estimate(job: _Job) -> float | None:
+    if job.stage not in ONE_OFF_STAGES:
+        return None
+    from deffcore.stage_times import estimate
+
+    return estimate(job.stage, _model_of(job))
 
 
 def _datasets(job: _Job) -> tuple[str, ...]:
@@ -393,8 +481,12 @@ def _work() -> None:
                 _WAKE.wait()
             job = _JOBS[_QUEUE.popleft()]
             job.state, job.started = "running", time.monotonic()
-            _set_stage(job, "checking data" if job.sweep is None else "sweeping")
-        if job.sweep is None:
+            _set_stage(
+                job, "sweeping" if job.sweep else "starting" if job.task else "checking data"
+            )
+        if job.task is not None:
+            _run_task(job)
+        elif job.sweep is None:
             _run(job)
         else:
             _run_sweep(job)
@@ -402,7 +494,16 @@ def _work() -> None:
 
 def _set_stage(job: _Job, stage: str) -> None:
     if stage != job.stage:
-        job.stage, job.stage_started = stage, time.monotonic()
+        now = time.monotonic()
+        if job.stage in ONE_OFF_STAGES and stage not in FINISHED:  # it ended by working on
+            from deffcore.stage_times import record
+
+            record(job.stage, _model_of(job), now - job.stage_started)
+        job.stage, job.stage_started = stage, now
+
+
+def _model_of(job: _Job) -> str:
+    return job.model or (job.spec.model if job.spec is not None else "")
 
 
 def _progress(job: _Job):
@@ -412,7 +513,9 @@ def _progress(job: _Job):
         now = time.monotonic()
         with _LOCK:
             job.total = int(total)
-            if stage.startswith("loading"):
+            if stage.startswith("assembling"):
+                _set_stage(job, "assembling")
+            elif stage.startswith("loading"):
                 _set_stage(job, "loading model")
             elif stage == "resume":
                 job.resumed = int(done)
@@ -425,6 +528,9 @@ def _progress(job: _Job):
                     job.first = job.last
             else:
                 _set_stage(job, stage)
+                if job.task is not None:  # a task's own steps count like passages
+                    job.done, job.last = int(done), (now, int(done))
+                    job.first = job.first or job.last
 
     return progress
 
@@ -461,6 +567,25 @@ def _run(job: _Job) -> None:
         error = "The run ran out of memory; lower N or max tokens and try again."
     except Exception as err:  # any third-party failure ends the job, never the worker
         error = display(f"The run failed unexpectedly ({type(err).__name__}): {err}", job.names)
+    _finish(job, state, error)
+
+
+def _run_task(job: _Job) -> None:
+    """The worker's body for a task: its function, with progress and cancellation."""
+    state, error = "failed", None
+    try:
+        result = job.task(_progress(job), job.cancel.is_set)
+        with _LOCK:
+            job.result = result
+        state = "done"
+    except RunCancelled:
+        state = "cancelled"
+    except DeffError as err:
+        error = str(err)
+    except MemoryError:
+        error = "It ran out of memory."
+    except Exception as err:  # the worker records every failure, never dies of one
+        error = f"It failed unexpectedly ({type(err).__name__}): {err}"
     _finish(job, state, error)
 
 

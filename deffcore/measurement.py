@@ -57,9 +57,11 @@ from deffcore.extract import BatchCheckpoint, PooledStates, extract_pooled
 from deffcore.interventions import INTERVENTIONS
 from deffcore.models import (
     LoadedModel,
+    assemble_packaged,
     check_fits,
     check_max_tokens,
     load_model,
+    needs_assembly,
     resolve_device_dtype,
 )
 from deffcore.references import MatchedReferences, UpdateDepth, matched_references, update_depth
@@ -337,6 +339,9 @@ def extract_spec(
     if should_stop is not None and should_stop():
         raise RunCancelled("The run was stopped before it started.")
     if model is None:
+        if progress is not None and needs_assembly(spec.model):  # a stage of its own, once
+            progress(0, spec.n, f"assembling {spec.model}")
+            assemble_packaged(spec.model)
         if progress is not None:
             progress(0, spec.n, f"loading {spec.model}")
         model = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)

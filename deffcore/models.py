@@ -557,6 +557,19 @@ def _packaged_gguf(spec: str) -> Path:
     return smollm2_gguf() if spec == "smollm2-135m" else gemma3_gguf()
 
 
+def needs_assembly(spec: str) -> bool:
+    """Whether loading `spec` first assembles its packaged file (Gemma-3's GGUF parts are
+    joined once into the cache folder; `gemma3_gguf`)."""
+    from deffcore.paths import cache_dir
+
+    return spec == "gemma3-270m" and not (cache_dir() / "models" / GEMMA3_FILE).is_file()
+
+
+def assemble_packaged(spec: str) -> Path:
+    """The packaged model's file, assembled now when it has not been (`needs_assembly`)."""
+    return _packaged_gguf(spec)
+
+
 def _hub_context_length(spec: str, revision: str | None) -> int | None:
     """From a hub config already downloaded to this machine; None if it is not (no network)."""
     try:

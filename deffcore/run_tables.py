@@ -46,40 +46,58 @@ def metric_comparison(
     return pd.DataFrame(rows)
 
 
-def cached_model_row(meta: dict[str, Any], metric: str = "cka") -> dict[str, Any]:
-    """One cached run (its cache meta) as a Models-table row, numbers computed from its states.
+def model_row(view: RunView, source: str, metric: str = "cka") -> dict[str, Any]:
+    """One run (a `RunView`: cached, precomputed or shared) as a Models-table row.
 
-    Raises DeffError when the entry cannot be read (corrupt, missing).
+    Columns: source, model, family, weights, layers, d_model, n (kept passages), max_tokens,
+    dataset, passages, bos, intervention, revision, seed, key; deff_over_L and gap_pct of the
+    default pooling; gap_<pooling> per pooling control (NaN where a snapshot lacks it); trust
+    (the trust rule's level of the default headline), trust_action, bias (linear CKA's
+    d/(N+d)); spec (the run's fields, for `models_overview.label_rows`).
     """
+    from deffcore.models_overview import model_family
+    from deffcore.snapshot import SPEC_DEFAULTS
+
+    spec = {**SPEC_DEFAULTS, **view.spec}
+    h = view.headline("default", metric)
+    trust = view.trust("default", metric)
+    row: dict[str, Any] = {
+        "source": source,
+        "model": spec["model"],
+        "family": model_family(str(spec["model"])),
+        "weights": "random" if str(spec["model"]).startswith("random:") else "trained",
+        "layers": view.layers,
+        "d_model": view.d_model,
+        "n": view.n,
+        **{k: spec.get(k) for k in ("max_tokens", "dataset", "passages", "bos")},
+        **{k: spec.get(k) for k in ("intervention", "revision", "seed")},
+        "key": getattr(view, "key", None),
+        "deff_over_L": h.deff_over_L,
+        "gap_pct": h.gap_pct,
+        "trust": trust.level,
+        "trust_action": trust.action,
+        "bias": h.cka_bias,
+        "spec": dict(view.spec),
+    }
+    for p in POOLINGS:
+        try:
+            row[f"gap_{p}"] = view.headline(p, metric).gap_pct
+        except (KeyError, DeffError):  # an older snapshot, or a control undefined here
+            row[f"gap_{p}"] = float("nan")
+    return row
+
+
+def cached_model_row(meta: dict[str, Any], metric: str = "cka") -> dict[str, Any]:
+    """One cached run (its cache meta) as a Models-table row (`model_row`), its numbers
+    computed from its states. Raises DeffError when the entry cannot be read."""
     from deffcore import cache
     from deffcore.cache import RunSpec
     from deffcore.measurement import Measurement
-    from deffcore.models_overview import model_family
+    from deffcore.snapshot import MeasurementView
 
     spec = RunSpec(**meta["spec"])
     found = cache._read_entry(meta["key"])  # by key: the stored spec's key may predate a change
     if found is None:
         raise DeffError(f"The cached run {meta['key']} has no states.")
-    m = Measurement(spec=spec, pooled=found[0], metric=metric)
-    row: dict[str, Any] = {
-        "source": "cached",
-        "model": spec.model,
-        "family": model_family(spec.model),
-        "weights": "random" if spec.model.startswith("random:") else "trained",
-        "layers": m.layers,
-        "d_model": m.d_model,
-        "n": m.n,
-        "max_tokens": spec.max_tokens,
-        "dataset": spec.dataset,
-        "intervention": spec.intervention,
-        "passages": spec.passages,
-        "revision": spec.revision,
-        "key": meta["key"],
-        "created": meta.get("created"),
-    }
-    for p in POOLINGS:
-        s = m.summary(p)
-        row[f"gap_{p}"] = s.gap_pct
-        if p == "default":
-            row["deff_over_L"], row["gap_pct"] = s.deff_over_L, s.gap_pct
-    return row
+    view = MeasurementView(Measurement(spec=spec, pooled=found[0], metric=metric))
+    return {**model_row(view, "cached", metric), "key": meta["key"], "created": meta.get("created")}

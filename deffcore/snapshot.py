@@ -461,28 +461,6 @@ def run_identity(spec: dict[str, Any], *, pooling: str, metric: str) -> dict[str
     }
 
 
-def headline_changes(a: Headline, b: Headline) -> list[dict[str, Any]]:
-    """Each headline number of run A, of run B and the change B - A (side-by-side view).
-
-    Rows: D_eff, D_eff/L, gap to F_L (%), rho_hat(1), position-0 norm ratio, N, L, CKA bias.
-    The change of the gap is in percentage points.
-    """
-    rows = [
-        ("D_eff", a.deff, b.deff),
-        ("D_eff / L", a.deff_over_L, b.deff_over_L),
-        ("Gap to F_L (%)", a.gap_pct, b.gap_pct),
-        ("ρ̂(1)", a.rho1, b.rho1),
-        ("Position-0 norm ratio", a.pos0_ratio, b.pos0_ratio),
-        ("N (passages)", a.n, b.n),
-        ("L (layers)", a.layers, b.layers),
-        ("CKA bias d/(N+d)", a.cka_bias, b.cka_bias),
-    ]
-    return [
-        {"quantity": name, "run A": float(x), "run B": float(y), "change (B - A)": float(y - x)}
-        for name, x, y in rows
-    ]
-
-
 def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), _DECIMALS).tolist()
 
@@ -573,3 +551,29 @@ def download_stem(
     e.g. `smollm2-135m_bbc-news_N4096_T128_windows_seed0_default_cka_heatmap`."""
     view = [p for p in (pooling, metric) if p]
     return "_".join([run_slug(spec), *view, re.sub(r"[^A-Za-z0-9.-]+", "-", what)])
+
+
+#: The fields that make an identity a run's (`run_identity`), so its stem is the run's slug.
+_RUN_IDENTITY = frozenset({"model", "dataset", "n", "max_tokens"})
+#: Human labels an identity carries for its CSV columns, never in a file name.
+_LABEL_KEYS = frozenset({"run", "runs", "label"})
+
+
+def identity_stem(identity: dict[str, Any], what: str) -> str:
+    """The file-name stem of a download tagged with `identity` (the explorer's one download
+    helper, `explorer.cards.show_figure`): a run's identity (`run_identity`) gives
+    `download_stem`; any other (a lab's settings, a construction's knobs, a comparison) its
+    values in order, numbers after their key: `synthetic-story_h0_L24_N256_d64_heatmap`."""
+    if set(identity) >= _RUN_IDENTITY:
+        return download_stem(
+            dict(identity), what, pooling=identity.get("pooling"), metric=identity.get("metric")
+        )
+    parts = []
+    for key, value in identity.items():
+        if value is None or value == "" or key in _LABEL_KEYS:  # labels: CSV columns only
+            continue
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        parts.append(f"{key}{value:g}" if numeric else str(value))
+    parts.append(what)
+    stem = "_".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p).strip("-") for p in parts)
+    return stem[:150]

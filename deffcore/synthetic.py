@@ -106,6 +106,62 @@ def orthogonal_updates(
     return SyntheticStates(states=states, updates=updates, h0=h0, name="orthogonal-updates")
 
 
+@dataclass
+class Position0Construction:
+    """The two poolings of one seeded construction (`position0_construction`) and their
+    population similarity matrices (N -> infinity), `(L, L)` each."""
+
+    default: np.ndarray  # (L, N, d) float32: the mean over every token, position 0 included
+    no_pos0: np.ndarray  # (L, N, d) float32: the mean over the tokens after position 0
+    S_default: np.ndarray
+    S_no_pos0: np.ndarray
+
+
+def position0_construction(
+    n: int,
+    d: int,
+    layers: int,
+    *,
+    h0: float = 1.0,
+    pos0: float = 0.0,
+    onset: int = 1,
+    seed: int = 0,
+) -> Position0Construction:
+    """Pooled states with and without a position-0 component whose effect is known exactly.
+
+    The tokens after position 0 pool to x_l = h_0 + f_1 + ... + f_l (h_0 of squared size `h0`
+    per feature, unit updates, all iid standard normal (N, d) times their size): `no_pos0`.
+    The position-0 token carries the same stream plus a passage-varying component s_l z that
+    keeps one direction across layers (a massive activation from layer `onset` on), so the
+    mean over all tokens is `default` = x_l + w_l z with w_l^2 = `pos0` for l >= onset, else 0
+    (pos0: that component's squared size in the pooled mean, in units of one update).
+    Population linear CKA of independent isotropic components is S = G^2 / (G_ii G_jj) with
+    G_no_pos0(i, j) = h0 + min(i, j) and G_default = G_no_pos0 + w_i w_j (SPEC section 5).
+    """
+    _check(n, d, layers)
+    if not (h0 >= 0 and pos0 >= 0 and np.isfinite(h0) and np.isfinite(pos0)):
+        raise DeffError(f"h0 and pos0 must be sizes >= 0; got {h0} and {pos0}.")
+    rng = np.random.default_rng(seed)
+    x = np.cumsum(rng.standard_normal((layers, n, d)), axis=0)
+    x += np.sqrt(h0) * rng.standard_normal((n, d))
+    w = np.where(np.arange(1, layers + 1) >= onset, np.sqrt(pos0), 0.0)
+    default = x + w[:, None, None] * rng.standard_normal((n, d))
+    ell = np.arange(1, layers + 1, dtype=np.float64)
+    G_no = h0 + np.minimum.outer(ell, ell)
+    G_def = G_no + np.outer(w, w)
+
+    def population(G: np.ndarray) -> np.ndarray:
+        g = np.diag(G)
+        return G**2 / np.outer(g, g)
+
+    return Position0Construction(
+        default=default.astype(np.float32),
+        no_pos0=x.astype(np.float32),
+        S_default=population(G_def),
+        S_no_pos0=population(G_no),
+    )
+
+
 #: CLI names -> constructors (orthogonal-updates also takes `scale`).
 CONSTRUCTIONS: dict[str, Callable[..., SyntheticStates]] = {
     "independent": independent_states,

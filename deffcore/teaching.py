@@ -412,12 +412,18 @@ def sample_step(step: str, knobs: Knobs, n: int, d: int, seed: int = 0) -> Sampl
 # The free sweep over depth (closed forms of the three constructions of SPEC section 7)
 
 
+#: The free sweep's update construction: unit-size h_0 plus updates of size s (SPEC section 7's
+#: orthogonal updates). One name per construction: the story's step 2 ("accumulated orthogonal
+#: updates", no h_0: exactly F_L) is another construction.
+UPDATES_ON_H0 = "orthogonal updates on h_0"
+
+
 def sweep_closed_form(n: int, d: int, depths: Any, scale: float = 1.0) -> list[dict[str, Any]]:
     """Expected linear-CKA D_eff/L and rho(1) of the three constructions at each depth.
 
     independent states: the finite-sample iid reference. orthogonal states: CKA(i != j) = 0
     exactly (orthogonal column spaces have no bias), D_eff/L = 1; needs N > L (else NaN).
-    orthogonal updates with scale s: h_0 and f_m iid, so a_m = s^2 and a_0 = 1, with the
+    orthogonal updates on h_0 with scale s: h_0 and f_m iid, so a_m = s^2 and a_0 = 1, with the
     finite-sample bias. Rows: construction, L, deff_over_L, rho1.
     """
     if n < 2 or d < 1 or not np.isfinite(scale) or scale <= 0:
@@ -429,7 +435,7 @@ def sweep_closed_form(n: int, d: int, depths: Any, scale: float = 1.0) -> list[d
         L = int(L)
         iid = finite_sample_similarity(np.eye(L), n, d)
         upd = finite_sample_similarity(accumulated_similarity(np.full(L, scale**2), a0=1.0), n, d)
-        for name, S in (("independent states", iid), ("orthogonal updates", upd)):
+        for name, S in (("independent states", iid), (UPDATES_ON_H0, upd)):
             rows.append(
                 {
                     "construction": name,
@@ -476,14 +482,17 @@ def story_curves(
 
     curves: name -> (rho (L-1,), style) with style one of "closed", "previous", "population",
     "sampled", "sampled_unbiased" (`deffcore.figures.STORY_STYLES`); depths: name -> D_eff.
-    The previous step is drawn for comparison (at step 6: the same construction at N -> oo);
+    The previous step is drawn for comparison (at step 6: the same construction at N -> oo;
+    not at step 3, whose previous step is the F_L reference every chart draws anyway);
     samples, when given, with linear and unbiased CKA.
     """
     curves: dict[str, tuple[np.ndarray, str]] = {"this step (closed form)": (res.rho, "closed")}
     depths: dict[str, float] = {"this step (closed form)": res.deff}
     index = STEP_KEYS.index(res.step)
-    if index > 1:  # step 2 against step 1 (D_eff = L) would only squash the chart
-        prev = STEP_KEYS[index - 1]
+    prev = STEP_KEYS[index - 1] if index > 0 else None
+    # step 2 against step 1 (D_eff = L) would only squash the chart; step 3's previous step is
+    # the orthogonal-update reference itself, which the charts always draw (once)
+    if index > 1 and prev != "orthogonal_updates":
         final = res.step == "finite_sample"
         label = "same construction, N → ∞" if final else f"previous step ({STEPS[prev][0]})"
         curves[label] = (

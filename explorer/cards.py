@@ -1,15 +1,18 @@
 """Display cards: the headline numbers with their trust badge, the precomputed-run note, and
-`show_figure` (a chart with its HTML and CSV downloads)."""
+`show_figure` (a chart with its HTML and CSV downloads, named by the run or what made it:
+the one download helper of every page) and `download_table`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from deffcore import figures
-from deffcore.snapshot import RunView, SnapshotView, download_stem, run_identity
+from deffcore.snapshot import RunView, SnapshotView, identity_stem, run_identity
 from deffcore.trust_rule import Trust
 from explorer.settings import Settings
 
@@ -91,14 +94,21 @@ def headline_cards(view: RunView, settings: Settings) -> None:
     cols[2].metric(
         "Gap to F_L",
         f"{h.gap_pct:+.1f}%",
-        delta="more redundant than orthogonal updates" if sub else "less redundant",
+        # short enough for a seventh of the page at 1400 px; the full words are in the help
+        delta="more redundant" if sub else "less redundant",
         delta_color="red" if sub else "green",
         delta_arrow="off",
         help=f"{badge}100 (1 - D_eff / F_L), F_L = 2L/(L+1) = {h.reference_FL:.4f}; positive: "
-        "D_eff < F_L, more redundancy than accumulated orthogonal updates",
+        "D_eff < F_L, more redundant than orthogonal updates; negative: less redundant",
     )
     cols[3].metric("ρ̂(1)", f"{h.rho1:.4f}", help=f"{badge}mean similarity of adjacent layers")
-    cols[4].metric("Pos-0 norm ratio", f"{h.pos0_ratio:.1f}x", help=f"peak at layer {h.pos0_layer}")
+    cols[4].metric(
+        "Pos-0 norm ratio",
+        f"{h.pos0_ratio:.1f}×",
+        help=f"Position-0 norm ratio ‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖, peak at layer "
+        f"{h.pos0_layer}: how much longer the first token's state is. Not the "
+        "massive-activation ratio of the BOS page (glossary).",
+    )
     cols[5].metric("N", f"{h.n}", help=f"d = {h.d_model}, L = {h.layers}")
     cols[6].metric("CKA bias d/(N+d)", f"{h.cka_bias:.3f}")
     trust_line(trust)
@@ -111,9 +121,27 @@ def headline_cards(view: RunView, settings: Settings) -> None:
         )
 
 
-def show_figure(fig: go.Figure, key: str, *, on_select: str = "ignore", **kwargs: Any) -> Any:
-    """Plot a figure with HTML and CSV downloads (built on click, so reruns stay fast)."""
-    event = st.plotly_chart(fig, key=key, on_select=on_select, **kwargs)
+#: Plotly's toolbar without the buttons nobody uses here (a narrower bar covers less).
+PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "autoScale2d"]}
+
+
+def show_figure(
+    fig: go.Figure,
+    what: str,
+    identity: Mapping[str, Any],
+    *,
+    on_select: str = "ignore",
+    **kwargs: Any,
+) -> Any:
+    """THE way a page shows a figure: the chart, laid out for the page
+    (`figures.for_display`: its title clear of the toolbar), with HTML and CSV downloads
+    named by `identity` and `what` (`snapshot.identity_stem`: a run's identity gives its
+    slug) and a CSV that leads with the identity's columns (`figures.tag_run`). identity: a
+    run's `run_identity`, or what else made the figure (a lab's settings, a construction's
+    knobs). The downloads are built on click, so reruns stay fast."""
+    key = identity_stem(dict(identity), what)
+    fig = figures.for_display(figures.tag_run(fig, identity))
+    event = st.plotly_chart(fig, key=key, on_select=on_select, config=PLOTLY_CONFIG, **kwargs)
     row = st.container(horizontal=True)
     for label, build, ext, mime in (
         ("Figure (HTML)", figures.figure_html, "html", "text/html"),
@@ -132,16 +160,31 @@ def show_figure(fig: go.Figure, key: str, *, on_select: str = "ignore", **kwargs
 
 def show_run_figure(
     fig: go.Figure,
-    spec: dict[str, Any],
+    spec: Mapping[str, Any],
     what: str,
     *,
     pooling: str,
     metric: str,
-    identity: dict[str, Any] | None = None,
+    identity: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """`show_figure` for a figure of one run and view: its downloads say which (file name and
-    leading CSV columns, `snapshot.run_identity`), plus `identity`'s extra fields."""
-    tag = {**run_identity(spec, pooling=pooling, metric=metric), **(identity or {})}
-    key = download_stem(spec, what, pooling=pooling, metric=metric)
-    return show_figure(figures.tag_run(fig, tag), key=key, **kwargs)
+    """`show_figure` for a figure of one run and view (`snapshot.run_identity`), plus
+    `identity`'s extra fields."""
+    tag = {**run_identity(dict(spec), pooling=pooling, metric=metric), **(identity or {})}
+    return show_figure(fig, what, tag, **kwargs)
+
+
+def download_table(
+    table: pd.DataFrame, what: str, identity: Mapping[str, Any], label: str = "Table (CSV)"
+) -> None:
+    """A table's CSV download, named and led by `identity` like `show_figure`'s."""
+    key = identity_stem(dict(identity), what)
+    lead = pd.DataFrame({k: [v] * len(table) for k, v in identity.items()}, index=table.index)
+    st.download_button(
+        label,
+        data=lambda: pd.concat([lead, table], axis=1).to_csv(index=False),
+        file_name=f"{key}.csv",
+        mime="text/csv",
+        key=f"{key}_csv",
+        on_click="ignore",
+    )

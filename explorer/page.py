@@ -12,6 +12,7 @@ import streamlit as st
 from deffcore.errors import DeffError
 from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.snapshot import RunView, SnapshotView
+from explorer.current_run import start_page, write_url
 from explorer.run_panel import job_panel, settle_job, start_run
 from explorer.settings import PAGE_CHANGED_KEY, Settings, sidebar
 from explorer.views import current_view
@@ -25,11 +26,14 @@ def page(title: str) -> tuple[RunView | None, Settings]:
     st.session_state[PAGE_CHANGED_KEY] = st.session_state.get("_deff_page") != title
     st.session_state["_deff_page"] = title
     settle_job()
+    start_page()  # the run a link names; the sidebar set to the current run's settings
     settings, run_clicked = sidebar()
     if run_clicked:
         start_run(settings)  # checked and queued before the main area shows its progress
     job_panel()
-    return current_view(), settings
+    view = current_view()
+    write_url(view)  # a reload, a bookmark or a shared link shows this run again
+    return view, settings
 
 
 def require_view(title: str) -> tuple[RunView, Settings] | None:

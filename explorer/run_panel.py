@@ -159,8 +159,8 @@ def _grace_s() -> float:
 def _draw_progress(status: jobs.JobStatus, *, cancel: bool) -> None:
     with st.container(border=True):
         st.markdown(f"**Running:** {md_escape(run_label(status.spec.__dict__))}")
-        frac = status.done / status.total if status.stage == "extracting" and status.total else 0
-        st.progress(min(max(frac, 0.0), 1.0), text=status.describe())
+        # every stage has its bar: a one-off stage (assembly, model load) by its time estimate
+        st.progress(status.stage_fraction, text=status.describe())
         if cancel:
             st.button(
                 "Cancel run",

@@ -306,7 +306,7 @@ def run_settings() -> Settings:
         max_tokens = persisted(
             st.number_input, "Max tokens", "max_tokens", DEFAULT_MAX_TOKENS, min_value=2
         )
-    c3, c4 = st.columns(2)
+    c3, c4 = st.container(), st.container()  # one per row: half a sidebar cuts their values
     with c3:
         passages = persisted(
             st.selectbox,

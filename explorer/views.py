@@ -1,7 +1,9 @@
 """The session's current run and views of cached runs (read from the cache, never re-run).
 
-Until a run lands, the current run is the shared run `deffcore app --run FILE` named, else
-the shipped default snapshot.
+Until a run lands (or a link or the Runs page names one), the current run is the shared run
+`deffcore app --run FILE` named, else the shipped default snapshot. `set_view` is the one way
+a run becomes current: it also asks `explorer.current_run` to put the run's key in the URL and
+its settings in the sidebar on the next page start.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_galle
 from explorer.guard import guarded
 
 VIEW_KEY = "deff_view"
+#: The run the sidebar should show next (set by `set_view`, applied by `explorer.current_run`
+#: before the sidebar is drawn: widgets cannot change once drawn in a script run).
+SYNC_KEY = "_deff_sync_sidebar"
 _RUN_ENV_DONE = "_deff_run_env_opened"
 
 
@@ -41,13 +46,15 @@ def open_run(key: str) -> RunView | None:
     view = None
     with guarded(f"Opening run {key}"):
         view = MeasurementView(measurement_from_cache(key))
-        st.session_state[VIEW_KEY] = view
+        set_view(view)
     return view
 
 
 def set_view(view: RunView) -> None:
-    """Make `view` the session's current run (every page shows it)."""
+    """Make `view` the session's current run (every page shows it; the URL names it and the
+    sidebar shows its settings from the next page start on)."""
     st.session_state[VIEW_KEY] = view
+    st.session_state[SYNC_KEY] = dict(view.spec)
 
 
 def forget_run(key: str) -> None:
@@ -59,11 +66,12 @@ def forget_run(key: str) -> None:
 
 @st.cache_data(show_spinner=False, max_entries=512)
 def cached_result(key: str, created: str, pooling: str, metric: str) -> dict[str, Any]:
-    """Headline numbers and lag profile of a cached run (memoised: the states are read once
-    per (run, pooling, metric); `created` makes a recomputed entry a new cache line)."""
+    """Headline numbers, lag profile and trust level of a cached run (memoised: the states are
+    read once per (run, pooling, metric); `created` makes a recomputed entry a new cache line)."""
     view = MeasurementView(measurement_from_cache(key))
     h = view.headline(pooling, metric)
-    return {**h.to_dict(), "rho": view.lag_profile(pooling, metric)}
+    trust = view.trust(pooling, metric).level
+    return {**h.to_dict(), "rho": view.lag_profile(pooling, metric), "trust": trust}
 
 
 @st.cache_resource(show_spinner=False)
@@ -83,7 +91,7 @@ def requested_run() -> None:
         return
     st.session_state[_RUN_ENV_DONE] = True
     with guarded("Opening the shared run"):
-        st.session_state[VIEW_KEY] = open_shared(os.environ[APP_RUN_ENV])
+        set_view(open_shared(os.environ[APP_RUN_ENV]))
 
 
 def current_view() -> RunView | None:

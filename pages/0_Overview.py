@@ -9,9 +9,13 @@ from deffcore import figures
 from deffcore.run_tables import metric_comparison
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView
-from explorer.cards import headline_cards, precomputed_note, show_figure
+from explorer.cards import headline_cards, precomputed_note, show_run_figure
 from explorer.page import page
 from explorer.settings import Settings
+
+#: The two charts side by side share one height, so their download rows line up, and fit
+#: above the fold at 1400 x 900 with the headline cards.
+CHART_HEIGHT = 430
 
 INTRO = (
     "How does a transformer's residual stream accumulate across depth? "
@@ -21,11 +25,12 @@ INTRO = (
 )
 PAGES_NOTE = (
     "Pages (sidebar): Similarity (the matrix; click a layer), Lag decay (ρ(k) and K), Gap to "
-    "F_L (beside the paper's models), BOS & controls (pooling controls, position-0 norms), "
-    "Synthetic lab (constructions with known answers), Baselines (random-weight null, matched "
-    "references, bootstrap), Runs (open, compare, resume, delete). Labs: Interventions (Gemma "
-    "norms), Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training "
-    "dynamics (checkpoints over training), Aggregations (other ways to count layers)."
+    "F_L (beside the paper's models), Models (every run and the paper's models in one table: "
+    "N, trust, bias), BOS & controls (is the gap a position-0 artefact?), Synthetic lab "
+    "(constructions with known answers), Baselines (random-weight null, matched references, "
+    "bootstrap), Runs (open, compare, resume, delete). Labs: Interventions (Gemma norms), "
+    "Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training dynamics "
+    "(checkpoints over training), Aggregations (other ways to count layers)."
 )
 
 
@@ -44,22 +49,21 @@ def metric_section(view: RunView, settings: Settings) -> None:
 
 
 def charts_section(view: RunView, settings: Settings) -> None:
+    pooling, metric = settings.pooling, settings.metric
     left, right = st.columns(2)
     with left:
-        S = view.similarity(settings.pooling, settings.metric)
-        show_figure(
-            figures.similarity_heatmap(S, metric=settings.metric, pooling=settings.pooling),
-            key="overview_heatmap",
-        )
+        S = view.similarity(pooling, metric)
+        fig = figures.similarity_heatmap(S, metric=metric, pooling=pooling)
+        fig.update_layout(height=CHART_HEIGHT)
+        show_run_figure(fig, view.spec, "heatmap", pooling=pooling, metric=metric)
     with right:
-        rho = view.lag_profile(settings.pooling, settings.metric)
-        biased = settings.metric == "cka"  # d/(N+d) is linear CKA's finite-sample floor
-        show_figure(
-            figures.lag_decay(
-                rho, n=view.n if biased else None, d=view.d_model if biased else None
-            ),
-            key="overview_lag",
+        rho = view.lag_profile(pooling, metric)
+        biased = metric == "cka"  # d/(N+d) is linear CKA's finite-sample floor
+        fig = figures.lag_decay(
+            rho, n=view.n if biased else None, d=view.d_model if biased else None
         )
+        fig.update_layout(height=CHART_HEIGHT)
+        show_run_figure(fig, view.spec, "lag_decay", pooling=pooling, metric=metric)
 
 
 def main() -> None:
@@ -69,11 +73,11 @@ def main() -> None:
     if view is None:
         st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
         st.stop()
-    st.subheader(md_escape(view.label))
-    precomputed_note(view)
+    st.caption(f"Current run: {md_escape(view.label)}")
     headline_cards(view, settings)
+    charts_section(view, settings)  # one picture above the fold
+    precomputed_note(view)
     metric_section(view, settings)
-    charts_section(view, settings)
     st.caption(PAGES_NOTE)
 
 

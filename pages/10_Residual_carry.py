@@ -37,7 +37,11 @@ def train_form() -> None:
     iters = c4.number_input("Training steps", 2, 100_000, base.iters, key="rc_iters")
     n_layer = c5.number_input("Layers", 2, 48, base.n_layer, key="rc_layers")
     eval_interval = c6.number_input("Evaluate every", 1, 10_000, base.eval_interval, key="rc_eval")
-    if st.button("Train", type="primary", key="rc_run"):
+    what = (
+        f"{len(gammas)} γ × {int(seeds)} seed(s), {int(n_layer)} layers, {int(iters)} steps "
+        f"({preset} preset)"
+    )  # what it trains (its own small GPTs, not the current run): said in the button
+    if st.button(f"Train: {what}", type="primary", key="rc_run"):
         s = settings_from(
             preset,
             gammas=tuple(sorted(gammas, reverse=True)),
@@ -66,7 +70,14 @@ def results_section(result: dict[str, Any]) -> None:
         f"{result['seconds']:.0f} s · checkpoints in {folder}",
         help=f"Full path: {s['checkpoint_dir']}",
     )
-    show_figure(lab_figures.carry_trajectories(result["records"]), key="carry_trajectories")
+    identity = {
+        "lab": "residual-carry",
+        "L": s["n_layer"],
+        "d": s["n_embd"],
+        "steps": s["iters"],
+        "seeds": len(s["seeds"]),
+    }
+    show_figure(lab_figures.carry_trajectories(result["records"]), "carry_trajectories", identity)
     st.subheader("Final step: mean [min, max] across seeds")
     st.dataframe(lab_figures.carry_table(result["final"]), key="rc_table", hide_index=True)
 

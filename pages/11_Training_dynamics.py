@@ -12,6 +12,7 @@ from deffcore.cache import cache_dir
 from deffcore.glossary import human_columns
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.dynamics import dynamics_sweep, hf_revisions, local_checkpoints
+from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.serving import check_local_path
 from explorer.cards import show_figure
 from explorer.page import page
@@ -66,7 +67,11 @@ def measure_form(settings: Settings) -> bool:
     n = c1.number_input("N passages / windows", 4, 10_000, 64, key="dy_n")
     max_tokens = c2.number_input("Max tokens", 2, 4096, 128, key="dy_max_tokens")
     log_x = st.checkbox("Log x axis", False, key="dy_logx")
-    if st.button("Measure checkpoints", type="primary", key="dy_run"):
+    what = md_escape(
+        f"{source} · {settings.dataset or '(no data)'} · N={int(n)} · T={int(max_tokens)} · "
+        f"{settings.metric} · pooling {settings.pooling}"
+    )
+    if st.button(f"Measure checkpoints: {what}", type="primary", key="dy_run"):
         run_in_page(
             "The checkpoint sweep",
             "dy_result",
@@ -101,7 +106,13 @@ def main() -> None:
             "D_eff/L then appear here against training steps (or tokens)."
         )
         return
-    show_figure(lab_figures.dynamics_plot(result, log_x=log_x), key="dynamics")
+    chosen = result.get("settings") or {}
+    identity = {
+        "lab": "training-dynamics",
+        "checkpoints": result.get("planned"),
+        **{k: chosen.get(k) for k in ("dataset", "n", "max_tokens", "metric", "pooling")},
+    }
+    show_figure(lab_figures.dynamics_plot(result, log_x=log_x), "dynamics", identity)
     table = pd.DataFrame(result["points"])[
         ["label", "step", "tokens", "status", "gap_pct", "deff_over_L", "rho1", "reason"]
     ]

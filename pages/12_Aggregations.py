@@ -16,7 +16,7 @@ from deffcore.labs.gw_lens import gw_lens, stored_gw
 from deffcore.paper import paper_table
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import RunView
-from explorer.cards import show_figure, show_run_figure
+from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
 from explorer.progress import progress_callback
@@ -30,7 +30,10 @@ def aggregations_section(view: RunView, pooling: str) -> dict[str, Any] | None:
     table = None
     with guarded("The aggregations"):
         table = aggregation_table(view, pooling=pooling)
-        show_figure(lab_figures.aggregations_plot(table), key="aggregations")
+        show_run_figure(
+            lab_figures.aggregations_plot(table), view.spec, "aggregations",
+            pooling=pooling, metric="every metric",
+        )  # fmt: skip
         frame = lab_figures.aggregations_frame(table)
         frame.index = pd.Index([AGGREGATION_LABELS[a] for a in frame.index], name="aggregation")
         st.dataframe(human_columns(frame).style.format("{:.4f}"), key="ag_table")

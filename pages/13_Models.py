@@ -1,6 +1,7 @@
-"""Models: every cached run and the paper's models in one sortable table and plot, with filters
-and export, and a form that runs a sweep (deffcore.sweep) in the background, its cells landing
-on the page as they finish."""
+"""Models: the place to compare models. Every run (shipped precomputed, shared, cached here) and
+the paper's models in one sortable table (N, trust level, bias per row) and two plots, with
+filters, a caveat whenever the rows differ in trust, N, tokens or passages, an export, and a
+form that runs a sweep (deffcore.sweep) in the background, its cells landing as they finish."""
 
 from __future__ import annotations
 
@@ -10,18 +11,33 @@ import pandas as pd
 import streamlit as st
 
 from deffcore import figures, jobs
+from deffcore.comparisons import comparison_caveats
 from deffcore.constants import POOLINGS
+from deffcore.interventions import PAPER_LABELS
+from deffcore.labs import lens_figures, lens_tables
+from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
+from deffcore.models_overview import models_table
+from deffcore.run_tables import model_row
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.sweep import Cell, cached_model_row, grid_cells, paper_models
+from explorer.cards import download_table, show_figure
 from explorer.guard import guarded
 from explorer.page import page
 from explorer.settings import Settings, offline_models
-from explorer.views import cached_runs
+from explorer.views import cached_runs, precomputed_runs
 
 _JOB = "_models_sweep_job"
 #: A sweep started from the browser is capped: the server is shared.
 MAX_BROWSER_CELLS = 24
 GAP_COLUMNS = [f"gap_{p}" for p in POOLINGS]
+SOURCES = ["paper", "precomputed", "shared", "cached"]
+#: The table's columns, in order (the rest of a row stays in the export).
+COLUMNS = [
+    *("label", "trust", "n", "bias", "layers", "deff_over_L", "gap_default"),
+    *("source", "model", "family", "weights"),
+    *(c for c in GAP_COLUMNS if c != "gap_default"),
+    *("random_mean", "max_tokens", "passages", "bos", "dataset", "intervention", "key"),
+]
 
 
 @st.cache_data(show_spinner=False, max_entries=1024)
@@ -30,21 +46,39 @@ def cached_row(key: str, created: str, metric: str, meta: dict[str, Any]) -> dic
     return cached_model_row(meta, metric)
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def precomputed_rows(metric: str) -> list[dict[str, Any]]:
+    """The runs shipped with the app, one row each (`precomputed_runs`: the default first)."""
+    return [model_row(view, "precomputed", metric) for view in precomputed_runs()]
+
+
 @st.cache_data(show_spinner=False)
-def paper_table() -> pd.DataFrame:
-    return pd.DataFrame(paper_models())
+def paper_rows() -> list[dict[str, Any]]:
+    return paper_models()
 
 
-def model_table(metric: str) -> pd.DataFrame:
-    rows = []
+def measured_rows(metric: str) -> list[dict[str, Any]]:
+    """This machine's cached runs, the shared runs kept here, the shipped precomputed runs."""
+    from deffcore.sharing import list_shared
+
+    rows: list[dict[str, Any]] = []
     with guarded("Reading the cached runs"):
         for meta in cached_runs():
             try:
                 rows.append(cached_row(meta["key"], meta.get("created", ""), metric, meta))
             except Exception as err:  # one unreadable run must not hide the others
                 st.warning(f"Run {meta.get('key')} skipped: {md_escape(err)}")
-    table = pd.concat([paper_table(), pd.DataFrame(rows)], ignore_index=True, sort=False)
-    for col in ("n", "max_tokens", "dataset", "intervention", "key", "created", "random_mean"):
+    with guarded("Reading the shared runs"):
+        rows += [model_row(view, "shared", metric) for view in list_shared()]
+    with guarded("Reading the precomputed runs"):
+        rows += precomputed_rows(metric)
+    return rows
+
+
+def model_table(metric: str) -> pd.DataFrame:
+    """Every run once and the paper's models, labelled by what tells them apart."""
+    table = pd.DataFrame(models_table(measured_rows(metric), paper_rows()))
+    for col in COLUMNS:
         if col not in table:
             table[col] = None
     return table
@@ -53,9 +87,7 @@ def model_table(metric: str) -> pd.DataFrame:
 def filtered(table: pd.DataFrame) -> pd.DataFrame:
     """The filter widgets applied to the table (and so to both charts and the export)."""
     c1, c2, c3, c4 = st.columns(4)
-    sources = c1.multiselect(
-        "Source", ["paper", "cached"], default=["paper", "cached"], key="models_sources"
-    )
+    sources = c1.multiselect("Source", SOURCES, default=SOURCES, key="models_sources")
     families = c2.multiselect(
         "Family", sorted(table["family"].dropna().unique()), default=[], key="models_families"
     )
@@ -71,19 +103,30 @@ def filtered(table: pd.DataFrame) -> pd.DataFrame:
     return shown.reset_index(drop=True)
 
 
-def table_section(shown: pd.DataFrame) -> None:
-    columns = [
-        # gap_default carries the default-pooling gap (gap_pct is the same number)
-        *("source", "model", "family", "weights", "layers", "deff_over_L"),
-        *GAP_COLUMNS,
-        *("random_mean", "n", "max_tokens", "dataset", "intervention", "key"),
+def caveats_section(shown: pd.DataFrame) -> None:
+    """A warning whenever the rows shown together differ in trust, N, tokens or passages."""
+    rows = [
+        {k: (None if v != v else v) for k, v in r.items()}  # NaN: not known for this row
+        for r in shown[["label", "trust", "n", "max_tokens", "passages"]].to_dict("records")
     ]
-    columns = [c for c in columns if c in shown]
+    caveats = comparison_caveats(rows)
+    if caveats:
+        st.warning(md_escape("Read these rows side by side with care. " + " ".join(caveats)))
+
+
+def table_section(shown: pd.DataFrame, metric: str) -> None:
+    columns = [c for c in COLUMNS if c in shown]
     st.dataframe(
         shown[columns],
         hide_index=True,
         width="stretch",
         column_config={
+            "label": st.column_config.TextColumn("run", pinned=True),
+            "n": st.column_config.NumberColumn("N", format="%d"),
+            "trust": st.column_config.TextColumn(
+                "trust", help="solid / indicative / noise (the trust rule); published: paper"
+            ),
+            "bias": st.column_config.NumberColumn("CKA bias d/(N+d)", format="%.3f"),
             "deff_over_L": st.column_config.NumberColumn("D_eff/L", format="%.4f"),
             "random_mean": st.column_config.NumberColumn("random null D_eff/L", format="%.4f"),
             **{
@@ -94,32 +137,25 @@ def table_section(shown: pd.DataFrame) -> None:
     )
     n_paper = int((shown["source"] == "paper").sum())
     st.caption(
-        f"{len(shown)} rows ({n_paper} published, {len(shown) - n_paper} cached runs). Paper "
+        f"{len(shown)} rows ({n_paper} published, {len(shown) - n_paper} measured runs). Paper "
         "rows are the published values (deffcore/data/paper_reference.csv), measured on "
-        "FineWeb-Edu; cached runs are this machine's measurements (N and tokens in their "
-        "columns)."
+        "N = 10,000 FineWeb-Edu passages; the others are runs shipped with the app "
+        "(precomputed), shared with you, or measured on this machine (cached). Each run is "
+        "named by what tells it apart from the others."
     )
-    st.download_button(
-        "Export the table (CSV)",
-        shown[columns].to_csv(index=False),
-        file_name="models.csv",
-        mime="text/csv",
-    )
+    export = shown.drop(columns=["spec"], errors="ignore")
+    download_table(
+        export, "models_table", {"view": "models", "metric": metric, "rows": len(shown)},
+        label="Export the table (CSV)",
+    )  # fmt: skip
 
 
-def gap_label(row: Any) -> str:
-    """A model's label on the gap chart: source, and the intervention when there is one."""
-    extra = (
-        row.intervention if isinstance(row.intervention, str) and row.intervention != "none" else ""
-    )
-    return f"{row.model} ({row.source}{', ' + extra if extra else ''})"
-
-
-def charts_section(shown: pd.DataFrame) -> None:
-    st.plotly_chart(figures.models_depth_scatter(shown), width="stretch")
-    gap_table = shown.assign(model=[gap_label(r) for r in shown.itertuples()])
-    gap_table = gap_table.drop_duplicates("model")
-    st.plotly_chart(figures.models_gap_by_pooling(gap_table, POOLINGS), width="stretch")
+def charts_section(shown: pd.DataFrame, metric: str) -> None:
+    tag = {"view": "models", "metric": metric, "rows": len(shown)}
+    # one chart per row: both carry long legends or labels that a half page would cut
+    show_figure(figures.models_depth_scatter(shown), "depth_scatter", tag)
+    gap_table = shown.assign(model=shown["label"]).drop_duplicates("model")
+    show_figure(figures.models_gap_by_pooling(gap_table, POOLINGS), "gap_by_pooling", tag)
 
 
 def sweep_form(settings: Settings) -> None:
@@ -144,6 +180,7 @@ def sweep_form(settings: Settings) -> None:
             ["none", "no_post", "no_qk", "no_post_no_qk"],
             default=["none"],
             key="sweep_interventions",
+            format_func=lambda name: PAPER_LABELS[name],  # the same words on every page
         )
         engine = f3.radio("Engine", ["serial", "ray"], horizontal=True, key="sweep_engine")
         launched = st.form_submit_button("Run the sweep", type="primary")
@@ -218,10 +255,7 @@ def sweep_progress() -> None:
 def pruning_tolerance_section() -> None:
     """Pruning tolerance per model (Table S17): this machine's stored pruning checks (the
     Pruning boundary page, `deffcore pruning`, `sweep --pruning`) beside the paper's; the model
-    is never run here. (Imports kept local: this section is issue 20's, the page issue 19's.)"""
-    from deffcore.labs import lens_figures, lens_tables
-    from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
-    from explorer.cards import show_figure
+    is never run here."""
 
     st.subheader("Pruning tolerance (Table S17)")
     stored = stored_pruning_rows()
@@ -232,7 +266,7 @@ def pruning_tolerance_section() -> None:
         " (checks come from the Pruning boundary page, `deffcore pruning`, `sweep --pruning`)."
     )
     rows = [*stored, *paper_pruning_rows()]
-    show_figure(lens_figures.pruning_tolerance_bars(rows), key="models_pruning_tolerance")
+    show_figure(lens_figures.pruning_tolerance_bars(rows), "pruning_tolerance", {"view": "models"})
     st.dataframe(lens_tables.pruning_tolerance(rows), hide_index=True, key="models_pruning")
 
 
@@ -240,13 +274,15 @@ def main() -> None:
     _, settings = page("Models")
     st.title("Models")
     st.caption(
-        "Every run in this machine's cache beside the paper's published models: D_eff/L "
-        "against depth, the gap to F_L per pooling control, trained vs random weights. Sort by "
-        "clicking a column; the filters apply to the table, both charts and the export."
+        "The place to compare models: the runs shipped with the app, shared with you and "
+        "measured here, beside the paper's published models, each with its N, trust level and "
+        "CKA bias. Sort by clicking a column; the filters apply to the table, both charts and "
+        "the export."
     )
     shown = filtered(model_table(settings.metric))
-    table_section(shown)
-    charts_section(shown)
+    caveats_section(shown)
+    table_section(shown, settings.metric)
+    charts_section(shown, settings.metric)
     sweep_form(settings)
     sweep_progress()
     pruning_tolerance_section()

@@ -129,7 +129,7 @@ def result_section(kind: str, i: int, result: dict[str, Any]) -> None:
         result, x_title=str(human_label(result["x"])), y_title=str(human_label(result["y"]))
     )
     what = result["y"] if kind != "scores" else f"task{i + 1}"  # a task name is no file name
-    show_figure(fig, key=f"correlation_{kind}_{what}")
+    show_figure(fig, "scatter", {"lab": "correlation", "panel": kind, "y": what})
     with st.expander("Leave one out, leave one family out, the points"):
         st.caption("Every model left out in turn; Table S18 drops the two extreme-x ones.")
         st.dataframe(lens_tables.leave_one_out(result), hide_index=True)

@@ -93,8 +93,7 @@ def results_section(result: dict[str, Any]) -> None:
     )
     identity = {"lab": "pretrain", "L": s["layers"], "d": s["hidden"], "steps": s["iters"],
                 "seeds": len(s["seeds"])}  # fmt: skip
-    key = "pretrain_" + "_".join(f"{k}{v}" for k, v in identity.items() if k != "lab")
-    show_figure(lens_figures.pretrain_trajectories(result["records"]), key=key)
+    show_figure(lens_figures.pretrain_trajectories(result["records"]), "trajectories", identity)
     st.subheader("Final step: mean over seeds, beside the paper's Table S8")
     frame = lens_tables.pretrain_beside_paper(result["final"])
     st.dataframe(frame, hide_index=True, key="pt_table")

@@ -29,31 +29,32 @@ def heatmap(view: RunView, S: np.ndarray, settings: Settings) -> list[int]:
     return sorted({int(p["y"]) for p in points if p.get("y") is not None})
 
 
+#: The map and its rows side by side share one height, so their downloads line up.
+CHART_HEIGHT = 520
+
+
 def rows(view: RunView, S: np.ndarray, settings: Settings, picked: list[int]) -> None:
-    """The picked rows S(i, :) as curves; without a pick, the slider's row."""
+    """The picked rows S(i, :) as curves; without a pick, the slider's row (the slider sits
+    under the chart, so the chart lines up with the map beside it)."""
     L = S.shape[0]
+    slider_key = f"similarity_layer_L{L}"
+    chosen = picked or [int(st.session_state.get(slider_key, 1))]
+    pooling, metric = settings.pooling, settings.metric
+    fig = figures.similarity_rows(S, chosen, metric=metric)
+    fig.update_layout(height=CHART_HEIGHT)
+    show_run_figure(fig, view.spec, "rows", pooling=pooling, metric=metric)
     if picked:
         shown = ", ".join(map(str, picked))
         st.caption(f"Selected on the heatmap: layer(s) {shown}. Double-click it to clear.")
     else:
-        picked = [
-            st.slider(
-                "Layer i (or click a heatmap cell)",
-                1,
-                L,
-                1,
-                key=f"similarity_layer_L{L}",
-                help="Clicking a cell or dragging a box on the heatmap overrides this slider.",
-            )
-        ]
-    pooling, metric = settings.pooling, settings.metric
-    show_run_figure(
-        figures.similarity_rows(S, picked, metric=metric),
-        view.spec,
-        "rows",
-        pooling=pooling,
-        metric=metric,
-    )
+        st.slider(
+            "Layer i (or click a heatmap cell)",
+            1,
+            L,
+            1,
+            key=slider_key,
+            help="Clicking a cell or dragging a box on the heatmap overrides this slider.",
+        )
 
 
 def main() -> None:

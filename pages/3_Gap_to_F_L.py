@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from deffcore import figures
+from deffcore.comparisons import PAPER_N, comparison_caveats
 from deffcore.models_overview import model_family
 from deffcore.paper import paper_default_gaps, paper_table
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
@@ -19,7 +20,9 @@ from explorer.settings import Settings
 from explorer.views import cached_result, cached_runs, precomputed_runs
 
 
-def run_row(spec: dict, source: str, gap_pct: float, deff_over_L: float, layers: int) -> dict:
+def run_row(
+    spec: dict, source: str, gap_pct: float, deff_over_L: float, layers: int, trust: str | None
+) -> dict:
     """One measured bar: the run's spec (for its label), where it comes from, its numbers."""
     return {
         "spec": spec,
@@ -28,6 +31,7 @@ def run_row(spec: dict, source: str, gap_pct: float, deff_over_L: float, layers:
         "gap_pct": gap_pct,
         "deff_over_L": deff_over_L,
         "layers": layers,
+        "trust": trust,
     }
 
 
@@ -35,7 +39,8 @@ def measured_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
     """This run, then every other complete cached run, then the shipped precomputed runs."""
     pooling, metric = settings.pooling, settings.metric
     h = view.headline(pooling, metric)
-    runs = [run_row(view.spec, "this run", h.gap_pct, h.deff_over_L, view.layers)]
+    trust = view.trust(pooling, metric).level
+    runs = [run_row(view.spec, "this run", h.gap_pct, h.deff_over_L, view.layers, trust)]
     seen = {(getattr(view, "key", None), view.source == "precomputed")}
     for meta in cached_runs():
         if meta.get("status", "complete") != "complete" or (meta["key"], False) in seen:
@@ -44,14 +49,22 @@ def measured_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
         with guarded(f"Cached run {meta['key']}"):
             g = cached_result(meta["key"], meta.get("created", ""), pooling, metric)
             runs.append(
-                run_row(meta["spec"], "cached", g["gap_pct"], g["deff_over_L"], g["layers"])
+                run_row(
+                    meta["spec"],
+                    "cached",
+                    g["gap_pct"],
+                    g["deff_over_L"],
+                    g["layers"],
+                    g.get("trust"),
+                )
             )
     for snap in precomputed_runs():
         if (snap.key, True) in seen:
             continue
         with guarded(f"Precomputed run {snap.label}"):
             g = snap.headline(pooling, metric)
-            runs.append(run_row(snap.spec, "precomputed", g.gap_pct, g.deff_over_L, g.layers))
+            t = snap.trust(pooling, metric).level
+            runs.append(run_row(snap.spec, "precomputed", g.gap_pct, g.deff_over_L, g.layers, t))
     return runs
 
 
@@ -138,6 +151,17 @@ def main() -> None:
     shared = common_label([r["spec"] for r in runs]) if len(runs) > 1 else ""
     if shared:
         st.caption(f"Every measured run here: {md_escape(shared)}.")
+    caveats = comparison_caveats(
+        [
+            {"label": "this run" if r["source"] == "this run" else r["source"],
+             "trust": r["trust"], "n": r["spec"].get("n"),
+             "max_tokens": r["spec"].get("max_tokens"), "passages": r["spec"].get("passages")}
+            for r in runs
+        ]
+        + [{"label": "the paper", "trust": "published", "n": PAPER_N}]
+    )  # fmt: skip
+    if caveats:
+        st.warning(md_escape("Read these bars side by side with care. " + " ".join(caveats)))
     table = pd.DataFrame(bar_rows(runs) + published_rows())
     show_run_figure(figures.gap_bars(table), view.spec, "gap_to_FL", pooling=pooling, metric=metric)
     gap_table(table)

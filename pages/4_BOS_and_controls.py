@@ -1,11 +1,12 @@
-"""BOS sensitivity in ten seconds: one verdict, then the evidence (SPEC section 11).
+"""BOS sensitivity around one answer: is the gap to F_L a position-0 artefact? (SPEC section 11)
 
-The verdict joins the pooling controls (does the regime, the sign of the gap to F_L, depend on
-the control, and by how many points does the gap move) with the diagnostics of one small
-eager-attention pass over the run's first 64 passages (massive activations, attention sinks),
-cached beside the run. Then: the controls dot plot (no_pos0 included), the position-0 norm
-ratio, the massive ratio and the sink share per layer, a one-click comparison of `bos=add`
-against `bos=none`, and a passage inspector (token-state norms per layer and position).
+The answer (default vs no_pos0, with its uncertainty, tolerance and trust level:
+`deffcore.bos_answer`) and the pooling controls' verdict are computed from the similarity
+matrices alone, so they show at once. The diagnostics of one small eager-attention pass over
+the run's first 64 passages (massive activations, attention sinks) run in the background
+(`deffcore.jobs.start_task`) with their progress, and fill in when done. Then: the controls dot
+plot, the two ratios (position-0 norm ratio, massive-activation ratio), the sink share per
+layer, the BOS on/off check of the current run (one sentence), and a passage inspector.
 """
 
 from __future__ import annotations
@@ -16,107 +17,146 @@ import pandas as pd
 import streamlit as st
 
 from deffcore import diagnostics as dg
-from deffcore import figures
+from deffcore import figures, jobs
+from deffcore.bos_answer import bos_on_off, position0_answer_for
 from deffcore.constants import POOLINGS
 from deffcore.errors import UndefinedSimilarityError
 from deffcore.paper import paper_controls, paper_table
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.snapshot import Headline, RunView
-from explorer.cards import show_figure
+from deffcore.snapshot import Headline, RunView, run_label
+from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
-from explorer.progress import progress_callback
 from explorer.settings import Settings
+
+#: Answer boxes by verdict: a clear "no" is good news, a "yes" a warning, the rest neutral.
+ANSWER_BOX = {"not_artefact": "success", "artefact": "warning"}
+_ONOFF = "_bos_onoff_job"
 
 
 def control_headlines(view: RunView, settings: Settings) -> tuple[dict[str, Headline], list]:
-    """The headline of every pooling control (computed once per run), and the controls an
-    older snapshot lacks."""
+    """The headline of every pooling control, and the controls an older snapshot lacks."""
     headlines, missing = {}, []
-    with st.spinner("Similarity of every pooling control (computed once per run)…"):
-        for pooling in POOLINGS:
-            try:
-                headlines[pooling] = view.headline(pooling, settings.metric, settings.K)
-            except KeyError:  # an older snapshot without this control
-                missing.append(pooling)
-            except UndefinedSimilarityError as err:  # a degenerate control: undefined for this run
-                st.caption(md_escape(f"{pooling} is undefined for this run: {err}"))
+    for pooling in POOLINGS:
+        try:
+            headlines[pooling] = view.headline(pooling, settings.metric, settings.K)
+        except KeyError:  # an older snapshot without this control
+            missing.append(pooling)
+        except UndefinedSimilarityError as err:  # a degenerate control: undefined for this run
+            st.caption(md_escape(f"{pooling} is undefined for this run: {err}"))
     return headlines, missing
 
 
-def compute_diagnostics(run_spec: Any, label: str) -> dict[str, Any] | None:
-    """diagnose(run_spec) with a status box and progress bar; None when it failed."""
-    out = None
-    with st.status(f"Massive activations and attention sinks of {label}…", expanded=True) as box:
-        bar = st.progress(0.0, text="starting")
-        with guarded("The diagnostic pass"):
-            out = dg.diagnose(run_spec, progress=progress_callback(bar))
-        box.update(
-            label="Diagnostics ready" if out else "Diagnostics failed",
-            state="complete" if out else "error",
-            expanded=False,
-        )
-    return out
-
-
-def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
-    """The run's stored diagnostics; computed now for a live run, on request for a snapshot."""
-    diag = dg.read_diagnostics(spec)
-    if diag is not None:
-        return diag
-    if view.measurement is not None:  # a live run: the small pass is worth doing right away
-        return compute_diagnostics(spec, view.label)
-    st.info(
-        "The shipped run has no massive-activation and attention-sink diagnostics yet: one "
-        f"small eager-attention pass over its first {min(view.n, dg.DIAG_PASSAGES)} passages "
-        "computes them (a few minutes on a busy CPU; kept while the app runs)."
+def answer_section(view: RunView, settings: Settings) -> None:
+    """The page's one answer, from what is already computed (no model, no diagnostics)."""
+    answer = position0_answer_for(view, settings.metric, settings.K)
+    say = getattr(st, ANSWER_BOX.get(answer.verdict, "info"))
+    say(f"**Is the gap a position-0 artefact?** {answer.sentence}")
+    row = st.container(horizontal=True, vertical_alignment="center")
+    if answer.trust:
+        row.badge(f"Trust of the two numbers: {answer.trust}")
+    row.caption(
+        "Δ's interval adds both numbers' estimated errors (bias + spread); the tolerance is half "
+        "the gap, at least 2 points. The claim is checked on constructions with a known answer "
+        "(glossary: position-0 test)."
     )
-    if st.button("Compute the diagnostics for this run", key="bos_diagnose"):
-        return compute_diagnostics(spec, view.label)
-    return None
 
 
-def verdict_section(
-    verdict: Any, view: RunView, settings: Settings, missing: list[str], k_max: int
-) -> None:
-    say = st.warning if verdict.regime_depends else st.success
-    say(f"**BOS sensitivity:** {verdict.sentence}")
+def verdict_section(view: RunView, headlines: dict, diag: dict | None, k_max: int) -> None:
+    """The pooling controls' verdict (regime, gap move, identical controls) and, once the
+    diagnostics are in, massive activations and sinks."""
+    m = view.measurement
+    identical = dg.identical_controls(m, m.metric) if m is not None else None
+    verdict = dg.bos_verdict(
+        {p: h.gap_pct for p, h in headlines.items()},
+        identical=identical,
+        **dg.verdict_inputs(diag),
+    )
+    st.markdown(f"**Pooling controls and diagnostics:** {verdict.sentence}")
     cols = st.columns(4)
     cols[0].metric(
         "Regime vs control",
         "depends" if verdict.regime_depends else "stable",
-        help="Whether the controls disagree on the sign of the gap to F_L (D_eff below or "
-        "above the orthogonal-update reference).",
+        help="Whether the distinct controls disagree on the sign of the gap to F_L.",
     )
     cols[1].metric(
         "Gap moves by",
         f"{verdict.gap_move:.1f} pts",
-        help="Largest minus smallest gap to F_L over the controls (percentage points).",
+        help="Largest minus smallest gap to F_L over the distinct controls (points).",
     )
     cols[2].metric(
         "Massive at position 0",
         "—"
         if verdict.massive_peak is None
         else ("no" if verdict.massive_layer is None else f"from layer {verdict.massive_layer}"),
-        help="First state whose largest |h| is > 100x the median |h| with that maximum at "
-        "position 0 (SPEC 11.2).",
+        help="First state whose massive-activation ratio (largest |h_j| / median |h_j|) is "
+        "> 100x with that maximum at position 0 (SPEC 11.2).",
     )
     cols[3].metric(
         "Sink heads",
         "—" if verdict.sink_max is None else f"{verdict.sink_max:.0%} max",
         help="Share of a block's heads whose mean attention from positions >= 1 to position 0 "
-        "exceeds 0.3; the largest over blocks (the mean is in the sentence above).",
+        "exceeds 0.3; the largest over blocks.",
     )
     if k_max != view.layers - 1:
         st.info(
             f"This page uses the sidebar's K = {k_max}; the paper's controls are at K = L-1, so "
             f"set K to {view.layers - 1} before comparing with them."
         )
-    if missing:
-        st.caption(f"Not in this precomputed run: {', '.join(missing)} (press Run to add them).")
 
 
-def controls_section(headlines: dict[str, Headline]) -> None:
+def diagnostics_task(spec: Any) -> str:
+    """Start (or find) the background diagnostic pass of `spec`; its job id."""
+
+    def work(progress: Any, should_stop: Any) -> dict[str, Any]:
+        out = dg.diagnose(spec, progress=progress)
+        return {"n_passages": out["n_passages"]}
+
+    return jobs.start_task(f"diagnostics:{spec.key()}", work, model=spec.model)
+
+
+def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
+    """The run's stored diagnostics, else their background pass: started at once for a run
+    measured here, on request for a shipped or shared one; its progress polls below."""
+    diag = dg.read_diagnostics(spec)
+    if diag is not None:
+        return diag
+    name = f"diagnostics:{spec.key()}"
+    last = jobs.task_job(name)
+    if last is None and view.measurement is not None:
+        diagnostics_task(spec)
+    elif last is None or last.state in ("failed", "cancelled"):
+        st.caption(
+            f"No massive-activation and attention-sink diagnostics yet for {md_escape(view.label)}"
+            f": one small eager-attention pass over its first {min(view.n, dg.DIAG_PASSAGES)} "
+            "passages computes them in the background (the model loads once)."
+        )
+        again = "Try the diagnostics again" if last is not None else "Compute the diagnostics"
+        if st.button(f"{again} of {md_escape(view.label)}", key="bos_diagnose"):
+            diagnostics_task(spec)
+    diagnostics_progress(name)
+    return None
+
+
+@st.fragment(run_every=1.0)
+def diagnostics_progress(name: str) -> None:
+    """The background pass's bar (stage, its estimate or steps, ETA); the page reruns when it
+    lands, so the verdict and figures fill in."""
+    status = jobs.task_job(name)
+    if status is None:
+        return
+    if status.state == "failed":
+        st.error(md_escape(f"The diagnostic pass failed: {status.error}"))
+        return
+    if status.finished:
+        if st.session_state.get("_bos_diag_shown") != status.job_id:
+            st.session_state["_bos_diag_shown"] = status.job_id
+            st.rerun(scope="app")
+        return
+    st.progress(status.stage_fraction, text=f"Diagnostics in the background: {status.describe()}")
+
+
+def controls_section(view: RunView, headlines: dict[str, Headline], settings: Settings) -> None:
     """The controls dot plot (with the paper's published controls on request) and table."""
     st.subheader("Pooling controls")
     table = pd.DataFrame(
@@ -147,7 +187,13 @@ def controls_section(headlines: dict[str, Headline]) -> None:
         table = pd.concat([table, published], ignore_index=True)
     elif show_paper:
         st.info("The paper's reference values (paper_reference.csv) were not found.")
-    show_figure(figures.controls_dotplot(table), key="controls_dotplot")
+    show_run_figure(
+        figures.controls_dotplot(table),
+        view.spec,
+        "pooling_controls",
+        pooling="every control",
+        metric=settings.metric,
+    )
     mine = table[table["source"] == "this run"].set_index("pooling")
     st.dataframe(
         mine[["gap_pct", "deff_over_L", "rho1"]]
@@ -162,116 +208,110 @@ def controls_section(headlines: dict[str, Headline]) -> None:
     )
 
 
-def sinks_section(view: RunView, diag: dict[str, Any] | None) -> None:
+def sinks_section(view: RunView, diag: dict[str, Any] | None, metric: str) -> None:
+    """The two ratios side by side (named apart), then the sink shares."""
     st.subheader("Position 0, massive activations, attention sinks")
     left, right = st.columns(2)
+    spec = view.spec
     with left:
-        show_figure(figures.pos0_ratio(view.pos0_norm_ratio()), key="pos0_ratio")
+        show_run_figure(
+            figures.pos0_ratio(view.pos0_norm_ratio()), spec, "pos0_norm_ratio",
+            pooling="default", metric=metric,
+        )  # fmt: skip
         st.caption(
-            "‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖ per layer over all N passages; dashed: 1 (no outlier)."
+            "**Position-0 norm ratio**: ‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖, a whole token state's "
+            "length against the others', over all N passages; dashed: 1 (no outlier)."
         )
     if not diag:
+        with right:
+            st.caption("The massive-activation ratio appears here when the diagnostics land.")
         return
     with right:
-        show_figure(
+        show_run_figure(
             figures.massive_ratio_figure(
                 diag["massive_ratio"], diag["massive_position"], diag["massive_dim"]
             ),
-            key="massive_ratio",
-        )
+            spec, "massive_activation_ratio", pooling="default", metric=metric,
+        )  # fmt: skip
         st.caption(
-            "Mean over passages of the largest |h_j| over tokens and features, divided by the "
-            "median |h_j|; hover for where the maximum sits (position, feature). Dashed: 100x."
+            "**Massive-activation ratio**: the largest single feature |h_j| over tokens and "
+            "features, divided by the median |h_j| (Sun et al.); one huge number, not a whole "
+            "state's length. Dashed: 100×."
         )
-    show_figure(figures.sink_fraction_figure(diag["sink_fraction"]), key="sink_fraction")
+    show_run_figure(
+        figures.sink_fraction_figure(diag["sink_fraction"]), spec, "sink_heads",
+        pooling="default", metric=metric,
+    )  # fmt: skip
     with st.expander("Attention to position 0 per head"):
-        show_figure(figures.sink_scores_heatmap(diag["sink_scores"]), key="sink_scores")
+        show_run_figure(
+            figures.sink_scores_heatmap(diag["sink_scores"]), spec, "sink_scores",
+            pooling="default", metric=metric,
+        )  # fmt: skip
     st.caption(
         f"From one eager-attention pass over the first {diag['n_passages']} passages "
         f"({'stored' if diag.get('cached') else 'computed now'} beside the run)."
     )
 
 
-def bos_on_off_section(settings: Settings) -> None:
-    """Two runs with the sidebar's settings, bos=add and bos=none, side by side (on request)."""
-    st.subheader(f"BOS on or off: {md_escape(settings.model or 'the sidebar model')}")
+def bos_on_off_section(view: RunView, spec: Any, settings: Settings) -> None:
+    """The current run with bos=add and with bos=none, in the background; one sentence."""
+    label = run_label({**view.spec, "bos": "add / none"})
+    st.subheader("BOS on or off")
     st.caption(
-        "Two runs with the sidebar's settings, one with exactly one BOS at position 0 "
-        "(`bos=add`), one with none (`bos=none`): a sink that moves to the first token without "
-        "a BOS is a first-position effect, one that disappears is a BOS effect. Both runs are "
-        "cached."
+        "The current run measured twice, with exactly one BOS at position 0 (`bos=add`) and "
+        "with none (`bos=none`): an outlier that stays at the first token without a BOS is a "
+        "first-position effect, one that disappears is a BOS effect. Both runs are cached."
     )
-    compare_id = (
-        settings.model,
-        settings.revision,
-        settings.dataset,
-        settings.n,
-        settings.max_tokens,
-        settings.seed,
-        settings.passages,
-    )
-    if st.button("Compare bos=add with bos=none", key="bos_compare"):
-        results = {}
-        for bos in ("add", "none"):
-            result = bos_run(settings, bos)
-            if result is not None:
-                results[bos] = result
-        st.session_state["bos_compare_result"] = (compare_id, results)
-    stored = st.session_state.get("bos_compare_result")
-    if stored and stored[0] == compare_id and stored[1]:
-        bos_on_off_results(stored[1])
+    name = f"bos-onoff:{spec.key()}:{settings.metric}:{settings.K}"
+    if st.button(f"Compare bos=add with bos=none: {md_escape(label)}", key="bos_compare"):
+        with guarded("Starting the BOS on/off check"):
+            jobs.check(spec)  # the model and data, before anything loads
+
+            def work(progress: Any, should_stop: Any) -> dict[str, Any]:
+                return bos_on_off(
+                    spec, metric=settings.metric, K=settings.K,
+                    progress=progress, should_stop=should_stop,
+                )  # fmt: skip
+
+            st.session_state[_ONOFF] = jobs.start_task(name, work, model=spec.model)
+    onoff_progress(name, settings.metric)
 
 
-def bos_run(settings: Settings, bos: str) -> dict[str, Any] | None:
-    """One run with `bos` and its diagnostics, in a status box; None when it failed."""
-    from deffcore.measurement import measure
-
-    result = None
-    with st.status(f"bos={bos}: run and diagnostics…", expanded=True) as box:
-        bar = st.progress(0.0, text="starting")
-        with guarded(f"The bos={bos} run"):
-            run = measure(
-                model=settings.model,
-                revision=settings.revision,
-                dataset=settings.dataset,
-                **{**settings.shared_options(), "bos": bos},
-                progress=progress_callback(bar),
-            )
-            d = dg.diagnose(run.spec, progress=progress_callback(bar))
-            result = {
-                "gaps": {p: run.summary(p, settings.metric).gap_pct for p in POOLINGS},
-                "verdict": dg.verdict_for(run, d, settings.metric).to_dict(),
-                "pos0": run.pos0_peak(),
-            }
-        box.update(
-            label=f"bos={bos}: {'done' if result else 'failed'}",
-            state="complete" if result else "error",
-            expanded=not result,
-        )
-    return result
+@st.fragment(run_every=1.0)
+def onoff_progress(name: str, metric: str) -> None:
+    status = jobs.task_job(name)
+    if status is None:
+        return
+    if status.state == "failed":
+        st.error(md_escape(f"The BOS on/off check failed: {status.error}"))
+    elif not status.finished:
+        st.progress(status.stage_fraction, text=f"bos=add, then bos=none: {status.describe()}")
+    elif status.state == "done" and status.result:
+        bos_on_off_results(status.result, metric)
 
 
-def bos_on_off_results(results: dict[str, dict[str, Any]]) -> None:
-    cols = st.columns(len(results))
-    for col, (bos, r) in zip(cols, results.items(), strict=True):
-        with col:
-            st.markdown(f"**bos={bos}**")
-            st.metric(f"Gap to F_L, default (bos={bos})", f"{r['gaps']['default']:+.1f}%")
-            st.metric(f"Pos-0 norm ratio (bos={bos})", f"{r['pos0'][0]:.1f}x")
-            st.write(r["verdict"]["sentence"])
+def bos_on_off_results(result: dict[str, Any], metric: str) -> None:
+    box = st.success if result["kind"] in ("first_position", "bos") else st.info
+    box(f"**Conclusion:** {result['conclusion']}")
+    cols = st.columns(2)
+    for col, bos in zip(cols, ("add", "none"), strict=True):
+        r = result[bos]
+        col.metric(f"Gap to F_L, default (bos={bos})", f"{r['gaps']['default']:+.1f}%")
+        col.metric(f"Pos-0 norm ratio (bos={bos})", f"{r['pos0'][0]:.1f}×")
     compare = pd.DataFrame(
         [
             {"label": f"bos={bos}", "pooling": p, "gap_pct": g, "source": f"bos={bos}"}
-            for bos, r in results.items()
-            for p, g in r["gaps"].items()
+            for bos in ("add", "none")
+            for p, g in result[bos]["gaps"].items()
         ]
     )
     fig = figures.controls_dotplot(compare)
     fig.update_layout(title="BOS on or off: gap to F_L (%) per pooling control")
-    show_figure(fig, key="bos_compare_dotplot")
+    base = {**result["add"]["spec"], "bos": "add-vs-none"}
+    show_run_figure(fig, base, "bos_on_off", pooling="every control", metric=metric)
 
 
-def inspector_section(diag: dict[str, Any] | None) -> None:
+def inspector_section(diag: dict[str, Any] | None, spec: dict[str, Any], metric: str) -> None:
     st.subheader("Passage inspector")
     if not diag or "inspector" not in diag:
         st.caption("The inspector needs the diagnostics above.")
@@ -284,7 +324,7 @@ def inspector_section(diag: dict[str, Any] | None) -> None:
         format_func=lambda j: f"#{j}: {texts[j][:80]!r}",
         key="inspect_passage",
     )
-    show_figure(
+    show_run_figure(
         figures.token_norm_heatmap(
             ins["token_norms"][i],
             ins["tokens"][i],
@@ -292,13 +332,17 @@ def inspector_section(diag: dict[str, Any] | None) -> None:
             max_dim=ins["max_dim"][i],
             max_value=ins["max_value"][i],
         ),
-        key="token_norms",
+        spec,
+        "token_norms",
+        pooling="default",
+        metric=metric,
+        identity={"passage": i},
     )
     st.caption(
-        "Each cell is ‖h_l[t]‖ for one token (column) after block l (row), log colour; hover "
-        "for the token. Norms growing down the rows are the residual stream accumulating; a "
-        "bright column at position 0 is the sink token. Crosses: where the passage's largest "
-        "single feature |h_j| sits in each layer (hover for j)."
+        "Each cell is ‖h_l[t]‖ for one token (column) after block l (row; layer 0 at the top), "
+        "log colour; hover for the token. Norms growing down the rows are the residual stream "
+        "accumulating; a bright column at position 0 is the sink token. Crosses: where the "
+        "passage's largest single feature |h_j| sits in each layer (hover for j)."
     )
 
 
@@ -309,23 +353,23 @@ def main() -> None:
     view, settings = ctx
     k_max = settings.K or view.layers - 1
     st.caption(f"{md_escape(view.label)} · {settings.metric} · K = {k_max}")
+    answer_section(view, settings)  # at once: from the similarity matrices alone
     headlines, missing = control_headlines(view, settings)
     m = view.measurement
     spec = m.spec if m is not None else dg.spec_from_fields(view.spec)
-    verdict_box = st.container()  # the verdict on top, drawn once the diagnostics are known
-    diag = run_diagnostics(view, spec)
-    verdict = dg.bos_verdict(
-        {p: h.gap_pct for p, h in headlines.items()},
-        massive_ratio=diag["massive_ratio"] if diag else None,
-        massive_position=diag["massive_position"] if diag else None,
-        sink_fraction=diag["sink_fraction"] if diag else None,
-    )
+    verdict_box = st.container()  # filled once the diagnostics are known (or not)
+    diag = None
+    with guarded("Reading the diagnostics"):
+        diag = run_diagnostics(view, spec)
     with verdict_box:
-        verdict_section(verdict, view, settings, missing, k_max)
-    controls_section(headlines)
-    sinks_section(view, diag)
-    bos_on_off_section(settings)
-    inspector_section(diag)
+        verdict_section(view, headlines, diag, k_max)
+        if missing:
+            st.caption(f"Not in this precomputed run: {', '.join(missing)} (press Run to add).")
+    controls_section(view, headlines, settings)
+    sinks_section(view, diag, settings.metric)
+    with guarded("The BOS on/off check"):
+        bos_on_off_section(view, spec, settings)
+    inspector_section(diag, view.spec, settings.metric)
 
 
 main()

@@ -71,7 +71,7 @@ def sampled_sweep(n: int, d: int, L_max: int, scale: float, metric: str, seed: i
     for L in depth_grid(L_max):
         built = {
             "independent states": synthetic.independent_states(n, d, L, seed=seed),
-            "orthogonal updates": synthetic.orthogonal_updates(n, d, L, scale=scale, seed=seed),
+            teaching.UPDATES_ON_H0: synthetic.orthogonal_updates(n, d, L, scale=scale, seed=seed),
         }
         if n > L:  # orthogonal states need one centred direction per layer
             built["orthogonal states"] = synthetic.orthogonal_states(n, d, L, seed=seed)
@@ -121,20 +121,31 @@ def story_knobs(step: str) -> teaching.Knobs:
     )
 
 
+def knobs_from_state() -> teaching.Knobs:
+    """The knobs the sliders hold (projector layout draws the sliders below the picture)."""
+    values = {field: st.session_state[key] for field, key in KNOB_KEYS.items()}
+    return teaching.Knobs(
+        L=int(values["L"]), h0=float(values["h0"]), growth=float(values["growth"]),
+        rho=float(values["rho"]), n=int(values["n"]), d=int(values["d"]),
+    )  # fmt: skip
+
+
 def story_numbers(res: teaching.StepResult) -> None:
     """The step's title, what changes, and its numbers (D_eff, D_eff/L, F_L, gap)."""
     st.subheader(res.title)
     st.markdown(f"**What changes:** {res.adds}  \n**What to notice:** {res.takeaway}")
     for note in res.notes:
         st.info(note, icon="ℹ️")
-    cols = st.columns(5)
-    cols[0].metric("D_eff", f"{res.deff:.3f}", help="Effective number of layers, L²/ΣS")
-    cols[1].metric("D_eff / L", f"{res.deff / res.knobs.L:.3f}")
-    cols[2].metric("F_L = 2L/(L+1)", f"{res.F_L:.3f}", help="Accumulated equal orthogonal updates")
+    top, bottom = st.columns(2), st.columns(2)
+    top[0].metric("D_eff", f"{res.deff:.3f}", help="Effective number of layers, L²/ΣS")
+    top[1].metric("D_eff / L", f"{res.deff / res.knobs.L:.3f}")
+    bottom[0].metric(
+        "F_L = 2L/(L+1)", f"{res.F_L:.3f}", help="Accumulated equal orthogonal updates"
+    )
     gap_words = figures.regime_label(res.gap_pct) if abs(res.gap_pct) >= 0.05 else "= F_L"
-    cols[3].metric("Gap to F_L", f"{res.gap_pct:+.1f}%", help=gap_words)
+    bottom[1].metric("Gap to F_L", f"{res.gap_pct:+.1f}%", help=gap_words)
     if res.deff_previous is not None:
-        cols[4].metric("Previous step's D_eff", f"{res.deff_previous:.3f}")
+        st.caption(f"Previous step's D_eff: {res.deff_previous:.3f}")
     st.markdown(f"> {res.summary()}")
 
 
@@ -152,8 +163,8 @@ def story_sample(step: str, res: teaching.StepResult) -> Any:
         else:
             with st.spinner("Sampling and measuring…"):
                 out = teaching.sample_step(step, res.knobs, res.knobs.n, res.knobs.d)
-            sampled = (sample_key, out)
-            st.session_state["syn_sampled"] = sampled
+            st.session_state["syn_sampled"] = (sample_key, out)
+            st.rerun()  # the charts above are drawn again with the samples
     if sampled is None:
         row[1].caption(
             f"Draws L = {res.knobs.L} states of N = {res.knobs.n} passages × d = "
@@ -162,40 +173,41 @@ def story_sample(step: str, res: teaching.StepResult) -> Any:
     return sampled[1] if sampled else None
 
 
-def story_charts(res: teaching.StepResult, samples: Any, projector: bool) -> None:
+BIAS_NOTE = (
+    "Why a sampled curve can sit below F_L: linear CKA on N passages of d features reads "
+    "unrelated states as about b = d/(N+d) alike, not 0. Every similarity is pulled up "
+    "towards 1 by b — expected CKA ≈ (1−b)·S + b — so D_eff comes out lower than the closed "
+    "form at N → ∞. Unbiased CKA removes this (its samples follow the N → ∞ curve, with more "
+    "scatter)."
+)
+
+
+def story_identity(res: teaching.StepResult) -> dict[str, Any]:
+    """What a story chart's downloads carry: the step and its knobs."""
+    k = res.knobs
+    return {"view": "synthetic-story", "step": res.step, "L": k.L, "h0": k.h0, "g": k.growth,
+            "rho": k.rho, "N": k.n, "d": k.d}  # fmt: skip
+
+
+def story_figures(res: teaching.StepResult, samples: Any, projector: bool) -> dict:
     curves, depths = teaching.story_curves(res, samples)
-    story_figures = {
-        "syn_story_heatmap": figures.similarity_heatmap(
-            res.S,
-            metric="CKA",
-            pooling="closed form",
-            title=f"S(i, j), closed form: {res.title}",
+    out = {
+        "lag": figures.story_lag_profiles(curves, L=res.knobs.L, bias=res.bias),
+        "heatmap": figures.similarity_heatmap(
+            res.S, metric="CKA", pooling="closed form", title=f"S(i, j), closed form: {res.title}"
         ),
-        "syn_story_lag": figures.story_lag_profiles(curves, L=res.knobs.L, bias=res.bias),
-        "syn_story_depth": figures.story_depth_bars(depths, F_L=res.F_L, L=res.knobs.L),
+        "depth": figures.story_depth_bars(depths, F_L=res.F_L, L=res.knobs.L),
     }
-    if projector:  # one chart per row, large text: readable from the back of a room
-        for key, fig in story_figures.items():
-            fig.update_layout(font={"size": 22}, height=(fig.layout.height or 400) + 150)
-            show_figure(fig, key=key)
-    else:
-        left, right = st.columns(2)
-        with left:
-            show_figure(story_figures["syn_story_heatmap"], key="syn_story_heatmap")
-        with right:
-            show_figure(story_figures["syn_story_lag"], key="syn_story_lag")
-        show_figure(story_figures["syn_story_depth"], key="syn_story_depth")
-    st.caption(
-        "Why a sampled curve can sit below F_L: linear CKA on N passages of d features "
-        "reads unrelated states as about b = d/(N+d) alike, not 0. Every similarity is "
-        "pulled up towards 1 by b — expected CKA ≈ (1−b)·S + b — so D_eff comes out lower "
-        "than the closed form at N → ∞. Unbiased CKA removes this (its samples follow the "
-        "N → ∞ curve, with more scatter)."
-    )
+    out["heatmap"].update_layout(height=420)
+    if projector:  # every text large: readable from the back of a room
+        for fig in out.values():
+            figures.projector(fig, 22)
+    return out
 
 
 def story_tab() -> None:
-    """The teaching story: a preset or the sliders, one step's closed form, samples on request."""
+    """The teaching story: a preset or the sliders, the step's picture first (above the fold),
+    its numbers beside it, more charts and samples below."""
     init_defaults()
     top = st.columns([3, 1])
     top[0].selectbox(
@@ -215,11 +227,46 @@ def story_tab() -> None:
         horizontal=True,
         format_func=lambda s: teaching.STEPS[s][0],
     )
-    knobs = story_knobs(step)
+    knobs = knobs_from_state() if projector else story_knobs(step)
     with guarded("The story step"):
         res = teaching.story_step(step, knobs)
-        story_numbers(res)
-        story_charts(res, story_sample(step, res), projector)
+        samples = sampled_for(step, res)
+        figs = story_figures(res, samples, projector)
+        ident = story_identity(res)
+        if projector:  # the picture first, the sliders right under it
+            show_figure(figs["lag"], "lag_profile", ident)
+            story_knobs(step)
+            story_numbers(res)
+        else:
+            left, right = st.columns([3, 2])
+            with left:
+                show_figure(figs["lag"], "lag_profile", ident)
+            with right:
+                story_numbers(res)
+        story_more(res, step, figs, ident, projector)
+
+
+def sampled_for(step: str, res: teaching.StepResult) -> Any:
+    """The samples drawn for exactly this step and knobs, if any (`story_sample` draws them)."""
+    sampled = st.session_state.get("syn_sampled")
+    return sampled[1] if sampled is not None and sampled[0] == (step, res.knobs) else None
+
+
+def story_more(res: Any, step: str, figs: dict, ident: dict, projector: bool) -> None:
+    """The similarity map and the depth bars, sampling, and the bias note where it applies."""
+    if projector:
+        show_figure(figs["heatmap"], "heatmap", ident)
+        show_figure(figs["depth"], "depth_bars", ident)
+    else:  # side by side at one height, so their downloads line up
+        tall = max(figs["heatmap"].layout.height or 0, figs["depth"].layout.height or 0)
+        left, right = st.columns(2)
+        with left:
+            show_figure(figs["heatmap"].update_layout(height=tall), "heatmap", ident)
+        with right:
+            show_figure(figs["depth"].update_layout(height=tall), "depth_bars", ident)
+    samples = story_sample(step, res)
+    if step == "finite_sample" or samples is not None:  # the note applies to this step only
+        st.caption(BIAS_NOTE)
 
 
 def sweep_tab(settings: Settings) -> None:
@@ -230,7 +277,7 @@ def sweep_tab(settings: Settings) -> None:
         f"sidebar's metric (now **{settings.metric}**)."
     )
     c1, c2, c3, c4 = st.columns(4)
-    sw_n = c1.select_slider("N (samples)", N_OPTIONS[:8], value=256, key="syn_n")
+    sw_n = c1.select_slider("N (passages)", N_OPTIONS[:8], value=256, key="syn_n")
     sw_d = c2.select_slider("d (features)", D_OPTIONS[:7], value=64, key="syn_d")
     L_max = c3.slider("L (deepest)", 3, 48, 24, key="syn_L")
     scale = c4.slider("update scale s", 0.05, 5.0, 1.0, step=0.05, key="syn_scale")
@@ -238,9 +285,11 @@ def sweep_tab(settings: Settings) -> None:
         grid = depth_grid(L_max)
         table = pd.DataFrame(teaching.sweep_closed_form(sw_n, sw_d, grid, scale=float(scale)))
         sampled_table = sweep_samples(sw_n, sw_d, L_max, float(scale), settings.metric)
+        ident = {"view": "synthetic-sweep", "N": sw_n, "d": sw_d, "L_max": L_max, "s": scale}
         show_figure(
             figures.synthetic_sweep(table, n=sw_n, d=sw_d, sampled=sampled_table),
-            key="synthetic_sweep",
+            "depth_sweep",
+            ident,
         )
         sweep_numbers(table, sw_n, L_max)
         if sampled_table is not None:
@@ -289,7 +338,7 @@ def sweep_numbers(table: pd.DataFrame, n: int, L_max: int) -> None:
             icon="ℹ️",
         )
     st.caption(
-        "Why orthogonal updates sit below the dashed F_L/L: they start from a random h_0 "
+        "Why orthogonal updates on h_0 sit below the dashed F_L/L: they start from a random h_0 "
         "as large as one update at s = 1, which every state shares, and linear CKA adds "
         "its finite-sample bias d/(N+d). F_L is the limit of large s and N ≫ d. Independent "
         "states follow the vermillion dotted iid reference: that is the bias alone, not depth."
@@ -299,7 +348,10 @@ def sweep_numbers(table: pd.DataFrame, n: int, L_max: int) -> None:
 def updates_vs_states(n: int, d: int, L_max: int, scale: float) -> None:
     st.subheader("Updates vs accumulated states")
     u = teaching.updates_vs_states(n, d, L_max, scale)
-    show_figure(figures.states_vs_updates(u["rho_states"], u["rho_updates"]), key="syn_updates")
+    ident = {"view": "synthetic-sweep", "N": n, "d": d, "L": L_max, "s": scale}
+    show_figure(
+        figures.states_vs_updates(u["rho_states"], u["rho_updates"]), "updates_vs_states", ident
+    )
     st.caption(
         f"L = {L_max}, closed forms: D_eff(h)/L = {u['deff_states'] / L_max:.4f} for the "
         f"accumulated states, D_eff(f)/L = {u['deff_updates'] / L_max:.4f} for the updates "
@@ -359,6 +411,7 @@ def words_used() -> None:
                     "h_0",
                     "independent states",
                     "orthogonal updates",
+                    "orthogonal updates on h_0",
                     "orthogonal states",
                     "growing update norms",
                     "correlated updates",
@@ -370,11 +423,10 @@ def words_used() -> None:
 def main() -> None:
     _, settings = page("Synthetic lab")
     st.title("Synthetic lab")
-    st.markdown(
-        "Constructions whose effective depth is known exactly. **Metric: linear CKA** (the "
-        "paper's metric and the app's default): every curve here is its closed form, so the "
-        "sliders answer at once. Press a *Sample* button to draw real random data of that size "
-        "and measure it with the same code as the models."
+    st.caption(
+        "Constructions whose effective depth is known exactly, in linear CKA (the paper's "
+        "metric): every curve is a closed form, so the sliders answer at once; *Sample* draws "
+        "real random data of that size and measures it with the models' code."
     )
     story, sweep = st.tabs(["Teaching story", "Free sweep"])
     with story:

@@ -58,7 +58,11 @@ def random_null_section(b: Baselines) -> None:
         st.info("The precomputed run has no random-weight null for this metric; press Run first.")
     else:
         st.info(f"No random-weight null yet for this run ({len(RANDOM_SEEDS)} seeds to compute).")
-        if st.button(f"Compute the random-weight null ({len(RANDOM_SEEDS)} seeds)", key="run_null"):
+        label = md_escape(b.view.label)  # the button says which run it measures again
+        if st.button(
+            f"Compute the random-weight null of {label} ({len(RANDOM_SEEDS)} seeds)",
+            key="run_null",
+        ):
             compute_random_null(b)
 
 
@@ -77,6 +81,9 @@ def compute_random_null(b: Baselines) -> None:
             max_tokens=int(spec["max_tokens"]),
             seed=int(spec["seed"]),
             dtype=spec["dtype"],
+            passages=spec["passages"],  # the current run exactly: its windows and BOS option
+            bos=spec["bos"],
+            intervention=spec["intervention"],
             metric=b.metric,
             random_seeds=RANDOM_SEEDS,
             progress=progress_callback(bar),

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from deffcore import figures
+from deffcore.comparisons import comparison_caveats, headline_differences
 from deffcore.models_overview import model_family
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.snapshot import (
@@ -19,7 +20,6 @@ from deffcore.snapshot import (
     MeasurementView,
     RunView,
     common_label,
-    headline_changes,
     label_fields,
     run_label,
     run_labels,
@@ -178,7 +178,22 @@ def runs_table(runs: Runs) -> None:
     if not rows:
         st.info("No runs yet: press Run in the sidebar; every run is kept in the cache.")
         st.stop()
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    table = pd.DataFrame(rows)
+    # a column every run shares is in the sentence above: the table keeps what differs
+    same = [
+        c for c in table.columns
+        if c not in ("current", "run", "status", "model", "dataset")
+        and table[c].astype(str).nunique() <= 1
+    ]  # fmt: skip
+    st.dataframe(
+        table.drop(columns=same if len(table) > 1 else []),
+        hide_index=True,
+        width="stretch",  # the page's width; more columns scroll inside the table, never cut
+        column_config={
+            "run": st.column_config.TextColumn("run", pinned=True, width="large"),
+            "current": st.column_config.CheckboxColumn("current", pinned=True, width="small"),
+        },
+    )
 
 
 def open_section(runs: Runs) -> None:
@@ -266,6 +281,7 @@ def compare_section(runs: Runs, settings: Settings) -> None:
         st.caption(f"All compared runs: {shown} · {settings.metric} · pooling {settings.pooling}")
     results = compared_results(runs, picked, settings)
     if results:
+        caveats(runs, names, results)
         comparison_charts(runs, names, results, settings)
     side_by_side_section(runs, names, results, picked, settings)
 
@@ -273,7 +289,8 @@ def compare_section(runs: Runs, settings: Settings) -> None:
 def compared_results(
     runs: Runs, picked: list[str], settings: Settings
 ) -> dict[str, dict[str, Any]]:
-    """Headline numbers and lag profile of each picked run (a failing one is left out)."""
+    """Headline numbers, lag profile and trust level of each picked run (a failing one is
+    left out)."""
     pooling, metric = settings.pooling, settings.metric
     results: dict[str, dict[str, Any]] = {}
     for i in picked:
@@ -282,25 +299,52 @@ def compared_results(
             if "view" in e:
                 snap = e["view"]
                 h = snap.headline(pooling, metric)
-                results[i] = {**h.to_dict(), "rho": snap.lag_profile(pooling, metric)}
+                r = {**h.to_dict(), "rho": snap.lag_profile(pooling, metric)}
+                r["trust"] = snap.trust(pooling, metric).level
             else:
-                results[i] = cached_result(e["key"], e.get("created", ""), pooling, metric)
+                r = dict(cached_result(e["key"], e.get("created", ""), pooling, metric))
+            results[i] = r
     return results
+
+
+def caveats(runs: Runs, names: dict[str, str], results: dict[str, dict[str, Any]]) -> None:
+    """A warning whenever the compared runs differ in trust level, N, tokens or passages."""
+    rows = [
+        {
+            "label": names[i],
+            "trust": r.get("trust"),
+            "n": r["n"],
+            "max_tokens": runs.by_id[i]["spec"].get("max_tokens"),
+            "passages": runs.by_id[i]["spec"].get("passages", "documents"),
+        }
+        for i, r in results.items()
+    ]
+    found = comparison_caveats(rows)
+    if found:
+        st.warning(md_escape("Compare these runs with care. " + " ".join(found)))
+
+
+def compare_identity(runs: Runs, ids: list[str], settings: Settings) -> dict[str, Any]:
+    """What a comparison's downloads carry: the runs (first one's slug in the file name)."""
+    first = run_slug(runs.by_id[ids[0]]["spec"])
+    more = f"and-{len(ids) - 1}-more" if len(ids) > 1 else ""
+    return {
+        "compare": f"{first}_{more}".strip("_"),
+        "runs": " | ".join(run_label(runs.by_id[i]["spec"]) for i in ids),
+        "pooling": settings.pooling,
+        "metric": settings.metric,
+    }
 
 
 def comparison_charts(
     runs: Runs, names: dict[str, str], results: dict[str, dict[str, Any]], settings: Settings
 ) -> None:
     """Lag profiles and gaps of the compared runs, and their numbers in one table."""
-    pooling, metric = settings.pooling, settings.metric
-    stem = f"compare_{len(results)}runs_{pooling}_{metric}"
-    tag = {"runs": " | ".join(run_label(runs.by_id[i]["spec"]) for i in results)}
-    tag |= {"pooling": pooling, "metric": metric}
+    tag = compare_identity(runs, list(results), settings)
     show_figure(
-        figures.tag_run(
-            figures.compare_lag_profiles({names[i]: r["rho"] for i, r in results.items()}), tag
-        ),
-        key=f"{stem}_lag_profiles",
+        figures.compare_lag_profiles({names[i]: r["rho"] for i, r in results.items()}),
+        "lag_profiles",
+        tag,
     )
     gaps = pd.DataFrame(
         {
@@ -310,12 +354,13 @@ def comparison_charts(
             "source": [runs.by_id[i]["source"] for i in results],
         }
     )
-    show_figure(figures.tag_run(figures.gap_bars(gaps), tag), key=f"{stem}_gaps")
+    show_figure(figures.gap_bars(gaps), "gaps", tag)
     st.dataframe(
         pd.DataFrame(
             {
                 "run": [names[i] for i in results],
                 "line": [line_name(j) for j in range(len(results))],
+                "trust": [r.get("trust") for r in results.values()],
                 "L (layers)": [r["layers"] for r in results.values()],
                 "N (passages)": [r["n"] for r in results.values()],
                 "D_eff": [r["deff"] for r in results.values()],
@@ -364,39 +409,25 @@ def side_by_side_section(
             )
     if len(mats) < 2:
         return
-    spec_a, spec_b = runs.by_id[a]["spec"], runs.by_id[b]["spec"]
-    pair = {"run A": run_label(spec_a), "run B": run_label(spec_b)}
-    pair |= {"pooling": pooling, "metric": metric}
-    side_key = f"{run_slug(spec_a)}_vs_{run_slug(spec_b)}_{pooling}_{metric}"
+    tag = compare_identity(runs, [a, b], settings)
     show_figure(
-        figures.tag_run(
-            figures.side_by_side_heatmaps(
-                mats[a], mats[b], label_a=names[a], label_b=names[b], metric=metric
-            ),
-            pair,
+        figures.side_by_side_heatmaps(
+            mats[a], mats[b], label_a=names[a], label_b=names[b], metric=metric
         ),
-        key=f"{side_key}_side_by_side",
+        "side_by_side",
+        tag,
     )
     fields = Headline.__dataclass_fields__
-    changes = headline_changes(
+    rows = headline_differences(
         Headline(**{k: results[a][k] for k in fields}),
         Headline(**{k: results[b][k] for k in fields}),
     )
-    left, right = st.columns([1, 1])
-    with left:
-        st.dataframe(
-            pd.DataFrame(changes),
-            hide_index=True,
-            column_config={
-                c: st.column_config.NumberColumn(format="%.4g")
-                for c in ("run A", "run B", "change (B - A)")
-            },
-        )
-    with right:
-        show_figure(
-            figures.tag_run(figures.headline_change_bars(changes, label_b=names[b]), pair),
-            key=f"{side_key}_changes",
-        )
+    st.markdown(f"**B − A, in each number's own unit** (B: {md_escape(names[b])})")
+    st.dataframe(
+        pd.DataFrame(rows)[["quantity", "run A", "run B", "difference"]],
+        hide_index=True,
+        column_config={c: st.column_config.NumberColumn(format="%.4g") for c in ("run A", "run B")},
+    )
 
 
 def delete_section(runs: Runs) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from deffcore.comparisons import PAPER_N, comparison_caveats
 from deffcore.labs import figures as lab_figures
 from deffcore.labs.interventions import (
     INTERVENTIONS,
@@ -34,7 +35,11 @@ def run_form(settings: Settings) -> None:
         key="iv_which",
         format_func=lambda name: PAPER_LABELS[name],
     )
-    if st.button("Run interventions", type="primary", key="iv_run"):
+    what = md_escape(
+        f"{model} · {settings.dataset or '(no data)'} · N={int(n)} · T={int(max_tokens)} · "
+        f"seed {settings.seed}"
+    )  # the lab's own model and size, with the sidebar's data and seed: said in the button
+    if st.button(f"Run interventions: {what}", type="primary", key="iv_run"):
         run_in_page(
             "The intervention run",
             "iv_result",
@@ -54,18 +59,35 @@ def run_form(settings: Settings) -> None:
 def results_section(paper: list) -> None:
     result = st.session_state.get("iv_result")
     rows = result["rows"] if result else []
+    identity = {"lab": "interventions", "view": "paper values"}
     if result:
+        trust = next((r.get("trust") for r in rows if r["pooling"] == "default"), None)
         st.caption(
             f"{md_escape(result['model'])} · N = {result['n']} · "
-            f"max tokens {result['max_tokens']} · "
-            f"metric {result['metric']}. Gap to F_L in %: > 0 is sub-reference."
+            f"max tokens {result['max_tokens']} · metric {result['metric']} · trust of this "
+            f"run's default gap: {trust}. Gap to F_L in %: > 0 is more redundant than "
+            "orthogonal updates."
         )
+        compared = [
+            {"label": "this run", "trust": trust, "n": result["n"]},
+            {"label": "the paper", "trust": "published", "n": PAPER_N},
+        ]
+        st.warning(
+            md_escape(
+                "Beside the paper's values (Gemma-3-4B/12B, another model and data): "
+                + " ".join(comparison_caveats(compared))
+            )
+        )
+        identity = {
+            "lab": "interventions",
+            **{k: result[k] for k in ("model", "n", "max_tokens", "metric")},
+        }
     else:
         st.info("Press **Run interventions** to measure; the paper's values are shown meanwhile.")
     frame = lab_figures.intervention_frame(rows, paper)
     if not frame.empty:
         st.dataframe(frame.style.format("{:.1f}", na_rep="—"), key="iv_table")
-    show_figure(lab_figures.intervention_plot(rows, paper), key="interventions")
+    show_figure(lab_figures.intervention_plot(rows, paper), "gaps", identity)
 
 
 def main() -> None:

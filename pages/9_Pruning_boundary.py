@@ -25,7 +25,11 @@ def run_form(settings: Settings) -> None:
     n = c2.number_input("Measured passages", 4, 10_000, 32, key="pr_n")
     n_heldout = c3.number_input("Held-out passages", 1, 10_000, 16, key="pr_heldout")
     max_tokens = c4.number_input("Max tokens", 2, 4096, 128, key="pr_max_tokens")
-    if st.button("Run boundary check", type="primary", key="pr_run"):
+    what = md_escape(
+        f"{model or '(no model)'} · {settings.dataset or '(no data)'} · N={int(n)} + "
+        f"{int(n_heldout)} held out · T={int(max_tokens)}"
+    )  # the model typed here (the sidebar's by default) and the sizes: said in the button
+    if st.button(f"Run boundary check: {what}", type="primary", key="pr_run"):
         run_in_page(
             "The boundary check",
             "pr_result",
@@ -128,8 +132,13 @@ def main() -> None:
         st.info("Press **Run boundary check**; a 30-block model takes a minute or two on a CPU.")
         return
     headline(result)
-    show_figure(lab_figures.pruning_plot(result), key="pruning_ppl")
-    show_figure(lab_figures.pruning_scores_plot(result), key="pruning_scores")
+    identity = {
+        "lab": "pruning",
+        "model": result["model"],
+        **{k: result.get(k) for k in ("n", "n_heldout", "max_tokens", "metric")},
+    }
+    show_figure(lab_figures.pruning_plot(result), "perplexity", identity)
+    show_figure(lab_figures.pruning_scores_plot(result), "scores", identity)
     tables(result)
     tolerance_section(result)
 

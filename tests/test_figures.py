@@ -107,7 +107,7 @@ def test_controls_dotplot_one_trace_per_pooling():
 
 def test_pos0_ratio_names_the_peak_layer():
     fig = figures.pos0_ratio(np.array([1.0, 3.0, 18.4, 2.0]))
-    assert "18.4x at layer 2" in fig.layout.title.text
+    assert "18.4× at layer 2" in fig.layout.title.text
     assert list(fig.data[0].x) == [0, 1, 2, 3]
 
 
@@ -197,7 +197,7 @@ def test_intervention_plot_shows_the_paper_before_any_run():
     ]
     fig = intervention_plot([], paper)
     names = [t.name for t in fig.data]
-    assert names == ["no_post (Gemma-3-4B, paper)", "no_qk (Gemma-3-4B, paper)"]
+    assert names == ["no post (Gemma-3-4B, paper)", "no QK (Gemma-3-4B, paper)"]
     assert list(fig.data[1].y) == [-60.2]
 
 
@@ -269,12 +269,18 @@ def test_controls_dotplot_gives_each_pooling_its_own_shape():
 
 def test_synthetic_sweep_overlays_samples_and_fits_a_log_axis():
     lines = pd.DataFrame(
-        {"construction": ["orthogonal updates"] * 2, "L": [4, 24], "deff_over_L": [0.3, 0.06]}
+        {
+            "construction": ["orthogonal updates on h_0"] * 2,
+            "L": [4, 24],
+            "deff_over_L": [0.3, 0.06],
+        }
     )
     sampled = lines.assign(deff_over_L=[0.29, 0.058])
     fig = figures.synthetic_sweep(lines, n=256, d=64, sampled=sampled)
     names = [t.name for t in fig.data]
-    assert names[1] == "orthogonal updates, sampled" and names[-1].startswith("iid reference")
+    assert names[1] == "orthogonal updates on h_0, sampled" and names[-1].startswith(
+        "iid reference"
+    )
     assert list(fig.data[1].y) == [0.29, 0.058]
     assert fig.layout.yaxis.type == "log"
     low, high = fig.layout.yaxis.range
@@ -294,7 +300,10 @@ def test_story_figures_hold_the_closed_forms():
     )
     (trace,) = bars.data
     assert list(trace.x) == [res.deff, res.F_L]
-    assert trace.text[0].endswith("(more redundant)") and trace.text[1].endswith("(= F_L)")
+    labels = list(trace.y)
+    assert labels[0].endswith("(more redundant)") and labels[1].endswith("(= F_L)")
+    # the values are in the bars' labels, left of the plot: the dashed F_L line never crosses
+    assert not bars.layout.annotations and f"F_L = {res.F_L:.3f}" in bars.layout.xaxis.title.text
     assert bars.layout.xaxis.range[1] < 6  # fitted to the values, not to L
 
 
@@ -361,3 +370,62 @@ def test_models_depth_scatter_styles_each_family_and_source():
     assert list(null.error_y.array) == pytest.approx([0.05])
     assert list(null.error_y.arrayminus) == pytest.approx([0.05])
     assert null.text == ("A random-weight null (paper)",)
+
+
+# ---------------------------------------------------------------------------------------------
+# layout for a page (issue 19): titles clear of the toolbars, log axes fitted to the data
+
+
+def test_for_display_puts_every_title_below_the_toolbar_strip():
+    from deffcore.figures.base import TITLE_LINE_PX, TOOLBAR_PX
+
+    fig = figures.for_display(figures.lag_decay(np.array([0.9, 0.8, 0.7])))
+    t = fig.layout.title
+    assert (t.xref, t.x, t.xanchor) == ("container", 0, "left")  # the whole width
+    # its top just under the toolbar strip, the plot below its lines
+    assert (t.yref, t.yanchor) == ("container", "top")
+    assert (1 - t.y) * fig.layout.height == pytest.approx(TOOLBAR_PX)
+    assert fig.layout.margin.t >= TOOLBAR_PX + TITLE_LINE_PX
+    # text above the plot (subplot titles, the gap bars' legend line) makes room for itself
+    side = figures.for_display(
+        figures.side_by_side_heatmaps(np.eye(3), np.eye(3), label_a="a", label_b="b")
+    )
+    assert side.layout.margin.t > fig.layout.margin.t
+    long = figures.for_display(figures.pos0_ratio(np.array([1.0, 3.0, 168.0])))
+    assert long.layout.title.text.count("<br>") == 1  # a long title on two lines, not cut
+    assert long.layout.margin.t >= TOOLBAR_PX + 2 * TITLE_LINE_PX
+
+
+@pytest.mark.parametrize(
+    ("values", "include", "ticks"),
+    [
+        ([5.0, 180.0], (100.0,), [5, 10, 20, 50, 100, 200]),  # 1-2-5 steps on a narrow range
+        ([0.03, 0.5], (), [0.02, 0.05, 0.1, 0.2, 0.5]),
+        ([1.0, 1e12], (), None),  # wide: powers of ten, never "2, 0.1, 9, 8"
+    ],
+)
+def test_log_axis_is_fitted_with_readable_ticks(values, include, ticks):
+    axis = figures.log_axis(values, include=include)
+    lo, hi = axis["range"]
+    assert lo < np.log10(min(values)) and hi > np.log10(max([*values, *include]))
+    assert hi - lo < np.log10(max(values) / min(values)) + 1  # fitted, not 1 .. 1e108
+    if ticks is not None:
+        assert axis["tickvals"] == pytest.approx(ticks)
+    else:
+        assert all(np.log10(t) == round(np.log10(t)) for t in axis["tickvals"])
+        assert 3 <= len(axis["tickvals"]) <= 9 and axis["ticktext"][-1].startswith("10<sup>")
+
+
+def test_massive_ratio_axis_fits_the_data_and_its_label_sits_at_its_line():
+    fig = figures.massive_ratio_figure([3.0, 8.0, 250.0, 8000.0], [0, 1, 0, 0], [5, 5, 7, 7])
+    lo, hi = fig.layout.yaxis.range
+    assert lo < np.log10(3.0) and np.log10(8000.0) < hi < 5  # was 1 .. 1e108
+    (label,) = [a for a in fig.layout.annotations if "massive" in a.text]
+    assert label.y == pytest.approx(2.0)  # log10(100): on a log axis annotations are in log10
+
+
+def test_projector_enlarges_every_text():
+    fig = figures.projector(figures.story_depth_bars({"a": 1.5, "b": 2.5}, F_L=1.9, L=6), 22)
+    assert fig.layout.font.size == 22 and fig.layout.legend.font.size == 22
+    assert fig.layout.xaxis.tickfont.size == 20 and fig.layout.yaxis.title.font.size == 22
+    assert all(a.font.size == 20 for a in fig.layout.annotations)

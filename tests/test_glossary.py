@@ -97,3 +97,14 @@ def test_glossary_markdown(terms):
         assert len(lines) == len(GLOSSARY)
     else:
         assert [line.split("**")[1] for line in lines] == ["F_L", "BI"]
+
+
+def test_term_for_options():
+    from deffcore.glossary import term_for
+
+    assert term_for("add", "BOS") == "BOS add" and term_for("default", "BOS") == "BOS default"
+    assert term_for("default", "Pooling control") == "default"
+    assert term_for("none", "Norm interventions") == "intervention none"
+    assert term_for("3 · A persistent h_0", "Story step") == "persistent h_0"
+    assert term_for("unbiased_cka", "Metric") == "unbiased CKA"
+    assert term_for("no such option", "Metric") is None

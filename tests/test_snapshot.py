@@ -18,7 +18,6 @@ from deffcore.snapshot import (
     MeasurementView,
     SnapshotView,
     common_label,
-    headline_changes,
     label_fields,
     load_gallery,
     load_snapshot,
@@ -188,13 +187,15 @@ def test_run_slug_is_a_safe_file_name_with_the_identity():
     assert (ident["pooling"], ident["metric"]) == ("default", "cka")
 
 
-def test_headline_changes_are_b_minus_a(tiny_measurement):
+def test_headline_differences_are_b_minus_a(tiny_measurement):
+    from deffcore.comparisons import headline_differences
+
     view = MeasurementView(tiny_measurement)
     a, b = view.headline("default", "cka"), view.headline("first_non_bos", "cka")
-    rows = {r["quantity"]: r for r in headline_changes(a, b)}
-    assert rows["D_eff"]["change (B - A)"] == pytest.approx(b.deff - a.deff)
+    rows = {r["quantity"]: r for r in headline_differences(a, b)}
+    assert rows["D_eff"]["B − A"] == pytest.approx(b.deff - a.deff)
     assert rows["Gap to F_L (%)"]["run A"] == a.gap_pct
-    assert rows["N (passages)"]["change (B - A)"] == 0.0
+    assert rows["N (passages)"]["B − A"] == 0.0
     assert len(rows) == 8
 
 
@@ -289,8 +290,10 @@ def test_a_shared_snapshot_reads_back_as_the_run_and_compares_like_one(tiny_meas
     live = MeasurementView(tiny_measurement)
     assert shared.source == "shared" and shared.path == path.resolve()
     assert len(shared.sha256) == 64 and shared.key == live.key and shared.label == live.label
-    for row in headline_changes(live.headline(), shared.headline()):
-        assert row["change (B - A)"] == pytest.approx(0.0, abs=1e-5), row["quantity"]
+    from deffcore.comparisons import headline_differences
+
+    for row in headline_differences(live.headline(), shared.headline()):
+        assert row["B − A"] == pytest.approx(0.0, abs=1e-5), row["quantity"]
     assert shared.trust().level == live.trust().level
 
 

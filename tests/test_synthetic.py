@@ -118,7 +118,7 @@ def test_lab_story_steps_show_the_closed_forms(lab):
 
     at, charts = lab
     _clean(at)
-    assert any("Metric: linear CKA" in m.value for m in at.markdown)
+    assert any("in linear CKA" in c.value for c in at.caption)
     for step in teaching.STEP_KEYS:
         at.radio(key="syn_step").set_value(step)
         at.run()
@@ -131,6 +131,9 @@ def test_lab_story_steps_show_the_closed_forms(lab):
         np.testing.assert_allclose(plotly_array(heat["data"][0]["z"]), res.S)
         assert any(k.startswith("Lag profile") for k in shown)
         assert any(k.startswith("Effective depth beside F_L") for k in shown)
+        # the bias note belongs to step 6 (or to samples) only
+        noted = any("Why a sampled curve can sit below F_L" in c.value for c in at.caption)
+        assert noted == (step == "finite_sample"), step
     # projector layout: the same three charts, larger text
     at.toggle(key="syn_projector").set_value(True)
     at.run()
@@ -185,13 +188,13 @@ def test_lab_sweep_extremes_are_notes_not_errors(lab):
     at.button(key="syn_sweep_sample").click()
     at.run()
     _clean(at)
-    sweep = charts()["Synthetic constructions: D_eff/L against depth (N = 16, d = 64)"]
+    sweep = next(v for k, v in charts().items() if k.startswith("Synthetic constructions"))
     names = {t["name"] for t in sweep["data"]}
     assert "independent states, sampled" in names and "orthogonal states, sampled" in names
     # a slider move drops the samples (they belong to the settings they were drawn for)
     at.slider(key="syn_L").set_value(47)
     at.run()
-    sweep = charts()["Synthetic constructions: D_eff/L against depth (N = 16, d = 64)"]
+    sweep = next(v for k, v in charts().items() if k.startswith("Synthetic constructions"))
     assert not any(t["name"].endswith("sampled") for t in sweep["data"])
     # too large to sample: a note
     at.select_slider(key="syn_n").set_value(2048)

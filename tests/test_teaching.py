@@ -175,7 +175,9 @@ def test_sweep_closed_form_against_the_sampled_constructions():
             for s in range(4)
         ]
     )
-    assert by[("orthogonal updates", 12)]["deff_over_L"] == pytest.approx(sampled / 12, rel=0.01)
+    assert by[("orthogonal updates on h_0", 12)]["deff_over_L"] == pytest.approx(
+        sampled / 12, rel=0.01
+    )
     # orthogonal states cannot be built with N <= L: NaN, not an error
     assert np.isnan(t.sweep_closed_form(16, 8, [48])[2]["deff_over_L"])
     with pytest.raises(DeffError, match="positive scale"):
@@ -184,15 +186,13 @@ def test_sweep_closed_form_against_the_sampled_constructions():
 
 def test_story_curves_compare_with_the_previous_step_and_the_samples():
     knobs = t.Knobs(L=6, h0=2.0)
+    # step 3's previous step is the F_L reference, which the charts draw once anyway
     curves, depths = t.story_curves(t.story_step("h0", knobs))
-    assert list(curves) == [
-        "this step (closed form)",
-        "previous step (2 · Accumulated orthogonal updates (F_L))",
-    ]
-    assert depths[list(depths)[1]] == pytest.approx(reference_depth(6))
-    np.testing.assert_allclose(
-        curves[list(curves)[1]][0], t.story_step("orthogonal_updates", knobs).rho
-    )
+    assert list(curves) == list(depths) == ["this step (closed form)"]
+    curves, depths = t.story_curves(t.story_step("growing", knobs))
+    assert list(curves) == ["this step (closed form)", "previous step (3 · A persistent h_0)"]
+    assert depths[list(depths)[1]] == pytest.approx(t.story_step("h0", knobs).deff)
+    np.testing.assert_allclose(curves[list(curves)[1]][0], t.story_step("h0", knobs).rho)
     # step 2 is not compared with step 1 (D_eff = L would squash the chart)
     assert list(t.story_curves(t.story_step("orthogonal_updates", knobs))[1]) == [
         "this step (closed form)"

@@ -146,3 +146,142 @@ def tag_run(fig: go.Figure, identity: Mapping[str, object]) -> go.Figure:
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
     fig.update_layout(meta={**meta, "run": dict(identity)})
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout for a page: titles clear of the toolbars, log axes fitted to the data
+
+#: The top strip of a chart on a page belongs to the toolbars (Plotly's modebar and
+#: Streamlit's element toolbar, shown on hover): titles and legends sit below it.
+TOOLBAR_PX = 34
+#: Height of one title line (Streamlit's theme: 16 px text) and of a line of annotation text.
+TITLE_LINE_PX = 24
+NOTE_LINE_PX = 20
+
+
+#: A title longer than this is broken in two (at " (" or ": "): it must fit a half-page column
+#: at 1400 px (about 55 characters of the theme's bold 16 px title).
+TITLE_MAX_CHARS = 52
+
+
+def _lines(text: object) -> int:
+    return 1 + str(text).count("<br>") if text else 0
+
+
+def wrap_title(text: str, limit: int = TITLE_MAX_CHARS) -> str:
+    """`text` on two lines when longer than `limit`: broken before its last " (" or after its
+    last ": " that leaves a first line of at most `limit` characters (else at a space)."""
+    if not text or len(text) <= limit or "<br>" in text:
+        return text
+    cuts = [i for i in range(1, limit + 1) if text.startswith(" (", i)]
+    cuts += [i + 1 for i in range(1, limit) if text.startswith(": ", i)]
+    cuts = cuts or [i for i in range(1, limit + 1) if text[i] == " "]
+    if not cuts:
+        return text
+    at = max(cuts)
+    return text[:at].rstrip() + "<br>" + text[at:].lstrip()
+
+
+def for_display(fig: go.Figure) -> go.Figure:
+    """The one layout rule of a chart on a page (`explorer.cards.show_figure` applies it):
+    the title sits directly above the plot area, from the figure's left edge, above any text
+    the figure puts there (subplot titles, a legend line); the top margin leaves the toolbar strip
+    (`TOOLBAR_PX`) free, so no toolbar ever covers a title. Returns `fig`, changed."""
+    above = [
+        a
+        for a in fig.layout.annotations or ()
+        if a.yref == "paper" and isinstance(a.y, int | float) and a.y >= 1.0 and a.yanchor != "top"
+    ]
+    notes = max((_lines(a.text) for a in above), default=0)
+    if fig.layout.title.text:
+        fig.update_layout(title_text=wrap_title(fig.layout.title.text))
+    lines = _lines(fig.layout.title.text)
+    legend = fig.layout.legend
+    top_legend = legend.orientation == "h" and legend.y is not None and legend.y >= 1.0
+    extra = NOTE_LINE_PX * notes + (NOTE_LINE_PX if top_legend else 0)
+    need = TOOLBAR_PX + TITLE_LINE_PX * lines + extra + 6
+    if (fig.layout.margin.t or 0) < need:
+        fig.update_layout(margin_t=need)
+    if lines:  # from just under the toolbar strip down (plotly anchors a title's first line)
+        height = fig.layout.height or 450
+        fig.update_layout(
+            title_x=0,
+            title_xref="container",  # the figure's left edge: long tick labels take no width
+            title_xanchor="left",
+            title_pad_l=8,
+            title_y=1.0 - TOOLBAR_PX / height,
+            title_yref="container",
+            title_yanchor="top",
+        )
+    return fig
+
+
+def _tick_text(value: float) -> str:
+    """A log-axis tick as a person reads it: 1, 20, 500, 1,000, 1e+05 -> 10⁵."""
+    if 1e-3 <= value < 1e5:
+        return f"{value:,.10g}"
+    power = round(float(np.log10(value)))
+    return f"10<sup>{power}</sup>" if np.isclose(value, 10.0**power) else f"{value:.1e}"
+
+
+def log_axis(values: object, *, include: tuple[float, ...] = (), pad: float = 1.6) -> dict:
+    """A log axis fitted to `values` (and the reference values `include`, e.g. a threshold
+    line), `pad` times beyond them on both sides: its range (log10 units) and readable ticks,
+    1-2-5 steps over at most 2.5 decades, powers of ten beyond (every k-th past 8 decades)."""
+    v = np.asarray([x for x in np.ravel(np.asarray(values, dtype=object)) if x is not None], float)
+    v = np.concatenate([v[np.isfinite(v) & (v > 0)], [x for x in include if x > 0]])
+    lo, hi = (float(v.min()) / pad, float(v.max()) * pad) if v.size else (0.1, 10.0)
+    decades = np.log10(hi / lo)
+    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    if decades <= 2.5:
+        ticks = [m * 10.0**k for k in range(first, last + 1) for m in (1, 2, 5)]
+    else:
+        step = max(1, int(np.ceil(decades / 8)))
+        ticks = [10.0**k for k in range(first, last + 1, step)]
+    ticks = [t for t in ticks if lo <= t <= hi]
+    return {
+        "type": "log",
+        "range": [float(np.log10(lo)), float(np.log10(hi))],
+        "tickvals": ticks,
+        "ticktext": [_tick_text(t) for t in ticks],
+    }
+
+
+def reference_hline(fig: go.Figure, y: float, text: str, *, log: bool = False, **line) -> None:
+    """A dashed horizontal reference line with its label just above its left end. Plotly's
+    `add_hline(annotation_text=...)` puts the label at 10^y on a log axis (annotations there
+    are in log10 units), far from the line: the label is placed here in the axis' units."""
+    fig.add_hline(y=y, line={"color": COLOR_REFERENCE, "dash": "dash", **line})
+    fig.add_annotation(
+        x=0,
+        xref="paper",
+        y=float(np.log10(y)) if log else y,
+        yref="y",
+        text=text,
+        showarrow=False,
+        xanchor="left",
+        yanchor="bottom",
+        font={"size": 11, "color": COLOR_REFERENCE},
+    )
+
+
+def projector(fig: go.Figure, size: int = 20) -> go.Figure:
+    """Every text of the figure at `size` (the title a little larger), for the back of a room:
+    the global font alone does not reach the axes, legend and annotations, which Streamlit's
+    theme sizes on their own. Returns `fig`, changed (and taller)."""
+    fig.update_layout(
+        font_size=size,
+        title_font_size=size + 4,
+        legend_font_size=size,
+        hoverlabel_font_size=size,
+        height=(fig.layout.height or 400) + 150,
+    )
+    fig.update_xaxes(title_font_size=size, tickfont_size=size - 2)
+    fig.update_yaxes(title_font_size=size, tickfont_size=size - 2)
+    for note in fig.layout.annotations or ():
+        note.font.size = size - 2
+    fig.for_each_trace(lambda t: t.update(textfont_size=size - 2) if "textfont" in t else None)
+    fig.for_each_trace(
+        lambda t: t.update(colorbar_tickfont_size=size - 2) if "colorbar" in t else None
+    )
+    return fig

@@ -16,7 +16,10 @@ from deffcore.figures.base import (
     LAYOUT,
     POOLING_COLORS,
     POOLING_SYMBOLS,
+    REGIME_MORE,
     integer_ticks,
+    log_axis,
+    reference_hline,
 )
 
 
@@ -54,8 +57,8 @@ def controls_dotplot(table: pd.DataFrame) -> go.Figure:
         )
     fig.add_vline(x=0, line={"color": "black", "width": 1, "dash": "dash"})
     fig.update_layout(
-        title="Pooling controls: gap to F_L (%)  (filled: measured, open: paper)",
-        xaxis_title="gap to F_L (%)  (> 0: D_eff < F_L, sub-reference)",
+        title="Pooling controls: gap to F_L (%) (filled: measured, open: paper)",
+        xaxis_title=f"gap to F_L (%)  (> 0: D_eff < F_L, {REGIME_MORE})",
         height=max(300, 50 * table["label"].nunique() + 150),
         **LAYOUT,
     )
@@ -71,14 +74,14 @@ def pos0_ratio(ratios: np.ndarray) -> go.Figure:
         go.Bar(
             x=layers,
             y=ratios,
-            name="||h[pos 0]|| / mean ||h[t≥1]||",
+            name="position-0 norm ratio: ‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖",
             marker={"color": [COLOR_SUB if i == peak else COLOR_MEASURED for i in layers]},
             hovertemplate="layer %{x}<br>ratio = %{y:.4f}x<extra></extra>",
         )
     )
     fig.add_hline(y=1.0, line={"color": COLOR_REFERENCE, "dash": "dash"})
     fig.update_layout(
-        title=f"Position-0 norm ratio per layer (peak {ratios[peak]:.1f}x at layer {peak})",
+        title=f"Position-0 norm ratio per layer (peak {ratios[peak]:.1f}× at layer {peak})",
         xaxis_title="layer (0 = h_0, the input of block 1)",
         yaxis_title="‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖",
         height=360,
@@ -105,7 +108,7 @@ def massive_ratio_figure(
             x=layers,
             y=r,
             mode="lines+markers",
-            name="max |h| / median |h|",
+            name="massive-activation ratio: mean max |h| / median |h|",
             line={"color": COLOR_MEASURED},
             marker={
                 "size": 9,
@@ -113,26 +116,21 @@ def massive_ratio_figure(
                 "symbol": ["diamond" if o else "circle" for o in over],
             },
             customdata=np.column_stack([np.asarray(position), np.asarray(dim)]),
-            hovertemplate="layer %{x}<br>ratio = %{y:,.1f}x<br>at position %{customdata[0]}, "
-            "feature %{customdata[1]}<extra></extra>",
+            hovertemplate="layer %{x}<br>massive-activation ratio = %{y:,.1f}×<br>largest |h| "
+            "at position %{customdata[0]}, feature %{customdata[1]}<extra></extra>",
         )
-    )
-    fig.add_hline(
-        y=threshold,
-        line={"color": COLOR_REFERENCE, "dash": "dash"},
-        annotation_text=f"{threshold:.0f}x: massive",
-        annotation_position="top left",
     )
     onset = next((i for i, o in enumerate(over) if o), None)
     where = "none above the threshold" if onset is None else f"onset at layer {onset}"
     fig.update_layout(
         title=f"Massive activations per layer ({where})",
         xaxis_title="layer (0 = h_0, the input of block 1)",
-        yaxis={"title": "mean max |h| / median |h|  (log)", "type": "log"},
+        yaxis={"title": "massive-activation ratio (log)", **log_axis(r, include=(threshold,))},
         height=360,
         showlegend=False,
         **LAYOUT,
     )
+    reference_hline(fig, threshold, f"{threshold:.0f}×: massive", log=True)
     integer_ticks(fig, len(layers))
     return fig
 
@@ -243,7 +241,7 @@ def token_norm_heatmap(
     fig.update_layout(
         title="Token-state norms per layer and position (log colour)",
         xaxis_title="position t",
-        yaxis_title="layer (0 = h_0)",
+        yaxis={"title": "layer (0 = h_0, at the top)", "autorange": "reversed"},
         height=max(320, 16 * L1 + 140),
         legend={"orientation": "h", "y": -0.2},
         **LAYOUT,

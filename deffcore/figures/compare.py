@@ -1,9 +1,9 @@
 """Figures that compare runs: the gap-to-F_L bars (the paper's Figure 1), lag profiles of
-several runs (a `run_style` per run), two similarity maps side by side, headline changes."""
+several runs (a `run_style` per run), two similarity maps side by side."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -111,9 +111,10 @@ def _gap_bar_trace(part: pd.DataFrame, source: str) -> go.Bar:
 
 def _add_regime_legend(fig: go.Figure) -> None:
     """The gap bars' legend: a line of coloured words above the plot (see `gap_bars`)."""
+    # two short lines: one long line is cut at the right of a narrow chart
     legend = (
         f"<span style='color:{COLOR_SUB}'>■</span> gap > 0: {REGIME_MORE}   "
-        f"<span style='color:{COLOR_ABOVE}'>■</span> gap < 0: {REGIME_LESS}   "
+        f"<span style='color:{COLOR_ABOVE}'>■</span> gap < 0: {REGIME_LESS}<br>"
         f"<span style='color:{COLOR_PAPER}'>▨</span> paper (published)   "
         "□ black outline: this run"
     )
@@ -121,10 +122,11 @@ def _add_regime_legend(fig: go.Figure) -> None:
         text=legend,
         xref="paper",
         yref="paper",
-        x=0,
+        x=1.0,  # right-aligned: long run labels leave the plot area narrow, the text runs left
         y=1.0,
         yanchor="bottom",
-        xanchor="left",
+        xanchor="right",
+        align="right",
         showarrow=False,
         font={"size": 12},
     )
@@ -274,40 +276,3 @@ def _add_difference_map(fig: go.Figure, D: np.ndarray) -> dict:
         "cmax": span,
         "colorbar": {"title": "ΔS", "x": 1.0, "len": 0.8},
     }
-
-
-def headline_change_bars(rows: Sequence[Mapping[str, float]], *, label_b: str) -> go.Figure:
-    """The change B - A of each headline number (`snapshot.headline_changes` rows), relative to
-    A in percent, as horizontal bars with the absolute values in the hover (N and L too)."""
-    names = [r["quantity"] for r in rows]
-    rel = [
-        100.0 * (r["run B"] - r["run A"]) / abs(r["run A"]) if r["run A"] else float("nan")
-        for r in rows
-    ]
-    fig = go.Figure(
-        go.Bar(
-            x=rel,
-            y=names,
-            orientation="h",
-            name=f"B vs A ({label_b})",
-            marker={"color": [run_style(1)["color"]] * len(rows)},
-            customdata=np.array(
-                [[r["run A"], r["run B"], r["change (B - A)"]] for r in rows], dtype=np.float64
-            ),
-            text=[f"{v:+.3g}%" if np.isfinite(v) else "" for v in rel],
-            textposition="outside",
-            cliponaxis=False,
-            hovertemplate="%{y}<br>A = %{customdata[0]:.4g}<br>B = %{customdata[1]:.4g}"
-            "<br>B − A = %{customdata[2]:+.3g} (%{x:+.3g}% of A)<extra></extra>",
-        )
-    )
-    span = float(np.nanmax(np.abs(rel))) if np.isfinite(rel).any() else 1.0
-    fig.add_vline(x=0, line={"color": "black", "width": 1})
-    fig.update_layout(
-        title="Change of each headline number, B relative to A",
-        xaxis={"title": "change (% of A)", "range": [-1.3 * span - 1, 1.3 * span + 1]},
-        yaxis={"autorange": "reversed"},
-        height=340,
-        **LAYOUT,
-    )
-    return fig

@@ -17,6 +17,7 @@ from deffcore.figures.base import (
     OKABE_ITO,
     POOLING_COLORS,
     POOLING_SYMBOLS,
+    log_axis,
 )
 
 #: A colour per model family on the Models page (Okabe-Ito, then greys).
@@ -32,12 +33,17 @@ FAMILY_COLORS: dict[str, str] = {
     "GPT-NeoX": "#8c6d31",
     "other": COLOR_PAPER,
 }
-#: Marker per (source, weights): shape says where a point comes from, fill says trained/random.
+#: Marker per (source, weights): shape says where a point comes from (paper, measured here,
+#: shipped precomputed, shared), fill says trained/random.
 MODEL_SYMBOLS: dict[tuple[str, str], str] = {
     ("paper", "trained"): "diamond",
     ("paper", "random"): "diamond-open",
     ("cached", "trained"): "circle",
     ("cached", "random"): "circle-open",
+    ("precomputed", "trained"): "square",
+    ("precomputed", "random"): "square-open",
+    ("shared", "trained"): "star",
+    ("shared", "random"): "star-open",
 }
 
 
@@ -61,6 +67,37 @@ def _family_points(
     )
 
 
+def _known(value: Any) -> bool:
+    """A cell that holds a value (not None, not NaN)."""
+    return value is not None and value == value
+
+
+def _hover(r: Any, source: str, weights: str) -> str:
+    """A point's hover: its label (or model), where it comes from, L, and N, tokens and trust
+    where the row has them (a paper row has no max tokens, an empty cache no N at all)."""
+    name = getattr(r, "label", None) if _known(getattr(r, "label", None)) else r.model
+    text = f"{name}<br>{source}, {weights}<br>L = {int(r.layers)}"
+    n, tokens, trust = (getattr(r, k, None) for k in ("n", "max_tokens", "trust"))
+    if _known(n):
+        text += f", N = {int(n):,}"
+    if _known(tokens):
+        text += f", {int(tokens)} tokens"
+    return text + (f"<br>trust: {trust}" if _known(trust) else "")
+
+
+def _drawn_y(fig: go.Figure) -> list[float]:
+    """Every y value the figure draws, error bars' ends included (what its axis must show)."""
+    out: list[float] = []
+    for tr in fig.data:
+        y = np.asarray(tr.y if tr.y is not None else [], dtype=np.float64)
+        out += list(y)
+        err = tr.error_y
+        if err is not None and err.array is not None:
+            out += list(y + np.asarray(err.array, dtype=np.float64))
+            out += list(y - np.asarray(err.arrayminus, dtype=np.float64))
+    return out
+
+
 def models_depth_scatter(table: pd.DataFrame) -> go.Figure:
     """D_eff/L against L, one point per row, colour = family, shape = paper/cached, open = random.
 
@@ -74,11 +111,7 @@ def models_depth_scatter(table: pd.DataFrame) -> go.Figure:
     for (family, source, weights), sub in (
         df.groupby(["family", "source", "weights"], sort=True) if len(df) else []
     ):
-        hover = [
-            f"{r.model}<br>{source}, {weights}<br>L = {int(r.layers)}"
-            + (f", N = {int(r.n)}, {int(r.max_tokens)} tokens" if "n" in sub and r.n == r.n else "")
-            for r in sub.itertuples()
-        ]
+        hover = [_hover(r, source, weights) for r in sub.itertuples()]
         fig.add_trace(
             _family_points(
                 sub["layers"],
@@ -132,8 +165,8 @@ def models_depth_scatter(table: pd.DataFrame) -> go.Figure:
         )
     fig.update_layout(
         title="D_eff/L against depth L (filled: trained, open: random weights)",
-        xaxis={"title": "layers L", "type": "log"},
-        yaxis={"title": "D_eff/L", "type": "log"},
+        xaxis={"title": "layers L", **log_axis(df["layers"] if len(df) else [], pad=1.2)},
+        yaxis={"title": "D_eff/L", **log_axis(_drawn_y(fig), pad=1.2)},
         height=480,
         legend={"font": {"size": 11}},
         **LAYOUT,

@@ -26,12 +26,12 @@ from deffcore.figures.run import reference_lag_profile
 CONSTRUCTION_COLORS = {
     "independent states": OKABE_ITO["orange"],
     "orthogonal states": OKABE_ITO["bluish green"],
-    "orthogonal updates": OKABE_ITO["blue"],
+    "orthogonal updates on h_0": OKABE_ITO["blue"],
 }
 CONSTRUCTION_SYMBOLS = {
     "independent states": "square",
     "orthogonal states": "diamond",
-    "orthogonal updates": "circle",
+    "orthogonal updates on h_0": "circle",
 }
 
 
@@ -239,9 +239,10 @@ def story_lag_profiles(
 def story_depth_bars(values: Mapping[str, float], *, F_L: float, L: int) -> go.Figure:
     """D_eff of a teaching step (and its comparisons) as labelled bars beside F_L.
 
-    values: name -> D_eff, drawn top to bottom. Each bar says its value and, in words, whether it
-    is more or less redundant than orthogonal updates; F_L is a dashed line. The x axis is fitted
-    to the values and F_L (never the full 0..L when everything is near 2).
+    values: name -> D_eff, drawn top to bottom. Each bar's label (left of the plot) says its
+    value and, in words, whether it is more or less redundant than orthogonal updates, so the
+    dashed F_L line never runs through a value; F_L's own value is in the axis title. The x
+    axis is fitted to the values and F_L (never the full 0..L when everything is near 2).
     """
     names = list(values)
     deffs = [float(values[k]) for k in names]
@@ -250,10 +251,11 @@ def story_depth_bars(values: Mapping[str, float], *, F_L: float, L: int) -> go.F
         "= F_L" if abs(g) < 0.05 else ("more redundant" if g > 0 else "less redundant")
         for g in gaps
     ]
+    labels = [f"{n}: {v:.3f} ({w})" for n, v, w in zip(names, deffs, words, strict=True)]
     fig = go.Figure(
         go.Bar(
             x=deffs,
-            y=names,
+            y=labels,
             orientation="h",
             marker={
                 "color": [
@@ -262,27 +264,22 @@ def story_depth_bars(values: Mapping[str, float], *, F_L: float, L: int) -> go.F
                 ],
                 "pattern": {"shape": ["" if w == "more redundant" else "/" for w in words]},
             },
-            text=[f"{v:.3f} ({w})" for v, w in zip(deffs, words, strict=True)],
-            textposition="outside",
-            cliponaxis=False,
             customdata=np.stack([gaps, [v / L for v in deffs]], axis=-1),
             name="D_eff",
             hovertemplate="%{y}<br>D_eff = %{x:.4g} (D_eff/L = %{customdata[1]:.4g})"
             "<br>gap to F_L = %{customdata[0]:.3g}%<extra></extra>",
         )
     )
-    fig.add_vline(
-        x=F_L,
-        line={"color": "black", "dash": "dash", "width": 2},
-        annotation_text=f"F_L = {F_L:.3f}",
-        annotation_position="top",
-    )
+    fig.add_vline(x=F_L, line={"color": "black", "dash": "dash", "width": 2})
     top = max([F_L, *deffs])
     fig.update_layout(
         title=f"Effective depth beside F_L = 2L/(L+1) (L = {L})",
-        xaxis={"title": "D_eff (effective number of layers)", "range": [0, top * 1.45]},
-        yaxis={"categoryorder": "array", "categoryarray": names[::-1]},
-        height=110 + 55 * len(names),
+        xaxis={
+            "title": f"D_eff (effective number of layers); dashed: F_L = {F_L:.3f}",
+            "range": [0, top * 1.1],
+        },
+        yaxis={"categoryorder": "array", "categoryarray": labels[::-1]},
+        height=140 + 55 * len(names),
         font={"size": 15},
         showlegend=False,
         **LAYOUT,

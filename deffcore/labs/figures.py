@@ -13,7 +13,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from deffcore.constants import POOLINGS
-from deffcore.figures.base import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO, POOLING_COLORS
+from deffcore.figures.base import (
+    COLOR_PAPER,
+    COLOR_REFERENCE,
+    OKABE_ITO,
+    POOLING_COLORS,
+    log_axis,
+    reference_hline,
+)
 from deffcore.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
@@ -62,7 +69,7 @@ def intervention_frame(
     rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[str, Any]] = ()
 ) -> pd.DataFrame:
     """intervention x pooling table of gap%: this run's columns, then each paper model's."""
-    from deffcore.labs.interventions import INTERVENTIONS
+    from deffcore.labs.interventions import INTERVENTIONS, PAPER_LABELS
 
     parts = []
     sources = [(pd.DataFrame(rows), "this run")] if rows else []
@@ -81,6 +88,7 @@ def intervention_frame(
     if rows:  # only the interventions of this run
         order = [i for i in order if i in {r["intervention"] for r in rows}]
     table = table.reindex(order)
+    table.index = [PAPER_LABELS.get(i, i) for i in order]  # the paper's words, as the picker's
     table.index.name = "intervention"
     return table
 
@@ -92,7 +100,7 @@ def intervention_plot(
 
     Before any run (no `rows`) the paper's values are drawn alone, for every intervention.
     """
-    from deffcore.labs.interventions import INTERVENTIONS
+    from deffcore.labs.interventions import INTERVENTIONS, PAPER_LABELS
 
     fig = go.Figure()
     present = {r["intervention"] for r in rows or paper_rows}
@@ -105,10 +113,12 @@ def intervention_plot(
             go.Bar(
                 x=[r["pooling"] for r in sub],
                 y=[r["gap_pct"] for r in sub],
-                name=f"{name} (this run)",
+                name=f"{PAPER_LABELS.get(name, name)} (this run, trust {sub[0].get('trust', '?')})",
                 marker_color=INTERVENTION_COLORS.get(name, COLOR_PAPER),
                 marker_pattern_shape=INTERVENTION_PATTERNS.get(name, ""),
-                hovertemplate="%{x}<br>gap = %{y:.3g}%<extra>" + name + "</extra>",
+                hovertemplate="%{x}<br>gap = %{y:.3g}%<extra>"
+                + PAPER_LABELS.get(name, name)
+                + "</extra>",
             )
         )
     symbols = ["circle-open", "diamond-open", "square-open"]
@@ -122,7 +132,7 @@ def intervention_plot(
                     x=[r["pooling"] for r in sub],
                     y=[r["gap_pct"] for r in sub],
                     mode="markers",
-                    name=f"{name} ({model}, paper)",
+                    name=f"{PAPER_LABELS.get(name, name)} ({model}, paper)",
                     marker={
                         "symbol": symbols[i % len(symbols)],
                         "size": 11,
@@ -193,14 +203,7 @@ def pruning_plot(result: Mapping[str, Any]) -> go.Figure:
                 hovertemplate="k = %{x}<br>PPL = %{customdata:.4g}<extra></extra>",
             )
         )
-    fig.add_hline(
-        y=PPL_TOLERANCE * result["ppl0"],
-        line_dash="dash",
-        line_color=COLOR_REFERENCE,
-        annotation_text=f"{PPL_TOLERANCE:.2f} × PPL_0",
-    )
     finite = [v for v in shown if math.isfinite(v) and v > 0]
-    low, high = (min(finite), max(finite)) if finite else (1.0, 10.0)
     fig.update_layout(
         title=f"Held-out perplexity after skipping k blocks "
         f"({result['model']}, L = {result['layers']})",
@@ -208,13 +211,14 @@ def pruning_plot(result: Mapping[str, Any]) -> go.Figure:
         yaxis={
             "title": "perplexity (log scale"
             + (f"; ▲ = above {cap:.3g}, off the chart)" if capped_any else ")"),
-            "type": "log",
             # fitted to the drawn values, with room for the "> cap" labels
-            "range": [math.log10(low) - 0.1, math.log10(high) + (0.35 if capped_any else 0.1)],
+            **log_axis(finite or [1.0, 10.0], pad=2.2 if capped_any else 1.3),
         },
         height=440,
         **_LAYOUT,
     )
+    # the label in the axis' units: add_hline's own label sits at 10^y on a log axis
+    reference_hline(fig, PPL_TOLERANCE * ppl0, f"{PPL_TOLERANCE:.2f} × PPL_0", log=True)
     return fig
 
 

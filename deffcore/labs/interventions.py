@@ -93,6 +93,7 @@ def intervention_table(
     from deffcore import cache
     from deffcore.measurement import measure_spec, run_spec
     from deffcore.models import load_model
+    from deffcore.trust_rule import measurement_trust
 
     for name in interventions:
         if name not in INTERVENTIONS:
@@ -129,6 +130,7 @@ def intervention_table(
         result = measure_spec(specs[name], metric=metric, device=device, loaded=loaded)
         for pooling in poolings:
             summary = result.summary(pooling)
+            trust = measurement_trust(result, pooling, metric).level
             table.rows.append(
                 {
                     "intervention": name,
@@ -138,6 +140,8 @@ def intervention_table(
                     "deff_over_L": summary.deff_over_L,
                     "gap_pct": summary.gap_pct,
                     "rho1": summary.rho1,
+                    "n": result.n,
+                    "trust": trust,  # the trust rule's level: beside paper values, say it
                 }
             )
     if progress is not None:

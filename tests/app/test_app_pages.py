@@ -107,7 +107,7 @@ def test_run_completes_and_headline_matches_measure(app, measurement):
     assert metric(at, "ρ̂(1)") == f"{s.rho1:.4f}"
     assert metric(at, "N") == str(measurement.n)
     ratio, _ = measurement.pos0_peak()
-    assert metric(at, "Pos-0 norm ratio") == f"{ratio:.1f}x"
+    assert metric(at, "Pos-0 norm ratio") == f"{ratio:.1f}×"
     assert metric(at, "CKA bias d/(N+d)") == f"{64 / (16 + 64):.3f}"
     # the trust badge: N = 16 passages is noise; the bias warning only when the bias matters
     from deffcore.trust_rule import trust_badge
@@ -227,8 +227,9 @@ def test_controls_page_has_every_pooling_and_a_verdict(app, measurement):
             x for x, s in zip(plotly_array(t["x"]), t["customdata"], strict=True) if s == "this run"
         ]
         np.testing.assert_allclose(mine, [measurement.summary(pooling).gap_pct])
-    verdicts = [e.value for e in (*at.success, *at.warning) if "BOS sensitivity" in e.value]
-    assert len(verdicts) == 1
+    answers = [e.value for e in (*at.success, *at.warning, *at.info) if "artefact?" in e.value]
+    verdicts = [e.value for e in at.markdown if "Pooling controls and diagnostics" in e.value]
+    assert len(answers) == len(verdicts) == 1
     ratios = plotly_array(chart(at, "Position-0 norm ratio")["data"][0]["y"])
     np.testing.assert_allclose(ratios, measurement.pooled.pos0_norm_ratio, rtol=1e-6)
 

@@ -1,19 +1,22 @@
-"""AppTest of the BOS & controls page: the verdict, the evidence, BOS on/off, the inspector.
+"""AppTest of the BOS & controls page: the one answer at once, the diagnostics in the
+background, the evidence, BOS on/off of the current run, the inspector.
 
-A module-scoped app measures `tiny-llama` on 16 BBC passages in a temporary DEFF_CACHE_DIR;
-expected values come from the library (`measure`, `diagnose`, `bos_verdict`) on the same run,
-read from the same cache, so the page is checked against deffcore.
+A module-scoped app opens a `tiny-llama` run on 16 BBC passages (measured into a temporary
+DEFF_CACHE_DIR) through its URL (`?run=cached:<key>`); expected values come from the library
+(`measure`, `diagnose`, `bos_verdict`, `position0_answer_for`) on the same run.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from apptest_helpers import assert_clean, chart, plotly_array, trace
+from apptest_helpers import assert_clean, chart, plain, plotly_array, trace
 from streamlit.testing.v1 import AppTest
 
+from deffcore import jobs
 from deffcore.constants import POOLINGS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,37 +28,84 @@ def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
+def answers(at: AppTest) -> list[str]:
+    boxes = (*at.success, *at.warning, *at.info)
+    return [plain(e.value) for e in boxes if "position-0 artefact?" in e.value]
+
+
 def verdicts(at: AppTest) -> list[str]:
-    return [e.value for e in (*at.success, *at.warning) if "BOS sensitivity" in e.value]
+    return [plain(e.value) for e in at.markdown if "Pooling controls and diagnostics" in e.value]
+
+
+def open_page(run_ref: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
+    if run_ref:
+        at.query_params["run"] = run_ref
+    at.run()
+    at.switch_page(PAGE)
+    return at.run()
+
+
+def wait_task(name: str) -> None:
+    status = jobs.task_job(name)
+    assert status is not None, f"no task {name}"
+    done = jobs.wait(status.job_id, timeout=300)
+    assert done.state == "done", done.error
 
 
 @pytest.fixture(scope="module")
 def app(cache_dir, measurement):
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
-    at.radio(key="model_source").set_value("Packaged (offline)")
-    at.run()
-    at.selectbox(key="model_packaged").set_value(RUN["model"])
-    at.number_input(key="n").set_value(RUN["n"])
-    at.number_input(key="max_tokens").set_value(RUN["max_tokens"])
-    at.number_input(key="seed").set_value(RUN["seed"])
-    at.button(key="run").click()
-    at.run()
+    at = open_page(f"cached:{measurement.spec.key()}")
     assert_clean(at)
-    at.switch_page(PAGE)
-    at.run()
-    assert_clean(at)
-    return at
+    wait_task(f"diagnostics:{measurement.spec.key()}")  # started in the background
+    return at.run()
+
+
+def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
+    cache_dir, measurement, no_model, monkeypatch
+):
+    """The page's first script run draws the answer and the verdict while the diagnostic
+    pass is held at its model load: nothing the page shows at once needs a model."""
+    import deffcore.models
+    from deffcore.bos_answer import position0_answer_for
+    from deffcore.diagnostics import diagnostics_path
+    from deffcore.snapshot import MeasurementView
+
+    diagnostics_path(measurement.spec).unlink(missing_ok=True)
+    held, release = threading.Event(), threading.Event()
+    real = deffcore.models.load_model
+
+    def loader(*args, **kwargs):  # the diagnostic pass's load: held until the test ends
+        held.set()
+        assert release.wait(120), "the test never released the model load"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(deffcore.models, "load_model", loader)
+    try:
+        at = open_page(f"cached:{measurement.spec.key()}")
+        assert not at.exception
+        want = position0_answer_for(MeasurementView(measurement), "cka")
+        assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(want.sentence)}"]
+        (v,) = verdicts(at)
+        assert "massive activations not computed" in v
+        assert held.wait(60)  # the pass is running in the background meanwhile
+        bars = [p.proto.text for p in at.get("progress")]
+        assert any("Diagnostics in the background" in t for t in bars), bars
+        assert not no_model  # the measurement's own loader was never asked for
+    finally:
+        release.set()
+        status = jobs.task_job(f"diagnostics:{measurement.spec.key()}")
+        jobs.wait(status.job_id, timeout=60)
 
 
 def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch):
-    """The shipped default (no Measurement): a verdict from the controls it has, a button that
-    computes the diagnostics (here a stand-in dict: the real pass needs SmolLM2), then the
+    """The shipped default (no Measurement): the answer at once, a button that computes the
+    diagnostics in the background (a stand-in here: the real pass needs SmolLM2), then the
     figures drawn from exactly those numbers."""
     from deffcore import diagnostics as dg
     from deffcore.snapshot import load_snapshot
 
     snap = load_snapshot()
-    assert snap is not None, "the shipped snapshot deffcore/data/default_run.json is missing"
     L = snap.layers
     ratio = [5.0] * 2 + [150.0 + layer for layer in range(L - 1)]
     fake = {
@@ -68,47 +118,49 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
         "cached": False,
     }
     calls = []
-
-    def fake_diagnose(spec, **kwargs):
-        calls.append(spec)
-        return fake
-
-    monkeypatch.setattr(dg, "diagnose", fake_diagnose)
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
-    at.switch_page(PAGE)
-    at.run()
+    monkeypatch.setattr(dg, "diagnose", lambda spec, **kw: calls.append(spec) or fake)
+    monkeypatch.setattr(dg, "read_diagnostics", lambda spec: fake if calls else None)
+    at = open_page()
     assert_clean(at)
-    assert len(verdicts(at)) == 1 and "massive activations not computed" in verdicts(at)[0]
+    assert len(answers(at)) == 1 and "not a position-0 artefact" in answers(at)[0]
+    assert "massive activations not computed" in verdicts(at)[0]
     assert not calls  # nothing computed before the click
     at.button(key="bos_diagnose").click().run()
+    wait_task(f"diagnostics:{dg.spec_from_fields(snap.spec).key()}")
+    at.run()
     assert_clean(at)
     assert calls and calls[0].model == snap.spec["model"] and calls[0].n == snap.spec["n"]
     (v,) = verdicts(at)
     assert "position 0 from layer 2" in v
     assert metric(at, "Massive at position 0") == "from layer 2"
     assert metric(at, "Sink heads") == "50% max"
-    np.testing.assert_allclose(
-        plotly_array(chart(at, "Massive activations")["data"][0]["y"]), ratio
-    )
+    massive = chart(at, "Massive activations")
+    np.testing.assert_allclose(plotly_array(massive["data"][0]["y"]), ratio)
+    lo, hi = massive["layout"]["yaxis"]["range"]  # fitted to the data, not 1 .. 1e108
+    assert 0.0 < lo < np.log10(5.0) and np.log10(180.0) < hi < 3.0
     np.testing.assert_allclose(
         plotly_array(chart(at, "Attention sinks")["data"][0]["y"]), [0.5] * L
     )
 
 
 def test_verdict_and_evidence_match_the_library(app, measurement):
-    from deffcore.diagnostics import bos_verdict, read_diagnostics
+    from deffcore.diagnostics import (
+        bos_verdict,
+        identical_controls,
+        read_diagnostics,
+        verdict_inputs,
+    )
 
     at = app
-    diag = read_diagnostics(measurement.spec)  # computed by the page, stored beside the run
+    diag = read_diagnostics(measurement.spec)  # computed in the background, stored beside it
     assert diag is not None and diag["n_passages"] == RUN["n"]
     want = bos_verdict(
         {p: measurement.summary(p).gap_pct for p in POOLINGS},
-        massive_ratio=diag["massive_ratio"],
-        massive_position=diag["massive_position"],
-        sink_fraction=diag["sink_fraction"],
+        identical=identical_controls(measurement, "cka"),
+        **verdict_inputs(diag),
     )
     (v,) = verdicts(at)
-    assert v == f"**BOS sensitivity:** {want.sentence}"
+    assert v == f"**Pooling controls and diagnostics:** {plain(want.sentence)}"
     assert metric(at, "Regime vs control") == ("depends" if want.regime_depends else "stable")
     assert metric(at, "Gap moves by") == f"{want.gap_move:.1f} pts"
     controls = chart(at, "Pooling controls")
@@ -144,26 +196,31 @@ def test_passage_inspector_heatmap(app, measurement):
         plotly_array(heat["z"]), np.log10(np.asarray(ins["token_norms"][3])), rtol=1e-6
     )
     assert list(heat["text"][0]) == [repr(t)[1:-1] for t in ins["tokens"][3]]
+    assert fig["layout"]["yaxis"]["autorange"] == "reversed"  # layer 0 at the top
     marks = trace(fig, "largest |h_j| (feature j)")
     assert list(plotly_array(marks["x"])) == ins["max_position"][3]
 
 
-def test_bos_add_versus_none_in_one_click(app):
+def test_bos_on_off_acts_on_the_current_run_and_concludes(app, measurement):
+    """The sidebar names another model; the check measures the run on screen."""
     from deffcore.measurement import measure
 
     at = app
-    at.button(key="bos_compare").click().run()
+    at.selectbox(key="model_packaged").set_value("smollm2-135m")  # not the current run
+    at.run()
+    button = at.button(key="bos_compare")
+    assert "tiny-llama" in plain(button.label) and "smollm2" not in button.label
+    button.click().run()
+    spec = measurement.spec
+    wait_task(f"bos-onoff:{spec.key()}:cka:{measurement.layers - 1}")  # the K slider: L-1
+    at.run()
     assert_clean(at)
     for bos in ("add", "none"):
         m = measure(**RUN, bos=bos)
-        assert m.cached  # the page's run, read back
+        assert m.cached  # the page's runs, read back: tiny-llama, not the sidebar's smollm2
         gap = m.summary("default").gap_pct
         assert metric(at, f"Gap to F_L, default (bos={bos})") == f"{gap:+.1f}%"
+    (conclusion,) = [e.value for e in (*at.success, *at.info) if "Conclusion" in e.value]
+    assert conclusion.count(". ") == 0 and "removing the BOS moves the gap" in conclusion
     fig = chart(at, "BOS on or off")
-    labels = {y for t in fig["data"] for y in t["y"]}
-    assert {"bos=add", "bos=none"} <= labels
-    # tiny-llama's tokenizer adds a BOS: bos=add is the same token sequence as the default run
-    default = measure(**RUN)
-    np.testing.assert_allclose(
-        measure(**RUN, bos="add").pooled.pooled["default"], default.pooled.pooled["default"]
-    )
+    assert {"bos=add", "bos=none"} <= {y for t in fig["data"] for y in t["y"]}

@@ -1,8 +1,9 @@
-"""AppTest of the Models page: cached runs beside the paper's models, filters, export, charts,
-and a sweep launched from the form whose cells land in the table.
+"""AppTest of the Models page: it renders on an empty cache with the packaged precomputed runs
+and the paper's models, labels runs by what differs, carries N / trust / bias per row, warns
+when rows differ, and lists cached runs, filters, export, charts, and a sweep from the form.
 
-Expected numbers come from `measure` called directly (the same cache entry the page reads) and
-from `deffcore.sweep.paper_models` (the packaged paper CSV).
+Expected numbers come from `measure` called directly (the same cache entry the page reads), the
+shipped snapshots (`load_gallery`) and `deffcore.sweep.paper_models` (the packaged paper CSV).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from apptest_helpers import assert_clean, plotly_array
+from apptest_helpers import assert_clean, charts, plotly_array
 from streamlit.testing.v1 import AppTest
 
 from deffcore.measurement import measure
@@ -21,6 +22,42 @@ from deffcore.sweep import paper_models, sweep_job
 REPO = Path(__file__).resolve().parents[2]
 PAGE = "pages/13_Models.py"
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
+
+
+def test_renders_on_an_empty_cache_with_the_shipped_runs(tmp_path, monkeypatch):
+    """A first-time visitor: no cached run at all. No error; the packaged precomputed runs and
+    the paper's models are listed from the start, each with N, trust and bias."""
+    from deffcore.snapshot import load_gallery
+
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(tmp_path / "empty"))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180).run()
+    at.switch_page(PAGE).run()
+    assert_clean(at)
+    df = table(at)
+    shipped = df[df["source"] == "precomputed"]
+    assert len(shipped) == len(load_gallery()) >= 4
+    assert {"smollm2-135m", "gemma3-270m", "random:gemma3-270m:1"} <= set(shipped["model"])
+    assert set(shipped["trust"]) <= {"solid", "indicative", "noise"}
+    assert shipped["n"].notna().all() and shipped["bias"].notna().all()
+    paper = df[df["source"] == "paper"]
+    assert (paper["trust"] == "published").all() and (paper["n"] == 10_000).all()
+    assert len(set(df["label"])) == len(df)  # every row named apart
+    assert [w.value for w in at.warning if "with care" in w.value]  # N and trust differ
+    titles = " | ".join(c["layout"]["title"]["text"] for c in charts(at))
+    assert "D_eff/L against depth" in titles and "Gap to F_L per pooling" in titles
+
+
+def test_two_runs_differing_in_bos_get_different_labels():
+    from deffcore.models_overview import models_table
+
+    base = {"model": "smollm2-135m", "dataset": "bbc-news", "n": 512, "max_tokens": 128, "seed": 0}
+    rows = [
+        {"source": "cached", "key": "a", "model": "smollm2-135m", "spec": {**base, "bos": "add"}},
+        {"source": "cached", "key": "b", "model": "smollm2-135m", "spec": {**base}},
+        {"source": "precomputed", "key": "a", "model": "smollm2-135m", "spec": {**base}},
+    ]
+    out = models_table(rows, [{"source": "paper", "model": "Pythia-70M"}])
+    assert [r["label"] for r in out] == ["BOS add", "BOS default", "Pythia-70M (paper)"]
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +83,8 @@ def test_table_has_the_paper_models_and_the_cached_run(app, measurement):
     assert len(mine) == 1
     row = mine.iloc[0]
     assert row["layers"] == 4 and row["n"] == 16 and row["max_tokens"] == 32
+    assert row["trust"] == "noise"  # N = 16 < 32: the rule says noise
+    assert row["bias"] == pytest.approx(64 / (16 + 64))
     assert row["deff_over_L"] == pytest.approx(
         measurement.summary("default").deff_over_L, abs=1e-12
     )
@@ -72,7 +111,7 @@ def test_filters_apply_to_the_table(app):
     app.multiselect(key="models_sources").set_value(["cached"])
     at = app.run()
     assert set(table(at)["source"]) == {"cached"}
-    at.multiselect(key="models_sources").set_value(["paper", "cached"])
+    at.multiselect(key="models_sources").set_value(["paper", "precomputed", "shared", "cached"])
     at.text_input(key="models_text").set_value("pythia")
     at = at.run()
     models = set(table(at)["model"])

@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 
 from deffcore import figures
 from deffcore.depth import lag_profile
-from deffcore.snapshot import MeasurementView, headline_changes, load_gallery, run_slug
+from deffcore.snapshot import MeasurementView, load_gallery, run_slug
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -128,6 +128,23 @@ def test_compare_starts_from_the_current_run_with_a_colour_per_run(app, runs):
     assert len(set(names)) == len(names)
 
 
+def test_compare_warns_when_runs_differ_in_trust_n_or_passages(app, runs):
+    at = goto(app, "pages/7_Runs.py")
+    trained, shipped = runs["trained"].spec.key(), f"precomputed:{load_gallery()[0].key}"
+    at.multiselect(key="runs_compare").set_value([trained, shipped]).run()
+    assert_clean(at)
+    (warning,) = [w.value for w in at.warning if "with care" in w.value]
+    text = warning.replace("\\", "")
+    assert "differ in trust" in text and "noise" in text and "solid" in text
+    assert "N differs (16, 4,096 passages)" in text.replace("\\,", ",")
+    assert "Passages are cut differently" in text
+    table = next(d.value for d in at.dataframe if "trust" in d.value.columns)
+    assert list(table["trust"]) == ["noise", "solid"]
+    same = complete_keys("random:tiny-llama:")[:1]
+    at.multiselect(key="runs_compare").set_value([trained, *same]).run()
+    assert not [w for w in at.warning if "with care" in w.value]  # both N = 16 noise
+
+
 def test_side_by_side_shows_both_maps_their_difference_and_the_changes(app, runs):
     at = goto(app, "pages/7_Runs.py")
     trained = runs["trained"]
@@ -150,13 +167,16 @@ def test_side_by_side_shows_both_maps_their_difference_and_the_changes(app, runs
     S = trained.similarity("default", "cka")
     np.testing.assert_allclose(plotly_array(heat[0]["z"]), S)
     np.testing.assert_allclose(plotly_array(heat[2]["z"]), S_null - S, atol=1e-12)
-    changes = next(d.value for d in at.dataframe if "change (B - A)" in d.value.columns)
-    row = changes.set_index("quantity").loc["D_eff"]
-    assert row["run A"] == pytest.approx(trained.summary().deff)
-    assert row["change (B - A)"] == pytest.approx(row["run B"] - row["run A"])
-    # downloads named by both runs
+    changes = next(d.value for d in at.dataframe if "difference" in d.value.columns)
+    rows = changes.set_index("quantity")
+    assert rows.loc["D_eff", "run A"] == pytest.approx(trained.summary().deff)
+    gap = rows.loc["Gap to F_L (%)"]
+    assert gap["difference"].endswith(" points")  # absolute, never "% of A"
+    diff = float(gap["difference"].split()[0].replace("−", "-"))
+    assert diff == pytest.approx(gap["run B"] - gap["run A"], abs=0.006)
+    # downloads named by the compared runs and the view
     ids = [b.proto.id for b in at.get("download_button")]
-    stem = f"{run_slug(trained.spec.__dict__)}_vs_{run_slug(meta['spec'])}"
+    stem = f"{run_slug(trained.spec.__dict__)}_and-1-more_default_cka_side_by_side"
     assert any(stem in i for i in ids), ids
 
 
@@ -285,19 +305,6 @@ def test_side_by_side_difference_and_different_depths():
     assert len(other.data) == 2 and "no difference map" in other.layout.title.text
     data = figures.figure_data(fig)
     assert len(data) == 3 * 25  # every cell of the three maps
-
-
-def test_headline_change_bars_are_relative_to_a():
-    from deffcore.snapshot import Headline
-
-    a = Headline(30, 576, 512, 29, 5.0, 5 / 30, 10.0, 1.9, 0.8, 10.0, 3, 0.5)
-    b = Headline(30, 576, 1024, 29, 6.0, 6 / 30, 5.0, 1.9, 0.7, 12.0, 3, 0.36)
-    rows = headline_changes(a, b)
-    fig = figures.headline_change_bars(rows, label_b="b")
-    x = dict(zip(fig.data[0].y, fig.data[0].x, strict=True))
-    assert x["D_eff"] == pytest.approx(20.0)
-    assert x["Gap to F_L (%)"] == pytest.approx(-50.0)
-    assert x["N (passages)"] == pytest.approx(100.0)
 
 
 def test_tagged_figure_csv_leads_with_the_run_identity():

@@ -1,12 +1,15 @@
 """End-to-end: `streamlit run app.py` in real headless Chromium (Debian's chromium).
 
-The fixture starts the server on a free port with a temporary DEFF_CACHE_DIR and stops it. The
-first test runs the default model and dataset (smollm2-135m + bbc-news) with N and max tokens
-lowered to 32 / 64 in the sidebar, checks the headline against `measure` (a cache hit in this
-process), switches the pooling control, and visits every page looking for error elements and
-for any path from the cache. The second starts a tiny-llama run, switches to another page while
-it runs and comes back: the run must land. Screenshots of every page (1400 x 900 window, full
-page) go to test-artifacts/ (gitignored).
+The fixture starts the server on a free port with a temporary (empty) DEFF_CACHE_DIR and stops
+it. The first test visits every page of the first-time visitor's app (the empty cache: Models
+included) for error elements, then runs the default model and dataset (smollm2-135m + bbc-news)
+with N and max tokens lowered to 32 / 64 in the sidebar, checks the headline against `measure`
+(a cache hit in this process), reloads the page (the URL keeps the run: `?run=cached:<key>`),
+switches the pooling control, and visits every page looking for error elements and for any path
+from the cache; the BOS page answers before its diagnostics finish. The second starts a
+tiny-llama run, switches to another page while it runs and comes back: the run must land.
+Screenshots of every page (the 1400 x 900 window, the full page, and the window with the
+pointer on the first chart, its toolbar showing) go to test-artifacts/ (gitignored).
 
 The browser is `chromium` or `chromium-browser` on PATH (`scripts/setup.sh --test` installs
 Debian's); never `playwright install`. Without a browser (or Playwright) the tests skip, except
@@ -188,6 +191,33 @@ def shot(page, name: str, folder: Path = ARTIFACTS) -> None:
         page.wait_for_timeout(300)
 
 
+def hover_shot(page, name: str) -> None:
+    """`<name>_toolbar.png`: the window with the pointer on the first chart (its toolbar
+    shows), scrolled back to the top afterwards."""
+    chart = page.locator('[data-testid="stPlotlyChart"]').first
+    if not page.locator('[data-testid="stPlotlyChart"]').count():
+        return
+    chart.hover()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / f"{name}_toolbar.png"))
+    page.mouse.move(5, 5)
+
+
+def visit_every_page(page, prefix: str, sidebar_text: str | None = None) -> None:
+    """Every page: no error element, a title, no path from the cache; screenshots."""
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    for i, name in enumerate(nav_names(page)):
+        open_page(page, i)
+        no_errors(page, f"page {name} ({prefix})")
+        assert page.locator("h1").count() >= 1
+        if sidebar_text:  # every page keeps the run: the sidebar still names it
+            assert sidebar.get_by_text(sidebar_text).count() == 1, name
+        slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+        shot(page, f"{prefix}_{i:02d}_{slug}")
+        hover_shot(page, f"{prefix}_{i:02d}_{slug}")
+        yield name, slug
+
+
 def test_run_switch_pooling_and_visit_every_page(server, page):
     from deffcore.measurement import measure
 
@@ -196,6 +226,14 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
     wait_idle(page)
     no_errors(page, "first screen")
     shot(page, "01_first_screen")
+    # a first-time visitor: an empty cache, every page (Models included) without an error
+    for name, _ in visit_every_page(page, "empty_cache"):
+        if name == "Models":
+            assert page.get_by_text("precomputed").count() >= 1
+        if name == "BOS & controls":  # the answer at once, from what is computed
+            assert page.get_by_text("Is the gap a position-0 artefact?").count() == 1
+    page.goto(server["url"])
+    wait_idle(page)
     if (REPO / "deffcore" / "data" / "default_run.json").exists():
         # the shipped default summary, before any run
         assert "D_eff" in metrics(page)
@@ -214,6 +252,12 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
     wait_idle(page)
     no_errors(page, "after run")
     shot(page, "02_after_run")
+    assert "run=cached%3A" in page.url or "run=cached:" in page.url, page.url
+    page.reload()  # a new session: the URL keeps the current run
+    wait_idle(page)
+    sidebar.get_by_text(done).wait_for()
+    assert sidebar.get_by_label("N passages").input_value() == str(RUN["n"])
+    shot(page, "02b_after_reload")
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DEFF_CACHE_DIR", str(server["cache"]))
@@ -245,19 +289,13 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
     no_errors(page, "after switching pooling")
     shot(page, "03_first_non_bos")
 
-    names = nav_names(page)
-    assert {"Correlation lab", "Short pretraining"} <= set(names), names  # issue 20's pages
-    for i, name in enumerate(names):
-        open_page(page, i)
-        no_errors(page, f"page {name}")
-        assert page.locator("h1").count() >= 1
-        # every page keeps the run: the sidebar still names it
-        assert sidebar.get_by_text(done).count() == 1, name
+    assert {"Correlation lab", "Short pretraining"} <= set(nav_names(page))  # issue 20
+    for name, _ in visit_every_page(page, "page", done):
         body = page.locator('[data-testid="stApp"]').inner_text()
         assert str(server["cache"]) not in body, f"page {name} shows a path from the cache"
         assert ".uploads" not in body, name
-        slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
-        shot(page, f"page_{i:02d}_{slug}")
+        if name == "BOS & controls":  # shown before the background diagnostics finish
+            assert page.get_by_text("Is the gap a position-0 artefact?").count() == 1
 
 
 def nav_names(page) -> list[str]:

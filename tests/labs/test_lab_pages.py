@@ -80,11 +80,18 @@ def test_interventions_page_shows_paper_then_measures(app):
     assert_clean(at)
     shown = table_with(at, "default (this run)")
     direct = intervention_table("tiny-gemma3", n=8, max_tokens=24)  # cache hit
+    from deffcore.interventions import PAPER_LABELS
+
     for name in ("none", "no_post", "no_qk", "no_post_no_qk"):
-        assert shown.loc[name, "default (this run)"] == pytest.approx(direct.value(name, "default"))
-        assert shown.loc[name, "token_normed (this run)"] == pytest.approx(
+        row = PAPER_LABELS[name]  # the picker's words in the table too
+        assert shown.loc[row, "default (this run)"] == pytest.approx(direct.value(name, "default"))
+        assert shown.loc[row, "token_normed (this run)"] == pytest.approx(
             direct.value(name, "token_normed")
         )
+    # beside the paper's values, the run says its trust and how it differs
+    (caveat,) = [w.value for w in at.warning if "Beside the paper" in w.value]
+    assert "noise" in caveat and "published" in caveat
+    assert "Run interventions: tiny" in at.button(key="iv_run").label.replace("\\", "")
     assert any("norm interventions" in t for t in titles(at))
 
 
