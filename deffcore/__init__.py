@@ -72,12 +72,14 @@ from deffcore.synthetic import (
     orthogonal_states,
     orthogonal_updates,
 )
+from deffcore.trust_rule import Trust, trust, trust_badge
 
 __all__ += [
     "BootstrapResult",
     "DepthSummary",
     "MatchedReferences",
     "SyntheticStates",
+    "Trust",
     "UpdateDepth",
     "accumulated_similarity",
     "apply_pc_control",
@@ -98,6 +100,8 @@ __all__ += [
     "remove_top_pcs",
     "similarity_matrix",
     "synthetic",
+    "trust",
+    "trust_badge",
     "update_depth",
     "update_states",
     "validate_states",

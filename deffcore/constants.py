@@ -29,5 +29,9 @@ WINDOW_MODES: tuple[str, ...] = ("windows", "packed")
 #: BOS handling (SPEC section 11.4): the tokenizer's choice, exactly one BOS, or none.
 BOS_OPTIONS: tuple[str, ...] = ("default", "add", "none")
 
+#: A gap to F_L within this many points of 0 (without an interval) is "at the reference"
+#: (SPEC section 11.5); with a bootstrap interval, the gap's interval containing 0 decides.
+REGIME_TOLERANCE: float = 1.0
+
 #: Bump when a change alters extracted numbers; it is part of every cache key.
 CODE_VERSION = "2"

@@ -46,12 +46,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from deffcore.constants import REGIME_TOLERANCE
 from deffcore.errors import DeffError, NonFiniteActivationsError, UnsupportedArchitectureError
 
 #: Passages in the diagnostic pass (SPEC 11: the first min(N, 64) of the run's sample).
 DIAG_PASSAGES = 64
 #: A state has a massive activation when its ratio exceeds this (SPEC 11.2, the onset).
 MASSIVE_THRESHOLD = 100.0
+#: Sun et al. (2024), "Massive Activations in Large Language Models": an activation is
+#: massive when |a| > SUN_MIN_ABS and |a| >= SUN_MIN_RATIO x the median |a| (SPEC 11.2).
+SUN_MIN_ABS = 100.0
+SUN_MIN_RATIO = 1000.0
 #: A head is a sink when its mean attention to position 0 exceeds this (SPEC 11.3).
 SINK_THRESHOLD = 0.3
 #: Bytes of attention probabilities (all L blocks of one batch) per diagnostic batch.
@@ -61,7 +66,7 @@ ATTENTION_BUDGET = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
 VALUES_BUDGET = 2 * 2**30
 #: Name of the file inside a run's cache entry; bump the format when its content changes.
 DIAG_FILE = "diagnostics.json"
-DIAG_FORMAT = 1
+DIAG_FORMAT = 2  # 2: sink scores on passages long enough to beat uniform attention
 
 Progress = Callable[[int, int, str], None]
 
@@ -128,9 +133,44 @@ def sink_scores_batch(attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def sink_fraction(scores: np.ndarray, threshold: float = SINK_THRESHOLD) -> np.ndarray:
-    """scores (L, H) mean attention to position 0 per block and head -> (L,) share of sinks."""
+    """scores (L, H) mean attention to position 0 per block and head -> (L,) share of sinks
+    (NaN for a block without scores: no passage long enough, see `sink_min_length`)."""
     s = np.asarray(scores, dtype=np.float64)
-    return (s > threshold).mean(axis=1)
+    share = (s > threshold).mean(axis=1)
+    return np.where(np.isnan(s).any(axis=1), np.nan, share)
+
+
+def sun_massive(massive_max: Sequence[float], massive_median: Sequence[float]) -> np.ndarray:
+    """(L+1,) bool: state l has a massive activation by Sun et al.'s criterion, applied to the
+    typical largest activation mean_b m_b: > SUN_MIN_ABS and >= SUN_MIN_RATIO x the median."""
+    top = np.asarray([np.nan if v is None else v for v in massive_max], dtype=np.float64)
+    med = np.asarray([np.nan if v is None else v for v in massive_median], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return (top > SUN_MIN_ABS) & (top >= SUN_MIN_RATIO * med)
+
+
+def sun_onset(massive_max: Sequence[float], massive_median: Sequence[float]) -> int | None:
+    """The first state meeting Sun et al.'s criterion (`sun_massive`), None if none does."""
+    hits = np.flatnonzero(sun_massive(massive_max, massive_median))
+    return int(hits[0]) if hits.size else None
+
+
+def uniform_sink_score(n_tokens: int) -> float:
+    """a_{l,h} of uniform causal attention on a passage of n tokens: query t attends 1/(t+1)
+    to position 0, so mean_{t=1..n-1} 1/(t+1) = (H_n - 1) / (n - 1) (0.5 at 2 tokens, 0.06 at
+    64). Needs n >= 2 (query 0 is excluded, SPEC 11.3)."""
+    if n_tokens < 2:
+        raise DeffError(f"The sink score needs a passage of >= 2 tokens, not {n_tokens}.")
+    return float(sum(1.0 / (t + 1) for t in range(1, n_tokens)) / (n_tokens - 1))
+
+
+def sink_min_length(threshold: float = SINK_THRESHOLD) -> int:
+    """The shortest passage on which uniform attention alone stays at or below `threshold`
+    (6 tokens for 0.3): shorter passages would make every head a "sink"."""
+    n = 2
+    while uniform_sink_score(n) > threshold:
+        n += 1
+    return n
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +184,10 @@ class BosDiagnostics:
 
     massive_ratio, massive_position, massive_dim, massive_max (mean_b m_b), massive_median:
         (L+1,) per state h_0 .. h_L
-    sink_scores:  (L, H) a_{l,h}; sink_fraction: (L,)
+    sink_scores:  (L, H) a_{l,h} over the passages of >= `sink_min_length()` tokens (NaN when
+                  there is none); sink_fraction: (L,); sink_passages: how many passages that
+                  is; sink_baseline: uniform causal attention's a_{l,h} on them (the mean of
+                  `uniform_sink_score(n_b)`)
     token_ids:    ids of each diagnosed passage; tokens: their strings
     token_norms:  per passage (L+1, n_b) ||h_l[t]||
     passage_max_position, passage_max_dim, passage_max_value: (n, L+1) where each passage's
@@ -163,6 +206,8 @@ class BosDiagnostics:
     passage_max_position: np.ndarray
     passage_max_dim: np.ndarray
     passage_max_value: np.ndarray
+    sink_passages: int = 0
+    sink_baseline: float = float("nan")
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -181,6 +226,14 @@ class BosDiagnostics:
     def massive_onset(self) -> int | None:
         return massive_onset(self.massive_ratio)
 
+    @property
+    def sun_massive(self) -> np.ndarray:
+        return sun_massive(self.massive_max, self.massive_median)
+
+    @property
+    def sun_onset(self) -> int | None:
+        return sun_onset(self.massive_max, self.massive_median)
+
     def to_dict(self, tokens: bool = True) -> dict[str, Any]:
         """Plain JSON-ready values; `tokens=False` leaves out the per-token inspector data."""
         out: dict[str, Any] = {
@@ -194,9 +247,16 @@ class BosDiagnostics:
             "massive_median": _floats(self.massive_median),
             "massive_onset": self.massive_onset,
             "massive_threshold": MASSIVE_THRESHOLD,
+            "sun_massive": [bool(v) for v in self.sun_massive],
+            "sun_onset": self.sun_onset,
+            "sun_min_abs": SUN_MIN_ABS,
+            "sun_min_ratio": SUN_MIN_RATIO,
             "sink_fraction": _floats(self.sink_fraction),
             "sink_scores": [_floats(row) for row in self.sink_scores],
             "sink_threshold": SINK_THRESHOLD,
+            "sink_passages": int(self.sink_passages),
+            "sink_baseline": _floats([self.sink_baseline])[0],
+            "sink_min_length": sink_min_length(),
             "meta": self.meta,
         }
         if tokens:
@@ -294,9 +354,11 @@ def eager_attention(model: torch.nn.Module) -> Iterator[None]:
         model.set_attn_implementation(previous)
 
 
-def _add_sink_scores(scores: np.ndarray, out: Any, mask: torch.Tensor, arch: str) -> np.ndarray:
-    """scores (L, H) plus this batch's per-passage sums of a_{l,h} (the model output's
-    `attentions`, one (B, H, T, T) per block)."""
+def _add_sink_scores(
+    scores: np.ndarray, out: Any, mask: torch.Tensor, arch: str, eligible: torch.Tensor
+) -> np.ndarray:
+    """scores (L, H) plus this batch's sums of a_{l,h} over its `eligible` (B,) bool passages
+    (the model output's `attentions`, one (B, H, T, T) per block)."""
     attentions = getattr(out, "attentions", None)
     L = scores.shape[0]
     if not attentions or len(attentions) != L or attentions[0] is None:
@@ -308,8 +370,9 @@ def _add_sink_scores(scores: np.ndarray, out: Any, mask: torch.Tensor, arch: str
         if scores.any():
             raise UnsupportedArchitectureError(f"{arch} changed its number of heads mid-run.")
         scores = np.zeros((L, attentions[0].shape[1]), dtype=np.float64)
+    keep = eligible.to(attentions[0].device)
     for layer, attn in enumerate(attentions):
-        scores[layer] += sink_scores_batch(attn, mask.bool()).sum(0).cpu().numpy()
+        scores[layer] += sink_scores_batch(attn, mask.bool())[keep].sum(0).cpu().numpy()
     return scores
 
 
@@ -318,29 +381,18 @@ def _token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
     return [tokenizer.decode([i]) for i in ids]
 
 
-def bos_diagnostics(
+def _diagnostic_ids(
     loaded: Any,
-    passages: list[str] | None = None,
-    *,
-    token_ids: list[list[int]] | None = None,
-    max_tokens: int | None = None,
-    bos: str = "default",
-    max_passages: int = DIAG_PASSAGES,
-    batch_size: int | None = None,
-    progress: Progress | None = None,
-) -> BosDiagnostics:
-    """Massive activations and attention sinks of `loaded` (a `LoadedModel`) on the first
-    `max_passages` passages with >= 2 tokens.
-
-    Either `passages` (texts, tokenised with `max_tokens` and the BOS option `bos`) or
-    `token_ids` (ready ids, e.g. the run's windows). One eager-attention forward pass per batch,
-    right padding; the model's attention implementation is restored afterwards.
-    Raises TooFewPassagesError (no passage with >= 2 tokens), NonFiniteActivationsError,
-    UnsupportedArchitectureError (no attention probabilities).
-    """
+    passages: list[str] | None,
+    token_ids: list[list[int]] | None,
+    max_tokens: int | None,
+    bos: str,
+    max_passages: int,
+) -> list[list[int]]:
+    """The ids of the first `max_passages` passages with >= 2 tokens (texts tokenised with
+    `max_tokens` and `bos`, or ready `token_ids`)."""
     from deffcore.errors import TooFewPassagesError
-    from deffcore.extract import _pad, _register_hooks, keep_long_enough, tokenize
-    from deffcore.models import base_model
+    from deffcore.extract import keep_long_enough, tokenize
 
     if token_ids is None:
         if max_tokens is None:
@@ -351,22 +403,37 @@ def bos_diagnostics(
     ids = ids[:max_passages]
     if not ids:
         raise TooFewPassagesError("No passage has the 2 tokens the diagnostics need.")
+    return ids
+
+
+def _value_groups(ids: list[list[int]], layers: int, d_model: int) -> list[list[int]]:
+    """The exact median needs every |h| value of a layer at once: when all layers do not fit
+    VALUES_BUDGET, later passes (no attention output) collect the remaining layers in groups."""
+    per_layer = sum(len(s) for s in ids) * d_model * 4
+    group = max(1, min(layers + 1, VALUES_BUDGET // max(per_layer, 1)))
+    return [list(range(g, min(g + group, layers + 1))) for g in range(0, layers + 1, group)]
+
+
+def _diagnostic_passes(
+    loaded: Any,
+    ids: list[list[int]],
+    collector: _Collector,
+    heads: int,
+    batch_size: int,
+    progress: Progress | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The eager forward passes: sums of a_{l,h} (L, H) over the passages long enough for the
+    sink test, and the (L+1,) medians of |h|; the collector keeps the rest."""
+    from deffcore.extract import _pad, _register_hooks
+    from deffcore.models import base_model
+
     model, L = loaded.model, loaded.layers
-    heads = _num_heads(model)
     tok = loaded.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    T = max(len(s) for s in ids)
-    if batch_size is None:
-        budget = ATTENTION_BUDGET["cuda" if loaded.device.startswith("cuda") else "cpu"]
-        batch_size = max(1, budget // (L * heads * T * T * 4))
-    collector = _Collector(L, len(ids))
+    long_enough = torch.tensor([len(s) >= sink_min_length() for s in ids])
     scores = np.zeros((L, heads), dtype=np.float64)
     medians = np.zeros(L + 1, dtype=np.float64)
-    # The exact median needs every |h| value of a layer at once: when all layers do not fit
-    # VALUES_BUDGET, later passes (no attention output) collect the remaining layers in groups.
-    per_layer = sum(len(s) for s in ids) * loaded.d_model * 4
-    group = max(1, min(L + 1, VALUES_BUDGET // max(per_layer, 1)))
-    groups = [list(range(g, min(g + group, L + 1))) for g in range(0, L + 1, group)]
+    groups = _value_groups(ids, L, loaded.d_model)
     handles = _register_hooks(model, collector)
     base = base_model(model)
     try:
@@ -387,7 +454,10 @@ def bos_diagnostics(
                         output_attentions=g == 0,
                     )
                     if g == 0:
-                        scores = _add_sink_scores(scores, out, b_mask, loaded.architecture)
+                        eligible = long_enough[batch]
+                        scores = _add_sink_scores(
+                            scores, out, b_mask, loaded.architecture, eligible
+                        )
                     if progress is not None:
                         done = g * len(ids) + batch[-1] + 1
                         progress(done, len(groups) * len(ids), "diagnostics")
@@ -397,7 +467,39 @@ def bos_diagnostics(
     finally:
         for h in handles:
             h.remove()
-    n = len(ids)
+    return scores, medians
+
+
+def bos_diagnostics(
+    loaded: Any,
+    passages: list[str] | None = None,
+    *,
+    token_ids: list[list[int]] | None = None,
+    max_tokens: int | None = None,
+    bos: str = "default",
+    max_passages: int = DIAG_PASSAGES,
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+) -> BosDiagnostics:
+    """Massive activations and attention sinks of `loaded` (a `LoadedModel`) on the first
+    `max_passages` passages with >= 2 tokens.
+
+    Either `passages` (texts, tokenised with `max_tokens` and the BOS option `bos`) or
+    `token_ids` (ready ids, e.g. the run's windows). One eager-attention forward pass per batch,
+    right padding; the model's attention implementation is restored afterwards. Sink scores
+    count only passages of >= `sink_min_length()` tokens (uniform attention passes the
+    threshold on shorter ones). Raises TooFewPassagesError (no passage with >= 2 tokens),
+    NonFiniteActivationsError, UnsupportedArchitectureError (no attention probabilities).
+    """
+    ids = _diagnostic_ids(loaded, passages, token_ids, max_tokens, bos, max_passages)
+    L, heads = loaded.layers, _num_heads(loaded.model)
+    if batch_size is None:
+        T = max(len(s) for s in ids)
+        budget = ATTENTION_BUDGET["cuda" if loaded.device.startswith("cuda") else "cpu"]
+        batch_size = max(1, budget // (L * heads * T * T * 4))
+    collector = _Collector(L, len(ids))
+    scores, medians = _diagnostic_passes(loaded, ids, collector, heads, batch_size, progress)
+    lengths = [len(s) for s in ids if len(s) >= sink_min_length()]
     mean_max = collector.max_value.mean(0)
     return BosDiagnostics(
         massive_ratio=mean_max / medians,
@@ -405,13 +507,17 @@ def bos_diagnostics(
         massive_dim=np.array([most_frequent(c) for c in collector.max_dim.T]),
         massive_max=mean_max,
         massive_median=medians,
-        sink_scores=scores / n,
+        sink_scores=scores / len(lengths) if lengths else np.full_like(scores, np.nan),
         token_ids=[list(map(int, s)) for s in ids],
-        tokens=[_token_strings(tok, s) for s in ids],
+        tokens=[_token_strings(loaded.tokenizer, s) for s in ids],
         token_norms=[np.asarray(x) for x in collector.norms],
         passage_max_position=collector.max_position,
         passage_max_dim=collector.max_dim,
         passage_max_value=collector.max_value,
+        sink_passages=len(lengths),
+        sink_baseline=(
+            float(np.mean([uniform_sink_score(n) for n in lengths])) if lengths else float("nan")
+        ),
         meta={
             "model": loaded.spec,
             "architecture": loaded.architecture,
@@ -419,7 +525,7 @@ def bos_diagnostics(
             "dtype": loaded.dtype,
             "adds_bos": bool(loaded.adds_bos),
             "batch_size": int(batch_size),
-            "passages": n,
+            "passages": len(ids),
             "tokens": int(sum(len(s) for s in ids)),
         },
     )
@@ -524,15 +630,75 @@ def diagnose(
 # ---------------------------------------------------------------------------------------------
 
 
+#: Without the run's structure (`bos_verdict(identical=None)`), controls whose gaps agree to
+#: this many points count as one control.
+IDENTICAL_GAP_POINTS = 1e-3
+#: `no_pos0_identity`: the centred default and (n-1)/n times the centred no_pos0 may differ by
+#: this much (relative, per state) and still be one control (float32 pooled means differ by
+#: ~1e-7; a first token that varies over passages differs by far more).
+IDENTICAL_REL = 1e-4
+
+_REGIME_WORDS = {
+    "below": "D_eff < F_L",
+    "above": "D_eff > F_L",
+    "at the reference": "D_eff at F_L",
+}
+
+
+def no_pos0_identity(pooled: Any, metric: str = "cka") -> str | None:
+    """Why `no_pos0` is the same control as `default` for this run, or None (SPEC 11.5).
+
+    When every passage has the same length n and h_l[0] is one vector v_l for all passages
+    (one first token id: under causal attention h_l[0] depends on it alone), each passage's
+    default pooling is v_l / n + (n-1)/n times its no_pos0 pooling; centring removes v_l / n,
+    so linear and unbiased CKA (invariant to scale) give exactly the same S. Checked on the
+    pooled states themselves (`PooledStates`: pooled h_0..h_L and lengths):
+    ||centred default - (n-1)/n centred no_pos0|| <= IDENTICAL_REL ||centred default|| at
+    every state. Cosine is not translation invariant: never identical.
+    """
+    lengths = getattr(pooled, "lengths", None)
+    if metric == "cosine" or lengths is None or len(lengths) == 0:
+        return None
+    lengths = np.asarray(lengths)
+    if not (lengths == lengths[0]).all() or "no_pos0" not in pooled.pooled:
+        return None
+    n = int(lengths[0])
+    for layer in range(pooled.pooled["default"].shape[0]):
+        full = np.asarray(pooled.pooled["default"][layer], dtype=np.float64)
+        rest = np.asarray(pooled.pooled["no_pos0"][layer], dtype=np.float64)
+        full = full - full.mean(axis=0)
+        rest = (rest - rest.mean(axis=0)) * (n - 1) / n
+        if np.linalg.norm(full - rest) > IDENTICAL_REL * np.linalg.norm(full):
+            return None
+    return (
+        f"every passage has {n} tokens and starts with the same token, so h_l[0] is one vector "
+        "for all passages and centring removes it"
+    )
+
+
+def identical_controls(measurement: Any, metric: str | None = None) -> dict[str, str]:
+    """{control: why it equals `default`} for this run (so far only `no_pos0`, see
+    `no_pos0_identity`); empty when every control is its own."""
+    reason = no_pos0_identity(measurement.pooled, metric or measurement.metric)
+    return {"no_pos0": reason} if reason else {}
+
+
 @dataclass
 class BosVerdict:
     """What a researcher wants to know about BOS sensitivity, and one sentence saying it.
 
-    regime_depends: the controls disagree on the sign of the gap (D_eff below/above F_L);
-    flipped: the controls whose regime differs from `default`'s; gap_move: max - min gap over
-    the controls (points); massive_layer: the first state with a ratio > 100 *at position 0*
-    (None: none); massive_onset/_position: the first state with a ratio > 100 and where its
-    maximum sits; sink_max (its layer) and sink_mean: share of sink heads over blocks 1..L.
+    regimes: each control's regime ("below", "at the reference", "above" F_L; SPEC 11.5, a gap
+    within ±REGIME_TOLERANCE points is at the reference); regime_depends: the distinct
+    controls include both signs; flipped: the controls whose sign is the opposite of
+    `default`'s; at_reference: those at the reference; identical: {control: why it is
+    `default` for this run}, counted once; distinct: how many controls are their own;
+    gap_move: max - min gap over the controls (points). Massive activations, by the ratio
+    (ours): massive_layer: the first state with a ratio > 100 *at position 0* (None: none);
+    massive_onset/_position: the first state with a ratio > 100 and where its maximum sits;
+    by Sun et al.'s criterion (|a| > 100 and >= 1,000x the median): sun_onset/_position
+    (None also when not evaluated, see sun_evaluated). Sinks: sink_max (its layer) and
+    sink_mean: share of sink heads over blocks 1..L; sink_baseline: uniform attention's
+    score on the diagnosed passages; sink_passages: how many were long enough.
     """
 
     gaps: dict[str, float]
@@ -540,13 +706,22 @@ class BosVerdict:
     regime_depends: bool
     flipped: list[str]
     gap_move: float
+    regimes: dict[str, str] = field(default_factory=dict)
+    at_reference: list[str] = field(default_factory=list)
+    identical: dict[str, str] = field(default_factory=dict)
+    distinct: int = 0
     massive_layer: int | None = None
     massive_onset: int | None = None
     massive_onset_position: int | None = None
     massive_peak: float | None = None
+    sun_evaluated: bool = False
+    sun_onset: int | None = None
+    sun_onset_position: int | None = None
     sink_max: float | None = None
     sink_max_layer: int | None = None
     sink_mean: float | None = None
+    sink_baseline: float | None = None
+    sink_passages: int | None = None
     sentence: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -555,13 +730,132 @@ class BosVerdict:
         return asdict(self)
 
 
-def _below(gap: float) -> bool:
-    """gap > 0 means D_eff < F_L (below the orthogonal-update reference)."""
-    return gap > 0
+def _numbers(values: Sequence[Any] | None) -> np.ndarray | None:
+    if values is None:
+        return None
+    return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
-def _regime(gap: float) -> str:
-    return "D_eff < F_L" if _below(gap) else "D_eff ≥ F_L"
+def _guess_identical(clean: Mapping[str, float]) -> dict[str, str]:
+    """Without the run's structure: no_pos0 counts as default when their gaps agree to
+    IDENTICAL_GAP_POINTS (see `no_pos0_identity` for when they are exactly equal)."""
+    if "no_pos0" in clean and abs(clean["no_pos0"] - clean["default"]) <= IDENTICAL_GAP_POINTS:
+        return {
+            "no_pos0": f"its gap equals default's to {IDENTICAL_GAP_POINTS:g} points, as when "
+            "every passage has the same length and first token, which makes h_l[0] one vector "
+            "that centring removes"
+        }
+    return {}
+
+
+def _controls_part(v: BosVerdict) -> str:
+    """The sentence about the pooling controls (regimes with the tolerance, identities)."""
+    distinct = {p: g for p, g in v.gaps.items() if p not in v.identical}
+    by = {r: [p for p in distinct if v.regimes[p] == r] for r in _REGIME_WORDS}
+    default = v.regimes["default"]
+    lo, hi = min(distinct.values()), max(distinct.values())
+    count = f"{len(distinct)} {'distinct ' if v.identical else ''}controls"
+    at = (
+        f"; {_and(by['at the reference'])} {_is(by['at the reference'])} at the reference "
+        f"(gap within ±{REGIME_TOLERANCE:g} point{'s' if REGIME_TOLERANCE != 1 else ''})"
+        if by["at the reference"]
+        else ""
+    )
+    if v.regime_depends and default != "at the reference":
+        text = (
+            f"the regime depends on the control: default gives {_REGIME_WORDS[default]} (gap "
+            f"{v.default_gap:+.1f}%) but {_and(v.flipped)} {_give(v.flipped)} "
+            f"{_REGIME_WORDS['above' if default == 'below' else 'below']}{at}, and the gap "
+            f"moves by {v.gap_move:.1f} points across the {count}"
+        )
+    elif v.regime_depends:
+        text = (
+            f"the regime depends on the control: {_and(by['below'])} {_give(by['below'])} "
+            f"D_eff < F_L but {_and(by['above'])} {_give(by['above'])} D_eff > F_L{at}, and the "
+            f"gap moves by {v.gap_move:.1f} "
+            f"points across the {count}"
+        )
+    else:
+        sign = next((r for r in ("below", "above") if by[r]), None)
+        gives = f"give {_REGIME_WORDS[sign]}" if sign else "are at the reference"
+        every = "both" if len(distinct) == 2 else "all"
+        which = f"{every} {count}" if not (sign and at) else f"{len(by[sign])} of the {count}"
+        text = (
+            f"the regime does not depend on the control: {which} {gives} (gaps {lo:+.1f}% to "
+            f"{hi:+.1f}%, a {v.gap_move:.1f}-point move){at if sign else ''}"
+        )
+    for control, why in v.identical.items():
+        text += f"; {control} is the same control as default here ({why}), counted once"
+    return text
+
+
+def _massive_part(
+    v: BosVerdict,
+    ratio: np.ndarray,
+    position: Sequence[int],
+    top: np.ndarray | None,
+    median: np.ndarray | None,
+    threshold: float,
+) -> str:
+    """The sentence about massive activations: the ratio's onset, then Sun et al.'s."""
+    pos = list(position)
+    v.massive_peak = float(np.nanmax(ratio))
+    v.massive_onset = massive_onset(ratio, threshold)
+    if v.massive_onset is not None:
+        v.massive_onset_position = int(pos[v.massive_onset])
+    at0 = [i for i, r in enumerate(ratio) if np.isfinite(r) and r > threshold and pos[i] == 0]
+    v.massive_layer = at0[0] if at0 else None
+    peak_layer = int(np.nanargmax(ratio))
+    if v.massive_layer is not None:
+        text = (
+            f"a massive activation sits at position 0 from layer {v.massive_layer} by the ratio "
+            f"(> {threshold:.0f}x the median; peak ratio {v.massive_peak:,.0f}x at layer "
+            f"{peak_layer})"
+        )
+    elif v.massive_onset is not None:
+        text = (
+            f"a massive activation appears from layer {v.massive_onset}, at position "
+            f"{v.massive_onset_position}, not position 0, by the ratio (> {threshold:.0f}x)"
+        )
+    else:
+        text = (
+            f"no massive activation (peak ratio {v.massive_peak:,.1f}x at layer "
+            f"{peak_layer}, below {threshold:.0f}x)"
+        )
+    if top is None or median is None:
+        return text + "; Sun et al.'s criterion needs the activations' magnitudes (not given)"
+    v.sun_evaluated = True
+    v.sun_onset = sun_onset(top, median)
+    sun = f"Sun et al.'s criterion (|a| > {SUN_MIN_ABS:.0f} and ≥ {SUN_MIN_RATIO:,.0f}x the median)"
+    if v.sun_onset is None:
+        return text + f"; by {sun} no state has one"
+    v.sun_onset_position = int(pos[v.sun_onset])
+    return text + f"; by {sun} from layer {v.sun_onset}, at position {v.sun_onset_position}"
+
+
+def _sink_part(
+    v: BosVerdict, frac: np.ndarray | None, baseline: float | None, passages: int | None
+) -> str:
+    """The sentence about attention sinks, beside uniform attention's score."""
+    v.sink_baseline, v.sink_passages = baseline, passages
+    if frac is None or not len(frac):
+        return "attention sinks not computed"
+    if passages == 0 or np.isnan(frac).all():
+        return (
+            f"attention sinks not computed: no diagnosed passage has the {sink_min_length()} "
+            f"tokens on which uniform attention stays below {SINK_THRESHOLD}"
+        )
+    v.sink_max = float(np.nanmax(frac))
+    v.sink_max_layer = int(np.nanargmax(frac)) + 1
+    v.sink_mean = float(np.nanmean(frac))
+    uniform = "" if baseline is None else f"uniform attention would score {baseline:.2f}"
+    if v.sink_max > 0:
+        return (
+            f"up to {100 * v.sink_max:.0f}% of a block's heads are attention sinks "
+            f"(block {v.sink_max_layer}; {100 * v.sink_mean:.0f}% on average over blocks"
+            f"{'; ' + uniform if uniform else ''})"
+        )
+    return "no head is an attention sink in any block" + (f" ({uniform})" if uniform else "")
 
 
 def bos_verdict(
@@ -571,84 +865,52 @@ def bos_verdict(
     massive_position: Sequence[int] | None = None,
     sink_fraction: Sequence[float] | None = None,
     threshold: float = MASSIVE_THRESHOLD,
+    massive_max: Sequence[float] | None = None,
+    massive_median: Sequence[float] | None = None,
+    sink_baseline: float | None = None,
+    sink_passages: int | None = None,
+    identical: Mapping[str, str] | None = None,
 ) -> BosVerdict:
     """One verdict from the gap to F_L (%) of each pooling control and the diagnostics.
 
-    gaps: {pooling: gap_pct}, `default` included; NaN gaps are left out. massive_ratio and
-    massive_position: (L+1,) per state h_0..h_L; sink_fraction: (L,) per block 1..L (layer
-    l = index + 1). Either may be None (not computed): the sentence then says so.
+    gaps: {pooling: gap_pct}, `default` included; NaN gaps are left out. massive_ratio,
+    massive_position, massive_max, massive_median: (L+1,) per state h_0..h_L; sink_fraction:
+    (L,) per block 1..L (layer l = index + 1); sink_baseline, sink_passages: see
+    `BosDiagnostics` (`verdict_inputs(diagnose(...))` gives all of these). Any may be None
+    (not computed): the sentence then says so. identical: {control: why it equals default
+    for this run} (`identical_controls`); None: guessed from equal gaps (`_guess_identical`).
     """
+    from deffcore.trust_rule import regime_of
+
     clean = {p: float(g) for p, g in gaps.items() if g is not None and math.isfinite(g)}
     if "default" not in clean:
         raise DeffError("The verdict needs the default pooling's gap to F_L.")
-    default = clean["default"]
-    flipped = [p for p, g in clean.items() if _below(g) != _below(default)]
-    move = max(clean.values()) - min(clean.values())
+    same = dict(_guess_identical(clean) if identical is None else identical)
+    same = {p: why for p, why in same.items() if p in clean and p != "default"}
+    regimes = {p: regime_of(g) for p, g in clean.items()}
+    distinct = [p for p in clean if p not in same]
+    signs = {regimes[p] for p in distinct} - {"at the reference"}
+    default = regimes["default"]
+    opposite = {"below": "above", "above": "below"}.get(default)
     v = BosVerdict(
         gaps=clean,
-        default_gap=default,
-        regime_depends=bool(flipped),
-        flipped=flipped,
-        gap_move=move,
+        default_gap=clean["default"],
+        regime_depends=len(signs) == 2,
+        flipped=[p for p in distinct if regimes[p] == opposite],
+        gap_move=max(clean[p] for p in distinct) - min(clean[p] for p in distinct),
+        regimes=regimes,
+        at_reference=[p for p in distinct if regimes[p] == "at the reference"],
+        identical=same,
+        distinct=len(distinct),
     )
-    if flipped:
-        parts = [
-            f"the regime depends on the control: default gives {_regime(default)} "
-            f"(gap {default:+.1f}%) but {_and(flipped)} give{'s' if len(flipped) == 1 else ''} "
-            f"{_regime(-default if default != 0 else 1.0)}, and the gap moves by {move:.1f} "
-            f"points across the {len(clean)} controls"
-        ]
-    else:
-        parts = [
-            f"the regime does not depend on the control: all {len(clean)} controls give "
-            f"{_regime(default)} (gaps {min(clean.values()):+.1f}% to "
-            f"{max(clean.values()):+.1f}%, a {move:.1f}-point move)"
-        ]
-    if massive_ratio is not None and massive_position is not None:
-        ratio = np.asarray([np.nan if r is None else r for r in massive_ratio], dtype=np.float64)
-        pos = list(massive_position)
-        v.massive_peak = float(np.nanmax(ratio))
-        v.massive_onset = massive_onset(ratio, threshold)
-        if v.massive_onset is not None:
-            v.massive_onset_position = int(pos[v.massive_onset])
-        at0 = [
-            layer
-            for layer, r in enumerate(ratio)
-            if np.isfinite(r) and r > threshold and pos[layer] == 0
-        ]
-        v.massive_layer = at0[0] if at0 else None
-        peak_layer = int(np.nanargmax(ratio))
-        if v.massive_layer is not None:
-            parts.append(
-                f"a massive activation sits at position 0 from layer {v.massive_layer} "
-                f"(peak ratio {v.massive_peak:,.0f}x at layer {peak_layer})"
-            )
-        elif v.massive_onset is not None:
-            parts.append(
-                f"a massive activation appears from layer {v.massive_onset}, at position "
-                f"{v.massive_onset_position}, not position 0"
-            )
-        else:
-            parts.append(
-                f"no massive activation (peak ratio {v.massive_peak:,.1f}x at layer "
-                f"{peak_layer}, below {threshold:.0f}x)"
-            )
+    parts = [_controls_part(v)]
+    ratio = _numbers(massive_ratio)
+    if ratio is not None and massive_position is not None:
+        top, median = _numbers(massive_max), _numbers(massive_median)
+        parts.append(_massive_part(v, ratio, massive_position, top, median, threshold))
     else:
         parts.append("massive activations not computed")
-    if sink_fraction is not None and len(sink_fraction):
-        frac = np.asarray(sink_fraction, dtype=np.float64)
-        v.sink_max = float(frac.max())
-        v.sink_max_layer = int(frac.argmax()) + 1
-        v.sink_mean = float(frac.mean())
-        if v.sink_max > 0:
-            parts.append(
-                f"up to {100 * v.sink_max:.0f}% of a block's heads are attention sinks "
-                f"(block {v.sink_max_layer}; {100 * v.sink_mean:.0f}% on average over blocks)"
-            )
-        else:
-            parts.append("no head is an attention sink in any block")
-    else:
-        parts.append("attention sinks not computed")
+    parts.append(_sink_part(v, _numbers(sink_fraction), sink_baseline, sink_passages))
     sentence = "; ".join(parts) + "."
     v.sentence = sentence[0].upper() + sentence[1:]
     return v
@@ -659,32 +921,64 @@ def _and(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def _is(items: Sequence[str]) -> str:
+    return "is" if len(items) == 1 else "are"
+
+
+def _give(items: Sequence[str]) -> str:
+    return "gives" if len(items) == 1 else "give"
+
+
+def verdict_inputs(diagnostics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keyword arguments of `bos_verdict` held by a `diagnose` dict (None: not computed);
+    keys an older or partial dict lacks stay None."""
+    d = diagnostics or {}
+    keys = ("massive_ratio", "massive_position", "massive_max", "massive_median")
+    out = {k: d.get(k) for k in keys}
+    out.update(
+        sink_fraction=d.get("sink_fraction"),
+        sink_baseline=d.get("sink_baseline"),
+        sink_passages=d.get("sink_passages"),
+    )
+    return out
+
+
 def verdict_for(
     measurement: Any,
     diagnostics: Mapping[str, Any] | None,
     metric: str | None = None,
     K: int | None = None,
 ) -> BosVerdict:
-    """`bos_verdict` of a `Measurement` (every pooling control, maximum lag K) and its
-    `diagnose` dict (None: not computed)."""
+    """`bos_verdict` of a `Measurement` (every pooling control, maximum lag K, the controls
+    identical for this run) and its `diagnose` dict (None: not computed)."""
     from deffcore.constants import POOLINGS
 
     gaps = {p: measurement.summary(p, metric, K).gap_pct for p in POOLINGS}
-    d = diagnostics or {}
     return bos_verdict(
         gaps,
-        massive_ratio=d.get("massive_ratio"),
-        massive_position=d.get("massive_position"),
-        sink_fraction=d.get("sink_fraction"),
+        identical=identical_controls(measurement, metric),
+        **verdict_inputs(diagnostics),
     )
 
 
-def bos_report(measurement: Any, diagnostics: Mapping[str, Any], metric: str | None = None):
-    """The `bos` command's JSON object (see `python -m deffcore bos --help`)."""
+def bos_report(
+    measurement: Any,
+    diagnostics: Mapping[str, Any],
+    metric: str | None = None,
+    bootstrap: int | None = None,
+) -> dict[str, Any]:
+    """The `bos` command's JSON object (see `python -m deffcore bos --help`).
+
+    Each result names the control it is identical to for this run (`identical_to`, else None);
+    `trust` is the default pooling's trust (`deffcore.trust_rule.measurement_trust`, with a
+    `bootstrap`-replicate interval when given).
+    """
     from deffcore.constants import POOLINGS
     from deffcore.depth import reference_depth
+    from deffcore.trust_rule import measurement_trust
 
     metric = metric or measurement.metric
+    verdict = verdict_for(measurement, diagnostics, metric)
     results = {}
     for p in POOLINGS:
         s = measurement.summary(p, metric)
@@ -693,10 +987,12 @@ def bos_report(measurement: Any, diagnostics: Mapping[str, Any], metric: str | N
             "deff_over_L": s.deff_over_L,
             "gap_pct": s.gap_pct,
             "rho1": s.rho1,
+            "identical_to": "default" if p in verdict.identical else None,
         }
-    verdict = verdict_for(measurement, diagnostics, metric)
     ratio, layer = measurement.pos0_peak()
     spec = measurement.spec
+    keys = ("massive_ratio", "massive_position", "massive_dim", "massive_onset", "sun_massive")
+    keys += ("sun_onset", "sink_fraction", "sink_baseline", "sink_passages", "sink_min_length")
     return {
         "model": spec.model,
         "dataset": spec.dataset,
@@ -712,11 +1008,7 @@ def bos_report(measurement: Any, diagnostics: Mapping[str, Any], metric: str | N
         "layers": measurement.layers,
         "reference_FL": float(reference_depth(measurement.layers)),
         "diagnostic_passages": diagnostics["n_passages"],
-        "massive_ratio": diagnostics["massive_ratio"],
-        "massive_position": diagnostics["massive_position"],
-        "massive_dim": diagnostics["massive_dim"],
-        "massive_onset": diagnostics["massive_onset"],
-        "sink_fraction": diagnostics["sink_fraction"],
+        **{k: diagnostics.get(k) for k in keys},
         "pos0_norm_ratio": {
             "max": ratio,
             "layer": layer,
@@ -725,5 +1017,6 @@ def bos_report(measurement: Any, diagnostics: Mapping[str, Any], metric: str | N
         "results": results,
         "verdict": verdict.sentence,
         "verdict_detail": verdict.to_dict(),
+        "trust": measurement_trust(measurement, "default", metric, bootstrap=bootstrap).to_dict(),
         "cached": {"run": bool(measurement.cached), "diagnostics": bool(diagnostics["cached"])},
     }

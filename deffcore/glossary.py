@@ -85,6 +85,15 @@ GLOSSARY: dict[str, str] = {
     "dwarf everything else and can dominate a mean over tokens.",
     "attention sink": "A token (often the first) that many heads attend to by default; it tends "
     "to carry a massive activation.",
+    "Sun et al.'s criterion": "Sun et al. (2024) call an activation massive when it exceeds 100 "
+    "in size and is at least 1,000 times the median; it is reported beside the ratio > 100.",
+    "uniform attention baseline": "What a head that spreads its attention evenly over the "
+    "earlier tokens would score on the sink test: 0.5 at 2 tokens, 0.06 at 64. Passages under "
+    "6 tokens are left out of the sink test because even uniform attention passes 0.3 there.",
+    "identical control": "A control that equals another for this run, for example no_pos0 and "
+    "default when every passage has the same length and first token; it is counted once.",
+    "at the reference": "A gap to F_L too close to 0 to call a regime: within ±1 point, or an "
+    "interval that contains 0.",
     # --- references
     "orthogonal updates": "A construction in which every layer adds a new, unrelated update; "
     "equal sizes and no h_0 give exactly D_eff = F_L.",
@@ -110,6 +119,13 @@ GLOSSARY: dict[str, str] = {
     "before any training, several seeds.",
     "bootstrap CI": "A 95% range for D_eff/L from re-measuring on passages drawn again with "
     "replacement; it shows how much the number depends on which passages were used.",
+    "trust badge": "How far to trust a headline number: solid (within 2% of its value at "
+    "unlimited passages, checked on constructions with a known answer), indicative, or noise "
+    "(possibly off by more than 10%).",
+    "bias-corrected value": "The headline with its estimated finite-sample bias removed: D_eff/L "
+    "under unbiased CKA, or the bootstrap's correction 2 x point - mean of the replicates.",
+    "differs from random weights": "Said only when the bootstrap interval does not overlap the "
+    "random-weight band and that band comes from at least 5 seeds.",
     "windows": "Passages cut as fixed-length token windows from a long text instead of one "
     "document each.",
     "packed windows": "Token windows cut after joining all documents into one stream (a blank "

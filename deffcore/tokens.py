@@ -22,7 +22,14 @@ plain-text separator "\n\n" between documents, then cuts that stream the same wa
 span two documents, and only the stream's last partial chunk is lost, so short documents
 give more windows (BBC, SmolLM2, 128 tokens: 8,884 against 7,741). The separator is text, not
 an EOS or BOS, so the only special tokens in a window are its own prefix and suffix, and the
-BOS/position-0 controls mean the same in both modes. `sample_windows` draws N windows with the
+BOS/position-0 controls mean the same in both modes. Decision: the stream joins the bodies
+*tokenised separately* with the separator's own ids, so its text is exactly the joined text
+but not always its tokenisation: a byte-level BPE (GPT-2's pre-tokenizer, as SmolLM2's) gives
+"\n\n" alone one token (1116) and "\n\n" before a letter two ("\n" "\n"), so the stream
+holds one token per document boundary that tokenising the joined text would split (Gemma-3's
+tokenizer gives the same ids both ways; tests/test_packed_tokenisation.py shows both).
+Tokenising the joined text would change every cached packed run under its key, so it waits
+for a cache-key change. `sample_windows` draws N windows with the
 run's seed (`numpy.random.default_rng(seed).permutation`, like documents). `count_windows` says
 how many windows a (model, dataset, max_tokens, bos, mode) choice yields from the tokenizer
 alone.

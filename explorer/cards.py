@@ -11,7 +11,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.snapshot import RunView, SnapshotView, download_stem, run_identity
-from deffcore.trust import Trust, trust_badge
+from deffcore.trust_rule import Trust, trust_badge
 from explorer.settings import Settings
 
 #: Extraction speed used for time estimates (SmolLM2-135M, quiet 2-core CPU, BENCHMARKS.md).

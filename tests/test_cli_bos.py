@@ -20,8 +20,16 @@ def _run(capsys, *extra: str) -> tuple[int, str, str]:
 
 
 def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
-    from deffcore.diagnostics import bos_verdict, diagnose
+    from deffcore.diagnostics import (
+        bos_verdict,
+        diagnose,
+        identical_controls,
+        sun_onset,
+        uniform_sink_score,
+        verdict_inputs,
+    )
     from deffcore.measurement import measure
+    from deffcore.trust_rule import measurement_trust
 
     code, out, _ = _run(capsys, "--dataset", tiny_dataset, "--json")
     assert code == 0
@@ -37,7 +45,7 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
     for p in POOLINGS:
         s = m.summary(p)
         r = d["results"][p]
-        assert set(r) == {"deff", "deff_over_L", "gap_pct", "rho1"}
+        assert set(r) == {"deff", "deff_over_L", "gap_pct", "rho1", "identical_to"}
         np.testing.assert_allclose(
             [r["deff"], r["deff_over_L"], r["gap_pct"], r["rho1"]],
             [s.deff, s.deff_over_L, s.gap_pct, s.rho1],
@@ -48,11 +56,21 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
     assert diag["cached"] and d["massive_ratio"] == diag["massive_ratio"]
     want = bos_verdict(
         {p: d["results"][p]["gap_pct"] for p in POOLINGS},
-        massive_ratio=d["massive_ratio"],
-        massive_position=d["massive_position"],
-        sink_fraction=d["sink_fraction"],
+        identical=identical_controls(m),
+        **verdict_inputs(diag),
     )
     assert d["verdict"] == want.sentence and d["verdict"].endswith(".")
+    # 8 BBC documents truncated to 24 tokens, each with tiny-llama's BOS: equal lengths and
+    # one first token, so no_pos0 is default for this run, said in the verdict and the row
+    assert d["results"]["no_pos0"]["identical_to"] == "default"
+    assert "no_pos0 is the same control as default here" in d["verdict"]
+    assert "all 5 distinct controls" in d["verdict"] or "of the 5 distinct" in d["verdict"]
+    assert d["sink_min_length"] == 6 and d["sink_passages"] == 8
+    assert d["sink_baseline"] == pytest.approx(np.mean([uniform_sink_score(24)] * 8))
+    assert d["sun_onset"] == sun_onset(diag["massive_max"], diag["massive_median"])
+    t = d["trust"]
+    assert t["point"] == d["results"]["default"]["deff_over_L"] and t["level"] == "noise"
+    assert t == measurement_trust(m, "default").to_dict()
     assert d["bos"] == "default" and d["adds_bos"] is True
     # second call: everything from the cache
     _, out2, _ = _run(capsys, "--dataset", tiny_dataset, "--json")
@@ -81,6 +99,8 @@ def test_bos_table_output(capsys, tiny_dataset):
     code, out, _ = _run(capsys, "--dataset", tiny_dataset)
     assert code == 0
     assert "regime" in out and "no_pos0" in out and "massive activations" in out
+    assert "= default (identical for this run)" in out and "by Sun et al." in out
+    assert "uniform attention scores" in out and "trust (default pooling, D_eff/L)" in out
 
 
 @pytest.mark.parametrize(

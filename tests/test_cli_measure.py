@@ -161,3 +161,34 @@ def test_snapshot_command_remakes_a_windows_run(capsys, tiny_dataset, tmp_path):
     snap = json.loads(path.read_text())
     assert "--passages windows --bos none" in snap["command"]
     assert "--intervention" not in snap["command"] and d["passages"] == "windows"
+
+
+def test_measure_reports_trust_and_bootstrap_adds_the_interval(capsys, tiny_dataset):
+    import deffcore as dc
+    from deffcore.measurement import measure
+
+    d = _measure_json(capsys, tiny_dataset)
+    t = d["trust"]
+    assert t["level"] in ("solid", "indicative", "noise") and t["interval"] is None
+    assert t["point"] == d["results"]["default"]["deff_over_L"] and t["metric"] == "cka"
+    assert t["level"] == "noise" and "far too few" in t["sentence"]  # N = 8
+    m = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32)
+    want = dc.trust(m.states_with_h0("default"), "cka")
+    assert (t["level"], t["reasons"], t["action"]) == (want.level, list(want.reasons), want.action)
+    assert t["bias_corrected"] == pytest.approx(want.bias_corrected, rel=1e-9)
+    boot = _measure_json(capsys, tiny_dataset, "--bootstrap", "20")
+    res = m.bootstrap("default", B=20, seed=0)
+    assert boot["trust"]["interval"] == pytest.approx([res.low, res.high], rel=1e-9)
+    assert boot["bootstrap"]["B"] == 20 and len(boot["bootstrap"]["samples"]) == 20
+    assert boot["bootstrap"]["bias_corrected"] == pytest.approx(2 * res.point - res.mean)
+    assert main(["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "8",
+                 "--max-tokens", "32", "--no-progress", "--bootstrap", "20"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "trust (default pooling, D_eff/L): ○ noise" in out and "bootstrap (B = 20)" in out
+
+
+def test_bad_bootstrap_is_one_line_before_loading(capsys, tiny_dataset):
+    code = main(["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "8",
+                 "--bootstrap", "1", "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "--bootstrap must be an integer >= 2" in err and "Traceback" not in err

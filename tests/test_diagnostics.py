@@ -21,12 +21,20 @@ from deffcore.diagnostics import (
     bos_verdict,
     diagnose,
     diagnostics_path,
+    identical_controls,
     massive_onset,
     most_frequent,
+    no_pos0_identity,
     passage_maxima,
     read_diagnostics,
     sink_fraction,
+    sink_min_length,
     sink_scores_batch,
+    sun_massive,
+    sun_onset,
+    uniform_sink_score,
+    verdict_for,
+    verdict_inputs,
 )
 from deffcore.extract import extract_pooled, pool_states
 from deffcore.models import decoder_layers, final_norm, load_model
@@ -240,10 +248,14 @@ def test_sink_fraction_end_to_end_closed_form(tiny_passages):
     loaded = load_model("tiny-llama", device="cpu", dtype="float32")  # private copy
     for block in decoder_layers(loaded.model):
         torch.nn.init.zeros_(block.self_attn.q_proj.weight)
-    got = bos_diagnostics(loaded, tiny_passages[:6], max_tokens=12, batch_size=4)
-    lengths = [len(s) for s in got.token_ids]
+    short = [[1, 5, 6], [1, 7, 8, 9]]  # 3 and 4 tokens: uniform attention alone passes 0.3
+    ids = short + [loaded.tokenizer(t).input_ids[:12] for t in tiny_passages[:6]]
+    got = bos_diagnostics(loaded, token_ids=ids, batch_size=4)
+    lengths = [len(s) for s in got.token_ids if len(s) >= 6]
+    assert got.sink_passages == len(lengths) == len(ids) - 2
     want = np.mean([np.mean([1 / (t + 1) for t in range(1, n)]) for n in lengths])
     np.testing.assert_allclose(got.sink_scores, want, rtol=1e-5)
+    np.testing.assert_allclose(got.sink_baseline, want, rtol=1e-12)  # it *is* uniform attention
     assert got.sink_fraction.tolist() == [float(want > 0.3)] * loaded.layers
     assert loaded.model.config._attn_implementation == "sdpa"  # restored after the pass
 
@@ -342,12 +354,15 @@ def test_verdict_when_the_controls_flip_the_regime():
     v = bos_verdict(FLIP, massive_ratio=ratio, massive_position=position, sink_fraction=sinks)
     assert v.regime_depends and v.flipped == ["first_non_bos", "no_pos0"]
     assert v.gap_move == pytest.approx(6.0 - (-4.5))
-    assert v.default_gap == 6.0
+    assert v.default_gap == 6.0 and v.distinct == 6 and v.identical == {}
+    assert v.regimes["top3_pc"] == v.regimes["top1_pc"] == "at the reference"  # +0.5, +1.0
+    assert v.at_reference == ["top1_pc", "top3_pc"]
     assert v.massive_onset == 2 and v.massive_layer == 2 and v.massive_peak == 1200.0
     assert v.sink_max == 0.75 and v.sink_max_layer == 4 and v.sink_mean == pytest.approx(0.375)
     s = v.sentence
     assert s.startswith("The regime depends on the control")
-    assert "first_non_bos and no_pos0 give D_eff ≥ F_L" in s and "10.5 points" in s
+    assert "first_non_bos and no_pos0 give D_eff > F_L" in s and "10.5 points" in s
+    assert "top1_pc and top3_pc are at the reference (gap within ±1 point)" in s
     assert "position 0 from layer 2" in s and "1,200x at layer 4" in s
     assert "up to 75% of a block's heads" in s and "block 4" in s and "38% on average" in s
 
@@ -356,7 +371,7 @@ def test_verdict_when_the_controls_agree():
     ratio = [3.0, 40.0, 150.0, 90.0]  # above 100 at layer 2 but at position 3
     position = [0, 0, 3, 0]
     v = bos_verdict(STABLE, massive_ratio=ratio, massive_position=position, sink_fraction=[0, 0, 0])
-    assert not v.regime_depends and v.flipped == []
+    assert not v.regime_depends and v.flipped == [] and v.at_reference == []
     assert v.gap_move == pytest.approx(12.0 - 7.25)
     assert v.massive_onset == 2 and v.massive_onset_position == 3 and v.massive_layer is None
     assert v.sink_max == 0.0
@@ -373,7 +388,145 @@ def test_verdict_without_diagnostics_and_nan_gaps():
     assert "massive activations not computed" in v.sentence
     assert v.massive_layer is None and v.sink_max is None
     below = bos_verdict({"default": -3.0, "no_pos0": 2.0})
-    assert below.flipped == ["no_pos0"] and "default gives D_eff ≥ F_L" in below.sentence
+    assert below.flipped == ["no_pos0"] and "default gives D_eff > F_L" in below.sentence
+
+
+def test_regime_tolerance_a_gap_near_zero_is_at_the_reference():
+    # the issue's case: +0.3% and -0.2% used to read "the regime depends on the control"
+    v = bos_verdict({"default": 0.3, "first_non_bos": -0.2, "token_normed": 0.1})
+    assert not v.regime_depends and v.flipped == []
+    assert set(v.regimes.values()) == {"at the reference"}
+    assert "all 3 controls are at the reference" in v.sentence
+    # SPEC 11.5: within ±1 point without an interval (both edges included), beyond it a sign
+    edge = bos_verdict({"default": 5.0, "a": 1.0, "b": -1.0, "c": 1.01, "d": -1.01})
+    assert edge.regimes == {
+        "default": "below",
+        "a": "at the reference",
+        "b": "at the reference",
+        "c": "below",
+        "d": "above",
+    }
+    assert edge.regime_depends and edge.flipped == ["d"]
+    # one sign and some at the reference: the regime does not depend on the control
+    mixed = bos_verdict({"default": 5.0, "no_pos0": 0.3, "top1_pc": 9.0})
+    assert not mixed.regime_depends
+    assert "2 of the 3 controls give D_eff < F_L" in mixed.sentence
+    assert "no_pos0 is at the reference" in mixed.sentence
+    # default at the reference while the others disagree on the sign
+    split = bos_verdict({"default": 0.2, "a": 4.0, "b": -4.0})
+    assert split.regime_depends and split.flipped == []
+    assert "a gives D_eff < F_L but b gives D_eff > F_L" in split.sentence
+
+
+def test_identical_controls_are_said_and_counted_once():
+    gaps = {**STABLE, "no_pos0": STABLE["default"]}
+    why = "every passage has 24 tokens and starts with the same token"
+    v = bos_verdict(gaps, identical={"no_pos0": why})
+    assert v.identical == {"no_pos0": why} and v.distinct == 5
+    assert "all 5 distinct controls give D_eff < F_L" in v.sentence
+    assert f"no_pos0 is the same control as default here ({why}), counted once" in v.sentence
+    # without the run's structure: guessed from equal gaps (to 0.001 points), not otherwise
+    assert bos_verdict(gaps).identical.keys() == {"no_pos0"}
+    assert bos_verdict({**gaps, "no_pos0": 12.0009}).distinct == 5
+    assert bos_verdict({**gaps, "no_pos0": 12.002}).identical == {}
+    assert bos_verdict(gaps, identical={}).distinct == 6  # known to be distinct
+    # an identical control cannot flip the regime on its own
+    flip = bos_verdict({"default": 3.0, "no_pos0": -3.0}, identical={"no_pos0": why})
+    assert not flip.regime_depends and flip.flipped == []
+
+
+class _Pooled:
+    def __init__(self, default, no_pos0, lengths):
+        self.pooled = {"default": default, "no_pos0": no_pos0}
+        self.lengths = lengths
+
+
+def test_no_pos0_identity_on_hand_made_pooled_states():
+    rng = np.random.default_rng(0)
+    layers, n, d, T = 3, 20, 5, 16
+    rest = rng.standard_normal((layers, n, d))  # mean over t >= 1 of each passage
+    first = rng.standard_normal((layers, 1, d))  # h_l[0]: one vector for every passage
+    default = (first + (T - 1) * rest) / T
+    lengths = np.full(n, T)
+    f32 = _Pooled(default.astype(np.float32), rest.astype(np.float32), lengths)
+    why = no_pos0_identity(f32)
+    assert why is not None and "16 tokens" in why and "starts with the same token" in why
+    assert no_pos0_identity(f32, "unbiased_cka") == why
+    assert no_pos0_identity(f32, "cosine") is None  # cosine sees the offset
+    # a first token that differs between passages, unequal lengths, no lengths: not identical
+    varied = (first + 0.01 * rng.standard_normal((layers, n, d)) + (T - 1) * rest) / T
+    assert no_pos0_identity(_Pooled(varied, rest, lengths)) is None
+    assert no_pos0_identity(_Pooled(default, rest, np.r_[lengths[:-1], T - 1])) is None
+    assert no_pos0_identity(_Pooled(default, rest, None)) is None
+    # the claim itself: linear and unbiased CKA of the two poolings are equal
+    from deffcore.similarity import similarity_matrix
+
+    for metric in ("cka", "unbiased_cka"):
+        np.testing.assert_allclose(
+            similarity_matrix(default[1:], metric), similarity_matrix(rest[1:], metric), atol=1e-12
+        )
+
+
+@pytest.mark.parametrize(("model", "same"), [("tiny-llama", True), ("tiny-llama-nobos", False)])
+def test_no_pos0_flagged_identical_on_a_windows_run(tiny_dataset, model, same):
+    """Token windows with a BOS: every window starts with BOS and has max_tokens tokens, so
+    no_pos0 is default (the verdict says so and counts it once); without a BOS the first
+    token varies and the controls differ."""
+    from deffcore.measurement import measure
+
+    m = measure(model=model, dataset=tiny_dataset, n=6, max_tokens=16, passages="windows")
+    found = identical_controls(m, "cka")
+    assert (found.keys() == {"no_pos0"}) is same
+    S_def, S_nop = m.similarity("default", "cka"), m.similarity("no_pos0", "cka")
+    assert np.abs(S_def - S_nop).max() < 1e-5 if same else np.abs(S_def - S_nop).max() > 1e-3
+    v = verdict_for(m, None, "cka")
+    assert ("no_pos0 is the same control as default here" in v.sentence) is same
+    assert v.distinct == (5 if same else 6)
+    assert identical_controls(m, "cosine") == {}
+
+
+def test_sun_criterion_and_the_uniform_sink_baseline_closed_forms():
+    # |a| > 100 (strictly) and >= 1,000 x the median (inclusive), on mean_b m_b
+    top, median = [150.0, 99.0, 5000.0, 200.0, 101.0], [0.1, 0.01, 10.0, 0.2, None]
+    assert sun_massive(top, median).tolist() == [True, False, False, True, False]
+    assert sun_onset(top, median) == 0 and sun_onset(top[1:3], median[1:3]) is None
+    # uniform causal attention: mean_{t=1..n-1} 1/(t+1)
+    assert uniform_sink_score(2) == 0.5
+    assert uniform_sink_score(3) == pytest.approx((1 / 2 + 1 / 3) / 2)
+    assert uniform_sink_score(64) == pytest.approx(0.0594, abs=1e-4)
+    assert uniform_sink_score(5) > 0.3 >= uniform_sink_score(6)
+    assert sink_min_length() == 6 and sink_min_length(0.5) == 2
+    with pytest.raises(Exception, match=">= 2 tokens"):
+        uniform_sink_score(1)
+
+
+def test_verdict_reports_both_massive_criteria_and_the_uniform_baseline():
+    ratio = [5.0, 233.0, 800.0, 13500.0]  # the ratio passes 100 at layer 1 ...
+    top = [2.0, 50.0, 400.0, 2700.0]  # ... Sun et al.'s criterion only at layer 3
+    median = [0.4, 0.2146, 0.5, 0.2]
+    diag = {
+        "massive_ratio": ratio,
+        "massive_position": [3, 0, 0, 0],
+        "massive_max": top,
+        "massive_median": median,
+        "sink_fraction": [0.0, 0.5, 1.0],
+        "sink_baseline": 0.0594,
+        "sink_passages": 64,
+    }
+    v = bos_verdict({"default": 5.0}, **verdict_inputs(diag))
+    assert v.massive_onset == 1 and v.massive_layer == 1 and v.sun_onset == 3
+    assert v.sun_evaluated and v.sun_onset_position == 0
+    assert "position 0 from layer 1 by the ratio" in v.sentence
+    assert "≥ 1,000x the median) from layer 3, at position 0" in v.sentence
+    assert "uniform attention would score 0.06" in v.sentence
+    none = bos_verdict({"default": 5.0}, **verdict_inputs({**diag, "massive_max": [1.0] * 4}))
+    assert none.sun_onset is None and "no state has one" in none.sentence
+    old = bos_verdict({"default": 5.0}, massive_ratio=ratio, massive_position=[0] * 4)
+    assert not old.sun_evaluated and "needs the activations' magnitudes" in old.sentence
+    short = bos_verdict(
+        {"default": 5.0}, sink_fraction=[None, None, None], sink_passages=0, sink_baseline=None
+    )
+    assert short.sink_max is None and "no diagnosed passage has the 6 tokens" in short.sentence
 
 
 # ---------------------------------------------------------------------------------------------

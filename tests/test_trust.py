@@ -1,107 +1,246 @@
-"""The trust badge (deffcore.trust): levels, thresholds at their edges, the one action."""
+"""The trust rule (deffcore.trust_rule, `dc.trust`): a checkable claim, tested at its edges,
+on states whose population value is known, and on a slice of the calibration harness."""
 
 from __future__ import annotations
 
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
 import pytest
 
-from deffcore import trust
+import deffcore as dc
+from deffcore import teaching
+from deffcore import trust_rule as tr
 from deffcore.errors import DeffError
-from deffcore.trust import trust_badge
+from deffcore.trust_rule import assess, trust_badge
 
+REPO = Path(__file__).resolve().parent.parent
 D = 576  # SmolLM2's width
 
 
-def test_eight_passages_are_noise_and_the_action_is_more_passages():
-    t = trust_badge(8, D, metric="cka", value=0.9, unbiased_value=0.3)
-    assert t.level == "noise"
-    assert t.action == "use ≥ 2,304 passages"  # max(2,000, 4 x 576)
+def test_dc_trust_is_the_function_and_the_module_keeps_its_api():
+    assert callable(dc.trust) and dc.trust is tr.trust
+    assert dc.trust_badge is tr.trust_badge and dc.Trust is tr.Trust
+
+
+# ---------------------------------------------------------------------------------------------
+# the pieces, by hand
+
+
+def test_gap_and_regime_with_the_tolerance():
+    # D_eff / F_L = (D_eff/L) (L+1)/2: D_eff/L = 2/(L+1) is exactly F_L
+    assert tr.gap_of(2 / 13, 12) == pytest.approx(0.0, abs=1e-12)
+    assert tr.gap_of(0.1, 12) == pytest.approx(100 * (1 - 0.65))
+    assert tr.regime_of(1.0) == tr.regime_of(-1.0) == "at the reference"  # ±1 point inclusive
+    assert tr.regime_of(1.01) == "below" and tr.regime_of(-1.01) == "above"
+    assert tr.regime_of(0.3) == tr.regime_of(-0.2) == "at the reference"  # the issue's case
+    assert tr.regime_of(5.0, (-0.5, 9.0)) == "at the reference"  # the interval contains 0
+    assert tr.regime_of(0.5, (0.1, 0.9)) == "below"  # excludes 0: the sign, however small
+
+
+def test_spread_and_passages_needed_closed_forms():
+    assert tr.spread(10_000) == pytest.approx(tr.SPREAD_C / 100)
+    # spread only: s sqrt(N / N*) = 0.02 -> N* = N (s / 0.02)^2
+    assert tr.passages_needed(1000, 0.0, 0.04) == 4000
+    # bias only (1/N): b N / N* = 0.02
+    assert tr.passages_needed(1000, 0.06, 0.0) == 3000
+    # both: the smallest N' with b n/N' + s sqrt(n/N') <= 0.02
+    need = tr.passages_needed(1000, 0.01, 0.03)
+    assert 0.01 * 1000 / need + 0.03 * math.sqrt(1000 / need) <= 0.02
+    assert 0.01 * 1000 / (need - 1) + 0.03 * math.sqrt(1000 / (need - 1)) > 0.02
+    assert tr.passages_needed(5000, 0.0, 0.01) == 5000  # already enough
+
+
+def test_null_band_forms():
+    band = tr.null_band({"seeds": ["1", "2", "3"], "deff_over_L": [0.1, 0.2, 0.3]})
+    assert band.seeds == 3 and band.low == pytest.approx(0.2 - 2 * 0.1)
+    assert band.high == pytest.approx(0.4)
+    given = tr.null_band({"seeds": ["1"] * 6, "low": 0.5, "high": 0.4, "deff_over_L": [1] * 6})
+    assert (given.low, given.high, given.seeds) == (0.4, 0.5, 6)
+    values = tr.null_band([0.1, 0.1, 0.1, 0.1, 0.1])
+    assert (values.low, values.high, values.seeds) == (pytest.approx(0.1), pytest.approx(0.1), 5)
+    assert tr.null_band(None) is None and tr.null_band({}) is None and tr.null_band([]) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the rule's levels at their edges
+
+L = 12
+POINT = 0.10  # gap +35% at L = 12: the regime is far from the tolerance
+
+
+def test_too_few_passages_are_noise_and_the_action_is_more_passages():
+    t = assess(31, D, metric="unbiased_cka", point=POINT, layers=L)
+    assert t.level == "noise" and "far too few" in t.sentence()
+    assert t.action == f"use ≥ {tr.passages_needed(31, 0.0, tr.spread(31)):,} passages"
     assert t.badge == "○ noise"
-    assert "far too few" in t.sentence()
 
 
-@pytest.mark.parametrize("n", [4096, 10_000])
-def test_paper_scale_run_is_solid(n):
-    # a realistic N >= 4,096 run: linear and unbiased CKA agree within 1%
-    t = trust_badge(n, D, metric="cka", value=0.300, unbiased_value=0.302)
-    assert t.level == "solid"
-    assert t.action is None and t.reasons == ()
-    assert t.bias == pytest.approx(D / (n + D))
-    assert not t.bias_material
+def test_unbiased_cka_is_solid_where_the_spread_fits_two_percent():
+    edge = math.ceil((tr.SPREAD_C / tr.SOLID_ERROR) ** 2)  # spread(N) <= 2% from here on
+    solid = assess(edge, D, metric="unbiased_cka", point=POINT, layers=L)
+    assert solid.level == "solid" and solid.action is None and solid.reasons == ()
+    assert solid.error == pytest.approx(tr.spread(edge))
+    below = assess(edge - 1, D, metric="unbiased_cka", point=POINT, layers=L)
+    assert below.level == "indicative" and "solid needs at most 2%" in below.sentence()
+    assert (
+        below.action == f"use ≥ {tr.passages_needed(edge - 1, 0.0, tr.spread(edge - 1)):,} passages"
+    )
 
 
-def test_solid_needs_max_of_2000_and_4d_passages_exactly():
-    assert trust.solid_n(576) == 2304
-    assert trust.solid_n(64) == 2000
-    assert trust.solid_n(1024) == 4096
-    assert trust_badge(2304, 576, metric="cosine").level == "solid"
-    below = trust_badge(2303, 576, metric="cosine")
-    assert below.level == "indicative" and below.action == "use ≥ 2,304 passages"
-    assert trust_badge(2000, 64, metric="unbiased_cka").level == "solid"
-    assert trust_badge(1999, 64, metric="unbiased_cka").level == "indicative"
+def test_linear_cka_bias_is_measured_against_unbiased_cka():
+    n = 20_000  # spread 0.46%
+    ok = assess(n, D, metric="cka", point=0.1, unbiased=0.101, layers=L)  # 1.0% bias
+    assert ok.level == "solid" and not ok.bias_material
+    assert (ok.bias_corrected, ok.corrected_by) == (0.101, "unbiased_cka")
+    moved = assess(n, D, metric="cka", point=0.10, unbiased=0.11, layers=L)  # 9.1%
+    assert moved.level == "indicative" and moved.bias_material
+    assert moved.action == "switch to unbiased CKA" and moved.bias_corrected == 0.11
+    far = assess(n, D, metric="cka", point=0.10, unbiased=0.2, layers=L)  # 50%
+    assert far.level == "noise" and "above 10%" in far.sentence()
+    blind = assess(n, D, metric="cka", point=0.10, layers=L)
+    assert blind.level == "indicative" and blind.action == "compare with unbiased CKA"
+    assert "not checked against unbiased CKA" in blind.sentence()
 
 
-def test_noise_floor_is_32_passages_whatever_d():
-    assert trust_badge(31, 2, metric="cosine").level == "noise"
-    assert trust_badge(32, 2, metric="cosine").level == "indicative"
-
-
-def test_default_run_at_n512_is_indicative_and_bias_not_material():
-    # issue 12: switching to unbiased CKA moves the N = 512 default by 0.4%: not material
-    t = trust_badge(512, D, metric="cka", value=0.2229, unbiased_value=0.2238)
-    assert t.level == "indicative"
-    assert not t.bias_material
-    assert t.action == "use ≥ 2,304 passages"
-    assert not any("unbiased" in r for r in t.reasons)
-
-
-def test_material_bias_at_large_n_asks_for_unbiased_cka():
-    t = trust_badge(4096, D, metric="cka", value=0.30, unbiased_value=0.33)  # 9.1% shift
-    assert t.bias_material
-    assert t.level == "indicative"
+def test_solid_is_never_shown_for_an_interval_that_excludes_the_point():
+    # the issue's case: linear CKA, N = 2,000, d = 64, L = 12: point 0.1184, truth 0.1199,
+    # percentile interval [0.1166, 0.1172] (the duplicates' shift), replicate mean 0.1169
+    t = assess(2000, 64, metric="cka", point=0.1184, unbiased=0.1186, layers=12,
+               interval=(0.1166, 0.1172), bootstrap_mean=0.1169)  # fmt: skip
+    assert t.level != "solid" and "excludes the point 0.1184" in t.sentence()
+    assert t.corrected_by == "bootstrap" and t.bias_corrected == pytest.approx(0.1199)
     assert t.action == "switch to unbiased CKA"
-    assert "9.1%" in t.reasons[0]
+    # and never, over many random cases
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        point = rng.uniform(0.05, 1.0)
+        lo, hi = sorted(point * (1 + rng.uniform(-0.03, 0.03, size=2)))
+        t = assess(int(rng.integers(100, 10**6)), 64, metric="unbiased_cka", point=point,
+                   layers=12, interval=(lo, hi), bootstrap_mean=(lo + hi) / 2)  # fmt: skip
+        if not lo <= point <= hi:
+            assert t.level != "solid"
 
 
-def test_material_bias_beyond_half_is_noise():
-    # N = 100 < d: bias 0.85, and it moves the number by 50%
-    t = trust_badge(100, D, metric="cka", value=0.3, unbiased_value=0.6)
-    assert t.level == "noise" and t.bias_material
-    assert t.action == "use ≥ 2,304 passages"  # more passages fix bias and spread together
+def test_an_interval_can_make_a_small_n_solid_and_a_wide_one_demotes():
+    narrow = assess(500, 16, metric="unbiased_cka", point=0.5, layers=6,
+                    interval=(0.496, 0.504), bootstrap_mean=0.5)  # fmt: skip
+    assert narrow.level == "solid" and narrow.interval == (0.496, 0.504)
+    wide = assess(50_000, 16, metric="unbiased_cka", point=0.5, layers=6,
+                  interval=(0.47, 0.53), bootstrap_mean=0.5)  # fmt: skip
+    assert wide.level == "indicative" and wide.error == pytest.approx(0.06)
+    noisy = assess(50_000, 16, metric="unbiased_cka", point=0.5, layers=6,
+                   interval=(0.4, 0.6), bootstrap_mean=0.5)  # fmt: skip
+    assert noisy.level == "noise"
 
 
-def test_bias_materiality_threshold_and_metrics():
-    # 2% relative is the edge: 1.9% is not material, 2.1% is (either sign)
-    assert not trust.bias_is_material(4096, D, "cka", 1.019, 1.0)
-    assert trust.bias_is_material(4096, D, "cka", 1.021, 1.0)
-    assert trust.bias_is_material(4096, D, "cka", 0.979, 1.0)
-    # no comparison available: the bias itself decides (> 0.2)
-    assert trust.bias_is_material(2000, D, "cka")  # 576/2576 = 0.224
-    assert not trust.bias_is_material(2304, D, "cka")  # exactly 0.2
-    # unbiased CKA and cosine have no d/(N+d) floor
-    assert not trust.bias_is_material(8, D, "unbiased_cka")
-    assert not trust.bias_is_material(8, D, "cosine")
+def test_a_regime_inside_the_error_band_is_not_settled():
+    # gap +1.5 points, error band about 1.9 points at N = 1,200: the sign is not settled
+    point = (1 - 0.015) * 2 / (L + 1)
+    t = assess(1200, 64, metric="unbiased_cka", point=point, layers=L)
+    assert t.regime == "below" and t.level == "indicative" and "not settled" in t.sentence()
+    # at the reference (|gap| <= 1): the claim "at F_L" stands, solid once N is large
+    at = assess(100_000, 64, metric="unbiased_cka", point=2 / (L + 1), layers=L)
+    assert at.regime == "at the reference" and at.level == "solid"
 
 
-def test_bootstrap_width_thresholds():
-    base = dict(metric="cosine", value=0.5)
-    assert trust_badge(5000, D, ci=(0.49, 0.51), **base).level == "solid"  # 4% wide
-    wide = trust_badge(5000, D, ci=(0.48, 0.52), **base)  # 8%
-    assert wide.level == "indicative" and wide.action == "use ≥ 10,000 passages"
-    assert trust_badge(5000, D, ci=(0.4, 0.6), **base).level == "noise"  # 40%
+def test_cosine_is_never_solid():
+    t = assess(10**6, 64, metric="cosine", point=0.3, layers=L)
+    assert t.level == "indicative" and t.action == "switch to linear or unbiased CKA"
 
 
-def test_random_band_needs_seeds_and_distance():
-    few = trust_badge(5000, D, metric="cosine", value=0.5, null_band=(0.1, 0.2), null_seeds=2)
-    assert few.level == "indicative" and few.action == "add random seeds"
-    apart = trust_badge(5000, D, metric="cosine", value=0.5, null_band=(0.1, 0.2), null_seeds=3)
-    assert apart.level == "solid"
-    inside = trust_badge(5000, D, metric="cosine", value=0.15, null_band=(0.1, 0.2), null_seeds=3)
-    assert inside.level == "indicative" and inside.action is None
-    assert "random-weight band" in inside.reasons[0]
+def test_the_null_is_a_separate_statement():
+    few = tr.NullBand(0.04, 0.05, 3)
+    enough = tr.NullBand(0.04, 0.05, 5)
+    kw = {"metric": "unbiased_cka", "point": 0.1, "layers": L}
+    t = assess(50_000, D, band=few, interval=(0.099, 0.101), **kw)
+    assert t.level == "solid" and t.null == "too_few_seeds"  # the badge does not move
+    assert "too few seeds to tell" in t.sentence()
+    assert assess(50_000, D, band=enough, **kw).null == "no_interval"
+    differs = assess(50_000, D, band=enough, interval=(0.099, 0.101), **kw)
+    assert differs.null == "differs" and "Differs from random weights" in differs.sentence()
+    touch = assess(50_000, D, band=enough, interval=(0.05, 0.101), **kw)  # shares 0.05
+    assert touch.null == "overlaps"
+    # never "differs" for an interval that overlaps the band, over many random cases
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        lo, hi = sorted(rng.uniform(0, 1, size=2))
+        blo, bhi = sorted(rng.uniform(0, 1, size=2))
+        t = assess(5000, 64, band=tr.NullBand(blo, bhi, 5), interval=(lo, hi), **kw)
+        if hi >= blo and lo <= bhi:
+            assert t.null != "differs"
+        else:
+            assert t.null == "differs"
 
 
-def test_bad_input_is_a_deff_error():
-    with pytest.raises(DeffError):
+def test_trust_badge_keeps_the_apps_api():
+    t = trust_badge(4096, D, metric="cka", value=0.0584, unbiased_value=0.05845,
+                    null_band=(0.0417, 0.0419), null_seeds=3)  # fmt: skip
+    assert t.level == "solid" and t.null == "too_few_seeds" and t.regime is None
+    assert t.solid_n == 4096 and not t.bias_material and t.bias == pytest.approx(576 / 4672)
+    assert trust_badge(8, D).level == "noise"
+    d = t.to_dict()
+    assert d["badge"] == "● solid" and d["sentence"] == t.sentence() and d["interval"] is None
+
+
+def test_bad_arguments():
+    with pytest.raises(DeffError, match="positive integers"):
         trust_badge(0, D)
-    with pytest.raises(DeffError):
+    with pytest.raises(DeffError, match="positive integers"):
         trust_badge(10, 0)
+    with pytest.raises(DeffError, match="Unknown similarity metric"):
+        assess(100, 4, metric="euclid")
+    with pytest.raises(DeffError, match="L >= 2"):
+        assess(100, 4, layers=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# dc.trust on states whose population value is known
+
+
+def test_trust_of_sampled_states_is_solid_and_right_or_says_why_not():
+    knobs = teaching.Knobs(L=8, h0=1.0, growth=1.1, rho=0.5)
+    truth = dc.effective_depth(teaching.population_similarity("correlated", knobs)) / 8
+    h = teaching.sample_states("correlated", knobs, 6000, 16, seed=0)  # h_1 .. h_8
+    stack = np.concatenate([np.zeros_like(h[:1]) + h[:1] * 0.5, h])  # an h_0 in front
+    t = dc.trust(stack, "unbiased_cka")
+    assert t.layers == 8 and t.n == 6000 and t.d == 16
+    assert t.point == pytest.approx(dc.effective_depth(dc.similarity_matrix(h, "unbiased_cka")) / 8)
+    assert t.level == "solid" and abs(t.point / truth - 1) <= 0.02
+    assert dc.trust(h, "unbiased_cka", h0=False).point == t.point  # an (L, N, d) stack
+    lin = dc.trust(stack, "cka", bootstrap=20)
+    lo, hi = lin.interval
+    assert lin.corrected_by in ("unbiased_cka", "bootstrap") and lo < hi
+    small = dc.trust(teaching.sample_states("correlated", knobs, 40, 64, seed=1), "cka")
+    assert small.level == "noise" and small.action == "switch to unbiased CKA"
+
+
+# ---------------------------------------------------------------------------------------------
+# the calibration harness, a tiny slice (the full grid: benchmarks/, table in BENCHMARKS.md)
+
+
+def _harness():
+    path = REPO / "benchmarks" / "bench_trust_calibration.py"
+    spec = importlib.util.spec_from_file_location("bench_trust_calibration", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_calibration_harness_tiny_slice():
+    h = _harness()
+    results = h.run("tiny", 20)
+    plain, boot = h.summarise(results["plain"]), h.summarise(results["bootstrap"])
+    assert plain["datasets"] == 12 and boot["datasets"] == 6
+    for summary in (plain, boot):
+        assert h.goals_met(summary)
+        counts = sum(r["datasets"] for r in summary["table"].values())
+        assert counts == 2 * summary["datasets"]  # every dataset judged under both metrics
+    # the judge itself: a hand-made row, 3% off, linear CKA biased by 40%
+    row = {"N": 32, "d": 4, "L": 6, "truth": 0.25, "cka": 0.15, "unbiased_cka": 0.2575}
+    j = h.judge(row, "unbiased_cka")
+    assert j["error"] == pytest.approx(0.03) and j["level"] == "noise"  # N = 32: 11% spread
+    assert h.judge(row, "cka")["level"] == "noise"
+    assert "| unbiased_cka | noise |" in h.markdown(plain, "t")

@@ -27,6 +27,13 @@ def add_parser(subparsers) -> None:
     )
     add_run_args(p, model="smollm2-135m", n=512)
     p.add_argument("--batch-size", type=int, default=None, help="fixed batch size (default: auto)")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=None,
+        metavar="B",
+        help="passage bootstrap with B replicates for the default pooling's trust interval",
+    )
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -70,12 +77,14 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
         loaded=loaded,
     )
     diag = diagnose(spec, device=device, loaded=loaded, progress=progress)
-    return bos_report(m, diag, kw["metric"])
+    return bos_report(m, diag, kw["metric"], bootstrap=getattr(args, "bootstrap", None))
 
 
 def _table(d: dict) -> str:
+    from deffcore.commands.measure import trust_lines
+
     ratio = d["pos0_norm_ratio"]
-    onset = d["massive_onset"]
+    onset, sun = d["massive_onset"], d.get("sun_onset")
     lines = [
         f"model {d['model']}  layers L={d['layers']}  N={d['n']}  max_tokens={d['max_tokens']}  "
         f"passages={d['passages']}  bos={d['bos']} (tokenizer adds BOS: {d['adds_bos']})",
@@ -86,27 +95,43 @@ def _table(d: dict) -> str:
     ]
     for pooling in POOLINGS:
         r = d["results"][pooling]
+        same = f"  = {r['identical_to']} (identical for this run)" if r.get("identical_to") else ""
         lines.append(
             f"{pooling:<15}{r['deff']:>8.3f}{r['deff_over_L']:>9.3f}{r['gap_pct']:>8.1f}"
-            f"{r['rho1']:>7.3f}"
+            f"{r['rho1']:>7.3f}{same}"
         )
+    baseline = d.get("sink_baseline")
     lines += [
         "",
+        *trust_lines(d["trust"]),
+        "",
         f"position-0 norm ratio: peak {ratio['max']:.1f}x at layer {ratio['layer']}",
-        f"massive activations ({d['diagnostic_passages']} passages): onset "
-        f"{'none' if onset is None else f'layer {onset}'}",
-        f"{'layer':>6}{'ratio':>12}{'position':>10}{'dim':>6}{'pos-0 ratio':>13}{'sinks':>8}",
+        f"massive activations ({d['diagnostic_passages']} passages): onset by the ratio > 100x "
+        f"{'none' if onset is None else f'layer {onset}'}; by Sun et al. (|a| > 100 and "
+        f">= 1,000x the median) {'none' if sun is None else f'layer {sun}'}",
+        f"sinks: share of heads with mean attention to position 0 > 0.3 on the "
+        f"{d.get('sink_passages')} passages of >= {d.get('sink_min_length')} tokens; uniform "
+        f"attention scores {'n/a' if baseline is None else f'{baseline:.3f}'} there",
+        f"{'layer':>6}{'ratio':>12}{'Sun':>5}{'position':>10}{'dim':>6}{'pos-0 ratio':>13}"
+        f"{'sinks':>8}",
     ]
+    sun_flags = d.get("sun_massive") or [False] * len(d["massive_ratio"])
     for layer, r in enumerate(d["massive_ratio"]):
-        sink = "" if layer == 0 else f"{100 * d['sink_fraction'][layer - 1]:>7.0f}%"
+        frac = None if layer == 0 else d["sink_fraction"][layer - 1]
+        sink = "" if layer == 0 else ("     n/a" if frac is None else f"{100 * frac:>7.0f}%")
         lines.append(
-            f"{layer:>6}{r:>12.1f}{d['massive_position'][layer]:>10}"
-            f"{d['massive_dim'][layer]:>6}{ratio['per_layer'][layer]:>12.1f}x{sink}"
+            f"{layer:>6}{r:>12.1f}{'yes' if sun_flags[layer] else '':>5}"
+            f"{d['massive_position'][layer]:>10}{d['massive_dim'][layer]:>6}"
+            f"{ratio['per_layer'][layer]:>12.1f}x{sink}"
         )
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
+    from deffcore.checks import check_int
+
+    if args.bootstrap is not None:
+        check_int(args.bootstrap, "--bootstrap", 2)
     check_args(args)  # every argument, cheaply, before anything loads
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
         d = compute(args, progress=bar)

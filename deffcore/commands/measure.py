@@ -49,6 +49,14 @@ def add_parser(subparsers) -> None:
         "this is how deffcore/data/default_run.json, the app's first screen, is made",
     )
     p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=None,
+        metavar="B",
+        help="passage bootstrap with B replicates (e.g. 100): the 95%% interval of the default "
+        "pooling's D_eff/L, which the trust badge then uses (SPEC section 8)",
+    )
+    p.add_argument(
         "--no-cache",
         action="store_true",
         help="recompute without reading or writing the cache (an interrupted run is otherwise "
@@ -85,6 +93,7 @@ def _table(d: dict) -> str:
                 f"{pooling:<15}{b['mean']:>8.3f}  [{b['low']:.3f}, {b['high']:.3f}]  "
                 f"trained {d['results'][pooling]['deff_over_L']:.3f}"
             )
+    lines += ["", *trust_lines(d["trust"], d.get("bootstrap"))]
     lines += [
         "",
         f"{'cached' if d['cached'] else 'computed'} in {d['elapsed_s']:.1f} s (key {d['key']})",
@@ -92,9 +101,25 @@ def _table(d: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from deffcore.measurement import measure
+def trust_lines(trust: dict, bootstrap: dict | None = None) -> list[str]:
+    """The trust badge of the default pooling's D_eff/L in words (and its interval)."""
+    lines = [f"trust (default pooling, D_eff/L): {trust['badge']}: {trust['sentence']}"]
+    if bootstrap is not None:
+        lines.append(
+            f"bootstrap (B = {bootstrap['B']}): D_eff/L {bootstrap['point']:.4f}, 95% interval "
+            f"[{bootstrap['low']:.4f}, {bootstrap['high']:.4f}], replicate mean "
+            f"{bootstrap['mean']:.4f}, bias-corrected {bootstrap['bias_corrected']:.4f}"
+        )
+    return lines
 
+
+def run(args: argparse.Namespace) -> int:
+    from deffcore.checks import check_int
+    from deffcore.measurement import measure
+    from deffcore.trust_rule import measurement_trust
+
+    if args.bootstrap is not None:
+        check_int(args.bootstrap, "--bootstrap", 2)
     check_args(args)
     seeds = int_list(args.random_seeds, "--random-seeds")
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
@@ -107,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
             use_cache=not args.no_cache,
         )
     d = m.to_dict()
+    boot = None
+    if args.bootstrap is not None:
+        boot = m.bootstrap("default", B=args.bootstrap, seed=args.seed)
+        d["bootstrap"] = boot.to_dict()
+    d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
     if args.snapshot is not None:
         _write_snapshot(m, args, seeds)
     if args.json:

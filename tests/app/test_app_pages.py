@@ -111,7 +111,7 @@ def test_run_completes_and_headline_matches_measure(app, measurement):
     assert metric(at, "Pos-0 norm ratio") == f"{ratio:.1f}x"
     assert metric(at, "CKA bias d/(N+d)") == f"{64 / (16 + 64):.3f}"
     # the trust badge: N = 16 passages is noise; the bias warning only when the bias matters
-    from deffcore.trust import trust_badge
+    from deffcore.trust_rule import trust_badge
 
     t = trust_badge(
         measurement.n,
