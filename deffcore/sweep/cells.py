@@ -135,6 +135,9 @@ def checkpoint_cells(root: str | Path, **axes: Any) -> list[Cell]:
 
 
 _CELL_FIELDS = ("model", "revision", "seed", "intervention", "dataset")
+#: Top-level manifest keys the cells ignore: the run settings and model sizes the planner
+#: reads (`deffcore.sweep_cost.manifest_extras`) and free text.
+MANIFEST_EXTRAS = ("settings", "sizes", "about")
 _AXES = ("models", "revisions", "random_seeds", "trained", "interventions", "datasets")
 
 
@@ -167,7 +170,7 @@ def manifest_cells(path: str | Path) -> list[Cell]:
         raise SweepError(
             f"The sweep manifest {path} must be a list of cells or hold 'cells'/'grid'."
         )
-    unknown = set(data) - {"cells", "grid"}
+    unknown = set(data) - {"cells", "grid", *MANIFEST_EXTRAS}
     if unknown:
         raise SweepError(
             f"The sweep manifest {path} has unknown key(s) {', '.join(sorted(unknown))}."
