@@ -48,6 +48,7 @@ import torch
 
 from deffcore.constants import (
     EXTRACTED_POOLINGS,
+    PC_CONTROLS,
     POOLINGS,
     REGIME_TOLERANCE,
     WINDOW_MODES,
@@ -276,6 +277,18 @@ def _settle_band(t: Any, layers: int) -> tuple[float | None, float | None]:
     return gap_of(t.point + half, layers), gap_of(t.point - half, layers)
 
 
+def states_with_h0(pooled: PooledStates, pooling: str) -> np.ndarray:
+    """h_0 .. h_L of one pooling control (L+1, N, d) float32, PC controls applied per layer
+    (as `Measurement.states_with_h0`)."""
+    from deffcore.controls import apply_pc_control
+
+    if pooling in PC_CONTROLS:
+        return np.asarray(apply_pc_control(pooled.pooled["default"], pooling), dtype=np.float32)
+    if pooling not in pooled.pooled:
+        raise DeffError(f"Unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
+    return pooled.pooled[pooling]
+
+
 def _bias_material(point: float, corrected: float | None) -> bool:
     """Linear CKA's bias moves D_eff/L by more than SHOW_UNBIASED_REL (relative)."""
     return bool(corrected) and abs(point - corrected) / abs(corrected) > SHOW_UNBIASED_REL
@@ -340,19 +353,18 @@ def estimate(
     `bootstrap_poolings` (the others are judged from N alone: cheaper, and the rule's spread
     model is calibrated for that); None: no interval anywhere.
     """
-    from deffcore.diagnostics import bos_verdict, identical_controls
-    from deffcore.measurement import Measurement
+    from deffcore.diagnostics import bos_verdict, no_pos0_identity
 
     if "default" not in poolings:
         raise DeffError("An estimate needs the default pooling (the verdict compares with it).")
-    m = Measurement(spec=None, pooled=pooled, metric=metric)  # type: ignore[arg-type]
     out: dict[str, PoolingEstimate] = {}
     for p in poolings:
         B = bootstrap if p in bootstrap_poolings else None
         out[p] = pooling_estimate(
-            m.states_with_h0(p), pooling=p, metric=metric, bootstrap=B, seed=seed
+            states_with_h0(pooled, p), pooling=p, metric=metric, bootstrap=B, seed=seed
         )
-    identical = identical_controls(m, metric)
+    same = no_pos0_identity(pooled, metric)  # as `diagnostics.identical_controls` decides
+    identical = {"no_pos0": same} if same else {}
     verdict = bos_verdict({p: e.gap_pct for p, e in out.items()}, identical=identical)
     unsettled = tuple(p for p in out if p not in verdict.identical and not out[p].regime_fixed)
     return Estimate(

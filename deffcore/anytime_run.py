@@ -74,17 +74,20 @@ class LiveRun:
 
 
 class _Watch:
-    """The live side of one run: rows in, estimates out, the stop decision."""
+    """The live side of one run: rows in, estimates out, the stop decision.
+
+    `rule` is a StopRule, None, or a callable returning one (a rule chosen while the run goes:
+    the app's "Stop when settled" button); `ready()` says whether the run may stop now."""
 
     def __init__(
         self,
         spec: RunSpec,
         marks: list[int],
-        rule: StopRule | None,
+        rule: StopRule | Callable[[], StopRule | None] | None,
         on_estimate: Callable[[Estimate], None] | None,
         options: dict[str, Any],
     ):
-        self.spec, self.marks, self.rule = spec, marks, rule
+        self.spec, self.marks, self._rule = spec, marks, rule
         self.on_estimate, self.options = on_estimate, options
         self.rows = PrefixRows(spec.n)
         self.trajectory: list[Estimate] = []
@@ -101,14 +104,26 @@ class _Watch:
         done = len(self.trajectory)
         return self.marks[done] if done < len(self.marks) - 1 else None
 
+    @property
+    def rule(self) -> StopRule | None:
+        return self._rule() if callable(self._rule) else self._rule
+
     def add(self, pooled: Any) -> Estimate:
         est = estimate(pooled, elapsed_s=time.perf_counter() - self.started, **self.options)
         self.trajectory.append(est)
         if self.on_estimate is not None:
             self.on_estimate(est)
-        if self.rule is not None and est.n < self.spec.n and self.rule.should_stop(self.trajectory):
-            self.stop_at = est.n
+        self.ready()
         return est
+
+    def ready(self) -> bool:
+        """True once the rule says stop at the last estimate (below N); remembers where."""
+        if self.stop_at is not None or not self.trajectory:
+            return self.stop_at is not None
+        rule, last = self.rule, self.trajectory[-1]
+        if rule is not None and last.n < self.spec.n and rule.should_stop(self.trajectory):
+            self.stop_at = last.n
+        return self.stop_at is not None
 
 
 def measure_live(
@@ -119,23 +134,29 @@ def measure_live(
     batch_size: int | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    until: StopRule | None = None,
+    until: StopRule | Callable[[], StopRule | None] | None = None,
     on_estimate: Callable[[Estimate], None] | None = None,
     bootstrap: int | None = None,
     bootstrap_poolings: Sequence[str] = ("default",),
     use_cache: bool = True,
+    final_estimate: bool = True,
+    replay: bool = True,
 ) -> LiveRun:
     """Measure `spec` with estimates at growing N, stopping early when `until` says so.
 
-    `bootstrap` B replicates give an interval to `bootstrap_poolings` at every mark (costly:
-    about B similarity passes each). Raises DeffError for a stopping rule on a run without the
-    prefix property, and what `measure_spec` raises (RunCancelled when `should_stop` cancels).
+    `until`: a StopRule, or a callable returning the rule in force (None: none yet), asked
+    before every batch. `bootstrap` B replicates give an interval to `bootstrap_poolings` at
+    every mark (costly: about B similarity passes each). `final_estimate`: also estimate the
+    whole run when it lands; `replay`: estimate the marks a cached (or partly checkpointed)
+    run did not show while extracting, from its states (the app skips both: its pages show
+    the landed run). Raises DeffError for a stopping rule on a run without the prefix
+    property, and what `measure_spec` raises (RunCancelled when `should_stop` cancels).
     """
     from deffcore.measurement import measure_spec
     from deffcore.models import resolve_device_dtype
 
     refusal = prefix_refusal(spec.passages, spec.dataset)
-    if until is not None and refusal is not None:
+    if isinstance(until, StopRule) and refusal is not None:
         raise DeffError(f"--until cannot stop this run early. {refusal}")
     device = device or resolve_device_dtype(None, spec.dtype)[0]
     batch = batch_rows(spec.max_tokens, device, batch_size)
@@ -149,17 +170,18 @@ def measure_live(
             **run,
             use_cache=use_cache,
             tap=None if refusal else watch.tap,
-            should_stop=lambda: watch.stop_at is not None or bool(should_stop and should_stop()),
+            should_stop=lambda: watch.ready() or bool(should_stop and should_stop()),
         )
     except RunCancelled:
         if watch.stop_at is None:
             raise
         return _stopped(watch, run, batch, use_cache)
-    if refusal is None:
+    if refusal is None and replay:
         _fill_from_states(watch, m)
-    watch.add(m.pooled)
+    if final_estimate:
+        watch.add(m.pooled)
     notes = [refusal] if refusal else []
-    return LiveRun(m, watch.trajectory, False, spec.n, until, notes)
+    return LiveRun(m, watch.trajectory, False, spec.n, watch.rule, notes)
 
 
 def _fill_from_states(watch: _Watch, m: Any) -> None:
@@ -167,11 +189,11 @@ def _fill_from_states(watch: _Watch, m: Any) -> None:
     chunks were never checkpointed): estimated now from its rows (the same numbers)."""
     if watch.rows.done >= m.n or watch._next() is None:
         return
-    rule, watch.rule = watch.rule, None  # a complete run is not cut short
+    rule, watch._rule = watch._rule, None  # a complete run is not cut short
     try:
         watch.tap(finished_rows(m.pooled))
     finally:
-        watch.rule = rule
+        watch._rule = rule
 
 
 def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) -> LiveRun:

@@ -112,9 +112,14 @@ class SweepCost:
         ]
         for c in self.cells:
             out.append(f"{c.label[:45]:<46}{_here(c.plan)[:43]:<44}{_gpu(c)}")
-        here = f"~{human_time(t['seconds_here'])} for the cells that fit here"
+        timed = len(self.cells) - t["refused_here"] - t["unknown_here"]
+        here = (
+            f"~{human_time(t['seconds_here'])} for the {timed} cells that fit here"
+            if timed
+            else "no cell has a time here"
+        )
         if t["refused_here"] or t["unknown_here"]:
-            here += f" ({t['refused_here']} refused, {t['unknown_here']} without a size)"
+            here += f" ({t['refused_here']} refused, {t['unknown_here']} without a time)"
         out.append(f"Total here: {here}.")
         if t["gpu_seconds"] is not None:
             lo, hi = t["gpu_seconds"]
