@@ -201,15 +201,27 @@ def pass_cost(size: ModelSize, n: int) -> float:
 
 
 def numbers_seconds(
-    size: ModelSize, n: int, rate: float, *, marks: list[int], bootstrap: int | None
+    size: ModelSize,
+    n: int,
+    rate: float,
+    *,
+    marks: list[int],
+    bootstrap: int | None,
+    live_bootstrap: tuple[int, int] | None = None,
 ) -> float:
-    """Seconds for the estimates at `marks` and the numbers at N, at `rate` multiply-adds/s."""
+    """Seconds for the estimates at `marks` (with `live_bootstrap` = (B, poolings) replicates
+    at each) and the numbers at N (with a `bootstrap`), at `rate` multiply-adds per second."""
     from deffcore.bootstrap import bootstrap_costs
 
+    def boot(k: int, B: int) -> float:
+        return min(bootstrap_costs(k, size.d_model, size.layers, B).values())
+
     work = sum(ESTIMATE_PASSES * pass_cost(size, k) for k in marks)
+    if live_bootstrap and live_bootstrap[0]:
+        work += sum(live_bootstrap[1] * boot(k, live_bootstrap[0]) for k in marks)
     work += ANALYSIS_PASSES * pass_cost(size, n)
     if bootstrap:
-        work += min(bootstrap_costs(n, size.d_model, size.layers, bootstrap).values())
+        work += boot(n, bootstrap)
     return work / rate
 
 
@@ -388,6 +400,7 @@ def plan_run(
     max_memory: int | str | None = None,
     calibrate: str = "auto",
     known: dict[str, ModelSize] | None = None,
+    live_bootstrap: tuple[int, int] | None = None,
 ) -> Plan:
     """The cost of a run of `spec` (a RunSpec) on `device` (module docstring).
 
@@ -395,6 +408,7 @@ def plan_run(
     loads, and only when the memory fits), "cached" (never loads: a cached calibration or one
     scaled from another model's), "never" (no time). live: anytime estimates (default: in the
     window modes). known: model sizes for models this machine has no config of.
+    live_bootstrap: (B, poolings) bootstrap replicates of the live estimates at each mark.
     """
     from deffcore.anytime import batch_rows, prefix_refusal, schedule
 
@@ -428,7 +442,7 @@ def plan_run(
     plan.refusal = _refusal(plan)
     if plan.refusal is None and calibrate != "never":
         marks = schedule(spec.n, batch)[:-1] if live else []
-        _price(plan, spec, marks, bootstrap, calibrate, windows)
+        _price(plan, spec, marks, (bootstrap, live_bootstrap), calibrate, windows)
     return plan
 
 
@@ -444,9 +458,7 @@ def _disk_free() -> int | None:
         return None
 
 
-def _price(
-    plan: Plan, spec: Any, marks: list[int], bootstrap: int | None, mode: str, windows: bool
-) -> None:
+def _price(plan: Plan, spec: Any, marks: list[int], boots: tuple, mode: str, windows: bool) -> None:
     """Fill the plan's time from a calibration (cached, measured now, or scaled)."""
     from deffcore import calibration
 
@@ -486,7 +498,9 @@ def _price(
     parts = {
         "load": load_s,
         "extract": plan.tokens / tokens_per_s,
-        "numbers": numbers_seconds(size, spec.n, rate, marks=marks, bootstrap=bootstrap),
+        "numbers": numbers_seconds(
+            size, spec.n, rate, marks=marks, bootstrap=boots[0], live_bootstrap=boots[1]
+        ),
     }
     plan.time_parts = parts
     plan.seconds = sum(parts.values())

@@ -38,6 +38,12 @@ TARGETS: tuple[str, ...] = ("solid", "verdict")
 CONFIRM = 2
 #: No stop before this many passages (calibrated).
 MIN_STOP_N = 128
+#: Bootstrap replicates the estimates of a target's numbers get by default: "solid" claims a
+#: number within 2%, and on real states (SmolLM2, BBC windows) the bootstrap's spread is
+#: 2-3x the N-only spread model's (BENCHMARKS.md), so a solid stop is judged with an interval;
+#: the verdict's regimes are judged from the rule's error band (no interval: six poolings x B
+#: passes at every mark would cost more than the extraction they save at small N).
+DEFAULT_BOOTSTRAP: dict[str, int | None] = {"solid": 30, "verdict": None}
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,18 @@ class StopRule:
         )
         times = "" if self.confirm == 1 else f" at {self.confirm} estimates in a row"
         return f"stop when {what}{times} (at least {self.min_n:,} passages)"
+
+
+def estimate_bootstrap(
+    rule: StopRule | None, bootstrap: int | None = None
+) -> tuple[int | None, tuple[str, ...]]:
+    """(B, poolings) for the live estimates under `rule`: `bootstrap` (0: none) or the
+    target's DEFAULT_BOOTSTRAP, given to the numbers the rule waits for (all poolings for
+    the verdict)."""
+    if rule is None:
+        return (bootstrap or None), ("default",)
+    B = DEFAULT_BOOTSTRAP[rule.target] if bootstrap is None else (bootstrap or None)
+    return B, (POOLINGS if rule.target == "verdict" else rule.poolings)
 
 
 def parse_until(target: str, poolings: str | Sequence[str] = "default") -> StopRule:

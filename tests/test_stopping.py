@@ -85,3 +85,13 @@ def test_calibration_harness_runs_on_its_tiny_slice():
     settled = rows["fixed N, settled verdict"]
     assert settled["cases"] > 0 and settled["right"] == 1.0
     assert "| numbers judged |" in bench.markdown(table, "tiny")
+
+
+def test_estimate_bootstrap_defaults_per_target():
+    from deffcore.stopping import DEFAULT_BOOTSTRAP, estimate_bootstrap
+
+    assert estimate_bootstrap(StopRule("solid")) == (DEFAULT_BOOTSTRAP["solid"], ("default",))
+    assert estimate_bootstrap(StopRule("verdict")) == (DEFAULT_BOOTSTRAP["verdict"], POOLINGS)
+    assert estimate_bootstrap(StopRule("solid"), 0) == (None, ("default",))
+    assert estimate_bootstrap(StopRule("verdict"), 40) == (40, POOLINGS)
+    assert estimate_bootstrap(None) == (None, ("default",))

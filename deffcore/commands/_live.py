@@ -44,9 +44,9 @@ def add_live_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="B",
-        help="bootstrap replicates for the live estimates of the --until-poolings numbers "
-        "(default: none, their spread judged from N alone; each estimate then costs about B "
-        "similarity passes more)",
+        help="bootstrap replicates for the live estimates of the numbers --until waits for "
+        "(default: 30 for --until solid, none for --until verdict and without --until; 0: "
+        "none); each estimate then costs about B similarity passes more",
     )
     g.add_argument(
         "--no-anytime",
@@ -78,8 +78,10 @@ def check_live_args(args: argparse.Namespace) -> None:
     from deffcore.planner import parse_bytes
     from deffcore.stopping import parse_until
 
-    if args.estimate_bootstrap is not None:
+    if args.estimate_bootstrap:
         check_int(args.estimate_bootstrap, "--estimate-bootstrap", 2)
+    elif args.estimate_bootstrap is not None:
+        check_int(args.estimate_bootstrap, "--estimate-bootstrap", 0)
     if args.max_memory is not None:
         parse_bytes(args.max_memory)
     if args.until is not None:
@@ -115,8 +117,11 @@ def plan_command(args: argparse.Namespace) -> int:
     """`measure --plan`: print the plan's line (or its JSON) and exit 0, or REFUSED."""
     from deffcore.cli import print_json
     from deffcore.planner import plan_run
+    from deffcore.stopping import estimate_bootstrap, parse_until
 
     spec, device = spec_of(args)
+    rule = None if args.until is None else parse_until(args.until, args.until_poolings)
+    B, boot_poolings = estimate_bootstrap(rule, args.estimate_bootstrap)
     plan = plan_run(
         spec,
         device,
@@ -125,7 +130,10 @@ def plan_command(args: argparse.Namespace) -> int:
         live=not args.no_anytime,
         max_memory=args.max_memory,
         calibrate="cached" if args.no_calibrate else "auto",
+        live_bootstrap=(B, len(boot_poolings)) if B else None,
     )
+    if rule is not None:
+        plan.notes.append(f"With --until, the run {rule.describe()}: the time is at most this.")
     if args.json:
         print_json({"plan": plan.to_dict()})
     else:
@@ -176,7 +184,7 @@ def measure_with_estimates(args: argparse.Namespace, bar: Any, seeds: tuple[int,
     from deffcore.anytime import prefix_refusal
     from deffcore.anytime_run import measure_live
     from deffcore.measurement import measure_spec
-    from deffcore.stopping import parse_until
+    from deffcore.stopping import estimate_bootstrap, parse_until
 
     spec, device = spec_of(args)
     refusal = prefix_refusal(spec.passages, spec.dataset)
@@ -184,16 +192,18 @@ def measure_with_estimates(args: argparse.Namespace, bar: Any, seeds: tuple[int,
         raise DeffError(f"--until cannot stop this run early. {refusal}")
     if args.no_anytime or refusal is not None:
         return None
+    rule = None if args.until is None else parse_until(args.until, args.until_poolings)
+    B, boot_poolings = estimate_bootstrap(rule, args.estimate_bootstrap)
     live = measure_live(
         spec,
         metric=args.metric,
         device=device,
         batch_size=args.batch_size,
         progress=bar,
-        until=None if args.until is None else parse_until(args.until, args.until_poolings),
+        until=rule,
         on_estimate=EstimatePrinter(bar, enabled=not args.no_progress),
-        bootstrap=args.estimate_bootstrap,
-        bootstrap_poolings=_poolings(args.until_poolings),
+        bootstrap=B,
+        bootstrap_poolings=boot_poolings,
         use_cache=not args.no_cache,
     )
     m = live.measurement
@@ -204,13 +214,6 @@ def measure_with_estimates(args: argparse.Namespace, bar: Any, seeds: tuple[int,
             measure_spec(rspec, progress=bar, use_cache=not args.no_cache, **options)
         )
     return m, live
-
-
-def _poolings(text: str) -> tuple[str, ...]:
-    from deffcore.constants import POOLINGS
-
-    names = tuple(p.strip() for p in text.split(",") if p.strip())
-    return POOLINGS if names == ("all",) else names
 
 
 def live_lines(live: Any) -> list[str]:
