@@ -39,21 +39,16 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+# the constructions of the trust rule's calibration (each with a closed-form population S)
+from bench_trust_calibration import CONSTRUCTIONS  # noqa: E402
 
 from deffcore import teaching  # noqa: E402
 from deffcore.anytime import gap_of, pooling_estimate, schedule  # noqa: E402
 from deffcore.constants import REGIME_TOLERANCE  # noqa: E402
 from deffcore.depth import effective_depth  # noqa: E402
 
-#: name -> (teaching step, knobs), as in bench_trust_calibration.py (each has a closed-form S).
-CONSTRUCTIONS: dict[str, tuple[str, dict[str, float]]] = {
-    "independent": ("independent", {}),
-    "orthogonal updates (F_L)": ("orthogonal_updates", {"h0": 0.0, "growth": 1.0, "rho": 0.0}),
-    "h_0 = 1": ("h0", {"h0": 1.0, "growth": 1.0, "rho": 0.0}),
-    "h_0 = 4": ("h0", {"h0": 4.0, "growth": 1.0, "rho": 0.0}),
-    "growing x1.3": ("growing", {"h0": 0.5, "growth": 1.3, "rho": 0.0}),
-    "correlated rho 0.5": ("correlated", {"h0": 1.0, "growth": 1.1, "rho": 0.5}),
-}
 #: (L, d, N_max, seeds, batch) per grid; batch = passages per extraction batch (marks).
 GRIDS: dict[str, dict[str, Any]] = {
     "full": {"L": (6, 12), "d": (8, 32, 128), "N_max": 4096, "seeds": 4, "batch": 32},

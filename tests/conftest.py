@@ -20,6 +20,7 @@ Fixtures:
                        is a dataset spec for `measure(dataset=...)`.
     windows_dataset    a .txt dataset with ~1,900 windows of 16 byte tokens (anytime tests).
     every_batch        every extraction batch is checkpointed (`extract._clock` driven).
+    planted            tiny-llama with near-zero block outputs, returned by every model load.
 
 Constants:
     TINY_ARCHS         ("llama", "gemma3", "gpt2", "gptneox", "qwen2", "qwen3", "olmo2")
@@ -178,3 +179,21 @@ def every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
 
     ticks = iter(range(0, 10**9, 100))
     monkeypatch.setattr(extract, "_clock", lambda: next(ticks))
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch):
+    """tiny-llama whose blocks write almost nothing (output projections x 0.02): every state
+    is h_0 plus a little, so its numbers settle at small N (the model every load returns)."""
+    import torch
+
+    import deffcore.measurement
+    from deffcore.models import load_model
+
+    model = load_model("tiny-llama", device="cpu", dtype="float32")
+    with torch.no_grad():
+        for block in model.model.model.layers:
+            block.self_attn.o_proj.weight.mul_(0.02)
+            block.mlp.down_proj.weight.mul_(0.02)
+    monkeypatch.setattr(deffcore.measurement, "load_model", lambda *a, **k: model)
+    return model

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 import deffcore.measurement
 from deffcore import cache
@@ -20,21 +19,6 @@ from deffcore.stopping import StopRule
 
 def _spec(dataset: str, n: int, passages: str = "windows"):
     return run_spec("tiny-llama", dataset, n, 16, 0, "cka", passages=passages, device="cpu")[0]
-
-
-@pytest.fixture
-def planted(monkeypatch):
-    """tiny-llama whose blocks write almost nothing (output projections x 0.02): every
-    state is h_0 plus a little, so D_eff/L is known to be near 1/L and settles early."""
-    from deffcore.models import load_model
-
-    model = load_model("tiny-llama", device="cpu", dtype="float32")
-    with torch.no_grad():
-        for block in model.model.model.layers:
-            block.self_attn.o_proj.weight.mul_(0.02)
-            block.mlp.down_proj.weight.mul_(0.02)
-    monkeypatch.setattr(deffcore.measurement, "load_model", lambda *a, **k: model)
-    return model
 
 
 def _equal(a, b) -> None:

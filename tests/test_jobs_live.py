@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import pytest
-import torch
-
-import deffcore.measurement
 from deffcore import cache, jobs
 from deffcore.cache import RunSpec
 
@@ -22,20 +18,6 @@ def _spec(dataset: str, n: int, passages: str = "windows") -> RunSpec:
         dtype="float32",
         passages=passages,
     )
-
-
-@pytest.fixture
-def planted(monkeypatch):
-    """tiny-llama whose blocks write almost nothing: every state is h_0 plus a little."""
-    from deffcore.models import load_model
-
-    model = load_model("tiny-llama", device="cpu", dtype="float32")
-    with torch.no_grad():
-        for block in model.model.model.layers:
-            block.self_attn.o_proj.weight.mul_(0.02)
-            block.mlp.down_proj.weight.mul_(0.02)
-    monkeypatch.setattr(deffcore.measurement, "load_model", lambda *a, **k: model)
-    return model
 
 
 def test_a_window_job_keeps_its_estimates(windows_dataset, every_batch):

@@ -95,22 +95,7 @@ def spec_of(args: argparse.Namespace):
     from deffcore.commands._common import run_kwargs
     from deffcore.measurement import run_spec
 
-    kw = run_kwargs(args)
-    return run_spec(
-        kw["model"],
-        kw["dataset"],
-        kw["n"],
-        kw["max_tokens"],
-        kw["seed"],
-        kw["metric"],
-        kw.get("revision"),
-        kw.get("device"),
-        kw.get("dtype"),
-        args.intervention,
-        passages=kw.get("passages", "documents"),
-        bos=kw.get("bos", "default"),
-        batch_size=args.batch_size,
-    )
+    return run_spec(**run_kwargs(args), intervention=args.intervention, batch_size=args.batch_size)
 
 
 def plan_command(args: argparse.Namespace) -> int:
