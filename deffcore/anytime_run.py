@@ -121,7 +121,7 @@ class _Watch:
         if self.stop_at is not None or not self.trajectory:
             return self.stop_at is not None
         rule, last = self.rule, self.trajectory[-1]
-        if rule is not None and last.n < self.spec.n and rule.should_stop(self.trajectory):
+        if rule is not None and rule.should_stop(self.trajectory):
             self.stop_at = last.n
         return self.stop_at is not None
 

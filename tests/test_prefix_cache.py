@@ -72,9 +72,10 @@ def test_a_damaged_entry_is_no_source(windows_dataset, every_batch):
     small = _spec(windows_dataset, 128)
     measure_spec(small, device="cpu", batch_size=32)
     npz = cache.cache_dir() / small.key() / "states.npz"
-    blob = bytearray(npz.read_bytes())
-    blob[-10] ^= 0xFF
-    npz.write_bytes(bytes(blob))
+    with np.load(npz) as z:  # a valid npz with one changed value: only the checksum tells
+        arrays = {k: z[k] for k in z.files}
+    arrays["default"][1, 0, 0] += 1.0
+    np.savez(npz, **arrays)
     assert prefix_cache.best_prefix(_spec(windows_dataset, 256), "cpu", 32, larger=False) is None
     large = measure_spec(_spec(windows_dataset, 256), device="cpu", batch_size=32)
     assert large.resumed_passages == 0
