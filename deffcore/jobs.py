@@ -29,6 +29,11 @@ Decisions:
   it); tokens per second = that rate x max_tokens, exact for token windows (every window is
   max_tokens long) and an upper bound for documents (`tokens_exact` False); once done, the
   rate x the run's exact mean tokens per passage. ETA = remaining passages / rate.
+- Window runs show live estimates (issue 23): the worker runs them through
+  `deffcore.anytime_run.measure_live`, each estimate lands in the job's `estimates` as plain
+  data, and `stop_when_settled(job_id)` makes the run stop once the BOS verdict is settled
+  (a stopping rule read before every batch, so it may be asked while the run goes), keeping a
+  run of that N (`result_key` names it, `stopped_at` says where). Documents runs have none.
 - This module never imports streamlit.
 """
 

@@ -441,7 +441,7 @@ def plan_run(
     plan.disk_free = _disk_free()
     plan.refusal = _refusal(plan)
     if plan.refusal is None and calibrate != "never":
-        marks = schedule(spec.n, batch)[:-1] if live else []
+        marks = schedule(spec.n, batch) if live else []  # N too: `measure` estimates it
         _price(plan, spec, marks, (bootstrap, live_bootstrap), calibrate, windows)
     return plan
 

@@ -34,9 +34,13 @@ from deffcore.errors import DeffError
 
 #: What a run may stop on.
 TARGETS: tuple[str, ...] = ("solid", "verdict")
-#: Consecutive estimates (k, 2k, ...) that must meet the target before a stop (calibrated).
+#: Consecutive estimates (k, 2k, ...) that must meet the target before a stop. Calibrated
+#: (BENCHMARKS.md, "Answers in minutes"): with a bootstrap interval, stopping at the first
+#: solid look landed within 2% in 95.5% of runs against 98.1% at fixed N (linear CKA), and a
+#: first settled verdict was right in 98.4% against 99.7%; two in a row: 100% in every arm.
 CONFIRM = 2
-#: No stop before this many passages (calibrated).
+#: No stop before this many passages: N = 64 read unsettled on both packaged models, and the
+#: simulated shares did not change between 64 and 256.
 MIN_STOP_N = 128
 #: Bootstrap replicates the estimates of a target's numbers get by default: "solid" claims a
 #: number within 2%, and on real states (SmolLM2, BBC windows) the bootstrap's spread is

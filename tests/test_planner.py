@@ -171,7 +171,9 @@ def test_plan_time_is_load_plus_extraction_plus_numbers(windows_dataset):
             "tiny-llama", revision=None, device="cpu", dtype="float32", max_tokens=16, batch=32
         )
     )
-    numbers = numbers_seconds(plan.size, 256, cal.similarity_rate, marks=[64, 128], bootstrap=None)
+    numbers = numbers_seconds(
+        plan.size, 256, cal.similarity_rate, marks=[64, 128, 256], bootstrap=None
+    )
     assert plan.time_parts == pytest.approx(
         {"load": cal.load_s, "extract": 256 * 16 / cal.tokens_per_s, "numbers": numbers}
     )
