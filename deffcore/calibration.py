@@ -9,8 +9,10 @@ extraction (`extract.extract_pooled`, hooks and pooling included): `tokens_per_s
 cost does not depend on which ids it sees, so the ids are drawn at random from the bottom of the
 vocabulary (no dataset is read). It also times one `similarity_matrix` pass on random states of
 the model's L and d at SIM_PASSAGES passages: `similarity_rate`, multiply-adds per second of
-the cheaper route (`similarity.route_costs`), from which the planner prices the numbers
-computed after extraction.
+the cheaper route (`similarity.route_costs`), from which the planner prices bootstraps; and
+one live estimate (`anytime.estimate`, every pooling control with its trust) at each of
+EST_PASSAGES: `estimate_fixed_s + estimate_s_per_madd x route cost` fits the two (at small N
+the fixed part, Python and per-call work, is most of an estimate's time).
 
 Cached as JSON under `<cache>/calibration/<hash>.json`, keyed by everything that changes the
 rate: the model's weights id, device, dtype, max_tokens, batch size, torch's thread count and
@@ -35,11 +37,13 @@ import numpy as np
 
 from deffcore.errors import DeffError
 
-FORMAT = 1
+FORMAT = 2  # 2: estimate timings
 #: Timed batches after the warm-up batch.
 CAL_BATCHES = 2
 #: Passages of the timed similarity pass.
 SIM_PASSAGES = 512
+#: Passages of the two timed live estimates.
+EST_PASSAGES = (64, 256)
 #: A calibration older than this is measured again (seconds).
 MAX_AGE_S = 7 * 24 * 3600.0
 _FOLDER = "calibration"
@@ -56,6 +60,12 @@ class Calibration:
     measured_at: float  # seconds since the epoch
     seconds: float  # how long the calibration took
     load_average: float | None = None
+    estimate_fixed_s: float = 0.0  # one live estimate: fixed seconds ...
+    estimate_s_per_madd: float = 0.0  # ... plus seconds per multiply-add of one pass
+
+    def estimate_seconds(self, madds: float) -> float:
+        """Seconds of one live estimate whose similarity pass costs `madds` multiply-adds."""
+        return self.estimate_fixed_s + self.estimate_s_per_madd * madds
 
     def age_s(self, now: float | None = None) -> float:
         return (time.time() if now is None else now) - self.measured_at
@@ -209,6 +219,7 @@ def calibrate(
     similarity_matrix(x)
     sim_s = time.perf_counter() - start
     rate = min(route_costs(SIM_PASSAGES, loaded.d_model, loaded.layers).values()) / sim_s
+    fixed, per = _time_estimates(x, loaded.layers, loaded.d_model)
     cal = Calibration(
         key=key,
         tokens_per_s=float(tokens_per_s),
@@ -217,6 +228,34 @@ def calibrate(
         measured_at=time.time(),
         seconds=time.perf_counter() - began,
         load_average=_load_average(),
+        estimate_fixed_s=fixed,
+        estimate_s_per_madd=per,
     )
     _store(cal)
     return cal
+
+
+def _time_estimates(walk: np.ndarray, layers: int, d: int) -> tuple[float, float]:
+    """(fixed seconds, seconds per multiply-add) of a live estimate, from one at each of
+    EST_PASSAGES passages of `walk` (L, >= max(EST_PASSAGES), d) random states."""
+    from deffcore.anytime import estimate
+    from deffcore.constants import EXTRACTED_POOLINGS
+    from deffcore.extract import PooledStates
+    from deffcore.similarity import route_costs
+
+    points = []
+    for n in EST_PASSAGES:
+        x = np.concatenate([walk[:1, :n], walk[:, :n]])  # (L+1, n, d): an h_0 in front
+        pooled = PooledStates(
+            pooled={p: x for p in EXTRACTED_POOLINGS},
+            pos0_norm_ratio=np.ones(layers + 1, np.float32),
+            n_dropped_short=0,
+            tokens=n,
+            lengths=np.ones(n, np.int64),
+        )
+        start = time.perf_counter()
+        estimate(pooled)
+        points.append((min(route_costs(n, d, layers).values()), time.perf_counter() - start))
+    (w1, t1), (w2, t2) = points
+    per = max(0.0, (t2 - t1) / (w2 - w1)) if w2 > w1 else 0.0
+    return max(0.0, t1 - per * w1), per

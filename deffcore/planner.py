@@ -9,10 +9,12 @@ a config or GGUF header, never the weights) and, for time, from this machine's m
 throughput (`deffcore.calibration`), so a plan that refuses never loads a model.
 
 Time = model load + extraction (tokens / calibrated tokens per second) + the estimates shown
-while it runs (ESTIMATE_PASSES similarity passes at each mark of `anytime.schedule`) + the
-numbers computed after it (ANALYSIS_PASSES passes at N, and the bootstrap), each pass priced at
-the cheaper route's multiply-adds (`similarity.route_costs`, `bootstrap.bootstrap_costs`) over
-the calibrated similarity rate. Without a calibration of this model, its tokens per second are
+while it runs (one at each mark of `anytime.schedule`, priced by the calibration's two timed
+estimates: a fixed part plus a part per multiply-add of the cheaper route,
+`similarity.route_costs`) + the numbers computed after it (ANALYSIS_PASSES / ESTIMATE_PASSES
+estimates' worth at N) + bootstraps (`bootstrap.bootstrap_costs` over the calibrated
+similarity rate). Not priced: reading the dataset and cutting windows (about a second for
+bbc-news). Without a calibration of this model, its tokens per second are
 scaled from another calibration on this device by block parameters (a forward costs about 2
 multiply-adds per block parameter per token); the line says which.
 
@@ -203,26 +205,29 @@ def pass_cost(size: ModelSize, n: int) -> float:
 def numbers_seconds(
     size: ModelSize,
     n: int,
-    rate: float,
+    cal: Any,
     *,
     marks: list[int],
     bootstrap: int | None,
     live_bootstrap: tuple[int, int] | None = None,
 ) -> float:
-    """Seconds for the estimates at `marks` (with `live_bootstrap` = (B, poolings) replicates
-    at each) and the numbers at N (with a `bootstrap`), at `rate` multiply-adds per second."""
+    """Seconds for the live estimates at `marks` (with `live_bootstrap` = (B, poolings)
+    replicates at each) and the numbers at N after extraction (with a `bootstrap`), priced by
+    a calibration `cal` (`calibration.Calibration`: its timed estimates and similarity rate).
+    The numbers after extraction are ANALYSIS_PASSES / ESTIMATE_PASSES estimates' worth."""
     from deffcore.bootstrap import bootstrap_costs
 
     def boot(k: int, B: int) -> float:
         return min(bootstrap_costs(k, size.d_model, size.layers, B).values())
 
-    work = sum(ESTIMATE_PASSES * pass_cost(size, k) for k in marks)
+    seconds = sum(cal.estimate_seconds(pass_cost(size, k)) for k in marks)
+    seconds += ANALYSIS_PASSES / ESTIMATE_PASSES * cal.estimate_seconds(pass_cost(size, n))
+    work = 0.0
     if live_bootstrap and live_bootstrap[0]:
         work += sum(live_bootstrap[1] * boot(k, live_bootstrap[0]) for k in marks)
-    work += ANALYSIS_PASSES * pass_cost(size, n)
     if bootstrap:
         work += boot(n, bootstrap)
-    return work / rate
+    return seconds + work / cal.similarity_rate
 
 
 def gpu_time(size: ModelSize, tokens: int) -> tuple[float, float]:
@@ -483,23 +488,21 @@ def _price(plan: Plan, spec: Any, marks: list[int], boots: tuple, mode: str, win
             ),
             "calibrated now",
         )
-    tokens_per_s, load_s, rate = None, 0.0, None
     if cal is not None:
-        tokens_per_s, load_s, rate = cal.tokens_per_s, cal.load_s, cal.similarity_rate
         plan.time_source = f"{source}: {cal.describe()}"
     else:
         scaled = _scaled(plan, spec)
         if scaled is None:
             plan.time_source = "no calibration on this device yet (run without --no-calibrate)"
             return
-        tokens_per_s, load_s, rate, plan.time_source = scaled
+        cal, plan.time_source = scaled
     size = plan.size
     assert size is not None
     parts = {
-        "load": load_s,
-        "extract": plan.tokens / tokens_per_s,
+        "load": cal.load_s,
+        "extract": plan.tokens / cal.tokens_per_s,
         "numbers": numbers_seconds(
-            size, spec.n, rate, marks=marks, bootstrap=boots[0], live_bootstrap=boots[1]
+            size, spec.n, cal, marks=marks, bootstrap=boots[0], live_bootstrap=boots[1]
         ),
     }
     plan.time_parts = parts
@@ -508,8 +511,11 @@ def _price(plan: Plan, spec: Any, marks: list[int], boots: tuple, mode: str, win
         plan.notes.append("Documents are truncated to max_tokens: the time is an upper bound.")
 
 
-def _scaled(plan: Plan, spec: Any) -> tuple[float, float, float, str] | None:
-    """Rates scaled from the newest calibration of another model on this device."""
+def _scaled(plan: Plan, spec: Any) -> tuple[Any, str] | None:
+    """The newest calibration of another model on this device, its extraction rate and load
+    time scaled by block parameters (its estimate timings kept: they price passes)."""
+    from dataclasses import replace
+
     from deffcore import calibration
 
     assert plan.size is not None
@@ -518,10 +524,11 @@ def _scaled(plan: Plan, spec: Any) -> tuple[float, float, float, str] | None:
         if ref is None:
             continue
         factor = ref.block_params / plan.size.block_params
-        tokens = cal.tokens_per_s * factor
         source = (
             f"scaled from {cal.key['model']} ({cal.describe()}) by block parameters "
             f"({ref.block_params / 1e6:,.0f}M -> {plan.size.block_params / 1e6:,.0f}M)"
         )
-        return tokens, cal.load_s / factor, cal.similarity_rate, source
+        return replace(
+            cal, tokens_per_s=cal.tokens_per_s * factor, load_s=cal.load_s / factor
+        ), source
     return None

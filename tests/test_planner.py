@@ -152,6 +152,8 @@ def test_calibration_is_cached_keyed_and_goes_stale(windows_dataset, monkeypatch
     )
     cal = calibration.calibrate("tiny-llama", device="cpu", max_tokens=16, batch=32)
     assert cal.key == key and cal.tokens_per_s > 0 and cal.similarity_rate > 0
+    assert cal.estimate_fixed_s >= 0 and cal.estimate_s_per_madd >= 0
+    assert cal.estimate_seconds(1e9) == cal.estimate_fixed_s + 1e9 * cal.estimate_s_per_madd
     assert calibration.cached(key) == cal
     assert calibration.cached({**key, "max_tokens": 32}) is None
     assert calibration.cached({**key, "threads": key["threads"] + 1}) is None
@@ -171,9 +173,18 @@ def test_plan_time_is_load_plus_extraction_plus_numbers(windows_dataset):
             "tiny-llama", revision=None, device="cpu", dtype="float32", max_tokens=16, batch=32
         )
     )
-    numbers = numbers_seconds(
-        plan.size, 256, cal.similarity_rate, marks=[64, 128, 256], bootstrap=None
+    numbers = numbers_seconds(plan.size, 256, cal, marks=[64, 128, 256], bootstrap=None)
+    # by hand: an estimate at each mark, 20/18 of one at N (the numbers after extraction)
+    by_hand = sum(
+        cal.estimate_fixed_s + cal.estimate_s_per_madd * planner.pass_cost(plan.size, k)
+        for k in (64, 128, 256)
     )
+    by_hand += (
+        20
+        / 18
+        * (cal.estimate_fixed_s + cal.estimate_s_per_madd * planner.pass_cost(plan.size, 256))
+    )
+    assert numbers == pytest.approx(by_hand)
     assert plan.time_parts == pytest.approx(
         {"load": cal.load_s, "extract": 256 * 16 / cal.tokens_per_s, "numbers": numbers}
     )
@@ -192,6 +203,8 @@ def test_a_model_without_calibration_is_scaled_by_block_parameters(windows_datas
         similarity_rate=1e9,
         measured_at=time.time(),
         seconds=1,
+        estimate_fixed_s=0.5,
+        estimate_s_per_madd=1e-9,
     )
     calibration._store(fake)
     plan = plan_run(
@@ -201,6 +214,7 @@ def test_a_model_without_calibration_is_scaled_by_block_parameters(windows_datas
     assert plan.time_source.startswith("scaled from tiny-llama")
     tokens_per_s = 1000.0 * llama.block_params / gpt2.block_params
     assert plan.time_parts["extract"] == pytest.approx(256 * 16 / tokens_per_s)
+    assert plan.time_parts["load"] == pytest.approx(2.0 * gpt2.block_params / llama.block_params)
     assert no_load == []
 
 
