@@ -48,6 +48,8 @@ import torch
 
 from deffcore.constants import REGIME_TOLERANCE
 from deffcore.errors import DeffError, NonFiniteActivationsError, UnsupportedArchitectureError
+from deffcore.trust_rule import REGIME_WORDS as _REGIME_WORDS
+from deffcore.trust_rule import regime_of
 
 #: Passages in the diagnostic pass (SPEC 11: the first min(N, 64) of the run's sample).
 DIAG_PASSAGES = 64
@@ -638,12 +640,6 @@ IDENTICAL_GAP_POINTS = 1e-3
 #: ~1e-7; a first token that varies over passages differs by far more).
 IDENTICAL_REL = 1e-4
 
-_REGIME_WORDS = {
-    "below": "D_eff < F_L",
-    "above": "D_eff > F_L",
-    "at the reference": "D_eff at F_L",
-}
-
 
 def no_pos0_identity(pooled: Any, metric: str = "cka") -> str | None:
     """Why `no_pos0` is the same control as `default` for this run, or None (SPEC 11.5).
@@ -880,8 +876,6 @@ def bos_verdict(
     (not computed): the sentence then says so. identical: {control: why it equals default
     for this run} (`identical_controls`); None: guessed from equal gaps (`_guess_identical`).
     """
-    from deffcore.trust_rule import regime_of
-
     clean = {p: float(g) for p, g in gaps.items() if g is not None and math.isfinite(g)}
     if "default" not in clean:
         raise DeffError("The verdict needs the default pooling's gap to F_L.")

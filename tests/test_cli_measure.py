@@ -161,6 +161,7 @@ def test_snapshot_command_remakes_a_windows_run(capsys, tiny_dataset, tmp_path):
     snap = json.loads(path.read_text())
     assert "--passages windows --bos none" in snap["command"]
     assert "--intervention" not in snap["command"] and d["passages"] == "windows"
+    assert snap["measurement"]["trust"] == d["trust"]  # the badge travels with the snapshot
 
 
 def test_measure_reports_trust_and_bootstrap_adds_the_interval(capsys, tiny_dataset):
@@ -184,7 +185,8 @@ def test_measure_reports_trust_and_bootstrap_adds_the_interval(capsys, tiny_data
     assert main(["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "8",
                  "--max-tokens", "32", "--no-progress", "--bootstrap", "20"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "trust (default pooling, D_eff/L): ○ noise" in out and "bootstrap (B = 20)" in out
+    assert "trust (default pooling, D_eff/L): ○ noise. N = 8 passages is far too few" in out
+    assert "bootstrap (B = 20)" in out
 
 
 def test_bad_bootstrap_is_one_line_before_loading(capsys, tiny_dataset):

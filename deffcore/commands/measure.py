@@ -111,7 +111,8 @@ def _table(d: dict) -> str:
 
 def trust_lines(trust: dict, bootstrap: dict | None = None) -> list[str]:
     """The trust badge of the default pooling's D_eff/L in words (and its interval)."""
-    lines = [f"trust (default pooling, D_eff/L): {trust['badge']}: {trust['sentence']}"]
+    why = trust["sentence"].split(": ", 1)[-1]  # the sentence without its "Level: " prefix
+    lines = [f"trust (default pooling, D_eff/L): {trust['badge']}. {why}"]
     if bootstrap is not None:
         lines.append(
             f"bootstrap (B = {bootstrap['B']}): D_eff/L {bootstrap['point']:.4f}, 95% interval "
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         d["bootstrap"] = boot.to_dict()
     d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
     if args.snapshot is not None:
-        _write_snapshot(m, args, seeds)
+        _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d})
     if live is not None:
         d["anytime"] = live.to_dict()
     if args.json:
@@ -163,8 +164,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...]) -> None:
-    """The explorer's snapshot of this run, stamped with the command that reproduces it."""
+def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict) -> None:
+    """The explorer's snapshot of this run, stamped with the command that reproduces it; its
+    CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run)."""
     from deffcore.snapshot import snapshot
 
     command = (
@@ -181,6 +183,10 @@ def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...]) -> None
             command += f" {flag} {shlex.quote(value)}"
     if seeds:
         command += " --random-seeds " + ",".join(map(str, seeds))
+    if args.bootstrap is not None:
+        command += f" --bootstrap {args.bootstrap}"
+    data = snapshot(m, command=command)
+    data["measurement"].update(extra)
     args.snapshot.parent.mkdir(parents=True, exist_ok=True)
-    args.snapshot.write_text(json.dumps(snapshot(m, command=command), separators=(",", ":")))
+    args.snapshot.write_text(json.dumps(data, separators=(",", ":")))
     print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)

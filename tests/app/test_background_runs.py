@@ -294,7 +294,7 @@ class FakeView(RunView):
         return np.ones(self.layers + 1)
 
 
-@pytest.mark.parametrize(("n", "level"), [(8, "noise"), (512, "indicative"), (4096, "solid")])
+@pytest.mark.parametrize(("n", "level"), [(8, "noise"), (512, "indicative"), (10_000, "solid")])
 def test_first_page_trust_badge(n, level):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600)
     at.session_state["deff_view"] = FakeView(n)
