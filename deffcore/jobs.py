@@ -29,6 +29,11 @@ Decisions:
   it); tokens per second = that rate x max_tokens, exact for token windows (every window is
   max_tokens long) and an upper bound for documents (`tokens_exact` False); once done, the
   rate x the run's exact mean tokens per passage. ETA = remaining passages / rate.
+- Window runs show live estimates (issue 23): the worker runs them through
+  `deffcore.anytime_run.measure_live`, each estimate lands in the job's `estimates` as plain
+  data, and `stop_when_settled(job_id)` makes the run stop once the BOS verdict is settled
+  (a stopping rule read before every batch, so it may be asked while the run goes), keeping a
+  run of that N (`result_key` names it, `stopped_at` says where). Documents runs have none.
 - This module never imports streamlit.
 """
 
@@ -64,6 +69,7 @@ __all__ = [
     "start_sweep",
     "start_task",
     "status",
+    "stop_when_settled",
     "sweep_job",
     "task_job",
     "wait",
@@ -103,6 +109,11 @@ class JobStatus:
     stage_estimate_s: float | None = None
     label: str = ""  # a task's name for people
     result: Any = None  # a finished task's plain result
+    #: issue 23: the live estimates so far (`anytime.Estimate.to_dict()`, one per mark), the
+    #: stopping target asked for ("verdict", "solid" or None) and where the run stopped
+    estimates: tuple[dict[str, Any], ...] = ()
+    until: str | None = None
+    stopped_at: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -162,6 +173,8 @@ class JobStatus:
         parts.append(f"ETA {self.eta_s:.0f} s" if self.eta_s is not None else "ETA: measuring…")
         if self.cancel_requested:
             parts.append("stopping after this batch")
+        elif self.until:
+            parts.append(f"stops when {'settled' if self.until == 'verdict' else 'solid'}")
         return " · ".join(parts)
 
 
@@ -214,6 +227,9 @@ class _Job:
     name: str = ""  # a task's identity (one at a time) and model (for stage times)
     model: str = ""
     result: Any = None
+    estimates: list[dict[str, Any]] = field(default_factory=list)
+    until: str | None = None
+    stopped_at: int | None = None
 
 
 _LOCK = threading.Lock()
@@ -377,6 +393,26 @@ def cancel(job_id: str) -> bool:
         return True
 
 
+def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
+    """Ask a running window run to stop once `target` ("verdict" or "solid",
+    `deffcore.stopping`) is met (at once when its latest estimates already meet it), keeping
+    what it extracted as a run of that N. False when the job is unknown, finished, or not a
+    run whose estimates can stop it (`anytime.prefix_refusal`)."""
+    from deffcore.anytime import prefix_refusal
+    from deffcore.stopping import TARGETS
+
+    if target not in TARGETS:
+        raise DeffError(f"Unknown stopping target {target!r}; choose one of {', '.join(TARGETS)}.")
+    with _LOCK:
+        job = _JOBS.get(job_id)
+        if job is None or job.spec is None or job.state in FINISHED:
+            return False
+        if prefix_refusal(job.spec.passages, job.spec.dataset) is not None:
+            return False
+        job.until = target
+        return True
+
+
 def active_jobs() -> list[JobStatus]:
     """Queued and running jobs, oldest first."""
     with _LOCK:
@@ -443,6 +479,9 @@ def _snapshot(job: _Job) -> JobStatus:
         stage_estimate_s=_stage_estimate(job),
         label=job.name,
         result=job.result,
+        estimates=tuple(job.estimates),
+        until=job.until,
+        stopped_at=job.stopped_at,
     )
 
 
@@ -535,19 +574,45 @@ def _progress(job: _Job):
     return progress
 
 
-def _run(job: _Job) -> None:
+def _measure(job: _Job) -> Any:
+    """The job's run: with live estimates (and a stop when settled) where its passages allow
+    them (`deffcore.anytime_run`), else a plain `measure_spec`."""
     from deffcore import measurement
+    from deffcore.anytime import prefix_refusal
 
+    options = {
+        "metric": job.metric,
+        "device": job.device,
+        "batch_size": job.batch_size,
+        "progress": _progress(job),
+        "should_stop": job.cancel.is_set,
+    }
+    if prefix_refusal(job.spec.passages, job.spec.dataset) is not None:
+        return measurement.measure_spec(job.spec, **options)
+    from deffcore.anytime_run import measure_live
+    from deffcore.stopping import StopRule
+
+    def on_estimate(est: Any) -> None:
+        with _LOCK:
+            job.estimates.append(est.to_dict())
+
+    live = measure_live(
+        job.spec,
+        **options,
+        until=lambda: StopRule(job.until) if job.until else None,
+        on_estimate=on_estimate,
+        final_estimate=False,
+        replay=False,
+    )
+    with _LOCK:
+        job.stopped_at = int(live.measurement.n) if live.stopped else None
+    return live.measurement
+
+
+def _run(job: _Job) -> None:
     state, error = "failed", None
     try:
-        m = measurement.measure_spec(
-            job.spec,
-            metric=job.metric,
-            device=job.device,
-            batch_size=job.batch_size,
-            progress=_progress(job),
-            should_stop=job.cancel.is_set,
-        )
+        m = _measure(job)
         with _LOCK:
             job.result_key = m.spec.key()
             job.from_cache = bool(m.cached)

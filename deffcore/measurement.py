@@ -53,7 +53,7 @@ from deffcore.errors import (
     UndefinedSimilarityError,
     fit_advice,
 )
-from deffcore.extract import BatchCheckpoint, PooledStates, extract_pooled
+from deffcore.extract import BatchCheckpoint, PooledStates, SavedBatch, extract_pooled
 from deffcore.interventions import INTERVENTIONS
 from deffcore.models import (
     LoadedModel,
@@ -381,6 +381,7 @@ def measure_spec(
     use_cache: bool = True,
     should_stop: Callable[[], bool] | None = None,
     documents: list[str] | None = None,
+    tap: Callable[[SavedBatch], None] | None = None,
 ) -> Measurement:
     """Measure one fully specified run: read it from the cache or extract and store it.
 
@@ -391,8 +392,16 @@ def measure_spec(
     resumes from its last finished batch when measured again, with bit-identical results
     (`Measurement.resumed_passages` says how many passages were resumed).
     `use_cache=False` recomputes without reading or writing the cache at all.
+    Window runs also reuse a cached run of the same settings with another N, bit-identically
+    (`deffcore.prefix_cache`: a larger run resumes from a smaller one's batches, a smaller one
+    is a larger one's first rows); `tap(batch)` sees every finished chunk of batches
+    (`deffcore.anytime_run`: the live estimates).
     """
+    from deffcore import prefix_cache
+
     start = time.perf_counter()
+    resolved = loaded.device if loaded is not None else device
+    resolved = resolved or resolve_device_dtype(None, spec.dtype)[0]
 
     def compute(checkpoint: BatchCheckpoint | None = None) -> PooledStates:
         return extract_spec(
@@ -406,12 +415,20 @@ def measure_spec(
             documents=documents,
         )
 
+    def compute_cached() -> PooledStates:
+        served = prefix_cache.from_larger(spec, resolved, batch_size)
+        if served is not None:
+            return served
+        checkpoint = prefix_cache.PrefixCheckpoint(spec, resolved, batch_size, tap)
+        return prefix_cache.finish(compute(checkpoint), checkpoint)
+
     if use_cache:
-        pooled, was_cached, meta = cache.get_or_compute(
-            spec, lambda: compute(cache.PartialRun(spec))
-        )
+        pooled, was_cached, meta = cache.get_or_compute(spec, compute_cached)
     else:
-        pooled, was_cached, meta = compute(), False, {}
+        watch = None
+        if tap is not None:
+            watch = prefix_cache.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
+        pooled, was_cached, meta = compute(watch), False, {}
         cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
     resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
     if pooled.n < MIN_PASSAGES:

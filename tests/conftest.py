@@ -18,6 +18,9 @@ Fixtures:
     cache_dir          (module scope) one cache folder for a whole test module (AppTest pages).
     tiny_dataset       a .txt dataset file of `tiny_passages` (blank-line separated); its path
                        is a dataset spec for `measure(dataset=...)`.
+    windows_dataset    a .txt dataset with ~1,900 windows of 16 byte tokens (anytime tests).
+    every_batch        every extraction batch is checkpointed (`extract._clock` driven).
+    planted            tiny-llama with near-zero block outputs, returned by every model load.
 
 Constants:
     TINY_ARCHS         ("llama", "gemma3", "gpt2", "gptneox", "qwen2", "qwen3", "olmo2")
@@ -147,3 +150,50 @@ def gate(monkeypatch: pytest.MonkeyPatch):
     event.set()
     for job in jobs.active_jobs():
         jobs.wait(job.job_id, timeout=60)
+
+
+# Anytime estimates (issue 23): a dataset of many token windows, and checkpoints every batch.
+_WINDOW_WORDS = (
+    "the a of to and in is was for on that with as by at from his her it an be this which or "
+    "market team match film game season policy report minister company shares growth court"
+)
+
+
+@pytest.fixture
+def windows_dataset(tmp_path: Path) -> str:
+    """A .txt dataset of 60 documents of 120 words: ~1,900 windows of 16 byte tokens."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    words = _WINDOW_WORDS.split()
+    text = "\n\n".join(" ".join(rng.choice(words, size=120)) for _ in range(60))
+    path = tmp_path / "words.txt"
+    path.write_text(text + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each extraction batch is checkpointed (its rows reach the live estimates at once)."""
+    from deffcore import extract
+
+    ticks = iter(range(0, 10**9, 100))
+    monkeypatch.setattr(extract, "_clock", lambda: next(ticks))
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch):
+    """tiny-llama whose blocks write almost nothing (output projections x 0.02): every state
+    is h_0 plus a little, so its numbers settle at small N (the model every load returns)."""
+    import torch
+
+    import deffcore.measurement
+    from deffcore.models import load_model
+
+    model = load_model("tiny-llama", device="cpu", dtype="float32")
+    with torch.no_grad():
+        for block in model.model.model.layers:
+            block.self_attn.o_proj.weight.mul_(0.02)
+            block.mlp.down_proj.weight.mul_(0.02)
+    monkeypatch.setattr(deffcore.measurement, "load_model", lambda *a, **k: model)
+    return model

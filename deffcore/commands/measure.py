@@ -18,6 +18,13 @@ from deffcore.commands._common import (
     result_only_stdout,
     run_kwargs,
 )
+from deffcore.commands._live import (
+    add_live_args,
+    check_live_args,
+    live_lines,
+    measure_with_estimates,
+    plan_command,
+)
 from deffcore.constants import POOLINGS
 
 
@@ -62,6 +69,7 @@ def add_parser(subparsers) -> None:
         help="recompute without reading or writing the cache (an interrupted run is otherwise "
         "resumed from its last finished batch)",
     )
+    add_live_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -125,16 +133,23 @@ def run(args: argparse.Namespace) -> int:
     if args.bootstrap is not None:
         check_int(args.bootstrap, "--bootstrap", 2)
     check_args(args)
+    check_live_args(args)
+    if args.plan:
+        return plan_command(args)
     seeds = int_list(args.random_seeds, "--random-seeds")
     with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
-        m = measure(
-            **run_kwargs(args),
-            progress=bar,
-            random_seeds=seeds,
-            intervention=args.intervention,
-            batch_size=args.batch_size,
-            use_cache=not args.no_cache,
-        )
+        live = measure_with_estimates(args, bar, seeds)
+        if live is not None:
+            m, live = live
+        else:
+            m = measure(
+                **run_kwargs(args),
+                progress=bar,
+                random_seeds=seeds,
+                intervention=args.intervention,
+                batch_size=args.batch_size,
+                use_cache=not args.no_cache,
+            )
     d = m.to_dict()
     boot = None
     if args.bootstrap is not None:
@@ -143,10 +158,12 @@ def run(args: argparse.Namespace) -> int:
     d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
     if args.snapshot is not None:
         _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d})
+    if live is not None:
+        d["anytime"] = live.to_dict()
     if args.json:
         print_json(d)
     else:
-        print(_table(d))
+        print("\n".join([_table(d), *live_lines(live)]))
     return 0
 
 
@@ -157,7 +174,7 @@ def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: 
 
     command = (
         f"python -m deffcore measure --model {shlex.quote(args.model)} --dataset "
-        f"{shlex.quote(args.dataset)} --n {args.n} --max-tokens {args.max_tokens} "
+        f"{shlex.quote(args.dataset)} --n {m.spec.n} --max-tokens {args.max_tokens} "
         f"--seed {args.seed}"
     )
     for flag, value, default in (

@@ -41,6 +41,8 @@ def add_parser(subparsers) -> None:
     )
     add_run_args(p, model="smollm2-135m", n=512)
     p.set_defaults(model=None)  # --models is the sweep's axis; --model adds one model to it
+    # a manifest's `settings` fill what the command line leaves unset (_apply_settings)
+    p.set_defaults(**dict.fromkeys(_DEFAULTS))
     grid = p.add_argument_group("grid (or --manifest)")
     grid.add_argument("--models", default="", help="comma-separated model specs")
     grid.add_argument(
@@ -115,6 +117,21 @@ def add_parser(subparsers) -> None:
     )
     run.add_argument(
         "--pooling", choices=POOLINGS, default="default", help="pooling control the table shows"
+    )
+    cost = p.add_argument_group("cost (issue 23)")
+    cost.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what every cell costs here and on one GPU (time, peak memory) and exit; "
+        "offline: a manifest's `sizes` stand in for configs this machine lacks",
+    )
+    cost.add_argument(
+        "--max-memory", default=None, metavar="SIZE", help="memory a cell may use, e.g. 8GiB"
+    )
+    cost.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="--plan never loads a model (cached calibrations only)",
     )
     add_output_args(p)
     p.set_defaults(func=run_command)
@@ -235,13 +252,60 @@ class _CellBar:
             self.bar.close()
 
 
+#: Built-in values of the shared options a manifest's `settings` may set.
+_DEFAULTS: dict[str, object] = {
+    "n": 512,
+    "max_tokens": 128,
+    "seed": 0,
+    "passages": "documents",
+    "bos": "default",
+    "dtype": None,
+}
+
+
+def _apply_settings(args: argparse.Namespace) -> dict:
+    """Fill the shared options the command line left unset from the manifest's `settings`,
+    then the built-in defaults; returns the manifest's model sizes (for --plan)."""
+    from deffcore.sweep_cost import manifest_extras
+
+    settings, sizes = {}, {}
+    if args.manifest:
+        settings, sizes, _about = manifest_extras(args.manifest)
+    for name, default in _DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, settings.get(name, default))
+    return sizes
+
+
+def _plan_command(args: argparse.Namespace, cells: list, kw: dict, sizes: dict) -> int:
+    """`sweep --plan`: every cell's cost here and on one GPU; nothing runs."""
+    from deffcore.sweep_cost import planned, sweep_cost
+
+    plan, notes = planned(cells, **kw, batch_size=args.batch_size, pooling=args.pooling)
+    cost = sweep_cost(
+        plan,
+        known=sizes,
+        max_memory=args.max_memory,
+        calibrate="cached" if args.no_calibrate else "auto",
+    )
+    cost.notes += notes
+    if args.json:
+        print_json({"sweep_plan": cost.to_dict()})
+    else:
+        print("\n".join(cost.lines()))
+    return 0
+
+
 def run_command(args: argparse.Namespace) -> int:
     from deffcore.sweep import run_sweep, table_s7_rows
 
     cells = cells_from_args(args)
+    sizes = _apply_settings(args)
     kw = run_kwargs(args)
     for name in ("model", "revision", "dataset"):
         kw.pop(name, None)  # per cell
+    if args.plan:
+        return _plan_command(args, cells, kw, sizes)
     bar = _CellBar(enabled=not args.no_progress)
     try:
         with result_only_stdout():

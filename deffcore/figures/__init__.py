@@ -8,11 +8,13 @@ One module per subject; every public name is re-exported here, so `deffcore.figu
 `base` (palette, regime words, layout, export), `run` (one run's heatmap, rows, lag decay,
 D_eff(K)), `compare` (gap bars and comparisons of runs), `bos` (pooling controls, position 0,
 massive activations, sinks, passage inspector), `synthetic` (the Synthetic lab), `baselines`
-(null, matched references, bootstrap), `models` (the Models page).
+(null, matched references, bootstrap), `models` (the Models page), `anytime` (a run's
+estimates as passages land).
 """
 
 from __future__ import annotations
 
+from deffcore.figures.anytime import gap_vs_n
 from deffcore.figures.base import (
     CLICK_TARGET,
     COLOR_ABOVE,
@@ -115,6 +117,7 @@ __all__ = [
     "figure_html",
     "for_display",
     "gap_bars",
+    "gap_vs_n",
     "integer_ticks",
     "lag_decay",
     "log_axis",

@@ -137,6 +137,9 @@ def checkpoint_cells(root: str | Path, **axes: Any) -> list[Cell]:
 
 
 _CELL_FIELDS = ("model", "revision", "seed", "intervention", "dataset")
+#: Top-level manifest keys the cells ignore: the run settings and model sizes the planner
+#: reads (`deffcore.sweep_cost.manifest_extras`) and free text.
+MANIFEST_EXTRAS = ("settings", "sizes", "about")
 _AXES = ("models", "revisions", "random_seeds", "trained", "interventions", "datasets")
 
 
@@ -170,7 +173,8 @@ def manifest_cells(path: str | Path) -> list[Cell]:
         raise SweepError(
             f"The sweep manifest {path} must be a list of cells or hold 'cells'/'grid'."
         )
-    unknown = set(data) - {"cells", "grid", "pruning"}  # pruning: sweep.pruning_column
+    # pruning: sweep.pruning_column; the extras: the planner's
+    unknown = set(data) - {"cells", "grid", "pruning", *MANIFEST_EXTRAS}
     if unknown:
         raise SweepError(
             f"The sweep manifest {path} has unknown key(s) {', '.join(sorted(unknown))}."

@@ -1,0 +1,218 @@
+"""Calibration of the stopping rule (`deffcore.stopping`) on states whose truth is known.
+
+    nice -n 10 .venv/bin/python benchmarks/bench_stopping.py [--size full|tiny]
+        [--bootstrap 0] [--save runs.json] [--load runs.json]
+
+Optional stopping: a growing run looks at its number at 64, 128, 256, ... passages and stops
+the first time the rule is met, so it stops exactly when chance made the number look good.
+Here every dataset is one growing run: states sampled once at N_max from a teaching
+construction (`deffcore.teaching.sample_states`, population S in closed form via
+`teaching.population_similarity`), its prefixes measured at the run's marks
+(`deffcore.anytime.schedule`) with the product's own estimator (`anytime.pooling_estimate`:
+the shown estimator, unbiased CKA where linear CKA's bias is material, and `deffcore.trust`).
+
+For each stopping rule (target, CONFIRM, MIN_STOP_N) the table compares:
+
+- **fixed N, solid**: every (dataset, N) the rule's trust calls solid, judged at that N: how
+  often within 2% of the truth (the promise), within 5%, the largest error;
+- **stopped (solid)**: each dataset's number where the rule stopped it: the same shares;
+- **fixed N, settled / stopped (verdict)**: the regime (below / at / above F_L, SPEC 11.5)
+  of a band that lies in one regime, against the population regime.
+
+The goal: a stopped number within its promise as often as a fixed-N one ("solid": within 2% in
+>= 95% of cases). Grids: `full` (no bootstrap: N_max 4,096, d up to 128), `boot` (with
+`--bootstrap B`: N_max 2,048, d up to 32, the bootstrap being the costly part), `tiny` (the
+unit test's slice). `--load` re-judges saved runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+# the constructions of the trust rule's calibration (each with a closed-form population S)
+from bench_trust_calibration import CONSTRUCTIONS  # noqa: E402
+
+from deffcore import teaching  # noqa: E402
+from deffcore.anytime import gap_of, pooling_estimate, schedule  # noqa: E402
+from deffcore.constants import REGIME_TOLERANCE  # noqa: E402
+from deffcore.depth import effective_depth  # noqa: E402
+
+#: (L, d, N_max, seeds, batch) per grid; batch = passages per extraction batch (marks).
+GRIDS: dict[str, dict[str, Any]] = {
+    "full": {"L": (6, 12), "d": (8, 32, 128), "N_max": 4096, "seeds": 4, "batch": 32},
+    "boot": {"L": (6, 12), "d": (8, 32), "N_max": 2048, "seeds": 3, "batch": 32},
+    "tiny": {"L": (6,), "d": (8,), "N_max": 512, "seeds": 1, "batch": 32},
+}
+#: Stopping rules compared: (confirm, min_n).
+RULES: tuple[tuple[int, int], ...] = ((1, 64), (1, 128), (2, 64), (2, 128), (2, 256), (3, 128))
+
+
+def grid(size: str) -> list[dict[str, Any]]:
+    g = GRIDS[size]
+    return [
+        {"construction": c, "L": L, "d": d, "seed": s, "N_max": g["N_max"], "batch": g["batch"]}
+        for c, L, d, s in itertools.product(CONSTRUCTIONS, g["L"], g["d"], range(g["seeds"]))
+    ]
+
+
+def run_case(case: dict[str, Any], metric: str, B: int | None) -> dict[str, Any]:
+    """One growing run: the truth and the shown estimate at every mark."""
+    step, kw = CONSTRUCTIONS[case["construction"]]
+    knobs = teaching.Knobs(L=case["L"], **kw)
+    L = case["L"]
+    truth = effective_depth(teaching.population_similarity(step, knobs)) / L
+    x = teaching.sample_states(step, knobs, case["N_max"], case["d"], seed=2000 + case["seed"])
+    with_h0 = np.concatenate([np.zeros((1, *x.shape[1:]), dtype=x.dtype), x])  # h_0 unused
+    marks = []
+    for k in schedule(case["N_max"], case["batch"]):
+        e = pooling_estimate(with_h0[:, :k], metric=metric, bootstrap=B, seed=case["seed"])
+        marks.append(
+            {
+                "n": k,
+                "value": e.deff_over_L,
+                "shown": e.metric,
+                "level": e.level,
+                "fixed": e.regime_fixed,
+                "gap_low": e.settle_gap_low,
+                "gap_high": e.settle_gap_high,
+            }
+        )
+    return {**case, "metric": metric, "truth": truth, "marks": marks}
+
+
+def _regime(gap: float) -> str:
+    if abs(gap) <= REGIME_TOLERANCE:
+        return "at"
+    return "below" if gap > 0 else "above"
+
+
+def _band_regime(mark: dict[str, Any]) -> str:
+    return _regime((mark["gap_low"] + mark["gap_high"]) / 2)
+
+
+def _first_stop(marks: list[dict[str, Any]], ok: list[bool], confirm: int, min_n: int) -> int:
+    """Index of the mark where the rule stops (the last mark when it never does)."""
+    for i in range(len(marks) - 1):  # the last mark is the full run, not a stop
+        if marks[i]["n"] >= min_n and i + 1 >= confirm and all(ok[i - confirm + 1 : i + 1]):
+            return i
+    return len(marks) - 1
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The table: fixed-N and stopped shares per rule (module docstring)."""
+    rows: dict[str, dict[str, Any]] = {}
+
+    def error(run: dict[str, Any], mark: dict[str, Any]) -> float:
+        return abs(mark["value"] / run["truth"] - 1)
+
+    def regime_right(run: dict[str, Any], mark: dict[str, Any]) -> bool:
+        return _band_regime(mark) == _regime(gap_of(run["truth"], run["L"]))
+
+    fixed_solid = [error(r, m) for r in runs for m in r["marks"] if m["level"] == "solid"]
+    rows["fixed N, solid"] = _shares(fixed_solid)
+    fixed_settled = [regime_right(r, m) for r in runs for m in r["marks"] if m["fixed"]]
+    rows["fixed N, settled verdict"] = {"cases": len(fixed_settled), "right": _share(fixed_settled)}
+    for confirm, min_n in RULES:
+        errors, ns, right, vns = [], [], [], []
+        for r in runs:
+            marks = r["marks"]
+            i = _first_stop(marks, [m["level"] == "solid" for m in marks], confirm, min_n)
+            if marks[i]["level"] == "solid" and i < len(marks) - 1:
+                errors.append(error(r, marks[i]))
+                ns.append(marks[i]["n"])
+            j = _first_stop(marks, [m["fixed"] for m in marks], confirm, min_n)
+            if marks[j]["fixed"] and j < len(marks) - 1:
+                right.append(regime_right(r, marks[j]))
+                vns.append(marks[j]["n"])
+        rows[f"stopped solid, confirm {confirm}, N >= {min_n}"] = {
+            **_shares(errors),
+            "median_n": float(np.median(ns)) if ns else None,
+        }
+        rows[f"stopped verdict, confirm {confirm}, N >= {min_n}"] = {
+            "cases": len(right),
+            "right": _share(right),
+            "median_n": float(np.median(vns)) if vns else None,
+        }
+    return {"runs": len(runs), "rows": rows}
+
+
+def _shares(errors: list[float]) -> dict[str, Any]:
+    return {
+        "cases": len(errors),
+        "within_2pct": _share(e <= 0.02 for e in errors),
+        "within_5pct": _share(e <= 0.05 for e in errors),
+        "max_error": max(errors, default=None),
+    }
+
+
+def _share(flags: Any) -> float | None:
+    flags = list(flags)
+    return sum(flags) / len(flags) if flags else None
+
+
+def markdown(summary: dict[str, Any], title: str) -> str:
+    def pct(v: float | None) -> str:
+        return "–" if v is None else f"{100 * v:.1f}%"
+
+    lines = [
+        f"**{title}** ({summary['runs']} growing runs)",
+        "",
+        "| numbers judged | cases | within 2% of truth | within 5% | largest error | regime "
+        "right | median N at stop |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in summary["rows"].items():
+        median = r.get("median_n")
+        lines.append(
+            f"| {name} | {r['cases']} | {pct(r.get('within_2pct'))} | "
+            f"{pct(r.get('within_5pct'))} | {pct(r.get('max_error'))} | {pct(r.get('right'))} | "
+            f"{'–' if median is None else f'{median:,.0f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def run(size: str, B: int | None) -> dict[str, list[dict[str, Any]]]:
+    cases = grid(size)
+    out: dict[str, list[dict[str, Any]]] = {"cka": [], "unbiased_cka": []}
+    start = time.perf_counter()
+    for i, case in enumerate(cases):
+        for metric in out:
+            out[metric].append(run_case(case, metric, B))
+        print(f"[{i + 1}/{len(cases)}] {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", choices=tuple(GRIDS), default="full")
+    p.add_argument("--bootstrap", type=int, default=0, metavar="B", help="0: no interval")
+    p.add_argument("--save", type=Path, default=None)
+    p.add_argument("--load", type=Path, default=None)
+    args = p.parse_args()
+    start = time.perf_counter()
+    if args.load is not None:
+        results = json.loads(args.load.read_text())
+    else:
+        results = run(args.size, args.bootstrap or None)
+    if args.save is not None:
+        args.save.write_text(json.dumps(results))
+    for metric, runs in results.items():
+        boot = f", bootstrap B = {args.bootstrap}" if args.bootstrap else ", no bootstrap"
+        print(markdown(summarise(runs), f"run metric {metric}{boot}"), end="\n\n")
+    print(f"({time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Answers in minutes in the app: the live estimates of a run in progress, "Stop when
+settled", and the planner's line beside Run (issue 23).
+
+The run panel (`explorer.run_panel`) calls `live_panel(status)` under its progress bar: the
+latest estimate (`deffcore.jobs.JobStatus.estimates`, one per mark of `anytime.schedule`) as
+cards with the trust rule's level and the estimator shown, the BOS verdict and whether it is
+settled, and the gap-vs-N curve with its band (`deffcore.figures.gap_vs_n`). "Stop when
+settled" asks the job to stop once the verdict is settled (`jobs.stop_when_settled`); what it
+extracted becomes a normal run of that N. The sidebar calls `plan_caption(settings)` under
+Run: the planner's line (`deffcore.planner.plan_run` with a cached calibration only: drawing
+the sidebar never loads a model), and a button that measures this machine's speed when no
+calibration exists yet. User text (model names) is shown as plain text, never Markdown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from deffcore import figures, jobs
+from deffcore.anytime import prefix_refusal
+
+_LEVEL_ICON = {"solid": "●", "indicative": "◐", "noise": "○"}
+
+
+def _head_cards(est: dict[str, Any]) -> None:
+    head = est["poolings"]["default"]
+    band = "" if head["low"] is None else f"{head['band']}: [{head['low']:.4f}, {head['high']:.4f}]"
+    shown = "unbiased CKA" if head["metric"] == "unbiased_cka" else head["metric"]
+    cols = st.columns(4)
+    cols[0].metric("N so far", f"{est['n']:,}")
+    cols[1].metric("D_eff / L", f"{head['deff_over_L']:.4f}", help=band or None)
+    cols[2].metric("Gap to F_L", f"{head['gap_pct']:+.1f}%", help=band or None)
+    cols[3].metric("Trust", f"{_LEVEL_ICON[head['level']]} {head['level']}")
+    note = f"Estimated with {shown}"
+    if head["metric"] != est["run_metric"]:
+        note += (
+            f" (linear CKA's finite-sample bias is material at N = {est['n']:,}: it reads "
+            f"{head['run_metric_deff_over_L']:.4f})"
+        )
+    st.caption(note + ".")
+
+
+def _verdict_line(est: dict[str, Any]) -> None:
+    if est["verdict_settled"]:
+        st.success("BOS verdict settled: " + est["verdict"])
+    else:
+        open_ = ", ".join(est["unsettled"])
+        st.info(f"BOS verdict so far (can still change: {open_}): " + est["verdict"])
+
+
+def settle_button(status: jobs.JobStatus) -> None:
+    """Stop when the BOS verdict is settled (kept as a run of that N)."""
+    st.button(
+        "Stop when settled" if not status.until else "Stopping when settled",
+        key="job_settle",
+        on_click=jobs.stop_when_settled,
+        args=(status.job_id, "verdict"),
+        disabled=bool(status.until) or status.cancel_requested,
+        help="Ends extraction as soon as the BOS verdict can no longer change within its "
+        "bands (at once if it already cannot); the passages extracted so far become a "
+        "normal cached run of that N, which a larger run later resumes from.",
+    )
+
+
+def live_panel(status: jobs.JobStatus) -> None:
+    """The latest estimates of a running window run, under its progress bar."""
+    if status.kind != "run" or status.spec is None:
+        return
+    refusal = prefix_refusal(status.spec.passages, status.spec.dataset)
+    if refusal is not None:
+        st.caption(f"No estimates before the end. {refusal}")
+        return
+    if not status.estimates:
+        st.caption("The first estimate appears once 64 passages (whole batches) are in.")
+        settle_button(status)
+        return
+    est = status.estimates[-1]
+    _head_cards(est)
+    _verdict_line(est)
+    settle_button(status)
+    if len(status.estimates) > 1:
+        fig = figures.gap_vs_n(status.estimates, poolings=list(est["poolings"]))
+        st.plotly_chart(fig, key=f"live_gap_{status.job_id}")
+
+
+def stopped_note(status: jobs.JobStatus) -> str:
+    """What a landed job's notice adds when it stopped early."""
+    if status.stopped_at is None or status.spec is None:
+        return ""
+    return (
+        f" Stopped when settled at N = {status.stopped_at:,} of {status.spec.n:,}; kept as a "
+        "run of that N."
+    )
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _plan(fields: tuple, device: str) -> dict[str, Any] | None:
+    from deffcore.cache import RunSpec
+    from deffcore.planner import plan_run
+
+    try:
+        spec = RunSpec(*fields)
+        return plan_run(spec, device, calibrate="cached").to_dict()
+    except Exception:  # a half-typed model or dataset: the Run click says what is wrong
+        return None
+
+
+def _spec_fields(settings: Any) -> tuple[tuple, str] | None:
+    from deffcore.models import resolve_device_dtype
+
+    if not settings.model or not settings.dataset:
+        return None
+    try:
+        device, dtype = resolve_device_dtype(None, None)
+    except Exception:  # no device to plan for: no line
+        return None
+    fields = (
+        settings.model,
+        settings.revision,
+        settings.dataset,
+        int(settings.n),
+        int(settings.max_tokens),
+        int(settings.seed),
+        dtype,
+        "none",
+        settings.passages,
+        settings.bos,
+    )
+    return fields, device
+
+
+def plan_caption(settings: Any) -> None:
+    """The planner's line under Run (module docstring)."""
+    found = _spec_fields(settings)
+    plan = _plan(*found) if found else None
+    if plan is None:
+        return
+    st.text(plan["line"])
+    untimed = plan["fits"] and plan["seconds"] is None and plan["size"] is not None
+    help_text = (
+        "Loads the model and times a few small batches (seconds to a minute); the plan then "
+        "says how long a run takes here."
+    )
+    if untimed and st.button("Measure this machine's speed", key="plan_calibrate", help=help_text):
+        _calibrate(found[0], found[1])
+
+
+def _calibrate(fields: tuple, device: str) -> None:
+    from deffcore import calibration
+    from deffcore.anytime import batch_rows
+
+    model, revision, _, _, max_tokens, _, dtype = fields[:7]
+    with st.spinner("Timing a few batches…"):
+        try:
+            calibration.calibrate(
+                model,
+                revision=revision,
+                device=device,
+                dtype=dtype,
+                max_tokens=max_tokens,
+                batch=batch_rows(max_tokens, device),
+            )
+        except Exception as err:  # the model cannot load here: say so, keep the page
+            st.error(f"Could not time this model here ({type(err).__name__}): {err}")
+            return
+    _plan.clear()
+    st.rerun()

@@ -1,0 +1,122 @@
+"""The app's live estimates and plan line (explorer.live, issue 23), as AppTest draws them."""
+
+from __future__ import annotations
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+
+def _status(estimates, **kw):
+    from deffcore import jobs
+    from deffcore.cache import RunSpec
+
+    spec = RunSpec("tiny-llama", None, "x.txt", 512, 16, 0, "float32", passages="windows")
+    base = dict(
+        job_id="j1",
+        spec=spec,
+        state="running",
+        stage="extracting",
+        done=128,
+        total=512,
+        tokens_per_s=None,
+        tokens_exact=True,
+        eta_s=None,
+        elapsed_s=1.0,
+        stage_elapsed_s=1.0,
+        error=None,
+        result_key=None,
+        from_cache=False,
+        resumed=0,
+        cancel_requested=False,
+        ahead=0,
+        estimates=tuple(estimates),
+    )
+    return jobs.JobStatus(**{**base, **kw})
+
+
+def _estimates():
+    from deffcore.anytime import estimate
+    from deffcore.constants import EXTRACTED_POOLINGS
+    from deffcore.extract import PooledStates
+
+    rng = np.random.default_rng(0)
+    out = []
+    for n in (64, 128):
+        x = np.cumsum(rng.standard_normal((5, n, 64), dtype=np.float32), axis=0)
+        pooled = PooledStates(
+            pooled={p: x for p in EXTRACTED_POOLINGS},
+            pos0_norm_ratio=np.ones(5, np.float32),
+            n_dropped_short=0,
+            tokens=n * 16,
+            lengths=np.full(n, 16, np.int64),
+        )
+        out.append(estimate(pooled).to_dict())
+    return out
+
+
+def _panel(status):
+    from explorer.live import live_panel
+
+    live_panel(status)
+
+
+def test_live_panel_shows_the_latest_estimate_its_trust_and_the_curve():
+    est = _estimates()
+    at = AppTest.from_function(_panel, args=(_status(est),)).run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["N so far"] == "128"
+    assert metrics["D_eff / L"] == f"{est[-1]['poolings']['default']['deff_over_L']:.4f}"
+    assert metrics["Trust"].split()[-1] == est[-1]["poolings"]["default"]["level"]
+    assert any("Estimated with" in c.value for c in at.caption)
+    assert any("BOS verdict" in x.value for x in [*at.info, *at.success])
+    assert at.button(key="job_settle").label == "Stop when settled"
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_live_panel_before_the_first_estimate_and_for_documents():
+    at = AppTest.from_function(_panel, args=(_status(()),)).run()
+    assert any("first estimate" in c.value for c in at.caption)
+    from deffcore.cache import RunSpec
+
+    docs = RunSpec("tiny-llama", None, "x.txt", 512, 16, 0, "float32", passages="documents")
+    at = AppTest.from_function(_panel, args=(_status((), spec=docs),)).run()
+    assert any("documents mode" in c.value for c in at.caption)
+    assert not at.button
+
+
+def test_stopping_button_is_disabled_once_asked():
+    at = AppTest.from_function(_panel, args=(_status(_estimates(), until="verdict"),)).run()
+    button = at.button(key="job_settle")
+    assert button.disabled and button.label == "Stopping when settled"
+
+
+def _plan(settings):
+    from explorer.live import plan_caption
+
+    plan_caption(settings)
+
+
+def test_plan_line_beside_run_without_loading_a_model():
+    from explorer.settings import Settings
+
+    settings = Settings(
+        model="smollm2-135m",
+        revision=None,
+        dataset="bbc-news",
+        n=4096,
+        max_tokens=128,
+        seed=0,
+        pooling="default",
+        metric="cka",
+        K=None,
+        passages="windows",
+    )
+    at = AppTest.from_function(_plan, args=(settings,)).run()
+    assert not at.exception
+    line = at.text[0].value
+    assert line.startswith("Plan: smollm2-135m on 4,096 passages x 128 tokens")
+    assert "peak memory" in line
+    # no calibration in this fresh cache: the time is unknown and a button offers to measure
+    assert "time unknown" in line
+    assert at.button(key="plan_calibrate").label == "Measure this machine's speed"
