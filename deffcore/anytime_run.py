@@ -212,7 +212,8 @@ def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) ->
         _drop_partial(spec.key())
     else:
         meta = {}
-    m = Measurement(spec=spec_k, pooled=pooled, metric=run["metric"], meta=meta)
+    elapsed = time.perf_counter() - watch.started  # the stopped run took this long
+    m = Measurement(spec=spec_k, pooled=pooled, metric=run["metric"], meta=meta, elapsed_s=elapsed)
     note = (
         f"Stopped at N = {k:,} of {spec.n:,} ({watch.rule.describe()}); kept as a run of "
         f"N = {k:,}" + (f" (key {spec_k.key()})." if use_cache else ".")

@@ -493,7 +493,10 @@ def _price(plan: Plan, spec: Any, marks: list[int], boots: tuple, mode: str, win
     else:
         scaled = _scaled(plan, spec)
         if scaled is None:
-            plan.time_source = "no calibration on this device yet (run without --no-calibrate)"
+            plan.time_source = (
+                "no calibration on this device yet (`measure --plan` without --no-calibrate, "
+                "or the app's \"Measure this machine's speed\", measures one)"
+            )
             return
         cal, plan.time_source = scaled
     size = plan.size

@@ -141,15 +141,16 @@ def show_figure(
     knobs). The downloads are built on click, so reruns stay fast."""
     key = identity_stem(dict(identity), what)
     fig = figures.for_display(figures.tag_run(fig, identity))
-    event = st.plotly_chart(fig, key=key, on_select=on_select, config=PLOTLY_CONFIG, **kwargs)
+    shown = figures.plain_text_labels(fig)  # user text in labels shows as text, not HTML
+    event = st.plotly_chart(shown, key=key, on_select=on_select, config=PLOTLY_CONFIG, **kwargs)
     row = st.container(horizontal=True)
-    for label, build, ext, mime in (
-        ("Figure (HTML)", figures.figure_html, "html", "text/html"),
-        ("Data (CSV)", figures.figure_csv, "csv", "text/csv"),
+    for label, build, source, ext, mime in (
+        ("Figure (HTML)", figures.figure_html, shown, "html", "text/html"),
+        ("Data (CSV)", figures.figure_csv, fig, "csv", "text/csv"),
     ):
         row.download_button(
             label,
-            data=lambda build=build: build(fig),
+            data=lambda build=build, source=source: build(source),
             file_name=f"{key}.{ext}",
             mime=mime,
             key=f"{key}_{ext}",

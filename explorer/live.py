@@ -14,12 +14,14 @@ calibration exists yet. User text (model names) is shown as plain text, never Ma
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import streamlit as st
 
 from deffcore import figures, jobs
 from deffcore.anytime import prefix_refusal
+from explorer.cards import show_run_figure
 
 _LEVEL_ICON = {"solid": "●", "indicative": "◐", "noise": "○"}
 
@@ -82,7 +84,11 @@ def live_panel(status: jobs.JobStatus) -> None:
     settle_button(status)
     if len(status.estimates) > 1:
         fig = figures.gap_vs_n(status.estimates, poolings=list(est["poolings"]))
-        st.plotly_chart(fig, key=f"live_gap_{status.job_id}")
+        # the one figure helper: title clear of the toolbar, downloads named by the run
+        show_run_figure(
+            fig, asdict(status.spec), "gap_vs_n_live", pooling="every control",
+            metric=status.spec.metric,
+        )  # fmt: skip
 
 
 def stopped_note(status: jobs.JobStatus) -> str:

@@ -18,6 +18,7 @@ from deffcore import jobs
 from deffcore.errors import DeffError
 from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.snapshot import MeasurementView, run_label
+from explorer.live import live_panel, stopped_note
 from explorer.settings import REFUSED_KEY, Settings
 from explorer.uploads import UPLOAD_KEY, upload_names
 from explorer.views import set_view
@@ -129,7 +130,10 @@ def settle_job() -> None:
                 how += f" ({status.tokens_per_s:,.0f} tokens/s)"
             if status.resumed:
                 how += f", {status.resumed:,} passages resumed from an interrupted run"
-        st.session_state[_NOTICE] = ("success", f"Run finished: {view.label} — {how}.")
+        st.session_state[_NOTICE] = (
+            "success",
+            f"Run finished: {view.label} — {how}.{stopped_note(status)}",
+        )
     elif status.state == "cancelled":
         kept = jobs.kept_passages(status.spec)
         st.session_state[_NOTICE] = (
@@ -170,6 +174,7 @@ def _draw_progress(status: jobs.JobStatus, *, cancel: bool) -> None:
                 disabled=status.cancel_requested,
                 help="Stops before the next batch; finished batches are kept for a resume.",
             )
+            live_panel(status)  # the estimates so far, Stop when settled (issue 23)
         st.caption(
             "The run goes on in the background: switch pages or reload, it keeps going and "
             "becomes the current run when it lands."

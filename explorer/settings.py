@@ -290,6 +290,9 @@ def sidebar() -> tuple[Settings, bool]:
         with top:
             run_clicked = st.button("Run", type="primary", key="run", width="stretch")
             st.caption(md_escape(jobs.display(_run_summary(settings), upload_names())))
+            from explorer.live import plan_caption  # live -> cards -> settings: imported here
+
+            plan_caption(settings)  # what the run will cost, before Run (issue 23)
         view_settings(settings)
         glossary_expander()
     return settings, run_clicked

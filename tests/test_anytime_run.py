@@ -34,6 +34,7 @@ def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every
     assert live.stopped
     k = live.measurement.n
     assert k < 512 and k == live.trajectory[-1].n
+    assert live.measurement.elapsed_s >= live.trajectory[-1].elapsed_s > 0  # the time it took
     assert [e.n for e in live.trajectory] == [64, 128, 256][: len(live.trajectory)]
     assert rule.should_stop(live.trajectory)  # and not one estimate earlier
     assert not rule.should_stop(live.trajectory[:-1])

@@ -429,3 +429,35 @@ def test_projector_enlarges_every_text():
     assert fig.layout.font.size == 22 and fig.layout.legend.font.size == 22
     assert fig.layout.xaxis.tickfont.size == 20 and fig.layout.yaxis.title.font.size == 22
     assert all(a.font.size == 20 for a in fig.layout.annotations)
+
+
+HOSTILE = "<a href='http://127.0.0.1:9/x'>run</a> & <b>bold</b>"
+
+
+def test_plain_text_labels_escapes_user_text_in_names_categories_and_ticks_only():
+    fig = figures.gap_bars(
+        pd.DataFrame(
+            {"label": [HOSTILE, "plain"], "family": ["x", "y"], "gap_pct": [5.0, -3.0],
+             "source": ["cached", "cached"]}
+        )
+    )  # fmt: skip
+    fig.update_layout(title_text="ours<br>second line", xaxis_ticktext=[HOSTILE])
+    fig.data[0].name = HOSTILE
+    shown = figures.plain_text_labels(fig)
+    escaped = "&lt;a href='http://127.0.0.1:9/x'&gt;run&lt;/a&gt; &amp; &lt;b&gt;bold&lt;/b&gt;"
+    assert shown.data[0].name == escaped
+    assert escaped in list(shown.data[0].y) and "plain" in list(shown.data[0].y)
+    assert list(shown.layout.xaxis.ticktext) == [escaped]
+    assert "<a" not in str(shown.to_plotly_json()["data"])
+    assert shown.layout.title.text == "ours<br>second line"  # our own markup stays
+    # the figure as made is untouched: the CSV download carries the user's text as typed
+    assert fig.data[0].name == HOSTILE
+    csv = figures.figure_csv(fig)
+    assert HOSTILE in (csv.decode() if isinstance(csv, bytes) else csv)
+
+
+def test_side_by_side_titles_show_run_labels_as_text():
+    S = _sym(4)
+    fig = figures.side_by_side_heatmaps(S, S, label_a=HOSTILE, label_b="b")
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[0].startswith("A: &lt;a href=") and "<a" not in titles[0]

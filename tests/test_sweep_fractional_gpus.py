@@ -26,6 +26,11 @@ def test_quarter_gpu_cells_are_placed_and_equal_the_serial_sweep(
         assert ray.cluster_resources().get("GPU") == 1.0
         shared = run_sweep(cells, **small, engine="ray", address=gcs, gpus_per_cell=0.25,
                            cpus_per_cell=0.5)  # fmt: skip
+        # the runtime this process holds serves a sweep without --address too (its GPU is
+        # Ray's count, not CUDA: this machine has none)
+        monkeypatch.setenv("DEFF_CACHE_DIR", str(tmp_path / "third-cache"))
+        held = run_sweep(cells[:1], **small, engine="ray", gpus_per_cell=0.25, cpus_per_cell=0.5)
+    assert held.rows[0]["status"] == "done", held.rows[0]["error"]
     assert shared.engine == "ray" and shared.settings["gpus_per_cell"] == 0.25
     assert [r["status"] for r in shared.rows] == ["done"] * 4, [r["error"] for r in shared.rows]
     for a, b in zip(serial.rows, shared.rows, strict=True):

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from deffcore.safe_text import plotly_text
+
 #: The Okabe-Ito palette: distinguishable with every common colour-vision deficiency.
 OKABE_ITO = {
     "orange": "#E69F00",
@@ -180,6 +182,38 @@ def wrap_title(text: str, limit: int = TITLE_MAX_CHARS) -> str:
         return text
     at = max(cuts)
     return text[:at].rstrip() + "<br>" + text[at:].lstrip()
+
+
+def _escaped(values: object) -> object:
+    if isinstance(values, str):
+        return plotly_text(values)
+    if isinstance(values, list | tuple | np.ndarray) and any(isinstance(v, str) for v in values):
+        return [plotly_text(v) if isinstance(v, str) else v for v in values]
+    return values
+
+
+def plain_text_labels(fig: go.Figure) -> go.Figure:
+    """A copy of `fig` whose data-borne text shows as text: trace names, categorical x / y
+    values and tick labels can hold what a user typed (a run's model or dataset name, a
+    passage's tokens), and Plotly renders a subset of HTML in them (`<a href>`, `<b>`), so their
+    `&`, `<`, `>` become entities (`safe_text.plotly_text`). The figure's own titles, notes and
+    hover templates are left alone (they are ours, with their `<br>`). For the page and the
+    HTML download; the CSV is built from the figure as made (the user's text, unescaped)."""
+    shown = go.Figure(fig)
+    for trace in shown.data:
+        if isinstance(getattr(trace, "name", None), str):
+            trace.name = plotly_text(trace.name)
+        for axis in ("x", "y"):
+            if axis in trace and trace[axis] is not None:
+                trace[axis] = _escaped(trace[axis])
+    for name in shown.layout:
+        if name.startswith(("xaxis", "yaxis")):
+            ax = shown.layout[name]
+            if ax.ticktext is not None:
+                ax.ticktext = _escaped(ax.ticktext)
+            if ax.categoryarray is not None:
+                ax.categoryarray = _escaped(ax.categoryarray)
+    return shown
 
 
 def for_display(fig: go.Figure) -> go.Figure:

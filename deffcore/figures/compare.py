@@ -20,6 +20,7 @@ from deffcore.figures.base import (
     regime_color,
     regime_label,
 )
+from deffcore.safe_text import plotly_text
 
 #: Bar style per source of a gap bar: published values hatched grey, measured ones by regime.
 GAP_BAR_STYLES: dict[str, dict[str, str | None]] = {
@@ -208,7 +209,9 @@ def side_by_side_heatmaps(
     S_b = np.asarray(S_b, dtype=np.float64)
     same = S_a.shape == S_b.shape
     cols = 3 if same else 2
-    titles = ["A: " + label_a, "B: " + label_b] + (["B − A"] if same else [])
+    # run labels carry user text (model, dataset names): shown as text, never as HTML
+    titles = ["A: " + plotly_text(label_a), "B: " + plotly_text(label_b)]
+    titles += ["B − A"] if same else []
     fig = make_subplots(rows=1, cols=cols, subplot_titles=titles, horizontal_spacing=0.08)
     low = min(0.0, float(np.nanmin(S_a)), float(np.nanmin(S_b)))
     for col, (S, name) in enumerate(((S_a, f"A: {label_a}"), (S_b, f"B: {label_b}")), start=1):

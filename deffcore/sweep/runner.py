@@ -466,7 +466,8 @@ def _run_ray(
 
     cpus, gpus = plan.settings["cpus_per_cell"], plan.settings["gpus_per_cell"]
     with _RAY_LOCK:
-        num_gpus = None if plan.address else _local_gpus(gpus)
+        # a runtime this process already holds (or a cluster) says itself what GPUs it has
+        num_gpus = None if plan.address or ray.is_initialized() else _local_gpus(gpus)
         with ray_runtime(plan.address, num_cpus=plan.num_cpus, num_gpus=num_gpus) as gcs:
             _check_resources(ray.cluster_resources(), cpus, gpus, gcs)
             task = ray.remote(compute_cell).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)

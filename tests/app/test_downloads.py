@@ -69,3 +69,21 @@ def test_pages_of_no_run_name_what_made_the_figure(app):
     assert any("_L24_" in i for i in ids)  # the knobs are in the name
     at = app.switch_page("pages/13_Models.py").run()
     assert all("models_cka" in i for i in download_ids(at)), download_ids(at)
+
+
+def _hostile_figure():
+    import plotly.graph_objects as go
+
+    from explorer.cards import show_figure
+
+    fig = go.Figure(go.Bar(x=[1.0], y=["<a href='http://127.0.0.1:9/x'>m</a>"], name="<b>m</b>"))
+    show_figure(fig, "bars", {"lab": "test"})
+
+
+def test_a_shown_figure_renders_user_text_in_labels_as_text():
+    """The chart on the page (and its HTML) escapes a label's HTML (`plain_text_labels`)."""
+    at = AppTest.from_function(_hostile_figure).run()
+    assert not at.exception
+    spec = at.get("plotly_chart")[0].proto.spec.replace("\\u002f", "/")
+    assert "<a href" not in spec and "<b>" not in spec
+    assert "&lt;a href=" in spec and "&lt;b&gt;m&lt;/b&gt;" in spec
