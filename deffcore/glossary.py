@@ -180,6 +180,11 @@ GLOSSARY: dict[str, str] = {
     "means the block changes little.",
     "ΔD_eff": "Local ΔD_eff: how much D_eff changes when one layer is left out of S; a "
     "per-layer importance score compared with BI.",
+    "pruning tolerance": "How many blocks a model can lose: k₁.₁₀, the most blocks (lowest "
+    "Block Influence first) skipped with perplexity within 1.10 × PPL₀, and f₁.₁₀ = k₁.₁₀ / L "
+    "(the paper's Table S17); from the stored pruning checks of this machine.",
+    "benchmark scores": "Scores of models on a task that you supply as a CSV (model, task, "
+    "score), correlated with their depth numbers; nothing is measured for them here.",
     "k₁.₁₀": "The most blocks that can be skipped (lowest-ranked first) while the held-out "
     "perplexity stays within 1.10 times the unpruned perplexity.",
     "perplexity": "How surprised the model is by held-out text (lower is better); PPL₀ is the "
@@ -315,7 +320,12 @@ COLUMN_LABELS: dict[str, str] = {
 
 _SNAKE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)+$")
 #: Option values whose glossary term is spelled otherwise (the metrics' snake names).
-ALIASES = {"cka": "CKA", "unbiased_cka": "unbiased CKA"}
+ALIASES = {
+    "cka": "CKA",
+    "unbiased_cka": "unbiased CKA",
+    "D_eff / L": "D_eff/L",  # the Correlation lab's axis names (glossary.human_label)
+    "Gap to F_L (%)": "gap",
+}
 _LOWER = {term.lower(): term for term in GLOSSARY}
 
 
@@ -332,7 +342,10 @@ def term_for(option: str, label: str = "") -> str | None:
     for candidate in [f"{t} {text}" for t in tails] + [text]:
         if candidate.lower() in _LOWER:
             return _LOWER[candidate.lower()]
-    return ALIASES.get(text)
+    if text in ALIASES:
+        return ALIASES[text]
+    short = re.sub(r" \([^)]*\)$", "", text)  # "Pruning tolerance (stored checks)"
+    return term_for(short, label) if short != text else None
 
 
 def human_label(name: object) -> object:

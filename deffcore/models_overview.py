@@ -4,8 +4,8 @@
 family names (`FAMILIES`, first match wins), "random-weight null" for a `random:<m>:<seed>`
 spec, "other" for a name no family matches. A measured run's row is
 `deffcore.run_tables.model_row` (it needs the run, which this module stays below: the
-notebook's gap figure labels its bars with `model_family`); `models_table` joins them with the
-paper's rows, one run once, each labelled by what tells it apart (`run_labels`). Columns are
+notebook's gap figure labels its bars with `model_family`), and `run_tables.models_table` joins
+them with the paper's rows, one run once, each labelled by what tells it apart. Columns are
 added to a row in one place (`paper_models` or `run_tables.model_row`).
 """
 
@@ -103,27 +103,3 @@ def paper_models() -> list[dict[str, Any]]:
         m["n"], m["dataset"], m["trust"] = PAPER_N, PAPER_DATASET, "published"
         m["bias"] = m["d_model"] / (PAPER_N + m["d_model"]) if m.get("d_model") else None
     return sorted(rows, key=lambda m: (m["family"], m.get("layers") or 0, m["model"]))
-
-
-#: Where a measured row comes from, in the order one run is kept (a run cached here and
-#: shipped precomputed is one run: its cached row stays).
-MEASURED_SOURCES = ("cached", "shared", "precomputed")
-
-
-def models_table(
-    measured: list[dict[str, Any]], paper: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The Models table's rows: every measured run once (by key, `MEASURED_SOURCES` order),
-    then the paper's models; each row gets a `label`: measured runs named by what tells them
-    apart (`snapshot.run_labels`: two SmolLM2 runs differing only in their BOS option read
-    `... BOS add` / `... BOS default`), the paper's as `<model> (paper)`."""
-    from deffcore.snapshot import run_labels
-
-    order = {s: i for i, s in enumerate(MEASURED_SOURCES)}
-    kept: dict[Any, dict[str, Any]] = {}
-    for row in sorted(measured, key=lambda r: order.get(r["source"], len(order))):
-        kept.setdefault(row.get("key") or id(row), row)
-    runs = list(kept.values())
-    labels = run_labels([r["spec"] for r in runs])
-    out = [{**r, "label": label} for r, label in zip(runs, labels, strict=True)]
-    return out + [{**r, "label": f"{r['model']} (paper)"} for r in paper]

@@ -101,3 +101,27 @@ def cached_model_row(meta: dict[str, Any], metric: str = "cka") -> dict[str, Any
         raise DeffError(f"The cached run {meta['key']} has no states.")
     view = MeasurementView(Measurement(spec=spec, pooled=found[0], metric=metric))
     return {**model_row(view, "cached", metric), "key": meta["key"], "created": meta.get("created")}
+
+
+#: Where a measured row comes from, in the order one run is kept (a run cached here and
+#: shipped precomputed is one run: its cached row stays).
+MEASURED_SOURCES = ("cached", "shared", "precomputed")
+
+
+def models_table(
+    measured: list[dict[str, Any]], paper: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The Models table's rows: every measured run once (by key, `MEASURED_SOURCES` order),
+    then the paper's models; each row gets a `label`: measured runs named by what tells them
+    apart (`snapshot.run_labels`: two SmolLM2 runs differing only in their BOS option read
+    `... BOS add` / `... BOS default`), the paper's as `<model> (paper)`."""
+    from deffcore.snapshot import run_labels
+
+    order = {s: i for i, s in enumerate(MEASURED_SOURCES)}
+    kept: dict[Any, dict[str, Any]] = {}
+    for row in sorted(measured, key=lambda r: order.get(r["source"], len(order))):
+        kept.setdefault(row.get("key") or id(row), row)
+    runs = list(kept.values())
+    labels = run_labels([r["spec"] for r in runs])
+    out = [{**r, "label": label} for r, label in zip(runs, labels, strict=True)]
+    return out + [{**r, "label": f"{r['model']} (paper)"} for r in paper]

@@ -549,7 +549,7 @@ def download_stem(
 ) -> str:
     """A download's file-name stem (and the figure's widget key) naming the run and the view,
     e.g. `smollm2-135m_bbc-news_N4096_T128_windows_seed0_default_cka_heatmap`."""
-    view = [p for p in (pooling, metric) if p]
+    view = [re.sub(r"[^A-Za-z0-9._-]+", "-", p) for p in (pooling, metric) if p]  # no spaces
     return "_".join([run_slug(spec), *view, re.sub(r"[^A-Za-z0-9.-]+", "-", what)])
 
 

@@ -200,29 +200,41 @@ def _reference(plan: Any, calibrate: str) -> str | None:
 
 def planned(cells: list, **options: Any) -> tuple[Any, list[str]]:
     """`deffcore.sweep.plan_sweep(cells, **options)` and notes. A hub dataset this machine
-    cannot open (offline) does not stop a plan, which reads no data: the cells are checked
-    with it left unopened, and a note says so."""
+    cannot open (offline) does not stop a plan, which reads no data: its cells are checked
+    with a stand-in dataset instead, the plan keeps their own dataset's name, and a note says
+    so. (A refused cell fails alone, `sweep_checks.cell_specs`, so the hub's refusal arrives
+    as the cells' errors.)"""
     from dataclasses import replace
 
     from deffcore.errors import HubUnavailableError
     from deffcore.sweep import check_cells, plan_sweep
 
+    distinct = check_cells(cells)
     try:
-        return plan_sweep(cells, **options), []
+        plan = plan_sweep(distinct, **options)
     except HubUnavailableError:
-        distinct = check_cells(cells)
-        hub = [c for c in distinct if c.dataset.startswith("hf:")]
-        stand_in = [
-            replace(c, dataset="bbc-news") if c.dataset.startswith("hf:") else c for c in distinct
-        ]
-        if not hub or len(set(stand_in)) != len(distinct):
-            raise
-        plan = plan_sweep(stand_in, **options)
-    plan.specs = [replace(s, dataset=c.dataset) for s, c in zip(plan.specs, distinct, strict=True)]
-    for row, cell in zip(plan.rows, distinct, strict=True):
-        row["dataset"], row["label"] = cell.dataset, cell.label()
-    names = ", ".join(sorted({c.dataset for c in hub}))
-    return plan, [f"Not opened here (the hub is off): {names}; the plan reads no data."]
+        plan = None
+    hub = [
+        i for i, c in enumerate(distinct)
+        if c.dataset.startswith("hf:") and (plan is None or plan.specs[i] is None)
+    ]  # fmt: skip
+    if not hub:
+        if plan is None:
+            raise HubUnavailableError("The Hugging Face hub cannot be reached from here.")
+        return plan, []
+    stand_in = [replace(c, dataset="bbc-news") if i in hub else c for i, c in enumerate(distinct)]
+    if len(set(stand_in)) != len(distinct):
+        return plan_sweep(distinct, **options), []  # stand-ins would merge cells: as it is
+    checked = plan_sweep(stand_in, **options)
+    for i in hub:
+        if checked.specs[i] is not None:  # refused for its dataset only: planned with it
+            checked.specs[i] = replace(checked.specs[i], dataset=distinct[i].dataset)
+        checked.rows[i]["dataset"], checked.rows[i]["label"] = (
+            distinct[i].dataset,
+            distinct[i].label(),
+        )
+    names = ", ".join(sorted({distinct[i].dataset for i in hub}))
+    return checked, [f"Not opened here (the hub is off): {names}; the plan reads no data."]
 
 
 def sweep_cost(
@@ -234,11 +246,14 @@ def sweep_cost(
 ) -> SweepCost:
     """The cost of a checked sweep (`deffcore.sweep.plan_sweep`'s SweepPlan)."""
     cost = SweepCost(cells=[], device=plan.device)
-    if any(not _calibratable(s.model) for s in plan.specs):
+    specs = [s for s in plan.specs if s is not None]
+    if any(not _calibratable(s.model) for s in specs):
         note = _reference(plan, calibrate)
         if note:
             cost.notes.append(note)
     for spec, row in zip(plan.specs, plan.rows, strict=True):
+        if spec is None:  # a refused cell: not priced, its sentence said
+            continue
         mode = calibrate if _calibratable(spec.model) else "cached"
         p = plan_run(
             spec,
@@ -255,4 +270,10 @@ def sweep_cost(
             need = device_bytes(p.size, spec.n, spec.max_tokens, gpu_batch, "bfloat16")
             cell.gpu_fits = need <= H200["memory_bytes"]
         cost.cells.append(cell)
+    errors = getattr(plan, "errors", None) or [None] * len(plan.rows)
+    cost.notes += [
+        f"Refused, not priced: {row['label']}: {err}"
+        for row, err in zip(plan.rows, errors, strict=True)
+        if err
+    ]
     return cost

@@ -87,7 +87,7 @@ def live_panel(status: jobs.JobStatus) -> None:
         # the one figure helper: title clear of the toolbar, downloads named by the run
         show_run_figure(
             fig, asdict(status.spec), "gap_vs_n_live", pooling="every control",
-            metric=status.spec.metric,
+            metric=est["run_metric"],
         )  # fmt: skip
 
 

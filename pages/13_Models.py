@@ -16,8 +16,7 @@ from deffcore.constants import POOLINGS
 from deffcore.interventions import PAPER_LABELS
 from deffcore.labs import lens_figures, lens_tables
 from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
-from deffcore.models_overview import models_table
-from deffcore.run_tables import model_row
+from deffcore.run_tables import model_row, models_table
 from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.sweep import Cell, cached_model_row, grid_cells, paper_models
 from explorer.cards import download_table, show_figure

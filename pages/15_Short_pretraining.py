@@ -7,6 +7,7 @@ from typing import Any
 import streamlit as st
 import torch
 
+from deffcore.interventions import PAPER_LABELS
 from deffcore.labs import lens_figures, lens_tables
 from deffcore.labs.pretrain import PRESETS, pretrain_probe, settings_from, stored_probes
 from explorer.cards import show_figure
@@ -47,8 +48,8 @@ def train_form() -> None:
         "load) · gpu: Gemma-3-270M's shape, needs CUDA",
     )  # fmt: skip
     base = PRESETS[preset]
-    variants = c2.multiselect("Norm variants", VARIANTS, default=list(base.variants),
-                              key="pt_variants")  # fmt: skip
+    variants = c2.multiselect("Norm interventions", VARIANTS, default=list(base.variants),
+                              format_func=PAPER_LABELS.get, key="pt_variants")  # fmt: skip
     seeds = c3.number_input("Seeds", 1, 8, len(base.seeds), key="pt_seeds")
     c4, c5 = st.columns(2)
     iters = c4.number_input("Training steps", 2, 100_000, base.iters, key="pt_iters")

@@ -274,11 +274,11 @@ def bos_on_off_section(view: RunView, spec: Any, settings: Settings) -> None:
                 )  # fmt: skip
 
             st.session_state[_ONOFF] = jobs.start_task(name, work, model=spec.model)
-    onoff_progress(name, settings.metric)
+    onoff_progress(name, settings.metric, dict(view.spec))
 
 
 @st.fragment(run_every=1.0)
-def onoff_progress(name: str, metric: str) -> None:
+def onoff_progress(name: str, metric: str, current: dict[str, Any]) -> None:
     status = jobs.task_job(name)
     if status is None:
         return
@@ -287,10 +287,10 @@ def onoff_progress(name: str, metric: str) -> None:
     elif not status.finished:
         st.progress(status.stage_fraction, text=f"bos=add, then bos=none: {status.describe()}")
     elif status.state == "done" and status.result:
-        bos_on_off_results(status.result, metric)
+        bos_on_off_results(status.result, metric, current)
 
 
-def bos_on_off_results(result: dict[str, Any], metric: str) -> None:
+def bos_on_off_results(result: dict[str, Any], metric: str, current: dict[str, Any]) -> None:
     box = st.success if result["kind"] in ("first_position", "bos") else st.info
     box(f"**Conclusion:** {result['conclusion']}")
     cols = st.columns(2)
@@ -307,8 +307,11 @@ def bos_on_off_results(result: dict[str, Any], metric: str) -> None:
     )
     fig = figures.controls_dotplot(compare)
     fig.update_layout(title="BOS on or off: gap to F_L (%) per pooling control")
-    base = {**result["add"]["spec"], "bos": "add-vs-none"}
-    show_run_figure(fig, base, "bos_on_off", pooling="every control", metric=metric)
+    # named by the current run (both runs are its variants); the CSV says which two
+    show_run_figure(
+        fig, current, "bos_add_vs_none", pooling="every control", metric=metric,
+        identity={"compared": "bos=add, bos=none"},
+    )  # fmt: skip
 
 
 def inspector_section(diag: dict[str, Any] | None, spec: dict[str, Any], metric: str) -> None:

@@ -108,3 +108,7 @@ def test_term_for_options():
     assert term_for("3 · A persistent h_0", "Story step") == "persistent h_0"
     assert term_for("unbiased_cka", "Metric") == "unbiased CKA"
     assert term_for("no such option", "Metric") is None
+    # an option's trailing parenthesis says where it comes from; the term is what precedes it
+    assert term_for("Pruning tolerance (stored pruning checks)", "y") == "pruning tolerance"
+    assert term_for("γ (residual carry)") == "γ (residual carry)"  # a term with one kept
+    assert term_for("no such option (at all)", "y") is None

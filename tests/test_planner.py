@@ -287,3 +287,17 @@ def test_manifest_settings_fill_unset_options_only(tmp_path, no_load, capsys):
     manifest.write_text("settings: {N: 64}\ncells: [tiny-llama]\n")
     assert main(argv) == 2
     assert "'settings'" in capsys.readouterr().err
+
+
+def test_a_refused_cell_is_named_in_the_sweep_plan_and_not_priced(no_load, tiny_dataset, tmp_path):
+    from deffcore.sweep import Cell
+    from deffcore.sweep_cost import planned, sweep_cost
+
+    missing = str(tmp_path / "no_such_passages.txt")
+    cells = [Cell("tiny-llama", dataset=tiny_dataset), Cell("tiny-llama", dataset=missing)]
+    plan, _ = planned(cells, n=8, max_tokens=16, engine="serial")
+    assert plan.specs[1] is None  # the cell fails alone
+    cost = sweep_cost(plan, calibrate="cached")
+    assert len(cost.cells) == 1
+    (note,) = [n for n in cost.notes if n.startswith("Refused, not priced")]
+    assert "no_such_passages" in note

@@ -122,7 +122,12 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     monkeypatch.setattr(dg, "read_diagnostics", lambda spec: fake if calls else None)
     at = open_page()
     assert_clean(at)
-    assert len(answers(at)) == 1 and "not a position-0 artefact" in answers(at)[0]
+    from deffcore.bos_answer import position0_answer_for
+
+    # the shipped default reads "indicative" (issue 16): the calibrated answer is whatever the
+    # library says of it, in words (today "cannot tell yet" with the action)
+    want = position0_answer_for(snap, "cka")
+    assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(want.sentence)}"]
     assert "massive activations not computed" in verdicts(at)[0]
     assert not calls  # nothing computed before the click
     at.button(key="bos_diagnose").click().run()

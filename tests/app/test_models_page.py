@@ -48,7 +48,7 @@ def test_renders_on_an_empty_cache_with_the_shipped_runs(tmp_path, monkeypatch):
 
 
 def test_two_runs_differing_in_bos_get_different_labels():
-    from deffcore.models_overview import models_table
+    from deffcore.run_tables import models_table
 
     base = {"model": "smollm2-135m", "dataset": "bbc-news", "n": 512, "max_tokens": 128, "seed": 0}
     rows = [

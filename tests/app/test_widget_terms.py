@@ -28,6 +28,7 @@ DATA_WIDGETS = {
     "inspect_passage": "passages",
     "syn_preset": "presets that describe themselves",
     "rc_preset": "presets, explained in the widget's help",
+    "pt_preset": "presets, explained in the widget's help",
     "rc_gammas": "numbers (γ)",
     "syn_t_n": "numbers",
     "syn_t_d": "numbers",
