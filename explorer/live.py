@@ -21,6 +21,7 @@ import streamlit as st
 
 from deffcore import figures, jobs
 from deffcore.anytime import prefix_refusal
+from deffcore.safe_text import md_escape
 from explorer.cards import show_run_figure
 
 _LEVEL_ICON = {"solid": "●", "indicative": "◐", "noise": "○"}
@@ -137,13 +138,27 @@ def _spec_fields(settings: Any) -> tuple[tuple, str] | None:
     return fields, device
 
 
+def short_plan(plan: dict[str, Any]) -> str:
+    """The plan in a sidebar's width: time here, peak memory, disk (the full line on hover)."""
+    from deffcore.planner import human_bytes
+
+    if not plan["fits"]:
+        return f"Will not fit: {plan['refusal']}"
+    when = "time unknown" if plan["seconds"] is None else f"~{plan['seconds']:,.0f} s here"
+    peak = max(plan["memory_bytes"].values(), default=0)
+    return (
+        f"Plan: {plan['tokens']:,} tokens · {when} · peak {human_bytes(peak)} · "
+        f"cache {human_bytes(plan['disk_bytes'])}"
+    )
+
+
 def plan_caption(settings: Any) -> None:
     """The planner's line under Run (module docstring)."""
     found = _spec_fields(settings)
     plan = _plan(*found) if found else None
     if plan is None:
         return
-    st.text(plan["line"])
+    st.caption(md_escape(short_plan(plan)), help=md_escape(plan["line"]))
     untimed = plan["fits"] and plan["seconds"] is None and plan["size"] is not None
     help_text = (
         "Loads the model and times a few small batches (seconds to a minute); the plan then "

@@ -200,7 +200,7 @@ def job_panel() -> None:
         kind, text = notice
         getattr(st, kind)(md_escape(text))
         if kind == "success":
-            st.toast(md_escape(text), icon="✅")
+            st.toast(md_escape(text), icon=":material/check_circle:")  # no emoji font needed
     job_id = _session_job()
     status = jobs.status(job_id) if job_id else None
     if status is None:

@@ -461,3 +461,11 @@ def test_side_by_side_titles_show_run_labels_as_text():
     fig = figures.side_by_side_heatmaps(S, S, label_a=HOSTILE, label_b="b")
     titles = [a.text for a in fig.layout.annotations]
     assert titles[0].startswith("A: &lt;a href=") and "<a" not in titles[0]
+
+
+def test_plain_text_labels_never_escapes_twice():
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Bar(x=[1], y=["R&D"], name="a &lt;b&gt;"))  # the second already escaped
+    shown = figures.plain_text_labels(figures.plain_text_labels(fig))
+    assert list(shown.data[0].y) == ["R&amp;D"] and shown.data[0].name == "a &lt;b&gt;"

@@ -8,6 +8,7 @@ what a user downloads is exactly what is drawn; `tag_run` makes a download say i
 
 from __future__ import annotations
 
+import html
 import io
 from collections.abc import Mapping
 
@@ -184,11 +185,16 @@ def wrap_title(text: str, limit: int = TITLE_MAX_CHARS) -> str:
     return text[:at].rstrip() + "<br>" + text[at:].lstrip()
 
 
+def _shown_as_text(value: str) -> str:
+    """`plotly_text`, idempotent: a label some figure already escaped is not escaped twice."""
+    return plotly_text(html.unescape(value))
+
+
 def _escaped(values: object) -> object:
     if isinstance(values, str):
-        return plotly_text(values)
+        return _shown_as_text(values)
     if isinstance(values, list | tuple | np.ndarray) and any(isinstance(v, str) for v in values):
-        return [plotly_text(v) if isinstance(v, str) else v for v in values]
+        return [_shown_as_text(v) if isinstance(v, str) else v for v in values]
     return values
 
 
@@ -202,7 +208,7 @@ def plain_text_labels(fig: go.Figure) -> go.Figure:
     shown = go.Figure(fig)
     for trace in shown.data:
         if isinstance(getattr(trace, "name", None), str):
-            trace.name = plotly_text(trace.name)
+            trace.name = _shown_as_text(trace.name)
         for axis in ("x", "y"):
             if axis in trace and trace[axis] is not None:
                 trace[axis] = _escaped(trace[axis])

@@ -80,6 +80,7 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
     with the least-squares line over the x range and r, rho, p and n in the title (which
     names the task, else `y_title`, else y)."""
     points = result["points"]
+    where = _label_positions(points)
     families = sorted({p.get("family") or "other" for p in points})
     fig = go.Figure()
     for i, family in enumerate(families):
@@ -91,7 +92,7 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
                 mode="markers+text",
                 name=plotly_text(family),
                 text=[plotly_text(p.get("label") or p.get("model")) for p in mine],
-                textposition="top center",
+                textposition=[where[id(p)] for p in mine],
                 marker={
                     "size": 10,
                     "color": _PALETTE[i % len(_PALETTE)],
@@ -124,6 +125,29 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
         **_LAYOUT,
     )
     return fig
+
+
+#: Where a point's label goes when points crowd each other, in turn.
+_LABEL_SPOTS = ("top center", "bottom center", "middle right", "middle left")
+
+
+def _label_positions(points: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """A text position per point (by `id`): "top center", unless a point within 8% of the x
+    range and 6% of the y range already holds a spot, then the next free one of
+    `_LABEL_SPOTS` (equal f_1.10 values put several models on one line)."""
+    xs, ys = [p["x"] for p in points], [p["y"] for p in points]
+    if not points:
+        return {}
+    dx = 0.08 * ((max(xs) - min(xs)) or 1.0)
+    dy = 0.06 * ((max(ys) - min(ys)) or 1.0)
+    placed: list[tuple[float, float, str]] = []
+    out: dict[int, str] = {}
+    for p in sorted(points, key=lambda q: (q["x"], q["y"])):
+        near = {s for x, y, s in placed if abs(x - p["x"]) < dx and abs(y - p["y"]) < dy}
+        spot = next((s for s in _LABEL_SPOTS if s not in near), _LABEL_SPOTS[len(near) % 4])
+        placed.append((p["x"], p["y"], spot))
+        out[id(p)] = spot
+    return out
 
 
 def pruning_tolerance_bars(rows: Sequence[Mapping[str, Any]]) -> go.Figure:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from apptest_helpers import plain
 from streamlit.testing.v1 import AppTest
 
 
@@ -114,9 +115,11 @@ def test_plan_line_beside_run_without_loading_a_model():
     )
     at = AppTest.from_function(_plan, args=(settings,)).run()
     assert not at.exception
-    line = at.text[0].value
+    (caption,) = at.caption
+    line = plain(caption.proto.help)  # the planner's whole line on hover, a short one shown
     assert line.startswith("Plan: smollm2-135m on 4,096 passages x 128 tokens")
     assert "peak memory" in line
+    assert plain(caption.value).startswith("Plan: 524,288 tokens · time unknown · peak ")
     # no calibration in this fresh cache: the time is unknown and a button offers to measure
     assert "time unknown" in line
     assert at.button(key="plan_calibrate").label == "Measure this machine's speed"

@@ -79,3 +79,12 @@ def test_user_text_reaches_plotly_as_text_not_html():
     assert "<a" not in title and "&lt;a href='http://x'&gt;" in title
     named = {t.name: t for t in fig.data}
     assert list(named["F&lt;1&gt;"].text) == ["&lt;b&gt;a&lt;/b&gt;"]
+
+
+def test_crowded_points_get_different_label_spots():
+    from deffcore.labs.lens_figures import _label_positions
+
+    pts = [{"x": 0.036, "y": 0.031}, {"x": 0.0361, "y": 0.031}, {"x": 0.07, "y": 0.0}]
+    where = _label_positions(pts)
+    assert where[id(pts[0])] != where[id(pts[1])]  # two models on one spot: two spots
+    assert where[id(pts[2])] == "top center"  # a point alone keeps the default
