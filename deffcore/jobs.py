@@ -61,6 +61,7 @@ __all__ = [
     "cancel",
     "check",
     "display",
+    "forget_finished",
     "kept_passages",
     "load_result",
     "partial_spec",
@@ -498,6 +499,16 @@ def _datasets(job: _Job) -> tuple[str, ...]:
         return (job.spec.dataset,) if job.spec is not None else ()
     specs = [spec for spec in job.sweep.plan.specs if spec is not None]  # None: a refused cell
     return tuple(dict.fromkeys(spec.dataset for spec in specs))
+
+
+def forget_finished() -> int:
+    """Forget every finished job now (a server whose cache was swapped under it; tests that
+    must not see another test's finished tasks). Returns how many were forgotten."""
+    with _LOCK:
+        done = [k for k, j in _JOBS.items() if j.state in FINISHED]
+        for k in done:
+            del _JOBS[k]
+    return len(done)
 
 
 def _forget_old() -> None:

@@ -144,12 +144,14 @@ def short_plan(plan: dict[str, Any]) -> str:
 
     if not plan["fits"]:
         return f"Will not fit: {plan['refusal']}"
-    when = "time unknown" if plan["seconds"] is None else f"~{plan['seconds']:,.0f} s here"
-    peak = max(plan["memory_bytes"].values(), default=0)
-    return (
-        f"Plan: {plan['tokens']:,} tokens · {when} · peak {human_bytes(peak)} · "
-        f"cache {human_bytes(plan['disk_bytes'])}"
-    )
+    parts = [f"Plan: {plan['tokens']:,} tokens"]
+    parts.append("time unknown" if plan["seconds"] is None else f"~{plan['seconds']:,.0f} s here")
+    peaks = [b for b in (plan.get("memory_bytes") or {}).values() if b is not None]
+    if peaks and plan.get("disk_bytes") is not None:
+        parts += [f"peak {human_bytes(max(peaks))}", f"cache {human_bytes(plan['disk_bytes'])}"]
+    else:  # a model whose size is not known before it loads (a hub id offline, say)
+        parts.append("memory unknown")
+    return " · ".join(parts)
 
 
 def plan_caption(settings: Any) -> None:

@@ -125,7 +125,7 @@ def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
     last = jobs.task_job(name)
     if last is None and view.measurement is not None:
         diagnostics_task(spec)
-    elif last is None or last.state in ("failed", "cancelled"):
+    elif last is None or last.finished:  # failed, cancelled, or done but no longer stored
         st.caption(
             f"No massive-activation and attention-sink diagnostics yet for {md_escape(view.label)}"
             f": one small eager-attention pass over its first {min(view.n, dg.DIAG_PASSAGES)} "

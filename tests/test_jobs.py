@@ -365,3 +365,12 @@ def test_finished_sweeps_are_forgotten_like_runs(monkeypatch):
     assert jobs.sweep_job(first) is None and jobs.status(first) is None
     assert jobs.sweep_job(second) is not None
     jobs.wait(third, timeout=60)
+
+
+def test_forget_finished_drops_only_finished_jobs():
+    from deffcore import jobs
+
+    done = jobs.start_task("forget-me", lambda progress, should_stop: {"ok": 1})
+    assert jobs.wait(done, timeout=60).state == "done"
+    assert jobs.forget_finished() >= 1
+    assert jobs.status(done) is None and jobs.task_job("forget-me") is None

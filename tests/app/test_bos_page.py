@@ -53,6 +53,13 @@ def wait_task(name: str) -> None:
     assert done.state == "done", done.error
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_earlier_tasks():
+    """Tasks are named by the run's key, and another module may have run this very spec's
+    diagnostics in its own cache folder: this module starts from an empty registry."""
+    jobs.forget_finished()
+
+
 @pytest.fixture(scope="module")
 def app(cache_dir, measurement):
     at = open_page(f"cached:{measurement.spec.key()}")

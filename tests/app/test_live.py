@@ -123,3 +123,12 @@ def test_plan_line_beside_run_without_loading_a_model():
     # no calibration in this fresh cache: the time is unknown and a button offers to measure
     assert "time unknown" in line
     assert at.button(key="plan_calibrate").label == "Measure this machine's speed"
+
+
+def test_short_plan_of_a_model_of_unknown_size():
+    from explorer.live import short_plan
+
+    plan = {"fits": True, "tokens": 4096, "seconds": None, "memory_bytes": {}, "disk_bytes": None}
+    assert short_plan(plan) == "Plan: 4,096 tokens · time unknown · memory unknown"
+    plan = {"fits": False, "refusal": "It needs 9 GiB; 8 GiB may be used."}
+    assert short_plan(plan) == "Will not fit: It needs 9 GiB; 8 GiB may be used."
