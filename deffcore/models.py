@@ -982,7 +982,7 @@ def _check_not_shape(spec: str) -> None:
         )
 
 
-def _host_memory_bytes() -> int | None:
+def host_memory_bytes() -> int | None:
     """Memory this machine can still give: `$DEFF_HOST_MEMORY_GIB` when set (a VM whose memory
     grows on demand reports far less than it can give), else Linux's MemAvailable, else the
     total, else None."""
@@ -1031,7 +1031,7 @@ def check_fits(spec: str, device: str, dtype: str, *, spread: bool = False) -> N
     name = rnd[0]
     need = param_count(name) * getattr(torch, dtype).itemsize
     gib = 1024**3
-    host = _host_memory_bytes()
+    host = host_memory_bytes()
     if host is not None and need > host:
         raise InvalidArgumentError(
             f"{spec!r} needs about {need / gib:.1f} GiB of host memory to draw its {dtype} "

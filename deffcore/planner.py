@@ -111,20 +111,11 @@ def human_time(s: float) -> str:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory this machine has available now (MemAvailable), None when unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        import psutil
+    """Bytes of memory this machine can still give (`models.host_memory_bytes`: the
+    `$DEFF_HOST_MEMORY_GIB` override, else MemAvailable, else the total), None when unknown."""
+    from deffcore.models import host_memory_bytes
 
-        return int(psutil.virtual_memory().available)
-    except Exception:  # no psutil, or a platform it does not know: the limit is unknown
-        return None
+    return host_memory_bytes()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -301,3 +301,8 @@ def test_a_refused_cell_is_named_in_the_sweep_plan_and_not_priced(no_load, tiny_
     assert len(cost.cells) == 1
     (note,) = [n for n in cost.notes if n.startswith("Refused, not priced")]
     assert "no_such_passages" in note
+
+
+def test_the_planner_reads_the_same_host_memory_as_the_fit_check(monkeypatch):
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "3")  # the override models.check_fits honours
+    assert planner.available_memory() == 3 * 2**30

@@ -189,7 +189,7 @@ def test_a_bare_shape_has_no_weights():
 
 def test_memory_is_checked_before_anything_is_allocated(monkeypatch):
     gib = 1024**3
-    monkeypatch.setattr(models, "_host_memory_bytes", lambda: 20 * gib)
+    monkeypatch.setattr(models, "host_memory_bytes", lambda: 20 * gib)
     check_fits("random:llama-3.1-8b:0", "cpu", "bfloat16")  # 15 GiB fits in 20
     with pytest.raises(InvalidArgumentError, match=r"29\.9 GiB of host memory .* 20\.0 GiB"):
         check_fits("random:llama-3.1-8b:0", "cpu", "float32")
