@@ -59,7 +59,11 @@ def train_form() -> None:
         "finished probe is stored and shown on every later visit, also one trained with "
         "`python -m deffcore pretrain`."
     )
-    if st.button("Train", type="primary", key="pt_run"):
+    what = (
+        f"{len(variants)} variant(s) × {int(seeds)} seed(s), {int(iters)} steps ({preset} "
+        "preset)"
+    )  # its own small Gemma-3s from random weights, not the current run: said in the button
+    if st.button(f"Train: {what}", type="primary", key="pt_run"):
         with guarded("The pretraining probe"):
             s = settings_from(preset, variants=tuple(v for v in VARIANTS if v in variants),
                               seeds=tuple(range(int(seeds))), iters=int(iters),
