@@ -198,36 +198,44 @@ def _reference(plan: Any, calibrate: str) -> str | None:
     return f"Calibrated {REFERENCE_MODEL} now as this machine's reference: {cal.describe()}."
 
 
+def _hub_refusal(dataset: str) -> str | None:
+    """The sentence `dataset` is refused with when only the hub stands in its way (it cannot
+    be reached from here), else None."""
+    from deffcore.errors import DeffError, HubUnavailableError
+    from deffcore.texts import check_dataset
+
+    try:
+        check_dataset(dataset)
+    except HubUnavailableError as err:
+        return str(err)
+    except DeffError:
+        return None
+    return None
+
+
 def planned(cells: list, **options: Any) -> tuple[Any, list[str]]:
     """`deffcore.sweep.plan_sweep(cells, **options)` and notes. A hub dataset this machine
     cannot open (offline) does not stop a plan, which reads no data: its cells are checked
     with a stand-in dataset instead, the plan keeps their own dataset's name, and a note says
-    so. (A refused cell fails alone, `sweep_checks.cell_specs`, so the hub's refusal arrives
-    as the cells' errors.)"""
+    so. A cell refused for anything else keeps its refusal (a refused cell fails alone,
+    `sweep_checks.cell_specs`, so the hub's refusal arrives as the cells' errors)."""
     from dataclasses import replace
 
-    from deffcore.errors import HubUnavailableError
     from deffcore.sweep import check_cells, plan_sweep
 
     distinct = check_cells(cells)
-    try:
-        plan = plan_sweep(distinct, **options)
-    except HubUnavailableError:
-        plan = None
+    plan = plan_sweep(distinct, **options)
     hub = [
         i for i, c in enumerate(distinct)
-        if c.dataset.startswith("hf:") and (plan is None or plan.specs[i] is None)
+        if plan.specs[i] is None and c.dataset.startswith("hf:")
+        and plan.errors[i] == _hub_refusal(c.dataset)  # that refusal, not another
     ]  # fmt: skip
-    if not hub:
-        if plan is None:
-            raise HubUnavailableError("The Hugging Face hub cannot be reached from here.")
-        return plan, []
     stand_in = [replace(c, dataset="bbc-news") if i in hub else c for i, c in enumerate(distinct)]
-    if len(set(stand_in)) != len(distinct):
-        return plan_sweep(distinct, **options), []  # stand-ins would merge cells: as it is
+    if not hub or len(set(stand_in)) != len(distinct):  # none, or stand-ins would merge cells
+        return plan, []
     checked = plan_sweep(stand_in, **options)
     for i in hub:
-        if checked.specs[i] is not None:  # refused for its dataset only: planned with it
+        if checked.specs[i] is not None:  # refused for the hub only: planned with its name
             checked.specs[i] = replace(checked.specs[i], dataset=distinct[i].dataset)
         checked.rows[i]["dataset"], checked.rows[i]["label"] = (
             distinct[i].dataset,

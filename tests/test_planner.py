@@ -306,3 +306,20 @@ def test_a_refused_cell_is_named_in_the_sweep_plan_and_not_priced(no_load, tiny_
 def test_the_planner_reads_the_same_host_memory_as_the_fit_check(monkeypatch):
     monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "3")  # the override models.check_fits honours
     assert planner.available_memory() == 3 * 2**30
+
+
+def test_only_the_hubs_refusal_is_planned_around(no_load, monkeypatch):
+    """Offline, an hf: cell is planned with a stand-in and a note; an hf: cell refused for its
+    own fault (a malformed spec) keeps its refusal."""
+    from deffcore.sweep import Cell
+    from deffcore.sweep_cost import planned, sweep_cost
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    good, bad = "hf:wikitext:wikitext-103-raw-v1:test", "hf:bad"
+    plan, notes = planned([Cell("tiny-llama", dataset=good), Cell("tiny-llama", dataset=bad)],
+                          n=8, max_tokens=16, engine="serial")  # fmt: skip
+    assert plan.specs[0] is not None and plan.specs[0].dataset == good
+    assert plan.specs[1] is None and "must look like" in plan.errors[1]
+    assert any("the hub is off" in n and good in n for n in notes)
+    cost = sweep_cost(plan, calibrate="cached")
+    assert [c.label for c in cost.cells] == [plan.rows[0]["label"]]
