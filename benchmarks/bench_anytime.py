@@ -59,7 +59,7 @@ def _load_average() -> float | None:
 
 def reference_regimes(path: Path | None) -> dict[str, Any] | None:
     """{n, regimes} of a reference run (snapshot JSON or `measure --json`)."""
-    from deffcore.diagnostics import bos_verdict
+    from deffcore.lenses.diagnostics import bos_verdict
 
     if path is None or not Path(path).is_file():
         return None
@@ -78,7 +78,7 @@ def same_verdict(regimes: dict[str, str], reference: dict[str, Any] | None) -> b
 
 
 def _spec(model: str, n: int, max_tokens: int, seed: int = 0):
-    from deffcore.measurement import run_spec
+    from deffcore.runs.measure import run_spec
 
     return run_spec(model, "bbc-news", n, max_tokens, seed, "cka", passages="windows")
 
@@ -90,8 +90,8 @@ PLAN_SEED = 1
 
 def first_and_settled(model: str, n: int, max_tokens: int) -> dict[str, Any]:
     """Goals 1 and 2: one `measure_live(until=verdict)` call, timed from its start."""
-    from deffcore.anytime_run import measure_live
-    from deffcore.stopping import StopRule
+    from deffcore.runs.anytime_run import measure_live
+    from deffcore.statistics.stopping import StopRule
 
     start = time.perf_counter()
     seen: list[tuple[float, Any]] = []
@@ -123,8 +123,8 @@ def first_and_settled(model: str, n: int, max_tokens: int) -> dict[str, Any]:
 def plan_vs_actual(model: str, n: int, max_tokens: int) -> dict[str, Any]:
     """Goal 3: the planner's time (after its short calibration) against the run's wall time
     (`python -m deffcore measure` in this process: live estimates and the numbers after)."""
-    from deffcore.cli import main
-    from deffcore.planner import plan_run
+    from deffcore.cli.main import main
+    from deffcore.runs.planner import plan_run
 
     spec, device = _spec(model, n, max_tokens, PLAN_SEED)
     started = time.perf_counter()
@@ -192,7 +192,7 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
 
 def _read_batches(entry: Path):
     """Landed batches of an entry: its partial/ batch files in order, or its states.npz."""
-    from deffcore.extract import SavedBatch
+    from deffcore.extraction.forward import SavedBatch
 
     partial = entry / "partial"
     if partial.is_dir():
@@ -201,8 +201,8 @@ def _read_batches(entry: Path):
                 rows = {k: z[k] for k in z.files if k not in ("slots", "cap")}
                 yield SavedBatch(z["slots"], rows, None)
         return
-    from deffcore.anytime import finished_rows
-    from deffcore.extract import PooledStates
+    from deffcore.extraction.forward import PooledStates
+    from deffcore.statistics.anytime import finished_rows
 
     with np.load(entry / "states.npz", allow_pickle=False) as z:
         pooled = PooledStates(
@@ -217,8 +217,8 @@ def _read_batches(entry: Path):
 
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     """The trajectory of a stored run's prefixes and where each rule stops (no model)."""
-    from deffcore.anytime import PrefixRows, estimate, schedule
-    from deffcore.stopping import StopRule
+    from deffcore.statistics.anytime import PrefixRows, estimate, schedule
+    from deffcore.statistics.stopping import StopRule
 
     entry = Path(args.entry)
     manifest = entry / "partial" / "manifest.json"

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from deffcore.constants import METRICS, POOLINGS  # noqa: E402
+from deffcore.core.constants import METRICS, POOLINGS  # noqa: E402
 
 PAGES = sorted(
     (p for p in (REPO / "pages").glob("*.py") if p.name[0].isdigit()),
@@ -68,7 +68,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--cold", action="store_true", help="also time a run from an empty cache")
     args = p.parse_args()
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     run = {"model": args.model, "dataset": args.dataset, "n": args.n, "max_tokens": args.max_tokens}
     start = time.perf_counter()

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deffcore.bootstrap import bootstrap_deff_over_L
+from deffcore.statistics.bootstrap import bootstrap_deff_over_L
 
 
 def main() -> None:

@@ -23,10 +23,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from deffcore import teaching  # noqa: E402
-from deffcore.bootstrap import bootstrap_deff_over_L, resample_indices  # noqa: E402
-from deffcore.depth import effective_depth  # noqa: E402
-from deffcore.similarity import similarity_matrix  # noqa: E402
+from deffcore.measures import teaching  # noqa: E402
+from deffcore.measures.depth import effective_depth  # noqa: E402
+from deffcore.measures.similarity import similarity_matrix  # noqa: E402
+from deffcore.statistics.bootstrap import bootstrap_deff_over_L, resample_indices  # noqa: E402
 
 CASES = {
     "independent": ("independent", {}),

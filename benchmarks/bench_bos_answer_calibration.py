@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from deffcore.bos_answer import calibration_case  # noqa: E402
+from deffcore.lenses.bos_answer import calibration_case  # noqa: E402
 
 GRIDS = {
     "full": {

@@ -60,10 +60,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deffcore import extract as extract_mod
-from deffcore.extract import _pad, extract_pooled, pool_states, tokenize
-from deffcore.models import base_model, load_model
-from deffcore.texts import load_passages
+from deffcore.extraction import forward
+from deffcore.extraction.forward import _pad, extract_pooled, pool_states, tokenize
+from deffcore.inputs.loading import base_model, load_model
+from deffcore.inputs.texts import load_passages
 
 MB = 1024**2
 
@@ -156,13 +156,13 @@ def load_baseline(path: str):
 @contextlib.contextmanager
 def no_pooling():
     """Extraction with the per-layer pooling kernels left out (everything else kept)."""
-    real_pool, real_check = extract_mod._pool_layer, extract_mod._raise_if_nonfinite
-    extract_mod._pool_layer = lambda *a: None
-    extract_mod._raise_if_nonfinite = lambda bad: None  # the stages hold no numbers
+    real_pool, real_check = forward._pool_layer, forward._raise_if_nonfinite
+    forward._pool_layer = lambda *a: None
+    forward._raise_if_nonfinite = lambda bad: None  # the stages hold no numbers
     try:
         yield
     finally:
-        extract_mod._pool_layer, extract_mod._raise_if_nonfinite = real_pool, real_check
+        forward._pool_layer, forward._raise_if_nonfinite = real_pool, real_check
 
 
 class HookTimer:
@@ -172,7 +172,7 @@ class HookTimer:
     def __init__(self):
         self.seconds = 0.0
         self.on = False
-        original = extract_mod._LayerPooler.__call__
+        original = forward._LayerPooler.__call__
 
         def wrapped(pooler, layer, hidden):
             start = time.perf_counter()
@@ -182,7 +182,7 @@ class HookTimer:
                 if self.on:
                     self.seconds += time.perf_counter() - start
 
-        extract_mod._LayerPooler.__call__ = wrapped
+        forward._LayerPooler.__call__ = wrapped
 
 
 def timed(fn: Callable[[], Any], device: str, cpu_time: bool):
@@ -218,7 +218,7 @@ def make_paths(loaded, ids, args, baseline) -> dict[str, Callable[[], Any]]:
         with no_pooling():
             return extract_pooled(loaded, None, token_ids=ids, max_tokens=T, batch_size=bs)
 
-    paths = {"extract": extract_with(extract_mod), "bare": lambda: bare_path(loaded, ids, bs)}
+    paths = {"extract": extract_with(forward), "bare": lambda: bare_path(loaded, ids, bs)}
     if baseline is not None:
         paths["extract-before"] = extract_with(baseline)
     if args.nopool:

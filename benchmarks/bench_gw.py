@@ -30,8 +30,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from deffcore.gw import distance_matrix, gw_distance, subsample  # noqa: E402
-from deffcore.similarity import similarity_matrix  # noqa: E402
+from deffcore.measures.gw import distance_matrix, gw_distance, subsample  # noqa: E402
+from deffcore.measures.similarity import similarity_matrix  # noqa: E402
 
 SHAPES = {"smollm2": (30, 576), "gemma3": (18, 640)}
 

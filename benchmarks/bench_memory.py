@@ -50,8 +50,8 @@ def walk_states(n: int, d: int, layers: int) -> np.ndarray:
 def child(args: argparse.Namespace) -> dict:
     import torch
 
-    from deffcore.bootstrap import bootstrap_similarities, resample_indices
-    from deffcore.similarity import similarity_matrix
+    from deffcore.measures.similarity import similarity_matrix
+    from deffcore.statistics.bootstrap import bootstrap_similarities, resample_indices
 
     x = walk_states(args.n, args.d, args.layers)
     base = peak_rss_bytes()

@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deffcore as dc
-from deffcore.similarity import _naive_pair, choose_route
+from deffcore.measures.similarity import _naive_pair, choose_route
 
 SIZES = {"small": (2000, 576, 30), "large": (10_000, 1024, 32), "8b": (10_000, 4096, 32),
          "smoke": (300, 48, 6)}  # fmt: skip
@@ -160,7 +160,7 @@ def bench_cuda(name: str, repeats: int, device: str = "cuda") -> list[dict]:
     (`device="cpu"` runs the same steps on the CPU: a smoke test of this function)."""
     import torch
 
-    from deffcore import similarity
+    from deffcore.measures import similarity
 
     n, d, layers = SIZES[name]
     g = torch.Generator(device=device).manual_seed(0)

@@ -44,7 +44,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deffcore.sweep import Cell, ray_runtime, run_sweep
+from deffcore.work.sweep import ray_runtime
+from deffcore.work.sweep.cells import Cell
+from deffcore.work.sweep.runner import run_sweep
 
 TINY = ["tiny-llama", "tiny-gpt2", "tiny-qwen2", "tiny-qwen3", "tiny-olmo2", "tiny-gptneox",
         "tiny-gemma3"]  # fmt: skip
@@ -80,7 +82,7 @@ def fresh_cache() -> None:
 
 def run_paths(cells: list[Cell], args) -> dict[str, Any]:
     """Wall seconds of each asked-for path over `cells`, and the results to compare."""
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     kw = {"n": args.n, "max_tokens": args.max_tokens, "device": args.device}
     ray_kw = {"num_cpus": args.num_cpus, "gpus_per_cell": args.gpus_per_cell}

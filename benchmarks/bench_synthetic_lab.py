@@ -30,9 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from deffcore import figures, teaching  # noqa: E402
-from deffcore.depth import lag_profile  # noqa: E402
-from deffcore.similarity import similarity_matrix  # noqa: E402
+from deffcore import figures  # noqa: E402
+from deffcore.measures import teaching  # noqa: E402
+from deffcore.measures.depth import lag_profile  # noqa: E402
+from deffcore.measures.similarity import similarity_matrix  # noqa: E402
 
 
 def median_time(fn, repeats: int) -> float:
@@ -107,7 +108,7 @@ def main() -> None:
     t_closed = median_time(lambda: teaching.sweep_closed_form(256, 64, grid, 1.0), args.repeats)
 
     def old_sweep() -> None:
-        from deffcore import synthetic
+        from deffcore.measures import synthetic
 
         for L in grid:
             for s in (

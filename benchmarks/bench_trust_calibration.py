@@ -35,12 +35,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from deffcore import teaching  # noqa: E402
-from deffcore.bootstrap import bootstrap_deff_over_L  # noqa: E402
-from deffcore.constants import REGIME_TOLERANCE  # noqa: E402
-from deffcore.depth import effective_depth  # noqa: E402
-from deffcore.similarity import similarity_matrix  # noqa: E402
-from deffcore.trust_rule import LEVELS, SOLID_ERROR, assess, gap_of  # noqa: E402
+from deffcore.core.constants import REGIME_TOLERANCE  # noqa: E402
+from deffcore.measures import teaching  # noqa: E402
+from deffcore.measures.depth import effective_depth  # noqa: E402
+from deffcore.measures.similarity import similarity_matrix  # noqa: E402
+from deffcore.statistics.bootstrap import bootstrap_deff_over_L  # noqa: E402
+from deffcore.statistics.trust_rule import LEVELS, SOLID_ERROR, assess, gap_of  # noqa: E402
 
 #: name -> (teaching step, knobs): the story's ingredients, each with a closed-form S.
 CONSTRUCTIONS: dict[str, tuple[str, dict[str, float]]] = {

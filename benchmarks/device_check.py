@@ -56,9 +56,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_extract & co.
 
-from deffcore.constants import EXTRACTED_POOLINGS, METRICS, POOLINGS
-from deffcore.models import dist_version
-from deffcore.similarity import similarity_matrix
+from deffcore.core.constants import EXTRACTED_POOLINGS, METRICS, POOLINGS
+from deffcore.inputs.loading import dist_version
+from deffcore.measures.similarity import similarity_matrix
 
 PACKAGED = ("smollm2-135m", "gemma3-270m")
 SHAPE_STANDINS = ("random:smollm2-135m-shape:0", "random:gemma3-270m-shape:0")
@@ -111,13 +111,13 @@ def _before(path: str | None):
 def hooks_and_pipeline_check(device: str, model: str, quick: bool, before) -> dict[str, Any]:
     """No synchronising call inside any hook (on CUDA: the driver's sync debug mode raises),
     and the pipelined extraction equal to the unpipelined one and to the code before."""
-    from deffcore import extract
-    from deffcore.models import load_model
+    from deffcore.extraction import forward
+    from deffcore.inputs.loading import load_model
 
     loaded = load_model(model, device=device)
     n, tokens = (32, 16) if quick else (2048, 64)
     ids = np.random.default_rng(1).integers(3, 259, size=(n, tokens)).tolist()
-    real_register = extract._register_hooks
+    real_register = forward._register_hooks
     syncs: list[str] = []
 
     def register(m, pooler):
@@ -136,22 +136,22 @@ def hooks_and_pipeline_check(device: str, model: str, quick: bool, before) -> di
         return real_register(m, guarded)
 
     def run():
-        return extract.extract_pooled(loaded, None, token_ids=ids, max_tokens=tokens,
+        return forward.extract_pooled(loaded, None, token_ids=ids, max_tokens=tokens,
                                       batch_size=64 if not quick else 8)  # fmt: skip
 
-    extract._register_hooks = register
+    forward._register_hooks = register
     try:
         piped = run()
     except RuntimeError:
         piped = None
     finally:
-        extract._register_hooks = real_register
-    real_depth = extract._pipeline_depth
-    extract._pipeline_depth = lambda _d: 0
+        forward._register_hooks = real_register
+    real_depth = forward._pipeline_depth
+    forward._pipeline_depth = lambda _d: 0
     try:
         direct = run()
     finally:
-        extract._pipeline_depth = real_depth
+        forward._pipeline_depth = real_depth
     row: dict[str, Any] = {"model": model, "n": n, "max_tokens": tokens, "hook_syncs": syncs}
     if piped is not None:
         row["pipelined_equals_unpipelined"] = all(
@@ -193,7 +193,7 @@ def cka_section(device: str, quick: bool) -> list[dict[str, Any]]:
 def scale_section(device: str, quick: bool, before_path: str | None, budget: Budget):
     import bench_extract
 
-    from deffcore.shapes import param_count
+    from deffcore.inputs.shapes import param_count
 
     before = _before(before_path)
     models = ("random:smollm2-135m-shape:0",) if quick else SCALE_MODELS
@@ -292,7 +292,7 @@ def similarity_section(device: str, quick: bool) -> list[dict[str, Any]]:
 
 
 def dtype_section(device: str, quick: bool, models: tuple[str, ...]) -> list[dict[str, Any]]:
-    from deffcore.measurement import Measurement, extract_spec, run_spec
+    from deffcore.runs.measure import Measurement, extract_spec, run_spec
 
     n, tokens = (16, 32) if quick else (1024, 128)
     rows = []
@@ -380,7 +380,7 @@ def pretrain_section(device: str, quick: bool) -> dict[str, Any]:
 
 def gw_section(device: str, quick: bool) -> dict[str, Any]:
     from deffcore.labs.gw_lens import gw_lens
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     model, n, tokens, n_gw = (
         ("tiny-gemma3", 32, 32, 16) if quick else ("gemma3-270m", 1024, 128, 512)

@@ -13,8 +13,8 @@
 The public API is re-exported here; see docs/DESIGN.md for the module map.
 """
 
-from deffcore.constants import CODE_VERSION, EXTRACTED_POOLINGS, METRICS, PC_CONTROLS, POOLINGS
-from deffcore.errors import (
+from deffcore.core.constants import CODE_VERSION, EXTRACTED_POOLINGS, METRICS, PC_CONTROLS, POOLINGS
+from deffcore.core.errors import (
     CacheCorruptError,
     DeffError,
     HubUnavailableError,
@@ -45,10 +45,9 @@ __all__ = [
     "UnsupportedArchitectureError",
 ]
 # The engine is imported eagerly (numpy + torch only).
-from deffcore import synthetic
-from deffcore.bootstrap import BootstrapResult, bootstrap_deff_over_L
-from deffcore.controls import apply_pc_control, remove_top_pcs
-from deffcore.depth import (
+from deffcore.measures import synthetic
+from deffcore.measures.controls import apply_pc_control, remove_top_pcs
+from deffcore.measures.depth import (
     DepthSummary,
     depth_summary,
     effective_depth,
@@ -57,7 +56,7 @@ from deffcore.depth import (
     lag_sensitivity,
     reference_depth,
 )
-from deffcore.references import (
+from deffcore.measures.references import (
     MatchedReferences,
     UpdateDepth,
     accumulated_similarity,
@@ -66,19 +65,20 @@ from deffcore.references import (
     update_depth,
     update_states,
 )
-from deffcore.similarity import (
+from deffcore.measures.similarity import (
     cka_finite_sample_bias,
     naive_similarity_matrix,
     similarity_matrix,
     validate_states,
 )
-from deffcore.synthetic import (
+from deffcore.measures.synthetic import (
     SyntheticStates,
     independent_states,
     orthogonal_states,
     orthogonal_updates,
 )
-from deffcore.trust_rule import Trust, trust, trust_badge
+from deffcore.statistics.bootstrap import BootstrapResult, bootstrap_deff_over_L
+from deffcore.statistics.trust_rule import Trust, trust, trust_badge
 
 __all__ += [
     "BootstrapResult",
@@ -116,25 +116,25 @@ __all__ += [
 # The pipeline and the labs import transformers (seconds); they load on first attribute access,
 # so `import deffcore` stays light for the engine, the synthetic CLI and the synthetic lab.
 _LAZY: dict[str, str] = {
-    "measure": "deffcore.measurement",
-    "Measurement": "deffcore.measurement",
-    "measure_states": "deffcore.measurement",
-    "open_snapshot": "deffcore.sharing",
-    "read_snapshot": "deffcore.sharing",
-    "load_model": "deffcore.models",
-    "LoadedModel": "deffcore.models",
-    "PACKAGED_MODELS": "deffcore.models",
-    "TINY_MODELS": "deffcore.models",
-    "base_model": "deffcore.models",
-    "decoder_layers": "deffcore.models",
-    "final_norm": "deffcore.models",
-    "model_identity": "deffcore.models",
-    "load_passages": "deffcore.texts",
-    "dataset_identity": "deffcore.texts",
-    "extract_pooled": "deffcore.extract",
-    "PooledStates": "deffcore.extract",
-    "RunSpec": "deffcore.cache",
-    "list_runs": "deffcore.cache",
+    "measure": "deffcore.runs.measure",
+    "Measurement": "deffcore.runs.measure",
+    "measure_states": "deffcore.runs.measure",
+    "open_snapshot": "deffcore.views.sharing",
+    "read_snapshot": "deffcore.views.sharing",
+    "load_model": "deffcore.inputs.loading",
+    "LoadedModel": "deffcore.inputs.loading",
+    "PACKAGED_MODELS": "deffcore.inputs.loading",
+    "TINY_MODELS": "deffcore.inputs.loading",
+    "base_model": "deffcore.inputs.loading",
+    "decoder_layers": "deffcore.inputs.loading",
+    "final_norm": "deffcore.inputs.loading",
+    "model_identity": "deffcore.inputs.loading",
+    "load_passages": "deffcore.inputs.texts",
+    "dataset_identity": "deffcore.inputs.texts",
+    "extract_pooled": "deffcore.extraction.forward",
+    "PooledStates": "deffcore.extraction.forward",
+    "RunSpec": "deffcore.extraction.cache",
+    "list_runs": "deffcore.extraction.cache",
     "norm_intervention": "deffcore.labs.interventions",
     "intervention_table": "deffcore.labs.interventions",
     "block_influence": "deffcore.labs.pruning",
@@ -145,12 +145,12 @@ _LAZY: dict[str, str] = {
     "run_carry_sweep": "deffcore.labs.residual_carry",
     "dynamics_sweep": "deffcore.labs.dynamics",
     "aggregation_table": "deffcore.labs.aggregations",
-    "correlate": "deffcore.correlation",
-    "Correlation": "deffcore.correlation",
-    "gw_matrix": "deffcore.gw",
-    "gw_distance": "deffcore.gw",
-    "geodesic_efficiency": "deffcore.geometry",
-    "TrajectoryGeometry": "deffcore.geometry",
+    "correlate": "deffcore.measures.correlation",
+    "Correlation": "deffcore.measures.correlation",
+    "gw_matrix": "deffcore.measures.gw",
+    "gw_distance": "deffcore.measures.gw",
+    "geodesic_efficiency": "deffcore.measures.geometry",
+    "TrajectoryGeometry": "deffcore.measures.geometry",
     "gw_lens": "deffcore.labs.gw_lens",
     "pretrain_probe": "deffcore.labs.pretrain",
 }

@@ -1,5 +1,5 @@
 import sys
 
-from deffcore.cli import main
+from deffcore.cli.main import main
 
 sys.exit(main())

@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from deffcore import figures
-from deffcore.snapshot import RunView, SnapshotView, identity_stem, run_identity
-from deffcore.trust_rule import Trust
+from deffcore.statistics.trust_rule import Trust
+from deffcore.views.run_view import RunView, SnapshotView, identity_stem, run_identity
 from explorer.settings import Settings
 
 #: Extraction speed used for time estimates (SmolLM2-135M, quiet 2-core CPU, BENCHMARKS.md).

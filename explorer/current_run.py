@@ -15,9 +15,9 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore.errors import DeffError
-from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.snapshot import RunView, SnapshotView
+from deffcore.core.errors import DeffError
+from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.views.run_view import RunView, SnapshotView
 from explorer import settings as sidebar
 from explorer.views import SYNC_KEY, VIEW_KEY, precomputed_runs, requested_run, set_view
 
@@ -37,9 +37,9 @@ def run_ref(view: RunView) -> str:
 
 def open_ref(ref: str) -> RunView:
     """The run a URL reference names; DeffError (a sentence) when it cannot be opened."""
-    from deffcore import jobs
-    from deffcore.sharing import open_shared
-    from deffcore.snapshot import MeasurementView
+    from deffcore.views.run_view import MeasurementView
+    from deffcore.views.sharing import open_shared
+    from deffcore.work import jobs
 
     found = _REF.fullmatch(ref.strip())
     if found is None:
@@ -91,7 +91,7 @@ def sidebar_values(spec: dict[str, Any]) -> dict[str, Any]:
     """The sidebar widgets' values (by key) that choose the run `spec`: model source and
     model, dataset source and dataset, N, max tokens, passages, BOS, seed. A field the
     sidebar cannot express (a notebook's model or texts, an uploaded file) is left out."""
-    from deffcore import models
+    from deffcore.inputs import loading
 
     out: dict[str, Any] = {}
     model, choices = str(spec.get("model", "")), sidebar.offline_models()
@@ -101,7 +101,7 @@ def sidebar_values(spec: dict[str, Any]) -> dict[str, Any]:
         out["model_random_seed"] = int(random.group(2))
     elif model in choices:
         out.update(model_source=sidebar.MODEL_SOURCES[0], model_packaged=model)
-        if model in models.TINY_MODELS and model != sidebar.DEMO_MODEL:
+        if model in loading.TINY_MODELS and model != sidebar.DEMO_MODEL:
             out["model_all_demo"] = True
     elif model and not model.startswith(("loaded:", "random:", "/", ".", "~")):
         out.update(model_source=sidebar.MODEL_SOURCES[1], model_hf=model)

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import streamlit as st
 
-from deffcore.errors import DeffError
-from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.core.errors import DeffError
+from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 
 
 @contextlib.contextmanager

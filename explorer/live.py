@@ -19,9 +19,10 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore import figures, jobs
-from deffcore.anytime import prefix_refusal
-from deffcore.safe_text import md_escape
+from deffcore import figures
+from deffcore.core.safe_text import md_escape
+from deffcore.statistics.anytime import prefix_refusal
+from deffcore.work import jobs
 from explorer.cards import show_run_figure
 
 _LEVEL_ICON = {"solid": "●", "indicative": "◐", "noise": "○"}
@@ -104,8 +105,8 @@ def stopped_note(status: jobs.JobStatus) -> str:
 
 @st.cache_data(ttl=30, show_spinner=False)
 def _plan(fields: tuple, device: str) -> dict[str, Any] | None:
-    from deffcore.cache import RunSpec
-    from deffcore.planner import plan_run
+    from deffcore.extraction.cache import RunSpec
+    from deffcore.runs.planner import plan_run
 
     try:
         spec = RunSpec(*fields)
@@ -115,7 +116,7 @@ def _plan(fields: tuple, device: str) -> dict[str, Any] | None:
 
 
 def _spec_fields(settings: Any) -> tuple[tuple, str] | None:
-    from deffcore.models import resolve_device_dtype
+    from deffcore.inputs.loading import resolve_device_dtype
 
     if not settings.model or not settings.dataset:
         return None
@@ -140,7 +141,7 @@ def _spec_fields(settings: Any) -> tuple[tuple, str] | None:
 
 def short_plan(plan: dict[str, Any]) -> str:
     """The plan in a sidebar's width: time here, peak memory, disk (the full line on hover)."""
-    from deffcore.planner import human_bytes
+    from deffcore.runs.planner import human_bytes
 
     if not plan["fits"]:
         return f"Will not fit: {plan['refusal']}"
@@ -171,8 +172,8 @@ def plan_caption(settings: Any) -> None:
 
 
 def _calibrate(fields: tuple, device: str) -> None:
-    from deffcore import calibration
-    from deffcore.anytime import batch_rows
+    from deffcore.runs import calibration
+    from deffcore.statistics.anytime import batch_rows
 
     model, revision, _, _, max_tokens, _, dtype = fields[:7]
     with st.spinner("Timing a few batches…"):

@@ -14,10 +14,10 @@ import time
 
 import streamlit as st
 
-from deffcore import jobs
-from deffcore.errors import DeffError
-from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.snapshot import MeasurementView, run_label
+from deffcore.core.errors import DeffError
+from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.views.run_view import MeasurementView, run_label
+from deffcore.work import jobs
 from explorer.live import live_panel, stopped_note
 from explorer.settings import REFUSED_KEY, Settings
 from explorer.uploads import UPLOAD_KEY, upload_names

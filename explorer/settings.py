@@ -13,10 +13,11 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore import jobs, serving
-from deffcore.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS, WINDOW_MODES
-from deffcore.errors import DeffError
-from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS, WINDOW_MODES
+from deffcore.core.errors import DeffError
+from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.inputs import serving
+from deffcore.work import jobs
 from explorer.uploads import upload_names, upload_widget
 from explorer.views import current_view
 
@@ -94,10 +95,10 @@ class Settings:
 
 def offline_models() -> dict[str, str]:
     """Packaged models first, then the tiny random-init demo models: spec -> description."""
-    from deffcore import models
+    from deffcore.inputs import loading
 
-    choices = dict(models.PACKAGED_MODELS)
-    tiny = models.TINY_MODELS
+    choices = dict(loading.PACKAGED_MODELS)
+    tiny = loading.TINY_MODELS
     for name in tiny:
         choices[name] = tiny[name] if isinstance(tiny, dict) else "tiny random-init model (demo)"
     return choices
@@ -105,9 +106,9 @@ def offline_models() -> dict[str, str]:
 
 def model_choice_label(spec: str, description: str) -> str:
     """How a model appears in the list: tiny test models are marked as the demo group."""
-    from deffcore import models
+    from deffcore.inputs import loading
 
-    if spec in models.TINY_MODELS:
+    if spec in loading.TINY_MODELS:
         return f"demo · {spec} — {description}"
     return f"{spec} — {description}"
 
@@ -144,7 +145,7 @@ def _model_spec() -> tuple[str, str | None]:
     source = persisted(st.radio, "Model source", "model_source", MODEL_SOURCES[0], options=sources)
     choices = offline_models()
     if source == MODEL_SOURCES[0]:
-        from deffcore import models
+        from deffcore.inputs import loading
 
         all_demo = persisted(
             st.checkbox,
@@ -156,7 +157,9 @@ def _model_spec() -> tuple[str, str | None]:
         )
         kept = st.session_state.get("_keep_model_packaged", DEFAULT_MODEL)
         shown = [
-            m for m in choices if m in models.PACKAGED_MODELS or m in (DEMO_MODEL, kept) or all_demo
+            m
+            for m in choices
+            if m in loading.PACKAGED_MODELS or m in (DEMO_MODEL, kept) or all_demo
         ]
         spec = persisted(
             st.selectbox,
@@ -236,7 +239,7 @@ def windows_available(
 ) -> int | None:
     """How many token windows this choice yields (`deffcore.tokens.count_windows`, tokenizer
     only), None when it cannot be told here (hub data, a tokenizer that does not load)."""
-    from deffcore.tokens import count_windows
+    from deffcore.inputs.tokens import count_windows
 
     if not model or not dataset or dataset.startswith("hf:"):
         return None
@@ -274,7 +277,7 @@ def _run_summary(settings: Settings) -> str:
 def glossary_expander() -> None:
     """Every symbol and term in plain words (`deffcore.glossary`)."""
     try:
-        from deffcore.glossary import glossary_markdown
+        from deffcore.views.glossary import glossary_markdown
     except ImportError:
         return
     with st.expander("Glossary: what the symbols mean"):

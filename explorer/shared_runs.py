@@ -14,15 +14,15 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.sharing import (
+from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.views.run_view import SnapshotView
+from deffcore.views.sharing import (
     MAX_SNAPSHOT_BYTES,
     SnapshotError,
     delete_shared,
     list_shared,
     save_shared,
 )
-from deffcore.snapshot import SnapshotView
 from explorer.guard import guarded
 from explorer.views import VIEW_KEY, set_view
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from deffcore import jobs, serving
-from deffcore.errors import DeffError
-from deffcore.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.core.errors import DeffError
+from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.inputs import serving
+from deffcore.work import jobs
 
 #: Uploads kept in <cache>/.uploads (newest first); older ones that are provably ours go.
 MAX_UPLOADS = 8
@@ -23,7 +24,7 @@ UPLOAD_KEY = "_deff_upload"
 
 
 def _upload_folder() -> Path:
-    from deffcore.cache import cache_dir
+    from deffcore.core.paths import cache_dir
 
     return Path(cache_dir()) / ".uploads"  # dot: never listed as a run
 

@@ -13,9 +13,15 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore import jobs
-from deffcore.sharing import APP_RUN_ENV, open_shared
-from deffcore.snapshot import MeasurementView, RunView, SnapshotView, load_gallery, load_snapshot
+from deffcore.views.run_view import (
+    MeasurementView,
+    RunView,
+    SnapshotView,
+    load_gallery,
+    load_snapshot,
+)
+from deffcore.views.sharing import APP_RUN_ENV, open_shared
+from deffcore.work import jobs
 from explorer.guard import guarded
 
 VIEW_KEY = "deff_view"
@@ -27,7 +33,7 @@ _RUN_ENV_DONE = "_deff_run_env_opened"
 
 def cached_runs() -> list[dict[str, Any]]:
     """Meta of every complete cached run, newest first (`deffcore.cache.list_runs`)."""
-    from deffcore import cache
+    from deffcore.extraction import cache
 
     return [
         m

@@ -6,9 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 from deffcore import figures
-from deffcore.run_tables import metric_comparison
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.snapshot import RunView
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.runs.tables import metric_comparison
+from deffcore.views.run_view import RunView
 from explorer.cards import headline_cards, precomputed_note, show_run_figure
 from explorer.page import page
 from explorer.settings import Settings

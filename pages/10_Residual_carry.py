@@ -10,10 +10,10 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from deffcore.cache import cache_dir
-from deffcore.glossary import human_columns
-from deffcore.labs import figures as lab_figures
+from deffcore.core.paths import cache_dir
+from deffcore.labs import figures
 from deffcore.labs.residual_carry import PRESETS, paper_carry_rows, run_carry_sweep, settings_from
+from deffcore.views.glossary import human_columns
 from explorer.cards import show_figure
 from explorer.page import page
 from explorer.progress import run_in_page
@@ -77,9 +77,9 @@ def results_section(result: dict[str, Any]) -> None:
         "steps": s["iters"],
         "seeds": len(s["seeds"]),
     }
-    show_figure(lab_figures.carry_trajectories(result["records"]), "carry_trajectories", identity)
+    show_figure(figures.carry_trajectories(result["records"]), "carry_trajectories", identity)
     st.subheader("Final step: mean [min, max] across seeds")
-    st.dataframe(lab_figures.carry_table(result["final"]), key="rc_table", hide_index=True)
+    st.dataframe(figures.carry_table(result["final"]), key="rc_table", hide_index=True)
 
 
 def main() -> None:

@@ -8,12 +8,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from deffcore.cache import cache_dir
-from deffcore.glossary import human_columns
-from deffcore.labs import figures as lab_figures
+from deffcore.core.paths import cache_dir
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.inputs.serving import check_local_path
+from deffcore.labs import figures
 from deffcore.labs.dynamics import dynamics_sweep, hf_revisions, local_checkpoints
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.serving import check_local_path
+from deffcore.views.glossary import human_columns
 from explorer.cards import show_figure
 from explorer.page import page
 from explorer.progress import run_in_page
@@ -112,7 +112,7 @@ def main() -> None:
         "checkpoints": result.get("planned"),
         **{k: chosen.get(k) for k in ("dataset", "n", "max_tokens", "metric", "pooling")},
     }
-    show_figure(lab_figures.dynamics_plot(result, log_x=log_x), "dynamics", identity)
+    show_figure(figures.dynamics_plot(result, log_x=log_x), "dynamics", identity)
     table = pd.DataFrame(result["points"])[
         ["label", "step", "tokens", "status", "gap_pct", "deff_over_L", "rho1", "reason"]
     ]

@@ -8,14 +8,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from deffcore.glossary import human_columns, human_label
-from deffcore.labs import figures as lab_figures
-from deffcore.labs import lens_figures, lens_tables
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.labs import figures, lens_figures, lens_tables
 from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
 from deffcore.labs.gw_lens import gw_lens, stored_gw
-from deffcore.paper import paper_table
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.snapshot import RunView
+from deffcore.views.glossary import human_columns, human_label
+from deffcore.views.paper import paper_table
+from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
@@ -31,10 +30,10 @@ def aggregations_section(view: RunView, pooling: str) -> dict[str, Any] | None:
     with guarded("The aggregations"):
         table = aggregation_table(view, pooling=pooling)
         show_run_figure(
-            lab_figures.aggregations_plot(table), view.spec, "aggregations",
+            figures.aggregations_plot(table), view.spec, "aggregations",
             pooling=pooling, metric="every metric",
         )  # fmt: skip
-        frame = lab_figures.aggregations_frame(table)
+        frame = figures.aggregations_frame(table)
         frame.index = pd.Index([AGGREGATION_LABELS[a] for a in frame.index], name="aggregation")
         st.dataframe(human_columns(frame).style.format("{:.4f}"), key="ag_table")
         st.caption(

@@ -10,15 +10,17 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from deffcore import figures, jobs
-from deffcore.comparisons import comparison_caveats
-from deffcore.constants import POOLINGS
-from deffcore.interventions import PAPER_LABELS
+from deffcore import figures
+from deffcore.core.constants import POOLINGS
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.inputs.interventions import PAPER_LABELS
 from deffcore.labs import lens_figures, lens_tables
 from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
-from deffcore.run_tables import model_row, models_table
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.sweep import Cell, cached_model_row, grid_cells, paper_models
+from deffcore.runs.tables import cached_model_row, model_row, models_table
+from deffcore.views.comparisons import comparison_caveats
+from deffcore.views.models_overview import paper_models
+from deffcore.work import jobs
+from deffcore.work.sweep.cells import Cell, grid_cells
 from explorer.cards import download_table, show_figure
 from explorer.guard import guarded
 from explorer.page import page
@@ -58,7 +60,7 @@ def paper_rows() -> list[dict[str, Any]]:
 
 def measured_rows(metric: str) -> list[dict[str, Any]]:
     """This machine's cached runs, the shared runs kept here, the shipped precomputed runs."""
-    from deffcore.sharing import list_shared
+    from deffcore.views.sharing import list_shared
 
     rows: list[dict[str, Any]] = []
     with guarded("Reading the cached runs"):

@@ -8,14 +8,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from deffcore.errors import DeffError
-from deffcore.glossary import human_columns, human_label
-from deffcore.labs import correlation_lab as lab
-from deffcore.labs import lens_figures, lens_tables
+from deffcore.core.errors import DeffError
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.labs import correlation_lab, lens_figures, lens_tables
 from deffcore.labs.panels import MAX_SWEEP_BYTES, SOURCES, X_QUANTITIES
 from deffcore.labs.scores import MAX_BYTES, check_upload, read_scores
-from deffcore.preflight import display
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.runs.preflight import display
+from deffcore.views.glossary import human_columns, human_label
 from explorer.cards import show_figure
 from explorer.page import page
 from explorer.uploads import save_upload
@@ -32,13 +31,13 @@ EXAMPLE = "model,task,score,family\nLlama-3.1-8B,MMLU,66.7,Llama\nQwen3-8B,MMLU,
 
 @st.cache_data(show_spinner=False)
 def s18_check() -> dict[str, Any]:
-    return lab.s18_check()
+    return correlation_lab.s18_check()
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def geometry(runs: tuple[tuple[str, str], ...], x: str, metric: str) -> dict[str, Any]:
     """`geometry_correlations` once per set of cached runs (`runs`: their keys and times)."""
-    return lab.geometry_correlations(x=x, metric=metric)
+    return correlation_lab.geometry_correlations(x=x, metric=metric)
 
 
 def uploaded(
@@ -75,7 +74,7 @@ def pruning_form() -> dict[str, Any]:
         "checks on the Pruning boundary page, `python -m deffcore pruning`, or `sweep "
         "--pruning`); x is the D_eff/L of the check's own measured passages."
     )
-    return lab.pruning_correlations(x=x, with_paper=with_paper)
+    return correlation_lab.pruning_correlations(x=x, with_paper=with_paper)
 
 
 def scores_form(metric: str) -> dict[str, Any] | None:
@@ -97,7 +96,7 @@ def scores_form(metric: str) -> dict[str, Any] | None:
     names = {f["path"]: f["name"] for f in (scores, sweep) if f}
     try:
         table = read_scores(scores["path"])
-        return lab.score_correlations(
+        return correlation_lab.score_correlations(
             table, x=x, sources=sources or list(SOURCES), metric=metric, ignore_unknown=ignore,
             sweep_file=sweep["path"] if sweep else None,
         )  # fmt: skip
@@ -185,7 +184,7 @@ def main() -> None:
     try:
         out = {"pruning": pruning_form, "scores": lambda: scores_form(settings.metric),
                "geometry": lambda: geometry_form(settings.metric)}[kind]()  # fmt: skip
-    except lab.TooFewModelsError as err:  # not a mistake: there is not enough yet
+    except correlation_lab.TooFewModelsError as err:  # not a mistake: there is not enough yet
         st.info(md_escape(err))
         out = None
     except DeffError as err:

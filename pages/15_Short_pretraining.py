@@ -7,7 +7,7 @@ from typing import Any
 import streamlit as st
 import torch
 
-from deffcore.interventions import PAPER_LABELS
+from deffcore.inputs.interventions import PAPER_LABELS
 from deffcore.labs import lens_figures, lens_tables
 from deffcore.labs.pretrain import PRESETS, pretrain_probe, settings_from, stored_probes
 from explorer.cards import show_figure

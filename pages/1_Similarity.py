@@ -6,8 +6,8 @@ import numpy as np
 import streamlit as st
 
 from deffcore import figures
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.snapshot import RunView
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
 from explorer.page import require_view
 from explorer.settings import Settings

@@ -16,14 +16,15 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from deffcore import diagnostics as dg
-from deffcore import figures, jobs
-from deffcore.bos_answer import bos_on_off, position0_answer_for
-from deffcore.constants import POOLINGS
-from deffcore.errors import UndefinedSimilarityError
-from deffcore.paper import paper_controls, paper_table
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.snapshot import Headline, RunView, run_label
+from deffcore import figures
+from deffcore.core.constants import POOLINGS
+from deffcore.core.errors import UndefinedSimilarityError
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.lenses import diagnostics
+from deffcore.lenses.bos_answer import bos_on_off, position0_answer_for
+from deffcore.views.paper import paper_controls, paper_table
+from deffcore.views.run_view import Headline, RunView, run_label
+from deffcore.work import jobs
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
@@ -66,11 +67,11 @@ def verdict_section(view: RunView, headlines: dict, diag: dict | None, k_max: in
     """The pooling controls' verdict (regime, gap move, identical controls) and, once the
     diagnostics are in, massive activations and sinks."""
     m = view.measurement
-    identical = dg.identical_controls(m, m.metric) if m is not None else None
-    verdict = dg.bos_verdict(
+    identical = diagnostics.identical_controls(m, m.metric) if m is not None else None
+    verdict = diagnostics.bos_verdict(
         {p: h.gap_pct for p, h in headlines.items()},
         identical=identical,
-        **dg.verdict_inputs(diag),
+        **diagnostics.verdict_inputs(diag),
     )
     st.markdown(f"**Pooling controls and diagnostics:** {verdict.sentence}")
     cols = st.columns(4)
@@ -109,7 +110,7 @@ def diagnostics_task(spec: Any) -> str:
     """Start (or find) the background diagnostic pass of `spec`; its job id."""
 
     def work(progress: Any, should_stop: Any) -> dict[str, Any]:
-        out = dg.diagnose(spec, progress=progress)
+        out = diagnostics.diagnose(spec, progress=progress)
         return {"n_passages": out["n_passages"]}
 
     return jobs.start_task(f"diagnostics:{spec.key()}", work, model=spec.model)
@@ -118,7 +119,7 @@ def diagnostics_task(spec: Any) -> str:
 def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
     """The run's stored diagnostics, else their background pass: started at once for a run
     measured here, on request for a shipped or shared one; its progress polls below."""
-    diag = dg.read_diagnostics(spec)
+    diag = diagnostics.read_diagnostics(spec)
     if diag is not None:
         return diag
     name = f"diagnostics:{spec.key()}"
@@ -128,7 +129,8 @@ def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
     elif last is None or last.finished:  # failed, cancelled, or done but no longer stored
         st.caption(
             f"No massive-activation and attention-sink diagnostics yet for {md_escape(view.label)}"
-            f": one small eager-attention pass over its first {min(view.n, dg.DIAG_PASSAGES)} "
+            ": one small eager-attention pass over its first "
+            f"{min(view.n, diagnostics.DIAG_PASSAGES)} "
             "passages computes them in the background (the model loads once)."
         )
         again = "Try the diagnostics again" if last is not None else "Compute the diagnostics"
@@ -359,7 +361,7 @@ def main() -> None:
     answer_section(view, settings)  # at once: from the similarity matrices alone
     headlines, missing = control_headlines(view, settings)
     m = view.measurement
-    spec = m.spec if m is not None else dg.spec_from_fields(view.spec)
+    spec = m.spec if m is not None else diagnostics.spec_from_fields(view.spec)
     verdict_box = st.container()  # filled once the diagnostics are known (or not)
     diag = None
     with guarded("Reading the diagnostics"):

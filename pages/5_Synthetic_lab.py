@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from deffcore import figures, teaching
-from deffcore.depth import lag_profile
-from deffcore.glossary import glossary_markdown, human_columns
+from deffcore import figures
+from deffcore.measures import teaching
+from deffcore.measures.depth import lag_profile
+from deffcore.views.glossary import glossary_markdown, human_columns
 from explorer.cards import show_figure
 from explorer.guard import guarded
 from explorer.page import page
@@ -63,9 +64,9 @@ def init_defaults() -> None:
 @st.cache_data(show_spinner=False, max_entries=16)
 def sampled_sweep(n: int, d: int, L_max: int, scale: float, metric: str, seed: int) -> pd.DataFrame:
     """D_eff/L and rho(1) of every buildable construction, sampled at each depth."""
-    from deffcore import synthetic
-    from deffcore.depth import effective_depth
-    from deffcore.similarity import similarity_matrix
+    from deffcore.measures import synthetic
+    from deffcore.measures.depth import effective_depth
+    from deffcore.measures.similarity import similarity_matrix
 
     rows = []
     for L in depth_grid(L_max):

@@ -8,9 +8,9 @@ import pandas as pd
 import streamlit as st
 
 from deffcore import figures
-from deffcore.glossary import human_label
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.snapshot import Headline, MeasurementView, RunView
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.views.glossary import human_label
+from deffcore.views.run_view import Headline, MeasurementView, RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
@@ -71,7 +71,7 @@ def compute_random_null(b: Baselines) -> None:
     spec = b.view.spec
     bar = st.progress(0.0, text="starting")
     with guarded("The random-weight null"):
-        from deffcore.measurement import measure
+        from deffcore.runs.measure import measure
 
         m = measure(
             model=spec["model"],

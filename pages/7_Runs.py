@@ -12,10 +12,10 @@ import pandas as pd
 import streamlit as st
 
 from deffcore import figures
-from deffcore.comparisons import comparison_caveats, headline_differences
-from deffcore.models_overview import model_family
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.snapshot import (
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.views.comparisons import comparison_caveats, headline_differences
+from deffcore.views.models_overview import model_family
+from deffcore.views.run_view import (
     Headline,
     MeasurementView,
     RunView,
@@ -76,7 +76,7 @@ class Runs:
 
 
 def cache_entries() -> list[dict[str, Any]]:
-    from deffcore import cache
+    from deffcore.extraction import cache
 
     entries = []
     with guarded("Listing the cache"):
@@ -455,7 +455,7 @@ def confirm_delete(runs: Runs, pending: str) -> None:
     c1, c2, _ = st.columns([1, 1, 4])
     if c1.button("Yes, delete", type="primary", key="runs_delete_confirm"):
         with guarded("Deleting the run"):
-            from deffcore import cache
+            from deffcore.extraction import cache
 
             key = runs.by_id[pending]["key"]
             cache.delete(key)

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from deffcore.comparisons import PAPER_N, comparison_caveats
-from deffcore.labs import figures as lab_figures
-from deffcore.labs.interventions import (
-    INTERVENTIONS,
-    PAPER_LABELS,
-    intervention_table,
-    paper_intervention_rows,
-)
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS
+from deffcore.labs import figures
+from deffcore.labs.interventions import intervention_table, paper_intervention_rows
+from deffcore.views.comparisons import PAPER_N, comparison_caveats
 from explorer.cards import show_figure
 from explorer.guard import guarded
 from explorer.page import page
@@ -84,10 +80,10 @@ def results_section(paper: list) -> None:
         }
     else:
         st.info("Press **Run interventions** to measure; the paper's values are shown meanwhile.")
-    frame = lab_figures.intervention_frame(rows, paper)
+    frame = figures.intervention_frame(rows, paper)
     if not frame.empty:
         st.dataframe(frame.style.format("{:.1f}", na_rep="—"), key="iv_table")
-    show_figure(lab_figures.intervention_plot(rows, paper), "gaps", identity)
+    show_figure(figures.intervention_plot(rows, paper), "gaps", identity)
 
 
 def main() -> None:

@@ -7,12 +7,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from deffcore.glossary import GLOSSARY
-from deffcore.labs import figures as lab_figures
-from deffcore.labs import lens_tables
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.labs import figures, lens_tables
 from deffcore.labs.panels import paper_pruning_rows
 from deffcore.labs.pruning import RANKING_LABELS, pruning_check
-from deffcore.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.views.glossary import GLOSSARY
 from explorer.cards import show_figure
 from explorer.page import page
 from explorer.progress import run_in_page
@@ -137,8 +136,8 @@ def main() -> None:
         "model": result["model"],
         **{k: result.get(k) for k in ("n", "n_heldout", "max_tokens", "metric")},
     }
-    show_figure(lab_figures.pruning_plot(result), "perplexity", identity)
-    show_figure(lab_figures.pruning_scores_plot(result), "scores", identity)
+    show_figure(figures.pruning_plot(result), "perplexity", identity)
+    show_figure(figures.pruning_scores_plot(result), "scores", identity)
     tables(result)
     tolerance_section(result)
 

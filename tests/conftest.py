@@ -71,7 +71,7 @@ _TINY_MEMO: dict[tuple[str, bool], object] = {}
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    from deffcore.models import load_model
+    from deffcore.inputs.loading import load_model
 
     def factory(arch: str = "llama", bos: bool = True):
         key = (arch, bos)
@@ -117,7 +117,7 @@ def cache_dir(tmp_path_factory):
 @pytest.fixture
 def no_model(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """A model loader that must not be called: the checks run before any model loads."""
-    import deffcore.measurement
+    import deffcore.runs.measure
 
     calls: list[tuple] = []
 
@@ -125,7 +125,7 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         calls.append(args)
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
     return calls
 
 
@@ -135,17 +135,17 @@ def gate(monkeypatch: pytest.MonkeyPatch):
     whatever happens, then the jobs still running are waited for)."""
     import threading
 
-    import deffcore.measurement
-    from deffcore import jobs
+    import deffcore.runs.measure
+    from deffcore.work import jobs
 
     event = threading.Event()
-    real = deffcore.measurement.load_model
+    real = deffcore.runs.measure.load_model
 
     def loader(*args, **kwargs):
         assert event.wait(600), "the test never opened the gate"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
     yield event
     event.set()
     for job in jobs.active_jobs():
@@ -175,10 +175,10 @@ def windows_dataset(tmp_path: Path) -> str:
 @pytest.fixture
 def every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each extraction batch is checkpointed (its rows reach the live estimates at once)."""
-    from deffcore import extract
+    from deffcore.extraction import forward
 
     ticks = iter(range(0, 10**9, 100))
-    monkeypatch.setattr(extract, "_clock", lambda: next(ticks))
+    monkeypatch.setattr(forward, "_clock", lambda: next(ticks))
 
 
 @pytest.fixture
@@ -187,13 +187,13 @@ def planted(monkeypatch: pytest.MonkeyPatch):
     is h_0 plus a little, so its numbers settle at small N (the model every load returns)."""
     import torch
 
-    import deffcore.measurement
-    from deffcore.models import load_model
+    import deffcore.runs.measure
+    from deffcore.inputs.loading import load_model
 
     model = load_model("tiny-llama", device="cpu", dtype="float32")
     with torch.no_grad():
         for block in model.model.model.layers:
             block.self_attn.o_proj.weight.mul_(0.02)
             block.mlp.down_proj.weight.mul_(0.02)
-    monkeypatch.setattr(deffcore.measurement, "load_model", lambda *a, **k: model)
+    monkeypatch.setattr(deffcore.runs.measure, "load_model", lambda *a, **k: model)
     return model

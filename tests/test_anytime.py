@@ -7,8 +7,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from deffcore import anytime, extract
-from deffcore.anytime import (
+from deffcore.core.constants import EXTRACTED_POOLINGS, REGIME_TOLERANCE
+from deffcore.core.errors import DeffError
+from deffcore.extraction import forward
+from deffcore.extraction.forward import PooledStates
+from deffcore.statistics import anytime
+from deffcore.statistics.anytime import (
     PrefixRows,
     batch_rows,
     estimate,
@@ -17,13 +21,10 @@ from deffcore.anytime import (
     regime_fixed,
     schedule,
 )
-from deffcore.constants import EXTRACTED_POOLINGS, REGIME_TOLERANCE
-from deffcore.errors import DeffError
-from deffcore.extract import PooledStates
 
 
 def _spec(dataset: str, n: int, model: str = "tiny-llama"):
-    from deffcore.measurement import run_spec
+    from deffcore.runs.measure import run_spec
 
     return run_spec(model, dataset, n, 16, 0, "cka", passages="windows", device="cpu")[0]
 
@@ -45,8 +46,8 @@ def test_schedule_doubles_from_64_in_whole_batches():
 
 
 def test_batch_rows_is_the_extractions_batch():
-    assert batch_rows(128, "cpu") == extract.TOKEN_BUDGET["cpu"] // 128 == 32
-    assert batch_rows(128, "cuda:0") == extract.TOKEN_BUDGET["cuda"] // 128
+    assert batch_rows(128, "cpu") == forward.TOKEN_BUDGET["cpu"] // 128 == 32
+    assert batch_rows(128, "cuda:0") == forward.TOKEN_BUDGET["cuda"] // 128
     assert batch_rows(128, "cpu", 7) == 7
     assert batch_rows(10_000, "cpu") == 1
 
@@ -72,7 +73,7 @@ def test_regime_fixed_needs_the_whole_band_in_one_regime():
 def test_prefix_estimates_equal_a_fresh_run_bit_for_bit(windows_dataset, every_batch):
     """The first 128 passages of a 256-run, as their batches land, are a 128-run: the same
     pooled rows, the same position-0 ratio, the same estimate, bit for bit."""
-    from deffcore.measurement import measure_spec
+    from deffcore.runs.measure import measure_spec
 
     spec = _spec(windows_dataset, 256)
     rows = PrefixRows(spec.n)
@@ -102,7 +103,7 @@ def test_prefix_rows_track_the_landed_prefix_only():
         b = len(slots)
         data = {p: np.full((L1, b, d), float(slots[0]), np.float32) for p in EXTRACTED_POOLINGS}
         data["pos0_ratio"] = np.ones((L1, b), np.float32)
-        return extract.SavedBatch(np.asarray(slots, np.int64), data, None)
+        return forward.SavedBatch(np.asarray(slots, np.int64), data, None)
 
     rows.add(batch([2, 3]))
     assert rows.done == 0  # 0 and 1 are missing

@@ -8,13 +8,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import deffcore.measurement
-from deffcore import cache
-from deffcore.anytime_run import measure_live
-from deffcore.constants import EXTRACTED_POOLINGS
-from deffcore.errors import DeffError
-from deffcore.measurement import measure_spec, run_spec
-from deffcore.stopping import StopRule
+import deffcore.runs.measure
+from deffcore.core.constants import EXTRACTED_POOLINGS
+from deffcore.core.errors import DeffError
+from deffcore.extraction import cache
+from deffcore.runs.anytime_run import measure_live
+from deffcore.runs.measure import measure_spec, run_spec
+from deffcore.statistics.stopping import StopRule
 
 
 def _spec(dataset: str, n: int, passages: str = "windows"):
@@ -53,7 +53,7 @@ def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every
     _equal(larger, fresh)
     # and the stopped run itself is bit-identical to an uninterrupted run of N = k
     _equal(
-        deffcore.measurement.Measurement(spec=replace(spec, n=k), pooled=kept),
+        deffcore.runs.measure.Measurement(spec=replace(spec, n=k), pooled=kept),
         measure_spec(replace(spec, n=k), device="cpu", batch_size=32, use_cache=False),
     )
 
@@ -82,7 +82,7 @@ def test_until_is_refused_before_the_model_loads_in_documents_mode(tiny_dataset,
 def test_cli_until_prints_estimates_and_the_trajectory(
     windows_dataset, every_batch, planted, capsys
 ):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     argv = ["measure", "--model", "tiny-llama", "--dataset", windows_dataset, "--n", "512"]
     argv += ["--max-tokens", "16", "--passages", "windows", "--batch-size", "32"]
@@ -100,7 +100,7 @@ def test_cli_until_prints_estimates_and_the_trajectory(
 
 
 def test_cli_until_in_documents_mode_is_one_sentence(tiny_dataset, no_model, capsys):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     argv = ["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "8"]
     assert main([*argv, "--until", "solid"]) == 2

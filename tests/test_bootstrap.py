@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 import deffcore as dc
-from deffcore import teaching
-from deffcore.bootstrap import (
+from deffcore.core.errors import DeffError
+from deffcore.measures import teaching
+from deffcore.statistics.bootstrap import (
     bootstrap_costs,
     bootstrap_deff_over_L,
     bootstrap_similarities,
     resample_indices,
 )
-from deffcore.errors import DeffError
 
 
 def walk(layers: int = 6, n: int = 40, d: int = 7, seed: int = 0) -> np.ndarray:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from deffcore.bos_answer import (
+from deffcore.lenses.bos_answer import (
     POS0_MIN_POINTS,
     bos_on_off_conclusion,
     calibration_case,
@@ -19,10 +19,10 @@ from deffcore.bos_answer import (
     position0_answer_for,
     tolerance,
 )
-from deffcore.depth import effective_depth, gap_percent
-from deffcore.similarity import similarity_matrix
-from deffcore.snapshot import load_snapshot
-from deffcore.synthetic import position0_construction
+from deffcore.measures.depth import effective_depth, gap_percent
+from deffcore.measures.similarity import similarity_matrix
+from deffcore.measures.synthetic import position0_construction
+from deffcore.views.run_view import load_snapshot
 
 
 def gap(S: np.ndarray) -> float:

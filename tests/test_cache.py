@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deffcore import cache
-from deffcore.cache import RunSpec, UnknownRunError
-from deffcore.constants import EXTRACTED_POOLINGS
-from deffcore.errors import CacheCorruptError, DeffError
-from deffcore.extract import PooledStates
+from deffcore.core.constants import EXTRACTED_POOLINGS
+from deffcore.core.errors import CacheCorruptError, DeffError
+from deffcore.extraction import cache
+from deffcore.extraction.cache import RunSpec, UnknownRunError
+from deffcore.extraction.forward import PooledStates
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -185,10 +185,10 @@ WORKER = textwrap.dedent(
     import sys, time, pathlib
     sys.path.insert(0, {repo!r})
     import numpy as np
-    from deffcore import cache
-    from deffcore.cache import RunSpec
-    from deffcore.constants import EXTRACTED_POOLINGS
-    from deffcore.extract import PooledStates
+    from deffcore.core.constants import EXTRACTED_POOLINGS
+    from deffcore.extraction import cache
+    from deffcore.extraction.cache import RunSpec
+    from deffcore.extraction.forward import PooledStates
 
     tmp = pathlib.Path({tmp!r})
     (tmp / f"ready-{{sys.argv[1]}}").touch()
@@ -255,7 +255,7 @@ def _meta_of(spec: RunSpec) -> dict:
     ],
 )
 def test_meta_of_the_wrong_shape_is_a_corrupt_entry(bad, capsys):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     cache.store(SPEC, make_pooled())
     meta = _meta_of(SPEC)
@@ -283,7 +283,7 @@ def test_meta_of_the_wrong_shape_is_a_corrupt_entry(bad, capsys):
 
 
 def test_only_run_entries_are_listed_or_deleted(deff_cache_dir, capsys):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     cache.store(SPEC, make_pooled())
     for name in ("carry", "models", "Documents", ".uploads"):
@@ -329,7 +329,7 @@ def test_runs_delete_refuses_a_users_folder_in_a_plain_cache_dir(tmp_path, monke
 
 
 def test_cache_dir_that_is_a_file_is_one_sentence(tmp_path, monkeypatch, capsys):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     target = tmp_path / "a-file"
     target.write_text("x")
@@ -400,18 +400,18 @@ def test_bos_diagnostics_beside_a_run_keep_it_listed_and_deletable(tmp_path):
     and a folder holding only diagnostics is not listed as a run."""
     import json as _json
 
-    from deffcore import cache as c
+    from deffcore.extraction import cache
 
-    spec = c.RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")
-    c.store(spec, make_pooled())
-    folder = c.cache_dir() / spec.key()
+    spec = cache.RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")
+    cache.store(spec, make_pooled())
+    folder = cache.cache_dir() / spec.key()
     (folder / "diagnostics.json").write_text(_json.dumps({"layers": 2}))
     (folder / ".diagnostics.lock").write_text("")
-    runs = [r for r in c.list_runs() if r["key"] == spec.key()]
+    runs = [r for r in cache.list_runs() if r["key"] == spec.key()]
     assert len(runs) == 1 and runs[0]["status"] == "complete"
-    lonely = c.cache_dir() / ("ab" * 10)
+    lonely = cache.cache_dir() / ("ab" * 10)
     lonely.mkdir()
     (lonely / "diagnostics.json").write_text("{}")
-    assert ("ab" * 10) not in {r["key"] for r in c.list_runs()}
-    c.delete(spec.key())
+    assert ("ab" * 10) not in {r["key"] for r in cache.list_runs()}
+    cache.delete(spec.key())
     assert not folder.exists()

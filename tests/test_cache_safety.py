@@ -18,15 +18,16 @@ import numpy as np
 import pytest
 from test_cache import SPEC, make_pooled  # one stand-in run for the cache tests
 
-from deffcore import cache, cache_files
-from deffcore.cache import RunSpec
-from deffcore.cli import main
-from deffcore.errors import (
+from deffcore.cli.main import main
+from deffcore.core import files
+from deffcore.core.errors import (
     CacheWriteError,
     DeffError,
     ForeignCacheEntryError,
     NonFiniteActivationsError,
 )
+from deffcore.extraction import cache
+from deffcore.extraction.cache import RunSpec
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -54,7 +55,7 @@ def _run_args(dataset: str) -> dict:
 
 
 def _spec(dataset: str) -> RunSpec:
-    from deffcore.measurement import run_spec
+    from deffcore.runs.measure import run_spec
 
     args = _run_args(dataset)
     return run_spec(args["model"], dataset, args["n"], args["max_tokens"], 0, "cka")[0]
@@ -72,7 +73,7 @@ def _cli(dataset: str) -> list[str]:
 def test_measure_never_writes_through_a_key_named_link(
     tiny_dataset, users_folder, deff_cache_dir, capsys
 ):
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     spec = _spec(tiny_dataset)
     before = _digest(users_folder)
@@ -122,7 +123,7 @@ def test_a_real_entry_holding_something_foreign_is_refused(where, users_folder, 
 
 
 def test_states_npz_that_is_a_folder_is_one_sentence(tiny_dataset, deff_cache_dir, capsys):
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     spec = _spec(tiny_dataset)
     (deff_cache_dir / spec.key() / "states.npz").mkdir(parents=True)
@@ -181,7 +182,7 @@ def _failing_fsync(monkeypatch, fail_on: int, code: int = errno.ENOSPC) -> list[
             raise OSError(code, os.strerror(code))
         return real(fd)
 
-    monkeypatch.setattr(cache_files.os, "fsync", fsync)
+    monkeypatch.setattr(files.os, "fsync", fsync)
     return calls
 
 
@@ -200,7 +201,7 @@ def test_a_full_disk_is_one_sentence_and_leaves_nothing_half_written(
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["partial"], names  # no temp file, no states without meta; partial kept
     assert cache.load(SPEC) is None
-    monkeypatch.setattr(cache_files.os, "fsync", REAL_FSYNC)  # (undo() would drop the cache dir)
+    monkeypatch.setattr(files.os, "fsync", REAL_FSYNC)  # (undo() would drop the cache dir)
     _, cached, _ = cache.get_or_compute(SPEC, make_pooled)  # a rerun with space works
     assert not cached and cache.load(SPEC) is not None
 
@@ -234,8 +235,8 @@ def test_states_that_overflow_float32_are_one_sentence_and_never_stored(
 ):
     import torch
 
-    from deffcore.measurement import measure_spec
-    from deffcore.models import load_model
+    from deffcore.inputs.loading import load_model
+    from deffcore.runs.measure import measure_spec
 
     spec = _spec(tiny_dataset)
     loaded = load_model("tiny-llama")
@@ -279,8 +280,8 @@ def test_a_broken_entry_already_in_the_cache_is_corrupt_and_recomputed(monkeypat
 
 
 def test_pos0_peak_ignores_nan_and_never_raises_all_nan():
-    from deffcore.errors import InvalidStatesError
-    from deffcore.measurement import Measurement
+    from deffcore.core.errors import InvalidStatesError
+    from deffcore.runs.measure import Measurement
 
     pooled = make_pooled()
     pooled.pos0_norm_ratio = np.array([1.0, np.nan, 3.0, np.inf], dtype=np.float32)
@@ -295,8 +296,8 @@ def test_the_nan_advice_fits_the_runs_dtype(tiny_dataset, dtype):
     """Faults 13: a float32 run is never told to "try float32"."""
     import torch
 
-    from deffcore.measurement import measure_spec, run_spec
-    from deffcore.models import load_model
+    from deffcore.inputs.loading import load_model
+    from deffcore.runs.measure import measure_spec, run_spec
 
     spec, _ = run_spec("tiny-llama", tiny_dataset, 8, 16, 0, "cka", dtype=dtype)
     loaded = load_model("tiny-llama", dtype=dtype)

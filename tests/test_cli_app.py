@@ -19,9 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from deffcore import cli
-from deffcore.commands import app as app_command
-from deffcore.sharing import APP_RUN_ENV
+from deffcore.cli import app, main
+from deffcore.views.sharing import APP_RUN_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,15 +44,15 @@ def started(monkeypatch):
 
 def start(argv: list[str]) -> int:
     try:
-        return cli.main(["app", *argv])
+        return main.main(["app", *argv])
     except Started:
         return 0
 
 
 @pytest.fixture(scope="module")
 def snapshot_body(tmp_path_factory):
-    from deffcore.measurement import measure
-    from deffcore.snapshot import snapshot
+    from deffcore.runs.measure import measure
+    from deffcore.views.run_view import snapshot
 
     old = os.environ.get("DEFF_CACHE_DIR")
     os.environ["DEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("app_cache"))
@@ -125,7 +124,7 @@ def test_without_streamlit_it_names_the_extra(started, capsys, monkeypatch):
 def test_run_file_is_checked_and_kept_before_the_server_starts(
     started, capsys, tmp_path, snapshot_body
 ):
-    from deffcore.sharing import open_shared, read_snapshot, shared_dir
+    from deffcore.views.sharing import open_shared, read_snapshot, shared_dir
 
     bad = tmp_path / "run.json"
     bad.write_bytes(snapshot_body[:-40])  # truncated
@@ -148,7 +147,7 @@ def test_run_file_is_checked_and_kept_before_the_server_starts(
 
 
 def test_the_explorer_files_of_an_install_are_found_in_explorer_app(tmp_path, monkeypatch):
-    assert app_command.app_files() == REPO  # a checkout: its root
+    assert app.app_files() == REPO  # a checkout: its root
     installed = tmp_path / "site-packages" / "explorer"
     (installed / "_app" / "pages").mkdir(parents=True)
     (installed / "_app" / "app.py").write_text("")
@@ -162,11 +161,11 @@ def test_the_explorer_files_of_an_install_are_found_in_explorer_app(tmp_path, mo
             else real(name)
         ),
     )
-    assert app_command.app_files() == installed / "_app"
+    assert app.app_files() == installed / "_app"
     (installed / "_app" / "app.py").unlink()  # a broken install: one sentence
-    with pytest.raises(cli.DeffError, match="not in this install"):
-        app_command.app_files()
+    with pytest.raises(main.DeffError, match="not in this install"):
+        app.app_files()
 
 
 def test_a_label_from_someone_elses_file_cannot_drive_the_terminal():
-    assert app_command._printable("tiny\x1b[2J\x07 run") == "tiny?[2J? run"
+    assert app._printable("tiny\x1b[2J\x07 run") == "tiny?[2J? run"

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from deffcore.cli import main
-from deffcore.constants import POOLINGS
+from deffcore.cli.main import main
+from deffcore.core.constants import POOLINGS
 
 ARGS = ["--model", "tiny-llama", "--n", "8", "--max-tokens", "24", "--no-progress"]
 
@@ -20,7 +20,7 @@ def _run(capsys, *extra: str) -> tuple[int, str, str]:
 
 
 def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
-    from deffcore.diagnostics import (
+    from deffcore.lenses.diagnostics import (
         bos_verdict,
         diagnose,
         identical_controls,
@@ -28,8 +28,8 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
         uniform_sink_score,
         verdict_inputs,
     )
-    from deffcore.measurement import measure
-    from deffcore.trust_rule import measurement_trust
+    from deffcore.runs.measure import measure
+    from deffcore.statistics.trust_rule import measurement_trust
 
     code, out, _ = _run(capsys, "--dataset", tiny_dataset, "--json")
     assert code == 0
@@ -78,8 +78,8 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
 
 
 def test_bos_none_and_add_change_the_first_token(capsys, tiny_dataset):
-    from deffcore.diagnostics import diagnose
-    from deffcore.measurement import run_spec
+    from deffcore.lenses.diagnostics import diagnose
+    from deffcore.runs.measure import run_spec
 
     cases = (("tiny-llama", "none", False), ("tiny-llama-nobos", "add", True))
     for model, bos, first_is_bos in cases:

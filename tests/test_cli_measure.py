@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from deffcore.cli import main
-from deffcore.constants import POOLINGS
+from deffcore.cli.main import main
+from deffcore.core.constants import POOLINGS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -104,9 +104,9 @@ def test_windows_mode_through_measure(capsys, tiny_dataset, tiny_passages, tiny_
     the mode in the key; the states are those of an extraction of the same windows by hand."""
     import numpy as np
 
-    from deffcore.extract import extract_pooled
-    from deffcore.measurement import measure
-    from deffcore.tokens import cut_windows, sample_windows
+    from deffcore.extraction.forward import extract_pooled
+    from deffcore.inputs.tokens import cut_windows, sample_windows
+    from deffcore.runs.measure import measure
 
     windows_run = _measure_json(capsys, tiny_dataset, "--passages", mode)
     documents_run = _measure_json(capsys, tiny_dataset)
@@ -166,7 +166,7 @@ def test_snapshot_command_remakes_a_windows_run(capsys, tiny_dataset, tmp_path):
 
 def test_measure_reports_trust_and_bootstrap_adds_the_interval(capsys, tiny_dataset):
     import deffcore as dc
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     d = _measure_json(capsys, tiny_dataset)
     t = d["trust"]

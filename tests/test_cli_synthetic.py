@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deffcore.cli import main
-from deffcore.references import iid_reference_depth
+from deffcore.cli.main import main
+from deffcore.measures.references import iid_reference_depth
 
 REPO = Path(__file__).resolve().parents[1]
 

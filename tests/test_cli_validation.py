@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore.cli import main
+from deffcore.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = ["--n", "8", "--max-tokens", "16", "--no-progress"]
@@ -28,11 +28,11 @@ def _refuse_to_load(*args, **kwargs):
 
 @pytest.fixture(autouse=True)
 def no_model_loads(monkeypatch):
-    import deffcore.measurement
-    import deffcore.models
+    import deffcore.inputs.loading
+    import deffcore.runs.measure
 
-    monkeypatch.setattr(deffcore.models, "load_model", _refuse_to_load)
-    monkeypatch.setattr(deffcore.measurement, "load_model", _refuse_to_load)
+    monkeypatch.setattr(deffcore.inputs.loading, "load_model", _refuse_to_load)
+    monkeypatch.setattr(deffcore.runs.measure, "load_model", _refuse_to_load)
     # the CUDA cases must not depend on whether this machine has a GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
@@ -202,9 +202,9 @@ def test_dataset_folder_and_missing_column_before_the_model(capsys, tmp_path):
 
 def test_the_library_checks_before_loading_too(monkeypatch, a_file, tiny_dataset):
     """The app calls `measure` and the labs directly: the same checks, the same sentences."""
-    from deffcore.errors import DeffError
+    from deffcore.core.errors import DeffError
     from deffcore.labs.interventions import intervention_table
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     ok = {"model": "tiny-llama", "dataset": tiny_dataset, "n": 8, "max_tokens": 16}
     for bad, message in [

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import deffcore as dc
-from deffcore.controls import apply_pc_control, remove_top_pcs
-from deffcore.errors import DeffError, InvalidStatesError
+from deffcore.core.errors import DeffError, InvalidStatesError
+from deffcore.measures.controls import apply_pc_control, remove_top_pcs
 
 
 def spiked(n: int = 80, d: int = 6, seed: int = 0) -> np.ndarray:

@@ -12,7 +12,7 @@ from scipy.stats import pearsonr, spearmanr
 from scipy.stats import t as student_t
 
 import deffcore as dc
-from deffcore.correlation import (
+from deffcore.measures.correlation import (
     EXACT_MAX_N,
     SMALL_N,
     CorrelationInputError,

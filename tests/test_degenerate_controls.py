@@ -15,10 +15,10 @@ import math
 import numpy as np
 import pytest
 
-from deffcore.cli import main
-from deffcore.errors import InvalidStatesError, UndefinedSimilarityError
-from deffcore.measurement import measure
-from deffcore.similarity import similarity_matrix
+from deffcore.cli.main import main
+from deffcore.core.errors import InvalidStatesError, UndefinedSimilarityError
+from deffcore.measures.similarity import similarity_matrix
+from deffcore.runs.measure import measure
 
 ARGS = ["--model", "tiny-llama", "--n", "8", "--max-tokens", "16", "--no-progress"]
 
@@ -79,10 +79,10 @@ def test_bos_command_leaves_the_undefined_control_out_of_the_verdict(same_start,
 
 
 def test_a_degenerate_default_is_still_the_runs_error():
-    from deffcore.cache import RunSpec
-    from deffcore.constants import EXTRACTED_POOLINGS
-    from deffcore.extract import PooledStates
-    from deffcore.measurement import Measurement
+    from deffcore.core.constants import EXTRACTED_POOLINGS
+    from deffcore.extraction.cache import RunSpec
+    from deffcore.extraction.forward import PooledStates
+    from deffcore.runs.measure import Measurement
 
     rng = np.random.default_rng(0)
     states = {p: rng.standard_normal((4, 5, 3)).astype(np.float32) for p in EXTRACTED_POOLINGS}

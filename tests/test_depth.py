@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import deffcore as dc
-from deffcore.errors import DeffError, InvalidStatesError
+from deffcore.core.errors import DeffError, InvalidStatesError
 
 
 def minmax_matrix(L: int) -> np.ndarray:

@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore.cache import RunSpec, cache_dir
-from deffcore.diagnostics import (
+from deffcore.core.paths import cache_dir
+from deffcore.extraction.cache import RunSpec
+from deffcore.extraction.forward import extract_pooled, pool_states
+from deffcore.inputs.loading import decoder_layers, final_norm, load_model
+from deffcore.lenses.diagnostics import (
     MASSIVE_THRESHOLD,
     bos_diagnostics,
     bos_verdict,
@@ -34,8 +37,6 @@ from deffcore.diagnostics import (
     verdict_for,
     verdict_inputs,
 )
-from deffcore.extract import extract_pooled, pool_states
-from deffcore.models import decoder_layers, final_norm, load_model
 
 # ---------------------------------------------------------------------------------------------
 # naive references
@@ -180,7 +181,7 @@ def test_layer_groups_under_a_small_memory_budget_give_the_same_numbers(
 ):
     """When the |h| values of all layers do not fit VALUES_BUDGET, the medians are taken over
     extra passes, a group of layers each: the same numbers, one more pass per group."""
-    from deffcore import diagnostics
+    from deffcore.lenses import diagnostics
 
     loaded = tiny_model("llama")
     whole = bos_diagnostics(loaded, tiny_passages, max_tokens=40, batch_size=5)
@@ -281,8 +282,9 @@ def _spec(dataset: str, **kw) -> RunSpec:
 
 
 def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, monkeypatch):
-    from deffcore import measurement, models
-    from deffcore.texts import load_passages
+    from deffcore.inputs import loading
+    from deffcore.inputs.texts import load_passages
+    from deffcore.runs import measure as measurement
 
     spec = _spec(tiny_dataset)
     first = diagnose(spec)
@@ -290,7 +292,7 @@ def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, m
     path = cache_dir() / spec.key() / "diagnostics.json"
     assert diagnostics_path(spec) == path
     assert not path.parent.exists()  # a run never measured: in memory, no folder (issue 17)
-    tok = models.load_model("tiny-llama").tokenizer
+    tok = loading.load_model("tiny-llama").tokenizer
     want = [tok(t).input_ids[:24] for t in load_passages(tiny_dataset, 8, seed=0)]
     assert first["inspector"]["token_ids"] == want
     assert len(first["massive_ratio"]) == 5 and len(first["sink_fraction"]) == 4
@@ -298,7 +300,7 @@ def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, m
     m = measurement.measure_spec(spec)
     assert not m.cached and (path.parent / "meta.json").is_file()
     # second call: no recomputation (the model is not loaded); now stored beside the run
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     second = diagnose(spec)
     assert second["cached"] is True and path.is_file()
     assert second["massive_ratio"] == first["massive_ratio"]
@@ -308,9 +310,9 @@ def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, m
 
 
 def test_diagnose_windows_and_bos_add(tiny_dataset):
-    from deffcore.models import load_model as load
-    from deffcore.texts import all_documents
-    from deffcore.tokens import cut_windows, sample_windows
+    from deffcore.inputs.loading import load_model as load
+    from deffcore.inputs.texts import all_documents
+    from deffcore.inputs.tokens import cut_windows, sample_windows
 
     spec = _spec(tiny_dataset, model="tiny-llama-nobos", passages="windows", bos="add", n=6)
     got = diagnose(spec)
@@ -457,7 +459,7 @@ def test_no_pos0_identity_on_hand_made_pooled_states():
     assert no_pos0_identity(_Pooled(default, rest, np.r_[lengths[:-1], T - 1])) is None
     assert no_pos0_identity(_Pooled(default, rest, None)) is None
     # the claim itself: linear and unbiased CKA of the two poolings are equal
-    from deffcore.similarity import similarity_matrix
+    from deffcore.measures.similarity import similarity_matrix
 
     for metric in ("cka", "unbiased_cka"):
         np.testing.assert_allclose(
@@ -470,7 +472,7 @@ def test_no_pos0_flagged_identical_on_a_windows_run(tiny_dataset, model, same):
     """Token windows with a BOS: every window starts with BOS and has max_tokens tokens, so
     no_pos0 is default (the verdict says so and counts it once); without a BOS the first
     token varies and the controls differ."""
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     m = measure(model=model, dataset=tiny_dataset, n=6, max_tokens=16, passages="windows")
     found = identical_controls(m, "cka")

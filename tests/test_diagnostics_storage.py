@@ -10,9 +10,14 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-from deffcore import cache
-from deffcore.cache import RunSpec
-from deffcore.diagnostics import bos_diagnostics, diagnose, diagnostics_path, read_diagnostics
+from deffcore.extraction import cache
+from deffcore.extraction.cache import RunSpec
+from deffcore.lenses.diagnostics import (
+    bos_diagnostics,
+    diagnose,
+    diagnostics_path,
+    read_diagnostics,
+)
 
 
 def _spec(dataset: str, **kw) -> RunSpec:
@@ -22,9 +27,9 @@ def _spec(dataset: str, **kw) -> RunSpec:
 
 
 def test_diagnose_applies_the_runs_norm_intervention(tiny_dataset):
-    from deffcore.interventions import norm_intervention
-    from deffcore.models import load_model
-    from deffcore.tokens import run_texts, run_token_ids
+    from deffcore.inputs.interventions import norm_intervention
+    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.tokens import run_texts, run_token_ids
 
     plain = diagnose(_spec(tiny_dataset, model="tiny-gemma3"))
     spec = _spec(tiny_dataset, model="tiny-gemma3", intervention="no_post")
@@ -39,14 +44,14 @@ def test_diagnose_applies_the_runs_norm_intervention(tiny_dataset):
 
 
 def test_a_run_never_measured_gets_no_cache_folder(tiny_dataset, monkeypatch):
-    from deffcore import models
+    from deffcore.inputs import loading
 
     spec = _spec(tiny_dataset)
     first = diagnose(spec)
     folder = diagnostics_path(spec).parent
     assert first["cached"] is False and not folder.exists()
     assert cache.list_runs() == [] and list(cache.cache_dir().iterdir()) == []
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("recomputed"))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("recomputed"))
     again = diagnose(spec)  # kept in memory for the process: not recomputed
     assert again["cached"] is True and again["massive_ratio"] == first["massive_ratio"]
     assert read_diagnostics(spec)["key"] == spec.key()
@@ -54,7 +59,7 @@ def test_a_run_never_measured_gets_no_cache_folder(tiny_dataset, monkeypatch):
 
 
 def test_diagnostics_of_a_measured_run_are_stored_beside_it_and_deleted_with_it(tiny_dataset):
-    from deffcore.measurement import measure_spec
+    from deffcore.runs.measure import measure_spec
 
     spec = _spec(tiny_dataset)
     measure_spec(spec)
@@ -68,7 +73,7 @@ def test_diagnostics_of_a_measured_run_are_stored_beside_it_and_deleted_with_it(
 
 @pytest.mark.parametrize("damage", ["format", "key", "spec", "list", "not json"])
 def test_read_diagnostics_refuses_a_file_written_for_another_run(tiny_dataset, damage):
-    from deffcore.measurement import measure_spec
+    from deffcore.runs.measure import measure_spec
 
     spec = _spec(tiny_dataset)
     measure_spec(spec)

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 import deffcore as dc
-from deffcore.constants import EXTRACTED_POOLINGS, METRICS, POOLINGS
-from deffcore.errors import DeffError, InvalidStatesError, NonFiniteActivationsError
-from deffcore.extract import tokenize
-from deffcore.models import final_norm, load_model, tiny_config
-from deffcore.texts import load_passages
+from deffcore.core.constants import EXTRACTED_POOLINGS, METRICS, POOLINGS
+from deffcore.core.errors import DeffError, InvalidStatesError, NonFiniteActivationsError
+from deffcore.extraction.forward import tokenize
+from deffcore.inputs.loading import final_norm, load_model, tiny_config
+from deffcore.inputs.texts import load_passages
 
 
 def _same_numbers(a, b) -> None:

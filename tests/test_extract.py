@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore import extract
-from deffcore.constants import EXTRACTED_POOLINGS
-from deffcore.errors import NonFiniteActivationsError, OutOfMemoryError, TooFewPassagesError
-from deffcore.extract import extract_pooled, pool_states, tokenize
-from deffcore.models import decoder_layers, final_norm
+from deffcore.core.constants import EXTRACTED_POOLINGS
+from deffcore.core.errors import NonFiniteActivationsError, OutOfMemoryError, TooFewPassagesError
+from deffcore.extraction import forward as extract
+from deffcore.extraction.forward import extract_pooled, pool_states, tokenize
+from deffcore.inputs.loading import decoder_layers, final_norm
 
 TOL = 1e-5
 
@@ -287,7 +287,7 @@ PRECISION_TOL = {"bfloat16": 2e-2, "float16": 3e-3}
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_reduced_precision_pooled_states_match_float32(tiny_model, tiny_passages, arch):
-    from deffcore.models import load_model
+    from deffcore.inputs.loading import load_model
 
     ref = extract_pooled(tiny_model(arch), tiny_passages, max_tokens=48)
     worst = {}
@@ -311,7 +311,7 @@ def test_reduced_precision_pooled_states_match_float32(tiny_model, tiny_passages
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_nan_weights_name_the_block(tiny_passages, dtype):
-    from deffcore.models import load_model
+    from deffcore.inputs.loading import load_model
 
     loaded = load_model("tiny-llama", device="cpu", dtype=dtype)  # a private copy: poisoned
     with torch.no_grad():

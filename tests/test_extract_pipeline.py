@@ -10,11 +10,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from deffcore import extract
-from deffcore.constants import EXTRACTED_POOLINGS
-from deffcore.errors import NonFiniteActivationsError, RunCancelled
-from deffcore.extract import extract_pooled
-from deffcore.models import decoder_layers, load_model
+from deffcore.core.constants import EXTRACTED_POOLINGS
+from deffcore.core.errors import NonFiniteActivationsError, RunCancelled
+from deffcore.extraction import forward as extract
+from deffcore.extraction.forward import extract_pooled
+from deffcore.inputs.loading import decoder_layers, load_model
 
 # ----------------------------------------------------------------------------------------------
 # No host-device synchronisation inside the hooks
@@ -380,11 +380,11 @@ def test_device_map_auto_on_one_device_is_the_plain_model(tiny_model, tiny_passa
 )
 def test_inputs_go_to_the_embeddings_execution_device(tiny_model, device_map, inputs_go_to):
     """accelerate runs a block offloaded to "cpu" or "disk" on the map's first GPU."""
-    from deffcore import models
+    from deffcore.inputs import loading
 
     model = tiny_model("llama").model
     model.hf_device_map = device_map
     try:
-        assert models._input_device(model) == inputs_go_to
+        assert loading._input_device(model) == inputs_go_to
     finally:
         del model.hf_device_map

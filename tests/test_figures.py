@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from deffcore import figures
-from deffcore.depth import lag_profile
+from deffcore.measures.depth import lag_profile
 
 
 def _sym(L: int, seed: int = 0) -> np.ndarray:
@@ -288,7 +288,7 @@ def test_synthetic_sweep_overlays_samples_and_fits_a_log_axis():
 
 
 def test_story_figures_hold_the_closed_forms():
-    from deffcore import teaching
+    from deffcore.measures import teaching
 
     res = teaching.story_step("finite_sample", teaching.Knobs(L=6))
     fig = figures.story_lag_profiles({"this step": (res.rho, "closed")}, L=6, bias=res.bias)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from deffcore import figures
-from deffcore.constants import REGIME_TOLERANCE
+from deffcore.core.constants import REGIME_TOLERANCE
 
 
 def _row(n, gap, lo, hi, level="indicative", metric="unbiased_cka"):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import deffcore as dc
-from deffcore.errors import InvalidStatesError
-from deffcore.geometry import geodesic_efficiency, reference_efficiency
-from deffcore.similarity import similarity_matrix
-from deffcore.synthetic import orthogonal_updates
+from deffcore.core.errors import InvalidStatesError
+from deffcore.measures.geometry import geodesic_efficiency, reference_efficiency
+from deffcore.measures.similarity import similarity_matrix
+from deffcore.measures.synthetic import orthogonal_updates
 
 
 def _min_over_max(L: int) -> np.ndarray:

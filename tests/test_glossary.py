@@ -7,7 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from deffcore.glossary import COLUMN_LABELS, GLOSSARY, glossary_markdown, human_columns
+from deffcore.views.glossary import COLUMN_LABELS, GLOSSARY, glossary_markdown, human_columns
 
 REQUIRED_TERMS = (
     "D_eff",
@@ -59,12 +59,12 @@ def test_regimes_are_said_in_words():
 
 
 def test_column_labels_of_every_result_key_are_human():
-    from deffcore.depth import depth_summary
-    from deffcore.references import matched_references, update_depth
-    from deffcore.synthetic import orthogonal_updates
+    from deffcore.measures.depth import depth_summary
+    from deffcore.measures.references import matched_references, update_depth
+    from deffcore.measures.synthetic import orthogonal_updates
 
     syn = orthogonal_updates(40, 8, 5, seed=0)
-    from deffcore.similarity import similarity_matrix
+    from deffcore.measures.similarity import similarity_matrix
 
     keys = set(depth_summary(similarity_matrix(syn.states)).to_dict())
     keys |= set(matched_references(syn.states_with_h0()).to_dict())
@@ -100,7 +100,7 @@ def test_glossary_markdown(terms):
 
 
 def test_term_for_options():
-    from deffcore.glossary import term_for
+    from deffcore.views.glossary import term_for
 
     assert term_for("add", "BOS") == "BOS add" and term_for("default", "BOS") == "BOS default"
     assert term_for("default", "Pooling control") == "default"

@@ -7,8 +7,8 @@ import pytest
 from scipy.stats import spearmanr
 
 import deffcore as dc
-from deffcore.errors import DeffError, InvalidStatesError
-from deffcore.gw import asymmetry, distance_matrix, gw_distance, gw_matrix, pair_spearman
+from deffcore.core.errors import DeffError, InvalidStatesError
+from deffcore.measures.gw import asymmetry, distance_matrix, gw_distance, gw_matrix, pair_spearman
 
 
 def _cloud(n: int = 40, d: int = 8, seed: int = 0) -> np.ndarray:

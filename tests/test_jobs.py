@@ -9,12 +9,13 @@ import itertools
 import numpy as np
 import pytest
 
-import deffcore.extract
-import deffcore.measurement
-from deffcore import cache, jobs
-from deffcore.cache import RunSpec
-from deffcore.errors import DeffError, TooFewPassagesError
-from deffcore.measurement import measure
+import deffcore.extraction.forward
+import deffcore.runs.measure
+from deffcore.core.errors import DeffError, TooFewPassagesError
+from deffcore.extraction import cache
+from deffcore.extraction.cache import RunSpec
+from deffcore.runs.measure import measure
+from deffcore.work import jobs
 
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
 
@@ -93,7 +94,7 @@ def test_cancel_stops_and_leaves_no_complete_entry(gate):
 
 
 def test_cancelled_after_a_batch_resumes_from_its_partial(monkeypatch):
-    real = deffcore.measurement.extract_pooled
+    real = deffcore.runs.measure.extract_pooled
 
     def cancel_after_first_batch(*args, progress=None, **kwargs):
         def wrapped(done, total, stage):
@@ -105,8 +106,8 @@ def test_cancelled_after_a_batch_resumes_from_its_partial(monkeypatch):
         return real(*args, progress=wrapped, **kwargs)
 
     spec = spec_of(n=64, max_tokens=64)
-    monkeypatch.setattr(deffcore.extract, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
-    monkeypatch.setattr(deffcore.measurement, "extract_pooled", cancel_after_first_batch)
+    monkeypatch.setattr(deffcore.extraction.forward, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", cancel_after_first_batch)
     first = jobs.wait(jobs.start(spec, batch_size=8), timeout=600)
     assert first.state == "cancelled"
     partial = [r for r in cache.list_runs() if r["key"] == spec.key()]
@@ -114,11 +115,11 @@ def test_cancelled_after_a_batch_resumes_from_its_partial(monkeypatch):
     assert jobs.partial_spec(spec.key()) == spec
     assert jobs.kept_passages(spec) == partial[0]["done_passages"] > 0
 
-    monkeypatch.setattr(deffcore.measurement, "extract_pooled", real)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
     resumed = jobs.wait(jobs.start(jobs.partial_spec(spec.key()), batch_size=8), timeout=600)
     assert resumed.state == "done", resumed.error
     assert resumed.resumed > 0
-    fresh = deffcore.measurement.measure_spec(spec, use_cache=False, batch_size=8)
+    fresh = deffcore.runs.measure.measure_spec(spec, use_cache=False, batch_size=8)
     np.testing.assert_array_equal(
         jobs.load_result(resumed.result_key).pooled.pooled["default"],
         fresh.pooled.pooled["default"],
@@ -193,8 +194,8 @@ def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch, deff_cac
     def failing(*args, **kwargs):
         raise RuntimeError("CUDA error: device-side assert triggered")
 
-    real = deffcore.measurement.extract_pooled
-    monkeypatch.setattr(deffcore.measurement, "extract_pooled", failing)
+    real = deffcore.runs.measure.extract_pooled
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", failing)
     st = jobs.wait(jobs.start(spec_of(n=12)), timeout=600)
     assert st.state == "failed"
     assert st.error == (
@@ -202,7 +203,7 @@ def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch, deff_cac
     )
     # put back only the extraction: monkeypatch.undo() would also drop this test's
     # DEFF_CACHE_DIR, and the second run would land in the repository's cache/ folder
-    monkeypatch.setattr(deffcore.measurement, "extract_pooled", real)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
     st = jobs.wait(jobs.start(spec_of(n=12)), timeout=600)
     assert st.state == "done"  # the worker is alive
     assert (deff_cache_dir / st.result_key / "meta.json").is_file()  # in the test's cache
@@ -216,7 +217,7 @@ SWEEP = {"n": 8, "max_tokens": 16, "engine": "serial"}
 
 
 def _cells(*seeds):
-    from deffcore.sweep import Cell
+    from deffcore.work.sweep.cells import Cell
 
     return [Cell("tiny-llama", seed=s) for s in seeds]
 
@@ -238,7 +239,7 @@ def test_a_sweep_job_lands_its_cells_and_says_so():
 def test_a_running_sweep_is_cancelled_before_its_next_cell(monkeypatch):
     import threading
 
-    real = deffcore.measurement.extract_pooled
+    real = deffcore.runs.measure.extract_pooled
     inside, release, calls = threading.Event(), threading.Event(), []
 
     def held(*args, **kwargs):
@@ -247,7 +248,7 @@ def test_a_running_sweep_is_cancelled_before_its_next_cell(monkeypatch):
         assert release.wait(600)
         return real(*args, **kwargs)  # asks should_stop before its first batch
 
-    monkeypatch.setattr(deffcore.measurement, "extract_pooled", held)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", held)
     job_id = jobs.start_sweep(_cells(1, 2, 3), **SWEEP)
     assert inside.wait(600)
     assert jobs.cancel(job_id)
@@ -277,7 +278,7 @@ def test_a_sweep_and_a_run_never_extract_at_the_same_time(monkeypatch):
     import threading
     import time
 
-    real = deffcore.measurement.extract_pooled
+    real = deffcore.runs.measure.extract_pooled
     lock, now, peak, spans = threading.Lock(), [0], [0], []
 
     def counted(*args, **kwargs):
@@ -293,7 +294,7 @@ def test_a_sweep_and_a_run_never_extract_at_the_same_time(monkeypatch):
                 now[0] -= 1
                 spans.append((start, time.monotonic()))
 
-    monkeypatch.setattr(deffcore.measurement, "extract_pooled", counted)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", counted)
     sweep = jobs.start_sweep(_cells(4, 5), **SWEEP)
     run = jobs.start(spec_of(n=12, max_tokens=16))
     assert jobs.wait(sweep, timeout=600).state == "done"
@@ -304,7 +305,8 @@ def test_a_sweep_and_a_run_never_extract_at_the_same_time(monkeypatch):
 
 
 def test_a_sweep_is_checked_before_it_is_queued(no_model):
-    from deffcore.sweep import MAX_CELLS, Cell, SweepError
+    from deffcore.work.sweep.cells import MAX_CELLS, Cell
+    from deffcore.work.sweep.checks import SweepError
 
     before = set(jobs._JOBS)
     with pytest.raises(SweepError, match=f"at most {MAX_CELLS}"):
@@ -327,7 +329,7 @@ def test_a_background_sweep_fails_a_bad_cell_alone_and_refuses_a_bad_shared_opti
     """The security sweep rule (tests/test_sweep_checks.py) holds for a queued sweep too: a
     cell whose model or dataset cannot be built fails alone with its sentence while the others
     land; a bad option every cell shares still refuses the sweep before it is queued."""
-    from deffcore.sweep import Cell
+    from deffcore.work.sweep.cells import Cell
 
     cells = [
         Cell("tiny-llama", dataset=tiny_dataset),
@@ -349,12 +351,12 @@ def test_a_background_sweep_fails_a_bad_cell_alone_and_refuses_a_bad_shared_opti
 
 
 def test_finished_sweeps_are_forgotten_like_runs(monkeypatch):
-    import deffcore.sweep.runner
+    import deffcore.work.sweep.runner
 
     def fails_fast(spec, device, batch_size=None, should_stop=None):
         return {"pooled": None, "error": "no model here", "worker": "test", "seconds": 0.0}
 
-    monkeypatch.setattr(deffcore.sweep.runner, "compute_cell", fails_fast)
+    monkeypatch.setattr(deffcore.work.sweep.runner, "compute_cell", fails_fast)
     monkeypatch.setattr(jobs, "KEEP_FINISHED", 1)
     first = jobs.start_sweep(_cells(11), **SWEEP)
     assert jobs.wait(first, timeout=60).state == "done"
@@ -368,7 +370,7 @@ def test_finished_sweeps_are_forgotten_like_runs(monkeypatch):
 
 
 def test_forget_finished_drops_only_finished_jobs():
-    from deffcore import jobs
+    from deffcore.work import jobs
 
     done = jobs.start_task("forget-me", lambda progress, should_stop: {"ok": 1})
     assert jobs.wait(done, timeout=60).state == "done"

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from deffcore import cache, jobs
-from deffcore.cache import RunSpec
+from deffcore.extraction import cache
+from deffcore.extraction.cache import RunSpec
+from deffcore.work import jobs
 
 
 def _spec(dataset: str, n: int, passages: str = "windows") -> RunSpec:

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from deffcore import jobs
-from deffcore.cache import RunSpec
+from deffcore.extraction.cache import RunSpec
+from deffcore.work import jobs
 
 SPEC = RunSpec("tiny-llama", None, "bbc-news", 100, 64, 0, "float32")
 WINDOWS = RunSpec("tiny-llama", None, "bbc-news", 100, 64, 0, "float32", passages="windows")
@@ -85,7 +85,7 @@ def test_tokens_per_second_while_running_is_the_rate_times_max_tokens(clock, reg
 def test_tokens_per_second_of_a_finished_run_uses_its_exact_token_count(
     clock, registry, monkeypatch
 ):
-    import deffcore.measurement
+    import deffcore.runs.measure
 
     def fake_measure_spec(spec, *, metric, device, batch_size, progress, should_stop):
         progress(0, 100, "extract")
@@ -97,7 +97,7 @@ def test_tokens_per_second_of_a_finished_run_uses_its_exact_token_count(
         return types.SimpleNamespace(spec=spec, cached=False, n=100, pooled=pooled,
                                      resumed_passages=0)  # fmt: skip
 
-    monkeypatch.setattr(deffcore.measurement, "measure_spec", fake_measure_spec)
+    monkeypatch.setattr(deffcore.runs.measure, "measure_spec", fake_measure_spec)
     job = _job(state="running", started=clock.now)
     registry[job.job_id] = job
     jobs._run(job)

@@ -131,8 +131,8 @@ def test_the_graph_sees_local_and_relative_imports():
 
 def test_known_edges_are_found():
     graph = _graph()
-    assert "deffcore.paths" in graph["deffcore.models"]  # gemma3_gguf's local import
-    assert "deffcore.interventions" in graph["deffcore.measurement"]
+    assert "deffcore.core.paths" in graph["deffcore.inputs.loading"]  # gemma3_gguf's local import
+    assert "deffcore.inputs.interventions" in graph["deffcore.runs.measure"]
 
 
 def test_no_import_cycles():
@@ -152,8 +152,8 @@ def test_deffcore_never_imports_streamlit(name):
 
 
 def test_paths_is_a_leaf():
-    assert _graph()["deffcore.paths"] <= {"deffcore.errors"}
-    assert _graph()["deffcore.errors"] == set()
+    assert _graph()["deffcore.core.paths"] <= {"deffcore.core.errors"}
+    assert _graph()["deffcore.core.errors"] == set()
 
 
 def test_one_model_family():
@@ -168,7 +168,7 @@ def test_one_model_family():
             for node in ast.walk(ast.parse(p.read_text(), filename=str(p)))
         )
     )
-    assert defining == ["deffcore/models_overview.py"]
+    assert defining == ["deffcore/views/models_overview.py"]
 
 
 # ---------------------------------------------------------------------------------------------

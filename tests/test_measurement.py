@@ -6,14 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import deffcore.measurement as measure_mod
-from deffcore.constants import POOLINGS
-from deffcore.controls import apply_pc_control
-from deffcore.depth import depth_summary, effective_depth
-from deffcore.errors import DeffError, TooFewPassagesError, UnknownDatasetError, UnknownModelError
-from deffcore.measurement import measure
-from deffcore.references import matched_references, update_depth
-from deffcore.similarity import similarity_matrix
+from deffcore.core.constants import POOLINGS
+from deffcore.core.errors import (
+    DeffError,
+    TooFewPassagesError,
+    UnknownDatasetError,
+    UnknownModelError,
+)
+from deffcore.measures.controls import apply_pc_control
+from deffcore.measures.depth import depth_summary, effective_depth
+from deffcore.measures.references import matched_references, update_depth
+from deffcore.measures.similarity import similarity_matrix
+from deffcore.runs import measure as measure_mod
+from deffcore.runs.measure import measure
 
 
 def test_measure_tiny_end_to_end(tiny_dataset):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from deffcore import models
-from deffcore.cli import main
-from deffcore.errors import UnknownModelError
-from deffcore.model_files import check_model_folder, check_safetensors
+from deffcore.cli.main import main
+from deffcore.core.errors import UnknownModelError
+from deffcore.inputs import loading
+from deffcore.inputs.model_files import check_model_folder, check_safetensors
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,17 +53,17 @@ def test_a_folder_with_auto_map_is_refused_before_transformers(
     for cls in (transformers.AutoConfig, transformers.AutoModelForCausalLM,
                 transformers.AutoTokenizer):  # fmt: skip
         monkeypatch.setattr(cls, "from_pretrained", lambda *a, **k: pytest.fail("asked"))
-    for load in (models.load_model, models.load_tokenizer):
+    for load in (loading.load_model, loading.load_tokenizer):
         with pytest.raises(UnknownModelError) as err:
             load(str(saved_folder))
         text = str(err.value)
         assert "auto_map" in text and "evil.py" in text and "trust_remote_code=False" in text
         assert "\n" not in text
     with pytest.raises(UnknownModelError, match="auto_map"):
-        models.load_model(f"random:{saved_folder}:0")
+        loading.load_model(f"random:{saved_folder}:0")
     # refused by the cheap checks that run before any model loads, too
     with pytest.raises(UnknownModelError, match="auto_map"):
-        models.context_length(str(saved_folder))
+        loading.context_length(str(saved_folder))
     assert not marker.exists()
 
 
@@ -88,8 +88,8 @@ def test_every_transformers_call_passes_trust_remote_code_false(saved_folder, mo
     monkeypatch.setattr(
         transformers.AutoModelForCausalLM, "from_config", recorder("from_config", real_from_config)
     )
-    models.load_model(str(saved_folder))
-    models.load_model(f"random:{saved_folder}:1")
+    loading.load_model(str(saved_folder))
+    loading.load_model(f"random:{saved_folder}:1")
     names = {name for name, _ in seen}
     assert {"AutoConfig", "AutoTokenizer", "AutoModelForCausalLM", "from_config"} <= names
     assert all(value is False for _, value in seen), seen
@@ -108,7 +108,7 @@ def test_a_hub_model_asking_for_its_code_is_one_sentence(monkeypatch):
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
     with pytest.raises(UnknownModelError) as err:
-        models.load_model("org/custom")
+        loading.load_model("org/custom")
     assert "own Python code" in str(err.value) and "\n" not in str(err.value)
 
 
@@ -187,7 +187,7 @@ def test_real_safetensors_pass_and_a_lying_one_in_a_folder_stops_the_load(
         transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("read")
     )
     with pytest.raises(UnknownModelError, match="not a valid safetensors file"):
-        models.load_model(str(saved_folder))
+        loading.load_model(str(saved_folder))
 
 
 def test_cli_exit_2_for_a_2_62_byte_header(saved_folder, tiny_dataset, capsys):

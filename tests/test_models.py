@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deffcore import models
-from deffcore.errors import DeffError, HubUnavailableError, UnknownModelError
-from deffcore.models import (
+from deffcore.core.errors import DeffError, HubUnavailableError, UnknownModelError
+from deffcore.inputs import loading
+from deffcore.inputs.loading import (
     PACKAGED_MODELS,
     TINY_MODELS,
     base_model,
@@ -84,7 +84,7 @@ def test_local_folder_roundtrip(tmp_path, tiny_model):
 
 
 def test_model_identity_is_cheap_and_distinct(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "load_model", None)  # identity must not load anything
+    monkeypatch.setattr(loading, "load_model", None)  # identity must not load anything
     ids = {spec: model_identity(spec)["weights_id"] for spec in
            ["smollm2-135m", "gemma3-270m", "tiny-llama", "tiny-gpt2", "random:tiny-llama:0",
             "random:tiny-llama:1", "random:smollm2-135m:0"]}  # fmt: skip
@@ -111,7 +111,7 @@ def test_unreachable_hub_without_offline_flag_fails_fast(monkeypatch):
     # load goes to the local cache only and fails with the hub message, not a retry loop.
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     probes = []
-    monkeypatch.setattr(models, "_hub_reachable", lambda: probes.append(1) or False)
+    monkeypatch.setattr(loading, "_hub_reachable", lambda: probes.append(1) or False)
     with pytest.raises(HubUnavailableError, match="hub cannot be reached") as err:
         load_model("no-such-org/no-such-model-deff")
     assert probes and "HF_HUB_OFFLINE" not in str(err.value) and "smollm2-135m" in str(err.value)
@@ -119,7 +119,7 @@ def test_unreachable_hub_without_offline_flag_fails_fast(monkeypatch):
 
 def test_hub_probe_reports_a_closed_port(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
-    assert models._hub_reachable(timeout=1.0) is False
+    assert loading._hub_reachable(timeout=1.0) is False
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ def test_bfloat16_override_on_cpu():
 
 def test_packaged_models_are_listed():
     assert set(PACKAGED_MODELS) == {"smollm2-135m", "gemma3-270m"}
-    assert models.smollm2_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert loading.smollm2_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.mark.slow
@@ -180,7 +180,7 @@ def test_packaged_gemma3_is_assembled_into_the_cache(deff_cache_dir):
     lm = load_model("gemma3-270m")
     assert (lm.layers, lm.d_model, lm.architecture) == (18, 640, "Gemma3ForCausalLM")
     assert lm.adds_bos
-    assert (deff_cache_dir / "models" / models.GEMMA3_FILE).is_file()
+    assert (deff_cache_dir / "models" / loading.GEMMA3_FILE).is_file()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,20 +207,20 @@ def _write_gguf(path, context: int = 123, add_bos: bool | None = None):
 
 
 def test_check_device(monkeypatch):
-    from deffcore.errors import DeviceUnavailableError
+    from deffcore.core.errors import DeviceUnavailableError
 
-    assert models.check_device("cpu") == "cpu"
+    assert loading.check_device("cpu") == "cpu"
     for name in ("tpu", "gpu", "cuda:x", ""):
         with pytest.raises(DeviceUnavailableError, match="device"):
-            models.check_device(name)
+            loading.check_device(name)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceUnavailableError, match="CUDA is not available on this machine"):
         resolve_device_dtype("cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert models.check_device("cuda:0") == "cuda:0"
+    assert loading.check_device("cuda:0") == "cuda:0"
     with pytest.raises(DeviceUnavailableError, match="has 1 CUDA device"):
-        models.check_device("cuda:1")
+        loading.check_device("cuda:1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     # a device on another machine (a sweep's workers) is not checked here
     assert resolve_device_dtype("cuda", check=False) == ("cuda", "bfloat16")
@@ -228,11 +228,11 @@ def test_check_device(monkeypatch):
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2", "gemma3"])
 def test_context_length_of_tiny_models_from_their_config(arch):
-    config = models.tiny_config(arch)
+    config = loading.tiny_config(arch)
     want = getattr(config, "max_position_embeddings", None) or config.n_positions
-    assert models.context_length(f"tiny-{arch}") == want
-    assert models.context_length(f"tiny-{arch}-nobos") == want
-    assert models.context_length(f"random:tiny-{arch}:4") == want
+    assert loading.context_length(f"tiny-{arch}") == want
+    assert loading.context_length(f"tiny-{arch}-nobos") == want
+    assert loading.context_length(f"random:tiny-{arch}:4") == want
 
 
 def test_context_length_of_folders_gguf_and_unknowns(tmp_path):
@@ -245,24 +245,24 @@ def test_context_length_of_folders_gguf_and_unknowns(tmp_path):
     (nested / "config.json").write_text(
         json.dumps({"max_position_embeddings": 5, "text_config": {"max_position_embeddings": 9}})
     )
-    assert models.context_length(str(flat)) == 77
-    assert models.context_length(str(nested)) == 9  # the text model's, inside a wrapper
-    assert models.context_length(str(bare)) is None
-    assert models.context_length(str(_write_gguf(tmp_path / "m.gguf", 123))) == 123
-    assert models.context_length("org/not-on-this-machine") is None
+    assert loading.context_length(str(flat)) == 77
+    assert loading.context_length(str(nested)) == 9  # the text model's, inside a wrapper
+    assert loading.context_length(str(bare)) is None
+    assert loading.context_length(str(_write_gguf(tmp_path / "m.gguf", 123))) == 123
+    assert loading.context_length("org/not-on-this-machine") is None
     with pytest.raises(UnknownModelError, match="Unknown tiny model 'tiny-nope'"):
-        models.context_length("tiny-nope")
+        loading.context_length("tiny-nope")
 
 
 def test_context_length_of_packaged_smollm2_reads_only_the_header():
-    assert models.context_length("smollm2-135m") == 8192
+    assert loading.context_length("smollm2-135m") == 8192
 
 
 def test_gguf_metadata_refuses_every_truncation(tmp_path):
-    from deffcore.errors import UnknownModelError
+    from deffcore.core.errors import UnknownModelError
 
     whole = _write_gguf(tmp_path / "whole.gguf")
-    meta = models.gguf_metadata(whole)
+    meta = loading.gguf_metadata(whole)
     assert meta["general.architecture"] == "llama" and meta["llama.context_length"] == 123
     data = whole.read_bytes()
     # magic, version, header counts, a key, the tensor table, the tensors' data
@@ -270,36 +270,36 @@ def test_gguf_metadata_refuses_every_truncation(tmp_path):
         path = tmp_path / f"cut{i}.gguf"
         path.write_bytes(data[:cut])
         with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
-            models.gguf_metadata(path)
+            loading.gguf_metadata(path)
         with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
             load_model(str(path))  # never a struct.error or a reshape error
         with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
-            models.check_max_tokens(str(path), 16)
+            loading.check_max_tokens(str(path), 16)
 
 
 def test_check_max_tokens_names_the_context():
-    from deffcore.errors import InvalidArgumentError
+    from deffcore.core.errors import InvalidArgumentError
 
-    models.check_max_tokens("tiny-llama", 512)
+    loading.check_max_tokens("tiny-llama", 512)
     with pytest.raises(
         InvalidArgumentError,
         match=r"max_tokens=513 is beyond the context of 'tiny-llama', which is 512 tokens",
     ):
-        models.check_max_tokens("tiny-llama", 513)
-    models.check_max_tokens("org/not-on-this-machine", 10**6)  # unknown: not refused here
+        loading.check_max_tokens("tiny-llama", 513)
+    loading.check_max_tokens("org/not-on-this-machine", 10**6)  # unknown: not refused here
 
 
 def test_load_tokenizer_builds_no_weights(monkeypatch):
-    from deffcore import tokens
+    from deffcore.inputs import tokens
 
-    monkeypatch.setattr(models, "_init_from_config", lambda *a: pytest.fail("weights built"))
-    tok = models.load_tokenizer("random:tiny-qwen2:9")
+    monkeypatch.setattr(loading, "_init_from_config", lambda *a: pytest.fail("weights built"))
+    tok = loading.load_tokenizer("random:tiny-qwen2:9")
     assert tok("ab").input_ids[0] == tok.bos_token_id == 1
     with pytest.raises(UnknownModelError, match="Unknown tiny model"):
-        models.load_tokenizer("tiny-nope")
+        loading.load_tokenizer("tiny-nope")
     # one way to answer "does it add a BOS": LoadedModel.adds_bos and tokens.adds_bos agree
-    assert tokens.adds_bos is models.adds_bos
-    assert models.adds_bos(tok) and not models.adds_bos(models.load_tokenizer("tiny-gpt2-nobos"))
+    assert tokens.adds_bos is loading.adds_bos
+    assert loading.adds_bos(tok) and not loading.adds_bos(loading.load_tokenizer("tiny-gpt2-nobos"))
 
 
 @pytest.mark.parametrize("header", [True, False, None])
@@ -308,14 +308,14 @@ def test_gguf_tokenizer_must_match_the_headers_bos(tmp_path, header, tokenizer):
     # transformers 5.17 rebuilt Gemma-3's GGUF tokenizer without the BOS its header asks for
     # (and with other token ids): such a tokenizer is refused before anything is measured
     path = _write_gguf(tmp_path / "m.gguf", add_bos=header)
-    tok = models.load_tokenizer(tokenizer)
-    tok_adds = models.adds_bos(tok)
+    tok = loading.load_tokenizer(tokenizer)
+    tok_adds = loading.adds_bos(tok)
     assert tok_adds == (tokenizer == "tiny-llama")
     if header is None or header == tok_adds:
-        models.check_gguf_tokenizer(tok, path)
+        loading.check_gguf_tokenizer(tok, path)
     else:
         expected = f"{'without' if header else 'with'} the BOS token its GGUF header asks for"
         with pytest.raises(UnknownModelError, match=expected) as err:
-            models.check_gguf_tokenizer(tok, path)
+            loading.check_gguf_tokenizer(tok, path)
         assert f"add_bos_token = {str(header).lower()}" in str(err.value)
         assert "requirements.txt" in str(err.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deffcore.models_overview import FAMILIES, RANDOM_FAMILY, model_family
+from deffcore.views.models_overview import FAMILIES, RANDOM_FAMILY, model_family
 
 
 @pytest.mark.parametrize(
@@ -33,9 +33,9 @@ def test_every_family_label_is_distinct():
 
 
 def test_a_cached_random_run_is_in_the_random_family():
-    from deffcore import cache
-    from deffcore.measurement import measure
-    from deffcore.run_tables import cached_model_row
+    from deffcore.extraction import cache
+    from deffcore.runs.measure import measure
+    from deffcore.runs.tables import cached_model_row
 
     m = measure(model="random:tiny-llama:1", n=8, max_tokens=16)
     meta = next(r for r in cache.list_runs() if r["key"] == m.spec.key())

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import deffcore as dc
-from deffcore.constants import POOLINGS
-from deffcore.depth import lag_profile
-from deffcore.notebook import FIGURE_NAMES, heatmap_svg
-from deffcore.snapshot import MeasurementView, SnapshotView, snapshot
-from deffcore.trust_rule import trust_badge
+from deffcore.core.constants import POOLINGS
+from deffcore.measures.depth import lag_profile
+from deffcore.statistics.trust_rule import trust_badge
+from deffcore.views.notebook import FIGURE_NAMES, heatmap_svg
+from deffcore.views.run_view import MeasurementView, SnapshotView, snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "docs" / "quickstart.ipynb"
@@ -28,7 +28,7 @@ def run(tmp_path_factory):
     """A run with a random-weight null, named by a hostile cache_id (it must never render)."""
     import os
 
-    from deffcore.models import load_model
+    from deffcore.inputs.loading import load_model
 
     old = os.environ.get("DEFF_CACHE_DIR")
     os.environ["DEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("nb_cache"))
@@ -105,7 +105,7 @@ def test_figures_draw_this_runs_numbers(run):
 
 
 def test_a_control_undefined_for_the_run_is_named_on_the_figure():
-    from deffcore.models import load_model
+    from deffcore.inputs.loading import load_model
 
     lm = load_model("tiny-llama")
     alike = [f"The same start, then passage {i} about {w}." for i, w in enumerate("abcdefgh")]

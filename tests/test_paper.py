@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from deffcore import paper
-from deffcore.errors import DeffError
+from deffcore.core.errors import DeffError
 from deffcore.labs.residual_carry import paper_carry_rows
+from deffcore.views import paper
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import deffcore.measurement
-import deffcore.models
-from deffcore import calibration, planner
-from deffcore.errors import DeffError
-from deffcore.model_size import ModelSize, from_config, from_mapping, model_size
-from deffcore.planner import (
+import deffcore.inputs.loading
+import deffcore.runs.measure
+from deffcore.core.errors import DeffError
+from deffcore.inputs.model_size import ModelSize, from_config, from_mapping, model_size
+from deffcore.runs import calibration, planner
+from deffcore.runs.planner import (
     device_bytes,
     extraction_bytes,
     gpu_time,
@@ -37,8 +37,8 @@ def no_load(monkeypatch):
         calls.append(args)
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
-    monkeypatch.setattr(deffcore.models, "load_model", loader)
+    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.loading, "load_model", loader)
     return calls
 
 
@@ -66,7 +66,7 @@ def test_parameter_counts_by_hand_and_against_published_sizes():
 
 
 def test_manifest_sizes_match_published_counts():
-    from deffcore.sweep_cost import manifest_extras
+    from deffcore.work.sweep.cost import manifest_extras
 
     _settings, sizes, _about = manifest_extras(ROOT / "manifests" / "paper16.yaml")
     # published totals (norms and biases, which the count leaves out, are < 0.1%)
@@ -115,7 +115,7 @@ def test_memory_by_hand():
         SMALL, big_n
     )
     # 6 poolings + a centred copy and the updates + one strip (5 rows) + two float64 chunks
-    from deffcore.similarity import CONTRACT_ELEMENTS
+    from deffcore.measures.similarity import CONTRACT_ELEMENTS
 
     assert similarity_bytes(SMALL, 5) == 1440 + 320 + 200 + 2 * CONTRACT_ELEMENTS * 8
 
@@ -141,7 +141,7 @@ def test_gpu_time_is_a_range_scaled_by_block_parameters():
 
 
 def _spec(dataset: str, n: int, model: str = "tiny-llama"):
-    return deffcore.measurement.run_spec(
+    return deffcore.runs.measure.run_spec(
         model, dataset, n, 16, 0, "cka", passages="windows", device="cpu"
     )[0]
 
@@ -219,7 +219,7 @@ def test_a_model_without_calibration_is_scaled_by_block_parameters(windows_datas
 
 
 def test_plan_refuses_what_cannot_fit_before_any_model_loads(no_load, capsys):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     argv = ["measure", "--model", "smollm2-135m", "--passages", "windows", "--n", "4096"]
     assert main([*argv, "--plan", "--max-memory", "100MiB"]) == 3
@@ -235,7 +235,7 @@ def test_plan_refuses_what_cannot_fit_before_any_model_loads(no_load, capsys):
 
 
 def test_plan_that_fits_prints_one_line(no_load, capsys):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     argv = ["measure", "--model", "smollm2-135m", "--passages", "windows", "--n", "512"]
     assert main([*argv, "--plan", "--max-memory", "64GiB", "--no-calibrate"]) == 0
@@ -246,7 +246,7 @@ def test_plan_that_fits_prints_one_line(no_load, capsys):
 
 
 def test_the_paper_manifest_plans_offline(no_load, capsys):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     manifest = str(ROOT / "manifests" / "paper16.yaml")
     assert main(["sweep", "--manifest", manifest, "--plan", "--no-calibrate", "--json"]) == 0
@@ -267,13 +267,13 @@ def test_the_paper_manifest_plans_offline(no_load, capsys):
 
 
 def _sizes():
-    from deffcore.sweep_cost import manifest_extras
+    from deffcore.work.sweep.cost import manifest_extras
 
     return manifest_extras(ROOT / "manifests" / "paper16.yaml")[1]
 
 
 def test_manifest_settings_fill_unset_options_only(tmp_path, no_load, capsys):
-    from deffcore.cli import main
+    from deffcore.cli.main import main
 
     manifest = tmp_path / "m.yaml"
     manifest.write_text("settings: {n: 64, max_tokens: 32}\ncells: [tiny-llama]\n")
@@ -290,8 +290,8 @@ def test_manifest_settings_fill_unset_options_only(tmp_path, no_load, capsys):
 
 
 def test_a_refused_cell_is_named_in_the_sweep_plan_and_not_priced(no_load, tiny_dataset, tmp_path):
-    from deffcore.sweep import Cell
-    from deffcore.sweep_cost import planned, sweep_cost
+    from deffcore.work.sweep.cells import Cell
+    from deffcore.work.sweep.cost import planned, sweep_cost
 
     missing = str(tmp_path / "no_such_passages.txt")
     cells = [Cell("tiny-llama", dataset=tiny_dataset), Cell("tiny-llama", dataset=missing)]
@@ -311,8 +311,8 @@ def test_the_planner_reads_the_same_host_memory_as_the_fit_check(monkeypatch):
 def test_only_the_hubs_refusal_is_planned_around(no_load, monkeypatch):
     """Offline, an hf: cell is planned with a stand-in and a note; an hf: cell refused for its
     own fault (a malformed spec) keeps its refusal."""
-    from deffcore.sweep import Cell
-    from deffcore.sweep_cost import planned, sweep_cost
+    from deffcore.work.sweep.cells import Cell
+    from deffcore.work.sweep.cost import planned, sweep_cost
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     good, bad = "hf:wikitext:wikitext-103-raw-v1:test", "hf:bad"

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 
-import deffcore.measurement
-from deffcore import cache, prefix_cache
-from deffcore.constants import EXTRACTED_POOLINGS
-from deffcore.measurement import measure_spec, run_spec
+import deffcore.runs.measure
+from deffcore.core.constants import EXTRACTED_POOLINGS
+from deffcore.extraction import cache, prefix_cache
+from deffcore.runs.measure import measure_spec, run_spec
 
 
 def _spec(dataset: str, n: int, passages: str = "windows"):
@@ -45,7 +45,7 @@ def test_a_smaller_run_is_a_larger_ones_first_rows_without_a_model(
     def loader(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(deffcore.measurement, "load_model", loader)
+    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
     served = measure_spec(_spec(windows_dataset, 128), device="cpu", batch_size=32)
     assert served.resumed_passages == 128 and not served.cached
     _equal(served, fresh)

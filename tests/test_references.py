@@ -9,15 +9,15 @@ import pytest
 import torch
 
 import deffcore as dc
-from deffcore.errors import DeffError
-from deffcore.references import (
+from deffcore.core.errors import DeffError
+from deffcore.measures.references import (
     accumulated_similarity,
     iid_reference_depth,
     matched_references,
     update_depth,
     update_states,
 )
-from deffcore.synthetic import centred_orthonormal
+from deffcore.measures.synthetic import centred_orthonormal
 
 
 def minmax_matrix(L: int) -> np.ndarray:

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore import cache, extract
-from deffcore.cli import main
-from deffcore.constants import EXTRACTED_POOLINGS
-from deffcore.errors import RunCancelled
-from deffcore.measurement import measure
+from deffcore.cli.main import main
+from deffcore.core.constants import EXTRACTED_POOLINGS
+from deffcore.core.errors import RunCancelled
+from deffcore.extraction import cache
+from deffcore.extraction import forward as extract
+from deffcore.runs.measure import measure
 
 REPO = Path(__file__).resolve().parent.parent
 BS = 2  # 12 tiny passages -> 6 batches
@@ -205,8 +206,8 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    from deffcore import extract
-    from deffcore.measurement import measure
+    from deffcore.extraction import forward as extract
+    from deffcore.runs.measure import measure
 
     real, calls = extract._forward, [0]
 

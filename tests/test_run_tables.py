@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-import deffcore.paper
-from deffcore.paper import paper_controls, paper_default_gaps, paper_table
-from deffcore.run_tables import metric_comparison
+import deffcore.views.paper
+from deffcore.runs.tables import metric_comparison
+from deffcore.views.paper import paper_controls, paper_default_gaps, paper_table
 
 
 def test_paper_table_is_a_fresh_copy_and_none_without_the_file(monkeypatch, tmp_path):
@@ -16,7 +16,7 @@ def test_paper_table_is_a_fresh_copy_and_none_without_the_file(monkeypatch, tmp_
     assert {"source", "model", "quantity", "value", "note"} <= set(first.columns)
     first.loc[:, "value"] = -1.0  # a page may change its copy ...
     assert (paper_table()["value"] != -1.0).any()  # ... never the next page's
-    monkeypatch.setattr(deffcore.paper, "paper_reference_path", lambda: tmp_path / "none.csv")
+    monkeypatch.setattr(deffcore.views.paper, "paper_reference_path", lambda: tmp_path / "none.csv")
     assert paper_table() is None
 
 
@@ -26,13 +26,13 @@ def test_default_gaps_prefer_table_2_and_skip_interventions():
     assert gaps.loc["Pythia-70M", "value"] == 28.2  # Table 2, not Table S4's 28.3
     assert gaps.loc["Pythia-70M", "source"] == "Table 2"
     assert gaps.loc["Gemma-3-4B", "value"] == 2.2  # Table S5, intervention none (not S6's)
-    assert set(gaps["source"]) <= set(deffcore.paper.DEFAULT_GAP_TABLES)
+    assert set(gaps["source"]) <= set(deffcore.views.paper.DEFAULT_GAP_TABLES)
 
 
 def test_controls_are_one_published_gap_per_model_and_pooling():
     pub = paper_controls(paper_table())
     assert not pub.duplicated(["model", "setting"]).any()
-    assert set(pub["source"]) <= set(deffcore.paper.CONTROL_TABLES)
+    assert set(pub["source"]) <= set(deffcore.views.paper.CONTROL_TABLES)
     row = pub[(pub["model"] == "Pythia-70M") & (pub["setting"] == "default")].iloc[0]
     assert (row["source"], row["value"]) == ("Table S4", 28.3)
     assert not pub["note"].fillna("").str.contains("no post|no QK").any()
@@ -68,8 +68,8 @@ def test_metric_comparison_rounds_each_metrics_headline():
 
 
 def test_metric_comparison_of_a_measured_run():
-    from deffcore.measurement import measure
-    from deffcore.snapshot import MeasurementView
+    from deffcore.runs.measure import measure
+    from deffcore.views.run_view import MeasurementView
 
     view = MeasurementView(measure(model="tiny-llama", n=8, max_tokens=16))
     table = metric_comparison(view).set_index("similarity")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from deffcore import serving
-from deffcore.errors import DeffError, UnknownDatasetError
-from deffcore.serving import LocalPathRefusedError, check_local_path, check_model_spec
+from deffcore.core.errors import DeffError, UnknownDatasetError
+from deffcore.inputs import serving
+from deffcore.inputs.serving import LocalPathRefusedError, check_local_path, check_model_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,7 +131,7 @@ def test_a_relative_model_path_comes_back_resolved_inside_the_folder(server_cwd)
 
 
 def test_a_relative_dataset_path_comes_back_resolved_and_never_opens_the_cwd(server_cwd):
-    from deffcore.texts import check_dataset
+    from deffcore.inputs.texts import check_dataset
 
     _, allowed = server_cwd
     spec = serving.check_dataset_spec("leak.csv:text", "leak.csv")

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import deffcore as dc
-from deffcore.errors import DeffError, InvalidStatesError
-from deffcore.similarity import choose_route, route_costs
+from deffcore.core.errors import DeffError, InvalidStatesError
+from deffcore.measures.similarity import choose_route, route_costs
 
 METRICS = ("cka", "unbiased_cka", "cosine")
 

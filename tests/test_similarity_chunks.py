@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore import similarity
-from deffcore.similarity import similarity_matrix
+from deffcore.measures import similarity
+from deffcore.measures.similarity import similarity_matrix
 
 
 def test_chunk_size_follows_the_device():

@@ -10,9 +10,9 @@ import re
 import numpy as np
 import pytest
 
-from deffcore.constants import METRICS, POOLINGS
-from deffcore.depth import effective_depth, gap_percent, lag_profile
-from deffcore.snapshot import (
+from deffcore.core.constants import METRICS, POOLINGS
+from deffcore.measures.depth import effective_depth, gap_percent, lag_profile
+from deffcore.views.run_view import (
     DEFAULT_RUN_PATH,
     GALLERY_DIR,
     MeasurementView,
@@ -33,7 +33,7 @@ from deffcore.snapshot import (
 def tiny_measurement(tmp_path_factory):
     import os
 
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     old = os.environ.get("DEFF_CACHE_DIR")
     os.environ["DEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("snap_cache"))
@@ -188,7 +188,7 @@ def test_run_slug_is_a_safe_file_name_with_the_identity():
 
 
 def test_headline_differences_are_b_minus_a(tiny_measurement):
-    from deffcore.comparisons import headline_differences
+    from deffcore.views.comparisons import headline_differences
 
     view = MeasurementView(tiny_measurement)
     a, b = view.headline("default", "cka"), view.headline("first_non_bos", "cka")
@@ -282,7 +282,7 @@ def test_shipped_default_run_is_small_and_consistent():
 
 
 def test_a_shared_snapshot_reads_back_as_the_run_and_compares_like_one(tiny_measurement, tmp_path):
-    from deffcore.sharing import open_snapshot
+    from deffcore.views.sharing import open_snapshot
 
     path = tmp_path / "from a colleague.json"
     path.write_text(json.dumps(snapshot(tiny_measurement, command="python -m deffcore ...")))
@@ -290,7 +290,7 @@ def test_a_shared_snapshot_reads_back_as_the_run_and_compares_like_one(tiny_meas
     live = MeasurementView(tiny_measurement)
     assert shared.source == "shared" and shared.path == path.resolve()
     assert len(shared.sha256) == 64 and shared.key == live.key and shared.label == live.label
-    from deffcore.comparisons import headline_differences
+    from deffcore.views.comparisons import headline_differences
 
     for row in headline_differences(live.headline(), shared.headline()):
         assert row["B − A"] == pytest.approx(0.0, abs=1e-5), row["quantity"]
@@ -298,7 +298,7 @@ def test_a_shared_snapshot_reads_back_as_the_run_and_compares_like_one(tiny_meas
 
 
 def test_every_shipped_snapshot_validates():
-    from deffcore.sharing import open_snapshot
+    from deffcore.views.sharing import open_snapshot
 
     for path in [DEFAULT_RUN_PATH, *sorted(GALLERY_DIR.glob("*.json"))]:
         if path.exists():
@@ -348,7 +348,7 @@ def _bad_snapshots(good: dict) -> dict[str, object]:
 
 
 def test_corrupt_or_foreign_files_get_one_sentence(tiny_measurement, tmp_path):
-    from deffcore.sharing import SnapshotError, open_snapshot, read_snapshot
+    from deffcore.views.sharing import SnapshotError, open_snapshot, read_snapshot
 
     good = json.loads(json.dumps(snapshot(tiny_measurement)))
     read_snapshot(json.dumps(good).encode())  # the unbroken one passes
@@ -369,7 +369,7 @@ def test_corrupt_or_foreign_files_get_one_sentence(tiny_measurement, tmp_path):
 
 
 def test_size_is_checked_before_anything_is_parsed(tiny_measurement, tmp_path, monkeypatch):
-    from deffcore import sharing
+    from deffcore.views import sharing
 
     body = json.dumps(snapshot(tiny_measurement)).encode()
     monkeypatch.setattr(sharing, "MAX_SNAPSHOT_BYTES", len(body) - 1)
@@ -382,7 +382,7 @@ def test_size_is_checked_before_anything_is_parsed(tiny_measurement, tmp_path, m
 
 
 def test_shared_runs_are_kept_listed_and_deleted_only_when_ours(tiny_measurement, deff_cache_dir):
-    from deffcore.sharing import (
+    from deffcore.views.sharing import (
         SnapshotError,
         delete_shared,
         list_shared,
@@ -417,7 +417,13 @@ def test_a_kept_run_opens_by_its_content_id_only_when_it_is_still_that_file(
 ):
     """`open_shared` (what `deffcore app --run` hands the app): the very bytes named by their
     hash, a regular file, never a link; anything else is one sentence."""
-    from deffcore.sharing import SnapshotError, open_shared, save_shared, share_file, shared_dir
+    from deffcore.views.sharing import (
+        SnapshotError,
+        open_shared,
+        save_shared,
+        share_file,
+        shared_dir,
+    )
 
     body = json.dumps(snapshot(tiny_measurement)).encode()
     sent = tmp_path / "from a colleague.json"
@@ -449,7 +455,7 @@ def test_a_kept_run_opens_by_its_content_id_only_when_it_is_still_that_file(
 def test_a_run_that_cannot_be_kept_is_one_sentence(tiny_measurement, deff_cache_dir, monkeypatch):
     import tempfile
 
-    from deffcore.sharing import SnapshotError, list_shared, save_shared
+    from deffcore.views.sharing import SnapshotError, list_shared, save_shared
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")

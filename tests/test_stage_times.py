@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from deffcore import jobs, stage_times
-from deffcore.paths import cache_dir
+from deffcore.core.paths import cache_dir
+from deffcore.runs import stage_times
+from deffcore.work import jobs
 
 
 def test_estimate_prior_then_this_machines_record():
@@ -69,7 +70,7 @@ def test_a_task_shows_its_one_off_stage_with_an_estimate_then_its_steps():
 
 
 def test_a_failing_task_keeps_its_sentence():
-    from deffcore.errors import DeffError
+    from deffcore.core.errors import DeffError
 
     def task(progress, should_stop):
         raise DeffError("The diagnostics need a model with attention probabilities.")
@@ -80,7 +81,7 @@ def test_a_failing_task_keeps_its_sentence():
 
 @pytest.mark.parametrize("spec", ["gemma3-270m", "smollm2-135m"])
 def test_needs_assembly_only_for_gemma_before_its_file(spec):
-    from deffcore.models import GEMMA3_FILE, needs_assembly
+    from deffcore.inputs.loading import GEMMA3_FILE, needs_assembly
 
     assert needs_assembly(spec) == (spec == "gemma3-270m")
     (cache_dir() / "models").mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from deffcore.constants import POOLINGS
-from deffcore.errors import DeffError
-from deffcore.stopping import CONFIRM, MIN_STOP_N, StopRule, parse_until
+from deffcore.core.constants import POOLINGS
+from deffcore.core.errors import DeffError
+from deffcore.statistics.stopping import CONFIRM, MIN_STOP_N, StopRule, parse_until
 
 
 def est(n: int, level: str = "solid", settled: bool = False, **levels: str):
@@ -88,7 +88,7 @@ def test_calibration_harness_runs_on_its_tiny_slice():
 
 
 def test_estimate_bootstrap_defaults_per_target():
-    from deffcore.stopping import DEFAULT_BOOTSTRAP, estimate_bootstrap
+    from deffcore.statistics.stopping import DEFAULT_BOOTSTRAP, estimate_bootstrap
 
     assert estimate_bootstrap(StopRule("solid")) == (DEFAULT_BOOTSTRAP["solid"], ("default",))
     assert estimate_bootstrap(StopRule("verdict")) == (DEFAULT_BOOTSTRAP["verdict"], POOLINGS)

@@ -11,23 +11,15 @@ import json
 import numpy as np
 import pytest
 
-from deffcore import cache
-from deffcore.cli import main
-from deffcore.constants import POOLINGS
-from deffcore.errors import DeffError
-from deffcore.measurement import measure
-from deffcore.sweep import (
-    CELL_KEYS,
-    Cell,
-    SweepError,
-    SweepResult,
-    grid_cells,
-    manifest_cells,
-    paper_table_s7,
-    run_sweep,
-    table_s7_cells,
-    table_s7_rows,
-)
+from deffcore.cli.main import main
+from deffcore.core.constants import POOLINGS
+from deffcore.core.errors import DeffError
+from deffcore.extraction import cache
+from deffcore.runs.measure import measure
+from deffcore.work.sweep.cells import Cell, grid_cells, manifest_cells
+from deffcore.work.sweep.checks import SweepError
+from deffcore.work.sweep.runner import CELL_KEYS, SweepResult, run_sweep
+from deffcore.work.sweep.table_s7 import paper_table_s7, table_s7_cells, table_s7_rows
 
 SMALL = {"n": 8, "max_tokens": 24}
 
@@ -239,8 +231,8 @@ def test_table_s7_rows_mean_and_sample_sd():
 
 def test_worker_result_is_stored_by_the_driver(tiny_dataset):
     """compute_cell returns pooled states and never writes the cache itself."""
-    from deffcore.measurement import run_spec
-    from deffcore.sweep import compute_cell, release_models
+    from deffcore.runs.measure import run_spec
+    from deffcore.work.sweep.runner import compute_cell, release_models
 
     spec, device = run_spec("tiny-llama", tiny_dataset, 8, 24, 0, "cka")
     out = compute_cell(spec, device)
@@ -250,7 +242,7 @@ def test_worker_result_is_stored_by_the_driver(tiny_dataset):
 
 
 def test_a_cell_the_cluster_cannot_place_is_refused():
-    from deffcore.sweep.runner import _check_resources
+    from deffcore.work.sweep.runner import _check_resources
 
     _check_resources({"CPU": 2.0}, 1, 0, "127.0.0.1:1")
     with pytest.raises(SweepError, match="asks for 1 GPU"):
@@ -260,7 +252,7 @@ def test_a_cell_the_cluster_cannot_place_is_refused():
 
 
 def test_paper_models_and_families():
-    from deffcore.sweep import model_family, paper_models
+    from deffcore.views.models_overview import model_family, paper_models
 
     rows = {m["model"]: m for m in paper_models()}
     assert rows["Pythia-70M"]["deff_over_L"] == 0.205 and rows["Pythia-70M"]["layers"] == 6
@@ -277,7 +269,7 @@ def test_paper_models_and_families():
 def test_background_sweep_job(tiny_dataset):
     import time
 
-    from deffcore.sweep import start_sweep, sweep_job
+    from deffcore.work.sweep import start_sweep, sweep_job
 
     job = start_sweep([Cell("tiny-llama", dataset=tiny_dataset)], **SMALL, engine="serial")
     deadline = time.monotonic() + 120
@@ -296,7 +288,7 @@ def test_background_sweep_job(tiny_dataset):
 def test_table_s7_end_to_end_on_a_tiny_gemma():
     """table_s7 on tiny-gemma3 (post and QK norms, like Gemma-3): 2 seeds x 4 interventions,
     each mean/sd recomputed from `measure` on the same specs."""
-    from deffcore.sweep import table_s7
+    from deffcore.work.sweep import table_s7
 
     rows, result = table_s7(model="tiny-gemma3", seeds=(0, 1), **SMALL, engine="serial")
     assert [r["status"] for r in result.rows] == ["done"] * 8

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from deffcore import sweep_checks
-from deffcore.cli import main
-from deffcore.sweep import Cell, SweepError, grid_cells, manifest_cells, run_sweep
+from deffcore.cli.main import main
+from deffcore.work.sweep import checks
+from deffcore.work.sweep.cells import Cell, grid_cells, manifest_cells
+from deffcore.work.sweep.checks import SweepError
+from deffcore.work.sweep.runner import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = {"n": 4, "max_tokens": 12}
@@ -55,7 +57,7 @@ def test_a_manifest_with_bad_cells_fails_those_cells_alone(
 
 
 def test_a_bad_shared_option_still_refuses_the_whole_sweep(tiny_dataset):
-    from deffcore.errors import DeffError
+    from deffcore.core.errors import DeffError
 
     cells = [Cell("tiny-llama", dataset=tiny_dataset), Cell("tiny-nope", dataset=tiny_dataset)]
     for bad in ({"n": 2}, {"max_tokens": 1}, {"seed": -1}, {"dtype": "float8"}):
@@ -110,7 +112,7 @@ def test_a_ray_address_where_nothing_answers_is_refused_at_once(address):
     address = address.format(port=_dead_port())
     start = time.monotonic()
     with pytest.raises(SweepError) as err:
-        sweep_checks.probe_ray_address(address)
+        checks.probe_ray_address(address)
     assert time.monotonic() - start < 10 and "\n" not in str(err.value)
 
 
@@ -127,13 +129,13 @@ def test_a_cluster_that_never_answers_is_refused_by_the_deadline():
         address = f"127.0.0.1:{srv.getsockname()[1]}"
         start = time.monotonic()
         with pytest.raises(SweepError, match="did not answer within 1 s"):
-            sweep_checks.join_ray(address, hangs, timeout=1.0)
+            checks.join_ray(address, hangs, timeout=1.0)
         assert time.monotonic() - start < 5
     gate.append(True)
     with socket.socket() as srv, pytest.raises(ZeroDivisionError):  # ray.init's own error
         srv.bind(("127.0.0.1", 0))
         srv.listen()
-        sweep_checks.join_ray(f"127.0.0.1:{srv.getsockname()[1]}", lambda: 1 / 0)
+        checks.join_ray(f"127.0.0.1:{srv.getsockname()[1]}", lambda: 1 / 0)
 
 
 def test_cli_sweep_at_a_dead_address_is_one_line_within_30_s(tiny_dataset):

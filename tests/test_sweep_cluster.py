@@ -23,9 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from deffcore.constants import POOLINGS
-from deffcore.measurement import measure
-from deffcore.sweep import Cell, ray_runtime, run_sweep
+from deffcore.core.constants import POOLINGS
+from deffcore.runs.measure import measure
+from deffcore.work.sweep import ray_runtime
+from deffcore.work.sweep.cells import Cell
+from deffcore.work.sweep.runner import run_sweep
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -40,7 +42,7 @@ def test_background_ray_sweep_starts_its_runtime_in_a_thread(tiny_dataset):
 
     import ray
 
-    from deffcore.sweep import start_sweep, sweep_job
+    from deffcore.work.sweep import start_sweep, sweep_job
 
     assert not ray.is_initialized()
     job = start_sweep(
@@ -121,8 +123,8 @@ def test_worker_states_equal_in_process_extraction(local_ray, tiny_dataset):
     import numpy as np
     import ray
 
-    from deffcore.measurement import extract_spec, run_spec
-    from deffcore.sweep import compute_cell
+    from deffcore.runs.measure import extract_spec, run_spec
+    from deffcore.work.sweep.runner import compute_cell
 
     spec, device = run_spec("tiny-qwen3", tiny_dataset, 8, 24, 0, "cka", intervention="none")
     remote = ray.get(ray.remote(compute_cell).options(num_cpus=1).remote(spec, device))

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from deffcore.sweep import Cell, ray_runtime, run_sweep
+from deffcore.work.sweep import ray_runtime
+from deffcore.work.sweep.cells import Cell
+from deffcore.work.sweep.runner import run_sweep
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -38,7 +40,7 @@ def test_quarter_gpu_cells_are_placed_and_equal_the_serial_sweep(
 
 
 def test_more_gpu_than_the_cluster_has_is_refused(tiny_dataset):
-    from deffcore.sweep import SweepError
+    from deffcore.work.sweep.checks import SweepError
 
     cells = [Cell("tiny-llama", dataset=tiny_dataset)]
     with ray_runtime(num_cpus=1, num_gpus=1) as gcs, pytest.raises(SweepError, match=r"1\.5 GPU"):

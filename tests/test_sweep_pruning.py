@@ -8,16 +8,17 @@ import json
 
 import pytest
 
-from deffcore.cli import main
-from deffcore.errors import DeffError
-from deffcore.labs import pruning as pruning_lab
-from deffcore.sweep import CELL_KEYS, Cell, manifest_cells, run_sweep
-from deffcore.sweep.pruning_column import (
+from deffcore.cli.main import main
+from deffcore.core.errors import DeffError
+from deffcore.labs import pruning
+from deffcore.work.sweep.cells import Cell, manifest_cells
+from deffcore.work.sweep.pruning_column import (
     PRUNING_KEYS,
     PruningOptions,
     manifest_pruning,
     pruning_options,
 )
+from deffcore.work.sweep.runner import CELL_KEYS, run_sweep
 
 SMALL = {"n": 8, "max_tokens": 24}
 PRUNE = {"n": 6, "n_heldout": 4}
@@ -27,7 +28,7 @@ def test_off_by_default_no_columns_no_check(tiny_dataset, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("no pruning check without the option")
 
-    monkeypatch.setattr(pruning_lab, "pruning_check", forbidden)
+    monkeypatch.setattr(pruning, "pruning_check", forbidden)
     result = run_sweep([Cell("tiny-llama", dataset=tiny_dataset)], **SMALL, engine="serial")
     assert result.rows[0]["status"] == "done" and "k_110" not in result.rows[0]
     assert list(result.to_dict()["cells"][0]) == list(CELL_KEYS)
@@ -42,7 +43,7 @@ def test_trained_cells_get_the_pruning_check_others_say_why_not(tiny_dataset):
     result = run_sweep(cells, **SMALL, engine="serial", pruning=PRUNE)
     trained, null, intervened = result.rows
     assert [r["status"] for r in result.rows] == ["done"] * 3  # the measurement stands
-    direct = pruning_lab.pruning_check(
+    direct = pruning.pruning_check(
         "tiny-llama", tiny_dataset, **PRUNE, max_tokens=24, seed=0, metric="cka"
     ).to_dict()
     assert direct["cached"]  # the sweep stored it under the same identity
@@ -69,7 +70,7 @@ def test_a_stored_check_is_read_without_loading_the_model(tiny_dataset, monkeypa
     def no_load(*args, **kwargs):
         raise AssertionError("a cached cell with a stored check loads no model")
 
-    monkeypatch.setattr("deffcore.models.load_model", no_load)
+    monkeypatch.setattr("deffcore.inputs.loading.load_model", no_load)
     result = run_sweep(
         [Cell("tiny-llama", dataset=tiny_dataset)], **SMALL, engine="serial", pruning=PRUNE
     )

@@ -7,9 +7,9 @@ import pytest
 from apptest_helpers import plotly_array
 
 import deffcore as dc
-from deffcore.errors import DeffError
-from deffcore.references import iid_reference_depth, update_depth
-from deffcore.synthetic import independent_states, orthogonal_states, orthogonal_updates
+from deffcore.core.errors import DeffError
+from deffcore.measures.references import iid_reference_depth, update_depth
+from deffcore.measures.synthetic import independent_states, orthogonal_states, orthogonal_updates
 
 
 def test_independent_states_scaled_anchor() -> None:
@@ -114,7 +114,7 @@ def lab(cache_dir, monkeypatch):
 
 
 def test_lab_story_steps_show_the_closed_forms(lab):
-    from deffcore import teaching
+    from deffcore.measures import teaching
 
     at, charts = lab
     _clean(at)
@@ -148,7 +148,7 @@ def test_lab_story_steps_show_the_closed_forms(lab):
 
 
 def test_lab_presets_and_sampling_on_request(lab):
-    from deffcore import teaching
+    from deffcore.measures import teaching
 
     at, charts = lab
     for name, (step, knobs) in teaching.PRESETS.items():

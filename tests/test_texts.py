@@ -7,8 +7,13 @@ import json
 import pandas as pd
 import pytest
 
-from deffcore.errors import DeffError, HubUnavailableError, TooFewPassagesError, UnknownDatasetError
-from deffcore.texts import (
+from deffcore.core.errors import (
+    DeffError,
+    HubUnavailableError,
+    TooFewPassagesError,
+    UnknownDatasetError,
+)
+from deffcore.inputs.texts import (
     all_documents,
     all_passages,
     check_dataset,
@@ -220,7 +225,7 @@ def test_all_documents_is_the_whole_finite_source_in_order(tmp_path):
                         (True, "a true/false value"), ({"a": 1}, "a dict value")],
 )  # fmt: skip
 def test_jsonl_values_that_are_not_text_are_refused_naming_the_row(tmp_path, value, kind):
-    from deffcore.texts import check_dataset
+    from deffcore.inputs.texts import check_dataset
 
     path = tmp_path / "p.jsonl"
     rows = [{"text": "a real passage"}, {"text": value}, {"text": "another one"}]
@@ -234,7 +239,7 @@ def test_jsonl_values_that_are_not_text_are_refused_naming_the_row(tmp_path, val
 
 
 def test_parquet_number_columns_are_refused_before_the_model(tmp_path):
-    from deffcore.texts import check_dataset
+    from deffcore.inputs.texts import check_dataset
 
     path = tmp_path / "p.parquet"
     pd.DataFrame({"text": BLOCKS, "id": range(4), "tags": [[1], [2], [3], [4]]}).to_parquet(path)
@@ -253,7 +258,7 @@ def test_csv_cells_are_the_text_written_in_the_file(tmp_path):
 
 
 def test_a_txt_file_has_no_column(tmp_path):
-    from deffcore.texts import check_dataset
+    from deffcore.inputs.texts import check_dataset
 
     path = tmp_path / "p.txt"
     path.write_text("\n\n".join(BLOCKS))

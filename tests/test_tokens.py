@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from deffcore.errors import DeffError, TooFewPassagesError
-from deffcore.extract import tokenize
-from deffcore.models import load_tokenizer
-from deffcore.texts import all_passages
-from deffcore.tokens import (
+from deffcore.core.errors import DeffError, TooFewPassagesError
+from deffcore.extraction.forward import tokenize
+from deffcore.inputs.loading import load_tokenizer
+from deffcore.inputs.texts import all_passages
+from deffcore.inputs.tokens import (
     adds_bos,
     count_windows,
     cut_windows,
@@ -138,11 +138,11 @@ def test_window_with_no_room_for_text_is_refused(bos_tok):
 
 
 def test_count_windows_matches_the_closed_form(tiny_dataset, tiny_passages, monkeypatch):
-    from deffcore import models
+    from deffcore.inputs import loading
 
     # no weights may be built for a count: only the tokenizer
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
-    monkeypatch.setattr(models, "_init_from_config", lambda *a: pytest.fail("weights built"))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(loading, "_init_from_config", lambda *a: pytest.fail("weights built"))
     want_bos = sum(_n_bytes(p) // 15 for p in tiny_passages)
     want_nobos = sum(_n_bytes(p) // 16 for p in tiny_passages)
     assert count_windows("tiny-llama", tiny_dataset, 16) == want_bos
@@ -223,7 +223,7 @@ def test_extraction_tokenises_with_the_bos_option(bos_tok, nobos_tok):
 def test_bos_add_without_a_bos_token_is_a_clear_error():
     from transformers import PreTrainedTokenizerFast
 
-    from deffcore.tokenizers_builtin import byte_level_tokenizer
+    from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
 
     base = byte_level_tokenizer(add_bos=False)
     no_bos_token = PreTrainedTokenizerFast(tokenizer_object=base.backend_tokenizer)
@@ -275,7 +275,7 @@ class _WithEOS:
 
 
 def test_windows_of_a_tokenizer_with_a_suffix_end_with_it_inside_the_budget(bos_tok, tiny_passages):
-    from deffcore.tokens import special_tokens
+    from deffcore.inputs.tokens import special_tokens
 
     tok = _WithEOS(bos_tok)
     assert special_tokens(tok) == ([BOS], [_WithEOS.EOS])
@@ -329,7 +329,7 @@ def _whole(tok, texts, max_tokens):
 def test_cutting_before_tokenising_gives_the_ids_of_the_whole_text(
     spec, chars_per_token, monkeypatch
 ):
-    import deffcore.tokens as tokens
+    from deffcore.inputs import tokens
 
     monkeypatch.setattr(tokens, "CUT_CHARS_PER_TOKEN", chars_per_token)
     tok = load_tokenizer(spec)

@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 
 import deffcore as dc
-from deffcore import teaching
-from deffcore import trust_rule as tr
-from deffcore.errors import DeffError
-from deffcore.trust_rule import assess, trust_badge
+from deffcore.core.errors import DeffError
+from deffcore.measures import teaching
+from deffcore.statistics import trust_rule
+from deffcore.statistics.trust_rule import assess, trust_badge
 
 REPO = Path(__file__).resolve().parent.parent
 D = 576  # SmolLM2's width
 
 
 def test_dc_trust_is_the_function_and_the_module_keeps_its_api():
-    assert callable(dc.trust) and dc.trust is tr.trust
-    assert dc.trust_badge is tr.trust_badge and dc.Trust is tr.Trust
+    assert callable(dc.trust) and dc.trust is trust_rule.trust
+    assert dc.trust_badge is trust_rule.trust_badge and dc.Trust is trust_rule.Trust
 
 
 # ---------------------------------------------------------------------------------------------
@@ -31,37 +31,47 @@ def test_dc_trust_is_the_function_and_the_module_keeps_its_api():
 
 def test_gap_and_regime_with_the_tolerance():
     # D_eff / F_L = (D_eff/L) (L+1)/2: D_eff/L = 2/(L+1) is exactly F_L
-    assert tr.gap_of(2 / 13, 12) == pytest.approx(0.0, abs=1e-12)
-    assert tr.gap_of(0.1, 12) == pytest.approx(100 * (1 - 0.65))
-    assert tr.regime_of(1.0) == tr.regime_of(-1.0) == "at the reference"  # ±1 point inclusive
-    assert tr.regime_of(1.01) == "below" and tr.regime_of(-1.01) == "above"
-    assert tr.regime_of(0.3) == tr.regime_of(-0.2) == "at the reference"  # the issue's case
-    assert tr.regime_of(5.0, (-0.5, 9.0)) == "at the reference"  # the interval contains 0
-    assert tr.regime_of(0.5, (0.1, 0.9)) == "below"  # excludes 0: the sign, however small
+    assert trust_rule.gap_of(2 / 13, 12) == pytest.approx(0.0, abs=1e-12)
+    assert trust_rule.gap_of(0.1, 12) == pytest.approx(100 * (1 - 0.65))
+    assert (
+        trust_rule.regime_of(1.0) == trust_rule.regime_of(-1.0) == "at the reference"
+    )  # ±1 point inclusive
+    assert trust_rule.regime_of(1.01) == "below" and trust_rule.regime_of(-1.01) == "above"
+    assert (
+        trust_rule.regime_of(0.3) == trust_rule.regime_of(-0.2) == "at the reference"
+    )  # the issue's case
+    assert trust_rule.regime_of(5.0, (-0.5, 9.0)) == "at the reference"  # the interval contains 0
+    assert trust_rule.regime_of(0.5, (0.1, 0.9)) == "below"  # excludes 0: the sign, however small
 
 
 def test_spread_and_passages_needed_closed_forms():
-    assert tr.spread(10_000) == pytest.approx(tr.SPREAD_C / 100)
+    assert trust_rule.spread(10_000) == pytest.approx(trust_rule.SPREAD_C / 100)
     # spread only: s sqrt(N / N*) = 0.02 -> N* = N (s / 0.02)^2
-    assert tr.passages_needed(1000, 0.0, 0.04) == 4000
+    assert trust_rule.passages_needed(1000, 0.0, 0.04) == 4000
     # bias only (1/N): b N / N* = 0.02
-    assert tr.passages_needed(1000, 0.06, 0.0) == 3000
+    assert trust_rule.passages_needed(1000, 0.06, 0.0) == 3000
     # both: the smallest N' with b n/N' + s sqrt(n/N') <= 0.02
-    need = tr.passages_needed(1000, 0.01, 0.03)
+    need = trust_rule.passages_needed(1000, 0.01, 0.03)
     assert 0.01 * 1000 / need + 0.03 * math.sqrt(1000 / need) <= 0.02
     assert 0.01 * 1000 / (need - 1) + 0.03 * math.sqrt(1000 / (need - 1)) > 0.02
-    assert tr.passages_needed(5000, 0.0, 0.01) == 5000  # already enough
+    assert trust_rule.passages_needed(5000, 0.0, 0.01) == 5000  # already enough
 
 
 def test_null_band_forms():
-    band = tr.null_band({"seeds": ["1", "2", "3"], "deff_over_L": [0.1, 0.2, 0.3]})
+    band = trust_rule.null_band({"seeds": ["1", "2", "3"], "deff_over_L": [0.1, 0.2, 0.3]})
     assert band.seeds == 3 and band.low == pytest.approx(0.2 - 2 * 0.1)
     assert band.high == pytest.approx(0.4)
-    given = tr.null_band({"seeds": ["1"] * 6, "low": 0.5, "high": 0.4, "deff_over_L": [1] * 6})
+    given = trust_rule.null_band(
+        {"seeds": ["1"] * 6, "low": 0.5, "high": 0.4, "deff_over_L": [1] * 6}
+    )
     assert (given.low, given.high, given.seeds) == (0.4, 0.5, 6)
-    values = tr.null_band([0.1, 0.1, 0.1, 0.1, 0.1])
+    values = trust_rule.null_band([0.1, 0.1, 0.1, 0.1, 0.1])
     assert (values.low, values.high, values.seeds) == (pytest.approx(0.1), pytest.approx(0.1), 5)
-    assert tr.null_band(None) is None and tr.null_band({}) is None and tr.null_band([]) is None
+    assert (
+        trust_rule.null_band(None) is None
+        and trust_rule.null_band({}) is None
+        and trust_rule.null_band([]) is None
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,24 +84,27 @@ POINT = 0.10  # gap +35% at L = 12: the regime is far from the tolerance
 def test_too_few_passages_are_noise_and_the_action_is_more_passages():
     t = assess(31, D, metric="unbiased_cka", point=POINT, layers=L)
     assert t.level == "noise" and "far too few" in t.sentence()
-    assert t.action == f"use ≥ {tr.passages_needed(31, 0.0, tr.spread(31)):,} passages"
+    assert (
+        t.action == f"use ≥ {trust_rule.passages_needed(31, 0.0, trust_rule.spread(31)):,} passages"
+    )
     assert t.badge == "○ noise"
 
 
 def test_unbiased_cka_is_solid_where_the_spread_fits_two_percent():
-    edge = math.ceil((tr.SPREAD_C / tr.SOLID_ERROR) ** 2)  # spread(N) <= 2% from here on
+    edge = math.ceil(
+        (trust_rule.SPREAD_C / trust_rule.SOLID_ERROR) ** 2
+    )  # spread(N) <= 2% from here on
     solid = assess(edge, D, metric="unbiased_cka", point=POINT, layers=L)
     assert solid.level == "solid" and solid.action is None
     assert solid.reasons == (
         f"The estimated error of D_eff/L is {solid.error:.1%} (bias 0.0%, spread "
         f"{solid.error:.1%}), within 2%; the regime (D_eff < F_L) is settled.",
     )
-    assert solid.error == pytest.approx(tr.spread(edge))
+    assert solid.error == pytest.approx(trust_rule.spread(edge))
     below = assess(edge - 1, D, metric="unbiased_cka", point=POINT, layers=L)
     assert below.level == "indicative" and "solid needs at most 2%" in below.sentence()
-    assert (
-        below.action == f"use ≥ {tr.passages_needed(edge - 1, 0.0, tr.spread(edge - 1)):,} passages"
-    )
+    needed = trust_rule.passages_needed(edge - 1, 0.0, trust_rule.spread(edge - 1))
+    assert below.action == f"use ≥ {needed:,} passages"
 
 
 def test_linear_cka_bias_is_measured_against_unbiased_cka():
@@ -156,8 +169,8 @@ def test_cosine_is_never_solid():
 
 
 def test_the_null_is_a_separate_statement():
-    few = tr.NullBand(0.04, 0.05, 3)
-    enough = tr.NullBand(0.04, 0.05, 5)
+    few = trust_rule.NullBand(0.04, 0.05, 3)
+    enough = trust_rule.NullBand(0.04, 0.05, 5)
     kw = {"metric": "unbiased_cka", "point": 0.1, "layers": L}
     t = assess(50_000, D, band=few, interval=(0.099, 0.101), **kw)
     assert t.level == "solid" and t.null == "too_few_seeds"  # the badge does not move
@@ -172,7 +185,7 @@ def test_the_null_is_a_separate_statement():
     for _ in range(2000):
         lo, hi = sorted(rng.uniform(0, 1, size=2))
         blo, bhi = sorted(rng.uniform(0, 1, size=2))
-        t = assess(5000, 64, band=tr.NullBand(blo, bhi, 5), interval=(lo, hi), **kw)
+        t = assess(5000, 64, band=trust_rule.NullBand(blo, bhi, 5), interval=(lo, hi), **kw)
         if hi >= blo and lo <= bhi:
             assert t.null != "differs"
         else:

@@ -93,11 +93,11 @@ def test_every_pin_lies_in_the_declared_range_and_every_dependency_is_pinned():
     # torch is a range (any build the user installed first), never an exact CUDA pin
     (torch,) = [r for r in declared["core"] if r.name == "torch"]
     assert str(torch.specifier) == ">=2.3"
-    assert PYPROJECT["project"]["scripts"] == {"deffcore": "deffcore.cli:main"}
+    assert PYPROJECT["project"]["scripts"] == {"deffcore": "deffcore.cli.main:main"}
 
 
 def test_installed_package_caches_in_the_users_cache_not_site_packages(tmp_path, monkeypatch):
-    from deffcore import paths
+    from deffcore.core import paths
 
     monkeypatch.delenv("DEFF_CACHE_DIR")
     assert paths.cache_dir() == REPO / "cache"  # a source checkout keeps <repo>/cache
@@ -128,7 +128,7 @@ def test_a_missing_extra_gets_one_sentence(monkeypatch, capsys):
     """`deffcore sweep` without Ray (an install without the `sweep` extra): one line, exit 2."""
     import builtins
 
-    from deffcore import cli
+    from deffcore.cli import main
 
     real_import = builtins.__import__
 
@@ -138,11 +138,11 @@ def test_a_missing_extra_gets_one_sentence(monkeypatch, capsys):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    code = cli.main(["sweep", "--models", "tiny-llama", "--n", "8", "--engine", "ray"])
+    code = main.main(["sweep", "--models", "tiny-llama", "--n", "8", "--engine", "ray"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "pip install 'deffcore[sweep]'" in err and "Traceback" not in err
-    assert set(cli.EXTRAS.values()) <= set(PYPROJECT["project"]["optional-dependencies"])
+    assert set(main.EXTRAS.values()) <= set(PYPROJECT["project"]["optional-dependencies"])
 
 
 def _build_wheel(out: Path) -> Path:
@@ -195,8 +195,8 @@ def _check_contents(wheel: Path) -> None:
     for path in DATA_FILES:
         assert path in names, f"{path} is not in the wheel"
     assert not [n for n in names if n.split("/")[1:2] and n.split("/")[1] in NOT_SHIPPED]
-    assert "deffcore/commands/measure.py" in names and "deffcore/labs/pruning.py" in names
-    assert "deffcore/commands/app.py" in names
+    assert "deffcore/cli/measure.py" in names and "deffcore/labs/pruning.py" in names
+    assert "deffcore/cli/app.py" in names
     for module in (REPO / "explorer").glob("*.py"):
         assert f"explorer/{module.name}" in names
     # the explorer's entry files, unchanged, and nothing else of the checkout's root
@@ -204,7 +204,7 @@ def _check_contents(wheel: Path) -> None:
         assert archive.read(shipped) == (REPO / checkout).read_bytes(), shipped
     assert {n for n in names if n.startswith("explorer/_app/")} == set(APP_FILES.values())
     entry = [n for n in names if n.endswith("entry_points.txt")]
-    assert "deffcore = deffcore.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
+    assert "deffcore = deffcore.cli.main:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> str:
@@ -217,8 +217,8 @@ IMPORT_CHECK = """
 import json, pathlib
 import numpy as np
 import deffcore as dc
-from deffcore.paper import paper_rows
-from deffcore.snapshot import DEFAULT_RUN_PATH, load_gallery
+from deffcore.views.paper import paper_rows
+from deffcore.views.run_view import DEFAULT_RUN_PATH, load_gallery
 print(json.dumps({
     "file": str(pathlib.Path(dc.__file__).resolve()),
     "default_run": DEFAULT_RUN_PATH.is_file(),
@@ -233,7 +233,7 @@ print(json.dumps({
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_repository(tmp_path):
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     work = Path(tempfile.mkdtemp(prefix="deffcore-wheel-"))  # removed at the end: ~1.7 GB
     try:

@@ -42,11 +42,7 @@ from deffcore.figures.base import (
     regime_label,
     tag_run,
 )
-from deffcore.figures.baselines import (
-    bootstrap_histogram,
-    matched_references_bars,
-    null_baseline,
-)
+from deffcore.figures.baselines import bootstrap_histogram, matched_references_bars, null_baseline
 from deffcore.figures.bos import (
     controls_dotplot,
     massive_ratio_figure,

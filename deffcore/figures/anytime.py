@@ -14,7 +14,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from deffcore.constants import REGIME_TOLERANCE
+from deffcore.core.constants import REGIME_TOLERANCE
 from deffcore.figures.base import COLOR_REFERENCE, LAYOUT, POOLING_COLORS, POOLING_SYMBOLS
 
 

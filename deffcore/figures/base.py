@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from deffcore.safe_text import plotly_text
+from deffcore.core.safe_text import plotly_text
 
 #: The Okabe-Ito palette: distinguishable with every common colour-vision deficiency.
 OKABE_ITO = {

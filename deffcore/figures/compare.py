@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from deffcore.core.safe_text import plotly_text
 from deffcore.figures.base import (
     COLOR_ABOVE,
     COLOR_PAPER,
@@ -20,7 +21,6 @@ from deffcore.figures.base import (
     regime_color,
     regime_label,
 )
-from deffcore.safe_text import plotly_text
 
 #: Bar style per source of a gap bar: published values hatched grey, measured ones by regime.
 GAP_BAR_STYLES: dict[str, dict[str, str | None]] = {

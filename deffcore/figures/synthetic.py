@@ -100,7 +100,7 @@ def synthetic_sweep(
 
 def _add_depth_references(fig: go.Figure, Ls: np.ndarray, n: int, d: int) -> None:
     """F_L/L and the finite-sample iid reference D_iid/L at the depths `Ls` (the last traces)."""
-    from deffcore.references import iid_reference_depth
+    from deffcore.measures.references import iid_reference_depth
 
     b = d / (n + d)
     fig.add_trace(

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.depth import effective_depth, lag_profile
-from deffcore.errors import InvalidStatesError
+from deffcore.core.errors import InvalidStatesError
+from deffcore.measures.depth import effective_depth, lag_profile
 
 #: The aggregations this module computes, in display order.
 AGGREGATIONS: tuple[str, ...] = (
@@ -165,7 +165,7 @@ def aggregation_table(
     euclidean_turning_angles, euclidean_mean_turning (None when `measurement` has no pooled
     states, e.g. a snapshot), reference_efficiency}}.
     """
-    from deffcore.geometry import geodesic_efficiency, reference_efficiency
+    from deffcore.measures.geometry import geodesic_efficiency, reference_efficiency
 
     rows = []
     geometry = {}
@@ -211,7 +211,7 @@ def _states_of(measurement: Any, pooling: str) -> np.ndarray | None:
 
 def _trajectory(states: np.ndarray | None, reference: float) -> dict[str, Any]:
     """The Euclidean path of the states (None values without states) and E_L."""
-    from deffcore.geometry import euclidean_path
+    from deffcore.measures.geometry import euclidean_path
 
     if states is None:
         return {"euclidean_efficiency": None, "euclidean_turning_angles": None,

@@ -35,8 +35,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from deffcore.correlation import MIN_N, correlate
-from deffcore.errors import DeffError, InvalidArgumentError
+from deffcore.core.errors import DeffError, InvalidArgumentError
 from deffcore.labs.panels import (
     SOURCES,
     X_QUANTITIES,
@@ -46,6 +45,7 @@ from deffcore.labs.panels import (
     paper_pruning_rows,
     pruning_panel,
 )
+from deffcore.measures.correlation import MIN_N, correlate
 
 PRUNING_Y: tuple[str, ...] = ("f_110", "k_110")
 GEOMETRY_Y: tuple[str, ...] = ("geodesic_efficiency", "euclidean_efficiency")
@@ -156,7 +156,7 @@ def score_correlations(
 
 def paper_score_tables() -> dict[str, list[dict[str, Any]]]:
     """Tables S20 and S21 as published: rows {task, setting, quantity: value}."""
-    from deffcore.paper import paper_pivot
+    from deffcore.views.paper import paper_pivot
 
     out = {}
     for source in ("Table S20", "Table S21"):
@@ -195,7 +195,7 @@ def pruning_correlations(*, x: str = "deff_over_L", with_paper: bool = False) ->
 
 def geometry_correlations(*, x: str = "deff_over_L", metric: str = "cka") -> dict[str, Any]:
     """Geodesic and Euclidean efficiency of every cached run against its D_eff/L (Fig. S6)."""
-    from deffcore.paper import paper_pivot
+    from deffcore.views.paper import paper_pivot
 
     if x not in X_QUANTITIES:
         raise InvalidArgumentError(f"Unknown x {x!r}; choose one of {', '.join(X_QUANTITIES)}.")
@@ -269,7 +269,7 @@ def agrees(ours: float, printed: str) -> bool:
 def s18_check() -> dict[str, Any]:
     """Table S18 as published beside our recomputation (six S17 models) and reconstruction
     (the six plus the two inferred models); see the module docstring."""
-    from deffcore.paper import paper_rows
+    from deffcore.views.paper import paper_rows
 
     six = paper_pruning_rows()
     recomputed = {r["subset"]: r for r in table_s18(six)}

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deffcore.depth import reference_depth
-from deffcore.errors import DeffError
+from deffcore.core.errors import DeffError
+from deffcore.measures.depth import reference_depth
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -184,7 +184,7 @@ def _measure_hf(
     pooling: str,
     device: str | None,
 ) -> dict[str, Any]:
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     m = measure(
         model=cp.model,

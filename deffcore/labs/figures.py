@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from deffcore.constants import POOLINGS
+from deffcore.core.constants import POOLINGS
 from deffcore.figures.base import (
     COLOR_PAPER,
     COLOR_REFERENCE,
@@ -21,7 +21,7 @@ from deffcore.figures.base import (
     log_axis,
     reference_hline,
 )
-from deffcore.glossary import COLUMN_LABELS
+from deffcore.views.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
 
@@ -69,7 +69,7 @@ def intervention_frame(
     rows: Sequence[Mapping[str, Any]], paper_rows: Sequence[Mapping[str, Any]] = ()
 ) -> pd.DataFrame:
     """intervention x pooling table of gap%: this run's columns, then each paper model's."""
-    from deffcore.labs.interventions import INTERVENTIONS, PAPER_LABELS
+    from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS
 
     parts = []
     sources = [(pd.DataFrame(rows), "this run")] if rows else []
@@ -100,7 +100,7 @@ def intervention_plot(
 
     Before any run (no `rows`) the paper's values are drawn alone, for every intervention.
     """
-    from deffcore.labs.interventions import INTERVENTIONS, PAPER_LABELS
+    from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS
 
     fig = go.Figure()
     present = {r["intervention"] for r in rows or paper_rows}

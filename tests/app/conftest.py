@@ -19,6 +19,6 @@ def deff_cache_dir(cache_dir, monkeypatch):
 
 @pytest.fixture(scope="module")
 def measurement(request, cache_dir):
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     return measure(**request.module.RUN)

@@ -14,7 +14,7 @@ import pytest
 from apptest_helpers import assert_clean, chart, plain, plotly_array, trace
 from streamlit.testing.v1 import AppTest
 
-from deffcore.depth import lag_profile
+from deffcore.measures.depth import lag_profile
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -84,7 +84,7 @@ def test_entry_page_has_the_sidebar_and_shows_a_result_before_any_run(cache_dir)
         assert at.number_input(key=key) is not None
     assert at.selectbox(key="metric").options == ["cka", "unbiased_cka", "cosine"]
     assert at.button(key="run").label == "Run"
-    from deffcore.snapshot import load_snapshot
+    from deffcore.views.run_view import load_snapshot
 
     snap = load_snapshot()
     assert snap is not None, "the shipped snapshot deffcore/data/default_run.json is missing"
@@ -110,7 +110,7 @@ def test_run_completes_and_headline_matches_measure(app, measurement):
     assert metric(at, "Pos-0 norm ratio") == f"{ratio:.1f}×"
     assert metric(at, "CKA bias d/(N+d)") == f"{64 / (16 + 64):.3f}"
     # the trust badge: N = 16 passages is noise; the bias warning only when the bias matters
-    from deffcore.trust_rule import trust_badge
+    from deffcore.statistics.trust_rule import trust_badge
 
     t = trust_badge(
         measurement.n,
@@ -133,12 +133,12 @@ def test_run_completes_and_headline_matches_measure(app, measurement):
 
 
 def test_switching_pooling_changes_numbers_without_running_the_model(app, measurement, monkeypatch):
-    import deffcore.models
+    import deffcore.inputs.loading
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded again")
 
-    monkeypatch.setattr(deffcore.models, "load_model", no_model)
+    monkeypatch.setattr(deffcore.inputs.loading, "load_model", no_model)
     at = goto(app, None)
     before = metric(at, "D_eff")
     at.radio(key="pooling").set_value("first_non_bos").run()
@@ -208,9 +208,9 @@ def test_gap_page_shows_run_and_paper_separately(app, measurement):
 
 
 def test_gap_page_without_the_paper_file_says_so(app, monkeypatch, tmp_path):
-    import deffcore.paper
+    import deffcore.views.paper
 
-    monkeypatch.setattr(deffcore.paper, "paper_reference_path", lambda: tmp_path / "none.csv")
+    monkeypatch.setattr(deffcore.views.paper, "paper_reference_path", lambda: tmp_path / "none.csv")
     at = goto(app, "pages/3_Gap_to_F_L.py")
     assert_clean(at)
     assert any("published values were not found" in i.value for i in at.info)
@@ -269,7 +269,7 @@ def test_baselines_null_bootstrap_and_references(app, measurement):
 
 
 def test_runs_page_compare_open_and_delete(app, cache_dir):
-    from deffcore import cache
+    from deffcore.extraction import cache
 
     at = goto(app, "pages/7_Runs.py")
     assert_clean(at)
@@ -370,17 +370,17 @@ def test_missing_model_path_is_a_clear_error(app, tmp_path):
     ],
 )
 def test_pipeline_failures_are_messages_and_the_cache_is_kept(app, monkeypatch, error):
-    import deffcore.errors
-    import deffcore.measurement
-    from deffcore import cache
+    import deffcore.core.errors
+    import deffcore.runs.measure
+    from deffcore.extraction import cache
 
     name, text = error.split(":", 1)
-    exc = getattr(deffcore.errors, name, None) or RuntimeError
+    exc = getattr(deffcore.core.errors, name, None) or RuntimeError
 
     def failing(*args, **kwargs):
         raise exc(text)
 
-    monkeypatch.setattr(deffcore.measurement, "measure_spec", failing)  # in the job's thread
+    monkeypatch.setattr(deffcore.runs.measure, "measure_spec", failing)  # in the job's thread
     at = goto(app, None)
     before, runs = metric(at, "D_eff"), {m["key"] for m in cache.list_runs()}
     at.button(key="run").click().run()

@@ -16,11 +16,12 @@ import pytest
 from apptest_helpers import plain
 from streamlit.testing.v1 import AppTest
 
-import deffcore.extract
-import deffcore.measurement
-from deffcore import cache, jobs
-from deffcore.cache import RunSpec
-from deffcore.snapshot import RunView
+import deffcore.extraction.forward
+import deffcore.runs.measure
+from deffcore.extraction import cache
+from deffcore.extraction.cache import RunSpec
+from deffcore.views.run_view import RunView
+from deffcore.work import jobs
 
 REPO = Path(__file__).resolve().parents[2]
 OVERVIEW = "pages/0_Overview.py"
@@ -100,7 +101,7 @@ def test_run_survives_a_page_switch_and_lands(gate):
     assert any(n.startswith("Run finished: tiny-llama") for n in notices), notices
     assert not any("served from the cache" in n for n in notices)
     assert [t.proto.body for t in at.toast] and "Run finished" in at.toast[0].proto.body
-    m = deffcore.measurement.measure(**RUN)
+    m = deffcore.runs.measure.measure(**RUN)
     assert m.cached  # the job's entry: the cache is the state of record
     assert metric(at, "D_eff") == f"{m.summary().deff:.3f}"
     assert "_deff_job" not in at.session_state
@@ -187,7 +188,7 @@ def test_cancel_notice_shows_once_when_the_worker_stops_during_the_cancel_rerun(
 
 
 def test_an_interrupted_run_resumes_from_the_runs_page(monkeypatch):
-    real = deffcore.measurement.extract_pooled
+    real = deffcore.runs.measure.extract_pooled
 
     def cancel_after_first_batch(*args, progress=None, **kwargs):
         def wrapped(done, total, stage):
@@ -198,8 +199,8 @@ def test_an_interrupted_run_resumes_from_the_runs_page(monkeypatch):
 
         return real(*args, progress=wrapped, **kwargs)
 
-    monkeypatch.setattr(deffcore.extract, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
-    monkeypatch.setattr(deffcore.measurement, "extract_pooled", cancel_after_first_batch)
+    monkeypatch.setattr(deffcore.extraction.forward, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", cancel_after_first_batch)
     at = choose(new_app(wait_s=None), n=96, max_tokens=128)  # AppTest waits for the job
     at.button(key="run").click().run()
     shown = (texts(at, "info"), texts(at, "success"), texts(at, "error"))
@@ -207,7 +208,7 @@ def test_an_interrupted_run_resumes_from_the_runs_page(monkeypatch):
     assert any("passages are kept" in i for i in texts(at, "info")), shown
     partial = [r for r in cache.list_runs() if r["status"] == "partial" and r["spec"]["n"] == 96]
     assert len(partial) == 1 and partial[0]["done_passages"] > 0
-    monkeypatch.setattr(deffcore.measurement, "extract_pooled", real)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
 
     at.switch_page("pages/7_Runs.py").run()
     at.selectbox(key="runs_resume").set_value(partial[0]["key"])
@@ -330,7 +331,7 @@ def test_sidebar_run_first_demo_models_grouped_glossary():
     first_button = sidebar.button[0]
     assert first_button.key == "run"  # Run before every setting: visible at 900 px
     options = at.selectbox(key="model_packaged").options
-    from deffcore.models import PACKAGED_MODELS
+    from deffcore.inputs.loading import PACKAGED_MODELS
 
     assert options[: len(PACKAGED_MODELS)] == [
         f"{m} — {d}" for m, d in PACKAGED_MODELS.items()
@@ -348,7 +349,7 @@ def test_sidebar_run_first_demo_models_grouped_glossary():
 def test_windows_count_is_shown_before_run(mode):
     at = choose(new_app())
     at.selectbox(key="passages").set_value(mode).run()
-    from deffcore.tokens import count_windows
+    from deffcore.inputs.tokens import count_windows
 
     n = count_windows("tiny-llama", "bbc-news", 32, "default", None, mode=mode)
     assert any(f"this choice yields {n:,} windows" in plain(c.value) for c in at.sidebar.caption)

@@ -16,8 +16,8 @@ import pytest
 from apptest_helpers import assert_clean, chart, plain, plotly_array, trace
 from streamlit.testing.v1 import AppTest
 
-from deffcore import jobs
-from deffcore.constants import POOLINGS
+from deffcore.core.constants import POOLINGS
+from deffcore.work import jobs
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = "pages/4_BOS_and_controls.py"
@@ -73,21 +73,21 @@ def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
 ):
     """The page's first script run draws the answer and the verdict while the diagnostic
     pass is held at its model load: nothing the page shows at once needs a model."""
-    import deffcore.models
-    from deffcore.bos_answer import position0_answer_for
-    from deffcore.diagnostics import diagnostics_path
-    from deffcore.snapshot import MeasurementView
+    import deffcore.inputs.loading
+    from deffcore.lenses.bos_answer import position0_answer_for
+    from deffcore.lenses.diagnostics import diagnostics_path
+    from deffcore.views.run_view import MeasurementView
 
     diagnostics_path(measurement.spec).unlink(missing_ok=True)
     held, release = threading.Event(), threading.Event()
-    real = deffcore.models.load_model
+    real = deffcore.inputs.loading.load_model
 
     def loader(*args, **kwargs):  # the diagnostic pass's load: held until the test ends
         held.set()
         assert release.wait(120), "the test never released the model load"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(deffcore.models, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.loading, "load_model", loader)
     try:
         at = open_page(f"cached:{measurement.spec.key()}")
         assert not at.exception
@@ -109,8 +109,8 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     """The shipped default (no Measurement): the answer at once, a button that computes the
     diagnostics in the background (a stand-in here: the real pass needs SmolLM2), then the
     figures drawn from exactly those numbers."""
-    from deffcore import diagnostics as dg
-    from deffcore.snapshot import load_snapshot
+    from deffcore.lenses import diagnostics
+    from deffcore.views.run_view import load_snapshot
 
     snap = load_snapshot()
     L = snap.layers
@@ -125,11 +125,11 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
         "cached": False,
     }
     calls = []
-    monkeypatch.setattr(dg, "diagnose", lambda spec, **kw: calls.append(spec) or fake)
-    monkeypatch.setattr(dg, "read_diagnostics", lambda spec: fake if calls else None)
+    monkeypatch.setattr(diagnostics, "diagnose", lambda spec, **kw: calls.append(spec) or fake)
+    monkeypatch.setattr(diagnostics, "read_diagnostics", lambda spec: fake if calls else None)
     at = open_page()
     assert_clean(at)
-    from deffcore.bos_answer import position0_answer_for
+    from deffcore.lenses.bos_answer import position0_answer_for
 
     # the shipped default reads "indicative" (issue 16): the calibrated answer is whatever the
     # library says of it, in words (today "cannot tell yet" with the action)
@@ -138,7 +138,7 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     assert "massive activations not computed" in verdicts(at)[0]
     assert not calls  # nothing computed before the click
     at.button(key="bos_diagnose").click().run()
-    wait_task(f"diagnostics:{dg.spec_from_fields(snap.spec).key()}")
+    wait_task(f"diagnostics:{diagnostics.spec_from_fields(snap.spec).key()}")
     at.run()
     assert_clean(at)
     assert calls and calls[0].model == snap.spec["model"] and calls[0].n == snap.spec["n"]
@@ -156,7 +156,7 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
 
 
 def test_verdict_and_evidence_match_the_library(app, measurement):
-    from deffcore.diagnostics import (
+    from deffcore.lenses.diagnostics import (
         bos_verdict,
         identical_controls,
         read_diagnostics,
@@ -196,7 +196,7 @@ def test_verdict_and_evidence_match_the_library(app, measurement):
 
 
 def test_passage_inspector_heatmap(app, measurement):
-    from deffcore.diagnostics import read_diagnostics
+    from deffcore.lenses.diagnostics import read_diagnostics
 
     at = app
     ins = read_diagnostics(measurement.spec)["inspector"]
@@ -215,7 +215,7 @@ def test_passage_inspector_heatmap(app, measurement):
 
 def test_bos_on_off_acts_on_the_current_run_and_concludes(app, measurement):
     """The sidebar names another model; the check measures the run on screen."""
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     at = app
     at.selectbox(key="model_packaged").set_value("smollm2-135m")  # not the current run

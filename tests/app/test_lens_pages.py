@@ -18,10 +18,9 @@ import pytest
 from apptest_helpers import assert_clean, chart, plain, plotly_array
 from streamlit.testing.v1 import AppTest
 
-from deffcore.labs import correlation_lab as lab
-from deffcore.labs import lens_tables, pretrain
+from deffcore.labs import correlation_lab, lens_tables, pretrain
 from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
-from deffcore.snapshot import MeasurementView
+from deffcore.views.run_view import MeasurementView
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 12, "max_tokens": 24, "seed": 0}
@@ -34,7 +33,7 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("this view only reads: no model may be loaded")
 
-    monkeypatch.setattr("deffcore.models.load_model", refuse)
+    monkeypatch.setattr("deffcore.inputs.loading.load_model", refuse)
 
 
 def open_page(page: str, view=None) -> AppTest:
@@ -63,7 +62,9 @@ def summaries(at: AppTest) -> list:
 def test_correlation_lab_pruning_beside_the_paper_and_table_s18(no_model_load):
     at = open_page(CORRELATION)
     assert_clean(at)
-    direct = lab.pruning_correlations(with_paper=True)  # the stored checks (none) + Table S17
+    direct = correlation_lab.pruning_correlations(
+        with_paper=True
+    )  # the stored checks (none) + Table S17
     shown = summaries(at)
     assert len(shown) == 2
     for frame, result in zip(shown, direct["results"], strict=True):
@@ -105,7 +106,7 @@ def test_correlation_lab_scores_upload(no_model_load):
     from deffcore.labs.scores import ScoreTable
 
     table = ScoreTable(path="mine", scores={"<b>MMLU</b>": scores})
-    direct = lab.score_correlations(table, sources=("paper",))["results"][0]
+    direct = correlation_lab.score_correlations(table, sources=("paper",))["results"][0]
     assert frame.iloc[0]["Pearson r"] == pytest.approx(direct["pearson_r"])
     assert frame.iloc[0]["n (models)"] == 5
     (task,) = [h.value for h in at.subheader if "MMLU" in h.value]
@@ -137,11 +138,11 @@ def test_correlation_lab_refuses_a_bad_scores_file_in_one_sentence(no_model_load
 
 def test_correlation_lab_geometry_over_cached_runs(monkeypatch):
     from deffcore.labs import panels
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     for n in (8, 10, 12):
         measure(**{**RUN, "n": n})
-    monkeypatch.setattr("deffcore.models.load_model", None)  # the page only reads the cache
+    monkeypatch.setattr("deffcore.inputs.loading.load_model", None)  # the page only reads the cache
     at = open_page(CORRELATION)
     at.radio(key="cl_kind").set_value("geometry").run()
     assert_clean(at)  # tiny-llama is random weights, never a point: an info, not an error
@@ -149,7 +150,7 @@ def test_correlation_lab_geometry_over_cached_runs(monkeypatch):
     monkeypatch.setattr(panels, "RANDOM_WEIGHTS", ("random:",))  # here it counts as trained
     at.run()
     assert_clean(at)
-    direct = lab.geometry_correlations()
+    direct = correlation_lab.geometry_correlations()
     for frame, result in zip(summaries(at), direct["results"], strict=True):
         assert frame.iloc[0]["n (models)"] == result["n"] >= 3
         assert frame.iloc[0]["Spearman ρ"] == pytest.approx(result["spearman_rho"])

@@ -16,8 +16,9 @@ import pytest
 from apptest_helpers import assert_clean, charts, plotly_array
 from streamlit.testing.v1 import AppTest
 
-from deffcore.measurement import measure
-from deffcore.sweep import paper_models, sweep_job
+from deffcore.runs.measure import measure
+from deffcore.views.models_overview import paper_models
+from deffcore.work.sweep import sweep_job
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = "pages/13_Models.py"
@@ -27,7 +28,7 @@ RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, 
 def test_renders_on_an_empty_cache_with_the_shipped_runs(tmp_path, monkeypatch):
     """A first-time visitor: no cached run at all. No error; the packaged precomputed runs and
     the paper's models are listed from the start, each with N, trust and bias."""
-    from deffcore.snapshot import load_gallery
+    from deffcore.views.run_view import load_gallery
 
     monkeypatch.setenv("DEFF_CACHE_DIR", str(tmp_path / "empty"))
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180).run()
@@ -48,7 +49,7 @@ def test_renders_on_an_empty_cache_with_the_shipped_runs(tmp_path, monkeypatch):
 
 
 def test_two_runs_differing_in_bos_get_different_labels():
-    from deffcore.run_tables import models_table
+    from deffcore.runs.tables import models_table
 
     base = {"model": "smollm2-135m", "dataset": "bbc-news", "n": 512, "max_tokens": 128, "seed": 0}
     rows = [

@@ -57,7 +57,7 @@ def rendered_tags(body: str) -> set[str]:
 
 
 def test_md_escape_leaves_no_markup_and_reads_as_the_text():
-    from deffcore.safe_text import md_escape
+    from deffcore.core.safe_text import md_escape
 
     for text in (HOSTILE, "# heading", "1. item", "- item", "> quote", "`code`", "a\\b",
                  "x\n===", "<script>alert(1)</script>", "&amp; &lt;", "~~gone~~"):  # fmt: skip
@@ -121,8 +121,8 @@ def test_paths_off_refuses_an_hf_spec_naming_a_local_folder(no_model, tmp_path, 
 
 
 def test_a_degenerate_control_is_a_sentence_on_the_pages(tmp_path):
-    from deffcore.measurement import measure
-    from deffcore.snapshot import MeasurementView
+    from deffcore.runs.measure import measure
+    from deffcore.views.run_view import MeasurementView
     from explorer import views
 
     path = tmp_path / "the.txt"
@@ -146,7 +146,7 @@ def test_the_runs_pages_shared_label_is_not_markdown(tmp_path, monkeypatch):
     """The Runs page's intro names what every listed run shares (here the dataset's file
     name, which the visitor chose): shown as its text, never as Markdown."""
     import explorer.views
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     monkeypatch.setenv("DEFF_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(explorer.views, "load_gallery", lambda: [])  # only the two runs below

@@ -22,8 +22,8 @@ import pytest
 from apptest_helpers import assert_clean, chart, plotly_array
 from streamlit.testing.v1 import AppTest
 
-from deffcore.sharing import APP_RUN_ENV, list_shared, read_snapshot, save_shared
-from deffcore.snapshot import MeasurementView, snapshot
+from deffcore.views.run_view import MeasurementView, snapshot
+from deffcore.views.sharing import APP_RUN_ENV, list_shared, read_snapshot, save_shared
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -33,8 +33,8 @@ RUNS = "pages/7_Runs.py"
 @pytest.fixture(scope="module")
 def shared(measurement):
     """(the bytes of a tiny-gpt2 run's snapshot, the Measurement it was made from)."""
-    from deffcore import cache
-    from deffcore.measurement import measure
+    from deffcore.extraction import cache
+    from deffcore.runs.measure import measure
 
     m = measure(model="tiny-gpt2", dataset="bbc-news", n=16, max_tokens=32)
     body = json.dumps(snapshot(m, command="deffcore measure --model tiny-gpt2 --n 16")).encode()
@@ -161,7 +161,7 @@ def test_a_corrupt_upload_is_one_sentence_and_changes_nothing(app, shared, name,
 
 def test_a_shared_copy_of_a_cached_run_is_the_current_one_not_the_cache_entry(app, measurement):
     """The same run twice (cached here, and a file someone sent): the one opened is current."""
-    from deffcore.sharing import delete_shared
+    from deffcore.views.sharing import delete_shared
 
     body = json.dumps(snapshot(measurement)).encode()
     try:

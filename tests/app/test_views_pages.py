@@ -19,8 +19,8 @@ from apptest_helpers import assert_clean, chart, plotly_array
 from streamlit.testing.v1 import AppTest
 
 from deffcore import figures
-from deffcore.depth import lag_profile
-from deffcore.snapshot import MeasurementView, load_gallery, run_slug
+from deffcore.measures.depth import lag_profile
+from deffcore.views.run_view import MeasurementView, load_gallery, run_slug
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -29,8 +29,8 @@ RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, 
 @pytest.fixture(scope="module")
 def runs(cache_dir):
     """The trained run (with its two null seeds), a windows variant and a partial entry."""
-    from deffcore import cache
-    from deffcore.measurement import measure
+    from deffcore.extraction import cache
+    from deffcore.runs.measure import measure
 
     trained = measure(**RUN, random_seeds=(1, 2))
     windows = measure(**RUN, passages="windows")
@@ -60,7 +60,7 @@ def app(runs):
 
 def complete_keys(model: str | None = None) -> list[str]:
     """Keys of the complete cached runs (of one model when given), newest first."""
-    from deffcore import cache
+    from deffcore.extraction import cache
 
     return [
         m["key"]
@@ -157,8 +157,8 @@ def test_side_by_side_shows_both_maps_their_difference_and_the_changes(app, runs
     fig = chart(at, "Layer similarity side by side")
     heat = [t for t in fig["data"] if t["type"] == "heatmap"]
     assert len(heat) == 3
-    from deffcore import cache
-    from deffcore.measurement import Measurement
+    from deffcore.extraction import cache
+    from deffcore.runs.measure import Measurement
 
     meta = cache.load_meta(null_key)
     spec = cache.RunSpec(**meta["spec"])
@@ -189,7 +189,7 @@ def test_resume_and_delete_only_list_cache_entries(app, runs):
 
 
 def test_resume_finishes_an_interrupted_run(app, runs):
-    from deffcore import cache
+    from deffcore.extraction import cache
 
     key = runs["partial"].key()
     at = goto(app, "pages/7_Runs.py")
@@ -240,7 +240,7 @@ def test_gap_page_labels_are_unique_and_precomputed_runs_are_shown(app, runs):
         pre = next(t for t in fig["data"] if t["name"] == "precomputed")
         assert all(y.endswith("(precomputed)") for y in pre["y"])
     # the paper's values come from the package's own copy (deffcore.paper)
-    from deffcore.paper import paper_reference_path
+    from deffcore.views.paper import paper_reference_path
 
     if paper_reference_path() is not None:
         assert any(t["name"] == "paper" for t in fig["data"])
@@ -309,7 +309,7 @@ def test_side_by_side_difference_and_different_depths():
 
 
 def test_tagged_figure_csv_leads_with_the_run_identity():
-    from deffcore.snapshot import run_identity
+    from deffcore.views.run_view import run_identity
 
     spec = {**RUN, "revision": None, "dtype": "float32", "passages": "windows"}
     ident = run_identity(spec, pooling="default", metric="cka")
@@ -334,7 +334,7 @@ def test_lag_decay_floor_is_dashed_and_explained_only_when_above_the_data():
 def test_first_screen_shows_linear_and_unbiased_cka_side_by_side(cache_dir):
     """The shipped default (N >= 4,096 windows): both metrics on the first screen, equal to the
     snapshot's own numbers, and the bias figure d/(N+d) about 0.12."""
-    from deffcore.snapshot import load_snapshot
+    from deffcore.views.run_view import load_snapshot
 
     snap = load_snapshot()
     assert snap is not None and snap.n >= 4096

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from deffcore.glossary import term_for
+from deffcore.views.glossary import term_for
 
 REPO = Path(__file__).resolve().parents[2]
 #: widget key -> why its options are not glossary terms

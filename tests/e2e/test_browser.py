@@ -219,7 +219,7 @@ def visit_every_page(page, prefix: str, sidebar_text: str | None = None) -> None
 
 
 def test_run_switch_pooling_and_visit_every_page(server, page):
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     page.goto(server["url"])
     page.get_by_role("heading", name="Effective Depth Explorer").wait_for()

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from deffcore.errors import InvalidStatesError
+from deffcore.core.errors import InvalidStatesError
 from deffcore.labs.aggregations import (
     AGGREGATIONS,
     aggregate,

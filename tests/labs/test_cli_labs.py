@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from deffcore.cli import main
-from deffcore.constants import POOLINGS
+from deffcore.cli.main import main
+from deffcore.core.constants import POOLINGS
 
 TINY = ["--n", "8", "--max-tokens", "24", "--no-progress"]
 CARRY = [
@@ -81,7 +81,7 @@ def test_dynamics_needs_checkpoints(capsys):
 
 def test_aggregations_json(capsys):
     from deffcore.labs.aggregations import aggregation_table
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     out = run_json(capsys, ["aggregations", "--model", "tiny-llama", *TINY])
     assert out["lab"] == "aggregations" and out["layers"] == 4 and len(out["rows"]) == 3 * 5
@@ -103,8 +103,8 @@ def test_pruning_json_has_the_tolerance_fields(capsys):
 
 
 def test_aggregations_json_has_the_trajectory_geometry(capsys):
-    from deffcore.geometry import geodesic_efficiency
-    from deffcore.measurement import measure
+    from deffcore.measures.geometry import geodesic_efficiency
+    from deffcore.runs.measure import measure
 
     out = run_json(capsys, ["aggregations", "--model", "tiny-llama", *TINY])
     m = measure(model="tiny-llama", n=8, max_tokens=24)
@@ -118,8 +118,8 @@ def test_aggregations_json_has_the_trajectory_geometry(capsys):
 
 
 def test_gw_json(capsys):
-    from deffcore.gw import gw_matrix, pair_spearman
-    from deffcore.measurement import measure
+    from deffcore.measures.gw import gw_matrix, pair_spearman
+    from deffcore.runs.measure import measure
 
     out = run_json(capsys, ["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--gw-seed", "1"])
     assert {"gw", "spearman_gw_cka", "spearman_lag_gw", "spearman_lag_cka", "n_gw"} <= set(out)

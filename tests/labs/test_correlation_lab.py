@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from deffcore.correlation import correlate
-from deffcore.errors import DeffError, InvalidArgumentError
-from deffcore.labs import correlation_lab as lab
-from deffcore.labs import panels
+from deffcore.core.errors import DeffError, InvalidArgumentError
+from deffcore.labs import correlation_lab, panels
 from deffcore.labs.scores import read_scores
+from deffcore.measures.correlation import correlate
 
 # Table S17 as printed in the paper (model, L, D_eff/L, k_1.10), typed in by hand.
 S17 = [
@@ -35,7 +34,7 @@ def test_s18_recomputed_from_the_six_s17_models():
     x = [r[2] for r in S17]
     k = [r[3] for r in S17]
     f = [r[3] / r[1] for r in S17]
-    check = lab.s18_check()
+    check = correlation_lab.s18_check()
     full = check["recomputed_six"][0]
     assert full["subset"] == "full panel" and full["n"] == 6
     assert full["k110_pearson_r"] == pytest.approx(pearsonr(x, k)[0])
@@ -47,7 +46,7 @@ def test_s18_recomputed_from_the_six_s17_models():
 
 
 def test_s18_reconstruction_agrees_with_29_of_32_printed_values():
-    check = lab.s18_check()
+    check = correlation_lab.s18_check()
     assert (check["agree"], check["total"]) == (29, 32)
     off = {(r["subset"], r["quantity"]): r for r in check["rows"] if not r["agrees"]}
     assert set(off) == {
@@ -65,15 +64,18 @@ def test_s18_reconstruction_agrees_with_29_of_32_printed_values():
 
 
 def test_the_paper_spearman_p_is_scipys_t_not_the_exact_permutation_p():
-    full = lab.s18_check()["reconstructed_eight"][0]
+    full = correlation_lab.s18_check()["reconstructed_eight"][0]
     assert round(full["k110_spearman_p"], 3) == 0.001  # printed 0.001
     assert full["k110_spearman_p_exact"] > 0.004  # the exact p would print as 0.005
 
 
 def test_agrees_uses_the_printed_precision():
-    assert lab.printed_decimals("-0.9") == 2 and lab.printed_decimals("0.002") == 3
-    assert lab.agrees(-0.9034, "-0.9") and not lab.agrees(-0.9061, "-0.9")
-    assert lab.agrees(0.0021, "0.002") and not lab.agrees(0.0026, "0.002")
+    assert (
+        correlation_lab.printed_decimals("-0.9") == 2
+        and correlation_lab.printed_decimals("0.002") == 3
+    )
+    assert correlation_lab.agrees(-0.9034, "-0.9") and not correlation_lab.agrees(-0.9061, "-0.9")
+    assert correlation_lab.agrees(0.0021, "0.002") and not correlation_lab.agrees(0.0026, "0.002")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,14 +92,14 @@ def fake_panel(monkeypatch):
         "e": {"model": "E", "family": "F3", "source": "paper", "deff_over_L": None},
     }
     panel = {panels.model_key(r["model"]): r for r in rows.values()}
-    monkeypatch.setattr(lab, "model_panel", lambda *a, **k: panel)
+    monkeypatch.setattr(correlation_lab, "model_panel", lambda *a, **k: panel)
     return panel
 
 
 def test_score_correlations_join_scores_to_the_panel(tmp_path, fake_panel):
     path = tmp_path / "s.csv"
     path.write_text("model,task,score\nA,T,1\nb,T,2\nC,T,4\nD,T,3.5\nA,U,1\nB,U,2\n")
-    out = lab.score_correlations(read_scores(path))
+    out = correlation_lab.score_correlations(read_scores(path))
     t, u = out["results"]
     assert t["task"] == "T" and t["n"] == 4
     direct = correlate([0.10, 0.08, 0.05, 0.03], [1, 2, 4, 3.5], families=["F1", "F1", "F2", "F2"])
@@ -112,11 +114,11 @@ def test_unknown_models_are_refused_or_left_out(tmp_path, fake_panel):
     path = tmp_path / "s.csv"
     path.write_text("model,task,score\nA,T,1\nB,T,2\nC,T,4\nE,T,1\nZ,T,3\n")
     with pytest.raises(InvalidArgumentError, match=r"no deff_over_L in the panel.*E, Z"):
-        lab.score_correlations(read_scores(path))
-    out = lab.score_correlations(read_scores(path), ignore_unknown=True)
+        correlation_lab.score_correlations(read_scores(path))
+    out = correlation_lab.score_correlations(read_scores(path), ignore_unknown=True)
     assert out["unknown_models"] == ["E", "Z"] and out["results"][0]["n"] == 3
     with pytest.raises(InvalidArgumentError, match="Unknown x"):
-        lab.score_correlations(read_scores(path), x="nope")
+        correlation_lab.score_correlations(read_scores(path), x="nope")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +158,7 @@ def tiny_counts_as_trained(monkeypatch):
 
 
 def test_random_weights_are_never_in_a_panel(tiny_dataset):
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     measure("tiny-llama", dataset=tiny_dataset, n=6, max_tokens=16)
     assert panels.cached_panel() == [] and panels.geometry_panel() == []
@@ -165,7 +167,7 @@ def test_random_weights_are_never_in_a_panel(tiny_dataset):
 def test_cached_panel_keeps_the_largest_run_and_wins_over_the_paper(
     tiny_dataset, tiny_counts_as_trained
 ):
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     small = measure("tiny-llama", dataset=tiny_dataset, n=6, max_tokens=16)
     big = measure("tiny-llama", dataset=tiny_dataset, n=10, max_tokens=16)
@@ -201,7 +203,7 @@ def test_pruning_correlations_from_stored_checks():
     _store_check("m2", 24, 0.05, 1)
     _store_check("m3", 32, 0.04, 2)
     _store_check("m4", 32, 0.03, 4)
-    out = lab.pruning_correlations()
+    out = correlation_lab.pruning_correlations()
     f, k = out["results"]
     assert (f["y"], k["y"], f["n"]) == ("f_110", "k_110", 4)
     x = [0.07, 0.05, 0.04, 0.03]
@@ -210,24 +212,24 @@ def test_pruning_correlations_from_stored_checks():
     assert by_model == {"m1": 0, "m2": 1, "m3": 2, "m4": 4}
     assert k["pearson_r"] == pytest.approx(pearsonr(x, [0, 1, 2, 4])[0])
     assert out["paper"]["agree"] == 29
-    both = lab.pruning_correlations(with_paper=True)
+    both = correlation_lab.pruning_correlations(with_paper=True)
     assert both["results"][0]["n"] == 10
     with pytest.raises(InvalidArgumentError, match="records deff_over_L and gap_pct"):
-        lab.pruning_correlations(x="rho1")
+        correlation_lab.pruning_correlations(x="rho1")
 
 
 def test_pruning_correlations_need_three_checks():
     with pytest.raises(DeffError, match="Only 0 models with a stored pruning check"):
-        lab.pruning_correlations()
+        correlation_lab.pruning_correlations()
 
 
 def test_geometry_correlations_over_cached_runs(tiny_dataset, tiny_counts_as_trained):
-    from deffcore.geometry import geodesic_efficiency
-    from deffcore.measurement import measure
+    from deffcore.measures.geometry import geodesic_efficiency
+    from deffcore.runs.measure import measure
 
     models = ("tiny-llama", "tiny-gpt2", "tiny-qwen2")
     runs = [measure(m, dataset=tiny_dataset, n=8, max_tokens=16) for m in models]
-    out = lab.geometry_correlations()
+    out = correlation_lab.geometry_correlations()
     geo, euc = out["results"]
     assert geo["y"] == "geodesic_efficiency" and geo["n"] == 3
     expected = {m.spec.model: geodesic_efficiency(m.states("default")).efficiency for m in runs}
@@ -245,5 +247,5 @@ def test_stored_checks_of_random_weights_are_no_pruning_points():
         "m2", "m3", "m4", "tiny-llama", "random:m2:0"
     }  # fmt: skip
     assert {r["model"] for r in panels.pruning_panel()} == {"m2", "m3", "m4"}
-    (f, _) = lab.pruning_correlations()["results"]
+    (f, _) = correlation_lab.pruning_correlations()["results"]
     assert {p["model"] for p in f["points"]} == {"m2", "m3", "m4"}

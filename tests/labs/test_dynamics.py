@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore.depth import effective_depth, gap_percent
-from deffcore.errors import DeffError
-from deffcore.extract import extract_pooled
+from deffcore.core.errors import DeffError
+from deffcore.extraction.forward import extract_pooled
+from deffcore.inputs.loading import load_model
+from deffcore.inputs.texts import load_passages
 from deffcore.labs.dynamics import (
     Checkpoint,
     dynamics_sweep,
@@ -19,9 +20,8 @@ from deffcore.labs.dynamics import (
     parse_step_tokens,
 )
 from deffcore.labs.residual_carry import run_carry_sweep, settings_from
-from deffcore.models import load_model
-from deffcore.similarity import naive_similarity_matrix
-from deffcore.texts import load_passages
+from deffcore.measures.depth import effective_depth, gap_percent
+from deffcore.measures.similarity import naive_similarity_matrix
 
 
 def test_parse_names():

@@ -8,16 +8,16 @@ import pytest
 import torch
 from torch import nn
 
-from deffcore.constants import POOLINGS
-from deffcore.errors import UnsupportedArchitectureError
-from deffcore.labs.interventions import (
+from deffcore.core.constants import POOLINGS
+from deffcore.core.errors import UnsupportedArchitectureError
+from deffcore.inputs.interventions import (
     INTERVENTIONS,
     norm_intervention,
-    paper_intervention_rows,
     post_norm_modules,
     qk_norm_modules,
     supported_interventions,
 )
+from deffcore.labs.interventions import paper_intervention_rows
 
 
 def _logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -127,11 +127,11 @@ def test_paper_rows_are_table_s6():
 def test_intervention_table_matches_an_independent_measurement(tiny_gemma3, lab_cache):
     from dataclasses import replace
 
-    from deffcore.depth import effective_depth, gap_percent
-    from deffcore.extract import extract_pooled
+    from deffcore.extraction.forward import extract_pooled
+    from deffcore.inputs.texts import load_passages
     from deffcore.labs.interventions import intervention_table
-    from deffcore.similarity import naive_similarity_matrix
-    from deffcore.texts import load_passages
+    from deffcore.measures.depth import effective_depth, gap_percent
+    from deffcore.measures.similarity import naive_similarity_matrix
 
     table = intervention_table("tiny-gemma3", n=8, max_tokens=24, device="cpu", dtype="float32")
     rows = table.to_dict()["rows"]
@@ -153,7 +153,7 @@ def test_intervention_table_refuses_before_measuring(lab_cache):
 
     with pytest.raises(UnsupportedArchitectureError, match="post"):
         intervention_table("tiny-llama", n=8, max_tokens=24, device="cpu")
-    from deffcore.cache import list_runs
+    from deffcore.extraction.cache import list_runs
 
     assert list_runs() == []  # nothing was measured (not even the "none" run)
 
@@ -167,7 +167,7 @@ def test_intervention_table_refuses_before_measuring(lab_cache):
     ],
 )
 def test_other_architectures(spec, supported, token_ids):
-    from deffcore.models import load_model
+    from deffcore.inputs.loading import load_model
 
     model = load_model(spec, device="cpu", dtype="float32").model
     assert supported_interventions(model) == supported
@@ -179,16 +179,16 @@ def test_other_architectures(spec, supported, token_ids):
 
 
 def test_intervention_table_second_call_reads_the_cache(monkeypatch):
-    import deffcore.models
+    import deffcore.inputs.loading
     from deffcore.labs.interventions import intervention_table
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
 
     first = intervention_table("tiny-gemma3", n=8, max_tokens=24, interventions=["none", "no_qk"])
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded again")
 
-    monkeypatch.setattr(deffcore.models, "load_model", no_model)
+    monkeypatch.setattr(deffcore.inputs.loading, "load_model", no_model)
     second = intervention_table("tiny-gemma3", n=8, max_tokens=24, interventions=["none", "no_qk"])
     assert second.rows == first.rows
     # the lab's entries are measure()'s entries

@@ -80,7 +80,7 @@ def test_interventions_page_shows_paper_then_measures(app):
     assert_clean(at)
     shown = table_with(at, "default (this run)")
     direct = intervention_table("tiny-gemma3", n=8, max_tokens=24)  # cache hit
-    from deffcore.interventions import PAPER_LABELS
+    from deffcore.inputs.interventions import PAPER_LABELS
 
     for name in ("none", "no_post", "no_qk", "no_post_no_qk"):
         row = PAPER_LABELS[name]  # the picker's words in the table too
@@ -126,7 +126,7 @@ def test_pruning_page(app):
 
 
 def test_carry_then_dynamics_pages(app):
-    from deffcore.cache import cache_dir
+    from deffcore.core.paths import cache_dir
 
     at = goto(app, "pages/10_Residual_carry.py")
     assert_clean(at)
@@ -167,9 +167,9 @@ def test_carry_then_dynamics_pages(app):
 
 
 def test_aggregations_page_matches_the_library(app):
-    from deffcore.glossary import COLUMN_LABELS
     from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
-    from deffcore.measurement import measure
+    from deffcore.runs.measure import measure
+    from deffcore.views.glossary import COLUMN_LABELS
 
     at = goto(app, "pages/12_Aggregations.py")
     assert_clean(at)

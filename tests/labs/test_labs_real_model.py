@@ -6,15 +6,16 @@ import math
 
 import pytest
 
-from deffcore.constants import POOLINGS
+from deffcore.core.constants import POOLINGS
 
 
 @pytest.mark.slow
 def test_gemma3_270m_interventions():
-    from deffcore.labs.interventions import INTERVENTIONS, intervention_table, norm_intervention
+    from deffcore.inputs.interventions import INTERVENTIONS, norm_intervention
+    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.texts import load_passages
+    from deffcore.labs.interventions import intervention_table
     from deffcore.labs.pruning import perplexity
-    from deffcore.models import load_model
-    from deffcore.texts import load_passages
 
     table = intervention_table("gemma3-270m", n=12, max_tokens=64, device="cpu", dtype="float32")
     assert len(table.rows) == len(INTERVENTIONS) * len(POOLINGS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deffcore.labs import lens_figures as lf
+from deffcore.labs import lens_figures
 
 
 def test_gw_heatmaps_hold_both_matrices():
@@ -14,7 +14,7 @@ def test_gw_heatmaps_hold_both_matrices():
     gw = {"similarity": S.tolist(), "gw": G.tolist(), "metric": "cka", "gw_metric": "euclidean",
           "model": "m", "spearman_gw_cka": -1.0, "spearman_lag_gw": 0.5,
           "spearman_lag_cka": float("nan"), "n_gw": 64}  # fmt: skip
-    fig = lf.gw_heatmaps(gw)
+    fig = lens_figures.gw_heatmaps(gw)
     left, right = fig.data
     np.testing.assert_array_equal(np.asarray(left.z), S)
     np.testing.assert_array_equal(np.asarray(right.z), G)
@@ -37,7 +37,7 @@ def _result():
 
 
 def test_correlation_scatter_points_labels_and_fit():
-    fig = lf.correlation_scatter(_result())
+    fig = lens_figures.correlation_scatter(_result())
     traces = {t.name: t for t in fig.data}
     assert set(traces) == {"F1", "F2", "other", "least-squares fit"}
     assert list(traces["F1"].x) == [0.1, 0.2] and list(traces["F1"].text) == ["a", "b"]
@@ -54,7 +54,7 @@ def test_pruning_bars_ours_beside_the_paper():
         {"model": "OLMo-2-1B", "source": "Table S17", "f_110": 0.0, "k_110": 0, "layers": 16,
          "deff_over_L": 0.07},
     ]  # fmt: skip
-    ours, paper = lf.pruning_tolerance_bars(rows).data
+    ours, paper = lens_figures.pruning_tolerance_bars(rows).data
     assert list(ours.y) == [0.25] and list(ours.text) == ["4/16"]
     assert list(paper.x) == ["OLMo-2-1B"] and paper.marker.pattern.shape == "/"
 
@@ -64,7 +64,7 @@ def test_pretrain_trajectories_one_line_per_run():
         {"variant": v, "seed": s, "step": st, "tokens": st * 10, "gap_default": 40.0 + s + st}
         for v in ("none", "no_post") for s in (0, 1) for st in (0, 5)
     ]  # fmt: skip
-    fig = lf.pretrain_trajectories(records)
+    fig = lens_figures.pretrain_trajectories(records)
     assert len(fig.data) == 4 and list(fig.data[0].x) == [0, 50]
     assert fig.data[0].name == "no_post, seed 0" and list(fig.data[1].y) == [41.0, 46.0]
 
@@ -74,7 +74,7 @@ def test_user_text_reaches_plotly_as_text_not_html():
     result["task"] = "<a href='http://x'>MMLU</a>"
     result["points"][0]["model"] = "<b>a</b>"
     result["points"][0]["family"] = "F<1>"
-    fig = lf.correlation_scatter(result)
+    fig = lens_figures.correlation_scatter(result)
     title = fig.layout.title.text
     assert "<a" not in title and "&lt;a href='http://x'&gt;" in title
     named = {t.name: t for t in fig.data}

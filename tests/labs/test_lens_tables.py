@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from deffcore.correlation import correlate
-from deffcore.labs import lens_figures as lf
-from deffcore.labs import lens_tables as lt
+from deffcore.labs import lens_figures, lens_tables
 from deffcore.labs.aggregations import aggregation_table
 from deffcore.labs.correlation_lab import correlate_points
-from deffcore.synthetic import orthogonal_updates
+from deffcore.measures.correlation import correlate
+from deffcore.measures.synthetic import orthogonal_updates
 
 POINTS = [
     {"model": "a1", "family": "A", "source": "paper", "x": 0.10, "y": 4.0},
@@ -31,7 +30,7 @@ def result():
 
 def test_summary_is_scipy_on_the_points(result):
     x, y = [p["x"] for p in POINTS], [p["y"] for p in POINTS]
-    row = lt.correlation_summary(result).iloc[0]
+    row = lens_tables.correlation_summary(result).iloc[0]
     assert row["n (models)"] == 5
     assert row["Pearson r"] == pytest.approx(pearsonr(x, y)[0])
     assert row["p (Pearson)"] == pytest.approx(pearsonr(x, y)[1])
@@ -43,7 +42,7 @@ def test_summary_is_scipy_on_the_points(result):
 
 
 def test_leave_one_out_rows_and_the_extremes(result):
-    frame = lt.leave_one_out(result)
+    frame = lens_tables.leave_one_out(result)
     assert list(frame["left out"]) == ["a1", "a2", "b1", "c1", "c2"]
     assert dict(zip(frame["left out"], frame["extreme"], strict=True)) == {
         "a1": "largest x", "a2": "", "b1": "", "c1": "", "c2": "smallest x"
@@ -57,12 +56,12 @@ def test_leave_one_out_rows_and_the_extremes(result):
 
 
 def test_leave_one_family_out_marks_one_model_families(result):
-    frame = lt.leave_one_family_out(result).set_index("family left out")
+    frame = lens_tables.leave_one_family_out(result).set_index("family left out")
     assert list(frame.index) == ["A", "B", "C"]
     assert list(frame["models left out"]) == [2, 1, 2]
     assert frame.loc["B", "same as leaving out"] == "b1"
     assert frame.loc["A", "same as leaving out"] == ""
-    loo = lt.leave_one_out(result).set_index("left out")
+    loo = lens_tables.leave_one_out(result).set_index("left out")
     assert frame.loc["B", "Pearson r"] == loo.loc["b1", "Pearson r"]
     keep = [p for p in POINTS if p["family"] != "C"]
     direct = correlate([p["x"] for p in keep], [p["y"] for p in keep])
@@ -71,13 +70,13 @@ def test_leave_one_family_out_marks_one_model_families(result):
 
 def test_too_small_subsets_say_why():
     small = correlate_points(POINTS[:3], "x", "y")
-    frame = lt.leave_one_out(small)
+    frame = lens_tables.leave_one_out(small)
     assert (frame["skipped"] == "fewer than 3 models remain").all()
     assert frame["Pearson r"].isna().all()
 
 
 def test_points_frame(result):
-    frame = lt.points_frame(result)
+    frame = lens_tables.points_frame(result)
     assert list(frame.columns) == ["Model", "Family", "Source", "x", "y"]
     assert list(frame["y"]) == [p["y"] for p in POINTS]
 
@@ -85,7 +84,7 @@ def test_points_frame(result):
 def test_published_scores_frames():
     from deffcore.labs.correlation_lab import paper_score_tables
 
-    frames = lt.published_scores(paper_score_tables())
+    frames = lens_tables.published_scores(paper_score_tables())
     assert set(frames) == {"Table S20", "Table S21"}
     assert "Pearson r" in frames["Table S20"].columns and len(frames["Table S20"]) > 0
 
@@ -95,7 +94,7 @@ def test_pruning_tolerance_rows():
 
     mine = {"model": "m", "source": "pruning", "layers": 16, "deff_over_L": 0.1, "gap_pct": 5.0,
             "ppl0": 12.0, "k_110": 2, "f_110": 0.125, "n": 64, "n_heldout": 32}  # fmt: skip
-    frame = lt.pruning_tolerance([mine, *paper_pruning_rows()])
+    frame = lens_tables.pruning_tolerance([mine, *paper_pruning_rows()])
     assert frame.loc[0, "Source"] == "this machine (stored check)"
     assert frame.loc[0, "f₁.₁₀"] == 0.125 and frame.loc[0, "measured passages"] == 64
     llama = frame[frame["Model"] == "Llama-3.1-8B"].iloc[0]
@@ -121,7 +120,7 @@ class _Run:
 
 def test_geometry_frame_on_the_orthogonal_reference():
     table = aggregation_table(_Run(), metrics=("cka",))
-    frame = lt.geometry_frame(table)
+    frame = lens_tables.geometry_frame(table)
     assert list(frame.index) == ["arccos linear CKA", "Euclidean (pooled states)"]
     row = frame.loc["arccos linear CKA"]
     assert row["efficiency"] == pytest.approx(row["reference E_L"])  # the closed form E_L
@@ -129,7 +128,7 @@ def test_geometry_frame_on_the_orthogonal_reference():
     assert row["D_eff / L"] == pytest.approx(2 / (6 + 1))  # F_L / L
     euclid = frame.loc["Euclidean (pooled states)"]
     assert euclid["efficiency"] == pytest.approx(table["trajectory"]["euclidean_efficiency"])
-    fig = lf.turning_angles_plot(table)
+    fig = lens_figures.turning_angles_plot(table)
     cka, euclidean = fig.data
     assert list(cka.x) == [2, 3, 4, 5] and list(cka.y) == pytest.approx([90.0] * 4)
     assert euclidean.name == "Euclidean (pooled states)"
@@ -141,10 +140,10 @@ def test_geometry_frame_without_states():
             return np.eye(4)
 
     table = aggregation_table(Snapshot(), metrics=("cka",))
-    frame = lt.geometry_frame(table)
+    frame = lens_tables.geometry_frame(table)
     assert frame.loc["arccos linear CKA", "efficiency"] == pytest.approx(1 / 3)  # S = I
     assert frame.loc["Euclidean (pooled states)"].drop("geometry", errors="ignore").isna().all()
-    assert len(lf.turning_angles_plot(table).data) == 1
+    assert len(lens_figures.turning_angles_plot(table).data) == 1
 
 
 def test_pretrain_beside_paper_rows():
@@ -152,7 +151,7 @@ def test_pretrain_beside_paper_rows():
               "paper_gap_default": 41.3, "paper_gap_default_sd": 0.6, "val_loss": 2.3,
               "paper_val_loss": 5.06, "max_pos0_ratio": 1.2,
               "paper_max_pos0_ratio": 1.48}]  # fmt: skip
-    frame = lt.pretrain_beside_paper(final)
+    frame = lens_tables.pretrain_beside_paper(final)
     ours, paper = frame.to_dict("records")
     assert ours["source"] == "this machine (3 seeds)" and paper["source"] == "paper (Table S8)"
     assert (ours["default gap %"], paper["default gap %"]) == (34.7, 41.3)
@@ -163,7 +162,7 @@ def test_pretrain_beside_paper_rows():
 def test_gw_beside_the_paper():
     gw = {"model": "m", "n_gw": 64, "layers": 4, "spearman_gw_cka": -0.8,
           "spearman_lag_gw": 0.3, "spearman_lag_cka": -0.5}  # fmt: skip
-    frame = lt.gw_beside_paper(gw).set_index("Model")
+    frame = lens_tables.gw_beside_paper(gw).set_index("Model")
     assert list(frame.columns) == ["L (layers)", "ρ(GW, CKA)", "ρ(|i−j|, GW)", "ρ(|i−j|, CKA)"]
     assert frame.loc["m (this run, n_gw = 64)", "ρ(GW, CKA)"] == -0.8
     assert frame.loc["Pythia-410M (paper)", "ρ(|i−j|, GW)"] == 0.45  # Table S22
@@ -178,7 +177,7 @@ def test_ppl_k_frame_of_a_non_monotone_curve():
         model="m", layers=8, n=8, n_heldout=4, deff=2.0, bi=[0.1] * 8, local_deff=[0.0] * 8,
         order={"bi": list(range(8))}, ks=sorted(curve), ppl={"bi": curve}, heldout_tokens=50,
     ).to_dict()  # fmt: skip
-    frame = lt.ppl_k_frame(check)
+    frame = lens_tables.ppl_k_frame(check)
     assert list(frame.index) == [0, 1, 2, 4]
     assert list(frame["PPL_k / PPL₀"][:3]) == pytest.approx([1.0, 1.2, 1.05])
     assert list(frame["≤ 1.10 PPL₀"]) == [True, False, True, False]
@@ -186,7 +185,7 @@ def test_ppl_k_frame_of_a_non_monotone_curve():
 
 
 def test_paper_table_s8():
-    frame = lt.paper_table_s8().set_index("variant")
+    frame = lens_tables.paper_table_s8().set_index("variant")
     assert list(frame.index) == ["none", "no post", "no QK", "no post/no QK"]
     assert frame.loc["no post", "first non-BOS gap %"] == 22.8
     assert frame.loc["none", "sd of default gap"] == 0.6
@@ -197,7 +196,7 @@ def test_s18_table_names_each_quantity():
     from deffcore.labs.correlation_lab import s18_check
 
     check = s18_check()
-    frame = lt.s18_table(check)
+    frame = lens_tables.s18_table(check)
     assert len(frame) == 32 and frame["agrees to the printed digits"].sum() == check["agree"]
     row = frame.set_index(["subset", "quantity"]).loc[("drop both", "f₁.₁₀: p (Pearson)")]
     (raw,) = [r for r in check["rows"]

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore.depth import depth_summary
-from deffcore.errors import DeffError
+from deffcore.core.errors import DeffError
 from deffcore.labs import pretrain
-from deffcore.similarity import naive_similarity_matrix
+from deffcore.measures.depth import depth_summary
+from deffcore.measures.similarity import naive_similarity_matrix
 
 DOCS = [
     "The committee met on Tuesday to discuss the budget and the plans for next year. " * 3,

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import spearmanr
 
-from deffcore.errors import DeffError, InvalidStatesError
+from deffcore.core.errors import DeffError, InvalidStatesError
+from deffcore.inputs.texts import load_passages
 from deffcore.labs.pruning import (
     block_influence,
     heldout_passages,
@@ -23,7 +24,6 @@ from deffcore.labs.pruning import (
     skip_blocks,
     skip_counts,
 )
-from deffcore.texts import load_passages
 
 PASSAGES = [
     "The bank raised interest rates again on Tuesday.",
@@ -214,7 +214,7 @@ def test_to_dict_reports_the_s17_fields_and_round_trips():
 
 
 def test_pruning_check_is_stored_and_read_back(tiny_llama, monkeypatch):
-    import deffcore.labs.pruning as pruning_mod
+    from deffcore.labs import pruning
     from deffcore.labs.store import list_results
 
     first = pruning_check("tiny-llama", n=8, n_heldout=4, max_tokens=24, seed=2, loaded=tiny_llama)
@@ -225,7 +225,7 @@ def test_pruning_check_is_stored_and_read_back(tiny_llama, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("recomputed although the result is stored")
 
-    monkeypatch.setattr(pruning_mod, "_compute", refuse)
+    monkeypatch.setattr(pruning, "_compute", refuse)
     again = pruning_check("tiny-llama", n=8, n_heldout=4, max_tokens=24, seed=2, loaded=tiny_llama)
     assert again.cached
     d1, d2 = first.to_dict(), again.to_dict()

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore.depth import effective_depth
-from deffcore.errors import DeffError
+from deffcore.core.errors import DeffError
 from deffcore.labs.residual_carry import (
     QUANTITIES,
     CarryBlock,
@@ -20,7 +19,8 @@ from deffcore.labs.residual_carry import (
     run_carry_sweep,
     settings_from,
 )
-from deffcore.similarity import naive_similarity_matrix
+from deffcore.measures.depth import effective_depth
+from deffcore.measures.similarity import naive_similarity_matrix
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 200
 

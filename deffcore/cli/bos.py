@@ -1,0 +1,143 @@
+"""`python -m deffcore bos`: BOS sensitivity of a run: controls, massive activations, sinks."""
+
+from __future__ import annotations
+
+import argparse
+
+from deffcore.cli._common import (
+    Progress,
+    add_output_args,
+    add_run_args,
+    check_args,
+    fmt,
+    result_only_stdout,
+    run_kwargs,
+)
+from deffcore.cli.main import print_json
+from deffcore.core.constants import POOLINGS
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bos",
+        help="BOS and attention-sink check: pooling controls, massive activations, sink heads",
+        description="Measure a run (cached) with every pooling control, then one small "
+        "eager-attention pass over its first min(N, 64) passages for massive activations "
+        "(per state h_0..h_L) and attention sinks (per block), and print one verdict. "
+        "Compare --bos add with --bos none to tell a BOS sink from a first-position sink.",
+    )
+    add_run_args(p, model="smollm2-135m", n=512)
+    p.add_argument("--batch-size", type=int, default=None, help="fixed batch size (default: auto)")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=None,
+        metavar="B",
+        help="passage bootstrap with B replicates for the default pooling's trust interval",
+    )
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def compute(args: argparse.Namespace, progress=None) -> dict:
+    """The run and its diagnostics, each cached; one model load serves both when needed."""
+    from deffcore.extraction import cache
+    from deffcore.inputs.loading import load_model
+    from deffcore.lenses.diagnostics import bos_report, diagnose, read_diagnostics
+    from deffcore.runs.measure import measure_spec, run_spec
+
+    kw = run_kwargs(args)
+    spec, device = run_spec(
+        kw["model"],
+        kw["dataset"],
+        kw["n"],
+        kw["max_tokens"],
+        kw["seed"],
+        kw["metric"],
+        kw.get("revision"),
+        kw.get("device"),
+        kw.get("dtype"),
+        passages=kw.get("passages", "documents"),
+        bos=kw.get("bos", "default"),
+    )
+    loaded = None
+    if read_diagnostics(spec) is None or cache.load(spec) is None:
+        # the dataset is checked first (fails fast), then the model is loaded once for both
+        from deffcore.inputs.tokens import run_texts
+
+        run_texts(spec)
+        if progress is not None:
+            progress(0, spec.n, f"loading {spec.model}")
+        loaded = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
+    m = measure_spec(
+        spec,
+        metric=kw["metric"],
+        device=device,
+        batch_size=args.batch_size,
+        progress=progress,
+        loaded=loaded,
+    )
+    diag = diagnose(spec, device=device, loaded=loaded, progress=progress)
+    return bos_report(m, diag, kw["metric"], bootstrap=getattr(args, "bootstrap", None))
+
+
+def _table(d: dict) -> str:
+    from deffcore.cli.measure import trust_lines
+
+    ratio = d["pos0_norm_ratio"]
+    onset, sun = d["massive_onset"], d.get("sun_onset")
+    lines = [
+        f"model {d['model']}  layers L={d['layers']}  N={d['n']}  max_tokens={d['max_tokens']}  "
+        f"passages={d['passages']}  bos={d['bos']} (tokenizer adds BOS: {d['adds_bos']})",
+        "",
+        d["verdict"],
+        "",
+        f"{'pooling':<15}{'D_eff':>8}{'D_eff/L':>9}{'gap%':>8}{'rho1':>7}",
+    ]
+    for pooling in POOLINGS:
+        r = d["results"][pooling]
+        same = f"  = {r['identical_to']} (identical for this run)" if r.get("identical_to") else ""
+        lines.append(
+            f"{pooling:<15}{fmt(r['deff']):>8}{fmt(r['deff_over_L']):>9}"
+            f"{fmt(r['gap_pct'], '.1f'):>8}{fmt(r['rho1']):>7}{same}"  # "—": undefined here
+        )
+    baseline = d.get("sink_baseline")
+    lines += [
+        "",
+        *trust_lines(d["trust"]),
+        "",
+        f"position-0 norm ratio: peak {ratio['max']:.1f}x at layer {ratio['layer']}",
+        f"massive activations ({d['diagnostic_passages']} passages): onset by the ratio > 100x "
+        f"{'none' if onset is None else f'layer {onset}'}; by Sun et al. (|a| > 100 and "
+        f">= 1,000x the median) {'none' if sun is None else f'layer {sun}'}",
+        f"sinks: share of heads with mean attention to position 0 > 0.3 on the "
+        f"{d.get('sink_passages')} passages of >= {d.get('sink_min_length')} tokens; uniform "
+        f"attention scores {'n/a' if baseline is None else f'{baseline:.3f}'} there",
+        f"{'layer':>6}{'ratio':>12}{'Sun':>5}{'position':>10}{'dim':>6}{'pos-0 ratio':>13}"
+        f"{'sinks':>8}",
+    ]
+    sun_flags = d.get("sun_massive") or [False] * len(d["massive_ratio"])
+    for layer, r in enumerate(d["massive_ratio"]):
+        frac = None if layer == 0 else d["sink_fraction"][layer - 1]
+        sink = "" if layer == 0 else ("     n/a" if frac is None else f"{100 * frac:>7.0f}%")
+        lines.append(
+            f"{layer:>6}{r:>12.1f}{'yes' if sun_flags[layer] else '':>5}"
+            f"{d['massive_position'][layer]:>10}{d['massive_dim'][layer]:>6}"
+            f"{ratio['per_layer'][layer]:>12.1f}x{sink}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from deffcore.core.checks import check_int
+
+    if args.bootstrap is not None:
+        check_int(args.bootstrap, "--bootstrap", 2)
+    check_args(args)  # every argument, cheaply, before anything loads
+    with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
+        d = compute(args, progress=bar)
+    if args.json:
+        print_json(d)
+    else:
+        print(_table(d))
+    return 0

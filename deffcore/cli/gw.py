@@ -1,0 +1,115 @@
+"""`python -m deffcore gw`: Gromov–Wasserstein distance between every pair of layers (S22)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from deffcore.cli._common import (
+    Progress,
+    add_output_args,
+    add_run_args,
+    check_args,
+    fmt,
+    result_only_stdout,
+    run_kwargs,
+)
+from deffcore.cli.main import print_json
+from deffcore.core.constants import POOLINGS
+
+
+def add_gw_args(p: argparse.ArgumentParser) -> None:
+    """--n-gw/--gw-seed/--gw-metric/--solver/--epsilon/--init (shared with `aggregations`)."""
+    from deffcore.measures.gw import EPSILON, GW_METRICS, INITS, N_GW, SOLVERS
+
+    g = p.add_argument_group("Gromov–Wasserstein")
+    g.add_argument(
+        "--n-gw", type=int, default=N_GW, help=f"passages subsampled per layer (default {N_GW})"
+    )
+    g.add_argument("--gw-seed", type=int, default=0, help="seed of the GW subsample")
+    g.add_argument("--gw-metric", choices=GW_METRICS, default="euclidean")
+    g.add_argument(
+        "--solver",
+        choices=SOLVERS,
+        default="exact",
+        help="exact (POT conditional gradient, a local optimum) or entropic",
+    )
+    g.add_argument(
+        "--epsilon",
+        type=float,
+        default=EPSILON,
+        help=f"entropic regularisation (solver entropic; default {EPSILON})",
+    )
+    g.add_argument(
+        "--init",
+        choices=INITS,
+        default="both",
+        help="starting coupling(s) of the exact solver: both (keep the smaller), product, identity",
+    )
+
+
+def check_gw_args(args: argparse.Namespace) -> None:
+    from deffcore.core.checks import check_int, check_seed
+    from deffcore.core.errors import InvalidArgumentError
+
+    check_int(args.n_gw, "--n-gw", 2)
+    check_seed(args.gw_seed, "--gw-seed")
+    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
+        raise InvalidArgumentError(f"--epsilon must be a positive number, got {args.epsilon}.")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "gw",
+        help="Gromov–Wasserstein distance between every pair of layers, beside CKA",
+        description="Paper Table S22: GW^2 between the layers' pooled point clouds (a seeded "
+        "subsample, mean-normalised distances, uniform weights, square loss) and Spearman rho "
+        "over layer pairs of GW vs CKA, |i-j| vs GW and |i-j| vs CKA. Stored under "
+        "<cache>/labs/gw and read back when repeated.",
+    )
+    add_run_args(p, model="smollm2-135m", n=512)
+    p.add_argument("--pooling", choices=POOLINGS, default="default")
+    add_gw_args(p)
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def gw_table(d: dict) -> str:
+    return "\n".join(
+        [
+            f"GW ({d['solver']}, {d['gw_metric']}, n_gw={d['n_gw']}, init={d['init']}): "
+            f"{d['seconds']:.1f} s{'  [stored result]' if d['cached'] else ''}",
+            f"  Spearman rho(GW, {d['metric']})   = {fmt(d['spearman_gw_cka'], '+.2f')}",
+            f"  Spearman rho(|i-j|, GW)  = {fmt(d['spearman_lag_gw'], '+.2f')}",
+            f"  Spearman rho(|i-j|, {d['metric']}) = {fmt(d['spearman_lag_cka'], '+.2f')}",
+        ]
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from deffcore.labs.gw_lens import gw_lens
+    from deffcore.runs.measure import measure
+
+    check_args(args)
+    check_gw_args(args)
+    with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
+        m = measure(**run_kwargs(args), progress=bar)
+        d = gw_lens(m, **gw_kwargs(args), progress=bar)
+    if args.json:
+        print_json(d)
+    else:
+        print(f"model {d['model']}  L={d['layers']}  N={d['n']}  pooling={d['pooling']}")
+        print(gw_table(d))
+    return 0
+
+
+def gw_kwargs(args: argparse.Namespace) -> dict:
+    return {
+        "pooling": args.pooling,
+        "n_gw": args.n_gw,
+        "seed": args.gw_seed,
+        "gw_metric": args.gw_metric,
+        "solver": args.solver,
+        "epsilon": args.epsilon,
+        "init": args.init,
+    }

@@ -1,0 +1,195 @@
+"""`python -m deffcore measure`: effective depth of a model on a text sample (cached)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from deffcore.cli._common import (
+    Progress,
+    add_output_args,
+    add_run_args,
+    check_args,
+    int_list,
+    result_only_stdout,
+    run_kwargs,
+)
+from deffcore.cli._live import (
+    add_live_args,
+    check_live_args,
+    live_lines,
+    measure_with_estimates,
+    plan_command,
+)
+from deffcore.cli.main import print_json
+from deffcore.core.constants import POOLINGS
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "measure",
+        help="measure D_eff of a model on passages (cached on disk)",
+        description="Measure the effective depth of a model's residual stream. A second "
+        "identical call is served from the cache (see `python -m deffcore runs`).",
+    )
+    add_run_args(p, model="smollm2-135m", n=512)
+    p.add_argument("--batch-size", type=int, default=None, help="fixed batch size (default: auto)")
+    p.add_argument(
+        "--intervention",
+        default="none",
+        help="norm intervention during extraction (see `interventions --help`)",
+    )
+    p.add_argument(
+        "--random-seeds",
+        default="",
+        help="comma-separated seeds of the random-weight null, e.g. 0,1,2",
+    )
+    p.add_argument(
+        "--snapshot",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the explorer's JSON snapshot (every similarity matrix) to PATH; "
+        "this is how deffcore/data/default_run.json, the app's first screen, is made",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=None,
+        metavar="B",
+        help="passage bootstrap with B replicates (e.g. 100): the 95%% interval of the default "
+        "pooling's D_eff/L, which the trust badge then uses (SPEC section 8)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="recompute without reading or writing the cache (an interrupted run is otherwise "
+        "resumed from its last finished batch)",
+    )
+    add_live_args(p)
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def _table(d: dict) -> str:
+    ratio = d["pos0_norm_ratio"]
+    lines = [
+        f"model {d['model']}  layers L={d['layers']}  d={d['d_model']}  N={d['n']} "
+        f"(dropped {d['n_dropped']})  max_tokens={d['max_tokens']}  metric={d['metric']}",
+        f"reference F_L = {d['reference_FL']:.3f}   CKA finite-sample bias d/(N+d) = "
+        f"{d['cka_bias']:.3f}   position-0 norm ratio {ratio['max']:.1f}x at layer "
+        f"{ratio['layer']}",
+        "",
+        f"{'pooling':<15}{'D_eff':>8}{'D_eff/L':>9}{'gap%':>8}{'rho1':>7}"
+        f"{'upd D/L':>9}{'F_h0+corr':>11}",
+    ]
+    for pooling in POOLINGS:
+        r = d["results"][pooling]
+        if r.get("undefined"):  # a degenerate control: no numbers, the reason instead
+            lines.append(f"{pooling:<15}{'undefined':>8}  {r['undefined']}")
+            continue
+        lines.append(
+            f"{pooling:<15}{r['deff']:>8.3f}{r['deff_over_L']:>9.3f}{r['gap_pct']:>8.1f}"
+            f"{r['rho1']:>7.3f}{r['update_depth']['deff_upd_over_L']:>9.3f}"
+            f"{r['matched_references']['F_h0+corr']:>11.3f}"
+        )
+    if "random_null" in d:
+        lines += ["", "random-weight null (D_eff/L mean, 2-sigma band):"]
+        for pooling in POOLINGS:
+            b = d["random_null"]["results"][pooling]
+            lines.append(
+                f"{pooling:<15}{b['mean']:>8.3f}  [{b['low']:.3f}, {b['high']:.3f}]  "
+                f"trained {d['results'][pooling]['deff_over_L']:.3f}"
+            )
+    lines += ["", *trust_lines(d["trust"], d.get("bootstrap"))]
+    lines += [
+        "",
+        f"{'cached' if d['cached'] else 'computed'} in {d['elapsed_s']:.1f} s (key {d['key']})",
+    ]
+    return "\n".join(lines)
+
+
+def trust_lines(trust: dict, bootstrap: dict | None = None) -> list[str]:
+    """The trust badge of the default pooling's D_eff/L in words (and its interval)."""
+    why = trust["sentence"].split(": ", 1)[-1]  # the sentence without its "Level: " prefix
+    lines = [f"trust (default pooling, D_eff/L): {trust['badge']}. {why}"]
+    if bootstrap is not None:
+        lines.append(
+            f"bootstrap (B = {bootstrap['B']}): D_eff/L {bootstrap['point']:.4f}, 95% interval "
+            f"[{bootstrap['low']:.4f}, {bootstrap['high']:.4f}], replicate mean "
+            f"{bootstrap['mean']:.4f}, bias-corrected {bootstrap['bias_corrected']:.4f}"
+        )
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from deffcore.core.checks import check_int
+    from deffcore.runs.measure import measure
+    from deffcore.statistics.trust_rule import measurement_trust
+
+    if args.bootstrap is not None:
+        check_int(args.bootstrap, "--bootstrap", 2)
+    check_args(args)
+    check_live_args(args)
+    if args.plan:
+        return plan_command(args)
+    seeds = int_list(args.random_seeds, "--random-seeds")
+    with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
+        live = measure_with_estimates(args, bar, seeds)
+        if live is not None:
+            m, live = live
+        else:
+            m = measure(
+                **run_kwargs(args),
+                progress=bar,
+                random_seeds=seeds,
+                intervention=args.intervention,
+                batch_size=args.batch_size,
+                use_cache=not args.no_cache,
+            )
+    d = m.to_dict()
+    boot = None
+    if args.bootstrap is not None:
+        boot = m.bootstrap("default", B=args.bootstrap, seed=args.seed)
+        d["bootstrap"] = boot.to_dict()
+    d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
+    if args.snapshot is not None:
+        _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d})
+    if live is not None:
+        d["anytime"] = live.to_dict()
+    if args.json:
+        print_json(d)
+    else:
+        print("\n".join([_table(d), *live_lines(live)]))
+    return 0
+
+
+def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict) -> None:
+    """The explorer's snapshot of this run, stamped with the command that reproduces it; its
+    CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run)."""
+    from deffcore.views.run_view import snapshot
+
+    command = (
+        f"python -m deffcore measure --model {shlex.quote(args.model)} --dataset "
+        f"{shlex.quote(args.dataset)} --n {m.spec.n} --max-tokens {args.max_tokens} "
+        f"--seed {args.seed}"
+    )
+    for flag, value, default in (
+        ("--passages", args.passages, "documents"),
+        ("--bos", args.bos, "default"),
+        ("--intervention", args.intervention, "none"),
+    ):
+        if value != default:  # what sets this run apart must be in the command that remakes it
+            command += f" {flag} {shlex.quote(value)}"
+    if seeds:
+        command += " --random-seeds " + ",".join(map(str, seeds))
+    if args.bootstrap is not None:
+        command += f" --bootstrap {args.bootstrap}"
+    data = snapshot(m, command=command)
+    data["measurement"].update(extra)
+    args.snapshot.parent.mkdir(parents=True, exist_ok=True)
+    args.snapshot.write_text(json.dumps(data, separators=(",", ":")))
+    print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)

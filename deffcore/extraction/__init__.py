@@ -1,0 +1,3 @@
+"""Stage 2, the forward pass: hooks and batches pool each layer's residual stream, kept in the on-
+disk cache.
+"""

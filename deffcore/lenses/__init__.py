@@ -1,0 +1,1 @@
+"""Stage 8, lenses on a run: the BOS and attention-sink diagnostics, the BOS page's one answer."""

@@ -1,0 +1,170 @@
+"""Seeded synthetic constructions with known effective depth (SPEC section 7).
+
+    independent states   X_l iid standard normal (N, d), l = 1..L
+    orthogonal states    X_l = sqrt(N) Q_l R_l: Q = [Q_1 .. Q_L] is one N x (L*b) matrix with
+                         orthonormal, column-centred columns, Q_l its l-th block of b columns,
+                         R_l a (b, d) standard normal mixing. Centred column spaces are
+                         mutually orthogonal, so X_i^T X_j = 0 and CKA(i, j) = 0 for i != j.
+                         Decision: b = min(d, (N-1)//L, 64); the cap keeps the QR cheap and
+                         CKA does not depend on b.
+    orthogonal updates   h_0, f_1..f_L iid standard normal (N, d); h_l = h_0 + s sum_{m<=l} f_m;
+                         states are h_1..h_L, updates are h_l - h_{l-1} = s f_l.
+
+All arrays are float32 numpy; the same seed gives the same arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from deffcore.core.errors import DeffError
+
+#: Cap on the per-layer rank of the orthogonal-states construction.
+ORTHOGONAL_RANK_CAP = 64
+
+
+@dataclass
+class SyntheticStates:
+    """A construction's states (L, N, d), its updates (L, N, d) and h0 (N, d) where they exist."""
+
+    states: np.ndarray
+    updates: np.ndarray | None
+    h0: np.ndarray | None
+    name: str
+
+    def states_with_h0(self) -> np.ndarray:
+        """(L+1, N, d): h_0 .. h_L, for the update depth and matched references."""
+        if self.h0 is None:
+            raise DeffError(f"The {self.name!r} construction has no initial state h_0.")
+        return np.concatenate([self.h0[None], self.states])
+
+
+def _check(n: int, d: int, layers: int) -> None:
+    if n < 2 or d < 1 or layers < 2:
+        raise DeffError(
+            f"A construction needs n >= 2 passages, d >= 1 features and at least 2 layers; "
+            f"got n={n}, d={d}, layers={layers}."
+        )
+
+
+def independent_states(n: int, d: int, layers: int, seed: int = 0) -> SyntheticStates:
+    """X_l iid standard normal: the finite-sample iid reference D/L = 1/(1 + b(L-1))."""
+    _check(n, d, layers)
+    rng = np.random.default_rng(seed)
+    states = rng.standard_normal((layers, n, d), dtype=np.float32)
+    return SyntheticStates(states=states, updates=None, h0=None, name="independent")
+
+
+def centred_orthonormal(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, k) float64 with orthonormal columns that are each orthogonal to the ones vector."""
+    if k > n - 1:
+        raise DeffError(
+            f"Cannot build {k} orthonormal centred directions from only n = {n} passages "
+            f"(at most n - 1 = {n - 1})."
+        )
+    g = rng.standard_normal((n, k))
+    q, _ = np.linalg.qr(g - g.mean(axis=0))
+    return q
+
+
+def orthogonal_states(n: int, d: int, layers: int, seed: int = 0) -> SyntheticStates:
+    """Layers with mutually orthogonal centred column spaces: CKA(i, j) = 0, D_eff/L ~ 1."""
+    _check(n, d, layers)
+    b = min(d, (n - 1) // layers, ORTHOGONAL_RANK_CAP)
+    if b < 1:
+        raise DeffError(
+            f"Orthogonal states need n > layers (one direction per layer at least); "
+            f"got n={n}, layers={layers}."
+        )
+    rng = np.random.default_rng(seed)
+    q = centred_orthonormal(n, layers * b, rng) * np.sqrt(n)
+    mix = rng.standard_normal((layers, b, d))
+    states = np.stack([q[:, i * b : (i + 1) * b] @ mix[i] for i in range(layers)])
+    return SyntheticStates(
+        states=states.astype(np.float32), updates=None, h0=None, name="orthogonal-states"
+    )
+
+
+def orthogonal_updates(
+    n: int, d: int, layers: int, scale: float = 1.0, seed: int = 0
+) -> SyntheticStates:
+    """h_l = h_0 + scale * sum_{m<=l} f_m with h_0, f_m iid standard normal (Table S2)."""
+    _check(n, d, layers)
+    if not np.isfinite(scale) or scale <= 0:
+        raise DeffError(f"The update scale must be a positive number; got {scale}.")
+    rng = np.random.default_rng(seed)
+    h0 = rng.standard_normal((n, d), dtype=np.float32)
+    updates = rng.standard_normal((layers, n, d), dtype=np.float32)
+    updates *= np.float32(scale)
+    states = np.cumsum(updates, axis=0, dtype=np.float32)
+    states += h0
+    # the measured updates are exact differences of the stored float32 states
+    updates = np.diff(np.concatenate([h0[None], states]), axis=0)
+    return SyntheticStates(states=states, updates=updates, h0=h0, name="orthogonal-updates")
+
+
+@dataclass
+class Position0Construction:
+    """The two poolings of one seeded construction (`position0_construction`) and their
+    population similarity matrices (N -> infinity), `(L, L)` each."""
+
+    default: np.ndarray  # (L, N, d) float32: the mean over every token, position 0 included
+    no_pos0: np.ndarray  # (L, N, d) float32: the mean over the tokens after position 0
+    S_default: np.ndarray
+    S_no_pos0: np.ndarray
+
+
+def position0_construction(
+    n: int,
+    d: int,
+    layers: int,
+    *,
+    h0: float = 1.0,
+    pos0: float = 0.0,
+    onset: int = 1,
+    seed: int = 0,
+) -> Position0Construction:
+    """Pooled states with and without a position-0 component whose effect is known exactly.
+
+    The tokens after position 0 pool to x_l = h_0 + f_1 + ... + f_l (h_0 of squared size `h0`
+    per feature, unit updates, all iid standard normal (N, d) times their size): `no_pos0`.
+    The position-0 token carries the same stream plus a passage-varying component s_l z that
+    keeps one direction across layers (a massive activation from layer `onset` on), so the
+    mean over all tokens is `default` = x_l + w_l z with w_l^2 = `pos0` for l >= onset, else 0
+    (pos0: that component's squared size in the pooled mean, in units of one update).
+    Population linear CKA of independent isotropic components is S = G^2 / (G_ii G_jj) with
+    G_no_pos0(i, j) = h0 + min(i, j) and G_default = G_no_pos0 + w_i w_j (SPEC section 5).
+    """
+    _check(n, d, layers)
+    if not (h0 >= 0 and pos0 >= 0 and np.isfinite(h0) and np.isfinite(pos0)):
+        raise DeffError(f"h0 and pos0 must be sizes >= 0; got {h0} and {pos0}.")
+    rng = np.random.default_rng(seed)
+    x = np.cumsum(rng.standard_normal((layers, n, d)), axis=0)
+    x += np.sqrt(h0) * rng.standard_normal((n, d))
+    w = np.where(np.arange(1, layers + 1) >= onset, np.sqrt(pos0), 0.0)
+    default = x + w[:, None, None] * rng.standard_normal((n, d))
+    ell = np.arange(1, layers + 1, dtype=np.float64)
+    G_no = h0 + np.minimum.outer(ell, ell)
+    G_def = G_no + np.outer(w, w)
+
+    def population(G: np.ndarray) -> np.ndarray:
+        g = np.diag(G)
+        return G**2 / np.outer(g, g)
+
+    return Position0Construction(
+        default=default.astype(np.float32),
+        no_pos0=x.astype(np.float32),
+        S_default=population(G_def),
+        S_no_pos0=population(G_no),
+    )
+
+
+#: CLI names -> constructors (orthogonal-updates also takes `scale`).
+CONSTRUCTIONS: dict[str, Callable[..., SyntheticStates]] = {
+    "independent": independent_states,
+    "orthogonal-states": orthogonal_states,
+    "orthogonal-updates": orthogonal_updates,
+}

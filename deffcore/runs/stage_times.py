@@ -1,0 +1,92 @@
+"""How long a run's one-off stages take on this machine, so progress shows from the first second.
+
+    estimate("loading model", "gemma3-270m") -> seconds | None
+    record("loading model", "gemma3-270m", 48.8)     # what this machine just took
+
+A run's first stages move no passage counter: assembling a packaged model's file (Gemma-3's
+GGUF parts are joined once into the cache folder), then loading the model (and cutting its
+token windows). Their estimate is the time this machine last took for the same stage and model
+(`stage_times.json` in the cache folder: plain numbers, written atomically; a damaged or
+foreign file is ignored, never trusted), else `PRIORS` (measured on the project's reference
+machine, a busy 2-core CPU; BENCHMARKS.md), else none (the display then shows the elapsed
+time alone). An estimate is an expectation, not a promise: the bar stops short of full.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+
+from deffcore.core.paths import cache_dir
+
+STAGE_FILE = "stage_times.json"
+#: Seconds per (stage, model) on the reference machine (2 cores at load 7-8; BENCHMARKS.md).
+PRIORS: dict[tuple[str, str], float] = {
+    ("loading model", "smollm2-135m"): 21.0,
+    ("loading model", "gemma3-270m"): 49.0,
+    ("assembling", "gemma3-270m"): 5.0,
+}
+#: A tiny demo model loads in about this long.
+TINY_PRIOR_S = 2.0
+#: How far a stage's bar goes on its estimate alone (it never claims to be done).
+MAX_FRACTION = 0.95
+_LOCK = threading.Lock()
+
+
+def _path():
+    return cache_dir() / STAGE_FILE
+
+
+def _read() -> dict[str, float]:
+    try:
+        data = json.loads(_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in data.items()
+        if isinstance(v, int | float) and math.isfinite(v) and v > 0
+    }
+
+
+def _name(stage: str, model: str) -> str:
+    return f"{stage}|{model}"
+
+
+def estimate(stage: str, model: str) -> float | None:
+    """Seconds the stage is expected to take for `model` (module docstring), None if unknown."""
+    found = _read().get(_name(stage, model))
+    if found is not None:
+        return found
+    if (stage, model) in PRIORS:
+        return PRIORS[(stage, model)]
+    if stage == "loading model" and model.startswith("tiny-"):
+        return TINY_PRIOR_S
+    return None
+
+
+def record(stage: str, model: str, seconds: float) -> None:
+    """Keep what this machine took (best effort: a read-only cache loses nothing else)."""
+    from deffcore.core.errors import DeffError
+    from deffcore.core.files import atomic_write
+
+    if not (math.isfinite(seconds) and seconds > 0):
+        return
+    with _LOCK:
+        times = _read()
+        times[_name(stage, model)] = round(float(seconds), 2)
+        try:
+            _path().parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(_path(), json.dumps(times, sort_keys=True).encode())
+        except (OSError, DeffError):
+            pass
+
+
+def fraction(elapsed_s: float, estimate_s: float | None) -> float:
+    """A stage's bar from its elapsed time and estimate, capped at MAX_FRACTION (0 without one)."""
+    if not estimate_s or estimate_s <= 0:
+        return 0.0
+    return min(MAX_FRACTION, max(0.0, elapsed_s / estimate_s))

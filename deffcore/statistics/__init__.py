@@ -1,0 +1,3 @@
+"""Stage 4, how far to trust a number: the passage bootstrap, the trust rule, estimates as a run
+grows, stopping.
+"""

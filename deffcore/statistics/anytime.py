@@ -1,0 +1,401 @@
+"""Estimates that sharpen as batches land: a run's headline numbers on its first k passages.
+
+    rows = PrefixRows(n)                      # fed with each landed batch (SavedBatch)
+    est = estimate(rows.pooled(256, ...))     # every pooling control, its trust, the verdict
+    est.poolings["default"].gap_pct, est.poolings["default"].level, est.verdict_settled
+
+**Why a prefix is a run.** A run's passages are a seeded permutation truncated to N
+(`texts.load_passages`, `tokens.sample_windows`), so the first k passages of an N-run are the
+k-run's sample. In the window modes every passage has exactly `max_tokens` tokens, so
+extraction keeps the sample's order (its sort by length is stable) and cuts it into batches of
+one size b (`batch_rows`): for k a multiple of b, the first k passages are extracted in the very
+batches a k-run uses, and their pooled rows are bit-identical to the k-run's. An estimate at k
+is therefore the k-run's own numbers, not an approximation (tests/test_anytime.py checks it
+bit for bit). `schedule` puts the estimates at 64, 128, 256, ... passages, each rounded up to
+a multiple of b.
+
+Where the prefix property fails there are no anytime estimates (`prefix_refusal` says why):
+documents mode extracts the longest passages first (less padding), so the passages finished
+early are the longest ones, not a sample; a streamed `hf:` dataset cuts its windows from its
+first N documents, so a k-run's windows are not the N-run's first k.
+
+**Which estimator is shown.** Linear CKA's finite-sample bias (about d/(N+d)) is large at small
+N (N = 64 with d = 576: 0.9), so a linear-CKA number at small N says more about N than about the
+model. Each pooling's estimate is the run's metric unless the calibrated trust rule's own bias
+check (`Trust.bias_corrected`, from unbiased CKA) moves D_eff/L by more than SHOW_UNBIASED_REL:
+then unbiased CKA is shown, with its own trust, and `PoolingEstimate.metric` says so (the
+linear value stays in `run_metric_deff_over_L`). Every number's trust is `deffcore.trust` on
+those states (public API only: level, reasons, action, point, interval, bias-corrected value,
+error). The band is the bootstrap interval where one was computed (`bootstrap_poolings`), else
+the rule's error band point x (1 +- error).
+
+**The BOS verdict** (`deffcore.diagnostics.bos_verdict`) is taken on the shown gaps (massive
+activations and sinks are a separate, fixed-N diagnosis). It is *settled* when no control's
+regime can change within its band: each distinct control's gap band lies wholly above
++REGIME_TOLERANCE (below F_L), wholly below -REGIME_TOLERANCE (above F_L) or wholly inside
+(at the reference), and no control reads "noise" (`regime_fixed`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from deffcore.core.constants import (
+    EXTRACTED_POOLINGS,
+    PC_CONTROLS,
+    POOLINGS,
+    REGIME_TOLERANCE,
+    WINDOW_MODES,
+)
+from deffcore.core.errors import DeffError
+from deffcore.extraction.forward import TOKEN_BUDGET, PooledStates, SavedBatch
+
+#: The first estimate's size; each next one doubles it (rounded up to whole batches).
+FIRST_ESTIMATE = 64
+#: Linear CKA's bias (relative, by the trust rule's own check) above which unbiased CKA is
+#: the estimate shown (the trust rule calls a bias above 2% material).
+SHOW_UNBIASED_REL = 0.02
+
+
+def prefix_refusal(passages: str, dataset: str) -> str | None:
+    """Why a run of this passages mode and dataset has no anytime estimates, or None."""
+    if passages not in WINDOW_MODES:
+        return (
+            "Estimates before the end need token windows (--passages windows or packed): in "
+            "documents mode the longest passages are extracted first, so the passages finished "
+            "early are not a sample of the run."
+        )
+    if dataset.startswith("hf:"):
+        return (
+            "Estimates before the end need a dataset read whole (bbc-news or a local file): a "
+            "streamed hf: dataset cuts its windows from its first N documents, so the first k "
+            "windows of an N-run are not a k-run's."
+        )
+    return None
+
+
+def batch_rows(max_tokens: int, device: str, batch_size: int | None = None) -> int:
+    """Passages per batch when every passage has `max_tokens` tokens (`extract._next_batch`):
+    the fixed `batch_size`, else the device's token budget over the passage length."""
+    if batch_size is not None:
+        return int(batch_size)
+    budget = TOKEN_BUDGET["cuda" if str(device).startswith("cuda") else "cpu"]
+    return max(1, budget // max_tokens)
+
+
+def schedule(n: int, batch: int, first: int = FIRST_ESTIMATE) -> list[int]:
+    """Passage counts with an estimate: first, 2 first, 4 first, ... each rounded up to a
+    multiple of `batch` (so each is a run of its own, batch for batch), below n; then n."""
+    if n < 1 or batch < 1 or first < 1:
+        raise DeffError(f"A schedule needs positive n, batch and first size; got {n}, {batch}.")
+    marks: list[int] = []
+    size = first
+    while True:
+        k = -(-size // batch) * batch
+        if k >= n:
+            break
+        if not marks or k > marks[-1]:
+            marks.append(k)
+        size *= 2
+    return [*marks, n]
+
+
+class PrefixRows:
+    """The pooled rows of a run's passages as its batches land, and its finished prefix.
+
+    `add(batch)` writes a landed batch (`extract.SavedBatch`: slots, rows per extracted pooling
+    and `pos0_ratio`); `done` is the length of the prefix 0..done-1 whose rows are all in;
+    `pooled(k)` is that prefix as the `PooledStates` of a k-run. Arrays (L+1, N, d) float32 per
+    pooling, allocated on the first batch (untouched pages cost no memory).
+    """
+
+    def __init__(self, n: int):
+        self.n = int(n)
+        self.rows: dict[str, np.ndarray] = {}
+        self.ratio: np.ndarray | None = None
+        self.filled = np.zeros(self.n, dtype=bool)
+        self.done = 0
+
+    def add(self, batch: SavedBatch) -> None:
+        slots = np.asarray(batch.slots, dtype=np.int64)
+        if not self.rows:
+            for p in EXTRACTED_POOLINGS:
+                L1, _, d = batch.rows[p].shape
+                self.rows[p] = np.zeros((L1, self.n, d), dtype=np.float32)
+            self.ratio = np.zeros((batch.rows["pos0_ratio"].shape[0], self.n), dtype=np.float32)
+        for p in EXTRACTED_POOLINGS:
+            self.rows[p][:, slots] = batch.rows[p]
+        self.ratio[:, slots] = batch.rows["pos0_ratio"]
+        self.filled[slots] = True
+        while self.done < self.n and self.filled[self.done]:
+            self.done += 1
+
+    def pooled(
+        self, k: int, *, max_tokens: int, meta: dict[str, Any] | None = None
+    ) -> PooledStates:
+        """The first k passages as a k-run's `PooledStates` (window modes: every passage has
+        `max_tokens` tokens). `pos0_norm_ratio` is the float32 mean over passages, as
+        extraction takes it."""
+        if not 0 < k <= self.done:
+            raise DeffError(f"Only {self.done} passages have landed; no estimate at {k}.")
+        pooled = {p: np.ascontiguousarray(self.rows[p][:, :k]) for p in EXTRACTED_POOLINGS}
+        ratio = torch.from_numpy(np.ascontiguousarray(self.ratio[:, :k])).mean(1).numpy()
+        return PooledStates(
+            pooled=pooled,
+            pos0_norm_ratio=ratio,
+            n_dropped_short=0,
+            tokens=int(k * max_tokens),
+            meta={**(meta or {}), "kept_indices": list(range(k))},
+            lengths=np.full(k, max_tokens, dtype=np.int64),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimates
+
+
+@dataclass(frozen=True)
+class PoolingEstimate:
+    """One pooling control's headline at k passages, with its trust.
+
+    metric: the estimator shown (the run's metric, or "unbiased_cka" where linear CKA's bias
+    is material); low/high: its D_eff/L band and `band` what it is ("bootstrap 95%" or "error
+    band"); gap_low/gap_high: the same band as gaps to F_L (points); level, reasons, action,
+    error: the trust rule on the shown estimator; run_metric_deff_over_L: the run's metric's
+    value (the same number unless unbiased CKA is shown); settle_gap_low/high: the gap band
+    point x (1 +- error) the verdict is settled against; regime_fixed: that band lies in one
+    regime and the level is not "noise".
+    """
+
+    pooling: str
+    metric: str
+    deff: float
+    deff_over_L: float
+    gap_pct: float
+    low: float | None
+    high: float | None
+    gap_low: float | None
+    gap_high: float | None
+    band: str
+    level: str
+    error: float | None
+    reasons: tuple[str, ...]
+    action: str | None
+    run_metric_deff_over_L: float
+    settle_gap_low: float | None = None
+    settle_gap_high: float | None = None
+    regime_fixed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["reasons"] = list(self.reasons)
+        return out
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Every headline number of a run at its first n passages.
+
+    poolings: {pooling: PoolingEstimate}; verdict: the BOS verdict's sentence on the shown
+    gaps; regimes: each control's regime; identical: {control: why it is `default`};
+    verdict_settled: no control's regime can change within its band; unsettled: the controls
+    whose band still spans a regime boundary (or read noise); elapsed_s: since the run began.
+    """
+
+    n: int
+    layers: int
+    d_model: int
+    run_metric: str
+    poolings: dict[str, PoolingEstimate]
+    verdict: str
+    regimes: dict[str, str]
+    identical: dict[str, str]
+    verdict_settled: bool
+    unsettled: tuple[str, ...]
+    elapsed_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def headline(self, pooling: str = "default") -> PoolingEstimate:
+        return self.poolings[pooling]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "layers": self.layers,
+            "d_model": self.d_model,
+            "run_metric": self.run_metric,
+            "elapsed_s": self.elapsed_s,
+            "poolings": {p: e.to_dict() for p, e in self.poolings.items()},
+            "verdict": self.verdict,
+            "regimes": dict(self.regimes),
+            "identical": dict(self.identical),
+            "verdict_settled": self.verdict_settled,
+            "unsettled": list(self.unsettled),
+            **self.extra,
+        }
+
+
+def gap_of(deff_over_L: float, layers: int) -> float:
+    """gap% = 100 (1 - D_eff / F_L) from D_eff/L (F_L = 2L/(L+1))."""
+    return 100.0 * (1.0 - deff_over_L * (layers + 1) / 2.0)
+
+
+def regime_fixed(gap_low: float | None, gap_high: float | None) -> bool:
+    """True when every gap in [gap_low, gap_high] has the same regime (SPEC 11.5): all above
+    +REGIME_TOLERANCE (below F_L), all below -REGIME_TOLERANCE (above F_L) or all within it."""
+    if gap_low is None or gap_high is None:
+        return False
+    if not (math.isfinite(gap_low) and math.isfinite(gap_high)):
+        return False
+    tol = REGIME_TOLERANCE
+    return gap_low > tol or gap_high < -tol or (gap_low >= -tol and gap_high <= tol)
+
+
+def _band(t: Any) -> tuple[float | None, float | None, str]:
+    """(low, high, kind) of D_eff/L: the bootstrap interval, else point x (1 +- error)."""
+    if t.interval is not None:
+        lo, hi = sorted(float(v) for v in t.interval)
+        return lo, hi, "bootstrap 95%"
+    if t.point is None or t.error is None:
+        return None, None, "none"
+    half = abs(t.point) * float(t.error)
+    return t.point - half, t.point + half, "error band"
+
+
+def _settle_band(t: Any, layers: int) -> tuple[float | None, float | None]:
+    """The gap band the verdict is settled against: point x (1 +- error), the rule's own error
+    (bias + spread), which contains the bootstrap interval's half-width when there is one."""
+    if t.point is None or t.error is None:
+        return None, None
+    half = abs(t.point) * float(t.error)
+    return gap_of(t.point + half, layers), gap_of(t.point - half, layers)
+
+
+def states_with_h0(pooled: PooledStates, pooling: str) -> np.ndarray:
+    """h_0 .. h_L of one pooling control (L+1, N, d) float32, PC controls applied per layer
+    (as `Measurement.states_with_h0`)."""
+    from deffcore.measures.controls import apply_pc_control
+
+    if pooling in PC_CONTROLS:
+        return np.asarray(apply_pc_control(pooled.pooled["default"], pooling), dtype=np.float32)
+    if pooling not in pooled.pooled:
+        raise DeffError(f"Unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
+    return pooled.pooled[pooling]
+
+
+def _bias_material(point: float, corrected: float | None) -> bool:
+    """Linear CKA's bias moves D_eff/L by more than SHOW_UNBIASED_REL (relative)."""
+    return bool(corrected) and abs(point - corrected) / abs(corrected) > SHOW_UNBIASED_REL
+
+
+def pooling_estimate(
+    states: Any,
+    *,
+    pooling: str = "default",
+    metric: str = "cka",
+    bootstrap: int | None = None,
+    seed: int = 0,
+) -> PoolingEstimate:
+    """The shown estimate of one pooling's states (L+1, N, d) h_0 .. h_L, with its trust and
+    bands (module docstring: which estimator, which band)."""
+    from deffcore.statistics.trust_rule import trust
+
+    t = trust(states, metric=metric, bootstrap=bootstrap, seed=seed)
+    run_value = float(t.point)
+    shown = metric
+    if metric == "cka" and _bias_material(t.point, t.bias_corrected):
+        t = trust(states, metric="unbiased_cka", bootstrap=bootstrap, seed=seed)
+        shown = "unbiased_cka"
+    layers = int(np.shape(states)[0]) - 1
+    lo, hi, kind = _band(t)
+    settle_lo, settle_hi = _settle_band(t, layers)
+    return PoolingEstimate(
+        pooling=pooling,
+        metric=shown,
+        deff=float(t.point) * layers,
+        deff_over_L=float(t.point),
+        gap_pct=gap_of(float(t.point), layers),
+        low=lo,
+        high=hi,
+        gap_low=None if hi is None else gap_of(hi, layers),
+        gap_high=None if lo is None else gap_of(lo, layers),
+        band=kind,
+        level=t.level,
+        error=None if t.error is None else float(t.error),
+        reasons=tuple(t.reasons),
+        action=t.action,
+        run_metric_deff_over_L=run_value,
+        settle_gap_low=settle_lo,
+        settle_gap_high=settle_hi,
+        regime_fixed=t.level != "noise" and regime_fixed(settle_lo, settle_hi),
+    )
+
+
+def estimate(
+    pooled: PooledStates,
+    *,
+    metric: str = "cka",
+    bootstrap: int | None = None,
+    bootstrap_poolings: Sequence[str] = ("default",),
+    seed: int = 0,
+    poolings: Sequence[str] = POOLINGS,
+    elapsed_s: float | None = None,
+) -> Estimate:
+    """Every pooling control's headline, trust and band on `pooled`, and the BOS verdict.
+
+    `bootstrap` B replicates (seeded by `seed`) give an interval to the poolings in
+    `bootstrap_poolings` (the others are judged from N alone: cheaper, and the rule's spread
+    model is calibrated for that); None: no interval anywhere.
+    """
+    from deffcore.lenses.diagnostics import bos_verdict, no_pos0_identity
+
+    if "default" not in poolings:
+        raise DeffError("An estimate needs the default pooling (the verdict compares with it).")
+    out: dict[str, PoolingEstimate] = {}
+    for p in poolings:
+        B = bootstrap if p in bootstrap_poolings else None
+        out[p] = pooling_estimate(
+            states_with_h0(pooled, p), pooling=p, metric=metric, bootstrap=B, seed=seed
+        )
+    same = no_pos0_identity(pooled, metric)  # as `diagnostics.identical_controls` decides
+    identical = {"no_pos0": same} if same else {}
+    verdict = bos_verdict({p: e.gap_pct for p, e in out.items()}, identical=identical)
+    unsettled = tuple(p for p in out if p not in verdict.identical and not out[p].regime_fixed)
+    return Estimate(
+        n=pooled.n,
+        layers=pooled.layers,
+        d_model=pooled.d_model,
+        run_metric=metric,
+        poolings=out,
+        verdict=verdict.sentence,
+        regimes=dict(verdict.regimes),
+        identical=dict(verdict.identical),
+        verdict_settled=not unsettled,
+        unsettled=unsettled,
+        elapsed_s=elapsed_s,
+    )
+
+
+def finished_rows(pooled: PooledStates) -> SavedBatch:
+    """A finished run's rows as one landed batch. Its per-passage position-0 ratios are not
+    kept (only their mean): every passage carries the mean (estimates do not use them)."""
+    ratio = np.asarray(pooled.pos0_norm_ratio, dtype=np.float32)
+    rows = {p: pooled.pooled[p] for p in EXTRACTED_POOLINGS}
+    rows["pos0_ratio"] = np.repeat(ratio[:, None], pooled.n, axis=1)
+    return SavedBatch(slots=np.arange(pooled.n, dtype=np.int64), rows=rows, cap=None)
+
+
+def trajectory(
+    pooled: PooledStates, marks: Sequence[int], *, max_tokens: int, **options: Any
+) -> list[Estimate]:
+    """Estimates at each of `marks` from a whole run's states (its prefixes): what the run
+    showed, or would have shown, as it extracted (`estimate` options)."""
+    rows = PrefixRows(pooled.n)
+    rows.add(finished_rows(pooled))
+    return [estimate(rows.pooled(k, max_tokens=max_tokens), **options) for k in marks]

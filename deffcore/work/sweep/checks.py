@@ -1,0 +1,191 @@
+"""Checks of a sweep before it runs (issue 17, Faults 12): what fails one cell, what refuses the
+whole sweep, and a Ray address that does not answer.
+
+- `cell_specs`: the options every cell shares are checked once (a bad N or dtype refuses the
+  sweep in one sentence); then each cell's spec is built on its own, and a cell that cannot be
+  built (an unknown tiny model, a corrupt GGUF, a missing dataset) fails alone with its
+  sentence while the others run, as the README promises.
+- `check_axes` / `check_manifest_cell`: a grid axis is a list of plain values (a single string
+  is one value: `models: tiny-llama` is one model, never the cells t, i, n, ...); a nested list
+  or a value of the wrong type, and a negative random seed, are refused in one sentence.
+- `join_ray`: a Ray address is probed with one TCP connection first (Ray itself retries a dead
+  address for ever, and while it does SIGTERM cannot end the process), then joined in a helper
+  thread with a deadline, so the main thread stays responsive to signals and a cluster that
+  does not answer fails in one sentence within `JOIN_TIMEOUT_S`.
+
+deffcore.sweep calls these and re-exports SweepError; nothing here imports deffcore.sweep.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from deffcore.core.errors import DeffError
+
+#: A Ray cluster that does not answer within this many seconds is refused (TCP probe first).
+JOIN_TIMEOUT_S = 25.0
+PROBE_TIMEOUT_S = 5.0
+
+
+class SweepError(DeffError):
+    """A malformed sweep: no cells, a bad axis value, an unreadable manifest, a bad engine, a
+    Ray address that does not answer (deffcore.sweep re-exports it)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells: shared options once, then each cell on its own
+
+
+def cell_specs(
+    cells: Sequence[Any], **shared: Any
+) -> tuple[list[Any | None], list[str | None], str, str]:
+    """(spec or None per cell, its one-sentence error or None, device, dtype).
+
+    `shared`: n, max_tokens, seed, metric, device, dtype, passages, bos, batch_size,
+    device_here (as `deffcore.measurement.run_spec` takes them). A bad shared option raises
+    (the whole sweep is malformed); a cell whose model or dataset is refused gets its error.
+    """
+    from deffcore.runs.measure import check_run_options, run_spec
+
+    device_here = shared.pop("device_here", True)
+    n, max_tokens, seed, metric = (shared[k] for k in ("n", "max_tokens", "seed", "metric"))
+    passages, bos, batch_size = shared["passages"], shared["bos"], shared.get("batch_size")
+    device, dtype = check_run_options(
+        metric, n, max_tokens, seed, shared.get("device"), shared.get("dtype"), passages, bos,
+        batch_size=batch_size, device_here=device_here,
+    )  # fmt: skip
+    specs: list[Any | None] = []
+    errors: list[str | None] = []
+    for cell in cells:
+        try:
+            spec, _ = run_spec(
+                cell.model_spec, cell.dataset, n, max_tokens, seed, metric, cell.revision,
+                device, dtype, cell.intervention, passages=passages, bos=bos,
+                batch_size=batch_size, device_here=False,  # checked once above
+            )  # fmt: skip
+        except DeffError as err:
+            specs.append(None)
+            errors.append(str(err))
+            continue
+        specs.append(spec)
+        errors.append(None)
+    return specs, errors, device, dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# Grid axes and manifest cells
+
+#: axis -> (the kinds of value it holds, what to call them)
+_AXES: dict[str, tuple[tuple[type, ...], str]] = {
+    "models": ((str,), "model names"),
+    "revisions": ((str, type(None)), "revision names"),
+    "random_seeds": ((int,), "integer seeds"),
+    "interventions": ((str,), "intervention names"),
+    "datasets": ((str,), "dataset specs"),
+}
+
+
+def check_axes(where: str = "The sweep", **axes: Any) -> dict[str, list[Any]]:
+    """Each axis as a list of plain values; SweepError (one sentence) for a nested list,
+    a value of the wrong kind or a negative seed. A single value (a string such as
+    `"tiny-llama"`, or one seed) is an axis of one value."""
+    out: dict[str, list[Any]] = {}
+    for name, value in axes.items():
+        kinds, words = _AXES[name]
+        values = list(value) if isinstance(value, list | tuple) else [value]
+        for v in values:
+            bad_kind = isinstance(v, bool) or not isinstance(v, kinds)
+            if bad_kind or (name == "random_seeds" and v < 0):
+                shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+                why = "a negative seed" if not bad_kind else f"not one of its {words}"
+                raise SweepError(
+                    f"{where}: the axis {name!r} holds {shown}, {why}; write a list of "
+                    f"{words}{' (>= 0)' if name == 'random_seeds' else ''}, e.g. "
+                    f"{_EXAMPLES[name]}."
+                )
+        out[name] = values
+    return out
+
+
+_EXAMPLES = {
+    "models": "[tiny-llama, tiny-gpt2]",
+    "revisions": "[main, step1000]",
+    "random_seeds": "[0, 1, 2]",
+    "interventions": "[none, no_post]",
+    "datasets": "[bbc-news]",
+}
+
+
+def check_manifest_cell(item: dict[str, Any], where: str) -> None:
+    """The fields of one manifest cell are plain values of their kind (seed >= 0)."""
+    for name, axis in (("model", "models"), ("revision", "revisions"),
+                       ("intervention", "interventions"), ("dataset", "datasets")):  # fmt: skip
+        if name in item and item[name] is not None:
+            check_axes(where, **{axis: [item[name]]})
+    if item.get("seed") is not None:
+        check_axes(where, random_seeds=[item["seed"]])
+
+
+# ---------------------------------------------------------------------------------------------
+# Joining a Ray cluster
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """('10.0.0.5', 6379) of 'host:port' or 'ray://host:port'; None for 'auto'/'local'."""
+    text = address.strip().removeprefix("ray://")
+    if text in ("auto", "local", ""):
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SweepError(
+            f"The Ray address {address!r} is not host:port (e.g. 10.0.0.5:6379, what `ray start "
+            "--head` prints); leave --address out for a local runtime."
+        )
+    return host.strip("[]"), int(port)
+
+
+def probe_ray_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """One TCP connection to the address: SweepError when nothing answers there."""
+    where = _host_port(address)
+    if where is None:
+        return
+    try:
+        socket.create_connection(where, timeout=timeout).close()
+    except OSError as err:
+        why = "timed out" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise SweepError(
+            f"Nothing answers at the Ray address {address!r} ({why}); start the cluster with "
+            "`ray start --head` and pass the address it prints, or leave --address out for a "
+            "local runtime."
+        ) from None
+
+
+def join_ray(address: str, init: Callable[[], None], timeout: float = JOIN_TIMEOUT_S) -> None:
+    """Probe `address`, then run `init()` (ray.init) in a helper thread with a deadline.
+
+    The main thread only waits, so SIGTERM and Ctrl-C end the process at once even while Ray
+    is connecting (Ray installs its own SIGTERM handler only when initialised in the main
+    thread); a cluster that does not answer by the deadline is refused
+    (SweepError). An exception of `init` is re-raised here."""
+    probe_ray_address(address)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            init()
+        except BaseException as err:  # handed to the waiting thread
+            failure.append(err)
+
+    thread = threading.Thread(target=run, name="deff-ray-join", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise SweepError(
+            f"The Ray cluster at {address!r} did not answer within {timeout:.0f} s (is it a Ray "
+            "head node's address?); check it with `ray status --address ...`."
+        )
+    if failure:
+        raise failure[0]
