@@ -192,7 +192,7 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
 
 def _read_batches(entry: Path):
     """Landed batches of an entry: its partial/ batch files in order, or its states.npz."""
-    from deffcore.extraction.forward import SavedBatch
+    from deffcore.extraction.batches import SavedBatch
 
     partial = entry / "partial"
     if partial.is_dir():
@@ -201,7 +201,7 @@ def _read_batches(entry: Path):
                 rows = {k: z[k] for k in z.files if k not in ("slots", "cap")}
                 yield SavedBatch(z["slots"], rows, None)
         return
-    from deffcore.extraction.forward import PooledStates
+    from deffcore.extraction.pooling import PooledStates
     from deffcore.statistics.anytime import finished_rows
 
     with np.load(entry / "states.npz", allow_pickle=False) as z:

@@ -60,9 +60,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deffcore.extraction import forward
-from deffcore.extraction.forward import _pad, extract_pooled, pool_states, tokenize
-from deffcore.inputs.loading import base_model, load_model
+from deffcore.extraction import forward, stage
+from deffcore.extraction.batches import pad_batch, tokenize
+from deffcore.extraction.forward import extract_pooled
+from deffcore.extraction.pooling import pool_states
+from deffcore.inputs.architecture import base_model
+from deffcore.inputs.loading import load_model
 from deffcore.inputs.texts import load_passages
 
 MB = 1024**2
@@ -119,7 +122,7 @@ class PeakMemory:
 
 def batches(ids: list[list[int]], batch_size: int, device: str):
     for start in range(0, len(ids), batch_size):
-        yield _pad(ids[start : start + batch_size], 0, "right", device)
+        yield pad_batch(ids[start : start + batch_size], 0, "right", device)
 
 
 def naive_path(loaded, ids, batch_size: int) -> dict[str, np.ndarray]:
@@ -145,7 +148,7 @@ def bare_path(loaded, ids, batch_size: int) -> None:
 
 
 def load_baseline(path: str):
-    """Another copy of deffcore/extract.py as a module (it imports the rest of deffcore)."""
+    """Another copy of deffcore/extraction/forward.py as a module (it imports deffcore)."""
     spec = importlib.util.spec_from_file_location("extract_before", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["extract_before"] = module  # dataclasses look their module up
@@ -156,13 +159,13 @@ def load_baseline(path: str):
 @contextlib.contextmanager
 def no_pooling():
     """Extraction with the per-layer pooling kernels left out (everything else kept)."""
-    real_pool, real_check = forward._pool_layer, forward._raise_if_nonfinite
-    forward._pool_layer = lambda *a: None
-    forward._raise_if_nonfinite = lambda bad: None  # the stages hold no numbers
+    real_pool, real_check = stage.pool_layer, forward.raise_if_nonfinite
+    stage.pool_layer = lambda *a: None  # where the hook target looks it up
+    forward.raise_if_nonfinite = lambda bad: None  # the stages hold no numbers
     try:
         yield
     finally:
-        forward._pool_layer, forward._raise_if_nonfinite = real_pool, real_check
+        stage.pool_layer, forward.raise_if_nonfinite = real_pool, real_check
 
 
 class HookTimer:
@@ -172,7 +175,7 @@ class HookTimer:
     def __init__(self):
         self.seconds = 0.0
         self.on = False
-        original = forward._LayerPooler.__call__
+        original = stage.LayerPooler.__call__
 
         def wrapped(pooler, layer, hidden):
             start = time.perf_counter()
@@ -182,7 +185,7 @@ class HookTimer:
                 if self.on:
                     self.seconds += time.perf_counter() - start
 
-        forward._LayerPooler.__call__ = wrapped
+        stage.LayerPooler.__call__ = wrapped
 
 
 def timed(fn: Callable[[], Any], device: str, cpu_time: bool):

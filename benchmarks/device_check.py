@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_extract & co.
 
 from deffcore.core.constants import EXTRACTED_POOLINGS, METRICS, POOLINGS
-from deffcore.inputs.loading import dist_version
+from deffcore.inputs.identity import dist_version
 from deffcore.measures.similarity import similarity_matrix
 
 PACKAGED = ("smollm2-135m", "gemma3-270m")
@@ -111,13 +111,13 @@ def _before(path: str | None):
 def hooks_and_pipeline_check(device: str, model: str, quick: bool, before) -> dict[str, Any]:
     """No synchronising call inside any hook (on CUDA: the driver's sync debug mode raises),
     and the pipelined extraction equal to the unpipelined one and to the code before."""
-    from deffcore.extraction import forward
+    from deffcore.extraction import forward, stage
     from deffcore.inputs.loading import load_model
 
     loaded = load_model(model, device=device)
     n, tokens = (32, 16) if quick else (2048, 64)
     ids = np.random.default_rng(1).integers(3, 259, size=(n, tokens)).tolist()
-    real_register = forward._register_hooks
+    real_register = forward.register_hooks
     syncs: list[str] = []
 
     def register(m, pooler):
@@ -139,19 +139,19 @@ def hooks_and_pipeline_check(device: str, model: str, quick: bool, before) -> di
         return forward.extract_pooled(loaded, None, token_ids=ids, max_tokens=tokens,
                                       batch_size=64 if not quick else 8)  # fmt: skip
 
-    forward._register_hooks = register
+    forward.register_hooks = register
     try:
         piped = run()
     except RuntimeError:
         piped = None
     finally:
-        forward._register_hooks = real_register
-    real_depth = forward._pipeline_depth
-    forward._pipeline_depth = lambda _d: 0
+        forward.register_hooks = real_register
+    real_depth = stage.pipeline_depth
+    stage.pipeline_depth = lambda _d: 0
     try:
         direct = run()
     finally:
-        forward._pipeline_depth = real_depth
+        stage.pipeline_depth = real_depth
     row: dict[str, Any] = {"model": model, "n": n, "max_tokens": tokens, "hook_syncs": syncs}
     if piped is not None:
         row["pipelined_equals_unpipelined"] = all(

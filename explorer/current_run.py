@@ -91,7 +91,7 @@ def sidebar_values(spec: dict[str, Any]) -> dict[str, Any]:
     """The sidebar widgets' values (by key) that choose the run `spec`: model source and
     model, dataset source and dataset, N, max tokens, passages, BOS, seed. A field the
     sidebar cannot express (a notebook's model or texts, an uploaded file) is left out."""
-    from deffcore.inputs import loading
+    from deffcore.inputs import catalog
 
     out: dict[str, Any] = {}
     model, choices = str(spec.get("model", "")), sidebar.offline_models()
@@ -101,7 +101,7 @@ def sidebar_values(spec: dict[str, Any]) -> dict[str, Any]:
         out["model_random_seed"] = int(random.group(2))
     elif model in choices:
         out.update(model_source=sidebar.MODEL_SOURCES[0], model_packaged=model)
-        if model in loading.TINY_MODELS and model != sidebar.DEMO_MODEL:
+        if model in catalog.TINY_MODELS and model != sidebar.DEMO_MODEL:
             out["model_all_demo"] = True
     elif model and not model.startswith(("loaded:", "random:", "/", ".", "~")):
         out.update(model_source=sidebar.MODEL_SOURCES[1], model_hf=model)

@@ -95,10 +95,10 @@ class Settings:
 
 def offline_models() -> dict[str, str]:
     """Packaged models first, then the tiny random-init demo models: spec -> description."""
-    from deffcore.inputs import loading
+    from deffcore.inputs import catalog
 
-    choices = dict(loading.PACKAGED_MODELS)
-    tiny = loading.TINY_MODELS
+    choices = dict(catalog.PACKAGED_MODELS)
+    tiny = catalog.TINY_MODELS
     for name in tiny:
         choices[name] = tiny[name] if isinstance(tiny, dict) else "tiny random-init model (demo)"
     return choices
@@ -106,9 +106,9 @@ def offline_models() -> dict[str, str]:
 
 def model_choice_label(spec: str, description: str) -> str:
     """How a model appears in the list: tiny test models are marked as the demo group."""
-    from deffcore.inputs import loading
+    from deffcore.inputs import catalog
 
-    if spec in loading.TINY_MODELS:
+    if spec in catalog.TINY_MODELS:
         return f"demo · {spec} — {description}"
     return f"{spec} — {description}"
 
@@ -145,7 +145,7 @@ def _model_spec() -> tuple[str, str | None]:
     source = persisted(st.radio, "Model source", "model_source", MODEL_SOURCES[0], options=sources)
     choices = offline_models()
     if source == MODEL_SOURCES[0]:
-        from deffcore.inputs import loading
+        from deffcore.inputs import catalog
 
         all_demo = persisted(
             st.checkbox,
@@ -159,7 +159,7 @@ def _model_spec() -> tuple[str, str | None]:
         shown = [
             m
             for m in choices
-            if m in loading.PACKAGED_MODELS or m in (DEMO_MODEL, kept) or all_demo
+            if m in catalog.PACKAGED_MODELS or m in (DEMO_MODEL, kept) or all_demo
         ]
         spec = persisted(
             st.selectbox,

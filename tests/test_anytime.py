@@ -9,8 +9,8 @@ import pytest
 
 from deffcore.core.constants import EXTRACTED_POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
-from deffcore.extraction import forward
-from deffcore.extraction.forward import PooledStates
+from deffcore.extraction import batches
+from deffcore.extraction.pooling import PooledStates
 from deffcore.statistics import anytime
 from deffcore.statistics.anytime import (
     PrefixRows,
@@ -46,8 +46,8 @@ def test_schedule_doubles_from_64_in_whole_batches():
 
 
 def test_batch_rows_is_the_extractions_batch():
-    assert batch_rows(128, "cpu") == forward.TOKEN_BUDGET["cpu"] // 128 == 32
-    assert batch_rows(128, "cuda:0") == forward.TOKEN_BUDGET["cuda"] // 128
+    assert batch_rows(128, "cpu") == batches.TOKEN_BUDGET["cpu"] // 128 == 32
+    assert batch_rows(128, "cuda:0") == batches.TOKEN_BUDGET["cuda"] // 128
     assert batch_rows(128, "cpu", 7) == 7
     assert batch_rows(10_000, "cpu") == 1
 
@@ -103,7 +103,7 @@ def test_prefix_rows_track_the_landed_prefix_only():
         b = len(slots)
         data = {p: np.full((L1, b, d), float(slots[0]), np.float32) for p in EXTRACTED_POOLINGS}
         data["pos0_ratio"] = np.ones((L1, b), np.float32)
-        return forward.SavedBatch(np.asarray(slots, np.int64), data, None)
+        return batches.SavedBatch(np.asarray(slots, np.int64), data, None)
 
     rows.add(batch([2, 3]))
     assert rows.done == 0  # 0 and 1 are missing

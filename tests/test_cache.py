@@ -16,7 +16,7 @@ from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import CacheCorruptError, DeffError
 from deffcore.extraction import cache
 from deffcore.extraction.cache import RunSpec, UnknownRunError
-from deffcore.extraction.forward import PooledStates
+from deffcore.extraction.pooling import PooledStates
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,9 +8,12 @@ import torch
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import NonFiniteActivationsError, OutOfMemoryError, TooFewPassagesError
-from deffcore.extraction import forward as extract
-from deffcore.extraction.forward import extract_pooled, pool_states, tokenize
-from deffcore.inputs.loading import decoder_layers, final_norm
+from deffcore.extraction import batches
+from deffcore.extraction import forward as forward_mod
+from deffcore.extraction.batches import tokenize
+from deffcore.extraction.forward import extract_pooled
+from deffcore.extraction.pooling import pool_states
+from deffcore.inputs.architecture import decoder_layers, final_norm
 
 TOL = 1e-5
 
@@ -191,7 +194,7 @@ def test_nan_in_padding_is_ignored(tiny_model, tiny_passages):
         out[~mask_holder["mask"]] = float("inf")
         return out
 
-    real_forward = extract._forward
+    real_forward = forward_mod._forward
 
     def forward(base, ids, mask, pos):
         mask_holder["mask"] = mask.bool()
@@ -201,7 +204,7 @@ def test_nan_in_padding_is_ignored(tiny_model, tiny_passages):
     handle = decoder_layers(loaded.model)[-1].register_forward_hook(poison_padding)
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(extract, "_forward", forward)
+            mp.setattr(forward_mod, "_forward", forward)
             dirty = extract_pooled(loaded, tiny_passages, max_tokens=64, batch_size=12)
     finally:
         handle.remove()
@@ -213,7 +216,7 @@ def test_nan_in_padding_is_ignored(tiny_model, tiny_passages):
 def test_oom_halves_the_batch(tiny_model, tiny_passages, monkeypatch):
     loaded = tiny_model("qwen2")
     want = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=12)
-    real_forward = extract._forward
+    real_forward = forward_mod._forward
     seen = []
 
     def forward(base, ids, mask, pos):
@@ -222,7 +225,7 @@ def test_oom_halves_the_batch(tiny_model, tiny_passages, monkeypatch):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         real_forward(base, ids, mask, pos)
 
-    monkeypatch.setattr(extract, "_forward", forward)
+    monkeypatch.setattr(forward_mod, "_forward", forward)
     got = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=12)
     assert seen[:3] == [12, 6, 3]
     assert got.meta["oom_halvings"] == 2 and got.meta["max_batch_size"] == 3
@@ -237,7 +240,7 @@ def test_oom_at_batch_size_one_raises(tiny_model, tiny_passages, monkeypatch):
             "allocate memory: you tried to allocate 1099511627776 bytes."
         )
 
-    monkeypatch.setattr(extract, "_forward", forward)
+    monkeypatch.setattr(forward_mod, "_forward", forward)
     with pytest.raises(OutOfMemoryError, match="lower max_tokens"):
         extract_pooled(tiny_model("llama"), tiny_passages, max_tokens=32)
 
@@ -246,13 +249,13 @@ def test_other_runtime_errors_propagate(tiny_model, tiny_passages, monkeypatch):
     def forward(*_a):
         raise RuntimeError("shape mismatch")
 
-    monkeypatch.setattr(extract, "_forward", forward)
+    monkeypatch.setattr(forward_mod, "_forward", forward)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         extract_pooled(tiny_model("llama"), tiny_passages, max_tokens=32)
 
 
 def test_auto_batch_size_uses_token_budget(tiny_model, tiny_passages, monkeypatch):
-    monkeypatch.setitem(extract.TOKEN_BUDGET, "cpu", 200)
+    monkeypatch.setitem(batches.TOKEN_BUDGET, "cpu", 200)
     got = extract_pooled(tiny_model("gpt2"), tiny_passages, max_tokens=100)
     assert got.meta["batches"] > 1
     assert got.meta["max_batch_size"] * 100 <= 200 or got.meta["max_batch_size"] <= 200 // 50

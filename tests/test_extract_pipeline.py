@@ -12,9 +12,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import NonFiniteActivationsError, RunCancelled
-from deffcore.extraction import forward as extract
+from deffcore.extraction import batches, pooling, stage
+from deffcore.extraction import forward as forward_mod
 from deffcore.extraction.forward import extract_pooled
-from deffcore.inputs.loading import decoder_layers, load_model
+from deffcore.inputs.architecture import decoder_layers
+from deffcore.inputs.loading import load_model
 
 # ----------------------------------------------------------------------------------------------
 # No host-device synchronisation inside the hooks
@@ -77,7 +79,7 @@ class ForbidSyncOps(TorchDispatchMode):
 
 def _guarded_hooks(monkeypatch) -> list[int]:
     """Run every hook call of an extraction under both guards; returns the calls seen."""
-    real, calls = extract._register_hooks, []
+    real, calls = forward_mod.register_hooks, []
 
     def register(model, pooler):
         def guarded(layer, hidden):
@@ -87,7 +89,7 @@ def _guarded_hooks(monkeypatch) -> list[int]:
 
         return real(model, guarded)
 
-    monkeypatch.setattr(extract, "_register_hooks", register)
+    monkeypatch.setattr(forward_mod, "register_hooks", register)
     return calls
 
 
@@ -117,10 +119,10 @@ def test_the_guard_catches_each_synchronising_call(make):
 def test_the_guard_allows_what_the_hooks_do():
     h, mask = torch.randn(2, 5, 3, dtype=torch.bfloat16), torch.ones(2, 5, dtype=torch.bool)
     mask[1, 3:] = False
-    w = extract._BatchWeights.from_mask(mask)  # once per batch, outside the hooks
+    w = pooling.BatchWeights.from_mask(mask)  # once per batch, outside the hooks
     means, first, norms = torch.empty(2, 3, 3), torch.empty(2, 3), torch.empty(2, 5)
     with ForbidHostSync(), ForbidSyncOps():
-        extract._pool_layer(h, w, means, first, norms)
+        pooling.pool_layer(h, w, means, first, norms)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -177,7 +179,7 @@ def _per_layer_pool(hidden, mask):
 
 def _per_layer_extract(loaded, passages, max_tokens, batch_size, side):
     """Batches as extract_pooled makes them (longest first), pooled layer by layer as before."""
-    ids, _ = extract.tokenize(loaded.tokenizer, passages, max_tokens)
+    ids, _ = batches.tokenize(loaded.tokenizer, passages, max_tokens)
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     L1, n, d = loaded.layers + 1, len(ids), loaded.d_model
     out = {p: torch.zeros(L1, n, d) for p in [*EXTRACTED_POOLINGS, "pos0_ratio"]}
@@ -188,14 +190,14 @@ def _per_layer_extract(loaded, passages, max_tokens, batch_size, side):
         for p, v in _per_layer_pool(hidden, state["mask"]).items():
             out[p][layer, state["slots"]] = v
 
-    handles = extract._register_hooks(loaded.model, pooler)
+    handles = forward_mod.register_hooks(loaded.model, pooler)
     try:
         with torch.inference_mode():
             for start in range(0, n, batch_size):
                 batch = order[start : start + batch_size]
-                b_ids, b_mask, b_pos = extract._pad([ids[i] for i in batch], 0, side, "cpu")
+                b_ids, b_mask, b_pos = batches.pad_batch([ids[i] for i in batch], 0, side, "cpu")
                 state.update(mask=b_mask, slots=torch.tensor(batch))
-                extract._forward(extract.base_model(loaded.model), b_ids, b_mask, b_pos)
+                forward_mod._forward(forward_mod.base_model(loaded.model), b_ids, b_mask, b_pos)
     finally:
         for h in handles:
             h.remove()
@@ -220,7 +222,7 @@ def test_bit_identical_to_the_per_layer_pooling(tiny_passages, arch, dtype, side
 
 @pytest.fixture
 def lagged(monkeypatch):
-    monkeypatch.setattr(extract, "_pipeline_depth", lambda _device: 1)
+    monkeypatch.setattr(forward_mod, "pipeline_depth", lambda _device: 1)
 
 
 def test_lagged_pipeline_gives_the_same_states_and_progress(tiny_model, tiny_passages, monkeypatch):
@@ -228,10 +230,10 @@ def test_lagged_pipeline_gives_the_same_states_and_progress(tiny_model, tiny_pas
     direct_calls, lagged_calls = [], []
     direct = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=5,
                             progress=lambda *a: direct_calls.append(a))  # fmt: skip
-    monkeypatch.setattr(extract, "_pipeline_depth", lambda _device: 1)
+    monkeypatch.setattr(forward_mod, "pipeline_depth", lambda _device: 1)
     waits = []
-    real_wait = extract._Shipped.wait
-    monkeypatch.setattr(extract._Shipped, "wait", lambda s: (waits.append(1), real_wait(s)))
+    real_wait = stage.Shipped.wait
+    monkeypatch.setattr(stage.Shipped, "wait", lambda s: (waits.append(1), real_wait(s)))
     got = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=5,
                          progress=lambda *a: lagged_calls.append(a))  # fmt: skip
     for p in EXTRACTED_POOLINGS:
@@ -247,7 +249,7 @@ def test_lagged_pipeline_names_the_bad_layer_and_halves_on_oom(
 ):
     loaded = load_model("tiny-llama", device="cpu")
     want = extract_pooled(tiny_model("llama"), tiny_passages, max_tokens=32, batch_size=12)
-    real, seen = extract._forward, []
+    real, seen = forward_mod._forward, []
 
     def forward(base, ids, mask, pos):
         seen.append(ids.shape[0])
@@ -255,12 +257,12 @@ def test_lagged_pipeline_names_the_bad_layer_and_halves_on_oom(
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
         real(base, ids, mask, pos)
 
-    monkeypatch.setattr(extract, "_forward", forward)
+    monkeypatch.setattr(forward_mod, "_forward", forward)
     got = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=12)
     assert seen[:3] == [12, 6, 3] and got.meta["oom_halvings"] == 2
     for p in EXTRACTED_POOLINGS:
         np.testing.assert_allclose(got.pooled[p], want.pooled[p], atol=1e-5)
-    monkeypatch.setattr(extract, "_forward", real)
+    monkeypatch.setattr(forward_mod, "_forward", real)
     with torch.no_grad():
         decoder_layers(loaded.model)[3].mlp.down_proj.weight.fill_(float("nan"))  # block 4
     with pytest.raises(NonFiniteActivationsError, match=r"at layer 4 \(the output of block 4\)"):
@@ -285,8 +287,8 @@ def test_lagged_pipeline_keeps_the_batch_in_flight_when_a_forward_fails(
 ):
     """Forward 4 fails while batch 3 is still in flight: batch 3 is finished and saved before
     the error propagates (the direct pipeline had saved it already)."""
-    monkeypatch.setattr(extract, "CHECKPOINT_EVERY_S", 0.0)
-    real, calls = extract._forward, [0]
+    monkeypatch.setattr(forward_mod, "CHECKPOINT_EVERY_S", 0.0)
+    real, calls = forward_mod._forward, [0]
 
     def forward(base, ids, mask, pos):
         calls[0] += 1
@@ -294,7 +296,7 @@ def test_lagged_pipeline_keeps_the_batch_in_flight_when_a_forward_fails(
             raise RuntimeError("injected failure")
         real(base, ids, mask, pos)
 
-    monkeypatch.setattr(extract, "_forward", forward)
+    monkeypatch.setattr(forward_mod, "_forward", forward)
     keep = _Keep()
     with pytest.raises(RuntimeError, match="injected"):
         extract_pooled(tiny_model("llama"), tiny_passages, max_tokens=32, batch_size=2,
@@ -331,11 +333,11 @@ def test_blocks_on_another_device_pool_there_and_land_on_the_stage(
     loaded = tiny_model("qwen2")
     want = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=5, padding_side="left")
     copies = []
-    real_to = extract._BatchWeights.to
+    real_to = pooling.BatchWeights.to
     monkeypatch.setattr(
-        extract._BatchWeights, "to", lambda w, d: (copies.append(d), real_to(w, d))[1]
+        pooling.BatchWeights, "to", lambda w, d: (copies.append(d), real_to(w, d))[1]
     )
-    monkeypatch.setattr(extract, "_on_stage_device", lambda hidden, stage: False)
+    monkeypatch.setattr(stage, "on_stage_device", lambda hidden, stage: False)
     got = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=5, padding_side="left")
     for p in EXTRACTED_POOLINGS:
         assert np.array_equal(got.pooled[p], want.pooled[p]), p
@@ -380,11 +382,11 @@ def test_device_map_auto_on_one_device_is_the_plain_model(tiny_model, tiny_passa
 )
 def test_inputs_go_to_the_embeddings_execution_device(tiny_model, device_map, inputs_go_to):
     """accelerate runs a block offloaded to "cpu" or "disk" on the map's first GPU."""
-    from deffcore.inputs import loading
+    from deffcore.inputs import devices
 
     model = tiny_model("llama").model
     model.hf_device_map = device_map
     try:
-        assert loading._input_device(model) == inputs_go_to
+        assert devices._input_device(model) == inputs_go_to
     finally:
         del model.hf_device_map

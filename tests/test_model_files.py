@@ -13,7 +13,7 @@ import pytest
 
 from deffcore.cli.main import main
 from deffcore.core.errors import UnknownModelError
-from deffcore.inputs import loading
+from deffcore.inputs import context, loading
 from deffcore.inputs.model_files import check_model_folder, check_safetensors
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_a_folder_with_auto_map_is_refused_before_transformers(
         loading.load_model(f"random:{saved_folder}:0")
     # refused by the cheap checks that run before any model loads, too
     with pytest.raises(UnknownModelError, match="auto_map"):
-        loading.context_length(str(saved_folder))
+        context.context_length(str(saved_folder))
     assert not marker.exists()
 
 

@@ -6,17 +6,12 @@ import pytest
 import torch
 
 from deffcore.core.errors import DeffError, HubUnavailableError, UnknownModelError
-from deffcore.inputs import loading
-from deffcore.inputs.loading import (
-    PACKAGED_MODELS,
-    TINY_MODELS,
-    base_model,
-    decoder_layers,
-    final_norm,
-    load_model,
-    model_identity,
-    resolve_device_dtype,
-)
+from deffcore.inputs import catalog, context, devices, gguf, loading, special_tokens
+from deffcore.inputs.architecture import base_model, decoder_layers, final_norm
+from deffcore.inputs.catalog import PACKAGED_MODELS, TINY_MODELS
+from deffcore.inputs.devices import resolve_device_dtype
+from deffcore.inputs.identity import model_identity
+from deffcore.inputs.loading import load_model
 
 ARCH_CLASSES = {
     "llama": "LlamaForCausalLM",
@@ -161,7 +156,7 @@ def test_bfloat16_override_on_cpu():
 
 def test_packaged_models_are_listed():
     assert set(PACKAGED_MODELS) == {"smollm2-135m", "gemma3-270m"}
-    assert loading.smollm2_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert gguf.smollm2_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.mark.slow
@@ -180,7 +175,7 @@ def test_packaged_gemma3_is_assembled_into_the_cache(deff_cache_dir):
     lm = load_model("gemma3-270m")
     assert (lm.layers, lm.d_model, lm.architecture) == (18, 640, "Gemma3ForCausalLM")
     assert lm.adds_bos
-    assert (deff_cache_dir / "models" / loading.GEMMA3_FILE).is_file()
+    assert (deff_cache_dir / "models" / gguf.GEMMA3_FILE).is_file()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,18 +204,18 @@ def _write_gguf(path, context: int = 123, add_bos: bool | None = None):
 def test_check_device(monkeypatch):
     from deffcore.core.errors import DeviceUnavailableError
 
-    assert loading.check_device("cpu") == "cpu"
+    assert devices.check_device("cpu") == "cpu"
     for name in ("tpu", "gpu", "cuda:x", ""):
         with pytest.raises(DeviceUnavailableError, match="device"):
-            loading.check_device(name)
+            devices.check_device(name)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceUnavailableError, match="CUDA is not available on this machine"):
         resolve_device_dtype("cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert loading.check_device("cuda:0") == "cuda:0"
+    assert devices.check_device("cuda:0") == "cuda:0"
     with pytest.raises(DeviceUnavailableError, match="has 1 CUDA device"):
-        loading.check_device("cuda:1")
+        devices.check_device("cuda:1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     # a device on another machine (a sweep's workers) is not checked here
     assert resolve_device_dtype("cuda", check=False) == ("cuda", "bfloat16")
@@ -228,11 +223,11 @@ def test_check_device(monkeypatch):
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2", "gemma3"])
 def test_context_length_of_tiny_models_from_their_config(arch):
-    config = loading.tiny_config(arch)
+    config = catalog.tiny_config(arch)
     want = getattr(config, "max_position_embeddings", None) or config.n_positions
-    assert loading.context_length(f"tiny-{arch}") == want
-    assert loading.context_length(f"tiny-{arch}-nobos") == want
-    assert loading.context_length(f"random:tiny-{arch}:4") == want
+    assert context.context_length(f"tiny-{arch}") == want
+    assert context.context_length(f"tiny-{arch}-nobos") == want
+    assert context.context_length(f"random:tiny-{arch}:4") == want
 
 
 def test_context_length_of_folders_gguf_and_unknowns(tmp_path):
@@ -245,24 +240,24 @@ def test_context_length_of_folders_gguf_and_unknowns(tmp_path):
     (nested / "config.json").write_text(
         json.dumps({"max_position_embeddings": 5, "text_config": {"max_position_embeddings": 9}})
     )
-    assert loading.context_length(str(flat)) == 77
-    assert loading.context_length(str(nested)) == 9  # the text model's, inside a wrapper
-    assert loading.context_length(str(bare)) is None
-    assert loading.context_length(str(_write_gguf(tmp_path / "m.gguf", 123))) == 123
-    assert loading.context_length("org/not-on-this-machine") is None
+    assert context.context_length(str(flat)) == 77
+    assert context.context_length(str(nested)) == 9  # the text model's, inside a wrapper
+    assert context.context_length(str(bare)) is None
+    assert context.context_length(str(_write_gguf(tmp_path / "m.gguf", 123))) == 123
+    assert context.context_length("org/not-on-this-machine") is None
     with pytest.raises(UnknownModelError, match="Unknown tiny model 'tiny-nope'"):
-        loading.context_length("tiny-nope")
+        context.context_length("tiny-nope")
 
 
 def test_context_length_of_packaged_smollm2_reads_only_the_header():
-    assert loading.context_length("smollm2-135m") == 8192
+    assert context.context_length("smollm2-135m") == 8192
 
 
 def test_gguf_metadata_refuses_every_truncation(tmp_path):
     from deffcore.core.errors import UnknownModelError
 
     whole = _write_gguf(tmp_path / "whole.gguf")
-    meta = loading.gguf_metadata(whole)
+    meta = gguf.gguf_metadata(whole)
     assert meta["general.architecture"] == "llama" and meta["llama.context_length"] == 123
     data = whole.read_bytes()
     # magic, version, header counts, a key, the tensor table, the tensors' data
@@ -270,36 +265,38 @@ def test_gguf_metadata_refuses_every_truncation(tmp_path):
         path = tmp_path / f"cut{i}.gguf"
         path.write_bytes(data[:cut])
         with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
-            loading.gguf_metadata(path)
+            gguf.gguf_metadata(path)
         with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
             load_model(str(path))  # never a struct.error or a reshape error
         with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
-            loading.check_max_tokens(str(path), 16)
+            context.check_max_tokens(str(path), 16)
 
 
 def test_check_max_tokens_names_the_context():
     from deffcore.core.errors import InvalidArgumentError
 
-    loading.check_max_tokens("tiny-llama", 512)
+    context.check_max_tokens("tiny-llama", 512)
     with pytest.raises(
         InvalidArgumentError,
         match=r"max_tokens=513 is beyond the context of 'tiny-llama', which is 512 tokens",
     ):
-        loading.check_max_tokens("tiny-llama", 513)
-    loading.check_max_tokens("org/not-on-this-machine", 10**6)  # unknown: not refused here
+        context.check_max_tokens("tiny-llama", 513)
+    context.check_max_tokens("org/not-on-this-machine", 10**6)  # unknown: not refused here
 
 
 def test_load_tokenizer_builds_no_weights(monkeypatch):
     from deffcore.inputs import tokens
 
-    monkeypatch.setattr(loading, "_init_from_config", lambda *a: pytest.fail("weights built"))
+    monkeypatch.setattr(loading, "init_from_config", lambda *a: pytest.fail("weights built"))
     tok = loading.load_tokenizer("random:tiny-qwen2:9")
     assert tok("ab").input_ids[0] == tok.bos_token_id == 1
     with pytest.raises(UnknownModelError, match="Unknown tiny model"):
         loading.load_tokenizer("tiny-nope")
     # one way to answer "does it add a BOS": LoadedModel.adds_bos and tokens.adds_bos agree
-    assert tokens.adds_bos is loading.adds_bos
-    assert loading.adds_bos(tok) and not loading.adds_bos(loading.load_tokenizer("tiny-gpt2-nobos"))
+    assert tokens.adds_bos is special_tokens.adds_bos
+    assert special_tokens.adds_bos(tok) and not special_tokens.adds_bos(
+        loading.load_tokenizer("tiny-gpt2-nobos")
+    )
 
 
 @pytest.mark.parametrize("header", [True, False, None])
@@ -309,13 +306,13 @@ def test_gguf_tokenizer_must_match_the_headers_bos(tmp_path, header, tokenizer):
     # (and with other token ids): such a tokenizer is refused before anything is measured
     path = _write_gguf(tmp_path / "m.gguf", add_bos=header)
     tok = loading.load_tokenizer(tokenizer)
-    tok_adds = loading.adds_bos(tok)
+    tok_adds = special_tokens.adds_bos(tok)
     assert tok_adds == (tokenizer == "tiny-llama")
     if header is None or header == tok_adds:
-        loading.check_gguf_tokenizer(tok, path)
+        gguf.check_gguf_tokenizer(tok, path)
     else:
         expected = f"{'without' if header else 'with'} the BOS token its GGUF header asks for"
         with pytest.raises(UnknownModelError, match=expected) as err:
-            loading.check_gguf_tokenizer(tok, path)
+            gguf.check_gguf_tokenizer(tok, path)
         assert f"add_bos_token = {str(header).lower()}" in str(err.value)
         assert "requirements.txt" in str(err.value)

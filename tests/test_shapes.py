@@ -10,15 +10,12 @@ import pytest
 import torch
 
 from deffcore.core.errors import DeviceUnavailableError, InvalidArgumentError, UnknownModelError
-from deffcore.inputs import loading
-from deffcore.inputs.loading import (
-    check_fits,
-    check_max_tokens,
-    context_length,
-    load_model,
-    model_identity,
-    tiny_config,
-)
+from deffcore.inputs import catalog, devices, gguf, loading
+from deffcore.inputs.catalog import tiny_config
+from deffcore.inputs.context import check_max_tokens, context_length
+from deffcore.inputs.devices import check_fits
+from deffcore.inputs.identity import model_identity
+from deffcore.inputs.loading import load_model
 from deffcore.inputs.shapes import SHAPES, Shape, param_count, shape_config
 
 # ----------------------------------------------------------------------------------------------
@@ -80,10 +77,10 @@ def test_transformers_reads_the_published_dimensions(
 def test_packaged_models_shapes_match_their_gguf_headers(shape, packaged, prefix):
     """The packaged models' stand-ins have exactly the dimensions of the GGUF files."""
     try:
-        path = loading._packaged_gguf(packaged)
+        path = gguf.packaged_gguf(packaged)
     except UnknownModelError:
         pytest.skip(f"{packaged} is not installed")
-    meta = loading.gguf_metadata(path)
+    meta = gguf.gguf_metadata(path)
     c = SHAPES[shape].config
     assert meta[f"{prefix}.block_count"] == c["num_hidden_layers"]
     assert meta[f"{prefix}.embedding_length"] == c["hidden_size"]
@@ -155,8 +152,8 @@ def test_random_shape_loads_extracts_and_is_reproducible(scaled, name, tiny_pass
 def test_weights_drawn_in_the_forward_dtype_equal_float32_rounded(arch, dtype):
     """Random weights are drawn directly in the run's dtype (half the host memory of an 8B
     shape): bit-identical to the float32 draw rounded, so cache keys stay valid."""
-    wide = loading._init_from_config(tiny_config(arch), 3).to(dtype)
-    narrow = loading._init_from_config(tiny_config(arch), 3, dtype)
+    wide = loading.init_from_config(tiny_config(arch), 3).to(dtype)
+    narrow = loading.init_from_config(tiny_config(arch), 3, dtype)
     for (name, a), b in zip(wide.state_dict().items(), narrow.state_dict().values(), strict=True):
         assert a.dtype == b.dtype == dtype and torch.equal(a, b), name
 
@@ -179,7 +176,7 @@ def test_identities_context_and_tokenizer_without_loading(monkeypatch):
     tok = loading.load_tokenizer("llama-3.1-8b")  # the byte tokenizer, no weights
     assert tok("ab").input_ids == [1, tok("a", add_special_tokens=False).input_ids[0],
                                    tok("b", add_special_tokens=False).input_ids[0]]  # fmt: skip
-    assert "llama-3.1-8b" in loading.offline_models_sentence()
+    assert "llama-3.1-8b" in catalog.offline_models_sentence()
 
 
 def test_a_bare_shape_has_no_weights():
@@ -189,11 +186,11 @@ def test_a_bare_shape_has_no_weights():
 
 def test_memory_is_checked_before_anything_is_allocated(monkeypatch):
     gib = 1024**3
-    monkeypatch.setattr(loading, "host_memory_bytes", lambda: 20 * gib)
+    monkeypatch.setattr(devices, "host_memory_bytes", lambda: 20 * gib)
     check_fits("random:llama-3.1-8b:0", "cpu", "bfloat16")  # 15 GiB fits in 20
     with pytest.raises(InvalidArgumentError, match=r"29\.9 GiB of host memory .* 20\.0 GiB"):
         check_fits("random:llama-3.1-8b:0", "cpu", "float32")
-    monkeypatch.setattr(loading, "_device_memory_bytes", lambda device: 12 * gib)
+    monkeypatch.setattr(devices, "_device_memory_bytes", lambda device: 12 * gib)
     with pytest.raises(InvalidArgumentError, match="--device auto"):
         check_fits("random:qwen3-8b:0", "cuda", "bfloat16")
     check_fits("random:qwen3-8b:0", "cuda", "bfloat16", spread=True)
@@ -203,7 +200,7 @@ def test_memory_is_checked_before_anything_is_allocated(monkeypatch):
     check_fits("random:llama-3.1-8b:0", "cpu", "float32")
     monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "2")
     inits = []
-    monkeypatch.setattr(loading, "_init_from_config", lambda *a: inits.append(a))
+    monkeypatch.setattr(loading, "init_from_config", lambda *a: inits.append(a))
     with pytest.raises(InvalidArgumentError, match="host memory"):
         load_model("random:llama-3.1-8b:0", device="cpu", dtype="float32")
     from deffcore.runs.measure import run_spec
@@ -217,6 +214,6 @@ def test_memory_is_checked_before_anything_is_allocated(monkeypatch):
 def test_device_auto_needs_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceUnavailableError, match="'auto' spreads a model"):
-        loading.check_device("auto")
+        devices.check_device("auto")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert loading.resolve_device_dtype("auto") == ("auto", "bfloat16")
+    assert devices.resolve_device_dtype("auto") == ("auto", "bfloat16")

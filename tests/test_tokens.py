@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from deffcore.core.errors import DeffError, TooFewPassagesError
-from deffcore.extraction.forward import tokenize
+from deffcore.extraction.batches import tokenize
 from deffcore.inputs.loading import load_tokenizer
 from deffcore.inputs.texts import all_passages
 from deffcore.inputs.tokens import (
@@ -142,7 +142,7 @@ def test_count_windows_matches_the_closed_form(tiny_dataset, tiny_passages, monk
 
     # no weights may be built for a count: only the tokenizer
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
-    monkeypatch.setattr(loading, "_init_from_config", lambda *a: pytest.fail("weights built"))
+    monkeypatch.setattr(loading, "init_from_config", lambda *a: pytest.fail("weights built"))
     want_bos = sum(_n_bytes(p) // 15 for p in tiny_passages)
     want_nobos = sum(_n_bytes(p) // 16 for p in tiny_passages)
     assert count_windows("tiny-llama", tiny_dataset, 16) == want_bos

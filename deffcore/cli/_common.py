@@ -52,7 +52,8 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
         check_output_file,
         check_writable_dir,
     )
-    from deffcore.inputs.loading import check_device, check_max_tokens
+    from deffcore.inputs.context import check_max_tokens
+    from deffcore.inputs.devices import check_device
     from deffcore.inputs.texts import check_dataset
 
     for attr, (flag, minimum) in _INT_ARGS.items():

@@ -60,7 +60,8 @@ from deffcore.core import files
 from deffcore.core.constants import CODE_VERSION, EXTRACTED_POOLINGS
 from deffcore.core.errors import CacheCorruptError, DeffError, ForeignCacheEntryError
 from deffcore.core.paths import cache_dir
-from deffcore.extraction.forward import PooledStates, SavedBatch
+from deffcore.extraction.batches import SavedBatch
+from deffcore.extraction.pooling import PooledStates
 
 __all__ = [
     "FORMAT_VERSION",
@@ -118,7 +119,7 @@ class RunSpec:
 
     def identity(self) -> dict[str, Any]:
         """The plain values hashed into the key (model weights id and dataset content id too)."""
-        from deffcore.inputs.loading import model_identity
+        from deffcore.inputs.identity import model_identity
         from deffcore.inputs.texts import dataset_identity
 
         return {
@@ -205,7 +206,7 @@ def store(spec: RunSpec, pooled: PooledStates, *, elapsed_s: float | None = None
     The entry's partial/ folder (finished batches of an interrupted run) is removed once the
     complete entry is in place.
     """
-    from deffcore.inputs.loading import model_identity
+    from deffcore.inputs.identity import model_identity
     from deffcore.inputs.texts import dataset_identity
 
     key = spec.key()

@@ -1,70 +1,38 @@
-"""Hooks, batching and streaming pooling: passages -> pooled states h_0 .. h_L (SPEC sections 1-2).
+"""The forward pass: passages -> pooled states h_0 .. h_L, one pass of the base model per batch.
 
-One forward pass of the *base* model per batch (the unembedding is never run). Hooks capture
+Hooks (the unembedding is never run) capture
 
     h_0      input of block 1 (a forward pre-hook, so Gemma's sqrt(d) embedding scale is in it)
     h_l      output of block l, l = 1..L (so h_L is the input of the final norm)
 
-and each captured (B, T, d) state is pooled right away, in float32, into the batch's device
-buffers (its *stage*); nothing else of the batch is kept. At the end of the batch the stage goes
-to the host, where the rows land in the (L+1, N, d) result arrays.
+and pool each state into the batch's stage (`deffcore.extraction.pooling`, `.stage`); nothing
+else of the batch is kept. `torch.compile` and CUDA graphs are not used: batches change shape
+(B and T), the hooks sit inside arbitrary transformers forwards, and what is left per layer is
+five kernels against the layer's own dozens (BENCHMARKS.md "GPU at full speed"). An
+out-of-memory error halves the batch size and retries the batch; at batch size 1 it raises
+OutOfMemoryError. The pooled rows are written back at each passage's original slot.
 
-No host-device synchronisation inside the hooks (issue 22): a hook only queues kernels (one float32
-copy of the state with padding zeroed, its token norms, one batched matmul for the three means,
-one gather for `first_non_bos`), and the token weights they use are computed once per batch from
-the mask. Finiteness is checked once per batch, on the pooled means of every layer at once (a
-NaN/inf at any real token reaches the means), and the error names the first bad layer. On CUDA
-the stage is copied to pinned host memory on a side stream and the batch is *finished* (checked,
-written into the results, checkpointed, reported) only after the next batch has been queued, so
-the GPU never waits for the host (`_pipeline_depth`); on the CPU every batch is finished at once.
-`torch.compile` and CUDA graphs are not used: batches change shape (B and T), the hooks sit inside
-arbitrary transformers forwards, and what is left per layer is five kernels against the layer's
-own dozens (BENCHMARKS.md "GPU at full speed").
-
-Models spread over several devices (`device_map`, accelerate): a hook pools on the device its
-state arrives on (with that device's copy of the batch's token weights) and copies the small
-pooled results to the stage.
-
-Tokenisation uses the tokenizer's own defaults (a BOS is there exactly when the tokenizer adds
-one), then truncates to `max_tokens` ids (BOS counts). Passages with fewer than 2 tokens are
-dropped and counted (`n_dropped_short`); every pooling uses the same kept passages, so all
-poolings have the same N.
-
-Batches: kept passages are sorted by length (longest first) so a batch pads little, the pooled
-rows are written back at each passage's original slot (original order restored). With
-`batch_size=None` a batch holds as many passages as fit a token budget. An out-of-memory error
-halves the batch size and retries the batch; at batch size 1 it raises OutOfMemoryError.
-
-Resuming (issue 9): with a `checkpoint` (e.g. `deffcore.cache.PartialRun`), the pooled rows of
-finished batches are handed to `checkpoint.save` as the run goes, the batches finished since the
-last save as one chunk, at most every CHECKPOINT_EVERY_S seconds (the last chunk is not saved:
-the complete entry follows at once), and at the start
-`checkpoint.resume(plan, order)` returns the batches an interrupted run already finished. Their
-rows are put back and the loop continues from the next passage of the same plan with the batch
-cap in force when the run stopped, so the remaining batches are exactly those of an
-uninterrupted run and the result is bit-identical. `should_stop()` is asked before every batch;
-when it says True the run ends with RunCancelled, its finished batches kept. A batch in flight
-when a forward fails is finished (kept) before the error propagates.
-
-Padding: an attention mask and explicit `position_ids = cumsum(mask) - 1` are passed, so a
-passage's states do not depend on its batch or on the padding side.
-
-Decisions where SPEC is silent: `first_non_bos` is the state at position 1 of the passage
-(its second token) whatever the tokenizer does, so for a tokenizer without BOS it is the second
-word piece. The position-0 ratio of a passage is `||h[0]|| / mean_{t>=1} ||h[t]||` over its
-real tokens; the reported value per layer is the mean over passages.
+Resuming (issue 9): with a `checkpoint` (e.g. `deffcore.extraction.cache.PartialRun`), the pooled
+rows of finished batches are handed to `checkpoint.save` as the run goes, the batches finished
+since the last save as one chunk, at most every CHECKPOINT_EVERY_S seconds (the last chunk is not
+saved: the complete entry follows at once), and at the start `checkpoint.resume(plan, order)`
+returns the batches an interrupted run already finished. Their rows are put back and the loop
+continues from the next passage of the same plan with the batch cap in force when the run
+stopped, so the remaining batches are exactly those of an uninterrupted run and the result is
+bit-identical. `should_stop()` is asked before every batch; when it says True the run ends with
+RunCancelled, its finished batches kept. A batch in flight when a forward fails is finished
+(kept) before the error propagates.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,24 +40,29 @@ import torch
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import (
     DeffError,
-    NonFiniteActivationsError,
     OutOfMemoryError,
     RunCancelled,
-    TooFewPassagesError,
 )
-from deffcore.inputs.loading import LoadedModel, base_model, decoder_layers
-from deffcore.inputs.tokens import encode_documents
+from deffcore.extraction.batches import (
+    TOKEN_BUDGET,
+    BatchCheckpoint,
+    SavedBatch,
+    next_batch,
+    pad_batch,
+    prepare_ids,
+    token_ids_sha256,
+)
+from deffcore.extraction.pooling import POOLED_MEANS, PooledStates
+from deffcore.extraction.stage import LayerPooler, Shipped, pipeline_depth, raise_if_nonfinite
+from deffcore.inputs.architecture import base_model, decoder_layers
+from deffcore.inputs.loading import LoadedModel
 
-#: Token budget per batch when `batch_size` is None (padded tokens, B * T).
-TOKEN_BUDGET = {"cpu": 4096, "cuda": 32768}
 #: Finished batches are handed to the checkpoint at most this often (seconds), as one chunk of
 #: consecutive batches: a kill loses at most this much work plus one batch, and writing
 #: (~0.2 s per 9 MB chunk on the 2-core CPU) stays a small share of fast GPU extraction too.
 CHECKPOINT_EVERY_S = 10.0
+
 _clock = time.monotonic  # separate so tests can drive the checkpoint interval
-_NORM_EPS = 1e-12
-#: The pooled means, in the order of the rows of `_BatchWeights.weights` (one batched matmul).
-_MEANS: tuple[str, ...] = ("default", "token_normed", "no_pos0")
 
 #: progress(done, total, stage): stage "extract" after every batch (done = passages finished,
 #: resumed ones included), "resume" once when a partial run is picked up (done = passages
@@ -98,266 +71,7 @@ _MEANS: tuple[str, ...] = ("default", "token_normed", "no_pos0")
 Progress = Callable[[int, int, str], None]
 
 
-@dataclass
-class PooledStates:
-    """Pooled states of one run.
-
-    pooled:           {pooling: (L+1, N, d) float32}, layer 0 = h_0, layer L = h_L (pre-norm)
-    pos0_norm_ratio:  (L+1,) mean over passages of ||h_l[0]|| / mean_{t>=1} ||h_l[t]||
-    n_dropped_short:  passages dropped for having fewer than 2 tokens
-    tokens:           total tokens processed (BOS included, padding excluded)
-    meta:             plain values describing the extraction (JSON-ready)
-    lengths:          (N,) tokens per kept passage
-    """
-
-    pooled: dict[str, np.ndarray]
-    pos0_norm_ratio: np.ndarray
-    n_dropped_short: int
-    tokens: int
-    meta: dict[str, Any] = field(default_factory=dict)
-    lengths: np.ndarray | None = None
-
-    @property
-    def layers(self) -> int:
-        return self.pooled["default"].shape[0] - 1
-
-    @property
-    def n(self) -> int:
-        return self.pooled["default"].shape[1]
-
-    @property
-    def d_model(self) -> int:
-        return self.pooled["default"].shape[2]
-
-
-@dataclass
-class SavedBatch:
-    """One finished batch as a checkpoint keeps it.
-
-    slots: (b,) int64 rows of the batch (indices into the kept passages, in plan order)
-    rows:  {pooling: (L+1, b, d) float32 for each extracted pooling, "pos0_ratio": (L+1, b)}
-    cap:   the batch-size cap in force after this batch (None: token budget), so a resumed run
-           continues with the batches an uninterrupted one would have made
-    """
-
-    slots: np.ndarray
-    rows: dict[str, np.ndarray]
-    cap: int | None
-
-
-class BatchCheckpoint(Protocol):
-    """Where `extract_pooled` keeps finished batches (`deffcore.cache.PartialRun` is one)."""
-
-    def resume(self, plan: dict[str, Any], order: list[int]) -> list[SavedBatch]:
-        """The saved batches that continue `order` from its start, if saved under `plan`."""
-        ...
-
-    def save(self, index: int, batch: SavedBatch) -> None:
-        """Keep finished batch number `index` (0, 1, 2 ... in plan order)."""
-        ...
-
-
-def _ids_sha256(ids: list[list[int]]) -> str:
-    """Content hash of the token ids: a partial run is reused only for exactly these ids."""
-    h = hashlib.sha256()
-    for seq in ids:
-        h.update(len(seq).to_bytes(4, "little"))
-        h.update(np.asarray(seq, dtype=np.int64).tobytes())
-    return h.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
-# Pooling arithmetic: one layer of one batch
-
-
-@dataclass
-class _BatchWeights:
-    """Per-token weights of one batch, shared by all its layers (computed once from the mask).
-
-    weights:  (B, 3, T) float32, rows = the `_MEANS`: 1/n at real tokens (default), row 1
-              rewritten per layer as (1/n) / ||h_t|| (token_normed), 1/(n-1) at real tokens
-              t >= 1 (no_pos0); 0 at padding
-    keep:     (B, T, 1) bool, True at real tokens; None when the batch has no padding
-    first:    (B, 1) int64, first real position (0 with right padding, the pad count with left)
-    second:   (B,) int64, index of position first+1 in the (B*T, d) view of a state
-    count:    (B, 1) float32 real tokens per passage
-    """
-
-    weights: torch.Tensor
-    keep: torch.Tensor | None
-    first: torch.Tensor
-    second: torch.Tensor
-    count: torch.Tensor
-
-    @classmethod
-    def from_mask(cls, mask: torch.Tensor, padded: bool = True) -> _BatchWeights:
-        """`mask` (B, T), True/1 at real tokens (>= 2 per row, any padding side)."""
-        m = mask.bool()
-        B, T = m.shape
-        rows = torch.arange(B, device=m.device)
-        count = m.sum(1, keepdim=True).float()  # (B, 1)
-        first = m.int().argmax(1)
-        w_rest = m.float()
-        w_rest[rows, first] = 0.0
-        weights = torch.empty((B, 3, T), dtype=torch.float32, device=m.device)
-        weights[:, 0] = m.float() / count
-        weights[:, 2] = w_rest / (count - 1)
-        return cls(
-            weights=weights,
-            keep=m[..., None] if padded else None,
-            first=first[:, None],
-            second=rows * T + first + 1,
-            count=count,
-        )
-
-    def to(self, device: torch.device) -> _BatchWeights:
-        """A copy on `device` (a model spread over several devices)."""
-
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            # asynchronous only between CUDA devices: a host copy must be complete when read
-            fast = t is not None and t.is_cuda and device.type == "cuda"
-            return None if t is None else t.to(device, non_blocking=fast)
-
-        return _BatchWeights(*(move(getattr(self, f)) for f in self.__dataclass_fields__))
-
-
-@contextlib.contextmanager
-def _ieee_float32(on_cuda: bool):
-    """Full float32 for the pooling matmul even when the user enabled TF32 (whose 10-bit
-    mantissa would round the token weights: ~5e-4 relative error in the pooled means)."""
-    if not (on_cuda and torch.backends.cuda.matmul.allow_tf32):
-        yield
-        return
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = True
-
-
-def _pool_layer(
-    hidden: torch.Tensor,
-    w: _BatchWeights,
-    means: torch.Tensor,
-    first: torch.Tensor,
-    norms: torch.Tensor,
-) -> None:
-    """Pool one layer into the given outputs; queues kernels only (no host synchronisation).
-
-    hidden (B, T, d) any dtype; outputs float32 on hidden's device: means (B, 3, d) (the
-    `_MEANS`), first (B, d) (`first_non_bos`), norms (B, T) (token norms, 0 at padding).
-    Padding positions never enter a result, even when they hold NaN.
-    """
-    # padding -> 0 (and any NaN there with it), then float32: one pass each
-    hz = (hidden if w.keep is None else torch.where(w.keep, hidden, 0.0)).float()
-    torch.linalg.vector_norm(hz, dim=-1, out=norms)
-    torch.div(w.weights[:, 0], norms.clamp_min(_NORM_EPS), out=w.weights[:, 1])
-    # The three means as one batched matmul with per-token weights: one more pass over the state.
-    with _ieee_float32(hz.is_cuda):
-        torch.bmm(w.weights, hz, out=means)
-    torch.index_select(hz.reshape(-1, hz.shape[-1]), 0, w.second, out=first)
-
-
-def _pos0_ratio(norms: torch.Tensor, w: _BatchWeights) -> torch.Tensor:
-    """||h[first]|| / mean of the other real tokens' norms: norms (..., B, T) -> (..., B)."""
-    n0 = norms.gather(-1, w.first.expand(*norms.shape[:-1], 1)).squeeze(-1)
-    rest = (norms.sum(-1) - n0) / (w.count[:, 0] - 1)
-    return n0 / rest
-
-
-def pool_states(hidden: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every pooling of one layer's batch (the arithmetic the hooks use, for one layer).
-
-    hidden (B, T, d) any dtype; mask (B, T) bool, True at real tokens (>= 2 per row, any padding
-    side). Returns float32 `default`, `first_non_bos`, `token_normed`, `no_pos0` (B, d) and
-    `pos0_ratio` (B,). `no_pos0` is the mean over real positions t >= 1 (SPEC section 11.1).
-    Padding positions never enter a result, even when they hold NaN.
-    """
-    w = _BatchWeights.from_mask(mask.to(hidden.device))
-    B, T, d = hidden.shape
-    means = hidden.new_empty((B, 3, d), dtype=torch.float32)
-    first = hidden.new_empty((B, d), dtype=torch.float32)
-    norms = hidden.new_empty((B, T), dtype=torch.float32)
-    _pool_layer(hidden, w, means, first, norms)
-    out = {p: means[:, k] for k, p in enumerate(_MEANS)}
-    return {**out, "first_non_bos": first, "pos0_ratio": _pos0_ratio(norms, w)}
-
-
-# ---------------------------------------------------------------------------------------------
-# The hook target: a batch's device buffers, filled layer by layer
-
-
-@dataclass
-class _Stage:
-    """Device buffers of the batch in flight: means (L+1, B, 3, d), first (L+1, B, d),
-    norms (L+1, B, T), float32, on the device the batch's inputs go to; the batch's token
-    weights there and their copies on other devices (`elsewhere`, made on first use)."""
-
-    means: torch.Tensor
-    first: torch.Tensor
-    norms: torch.Tensor
-    weights: _BatchWeights
-    elsewhere: dict[torch.device, _BatchWeights] = field(default_factory=dict)
-
-    @property
-    def device(self) -> torch.device:
-        return self.means.device
-
-
-def _on_stage_device(hidden: torch.Tensor, stage: _Stage) -> bool:
-    return hidden.device == stage.device
-
-
-class _LayerPooler:
-    """Hook target: `pooler(layer, hidden)` pools a captured layer into the current stage."""
-
-    def __init__(self, layers: int, d: int):
-        self.layers, self.d = layers, d
-        self.stage: _Stage | None = None
-
-    def begin(self, mask: torch.Tensor, padded: bool) -> None:
-        """A new batch: its stage and token weights (mask (B, T) on the input device)."""
-        B, T = mask.shape
-        L1, dev = self.layers + 1, mask.device
-        w = _BatchWeights.from_mask(mask, padded)
-        self.stage = _Stage(
-            means=torch.empty((L1, B, 3, self.d), dtype=torch.float32, device=dev),
-            first=torch.empty((L1, B, self.d), dtype=torch.float32, device=dev),
-            norms=torch.empty((L1, B, T), dtype=torch.float32, device=dev),
-            weights=w,
-        )
-
-    def __call__(self, layer: int, hidden: torch.Tensor) -> None:
-        st = self.stage
-        assert st is not None, "begin() a batch before its forward"
-        if _on_stage_device(hidden, st):
-            _pool_layer(hidden, st.weights, st.means[layer], st.first[layer], st.norms[layer])
-            return
-        # a block on another device: pool there, then copy the small results to the stage
-        if hidden.device not in st.elsewhere:
-            st.elsewhere[hidden.device] = st.weights.to(hidden.device)
-        w = st.elsewhere[hidden.device]
-        out = [torch.empty_like(t[layer], device=hidden.device) for t in (st.means, st.first)]
-        norms = torch.empty_like(st.norms[layer], device=hidden.device)
-        _pool_layer(hidden, w, out[0], out[1], norms)
-        fast = hidden.is_cuda and st.device.type == "cuda"
-        for dst, src in zip((st.means, st.first, st.norms), (*out, norms), strict=True):
-            dst[layer].copy_(src, non_blocking=fast)
-
-    def end(self) -> _Shipped:
-        """Per-layer ratios and finiteness of the whole batch, on the device; sent to the host."""
-        st, self.stage = self.stage, None
-        assert st is not None
-        ratio = _pos0_ratio(st.norms, st.weights)  # (L+1, B)
-        # a NaN/inf at any real token reaches every mean of that passage: (L+1,) True = bad
-        bad = ~torch.isfinite(st.means).view(self.layers + 1, -1).all(1)
-        return _ship({"means": st.means, "first": st.first, "ratio": ratio, "bad": bad})
-
-    def abandon(self) -> None:
-        self.stage = None
-
-
-def _register_hooks(model: torch.nn.Module, pooler: Callable[[int, torch.Tensor], None]) -> list:
+def register_hooks(model: torch.nn.Module, pooler: Callable[[int, torch.Tensor], None]) -> list:
     """Hooks calling `pooler(layer, state)` for h_0 (block 1's input) and every block's output."""
     blocks = decoder_layers(model)
 
@@ -375,125 +89,6 @@ def _register_hooks(model: torch.nn.Module, pooler: Callable[[int, torch.Tensor]
     return handles
 
 
-# ---------------------------------------------------------------------------------------------
-# Device -> host at the end of a batch
-
-
-@dataclass
-class _Shipped:
-    """A finished batch's stage on its way to the host: `wait()`, then read `host`.
-
-    host: {"means": (L+1, B, 3, d), "first": (L+1, B, d), "ratio": (L+1, B), "bad": (L+1,)},
-    CPU tensors (pinned on CUDA, filled by an asynchronous copy that `done` marks).
-    """
-
-    host: dict[str, torch.Tensor]
-    done: Any = None  # torch.cuda.Event or None
-
-    def wait(self) -> None:
-        if self.done is not None:
-            self.done.synchronize()
-
-
-_COPY_STREAMS: dict[torch.device, Any] = {}
-
-
-def _ship(tensors: dict[str, torch.Tensor]) -> _Shipped:
-    """Copy device tensors to the host without blocking this thread (CPU tensors: as they are).
-
-    On CUDA the copies run on a side stream after the work queued so far, into pinned memory,
-    so the next batch's forward overlaps them; `record_stream` keeps the caching allocator
-    from handing the device buffers to that next batch before the copy has read them.
-    """
-    device = next(iter(tensors.values())).device
-    if device.type == "cpu":
-        return _Shipped(tensors)
-    if device.type != "cuda":  # e.g. Apple MPS: a plain (synchronous) copy
-        return _Shipped({name: t.cpu() for name, t in tensors.items()})
-    if device not in _COPY_STREAMS:
-        _COPY_STREAMS[device] = torch.cuda.Stream(device)
-    stream = _COPY_STREAMS[device]
-    stream.wait_stream(torch.cuda.current_stream(device))
-    host = {}
-    with torch.cuda.stream(stream):
-        for name, t in tensors.items():
-            host[name] = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-            host[name].copy_(t, non_blocking=True)
-            t.record_stream(stream)
-        done = torch.cuda.Event()
-        done.record(stream)
-    return _Shipped(host, done)
-
-
-def _pipeline_depth(device: torch.device) -> int:
-    """Batches left in flight before the oldest is finished: 1 on CUDA (the host finishes batch
-    k while the GPU runs batch k+1), 0 elsewhere (the forward itself is synchronous)."""
-    return 1 if device.type == "cuda" else 0
-
-
-def _raise_if_nonfinite(bad: torch.Tensor) -> None:
-    """NonFiniteActivationsError naming the first layer whose flag in `bad` (L+1,) is set."""
-    flags = bad.numpy()
-    if not flags.any():
-        return
-    layer = int(np.flatnonzero(flags)[0])
-    where = "the input of block 1 (h_0)" if layer == 0 else f"the output of block {layer}"
-    raise NonFiniteActivationsError(
-        f"The model produced NaN or inf at layer {layer} ({where}); the states cannot "
-        "be measured. Try float32 (--dtype float32) or check the weights."
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokens and batches
-
-
-def tokenize(
-    tokenizer, passages: list[str], max_tokens: int, bos: str = "default"
-) -> tuple[list[list[int]], list[int]]:
-    """Token ids per passage with the tokenizer's special tokens (adjusted by the BOS option
-    `bos`, see `deffcore.tokens`), truncated to `max_tokens` (special tokens count).
-
-    Returns (ids of kept passages, original index of each kept passage); passages with fewer
-    than 2 tokens are not kept.
-    """
-    if max_tokens < 2:
-        raise TooFewPassagesError(f"max_tokens must be at least 2, got {max_tokens}.")
-    return keep_long_enough(encode_documents(tokenizer, list(passages), max_tokens, bos))
-
-
-def keep_long_enough(encoded: list[list[int]]) -> tuple[list[list[int]], list[int]]:
-    """(sequences with >= 2 tokens, their original indices)."""
-    ids, kept = [], []
-    for i, seq in enumerate(encoded):
-        if len(seq) >= 2:
-            ids.append(list(seq))
-            kept.append(i)
-    return ids, kept
-
-
-def _pad(
-    seqs: list[list[int]], pad_id: int, side: str, device: str
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask, position_ids), each (B, T) on `device`.
-
-    Built on the host; to CUDA through pinned memory without blocking (the copy is queued
-    behind the work already on the GPU, so the host can prepare the next batch meanwhile).
-    """
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), T), dtype=torch.long)
-    for b, s in enumerate(seqs):
-        sl = slice(T - len(s), T) if side == "left" else slice(0, len(s))
-        ids[b, sl] = torch.tensor(s, dtype=torch.long)
-        mask[b, sl] = 1
-    # positions count real tokens only, so left padding sees the same positions as right padding
-    pos = (mask.cumsum(1) - 1).clamp_min(0)
-    if torch.device(device).type == "cuda":
-        return tuple(t.pin_memory().to(device, non_blocking=True) for t in (ids, mask, pos))
-    return ids.to(device), mask.to(device), pos.to(device)
-
-
 def _forward(base: torch.nn.Module, ids, mask, pos) -> None:
     """One base-model forward (separate so tests can inject an out-of-memory error)."""
     base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
@@ -508,17 +103,6 @@ def _is_oom(err: BaseException) -> bool:
     )
 
 
-def _next_batch(lengths: list[int], order: list[int], cap: int | None, budget: int, start: int):
-    """The next batch (positions in `order`) from `start`: up to `cap` passages within `budget`."""
-    longest = lengths[order[start]]  # sorted longest first: the first one sets the padding
-    size = max(1, budget // longest) if cap is None else cap
-    return order[start : start + size]
-
-
-# ---------------------------------------------------------------------------------------------
-# One extraction run: batches in flight, finished batches, checkpoints
-
-
 @dataclass
 class _InFlight:
     """A batch whose forward is queued: its passages, the cap in force after it, its results
@@ -526,7 +110,7 @@ class _InFlight:
 
     batch: list[int]
     cap: int | None
-    shipped: _Shipped
+    shipped: Shipped
     landed: Future | None = None
 
 
@@ -534,7 +118,7 @@ class _Run:
     """The state of one `extract_pooled` call; `run()` does the batches, `result()` packs them.
 
     `launched` passages (in plan order) have had their forward queued, `finished` of them are
-    checked, in the host results and reported; at most `_pipeline_depth` batches are between.
+    checked, in the host results and reported; at most `pipeline_depth` batches are between.
     Pipelined, a batch's rows land in the host results on one helper thread (waiting for its
     copy, then ~70 MB of strided copies for SmolLM2 at batch 256: torch releases the GIL), so
     this thread keeps queueing the next batch's kernels meanwhile; checkpoints, progress and
@@ -560,9 +144,9 @@ class _Run:
         # host results; every row is written exactly once (by its batch or by a resume)
         self.pooled = {p: torch.empty((L1, n, d), dtype=torch.float32) for p in EXTRACTED_POOLINGS}
         self.ratio = torch.empty((L1, n), dtype=torch.float32)
-        self.pooler = _LayerPooler(loaded.layers, d)
+        self.pooler = LayerPooler(loaded.layers, d)
         self.in_flight: deque[_InFlight] = deque()
-        self.depth = _pipeline_depth(torch.device(loaded.device))
+        self.depth = pipeline_depth(torch.device(loaded.device))
         self.lander = ThreadPoolExecutor(1, thread_name_prefix="deff-land") if self.depth else None
         self.resumed = self.flushed = self.n_saved = 0
         self.last_save = 0.0
@@ -574,7 +158,7 @@ class _Run:
             "n": len(self.ids),
             "layers": loaded.layers,
             "d_model": loaded.d_model,
-            "ids_sha256": _ids_sha256(self.ids),
+            "ids_sha256": token_ids_sha256(self.ids),
             "device": loaded.device,
             "dtype": loaded.dtype,
             "padding_side": self.padding_side,
@@ -614,7 +198,7 @@ class _Run:
                         f"The run was stopped after {self.finished} of {total} passages"
                         + ("; rerun it to resume from there." if self.checkpoint else ".")
                     )
-                batch = _next_batch(self.lengths, self.order, self.cap, self.budget, self.launched)
+                batch = next_batch(self.lengths, self.order, self.cap, self.budget, self.launched)
                 if not self.launch(batch):
                     continue  # out of memory: retried with half the batch size
                 while len(self.in_flight) > self.depth:
@@ -632,7 +216,7 @@ class _Run:
         """Queue one batch's forward; False (cap halved) when it ran out of memory."""
         loaded = self.loaded
         seqs = [self.ids[i] for i in batch]
-        b_ids, b_mask, b_pos = _pad(seqs, self.pad_id, self.padding_side, loaded.device)
+        b_ids, b_mask, b_pos = pad_batch(seqs, self.pad_id, self.padding_side, loaded.device)
         padded = len(seqs[0]) != len(seqs[-1])  # sorted longest first
         try:
             self.pooler.begin(b_mask, padded)
@@ -662,9 +246,9 @@ class _Run:
         """Wait for a batch's results on the host, check them, write its rows."""
         item.shipped.wait()
         host = item.shipped.host
-        _raise_if_nonfinite(host["bad"])
+        raise_if_nonfinite(host["bad"])
         idx = torch.as_tensor(item.batch, dtype=torch.long)
-        for k, p in enumerate(_MEANS):
+        for k, p in enumerate(POOLED_MEANS):
             self.pooled[p].index_copy_(1, idx, host["means"][:, :, k])
         self.pooled["first_non_bos"].index_copy_(1, idx, host["first"])
         self.ratio.index_copy_(1, idx, host["ratio"])
@@ -706,27 +290,6 @@ class _Run:
         self.n_saved, self.flushed, self.last_save = self.n_saved + 1, self.finished, _clock()
 
 
-def _prepare_ids(
-    loaded: LoadedModel,
-    passages: list[str] | None,
-    token_ids: list[list[int]] | None,
-    max_tokens: int,
-    bos: str,
-) -> tuple[list[list[int]], list[int], int]:
-    """(ids of the kept passages, their original indices, passages given)."""
-    if token_ids is not None:
-        total = len(token_ids)
-        ids, kept = keep_long_enough([list(s[:max_tokens]) for s in token_ids])
-    else:
-        total = len(passages or [])
-        ids, kept = tokenize(loaded.tokenizer, list(passages or []), max_tokens, bos)
-    if len(kept) < 2:
-        raise TooFewPassagesError(
-            f"Only {len(kept)} of {total} passages have at least 2 tokens; at least 2 are needed."
-        )
-    return ids, kept, total
-
-
 def extract_pooled(
     loaded: LoadedModel,
     passages: list[str] | None,
@@ -754,10 +317,10 @@ def extract_pooled(
     """
     if padding_side not in ("left", "right"):
         raise DeffError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
-    ids, kept, total = _prepare_ids(loaded, passages, token_ids, max_tokens, bos)
+    ids, kept, total = prepare_ids(loaded, passages, token_ids, max_tokens, bos)
     run = _Run(loaded, ids, padding_side, batch_size, progress, checkpoint, should_stop)
     run.resume()
-    handles = _register_hooks(loaded.model, run.pooler)
+    handles = register_hooks(loaded.model, run.pooler)
     try:
         with torch.inference_mode():
             run.run()

@@ -42,8 +42,9 @@ import torch
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.extraction import cache
+from deffcore.extraction.batches import BatchCheckpoint, SavedBatch
 from deffcore.extraction.cache import RunSpec
-from deffcore.extraction.forward import BatchCheckpoint, PooledStates, SavedBatch
+from deffcore.extraction.pooling import PooledStates
 from deffcore.statistics.anytime import batch_rows, prefix_refusal
 
 #: Name of the per-passage position-0 ratios of an entry's first m passages in states.npz.

@@ -149,20 +149,20 @@ def model_size(
     spec: str, revision: str | None = None, known: Mapping[str, ModelSize] | None = None
 ) -> ModelSize | None:
     """The size of `spec` from what this machine holds (module docstring), None if unknown."""
-    from deffcore.inputs import loading
+    from deffcore.inputs import catalog, gguf
 
-    rnd = loading.parse_random(spec)
+    rnd = catalog.parse_random(spec)
     if rnd is not None:
         return model_size(rnd[0], revision, known)
     if known and spec in known:
         return known[spec]
-    if spec in loading.TINY_MODELS:
+    if spec in catalog.TINY_MODELS:
         arch = spec.removeprefix("tiny-").removesuffix("-nobos")
-        return from_config(loading.tiny_config(arch).to_dict(), "tiny config")
+        return from_config(catalog.tiny_config(arch).to_dict(), "tiny config")
     path = Path(spec).expanduser()
-    if spec in loading.PACKAGED_MODELS or path.suffix == ".gguf":
-        gguf = loading._packaged_gguf(spec) if spec in loading.PACKAGED_MODELS else path
-        return from_gguf(loading.gguf_metadata(gguf)) if gguf.is_file() else None
+    if spec in catalog.PACKAGED_MODELS or path.suffix == ".gguf":
+        gguf = gguf.packaged_gguf(spec) if spec in catalog.PACKAGED_MODELS else path
+        return from_gguf(gguf.gguf_metadata(gguf)) if gguf.is_file() else None
     if path.is_dir():
         return _from_json(path / "config.json", "config.json")
     return _from_hub_cache(spec, revision)

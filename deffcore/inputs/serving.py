@@ -128,7 +128,7 @@ def check_model_spec(spec: str) -> str:
     `<inner>` and comes back as `random:<resolved inner>:<seed>`. With local paths on (the
     default), every spec comes back as given.
     """
-    from deffcore.inputs.loading import PACKAGED_MODELS, TINY_MODELS
+    from deffcore.inputs.catalog import PACKAGED_MODELS, TINY_MODELS
 
     policy = local_path_policy()
     inner, seed = spec, None

@@ -365,7 +365,7 @@ def dataset_identity(spec: str) -> dict[str, Any]:
         return {"dataset": spec, "source": "hf", "content_id": json.dumps(parse_hf(spec))}
     path, column = _split_path(spec)
     if path.is_file():
-        from deffcore.inputs.loading import file_sha256  # memoised on (path, size, mtime)
+        from deffcore.inputs.identity import file_sha256  # memoised on (path, size, mtime)
 
         digest = file_sha256(path)
         return {

@@ -45,12 +45,13 @@ import numpy as np
 
 from deffcore.core.constants import BOS_OPTIONS, WINDOW_MODES
 from deffcore.core.errors import DeffError, TooFewPassagesError
+from deffcore.inputs.identity import model_identity
+from deffcore.inputs.loading import load_tokenizer
 
 # `special_tokens` and `adds_bos` live where tokenizers are loaded (models), so a LoadedModel
 # and this module answer "does it add a BOS" the one same way; they are re-exported here.
-from deffcore.inputs.loading import adds_bos as adds_bos
-from deffcore.inputs.loading import load_tokenizer, model_identity
-from deffcore.inputs.loading import special_tokens as special_tokens
+from deffcore.inputs.special_tokens import adds_bos as adds_bos
+from deffcore.inputs.special_tokens import special_tokens as special_tokens
 from deffcore.inputs.texts import all_documents, dataset_identity, load_passages
 
 

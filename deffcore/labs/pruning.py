@@ -134,7 +134,7 @@ def _block_output(output: Any) -> torch.Tensor:
 @contextlib.contextmanager
 def skip_blocks(model: nn.Module, indices: Sequence[int]) -> Iterator[nn.Module]:
     """Inside the `with`, the blocks at `indices` (0-based) return their input unchanged."""
-    from deffcore.inputs.loading import decoder_layers
+    from deffcore.inputs.architecture import decoder_layers
 
     layers = decoder_layers(model)
     bad = [i for i in indices if not 0 <= i < len(layers)]
@@ -164,7 +164,7 @@ def _token_batches(
 
     Right padding with id 0 (masked), so tokenizers without a pad token work.
     """
-    from deffcore.extraction.forward import tokenize
+    from deffcore.extraction.batches import tokenize
 
     rows, _ = tokenize(tokenizer, list(passages), max_tokens)
     for start in range(0, len(rows), batch_size):
@@ -192,7 +192,7 @@ def block_influence(
     batch_size: int = 8,
 ) -> np.ndarray:
     """BI (L,): 1 - token-weighted mean cos(block input, block output) over non-padding tokens."""
-    from deffcore.inputs.loading import base_model, decoder_layers
+    from deffcore.inputs.architecture import base_model, decoder_layers
 
     layers = decoder_layers(model)
     L = len(layers)
@@ -400,7 +400,7 @@ def pruning_identity(
     weights_id: str | None = None,
 ) -> dict[str, Any]:
     """The plain values that determine a pruning check (its key in the lab store)."""
-    from deffcore.inputs.loading import model_identity
+    from deffcore.inputs.identity import model_identity
     from deffcore.inputs.texts import dataset_identity
 
     return {
@@ -443,7 +443,8 @@ def pruning_check(
     `store`: read a stored result of the same identity instead of computing, and store a
     computed one (`deffcore.labs.store`, lab "pruning").
     """
-    from deffcore.inputs.loading import load_model, resolve_device_dtype
+    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.loading import load_model
     from deffcore.labs import store as lab_store
 
     if loaded is not None:

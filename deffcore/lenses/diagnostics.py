@@ -403,7 +403,7 @@ def _diagnostic_ids(
     """The ids of the first `max_passages` passages with >= 2 tokens (texts tokenised with
     `max_tokens` and `bos`, or ready `token_ids`)."""
     from deffcore.core.errors import TooFewPassagesError
-    from deffcore.extraction.forward import keep_long_enough, tokenize
+    from deffcore.extraction.batches import keep_long_enough, tokenize
 
     if token_ids is None:
         if max_tokens is None:
@@ -435,8 +435,9 @@ def _diagnostic_passes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The eager forward passes: sums of a_{l,h} (L, H) over the passages long enough for the
     sink test, and the (L+1,) medians of |h|; the collector keeps the rest."""
-    from deffcore.extraction.forward import _pad, _register_hooks
-    from deffcore.inputs.loading import base_model
+    from deffcore.extraction.batches import pad_batch
+    from deffcore.extraction.forward import register_hooks
+    from deffcore.inputs.architecture import base_model
 
     model, L = loaded.model, loaded.layers
     tok = loaded.tokenizer
@@ -445,7 +446,7 @@ def _diagnostic_passes(
     scores = np.zeros((L, heads), dtype=np.float64)
     medians = np.zeros(L + 1, dtype=np.float64)
     groups = _value_groups(ids, L, loaded.d_model)
-    handles = _register_hooks(model, collector)
+    handles = register_hooks(model, collector)
     base = base_model(model)
     try:
         with eager_attention(model), torch.inference_mode():
@@ -453,7 +454,7 @@ def _diagnostic_passes(
                 collector.keep, collector.first_pass = set(layers), g == 0
                 for start in range(0, len(ids), batch_size):
                     batch = list(range(start, min(start + batch_size, len(ids))))
-                    b_ids, b_mask, b_pos = _pad(
+                    b_ids, b_mask, b_pos = pad_batch(
                         [ids[i] for i in batch], pad_id, "right", loaded.device
                     )
                     collector.mask, collector.slots = b_mask, batch
@@ -631,7 +632,8 @@ def diagnose(
     from dataclasses import asdict
 
     from deffcore.core.files import locked
-    from deffcore.inputs.loading import load_model, resolve_device_dtype
+    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.loading import load_model
 
     found = read_diagnostics(spec)
     if found is not None:

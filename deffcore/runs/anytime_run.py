@@ -36,8 +36,8 @@ from typing import Any
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import DeffError, RunCancelled
 from deffcore.extraction import cache
+from deffcore.extraction.batches import SavedBatch
 from deffcore.extraction.cache import RunSpec
-from deffcore.extraction.forward import SavedBatch
 from deffcore.statistics.anytime import (
     Estimate,
     PrefixRows,
@@ -152,7 +152,7 @@ def measure_live(
     the landed run). Raises DeffError for a stopping rule on a run without the prefix
     property, and what `measure_spec` raises (RunCancelled when `should_stop` cancels).
     """
-    from deffcore.inputs.loading import resolve_device_dtype
+    from deffcore.inputs.devices import resolve_device_dtype
     from deffcore.runs.measure import measure_spec
 
     refusal = prefix_refusal(spec.passages, spec.dataset)

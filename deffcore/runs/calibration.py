@@ -93,7 +93,7 @@ def calibration_key(
     import torch
 
     from deffcore.core.constants import CODE_VERSION
-    from deffcore.inputs.loading import model_identity
+    from deffcore.inputs.identity import model_identity
 
     return {
         "format": FORMAT,
@@ -239,7 +239,7 @@ def _time_estimates(walk: np.ndarray, layers: int, d: int) -> tuple[float, float
     """(fixed seconds, seconds per multiply-add) of a live estimate, from one at each of
     EST_PASSAGES passages of `walk` (L, >= max(EST_PASSAGES), d) random states."""
     from deffcore.core.constants import EXTRACTED_POOLINGS
-    from deffcore.extraction.forward import PooledStates
+    from deffcore.extraction.pooling import PooledStates
     from deffcore.measures.similarity import route_costs
     from deffcore.statistics.anytime import estimate
 

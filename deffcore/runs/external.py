@@ -87,9 +87,10 @@ from deffcore.core.errors import (
     TooFewPassagesError,
 )
 from deffcore.extraction.cache import RunSpec
-from deffcore.extraction.forward import PooledStates, pool_states
+from deffcore.extraction.pooling import PooledStates, pool_states
+from deffcore.inputs.architecture import decoder_layers
 from deffcore.inputs.interventions import INTERVENTIONS
-from deffcore.inputs.loading import LoadedModel, decoder_layers
+from deffcore.inputs.loading import LoadedModel
 from deffcore.inputs.texts import check_dataset
 from deffcore.inputs.tokens import run_texts, run_token_ids
 
@@ -363,7 +364,9 @@ def load_for_texts(
 ) -> tuple[LoadedModel, str]:
     """A named model to measure on a list of strings -> (it loaded, the cache_id naming it:
     `<spec>@<weights id>`, the identity a named run's key uses)."""
-    from deffcore.inputs.loading import check_max_tokens, load_model, model_identity
+    from deffcore.inputs.context import check_max_tokens
+    from deffcore.inputs.identity import model_identity
+    from deffcore.inputs.loading import load_model
 
     _check_texts(texts)
     check_int(max_tokens, "max_tokens", 2)
@@ -375,9 +378,9 @@ def load_for_texts(
 def random_twin(model: torch.nn.Module, seed: int, loaded: LoadedModel) -> torch.nn.Module:
     """The same config freshly initialised under `seed` (the paper's null), like
     `random:<model>:<seed>` for a named model, on the model's device and dtype."""
-    from deffcore.inputs.loading import _init_from_config
+    from deffcore.inputs.loading import init_from_config
 
-    twin = _init_from_config(model.config, seed)
+    twin = init_from_config(model.config, seed)
     twin.requires_grad_(False)
     return twin.to(device=loaded.device, dtype=getattr(torch, loaded.dtype)).eval()
 

@@ -44,18 +44,15 @@ from deffcore.core.errors import (
     fit_advice,
 )
 from deffcore.extraction import cache
+from deffcore.extraction.batches import BatchCheckpoint, SavedBatch
 from deffcore.extraction.cache import RunSpec
-from deffcore.extraction.forward import BatchCheckpoint, PooledStates, SavedBatch, extract_pooled
+from deffcore.extraction.forward import extract_pooled
+from deffcore.extraction.pooling import PooledStates
+from deffcore.inputs.context import check_max_tokens
+from deffcore.inputs.devices import check_fits, resolve_device_dtype
+from deffcore.inputs.gguf import assemble_packaged, needs_assembly
 from deffcore.inputs.interventions import INTERVENTIONS
-from deffcore.inputs.loading import (
-    LoadedModel,
-    assemble_packaged,
-    check_fits,
-    check_max_tokens,
-    load_model,
-    needs_assembly,
-    resolve_device_dtype,
-)
+from deffcore.inputs.loading import LoadedModel, load_model
 from deffcore.inputs.texts import check_dataset
 from deffcore.inputs.tokens import run_texts, run_token_ids
 from deffcore.measures.controls import apply_pc_control

@@ -113,7 +113,7 @@ def human_time(s: float) -> str:
 def available_memory() -> int | None:
     """Bytes of memory this machine can still give (`models.host_memory_bytes`: the
     `$DEFF_HOST_MEMORY_GIB` override, else MemAvailable, else the total), None when unknown."""
-    from deffcore.inputs.loading import host_memory_bytes
+    from deffcore.inputs.devices import host_memory_bytes
 
     return host_memory_bytes()
 
@@ -373,14 +373,14 @@ def _file_bytes(model: str) -> int:
     """Bytes of the GGUF file a packaged or .gguf model is read from (0 otherwise)."""
     from pathlib import Path
 
-    from deffcore.inputs import loading
+    from deffcore.inputs import catalog, gguf
 
-    inner = loading.parse_random(model)
+    inner = catalog.parse_random(model)
     spec = inner[0] if inner else model
     if inner:
         return 0  # a random null is built from the config, not read from the file
     try:
-        path = loading._packaged_gguf(spec) if spec in loading.PACKAGED_MODELS else Path(spec)
+        path = gguf.packaged_gguf(spec) if spec in catalog.PACKAGED_MODELS else Path(spec)
         return path.stat().st_size if path.suffix == ".gguf" and path.is_file() else 0
     except OSError:
         return 0

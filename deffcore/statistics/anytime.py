@@ -54,7 +54,8 @@ from deffcore.core.constants import (
     WINDOW_MODES,
 )
 from deffcore.core.errors import DeffError
-from deffcore.extraction.forward import TOKEN_BUDGET, PooledStates, SavedBatch
+from deffcore.extraction.batches import TOKEN_BUDGET, SavedBatch
+from deffcore.extraction.pooling import PooledStates
 
 #: The first estimate's size; each next one doubles it (rounded up to whole batches).
 FIRST_ESTIMATE = 64
@@ -81,7 +82,7 @@ def prefix_refusal(passages: str, dataset: str) -> str | None:
 
 
 def batch_rows(max_tokens: int, device: str, batch_size: int | None = None) -> int:
-    """Passages per batch when every passage has `max_tokens` tokens (`extract._next_batch`):
+    """Passages per batch when every passage has `max_tokens` tokens (`extract.next_batch`):
     the fixed `batch_size`, else the device's token budget over the passage length."""
     if batch_size is not None:
         return int(batch_size)

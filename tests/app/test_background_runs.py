@@ -331,7 +331,7 @@ def test_sidebar_run_first_demo_models_grouped_glossary():
     first_button = sidebar.button[0]
     assert first_button.key == "run"  # Run before every setting: visible at 900 px
     options = at.selectbox(key="model_packaged").options
-    from deffcore.inputs.loading import PACKAGED_MODELS
+    from deffcore.inputs.catalog import PACKAGED_MODELS
 
     assert options[: len(PACKAGED_MODELS)] == [
         f"{m} — {d}" for m, d in PACKAGED_MODELS.items()

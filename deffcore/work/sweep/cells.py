@@ -53,7 +53,7 @@ class Cell:
 
 def _split_random(model: str) -> tuple[str, int | None]:
     """'random:tiny-llama:3' -> ('tiny-llama', 3); a trained model -> (model, None)."""
-    from deffcore.inputs.loading import parse_random
+    from deffcore.inputs.catalog import parse_random
 
     rnd = parse_random(model)
     return (model, None) if rnd is None else (rnd[0], int(rnd[1]))

