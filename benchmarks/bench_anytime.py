@@ -202,7 +202,7 @@ def _read_batches(entry: Path):
                 yield SavedBatch(z["slots"], rows, None)
         return
     from deffcore.extraction.pooling import PooledStates
-    from deffcore.statistics.anytime import finished_rows
+    from deffcore.extraction.prefix import finished_rows
 
     with np.load(entry / "states.npz", allow_pickle=False) as z:
         pooled = PooledStates(
@@ -217,7 +217,8 @@ def _read_batches(entry: Path):
 
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     """The trajectory of a stored run's prefixes and where each rule stops (no model)."""
-    from deffcore.statistics.anytime import PrefixRows, estimate, schedule
+    from deffcore.extraction.prefix import PrefixRows, schedule
+    from deffcore.statistics.anytime import estimate
     from deffcore.statistics.stopping import StopRule
 
     entry = Path(args.entry)

@@ -45,9 +45,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_trust_calibration import CONSTRUCTIONS  # noqa: E402
 
 from deffcore.core.constants import REGIME_TOLERANCE  # noqa: E402
+from deffcore.extraction.prefix import schedule  # noqa: E402
 from deffcore.measures import teaching  # noqa: E402
 from deffcore.measures.depth import effective_depth  # noqa: E402
-from deffcore.statistics.anytime import gap_of, pooling_estimate, schedule  # noqa: E402
+from deffcore.statistics.anytime import gap_of, pooling_estimate  # noqa: E402
 
 #: (L, d, N_max, seeds, batch) per grid; batch = passages per extraction batch (marks).
 GRIDS: dict[str, dict[str, Any]] = {

@@ -21,7 +21,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.core.safe_text import md_escape
-from deffcore.statistics.anytime import prefix_refusal
+from deffcore.extraction.prefix import prefix_refusal
 from deffcore.work import jobs
 from explorer.cards import show_run_figure
 
@@ -105,7 +105,7 @@ def stopped_note(status: jobs.JobStatus) -> str:
 
 @st.cache_data(ttl=30, show_spinner=False)
 def _plan(fields: tuple, device: str) -> dict[str, Any] | None:
-    from deffcore.extraction.cache import RunSpec
+    from deffcore.inputs.run_spec import RunSpec
     from deffcore.runs.planner import plan_run
 
     try:
@@ -172,8 +172,8 @@ def plan_caption(settings: Any) -> None:
 
 
 def _calibrate(fields: tuple, device: str) -> None:
+    from deffcore.extraction.prefix import batch_rows
     from deffcore.runs import calibration
-    from deffcore.statistics.anytime import batch_rows
 
     model, revision, _, _, max_tokens, _, dtype = fields[:7]
     with st.spinner("Timing a few batches…"):

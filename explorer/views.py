@@ -33,11 +33,11 @@ _RUN_ENV_DONE = "_deff_run_env_opened"
 
 def cached_runs() -> list[dict[str, Any]]:
     """Meta of every complete cached run, newest first (`deffcore.cache.list_runs`)."""
-    from deffcore.extraction import cache
+    from deffcore.extraction import entries
 
     return [
         m
-        for m in cache.list_runs()
+        for m in entries.list_runs()
         if m.get("status", "complete") == "complete" and not m.get("corrupt") and "spec" in m
     ]
 

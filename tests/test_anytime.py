@@ -11,16 +11,9 @@ from deffcore.core.constants import EXTRACTED_POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
 from deffcore.extraction import batches
 from deffcore.extraction.pooling import PooledStates
+from deffcore.extraction.prefix import PrefixRows, batch_rows, prefix_refusal, schedule
 from deffcore.statistics import anytime
-from deffcore.statistics.anytime import (
-    PrefixRows,
-    batch_rows,
-    estimate,
-    pooling_estimate,
-    prefix_refusal,
-    regime_fixed,
-    schedule,
-)
+from deffcore.statistics.anytime import estimate, pooling_estimate, regime_fixed
 
 
 def _spec(dataset: str, n: int, model: str = "tiny-llama"):

@@ -11,7 +11,7 @@ import pytest
 import deffcore.runs.measure
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import DeffError
-from deffcore.extraction import cache
+from deffcore.extraction import cache, entries
 from deffcore.runs.anytime_run import measure_live
 from deffcore.runs.measure import measure_spec, run_spec
 from deffcore.statistics.stopping import StopRule
@@ -44,7 +44,7 @@ def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every
     # kept as a normal complete run of N = k; the 512-run's partial entry is gone
     kept = cache.load(replace(spec, n=k))
     assert kept is not None and kept.n == k
-    runs = {r["key"]: r["status"] for r in cache.list_runs()}
+    runs = {r["key"]: r["status"] for r in entries.list_runs()}
     assert runs == {replace(spec, n=k).key(): "complete"}
     # a later run of a larger N resumes from it, bit-identical to an uninterrupted run
     larger = measure_spec(replace(spec, n=384), device="cpu", batch_size=32)

@@ -14,9 +14,10 @@ import pytest
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import CacheCorruptError, DeffError
-from deffcore.extraction import cache
-from deffcore.extraction.cache import RunSpec, UnknownRunError
+from deffcore.extraction import cache, entries, partial
+from deffcore.extraction.cache import UnknownRunError
 from deffcore.extraction.pooling import PooledStates
+from deffcore.inputs.run_spec import RunSpec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,7 +97,7 @@ def test_key_changes_with_code_version_and_file_content(monkeypatch, tmp_path):
     assert spec.key() != before
 
 
-def _entry(spec: RunSpec) -> Path:
+def entry_folder(spec: RunSpec) -> Path:
     return cache.cache_dir() / spec.key()
 
 
@@ -106,7 +107,7 @@ def _entry(spec: RunSpec) -> Path:
 )
 def test_corrupt_entry_is_detected_and_recomputed(damage):
     cache.store(SPEC, make_pooled())
-    folder = _entry(SPEC)
+    folder = entry_folder(SPEC)
     npz, meta = folder / "states.npz", folder / "meta.json"
     if damage == "truncate_npz":
         npz.write_bytes(npz.read_bytes()[:100])
@@ -138,7 +139,7 @@ def test_corrupt_entry_is_detected_and_recomputed(damage):
 
 def test_no_temp_files_left_behind():
     cache.store(SPEC, make_pooled())
-    names = sorted(p.name for p in _entry(SPEC).iterdir())
+    names = sorted(p.name for p in entry_folder(SPEC).iterdir())
     assert names == ["meta.json", "states.npz"]
 
 
@@ -148,14 +149,14 @@ def test_failed_compute_leaves_no_entry():
 
     with pytest.raises(DeffError):
         cache.get_or_compute(SPEC, boom)
-    assert cache.load(SPEC) is None and cache.list_runs() == []
+    assert cache.load(SPEC) is None and entries.list_runs() == []
 
 
 def test_list_and_delete():
     other = dataclasses.replace(SPEC, seed=3)
     cache.store(SPEC, make_pooled())
     cache.store(other, make_pooled(), elapsed_s=1.5)
-    runs = cache.list_runs()
+    runs = entries.list_runs()
     assert {r["key"] for r in runs} == {SPEC.key(), other.key()}
     by_key = {r["key"]: r for r in runs}
     assert by_key[other.key()]["spec"]["seed"] == 3
@@ -163,20 +164,20 @@ def test_list_and_delete():
     assert by_key[SPEC.key()]["model_identity"]["source"] == "tiny"
     assert not by_key[SPEC.key()]["corrupt"] and by_key[SPEC.key()]["size_bytes"] > 0
     (cache.cache_dir() / "models").mkdir()  # assembled model files are not runs
-    cache.delete(SPEC.key())
-    assert [r["key"] for r in cache.list_runs()] == [other.key()]
+    entries.delete(SPEC.key())
+    assert [r["key"] for r in entries.list_runs()] == [other.key()]
     with pytest.raises(UnknownRunError, match="No cached run"):
-        cache.delete(SPEC.key())
+        entries.delete(SPEC.key())
     with pytest.raises(UnknownRunError):
-        cache.delete("models")
+        entries.delete("models")
     with pytest.raises(UnknownRunError):
-        cache.delete("../etc")
+        entries.delete("../etc")
 
 
 def test_corrupt_entry_is_listed_not_fatal():
     cache.store(SPEC, make_pooled())
-    (_entry(SPEC) / "meta.json").write_text("{")
-    (run,) = cache.list_runs()
+    (entry_folder(SPEC) / "meta.json").write_text("{")
+    (run,) = entries.list_runs()
     assert run["corrupt"] and run["key"] == SPEC.key()
 
 
@@ -230,7 +231,7 @@ def test_two_processes_compute_once(tmp_path, deff_cache_dir):
 
 
 def _meta_of(spec: RunSpec) -> dict:
-    return json.loads((_entry(spec) / "meta.json").read_text())
+    return json.loads((entry_folder(spec) / "meta.json").read_text())
 
 
 @pytest.mark.parametrize(
@@ -266,10 +267,10 @@ def test_meta_of_the_wrong_shape_is_a_corrupt_entry(bad, capsys):
         name, value = bad[4:].split("=")
         meta[name] = json.loads(value) if value not in ("other",) else value
         bad = meta
-    (_entry(SPEC) / "meta.json").write_text(json.dumps(bad))
+    (entry_folder(SPEC) / "meta.json").write_text(json.dumps(bad))
     with pytest.warns(UserWarning, match="recomputed"):
         assert cache.load(SPEC) is None
-    (run,) = cache.list_runs()
+    (run,) = entries.list_runs()
     assert run["status"] == "corrupt" and run["corrupt"] and run["key"] == SPEC.key()
     assert main(["runs"]) == 0 and "corrupt" in capsys.readouterr().out
     with pytest.raises(UnknownRunError):
@@ -279,7 +280,7 @@ def test_meta_of_the_wrong_shape_is_a_corrupt_entry(bad, capsys):
         got, was_cached, _ = cache.get_or_compute(SPEC, lambda: fresh)
     assert not was_cached
     assert_same(got, fresh)
-    assert [r["status"] for r in cache.list_runs()] == ["complete"]
+    assert [r["status"] for r in entries.list_runs()] == ["complete"]
 
 
 def test_only_run_entries_are_listed_or_deleted(deff_cache_dir, capsys):
@@ -297,20 +298,20 @@ def test_only_run_entries_are_listed_or_deleted(deff_cache_dir, capsys):
     (mixed / "meta.json").write_text("{}")
     (mixed / "thesis.tex").write_text("mine too")
     linked = deff_cache_dir / ("d" * 20)  # a link to a run entry is not a run entry
-    linked.symlink_to(_entry(SPEC), target_is_directory=True)
-    assert [r["key"] for r in cache.list_runs()] == [SPEC.key()]
+    linked.symlink_to(entry_folder(SPEC), target_is_directory=True)
+    assert [r["key"] for r in entries.list_runs()] == [SPEC.key()]
     for name in ("Documents", "carry", "models", ".uploads", "f" * 20, "e" * 20, "d" * 20, ""):
         with pytest.raises(UnknownRunError, match=r"nothing was deleted|No cached run"):
-            cache.delete(name)
+            entries.delete(name)
         assert main(["runs", "--delete", name]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1
     for name in ("carry", "models", "Documents", ".uploads"):
         assert (deff_cache_dir / name / "precious.txt").read_text() == "keep me"
     assert (lookalike / "notes.txt").exists() and (mixed / "thesis.tex").exists()
-    assert linked.is_symlink() and (_entry(SPEC) / "meta.json").exists()
+    assert linked.is_symlink() and (entry_folder(SPEC) / "meta.json").exists()
     assert main(["runs", "--delete", SPEC.key()]) == 0
-    assert not _entry(SPEC).exists() and cache.list_runs() == []
+    assert not entry_folder(SPEC).exists() and entries.list_runs() == []
 
 
 def test_runs_delete_refuses_a_users_folder_in_a_plain_cache_dir(tmp_path, monkeypatch):
@@ -325,7 +326,7 @@ def test_runs_delete_refuses_a_users_folder_in_a_plain_cache_dir(tmp_path, monke
     assert res.returncode == 2 and res.stderr.startswith("error: ")
     assert "Traceback" not in res.stderr
     assert (home / "Documents" / "letter.txt").read_text() == "dear"
-    assert cache.list_runs() == []
+    assert entries.list_runs() == []
 
 
 def test_cache_dir_that_is_a_file_is_one_sentence(tmp_path, monkeypatch, capsys):
@@ -359,39 +360,39 @@ def test_stale_locks_are_removed_held_ones_kept(deff_cache_dir):
     held = FileLock(str(deff_cache_dir / f"{held_key}.lock"))
     held.acquire()
     try:
-        cache.PartialRun(dataclasses.replace(SPEC, seed=9), key=held_key)._start({"n": 5})
-        runs = {r["key"]: r for r in cache.list_runs()}
+        partial.PartialRun(dataclasses.replace(SPEC, seed=9), key=held_key)._start({"n": 5})
+        runs = {r["key"]: r for r in entries.list_runs()}
         assert not done_lock.exists() and not orphan.exists() and foreign.exists()
         assert (deff_cache_dir / f"{held_key}.lock").exists()  # a run in progress keeps it
         assert runs[held_key]["status"] == "partial" and runs[held_key]["running"]
         assert runs[held_key]["done_passages"] == 0 and runs[held_key]["total_passages"] == 5
         assert runs[SPEC.key()]["status"] == "complete" and not runs[SPEC.key()]["running"]
         with pytest.raises(cache.RunInUseError, match="being computed"):
-            cache.delete(held_key)
+            entries.delete(held_key)
     finally:
         held.release()
-    assert cache.cleanup_stale() == 1  # now nobody holds it
+    assert entries.cleanup_stale() == 1  # now nobody holds it
     assert not (deff_cache_dir / f"{held_key}.lock").exists()
-    cache.delete(held_key)  # a partial is a run entry: deletable
-    assert [r["key"] for r in cache.list_runs()] == [SPEC.key()]
+    entries.delete(held_key)  # a partial is a run entry: deletable
+    assert [r["key"] for r in entries.list_runs()] == [SPEC.key()]
 
 
 def test_leftover_partial_of_a_complete_entry_is_cleaned(deff_cache_dir):
     cache.store(SPEC, make_pooled())
-    leftover = _entry(SPEC) / "partial"  # killed between the commit and the cleanup
+    leftover = entry_folder(SPEC) / "partial"  # killed between the commit and the cleanup
     leftover.mkdir()
     (leftover / "manifest.json").write_text("{}")
-    (run,) = cache.list_runs()
+    (run,) = entries.list_runs()
     assert run["status"] == "complete" and not leftover.exists()
 
 
 def test_partial_folder_never_loads_as_complete():
-    partial = cache.PartialRun(SPEC)
-    partial._start({"n": 5, "layers": 3, "d_model": 4})
+    run = partial.PartialRun(SPEC)
+    run._start({"n": 5, "layers": 3, "d_model": 4})
     assert cache.load(SPEC, strict=True) is None
     with pytest.raises(UnknownRunError, match="interrupted"):
         cache.load_meta(SPEC.key())
-    (run,) = cache.list_runs()
+    (run,) = entries.list_runs()
     assert run["status"] == "partial" and run["spec"]["model"] == "tiny-llama"
 
 
@@ -400,18 +401,19 @@ def test_bos_diagnostics_beside_a_run_keep_it_listed_and_deletable(tmp_path):
     and a folder holding only diagnostics is not listed as a run."""
     import json as _json
 
-    from deffcore.extraction import cache
+    from deffcore.extraction import cache, entries
+    from deffcore.inputs import run_spec
 
-    spec = cache.RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")
+    spec = run_spec.RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")
     cache.store(spec, make_pooled())
     folder = cache.cache_dir() / spec.key()
     (folder / "diagnostics.json").write_text(_json.dumps({"layers": 2}))
     (folder / ".diagnostics.lock").write_text("")
-    runs = [r for r in cache.list_runs() if r["key"] == spec.key()]
+    runs = [r for r in entries.list_runs() if r["key"] == spec.key()]
     assert len(runs) == 1 and runs[0]["status"] == "complete"
     lonely = cache.cache_dir() / ("ab" * 10)
     lonely.mkdir()
     (lonely / "diagnostics.json").write_text("{}")
-    assert ("ab" * 10) not in {r["key"] for r in cache.list_runs()}
-    cache.delete(spec.key())
+    assert ("ab" * 10) not in {r["key"] for r in entries.list_runs()}
+    entries.delete(spec.key())
     assert not folder.exists()

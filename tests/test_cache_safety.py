@@ -26,8 +26,8 @@ from deffcore.core.errors import (
     ForeignCacheEntryError,
     NonFiniteActivationsError,
 )
-from deffcore.extraction import cache
-from deffcore.extraction.cache import RunSpec
+from deffcore.extraction import cache, entries, partial
+from deffcore.inputs.run_spec import RunSpec
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -88,11 +88,11 @@ def test_measure_never_writes_through_a_key_named_link(
     # nothing was read as a run, written, or deleted: the user's files are all there, unchanged
     with pytest.warns(UserWarning, match="symbolic link"):
         assert cache.load(spec) is None
-    for call in (cache.list_runs, cache.cleanup_stale):
+    for call in (entries.list_runs, entries.cleanup_stale):
         call()
     with pytest.raises(DeffError):
-        cache.delete(spec.key())
-    cache.PartialRun(spec).discard()
+        entries.delete(spec.key())
+    partial.PartialRun(spec).discard()
     with pytest.raises(ForeignCacheEntryError):
         cache.store(spec, make_pooled())
     assert _digest(users_folder) == before and link.is_symlink()
@@ -112,9 +112,9 @@ def test_a_real_entry_holding_something_foreign_is_refused(where, users_folder, 
     with pytest.raises(ForeignCacheEntryError):
         cache.get_or_compute(SPEC, lambda: pytest.fail("computed into a foreign entry"))
     with pytest.raises(ForeignCacheEntryError):
-        cache.PartialRun(SPEC)._start({"n": 5, "layers": 3, "d_model": 4})
-    cache.PartialRun(SPEC).discard()
-    cache.cleanup_stale()
+        partial.PartialRun(SPEC)._start({"n": 5, "layers": 3, "d_model": 4})
+    partial.PartialRun(SPEC).discard()
+    entries.cleanup_stale()
     assert (_digest(users_folder), _digest(folder)) == before
 
 
@@ -148,8 +148,8 @@ def test_a_lock_that_is_a_link_is_one_sentence(target, tmp_path, deff_cache_dir,
     with pytest.raises(ForeignCacheEntryError, match=r"lock file .* symbolic link") as err:
         cache.get_or_compute(SPEC, make_pooled)
     assert "\n" not in str(err.value)
-    cache.list_runs()  # no ELOOP from the listing or the stale-lock cleanup either
-    assert cache.cleanup_stale() == 0
+    entries.list_runs()  # no ELOOP from the listing or the stale-lock cleanup either
+    assert entries.cleanup_stale() == 0
     assert lock.is_symlink() and users_file.read_text() == "dear diary"
     assert cache.load(SPEC) is None  # nothing was computed or stored under a link
 
@@ -161,7 +161,7 @@ def test_deleting_a_run_whose_lock_is_a_link_refuses(tmp_path, deff_cache_dir):
     lock = deff_cache_dir / f"{SPEC.key()}.lock"
     lock.symlink_to(users_file)
     with pytest.raises(cache.UnknownRunError, match="Nothing was deleted"):
-        cache.delete(SPEC.key())
+        entries.delete(SPEC.key())
     assert users_file.read_text() == "dear diary" and cache.load(SPEC) is not None
 
 
@@ -190,8 +190,8 @@ def _failing_fsync(monkeypatch, fail_on: int, code: int = errno.ENOSPC) -> list[
 def test_a_full_disk_is_one_sentence_and_leaves_nothing_half_written(
     fail_on, monkeypatch, deff_cache_dir
 ):
-    partial = cache.PartialRun(SPEC)
-    partial._start({"n": 5, "layers": 3, "d_model": 4})  # an interrupted run to resume
+    run = partial.PartialRun(SPEC)
+    run._start({"n": 5, "layers": 3, "d_model": 4})  # an interrupted run to resume
     _failing_fsync(monkeypatch, fail_on)
     with pytest.raises(CacheWriteError) as err:
         cache.get_or_compute(SPEC, make_pooled)
@@ -216,7 +216,7 @@ def test_other_os_errors_of_the_cache_are_one_sentence(code, words, monkeypatch,
         cache.store(SPEC, make_pooled())
     _failing_fsync(monkeypatch, 1, code)
     with pytest.raises(CacheWriteError):
-        cache.PartialRun(SPEC)._start({"n": 5, "layers": 3, "d_model": 4})
+        partial.PartialRun(SPEC)._start({"n": 5, "layers": 3, "d_model": 4})
 
 
 def test_a_full_disk_during_measure_is_exit_2_in_one_line(tiny_dataset, monkeypatch, capsys):

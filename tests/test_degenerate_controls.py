@@ -80,8 +80,8 @@ def test_bos_command_leaves_the_undefined_control_out_of_the_verdict(same_start,
 
 def test_a_degenerate_default_is_still_the_runs_error():
     from deffcore.core.constants import EXTRACTED_POOLINGS
-    from deffcore.extraction.cache import RunSpec
     from deffcore.extraction.pooling import PooledStates
+    from deffcore.inputs.run_spec import RunSpec
     from deffcore.runs.measure import Measurement
 
     rng = np.random.default_rng(0)

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from deffcore.core.paths import cache_dir
-from deffcore.extraction.cache import RunSpec
 from deffcore.extraction.forward import extract_pooled
 from deffcore.extraction.pooling import pool_states
 from deffcore.inputs.architecture import decoder_layers, final_norm
 from deffcore.inputs.loading import load_model
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.lenses.diagnostics import (
     MASSIVE_THRESHOLD,
     bos_diagnostics,

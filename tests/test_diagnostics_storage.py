@@ -10,8 +10,8 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-from deffcore.extraction import cache
-from deffcore.extraction.cache import RunSpec
+from deffcore.extraction import cache, entries
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.lenses.diagnostics import (
     bos_diagnostics,
     diagnose,
@@ -50,7 +50,7 @@ def test_a_run_never_measured_gets_no_cache_folder(tiny_dataset, monkeypatch):
     first = diagnose(spec)
     folder = diagnostics_path(spec).parent
     assert first["cached"] is False and not folder.exists()
-    assert cache.list_runs() == [] and list(cache.cache_dir().iterdir()) == []
+    assert entries.list_runs() == [] and list(cache.cache_dir().iterdir()) == []
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("recomputed"))
     again = diagnose(spec)  # kept in memory for the process: not recomputed
     assert again["cached"] is True and again["massive_ratio"] == first["massive_ratio"]
@@ -66,8 +66,8 @@ def test_diagnostics_of_a_measured_run_are_stored_beside_it_and_deleted_with_it(
     diagnose(spec)
     path = diagnostics_path(spec)
     assert path.is_file() and json.loads(path.read_text())["key"] == spec.key()
-    assert [r["key"] for r in cache.list_runs()] == [spec.key()]
-    cache.delete(spec.key())
+    assert [r["key"] for r in entries.list_runs()] == [spec.key()]
+    entries.delete(spec.key())
     assert not path.parent.exists() and read_diagnostics(spec) is None
 
 

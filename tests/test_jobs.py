@@ -12,8 +12,8 @@ import pytest
 import deffcore.extraction.forward
 import deffcore.runs.measure
 from deffcore.core.errors import DeffError, TooFewPassagesError
-from deffcore.extraction import cache
-from deffcore.extraction.cache import RunSpec
+from deffcore.extraction import cache, entries
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs.measure import measure
 from deffcore.work import jobs
 
@@ -89,7 +89,7 @@ def test_cancel_stops_and_leaves_no_complete_entry(gate):
     st = jobs.wait(job_id, timeout=600)
     assert st.state == "cancelled" and st.result_key is None
     assert cache.load(spec) is None  # nothing loads as a complete run
-    assert all(r["status"] != "complete" for r in cache.list_runs() if r["key"] == spec.key())
+    assert all(r["status"] != "complete" for r in entries.list_runs() if r["key"] == spec.key())
     assert not jobs.cancel(job_id)  # already finished
 
 
@@ -110,7 +110,7 @@ def test_cancelled_after_a_batch_resumes_from_its_partial(monkeypatch):
     monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", cancel_after_first_batch)
     first = jobs.wait(jobs.start(spec, batch_size=8), timeout=600)
     assert first.state == "cancelled"
-    partial = [r for r in cache.list_runs() if r["key"] == spec.key()]
+    partial = [r for r in entries.list_runs() if r["key"] == spec.key()]
     assert [r["status"] for r in partial] == ["partial"]
     assert jobs.partial_spec(spec.key()) == spec
     assert jobs.kept_passages(spec) == partial[0]["done_passages"] > 0

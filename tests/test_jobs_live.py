@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from deffcore.extraction import cache
-from deffcore.extraction.cache import RunSpec
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.work import jobs
 
 

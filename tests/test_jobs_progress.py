@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from deffcore.extraction.cache import RunSpec
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.work import jobs
 
 SPEC = RunSpec("tiny-llama", None, "bbc-news", 100, 64, 0, "float32")

@@ -33,11 +33,11 @@ def test_every_family_label_is_distinct():
 
 
 def test_a_cached_random_run_is_in_the_random_family():
-    from deffcore.extraction import cache
+    from deffcore.extraction import entries
     from deffcore.runs.measure import measure
     from deffcore.runs.tables import cached_model_row
 
     m = measure(model="random:tiny-llama:1", n=8, max_tokens=16)
-    meta = next(r for r in cache.list_runs() if r["key"] == m.spec.key())
+    meta = next(r for r in entries.list_runs() if r["key"] == m.spec.key())
     row = cached_model_row(meta)
     assert (row["family"], row["weights"]) == ("random-weight null", "random")

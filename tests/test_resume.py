@@ -20,7 +20,7 @@ import torch
 from deffcore.cli.main import main
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import RunCancelled
-from deffcore.extraction import cache
+from deffcore.extraction import cache, entries
 from deffcore.extraction import forward as extract
 from deffcore.runs.measure import measure
 
@@ -73,7 +73,7 @@ def test_resume_after_injected_failure_is_bit_identical(tiny_dataset, monkeypatc
     monkeypatch.setattr(extract, "_forward", REAL_FORWARD)  # (undo() would drop the env)
     spec_key = reference.spec.key()
     assert cache.load(reference.spec) is None  # a partial never loads as complete
-    (run,) = cache.list_runs()
+    (run,) = entries.list_runs()
     assert run["key"] == spec_key and run["status"] == "partial" and not run["running"]
     assert (run["done_passages"], run["total_passages"]) == ((k - 1) * BS, 12)
     events = []
@@ -92,7 +92,7 @@ def test_resume_after_injected_failure_is_bit_identical(tiny_dataset, monkeypatc
     ]
     again = measure(**_kw(tiny_dataset))
     assert again.cached and again.resumed_passages == 0
-    assert [r["status"] for r in cache.list_runs()] == ["complete"]
+    assert [r["status"] for r in entries.list_runs()] == ["complete"]
 
 
 def test_resume_keeps_the_oom_halved_batches(tiny_dataset, monkeypatch):
@@ -130,7 +130,7 @@ def test_cancel_between_batches_then_resume(tiny_dataset):
     with pytest.raises(RunCancelled, match="stopped after 6 of 12 passages; rerun it"):
         measure(**_kw(tiny_dataset), should_stop=should_stop)
     assert cache.load(reference.spec) is None
-    (run,) = cache.list_runs()
+    (run,) = entries.list_runs()
     assert run["status"] == "partial" and run["done_passages"] == 6
     with pytest.raises(cache.UnknownRunError, match="interrupted"):
         cache.load_meta(run["key"])
@@ -232,7 +232,7 @@ def test_resume_after_sigkill(tiny_dataset, deff_cache_dir, tmp_path):
     res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                          text=True, timeout=300)  # fmt: skip
     assert res.returncode == -9, (res.returncode, res.stdout, res.stderr[-2000:])
-    (run,) = cache.list_runs()
+    (run,) = entries.list_runs()
     assert run["status"] == "partial" and run["done_passages"] == 3 * BS
     assert not run["running"]  # the kill released the lock
     reference = measure(**_kw(tiny_dataset), use_cache=False)
@@ -263,5 +263,5 @@ def test_batches_are_saved_in_chunks_by_time(tiny_dataset, monkeypatch):
     _fail_at(monkeypatch, 4)
     with pytest.raises(RuntimeError):
         measure(**_kw(tiny_dataset, seed=1))
-    (run,) = [r for r in cache.list_runs() if r["status"] == "partial"]
+    (run,) = [r for r in entries.list_runs() if r["status"] == "partial"]
     assert run["done_passages"] == 0

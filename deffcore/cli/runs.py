@@ -21,13 +21,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deffcore.extraction import cache
+    from deffcore.extraction import cache, entries
 
     if args.delete is not None:
-        cache.delete(args.delete)
+        entries.delete(args.delete)
         print(f"deleted {args.delete}")
         return 0
-    runs = cache.list_runs()
+    runs = entries.list_runs()
     if args.json:
         print_json(runs)
         return 0

@@ -18,9 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from deffcore.core.errors import (
-    TooFewPassagesError,
-)
+from deffcore.core.errors import TooFewPassagesError
 from deffcore.inputs.loading import LoadedModel
 from deffcore.inputs.tokens import encode_documents
 

@@ -38,11 +38,7 @@ import numpy as np
 import torch
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
-from deffcore.core.errors import (
-    DeffError,
-    OutOfMemoryError,
-    RunCancelled,
-)
+from deffcore.core.errors import DeffError, OutOfMemoryError, RunCancelled
 from deffcore.extraction.batches import (
     TOKEN_BUDGET,
     BatchCheckpoint,

@@ -41,11 +41,11 @@ import numpy as np
 import torch
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
-from deffcore.extraction import cache
+from deffcore.extraction import cache, partial
 from deffcore.extraction.batches import BatchCheckpoint, SavedBatch
-from deffcore.extraction.cache import RunSpec
 from deffcore.extraction.pooling import PooledStates
-from deffcore.statistics.anytime import batch_rows, prefix_refusal
+from deffcore.extraction.prefix import batch_rows, prefix_refusal
+from deffcore.inputs.run_spec import RunSpec
 
 #: Name of the per-passage position-0 ratios of an entry's first m passages in states.npz.
 RATIO_PREFIX = "pos0_ratio_prefix"
@@ -209,7 +209,7 @@ class PrefixCheckpoint:
         use_cache: bool = True,
     ):
         self.spec, self.device, self.batch_size, self.tap = spec, device, batch_size, tap
-        self.partial = cache.PartialRun(spec) if use_cache else None
+        self.partial = partial.PartialRun(spec) if use_cache else None
         self.uniform = True
         self._ratios: list[tuple[np.ndarray, np.ndarray]] = []
 

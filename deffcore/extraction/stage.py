@@ -18,9 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from deffcore.core.errors import (
-    NonFiniteActivationsError,
-)
+from deffcore.core.errors import NonFiniteActivationsError
 from deffcore.extraction.pooling import BatchWeights, pool_layer, position0_ratio
 
 

@@ -62,9 +62,9 @@ def _family(name: str) -> str:
 
 
 def _complete_runs() -> list[dict[str, Any]]:
-    from deffcore.extraction import cache
+    from deffcore.extraction import entries
 
-    return [r for r in cache.list_runs() if r.get("status") == "complete"]
+    return [r for r in entries.list_runs() if r.get("status") == "complete"]
 
 
 def _measurement(meta: dict[str, Any], metric: str) -> Any:

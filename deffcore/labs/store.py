@@ -85,7 +85,7 @@ def read_result(lab: str, identity: dict[str, Any]) -> dict[str, Any] | None:
 def write_result(lab: str, identity: dict[str, Any], result: dict[str, Any]) -> Path:
     """Store `result` (plain JSON values; NaN/inf become null) under `identity`'s key."""
     from deffcore.cli.main import _json_safe
-    from deffcore.extraction.cache import _atomic_write
+    from deffcore.core.files import atomic_write
 
     folder = lab_folder(lab, create=True)
     key = result_key(identity)
@@ -99,7 +99,7 @@ def write_result(lab: str, identity: dict[str, Any], result: dict[str, Any]) -> 
     }
     path = folder / f"{key}.json"
     blob = json.dumps(_json_safe(data), default=str, allow_nan=False)
-    _atomic_write(path, blob.encode())
+    atomic_write(path, blob.encode())
     return path
 
 

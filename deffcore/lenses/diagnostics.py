@@ -553,7 +553,7 @@ def spec_from_fields(fields: Mapping[str, Any]) -> Any:
     run did not record (`intervention`, `passages`, `bos`) take their defaults."""
     from dataclasses import fields as dc_fields
 
-    from deffcore.extraction.cache import RunSpec
+    from deffcore.inputs.run_spec import RunSpec
 
     names = {f.name for f in dc_fields(RunSpec)}
     return RunSpec(**{k: v for k, v in fields.items() if k in names})
@@ -576,9 +576,9 @@ def _memory_key(spec: Any) -> tuple[str, str]:
 
 def _in_cache(spec: Any) -> bool:
     """Whether `spec` has a run entry (complete or partial) to keep its diagnostics in."""
-    from deffcore.extraction.cache import _is_run_entry
+    from deffcore.extraction.entries import is_run_entry
 
-    return _is_run_entry(diagnostics_path(spec).parent)
+    return is_run_entry(diagnostics_path(spec).parent)
 
 
 def read_diagnostics(spec: Any) -> dict[str, Any] | None:

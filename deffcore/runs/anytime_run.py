@@ -35,18 +35,17 @@ from typing import Any
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import DeffError, RunCancelled
-from deffcore.extraction import cache
+from deffcore.extraction import cache, entries
 from deffcore.extraction.batches import SavedBatch
-from deffcore.extraction.cache import RunSpec
-from deffcore.statistics.anytime import (
-    Estimate,
+from deffcore.extraction.prefix import (
     PrefixRows,
     batch_rows,
-    estimate,
     finished_rows,
     prefix_refusal,
     schedule,
 )
+from deffcore.inputs.run_spec import RunSpec
+from deffcore.statistics.anytime import Estimate, estimate
 from deffcore.statistics.stopping import StopRule
 
 
@@ -224,7 +223,7 @@ def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) ->
 def _drop_partial(key: str) -> None:
     """Remove the stopped run's partial entry (the k-run now holds its rows), unless a process
     computes it right now (`cache.delete` refuses that): then it is theirs to finish."""
-    for info in cache.list_runs():
+    for info in entries.list_runs():
         if info.get("key") == key and info.get("status") == "partial" and not info["running"]:
             with contextlib.suppress(DeffError, OSError):
-                cache.delete(key)
+                entries.delete(key)

@@ -86,11 +86,11 @@ from deffcore.core.errors import (
     NonFiniteActivationsError,
     TooFewPassagesError,
 )
-from deffcore.extraction.cache import RunSpec
 from deffcore.extraction.pooling import PooledStates, pool_states
 from deffcore.inputs.architecture import decoder_layers
 from deffcore.inputs.interventions import INTERVENTIONS
 from deffcore.inputs.loading import LoadedModel
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.inputs.texts import check_dataset
 from deffcore.inputs.tokens import run_texts, run_token_ids
 

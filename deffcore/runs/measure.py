@@ -45,7 +45,6 @@ from deffcore.core.errors import (
 )
 from deffcore.extraction import cache
 from deffcore.extraction.batches import BatchCheckpoint, SavedBatch
-from deffcore.extraction.cache import RunSpec
 from deffcore.extraction.forward import extract_pooled
 from deffcore.extraction.pooling import PooledStates
 from deffcore.inputs.context import check_max_tokens
@@ -53,6 +52,7 @@ from deffcore.inputs.devices import check_fits, resolve_device_dtype
 from deffcore.inputs.gguf import assemble_packaged, needs_assembly
 from deffcore.inputs.interventions import INTERVENTIONS
 from deffcore.inputs.loading import LoadedModel, load_model
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.inputs.texts import check_dataset
 from deffcore.inputs.tokens import run_texts, run_token_ids
 from deffcore.measures.controls import apply_pc_control

@@ -15,7 +15,7 @@ from typing import Any
 
 from deffcore.core.constants import WINDOW_MODES
 from deffcore.core.errors import DeffError, TooFewPassagesError, UnknownModelError
-from deffcore.extraction.cache import RunSpec
+from deffcore.inputs.run_spec import RunSpec
 
 
 def display(text: str, names: dict[str, str] | None) -> str:

@@ -91,7 +91,7 @@ def cached_model_row(meta: dict[str, Any], metric: str = "cka") -> dict[str, Any
     """One cached run (its cache meta) as a Models-table row (`model_row`), its numbers
     computed from its states. Raises DeffError when the entry cannot be read."""
     from deffcore.extraction import cache
-    from deffcore.extraction.cache import RunSpec
+    from deffcore.inputs.run_spec import RunSpec
     from deffcore.runs.measure import Measurement
     from deffcore.views.run_view import MeasurementView
 

@@ -50,7 +50,7 @@ from typing import Any
 
 from deffcore.core.constants import WINDOW_MODES
 from deffcore.core.errors import DeffError, RunCancelled
-from deffcore.extraction.cache import RunSpec
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs.preflight import check, display, plan
 
 __all__ = [
@@ -399,7 +399,7 @@ def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
     `deffcore.stopping`) is met (at once when its latest estimates already meet it), keeping
     what it extracted as a run of that N. False when the job is unknown, finished, or not a
     run whose estimates can stop it (`anytime.prefix_refusal`)."""
-    from deffcore.statistics.anytime import prefix_refusal
+    from deffcore.extraction.prefix import prefix_refusal
     from deffcore.statistics.stopping import TARGETS
 
     if target not in TARGETS:
@@ -588,8 +588,8 @@ def _progress(job: _Job):
 def _measure(job: _Job) -> Any:
     """The job's run: with live estimates (and a stop when settled) where its passages allow
     them (`deffcore.anytime_run`), else a plain `measure_spec`."""
+    from deffcore.extraction.prefix import prefix_refusal
     from deffcore.runs import measure
-    from deffcore.statistics.anytime import prefix_refusal
 
     options = {
         "metric": job.metric,
@@ -721,9 +721,9 @@ def load_result(key: str) -> Any:
 
 def partial_spec(key: str) -> RunSpec:
     """The spec of the partial (interrupted) entry `key`, to resume it with `start`."""
-    from deffcore.extraction import cache
+    from deffcore.extraction import cache, entries
 
-    for info in cache.list_runs():
+    for info in entries.list_runs():
         if info.get("key") == key and info.get("status") == "partial" and info.get("spec"):
             return RunSpec(**info["spec"])
     raise cache.UnknownRunError(f"No interrupted run with key {key!r} to resume.")
@@ -731,10 +731,10 @@ def partial_spec(key: str) -> RunSpec:
 
 def kept_passages(spec: RunSpec) -> int:
     """Passages a partial (interrupted or cancelled) entry of `spec` holds, 0 when none."""
-    from deffcore.extraction import cache
+    from deffcore.extraction import entries
 
     key = spec.key()
-    for info in cache.list_runs():
+    for info in entries.list_runs():
         if info.get("key") == key and info.get("status") == "partial":
             return int(info.get("done_passages") or 0)
     return 0

@@ -269,13 +269,13 @@ def test_baselines_null_bootstrap_and_references(app, measurement):
 
 
 def test_runs_page_compare_open_and_delete(app, cache_dir):
-    from deffcore.extraction import cache
+    from deffcore.extraction import cache, entries
 
     at = goto(app, "pages/7_Runs.py")
     assert_clean(at)
-    keys = [m["key"] for m in cache.list_runs()]
+    keys = [m["key"] for m in entries.list_runs()]
     # the run and its three random-weight seeds (Baselines test)
-    assert len(keys) >= 4, [(m["spec"]["model"], m["status"]) for m in cache.list_runs()]
+    assert len(keys) >= 4, [(m["spec"]["model"], m["status"]) for m in entries.list_runs()]
     fig = chart(at, "Lag profiles of the selected runs")
     assert len(fig["data"]) == 2
     victim = next(k for k in keys if "random:" in cache.load_meta(k)["spec"]["model"])
@@ -287,11 +287,11 @@ def test_runs_page_compare_open_and_delete(app, cache_dir):
     at.selectbox(key="runs_delete").set_value(victim)
     at.button(key="runs_delete_button").click().run()
     assert any("cannot be recovered" in w.value for w in at.warning)
-    assert victim in [m["key"] for m in cache.list_runs()]  # nothing deleted before confirming
+    assert victim in [m["key"] for m in entries.list_runs()]  # nothing deleted before confirming
     at.button(key="runs_delete_confirm").click().run()
     assert_clean(at)
-    assert victim not in [m["key"] for m in cache.list_runs()]
-    assert len(cache.list_runs()) == len(keys) - 1
+    assert victim not in [m["key"] for m in entries.list_runs()]
+    assert len(entries.list_runs()) == len(keys) - 1
     # the deleted run was the current one: the session falls back to another run, not an error
     assert not any(plain(c.value).startswith("Current run (measured): random:") for c in at.caption)
     at.switch_page("pages/1_Similarity.py").run()
@@ -372,7 +372,7 @@ def test_missing_model_path_is_a_clear_error(app, tmp_path):
 def test_pipeline_failures_are_messages_and_the_cache_is_kept(app, monkeypatch, error):
     import deffcore.core.errors
     import deffcore.runs.measure
-    from deffcore.extraction import cache
+    from deffcore.extraction import entries
 
     name, text = error.split(":", 1)
     exc = getattr(deffcore.core.errors, name, None) or RuntimeError
@@ -382,10 +382,10 @@ def test_pipeline_failures_are_messages_and_the_cache_is_kept(app, monkeypatch, 
 
     monkeypatch.setattr(deffcore.runs.measure, "measure_spec", failing)  # in the job's thread
     at = goto(app, None)
-    before, runs = metric(at, "D_eff"), {m["key"] for m in cache.list_runs()}
+    before, runs = metric(at, "D_eff"), {m["key"] for m in entries.list_runs()}
     at.button(key="run").click().run()
     errors = _errors_then_still_usable(at, before)
     assert len(errors) == 1 and text in errors[0]
-    assert {m["key"] for m in cache.list_runs()} == runs
+    assert {m["key"] for m in entries.list_runs()} == runs
     at.run()  # the next rerun is clean again
     assert_clean(at)

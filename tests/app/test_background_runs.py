@@ -18,8 +18,8 @@ from streamlit.testing.v1 import AppTest
 
 import deffcore.extraction.forward
 import deffcore.runs.measure
-from deffcore.extraction import cache
-from deffcore.extraction.cache import RunSpec
+from deffcore.extraction import cache, entries
+from deffcore.inputs.run_spec import RunSpec
 from deffcore.views.run_view import RunView
 from deffcore.work import jobs
 
@@ -157,8 +157,8 @@ def test_cancel_stops_the_run_and_leaves_no_complete_entry(gate):
     assert sum(i.startswith("Run cancelled") for i in shown) == 1, shown
     assert metric(at, "D_eff") == before  # the current run is unchanged
     assert cache.load(spec) is None  # nothing loads as a complete run
-    entries = [r for r in cache.list_runs() if r["key"] == spec.key()]
-    assert all(r["status"] != "complete" for r in entries)
+    runs = [r for r in entries.list_runs() if r["key"] == spec.key()]
+    assert all(r["status"] != "complete" for r in runs)
     from explorer import views
 
     assert spec.key() not in [m["key"] for m in views.cached_runs()]
@@ -206,7 +206,7 @@ def test_an_interrupted_run_resumes_from_the_runs_page(monkeypatch):
     shown = (texts(at, "info"), texts(at, "success"), texts(at, "error"))
     assert any(i.startswith("Run cancelled") for i in texts(at, "info")), shown
     assert any("passages are kept" in i for i in texts(at, "info")), shown
-    partial = [r for r in cache.list_runs() if r["status"] == "partial" and r["spec"]["n"] == 96]
+    partial = [r for r in entries.list_runs() if r["status"] == "partial" and r["spec"]["n"] == 96]
     assert len(partial) == 1 and partial[0]["done_passages"] > 0
     monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
 

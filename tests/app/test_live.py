@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 
 def _status(estimates, **kw):
-    from deffcore.extraction.cache import RunSpec
+    from deffcore.inputs.run_spec import RunSpec
     from deffcore.work import jobs
 
     spec = RunSpec("tiny-llama", None, "x.txt", 512, 16, 0, "float32", passages="windows")
@@ -78,7 +78,7 @@ def test_live_panel_shows_the_latest_estimate_its_trust_and_the_curve():
 def test_live_panel_before_the_first_estimate_and_for_documents():
     at = AppTest.from_function(_panel, args=(_status(()),)).run()
     assert any("first estimate" in c.value for c in at.caption)
-    from deffcore.extraction.cache import RunSpec
+    from deffcore.inputs.run_spec import RunSpec
 
     docs = RunSpec("tiny-llama", None, "x.txt", 512, 16, 0, "float32", passages="documents")
     at = AppTest.from_function(_panel, args=(_status((), spec=docs),)).run()

@@ -33,12 +33,12 @@ RUNS = "pages/7_Runs.py"
 @pytest.fixture(scope="module")
 def shared(measurement):
     """(the bytes of a tiny-gpt2 run's snapshot, the Measurement it was made from)."""
-    from deffcore.extraction import cache
+    from deffcore.extraction import entries
     from deffcore.runs.measure import measure
 
     m = measure(model="tiny-gpt2", dataset="bbc-news", n=16, max_tokens=32)
     body = json.dumps(snapshot(m, command="deffcore measure --model tiny-gpt2 --n 16")).encode()
-    cache.delete(m.spec.key())  # the app knows this run only from the file
+    entries.delete(m.spec.key())  # the app knows this run only from the file
     return body, m
 
 

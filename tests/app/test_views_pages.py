@@ -29,12 +29,13 @@ RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, 
 @pytest.fixture(scope="module")
 def runs(cache_dir):
     """The trained run (with its two null seeds), a windows variant and a partial entry."""
-    from deffcore.extraction import cache
+    from deffcore.extraction import partial
+    from deffcore.inputs import run_spec
     from deffcore.runs.measure import measure
 
     trained = measure(**RUN, random_seeds=(1, 2))
     windows = measure(**RUN, passages="windows")
-    partial_spec = cache.RunSpec(
+    partial_spec = run_spec.RunSpec(
         model="tiny-llama",
         revision=None,
         dataset="bbc-news",
@@ -43,7 +44,7 @@ def runs(cache_dir):
         seed=5,
         dtype="float32",
     )
-    cache.PartialRun(partial_spec)._start({"n": 24, "layers": 4, "d_model": 64})
+    partial.PartialRun(partial_spec)._start({"n": 24, "layers": 4, "d_model": 64})
     return {"trained": trained, "windows": windows, "partial": partial_spec}
 
 
@@ -60,11 +61,11 @@ def app(runs):
 
 def complete_keys(model: str | None = None) -> list[str]:
     """Keys of the complete cached runs (of one model when given), newest first."""
-    from deffcore.extraction import cache
+    from deffcore.extraction import entries
 
     return [
         m["key"]
-        for m in cache.list_runs()
+        for m in entries.list_runs()
         if m["status"] == "complete" and model in (None, m["spec"]["model"])
     ]
 
@@ -158,10 +159,11 @@ def test_side_by_side_shows_both_maps_their_difference_and_the_changes(app, runs
     heat = [t for t in fig["data"] if t["type"] == "heatmap"]
     assert len(heat) == 3
     from deffcore.extraction import cache
+    from deffcore.inputs import run_spec
     from deffcore.runs.measure import Measurement
 
     meta = cache.load_meta(null_key)
-    spec = cache.RunSpec(**meta["spec"])
+    spec = run_spec.RunSpec(**meta["spec"])
     S_null = Measurement(spec=spec, pooled=cache.load(spec), cached=True, meta=meta).similarity(
         "default", "cka"
     )
@@ -189,14 +191,14 @@ def test_resume_and_delete_only_list_cache_entries(app, runs):
 
 
 def test_resume_finishes_an_interrupted_run(app, runs):
-    from deffcore.extraction import cache
+    from deffcore.extraction import entries
 
     key = runs["partial"].key()
     at = goto(app, "pages/7_Runs.py")
     at.selectbox(key="runs_resume").set_value(key)
     at.button(key="runs_resume_button").click().run()
     assert_clean(at)
-    status = {m["key"]: m["status"] for m in cache.list_runs()}
+    status = {m["key"]: m["status"] for m in entries.list_runs()}
     assert status[key] == "complete"
     at = goto(app, "pages/7_Runs.py")
     table = at.dataframe[0].value

@@ -181,8 +181,8 @@ def _calibratable(model: str) -> bool:
 
 def _reference(plan: Any, calibrate: str) -> str | None:
     """Calibrate the packaged reference model when this device has no calibration at all."""
+    from deffcore.extraction.prefix import batch_rows
     from deffcore.runs import calibration
-    from deffcore.statistics.anytime import batch_rows
 
     s = plan.settings
     if calibrate != "auto" or calibration.any_cached(plan.device, s["dtype"]):
