@@ -59,7 +59,7 @@ def _load_average() -> float | None:
 
 def reference_regimes(path: Path | None) -> dict[str, Any] | None:
     """{n, regimes} of a reference run (snapshot JSON or `measure --json`)."""
-    from deffcore.lenses.diagnostics import bos_verdict
+    from deffcore.statistics.verdict import bos_verdict
 
     if path is None or not Path(path).is_file():
         return None
@@ -78,7 +78,7 @@ def same_verdict(regimes: dict[str, str], reference: dict[str, Any] | None) -> b
 
 
 def _spec(model: str, n: int, max_tokens: int, seed: int = 0):
-    from deffcore.runs.measure import run_spec
+    from deffcore.runs.preflight import run_spec
 
     return run_spec(model, "bbc-news", n, max_tokens, seed, "cka", passages="windows")
 

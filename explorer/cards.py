@@ -13,7 +13,9 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.statistics.trust_rule import Trust
-from deffcore.views.run_view import RunView, SnapshotView, identity_stem, run_identity
+from deffcore.views.labels import identity_stem, run_identity
+from deffcore.views.run_view import RunView
+from deffcore.views.snapshot import SnapshotView
 from explorer.settings import Settings
 
 #: Extraction speed used for time estimates (SmolLM2-135M, quiet 2-core CPU, BENCHMARKS.md).

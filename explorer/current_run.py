@@ -17,7 +17,8 @@ import streamlit as st
 
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.views.run_view import RunView, SnapshotView
+from deffcore.views.run_view import RunView
+from deffcore.views.snapshot import SnapshotView
 from explorer import settings as sidebar
 from explorer.views import SYNC_KEY, VIEW_KEY, precomputed_runs, requested_run, set_view
 
@@ -37,7 +38,7 @@ def run_ref(view: RunView) -> str:
 
 def open_ref(ref: str) -> RunView:
     """The run a URL reference names; DeffError (a sentence) when it cannot be opened."""
-    from deffcore.views.run_view import MeasurementView
+    from deffcore.views.measurement_view import MeasurementView
     from deffcore.views.sharing import open_shared
     from deffcore.work import jobs
 

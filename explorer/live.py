@@ -22,7 +22,7 @@ import streamlit as st
 from deffcore import figures
 from deffcore.core.safe_text import md_escape
 from deffcore.extraction.prefix import prefix_refusal
-from deffcore.work import jobs
+from deffcore.work import job_state, jobs
 from explorer.cards import show_run_figure
 
 _LEVEL_ICON = {"solid": "●", "indicative": "◐", "noise": "○"}
@@ -54,7 +54,7 @@ def _verdict_line(est: dict[str, Any]) -> None:
         st.info(f"BOS verdict so far (can still change: {open_}): " + est["verdict"])
 
 
-def settle_button(status: jobs.JobStatus) -> None:
+def settle_button(status: job_state.JobStatus) -> None:
     """Stop when the BOS verdict is settled (kept as a run of that N)."""
     st.button(
         "Stop when settled" if not status.until else "Stopping when settled",
@@ -68,7 +68,7 @@ def settle_button(status: jobs.JobStatus) -> None:
     )
 
 
-def live_panel(status: jobs.JobStatus) -> None:
+def live_panel(status: job_state.JobStatus) -> None:
     """The latest estimates of a running window run, under its progress bar."""
     if status.kind != "run" or status.spec is None:
         return
@@ -93,7 +93,7 @@ def live_panel(status: jobs.JobStatus) -> None:
         )  # fmt: skip
 
 
-def stopped_note(status: jobs.JobStatus) -> str:
+def stopped_note(status: job_state.JobStatus) -> str:
     """What a landed job's notice adds when it stopped early."""
     if status.stopped_at is None or status.spec is None:
         return ""

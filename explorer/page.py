@@ -11,7 +11,8 @@ import streamlit as st
 
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.views.run_view import RunView, SnapshotView
+from deffcore.views.run_view import RunView
+from deffcore.views.snapshot import SnapshotView
 from explorer.current_run import start_page, write_url
 from explorer.run_panel import job_panel, settle_job, start_run
 from explorer.settings import PAGE_CHANGED_KEY, Settings, sidebar

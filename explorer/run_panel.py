@@ -16,8 +16,10 @@ import streamlit as st
 
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.views.run_view import MeasurementView, run_label
-from deffcore.work import jobs
+from deffcore.runs import preflight
+from deffcore.views.labels import run_label
+from deffcore.views.measurement_view import MeasurementView
+from deffcore.work import job_state, jobs
 from explorer.live import live_panel, stopped_note
 from explorer.settings import REFUSED_KEY, Settings
 from explorer.uploads import UPLOAD_KEY, upload_names
@@ -50,7 +52,7 @@ def start_run(settings: Settings) -> str | None:
                 up.get("error")
                 or "Choose a dataset (a Hugging Face spec, an uploaded file or a path) first."
             )
-        spec, device = jobs.plan(
+        spec, device = preflight.plan(
             names=names,
             windows=settings.windows(),
             model=settings.model,
@@ -60,14 +62,14 @@ def start_run(settings: Settings) -> str | None:
         )
         job_id = jobs.start(spec, metric=settings.metric, device=device, names=names, checked=True)
     except DeffError as err:
-        st.session_state[_RUN_ERROR] = jobs.display(str(err), names)
+        st.session_state[_RUN_ERROR] = preflight.display(str(err), names)
         return None
     except MemoryError:
         st.session_state[_RUN_ERROR] = "The run ran out of memory; lower N or max tokens."
         return None
     except Exception as err:  # keep the app usable whatever a third-party library raises
         msg = f"The run could not start ({type(err).__name__}): {err}"
-        st.session_state[_RUN_ERROR] = jobs.display(msg, names)
+        st.session_state[_RUN_ERROR] = preflight.display(msg, names)
         return None
     follow_job(job_id)
     return job_id
@@ -160,7 +162,7 @@ def _grace_s() -> float:
     return 3600.0 if st_config.get_option("global.appTest") else RUN_GRACE_S
 
 
-def _draw_progress(status: jobs.JobStatus, *, cancel: bool) -> None:
+def _draw_progress(status: job_state.JobStatus, *, cancel: bool) -> None:
     with st.container(border=True):
         st.markdown(f"**Running:** {md_escape(run_label(status.spec.__dict__))}")
         # every stage has its bar: a one-off stage (assembly, model load) by its time estimate

@@ -15,7 +15,6 @@ from typing import Any
 import streamlit as st
 
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.views.run_view import SnapshotView
 from deffcore.views.sharing import (
     MAX_SNAPSHOT_BYTES,
     SnapshotError,
@@ -23,6 +22,7 @@ from deffcore.views.sharing import (
     list_shared,
     save_shared,
 )
+from deffcore.views.snapshot import SnapshotView
 from explorer.guard import guarded
 from explorer.views import VIEW_KEY, set_view
 

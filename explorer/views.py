@@ -13,14 +13,10 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore.views.run_view import (
-    MeasurementView,
-    RunView,
-    SnapshotView,
-    load_gallery,
-    load_snapshot,
-)
+from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.run_view import RunView
 from deffcore.views.sharing import APP_RUN_ENV, open_shared
+from deffcore.views.snapshot import SnapshotView, load_gallery, load_snapshot
 from deffcore.work import jobs
 from explorer.guard import guarded
 

@@ -19,7 +19,7 @@ from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
 from deffcore.runs.tables import cached_model_row, model_row, models_table
 from deffcore.views.comparisons import comparison_caveats
 from deffcore.views.models_overview import paper_models
-from deffcore.work import jobs
+from deffcore.work import job_state, jobs
 from deffcore.work.sweep.cells import Cell, grid_cells
 from explorer.cards import download_table, show_figure
 from explorer.guard import guarded
@@ -248,7 +248,7 @@ def sweep_progress() -> None:
         landed = pd.DataFrame(snap["rows"])
         cols = ["label", "status", "deff_over_L", "gap_pct", "seconds", "worker", "error"]
         st.dataframe(landed[[c for c in cols if c in landed]], hide_index=True, width="stretch")
-    if snap["state"] in jobs.FINISHED and st.session_state.get(f"{_JOB}_shown") != job_id:
+    if snap["state"] in job_state.FINISHED and st.session_state.get(f"{_JOB}_shown") != job_id:
         st.session_state[f"{_JOB}_shown"] = job_id
         st.rerun(scope="app")  # the landed runs join the table and charts above
 

@@ -10,9 +10,10 @@ import streamlit as st
 from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.views.comparisons import PAPER_N, comparison_caveats
+from deffcore.views.labels import common_label, run_labels
 from deffcore.views.models_overview import model_family
 from deffcore.views.paper import paper_default_gaps, paper_table
-from deffcore.views.run_view import RunView, common_label, run_labels
+from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view

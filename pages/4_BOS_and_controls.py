@@ -20,10 +20,13 @@ from deffcore import figures
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import UndefinedSimilarityError
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.lenses import diagnostics
+from deffcore.lenses import diagnostics, diagnostics_store
 from deffcore.lenses.bos_answer import bos_on_off, position0_answer_for
+from deffcore.runs import preflight
+from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
+from deffcore.views.labels import run_label
 from deffcore.views.paper import paper_controls, paper_table
-from deffcore.views.run_view import Headline, RunView, run_label
+from deffcore.views.run_view import Headline, RunView
 from deffcore.work import jobs
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
@@ -67,11 +70,11 @@ def verdict_section(view: RunView, headlines: dict, diag: dict | None, k_max: in
     """The pooling controls' verdict (regime, gap move, identical controls) and, once the
     diagnostics are in, massive activations and sinks."""
     m = view.measurement
-    identical = diagnostics.identical_controls(m, m.metric) if m is not None else None
-    verdict = diagnostics.bos_verdict(
+    identical = identical_controls(m, m.metric) if m is not None else None
+    verdict = bos_verdict(
         {p: h.gap_pct for p, h in headlines.items()},
         identical=identical,
-        **diagnostics.verdict_inputs(diag),
+        **verdict_inputs(diag),
     )
     st.markdown(f"**Pooling controls and diagnostics:** {verdict.sentence}")
     cols = st.columns(4)
@@ -110,7 +113,7 @@ def diagnostics_task(spec: Any) -> str:
     """Start (or find) the background diagnostic pass of `spec`; its job id."""
 
     def work(progress: Any, should_stop: Any) -> dict[str, Any]:
-        out = diagnostics.diagnose(spec, progress=progress)
+        out = diagnostics_store.diagnose(spec, progress=progress)
         return {"n_passages": out["n_passages"]}
 
     return jobs.start_task(f"diagnostics:{spec.key()}", work, model=spec.model)
@@ -119,7 +122,7 @@ def diagnostics_task(spec: Any) -> str:
 def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
     """The run's stored diagnostics, else their background pass: started at once for a run
     measured here, on request for a shipped or shared one; its progress polls below."""
-    diag = diagnostics.read_diagnostics(spec)
+    diag = diagnostics_store.read_diagnostics(spec)
     if diag is not None:
         return diag
     name = f"diagnostics:{spec.key()}"
@@ -267,7 +270,7 @@ def bos_on_off_section(view: RunView, spec: Any, settings: Settings) -> None:
     name = f"bos-onoff:{spec.key()}:{settings.metric}:{settings.K}"
     if st.button(f"Compare bos=add with bos=none: {md_escape(label)}", key="bos_compare"):
         with guarded("Starting the BOS on/off check"):
-            jobs.check(spec)  # the model and data, before anything loads
+            preflight.check(spec)  # the model and data, before anything loads
 
             def work(progress: Any, should_stop: Any) -> dict[str, Any]:
                 return bos_on_off(
@@ -361,7 +364,7 @@ def main() -> None:
     answer_section(view, settings)  # at once: from the similarity matrices alone
     headlines, missing = control_headlines(view, settings)
     m = view.measurement
-    spec = m.spec if m is not None else diagnostics.spec_from_fields(view.spec)
+    spec = m.spec if m is not None else diagnostics_store.spec_from_fields(view.spec)
     verdict_box = st.container()  # filled once the diagnostics are known (or not)
     diag = None
     with guarded("Reading the diagnostics"):

@@ -10,7 +10,8 @@ import streamlit as st
 from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.views.glossary import human_label
-from deffcore.views.run_view import Headline, MeasurementView, RunView
+from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.run_view import Headline, RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view

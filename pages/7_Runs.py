@@ -14,17 +14,10 @@ import streamlit as st
 from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.views.comparisons import comparison_caveats, headline_differences
+from deffcore.views.labels import common_label, label_fields, run_label, run_labels, run_slug
+from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.models_overview import model_family
-from deffcore.views.run_view import (
-    Headline,
-    MeasurementView,
-    RunView,
-    common_label,
-    label_fields,
-    run_label,
-    run_labels,
-    run_slug,
-)
+from deffcore.views.run_view import Headline, RunView
 from explorer.cards import show_figure
 from explorer.guard import guarded
 from explorer.page import page

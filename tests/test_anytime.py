@@ -17,7 +17,7 @@ from deffcore.statistics.anytime import estimate, pooling_estimate, regime_fixed
 
 
 def _spec(dataset: str, n: int, model: str = "tiny-llama"):
-    from deffcore.runs.measure import run_spec
+    from deffcore.runs.preflight import run_spec
 
     return run_spec(model, dataset, n, 16, 0, "cka", passages="windows", device="cpu")[0]
 

@@ -13,7 +13,8 @@ from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import DeffError
 from deffcore.extraction import cache, entries
 from deffcore.runs.anytime_run import measure_live
-from deffcore.runs.measure import measure_spec, run_spec
+from deffcore.runs.measure import measure_spec
+from deffcore.runs.preflight import run_spec
 from deffcore.statistics.stopping import StopRule
 
 
@@ -53,7 +54,7 @@ def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every
     _equal(larger, fresh)
     # and the stopped run itself is bit-identical to an uninterrupted run of N = k
     _equal(
-        deffcore.runs.measure.Measurement(spec=replace(spec, n=k), pooled=kept),
+        deffcore.runs.measurement.Measurement(spec=replace(spec, n=k), pooled=kept),
         measure_spec(replace(spec, n=k), device="cpu", batch_size=32, use_cache=False),
     )
 

@@ -22,7 +22,7 @@ from deffcore.lenses.bos_answer import (
 from deffcore.measures.depth import effective_depth, gap_percent
 from deffcore.measures.similarity import similarity_matrix
 from deffcore.measures.synthetic import position0_construction
-from deffcore.views.run_view import load_snapshot
+from deffcore.views.snapshot import load_snapshot
 
 
 def gap(S: np.ndarray) -> float:

@@ -55,7 +55,7 @@ def _run_args(dataset: str) -> dict:
 
 
 def _spec(dataset: str) -> RunSpec:
-    from deffcore.runs.measure import run_spec
+    from deffcore.runs.preflight import run_spec
 
     args = _run_args(dataset)
     return run_spec(args["model"], dataset, args["n"], args["max_tokens"], 0, "cka")[0]
@@ -281,7 +281,7 @@ def test_a_broken_entry_already_in_the_cache_is_corrupt_and_recomputed(monkeypat
 
 def test_pos0_peak_ignores_nan_and_never_raises_all_nan():
     from deffcore.core.errors import InvalidStatesError
-    from deffcore.runs.measure import Measurement
+    from deffcore.runs.measurement import Measurement
 
     pooled = make_pooled()
     pooled.pos0_norm_ratio = np.array([1.0, np.nan, 3.0, np.inf], dtype=np.float32)
@@ -297,7 +297,8 @@ def test_the_nan_advice_fits_the_runs_dtype(tiny_dataset, dtype):
     import torch
 
     from deffcore.inputs.loading import load_model
-    from deffcore.runs.measure import measure_spec, run_spec
+    from deffcore.runs.measure import measure_spec
+    from deffcore.runs.preflight import run_spec
 
     spec, _ = run_spec("tiny-llama", tiny_dataset, 8, 16, 0, "cka", dtype=dtype)
     loaded = load_model("tiny-llama", dtype=dtype)

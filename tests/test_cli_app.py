@@ -52,7 +52,7 @@ def start(argv: list[str]) -> int:
 @pytest.fixture(scope="module")
 def snapshot_body(tmp_path_factory):
     from deffcore.runs.measure import measure
-    from deffcore.views.run_view import snapshot
+    from deffcore.views.snapshot import snapshot
 
     old = os.environ.get("DEFF_CACHE_DIR")
     os.environ["DEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("app_cache"))

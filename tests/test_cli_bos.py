@@ -20,16 +20,11 @@ def _run(capsys, *extra: str) -> tuple[int, str, str]:
 
 
 def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
-    from deffcore.lenses.diagnostics import (
-        bos_verdict,
-        diagnose,
-        identical_controls,
-        sun_onset,
-        uniform_sink_score,
-        verdict_inputs,
-    )
+    from deffcore.lenses.diagnostics_store import diagnose
+    from deffcore.measures.activations import sun_onset, uniform_sink_score
     from deffcore.runs.measure import measure
     from deffcore.statistics.trust_rule import measurement_trust
+    from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
 
     code, out, _ = _run(capsys, "--dataset", tiny_dataset, "--json")
     assert code == 0
@@ -78,8 +73,8 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
 
 
 def test_bos_none_and_add_change_the_first_token(capsys, tiny_dataset):
-    from deffcore.lenses.diagnostics import diagnose
-    from deffcore.runs.measure import run_spec
+    from deffcore.lenses.diagnostics_store import diagnose
+    from deffcore.runs.preflight import run_spec
 
     cases = (("tiny-llama", "none", False), ("tiny-llama-nobos", "add", True))
     for model, bos, first_is_bos in cases:

@@ -18,24 +18,24 @@ from deffcore.extraction.pooling import pool_states
 from deffcore.inputs.architecture import decoder_layers, final_norm
 from deffcore.inputs.loading import load_model
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.lenses.diagnostics import (
+from deffcore.lenses.diagnostics import bos_diagnostics
+from deffcore.lenses.diagnostics_store import diagnose, diagnostics_path, read_diagnostics
+from deffcore.measures.activations import (
     MASSIVE_THRESHOLD,
-    bos_diagnostics,
-    bos_verdict,
-    diagnose,
-    diagnostics_path,
-    identical_controls,
     massive_onset,
     most_frequent,
-    no_pos0_identity,
     passage_maxima,
-    read_diagnostics,
     sink_fraction,
     sink_min_length,
     sink_scores_batch,
     sun_massive,
     sun_onset,
     uniform_sink_score,
+)
+from deffcore.statistics.verdict import (
+    bos_verdict,
+    identical_controls,
+    no_pos0_identity,
     verdict_for,
     verdict_inputs,
 )

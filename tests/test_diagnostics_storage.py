@@ -12,12 +12,8 @@ import pytest
 
 from deffcore.extraction import cache, entries
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.lenses.diagnostics import (
-    bos_diagnostics,
-    diagnose,
-    diagnostics_path,
-    read_diagnostics,
-)
+from deffcore.lenses.diagnostics import bos_diagnostics
+from deffcore.lenses.diagnostics_store import diagnose, diagnostics_path, read_diagnostics
 
 
 def _spec(dataset: str, **kw) -> RunSpec:

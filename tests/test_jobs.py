@@ -14,8 +14,9 @@ import deffcore.runs.measure
 from deffcore.core.errors import DeffError, TooFewPassagesError
 from deffcore.extraction import cache, entries
 from deffcore.inputs.run_spec import RunSpec
+from deffcore.runs import preflight
 from deffcore.runs.measure import measure
-from deffcore.work import jobs
+from deffcore.work import job_state, jobs
 
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
 
@@ -58,12 +59,12 @@ def test_a_job_lands_in_the_cache_with_the_numbers_of_measure():
 
 def test_progress_stages_and_rates(monkeypatch):
     seen = []
-    real = jobs._snapshot
+    real = job_state.status_of
 
     spec = spec_of(n=48, max_tokens=64, passages="windows")
     job_id = jobs.start(spec, batch_size=8)
     while (st := jobs.status(job_id)) and not st.finished:
-        seen.append(real(jobs._JOBS[job_id]))
+        seen.append(real(job_state.JOBS[job_id]))
     st = jobs.wait(job_id, timeout=600)
     assert st.state == "done", st.error
     stages = [s.stage for s in seen]
@@ -154,7 +155,7 @@ def test_empty_and_binary_files_are_refused_before_the_model(no_model, tmp_path)
         saved.write_bytes(content)
         for attempt in (
             lambda: jobs.start(spec_of(dataset=str(saved)), names=names),
-            lambda: jobs.plan(**{**RUN, "metric": "cka", "dataset": str(saved)}, names=names),
+            lambda: preflight.plan(**{**RUN, "metric": "cka", "dataset": str(saved)}, names=names),
         ):
             with pytest.raises(DeffError) as err:
                 attempt()
@@ -175,7 +176,7 @@ def test_n_beyond_the_dataset_and_missing_paths_are_refused_before_the_model(no_
     with pytest.raises(TooFewPassagesError, match="windows of 64 tokens"):
         jobs.start(spec_of(n=100_000, max_tokens=64, passages="windows"))  # BBC: 78,881
     with pytest.raises(TooFewPassagesError, match="yields 50 windows"):
-        jobs.check(spec_of(n=51, passages="windows"), windows=50)  # a count the app knows
+        preflight.check(spec_of(n=51, passages="windows"), windows=50)  # a count the app knows
     with pytest.raises(DeffError, match="no-model-here"):
         jobs.start(spec_of(model=str(tmp_path / "no-model-here")))
     assert no_model == []
@@ -184,10 +185,10 @@ def test_n_beyond_the_dataset_and_missing_paths_are_refused_before_the_model(no_
 def test_a_tokenizer_error_of_the_window_count_is_said_before_the_model(no_model):
     # counting windows loads the tokenizer: its DeffError (a model not on this machine) is the
     # answer, said before the run is queued; only an unexpected error is left to the worker
-    before = set(jobs._JOBS)
+    before = set(job_state.JOBS)
     with pytest.raises(DeffError, match="no-such-org/no-such-model"):
         jobs.start(spec_of(model="no-such-org/no-such-model", passages="windows"))
-    assert set(jobs._JOBS) == before and no_model == []
+    assert set(job_state.JOBS) == before and no_model == []
 
 
 def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch, deff_cache_dir):
@@ -308,7 +309,7 @@ def test_a_sweep_is_checked_before_it_is_queued(no_model):
     from deffcore.work.sweep.cells import MAX_CELLS, Cell
     from deffcore.work.sweep.checks import SweepError
 
-    before = set(jobs._JOBS)
+    before = set(job_state.JOBS)
     with pytest.raises(SweepError, match=f"at most {MAX_CELLS}"):
         jobs.start_sweep(_cells(*range(MAX_CELLS + 1)), **SWEEP)
     with pytest.raises(SweepError, match="no cells"):
@@ -319,7 +320,7 @@ def test_a_sweep_is_checked_before_it_is_queued(no_model):
         jobs.start_sweep(_cells(1), **{**SWEEP, "n": 2})
     with pytest.raises(SweepError, match="Unknown sweep engine"):
         jobs.start_sweep(_cells(1), **{**SWEEP, "engine": "fast"})
-    assert set(jobs._JOBS) == before  # nothing was queued
+    assert set(job_state.JOBS) == before  # nothing was queued
     assert no_model == []
 
 
@@ -343,11 +344,11 @@ def test_a_background_sweep_fails_a_bad_cell_alone_and_refuses_a_bad_shared_opti
     assert [by_model[c.model]["status"] for c in cells] == ["done", "failed", "failed"]
     assert "Unknown tiny model" in by_model["tiny-nope"]["error"]
     assert "does not exist" in by_model["tiny-gpt2"]["error"]
-    before = set(jobs._JOBS)
+    before = set(job_state.JOBS)
     for bad in ({"seed": -1}, {"dtype": "float8"}, {"max_tokens": 1}):
         with pytest.raises(DeffError):
             jobs.start_sweep(cells, **{**SWEEP, **bad})
-    assert set(jobs._JOBS) == before  # nothing was queued
+    assert set(job_state.JOBS) == before  # nothing was queued
 
 
 def test_finished_sweeps_are_forgotten_like_runs(monkeypatch):
@@ -357,7 +358,7 @@ def test_finished_sweeps_are_forgotten_like_runs(monkeypatch):
         return {"pooled": None, "error": "no model here", "worker": "test", "seconds": 0.0}
 
     monkeypatch.setattr(deffcore.work.sweep.runner, "compute_cell", fails_fast)
-    monkeypatch.setattr(jobs, "KEEP_FINISHED", 1)
+    monkeypatch.setattr(job_state, "KEEP_FINISHED", 1)
     first = jobs.start_sweep(_cells(11), **SWEEP)
     assert jobs.wait(first, timeout=60).state == "done"
     second = jobs.start_sweep(_cells(12), **SWEEP)

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.work import jobs
+from deffcore.work import job_state, job_worker, jobs
 
 SPEC = RunSpec("tiny-llama", None, "bbc-news", 100, 64, 0, "float32")
 WINDOWS = RunSpec("tiny-llama", None, "bbc-news", 100, 64, 0, "float32", passages="windows")
@@ -39,12 +39,12 @@ def clock(monkeypatch) -> Clock:
 def registry(monkeypatch) -> dict:
     """An empty job registry for the test (the real one may hold other tests' jobs)."""
     fresh: dict = {}
-    monkeypatch.setattr(jobs, "_JOBS", fresh)
+    monkeypatch.setattr(job_state, "JOBS", fresh)
     return fresh
 
 
-def _job(spec: RunSpec = SPEC, **fields) -> jobs._Job:
-    job = jobs._Job(job_id=fields.pop("job_id", "j"), spec=spec, metric="cka", device="cpu",
+def _job(spec: RunSpec = SPEC, **fields) -> job_state.Job:
+    job = job_state.Job(job_id=fields.pop("job_id", "j"), spec=spec, metric="cka", device="cpu",
                     batch_size=None, names={}, seq=fields.pop("seq", 0))  # fmt: skip
     for name, value in fields.items():
         setattr(job, name, value)
@@ -53,30 +53,32 @@ def _job(spec: RunSpec = SPEC, **fields) -> jobs._Job:
 
 def test_eta_is_the_remaining_passages_over_the_rate(clock, registry):
     job = _job(state="running", started=clock.now)
-    progress = jobs._progress(job)
+    progress = job_worker._progress(job)
     progress(0, 100, "loading tiny-llama")
     clock.now += 30.0  # a slow model load: not part of the rate
     progress(10, 100, "extract")
     clock.now += 10.0
     progress(30, 100, "extract")  # 20 passages in 10 s: 2 passages/s
-    status = jobs._snapshot(job)
+    status = job_state.status_of(job)
     assert status.stage == "extracting" and (status.done, status.total) == (30, 100)
     assert status.eta_s == pytest.approx((100 - 30) / 2.0)  # not 100 / 2, not 30 / 2
     assert "ETA 35 s" in status.describe()
     # one batch seen: no rate yet, so no ETA and no tokens/s
     fresh = _job(state="running", started=clock.now)
-    jobs._progress(fresh)(10, 100, "extract")
-    assert jobs._snapshot(fresh).eta_s is None and jobs._snapshot(fresh).tokens_per_s is None
+    job_worker._progress(fresh)(10, 100, "extract")
+    assert (
+        job_state.status_of(fresh).eta_s is None and job_state.status_of(fresh).tokens_per_s is None
+    )
 
 
 @pytest.mark.parametrize(("spec", "exact"), [(SPEC, False), (WINDOWS, True)])
 def test_tokens_per_second_while_running_is_the_rate_times_max_tokens(clock, registry, spec, exact):
     job = _job(spec, state="running", started=clock.now)
-    progress = jobs._progress(job)
+    progress = job_worker._progress(job)
     progress(0, 100, "extract")
     clock.now += 4.0
     progress(8, 100, "extract")  # 2 passages/s
-    status = jobs._snapshot(job)
+    status = job_state.status_of(job)
     assert status.tokens_per_s == pytest.approx(2.0 * 64)  # the tokens factor is in it
     assert status.tokens_exact is exact  # documents may be shorter: an upper bound
     assert ("≤ 128 tokens/s" in status.describe()) is not exact
@@ -100,8 +102,8 @@ def test_tokens_per_second_of_a_finished_run_uses_its_exact_token_count(
     monkeypatch.setattr(deffcore.runs.measure, "measure_spec", fake_measure_spec)
     job = _job(state="running", started=clock.now)
     registry[job.job_id] = job
-    jobs._run(job)
-    status = jobs._snapshot(job)
+    job_worker._run(job)
+    status = job_state.status_of(job)
     assert status.state == "done" and status.done == 100
     assert status.tokens_per_s == pytest.approx(40.0 * 5.0)  # exact mean tokens x the rate
     assert status.tokens_exact and status.eta_s is None
@@ -109,14 +111,14 @@ def test_tokens_per_second_of_a_finished_run_uses_its_exact_token_count(
 
 
 def test_finished_jobs_are_kept_up_to_the_limit_newest_first(registry, monkeypatch):
-    monkeypatch.setattr(jobs, "KEEP_FINISHED", 3)
+    monkeypatch.setattr(job_state, "KEEP_FINISHED", 3)
     states = ["done", "failed", "cancelled", "done", "running", "done", "queued", "done"]
     for seq, state in enumerate(states):
         registry[f"j{seq}"] = _job(job_id=f"j{seq}", seq=seq, state=state)
-    jobs._forget_old()
+    job_state.forget_old()
     # the 3 newest finished jobs stay, and every queued or running job (never forgotten)
     assert sorted(registry) == ["j3", "j4", "j5", "j6", "j7"]
     assert jobs.status("j7") is not None and jobs.status("j0") is None
-    monkeypatch.setattr(jobs, "KEEP_FINISHED", 200)
-    jobs._forget_old()
+    monkeypatch.setattr(job_state, "KEEP_FINISHED", 200)
+    job_state.forget_old()
     assert len(registry) == 5  # under the limit nothing more goes

@@ -18,6 +18,7 @@ from deffcore.measures.depth import depth_summary, effective_depth
 from deffcore.measures.references import matched_references, update_depth
 from deffcore.measures.similarity import similarity_matrix
 from deffcore.runs import measure as measure_mod
+from deffcore.runs import measurement as measurement_mod
 from deffcore.runs.measure import measure
 
 
@@ -64,13 +65,13 @@ def test_second_call_is_served_from_cache(tiny_dataset, monkeypatch):
 def test_switching_pooling_and_metric_never_reruns(tiny_dataset, monkeypatch):
     m = measure(model="tiny-gpt2", dataset=tiny_dataset, n=8, max_tokens=32, metric="cosine")
     calls = []
-    real = measure_mod.similarity_matrix
+    real = measurement_mod.similarity_matrix
 
     def counting(states, metric="cka"):
         calls.append(metric)
         return real(states, metric)
 
-    monkeypatch.setattr(measure_mod, "similarity_matrix", counting)
+    monkeypatch.setattr(measurement_mod, "similarity_matrix", counting)
     monkeypatch.setattr(measure_mod, "extract_pooled", None)  # any rerun would crash
     for _ in range(3):
         for pooling in POOLINGS:

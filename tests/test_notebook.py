@@ -15,8 +15,9 @@ import deffcore as dc
 from deffcore.core.constants import POOLINGS
 from deffcore.measures.depth import lag_profile
 from deffcore.statistics.trust_rule import trust_badge
+from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.notebook import FIGURE_NAMES, heatmap_svg
-from deffcore.views.run_view import MeasurementView, SnapshotView, snapshot
+from deffcore.views.snapshot import SnapshotView, snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "docs" / "quickstart.ipynb"

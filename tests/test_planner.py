@@ -141,7 +141,7 @@ def test_gpu_time_is_a_range_scaled_by_block_parameters():
 
 
 def _spec(dataset: str, n: int, model: str = "tiny-llama"):
-    return deffcore.runs.measure.run_spec(
+    return deffcore.runs.preflight.run_spec(
         model, dataset, n, 16, 0, "cka", passages="windows", device="cpu"
     )[0]
 

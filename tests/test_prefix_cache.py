@@ -9,7 +9,8 @@ import numpy as np
 import deffcore.runs.measure
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.extraction import cache, prefix_cache
-from deffcore.runs.measure import measure_spec, run_spec
+from deffcore.runs.measure import measure_spec
+from deffcore.runs.preflight import run_spec
 
 
 def _spec(dataset: str, n: int, passages: str = "windows"):

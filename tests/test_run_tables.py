@@ -69,7 +69,7 @@ def test_metric_comparison_rounds_each_metrics_headline():
 
 def test_metric_comparison_of_a_measured_run():
     from deffcore.runs.measure import measure
-    from deffcore.views.run_view import MeasurementView
+    from deffcore.views.measurement_view import MeasurementView
 
     view = MeasurementView(measure(model="tiny-llama", n=8, max_tokens=16))
     table = metric_comparison(view).set_index("similarity")

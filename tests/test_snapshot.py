@@ -12,19 +12,21 @@ import pytest
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.measures.depth import effective_depth, gap_percent, lag_profile
-from deffcore.views.run_view import (
-    DEFAULT_RUN_PATH,
-    GALLERY_DIR,
-    MeasurementView,
-    SnapshotView,
+from deffcore.views.labels import (
     common_label,
     label_fields,
-    load_gallery,
-    load_snapshot,
     run_identity,
     run_label,
     run_labels,
     run_slug,
+)
+from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.snapshot import (
+    DEFAULT_RUN_PATH,
+    GALLERY_DIR,
+    SnapshotView,
+    load_gallery,
+    load_snapshot,
     snapshot,
 )
 

@@ -43,8 +43,10 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
     """The run and its diagnostics, each cached; one model load serves both when needed."""
     from deffcore.extraction import cache
     from deffcore.inputs.loading import load_model
-    from deffcore.lenses.diagnostics import bos_report, diagnose, read_diagnostics
-    from deffcore.runs.measure import measure_spec, run_spec
+    from deffcore.lenses.bos_report import bos_report
+    from deffcore.lenses.diagnostics_store import diagnose, read_diagnostics
+    from deffcore.runs.measure import measure_spec
+    from deffcore.runs.preflight import run_spec
 
     kw = run_kwargs(args)
     spec, device = run_spec(

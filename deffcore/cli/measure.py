@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict) -> None:
     """The explorer's snapshot of this run, stamped with the command that reproduces it; its
     CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run)."""
-    from deffcore.views.run_view import snapshot
+    from deffcore.views.snapshot import snapshot
 
     command = (
         f"python -m deffcore measure --model {shlex.quote(args.model)} --dataset "

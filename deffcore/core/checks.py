@@ -12,7 +12,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from deffcore.core.errors import InvalidArgumentError
+from deffcore.core.errors import DeffError, InvalidArgumentError
+
+
+def check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
+    """DeffError naming the choices unless `value` is one of `allowed` (`what`: its name)."""
+    if value not in allowed:
+        raise DeffError(f"Unknown {what} {value!r}; choose one of {', '.join(allowed)}.")
 
 
 def check_int(value: object, name: str, minimum: int) -> int:

@@ -25,10 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from deffcore.core.constants import (
-    EXTRACTED_POOLINGS,
-    WINDOW_MODES,
-)
+from deffcore.core.constants import EXTRACTED_POOLINGS, WINDOW_MODES
 from deffcore.core.errors import DeffError
 from deffcore.extraction.batches import TOKEN_BUDGET, SavedBatch
 from deffcore.extraction.pooling import PooledStates

@@ -81,7 +81,8 @@ def intervention_table(
     """
     from deffcore.extraction import cache
     from deffcore.inputs.loading import load_model
-    from deffcore.runs.measure import measure_spec, run_spec
+    from deffcore.runs.measure import measure_spec
+    from deffcore.runs.preflight import run_spec
     from deffcore.statistics.trust_rule import measurement_trust
 
     for name in interventions:

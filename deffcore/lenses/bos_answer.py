@@ -204,7 +204,7 @@ def position0_answer_for(
     the similarity matrices alone: no model, no diagnostics). identical: the run's reason
     (`diagnostics.identical_controls`); None: read from the measurement when the view has
     one, else guessed from equal gaps (`diagnostics.bos_verdict`'s rule for snapshots)."""
-    from deffcore.lenses import diagnostics
+    from deffcore.statistics import verdict as diagnostics
 
     h_d = view.headline("default", metric, K)
     t_d = view.trust("default", metric, K)

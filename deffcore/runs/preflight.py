@@ -13,9 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deffcore.core.constants import WINDOW_MODES
+from deffcore.core.checks import check_cache_dir, check_choice, check_int, check_seed
+from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, WINDOW_MODES
 from deffcore.core.errors import DeffError, TooFewPassagesError, UnknownModelError
+from deffcore.inputs.context import check_max_tokens
+from deffcore.inputs.devices import check_fits, resolve_device_dtype
+from deffcore.inputs.interventions import INTERVENTIONS
 from deffcore.inputs.run_spec import RunSpec
+from deffcore.inputs.texts import check_dataset
 
 
 def display(text: str, names: dict[str, str] | None) -> str:
@@ -31,8 +36,6 @@ def plan(
     """`deffcore.measurement.run_spec(**run)` followed by `check`: (spec, device) of a run
     whose arguments, model path and data were checked before anything loads; errors name the
     user's files (`names`). `windows`: the window count when the caller already knows it."""
-    from deffcore.runs.measure import run_spec
-
     try:
         spec, device = run_spec(**run)
     except DeffError as err:
@@ -100,3 +103,87 @@ def _count_windows(spec: RunSpec) -> int | None:
         raise  # not swallowed by the line below: it is the user's error, said before the load
     except Exception:
         return None
+
+
+#: Smallest number of kept passages a run accepts (unbiased CKA needs 4).
+MIN_PASSAGES = 4
+
+
+def check_run_options(
+    metric: str,
+    n: int,
+    max_tokens: int,
+    seed: int,
+    device: str | None = None,
+    dtype: str | None = None,
+    passages: str = "documents",
+    bos: str = "default",
+    *,
+    batch_size: int | None = None,
+    device_here: bool = True,
+) -> tuple[str, str]:
+    """Check the options of a run that do not depend on its model or dataset -> (device,
+    dtype): the choices, n, max_tokens, seed, batch size, the device (`device_here=False`
+    skips the "does this machine have it" part, for a sweep whose workers have their own GPUs)
+    and the cache folder. A sweep checks these once for all its cells (`run_spec` per cell).
+    Raises a DeffError subclass with one sentence."""
+    check_choice(metric, METRICS, "metric")
+    check_choice(passages, PASSAGE_MODES, "passages mode")
+    check_choice(bos, BOS_OPTIONS, "BOS option")
+    if not isinstance(n, int) or n < MIN_PASSAGES:
+        raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
+    if not isinstance(max_tokens, int) or max_tokens < 2:
+        raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
+    check_seed(seed)
+    if batch_size is not None:
+        check_int(batch_size, "batch_size", 1)
+    device, dtype = resolve_device_dtype(device, dtype, check=device_here)
+    check_cache_dir()
+    return device, dtype
+
+
+def run_spec(
+    model: str,
+    dataset: str,
+    n: int,
+    max_tokens: int,
+    seed: int,
+    metric: str,
+    revision: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    intervention: str = "none",
+    passages: str = "documents",
+    bos: str = "default",
+    *,
+    batch_size: int | None = None,
+    device_here: bool = True,
+) -> tuple[RunSpec, str]:
+    """Check a run's arguments and resolve device/dtype -> (RunSpec, device).
+
+    Every check is cheap and runs before any model loads (issue 8): `check_run_options`, the
+    norm intervention, max_tokens against the model's context length (read from its config)
+    and the dataset (opened, not read). Raises a DeffError subclass with one sentence.
+    """
+    check_choice(intervention, INTERVENTIONS, "norm intervention")
+    device, dtype = check_run_options(
+        metric, n, max_tokens, seed, device, dtype, passages, bos,
+        batch_size=batch_size, device_here=device_here,
+    )  # fmt: skip
+    if device_here:  # a random shape too large for this machine fails here, not mid-load
+        check_fits(model, device, dtype, spread=device == "auto")
+    check_max_tokens(model, max_tokens, revision)
+    check_dataset(dataset)
+    spec = RunSpec(
+        model=model,
+        revision=revision,
+        dataset=dataset,
+        n=n,
+        max_tokens=max_tokens,
+        seed=seed,
+        dtype=dtype,
+        intervention=intervention,
+        passages=passages,
+        bos=bos,
+    )
+    return spec, device

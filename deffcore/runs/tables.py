@@ -55,8 +55,8 @@ def model_row(view: RunView, source: str, metric: str = "cka") -> dict[str, Any]
     (the trust rule's level of the default headline), trust_action, bias (linear CKA's
     d/(N+d)); spec (the run's fields, for `models_overview.label_rows`).
     """
+    from deffcore.views.labels import SPEC_DEFAULTS
     from deffcore.views.models_overview import model_family
-    from deffcore.views.run_view import SPEC_DEFAULTS
 
     spec = {**SPEC_DEFAULTS, **view.spec}
     h = view.headline("default", metric)
@@ -92,8 +92,8 @@ def cached_model_row(meta: dict[str, Any], metric: str = "cka") -> dict[str, Any
     computed from its states. Raises DeffError when the entry cannot be read."""
     from deffcore.extraction import cache
     from deffcore.inputs.run_spec import RunSpec
-    from deffcore.runs.measure import Measurement
-    from deffcore.views.run_view import MeasurementView
+    from deffcore.runs.measurement import Measurement
+    from deffcore.views.measurement_view import MeasurementView
 
     spec = RunSpec(**meta["spec"])
     found = cache._read_entry(meta["key"])  # by key: the stored spec's key may predate a change
@@ -115,7 +115,7 @@ def models_table(
     then the paper's models; each row gets a `label`: measured runs named by what tells them
     apart (`snapshot.run_labels`: two SmolLM2 runs differing only in their BOS option read
     `... BOS add` / `... BOS default`), the paper's as `<model> (paper)`."""
-    from deffcore.views.run_view import run_labels
+    from deffcore.views.labels import run_labels
 
     order = {s: i for i, s in enumerate(MEASURED_SOURCES)}
     kept: dict[Any, dict[str, Any]] = {}

@@ -33,11 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.core.constants import (
-    PC_CONTROLS,
-    POOLINGS,
-    REGIME_TOLERANCE,
-)
+from deffcore.core.constants import PC_CONTROLS, POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
 from deffcore.extraction.pooling import PooledStates
 from deffcore.extraction.prefix import PrefixRows, finished_rows
@@ -240,7 +236,7 @@ def estimate(
     `bootstrap_poolings` (the others are judged from N alone: cheaper, and the rule's spread
     model is calibrated for that); None: no interval anywhere.
     """
-    from deffcore.lenses.diagnostics import bos_verdict, no_pos0_identity
+    from deffcore.statistics.verdict import bos_verdict, no_pos0_identity
 
     if "default" not in poolings:
         raise DeffError("An estimate needs the default pooling (the verdict compares with it).")

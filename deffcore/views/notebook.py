@@ -215,3 +215,17 @@ def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") ->
         f'<div style="color:#555">S(i, j), layers 1..{h.layers}</div></div>'
         "</div>"
     )
+
+
+class NotebookDisplay:
+    """What a run shows in a notebook: `figure(name)` and Jupyter's `_repr_html_` (mixed into
+    the concrete `RunView`s)."""
+
+    def figure(self, name: str = "heatmap", **options: Any) -> Any:
+        """The explorer's Plotly figure `name` ("heatmap", "lag", "gap", "controls") of this
+        run; options: pooling, metric, K, paper (see `run_figure`)."""
+        return run_figure(self, name, **options)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: headline numbers, trust level and a small heatmap."""
+        return run_html(self)

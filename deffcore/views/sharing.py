@@ -21,7 +21,8 @@ import numpy as np
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.errors import DeffError
-from deffcore.views.run_view import SNAPSHOT_FORMAT, SPEC_DEFAULTS, SPEC_FIELDS, SnapshotView
+from deffcore.views.labels import SPEC_DEFAULTS, SPEC_FIELDS
+from deffcore.views.snapshot import SNAPSHOT_FORMAT, SnapshotView
 
 #: Largest snapshot file read (a 30-layer run is ~150 kB; L = 100 is ~1.5 MB).
 MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024

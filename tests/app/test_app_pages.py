@@ -84,7 +84,7 @@ def test_entry_page_has_the_sidebar_and_shows_a_result_before_any_run(cache_dir)
         assert at.number_input(key=key) is not None
     assert at.selectbox(key="metric").options == ["cka", "unbiased_cka", "cosine"]
     assert at.button(key="run").label == "Run"
-    from deffcore.views.run_view import load_snapshot
+    from deffcore.views.snapshot import load_snapshot
 
     snap = load_snapshot()
     assert snap is not None, "the shipped snapshot deffcore/data/default_run.json is missing"

@@ -75,8 +75,8 @@ def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
     pass is held at its model load: nothing the page shows at once needs a model."""
     import deffcore.inputs.loading
     from deffcore.lenses.bos_answer import position0_answer_for
-    from deffcore.lenses.diagnostics import diagnostics_path
-    from deffcore.views.run_view import MeasurementView
+    from deffcore.lenses.diagnostics_store import diagnostics_path
+    from deffcore.views.measurement_view import MeasurementView
 
     diagnostics_path(measurement.spec).unlink(missing_ok=True)
     held, release = threading.Event(), threading.Event()
@@ -109,8 +109,8 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     """The shipped default (no Measurement): the answer at once, a button that computes the
     diagnostics in the background (a stand-in here: the real pass needs SmolLM2), then the
     figures drawn from exactly those numbers."""
-    from deffcore.lenses import diagnostics
-    from deffcore.views.run_view import load_snapshot
+    from deffcore.lenses import diagnostics_store
+    from deffcore.views.snapshot import load_snapshot
 
     snap = load_snapshot()
     L = snap.layers
@@ -125,8 +125,10 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
         "cached": False,
     }
     calls = []
-    monkeypatch.setattr(diagnostics, "diagnose", lambda spec, **kw: calls.append(spec) or fake)
-    monkeypatch.setattr(diagnostics, "read_diagnostics", lambda spec: fake if calls else None)
+    monkeypatch.setattr(
+        diagnostics_store, "diagnose", lambda spec, **kw: calls.append(spec) or fake
+    )
+    monkeypatch.setattr(diagnostics_store, "read_diagnostics", lambda spec: fake if calls else None)
     at = open_page()
     assert_clean(at)
     from deffcore.lenses.bos_answer import position0_answer_for
@@ -138,7 +140,7 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     assert "massive activations not computed" in verdicts(at)[0]
     assert not calls  # nothing computed before the click
     at.button(key="bos_diagnose").click().run()
-    wait_task(f"diagnostics:{diagnostics.spec_from_fields(snap.spec).key()}")
+    wait_task(f"diagnostics:{diagnostics_store.spec_from_fields(snap.spec).key()}")
     at.run()
     assert_clean(at)
     assert calls and calls[0].model == snap.spec["model"] and calls[0].n == snap.spec["n"]
@@ -156,12 +158,8 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
 
 
 def test_verdict_and_evidence_match_the_library(app, measurement):
-    from deffcore.lenses.diagnostics import (
-        bos_verdict,
-        identical_controls,
-        read_diagnostics,
-        verdict_inputs,
-    )
+    from deffcore.lenses.diagnostics_store import read_diagnostics
+    from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
 
     at = app
     diag = read_diagnostics(measurement.spec)  # computed in the background, stored beside it
@@ -196,7 +194,7 @@ def test_verdict_and_evidence_match_the_library(app, measurement):
 
 
 def test_passage_inspector_heatmap(app, measurement):
-    from deffcore.lenses.diagnostics import read_diagnostics
+    from deffcore.lenses.diagnostics_store import read_diagnostics
 
     at = app
     ins = read_diagnostics(measurement.spec)["inspector"]

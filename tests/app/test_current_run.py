@@ -11,7 +11,7 @@ import pytest
 from apptest_helpers import assert_clean, plain
 from streamlit.testing.v1 import AppTest
 
-from deffcore.views.run_view import load_gallery
+from deffcore.views.snapshot import load_gallery
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 24, "max_tokens": 16, "seed": 3}
@@ -58,7 +58,7 @@ def test_a_landed_run_is_in_the_url_and_a_reload_restores_it_with_its_settings(m
 
 
 def measurement_label(m) -> str:
-    from deffcore.views.run_view import run_label
+    from deffcore.views.labels import run_label
 
     return run_label(m.spec.__dict__)
 
@@ -79,8 +79,8 @@ def test_opening_a_precomputed_run_puts_it_in_the_url_and_sets_the_sidebar():
 
 
 def test_a_shared_run_is_found_by_its_content_hash(measurement):
-    from deffcore.views.run_view import snapshot
     from deffcore.views.sharing import save_shared
+    from deffcore.views.snapshot import snapshot
 
     view = save_shared(json.dumps(snapshot(measurement)).encode())
     at = new_app(f"shared:{view.sha256[:16]}")

@@ -11,7 +11,8 @@ import pytest
 from apptest_helpers import assert_clean
 from streamlit.testing.v1 import AppTest
 
-from deffcore.views.run_view import MeasurementView, run_slug
+from deffcore.views.labels import run_slug
+from deffcore.views.measurement_view import MeasurementView
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}

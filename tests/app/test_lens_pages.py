@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 
 from deffcore.labs import correlation_lab, lens_tables, pretrain
 from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
-from deffcore.views.run_view import MeasurementView
+from deffcore.views.measurement_view import MeasurementView
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 12, "max_tokens": 24, "seed": 0}

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 def _status(estimates, **kw):
     from deffcore.inputs.run_spec import RunSpec
-    from deffcore.work import jobs
+    from deffcore.work import job_state
 
     spec = RunSpec("tiny-llama", None, "x.txt", 512, 16, 0, "float32", passages="windows")
     base = dict(
@@ -32,7 +32,7 @@ def _status(estimates, **kw):
         ahead=0,
         estimates=tuple(estimates),
     )
-    return jobs.JobStatus(**{**base, **kw})
+    return job_state.JobStatus(**{**base, **kw})
 
 
 def _estimates():

@@ -122,7 +122,7 @@ def test_paths_off_refuses_an_hf_spec_naming_a_local_folder(no_model, tmp_path, 
 
 def test_a_degenerate_control_is_a_sentence_on_the_pages(tmp_path):
     from deffcore.runs.measure import measure
-    from deffcore.views.run_view import MeasurementView
+    from deffcore.views.measurement_view import MeasurementView
     from explorer import views
 
     path = tmp_path / "the.txt"

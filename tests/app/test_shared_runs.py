@@ -22,8 +22,9 @@ import pytest
 from apptest_helpers import assert_clean, chart, plotly_array
 from streamlit.testing.v1 import AppTest
 
-from deffcore.views.run_view import MeasurementView, snapshot
+from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.sharing import APP_RUN_ENV, list_shared, read_snapshot, save_shared
+from deffcore.views.snapshot import snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}

@@ -20,7 +20,9 @@ from streamlit.testing.v1 import AppTest
 
 from deffcore import figures
 from deffcore.measures.depth import lag_profile
-from deffcore.views.run_view import MeasurementView, load_gallery, run_slug
+from deffcore.views.labels import run_slug
+from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.snapshot import load_gallery
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -160,7 +162,7 @@ def test_side_by_side_shows_both_maps_their_difference_and_the_changes(app, runs
     assert len(heat) == 3
     from deffcore.extraction import cache
     from deffcore.inputs import run_spec
-    from deffcore.runs.measure import Measurement
+    from deffcore.runs.measurement import Measurement
 
     meta = cache.load_meta(null_key)
     spec = run_spec.RunSpec(**meta["spec"])
@@ -311,7 +313,7 @@ def test_side_by_side_difference_and_different_depths():
 
 
 def test_tagged_figure_csv_leads_with_the_run_identity():
-    from deffcore.views.run_view import run_identity
+    from deffcore.views.labels import run_identity
 
     spec = {**RUN, "revision": None, "dtype": "float32", "passages": "windows"}
     ident = run_identity(spec, pooling="default", metric="cka")
@@ -336,7 +338,7 @@ def test_lag_decay_floor_is_dashed_and_explained_only_when_above_the_data():
 def test_first_screen_shows_linear_and_unbiased_cka_side_by_side(cache_dir):
     """The shipped default (N >= 4,096 windows): both metrics on the first screen, equal to the
     snapshot's own numbers, and the bias figure d/(N+d) about 0.12."""
-    from deffcore.views.run_view import load_snapshot
+    from deffcore.views.snapshot import load_snapshot
 
     snap = load_snapshot()
     assert snap is not None and snap.n >= 4096

@@ -7,11 +7,9 @@ import pytest
 import torch
 
 from deffcore.core.errors import DeffError
+from deffcore.labs.carry_model import CarryBlock, CarryConfig, CarryGPT
 from deffcore.labs.residual_carry import (
     QUANTITIES,
-    CarryBlock,
-    CarryConfig,
-    CarryGPT,
     char_data,
     checkpoint_path,
     load_checkpoint,

@@ -48,7 +48,7 @@ def cell_specs(
     device_here (as `deffcore.measurement.run_spec` takes them). A bad shared option raises
     (the whole sweep is malformed); a cell whose model or dataset is refused gets its error.
     """
-    from deffcore.runs.measure import check_run_options, run_spec
+    from deffcore.runs.preflight import check_run_options, run_spec
 
     device_here = shared.pop("device_here", True)
     n, max_tokens, seed, metric = (shared[k] for k in ("n", "max_tokens", "seed", "metric"))

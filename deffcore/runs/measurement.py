@@ -1,0 +1,276 @@
+"""One run's numbers: the pooled states of a run and everything derived from them (`Measurement`).
+
+    m.summary("default")            # DepthSummary: D_eff, D_eff/L, gap%, rho_hat(1)
+    m.similarity("token_normed", "unbiased_cka")
+
+A `Measurement` only reads the pooled states, so switching pooling, metric or K never runs the
+model again; similarity matrices are memoised per (pooling, metric). In a notebook it shows its
+summary and figures (`deffcore.views.notebook`).
+
+Decisions: `pos0_peak` takes the maximum over h_0 .. h_L and reports the layer index l of h_l.
+The PC controls apply per layer to h_0 .. h_L, so update depth and matched references exist for
+them too. The random-weight null (`random_null`) holds one run of `random:<model>:<seed>` per
+seed with the same text, N, max_tokens and dtype; its band is mean +- 2 sample standard
+deviations (ddof=1) of D_eff/L over seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from deffcore.core.checks import check_choice
+from deffcore.core.constants import METRICS, PC_CONTROLS, POOLINGS
+from deffcore.core.errors import InvalidStatesError, UndefinedSimilarityError
+from deffcore.extraction.pooling import PooledStates
+from deffcore.inputs.run_spec import RunSpec
+from deffcore.measures.controls import apply_pc_control
+from deffcore.measures.depth import (
+    DepthSummary,
+    depth_summary,
+    effective_depth,
+    gap_percent,
+    reference_depth,
+)
+from deffcore.measures.references import (
+    MatchedReferences,
+    UpdateDepth,
+    matched_references,
+    update_depth,
+)
+from deffcore.measures.similarity import cka_finite_sample_bias, similarity_matrix
+
+
+@dataclass
+class Measurement:
+    """One run's pooled states and everything derived from them (memoised, model never rerun)."""
+
+    spec: RunSpec
+    pooled: PooledStates
+    metric: str = "cka"
+    layers: int = 0
+    d_model: int = 0
+    n: int = 0
+    cached: bool = False
+    elapsed_s: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: passages taken from an interrupted run's finished batches when this run was computed
+    #: (0 when it was computed in one go or read from the cache)
+    resumed_passages: int = 0
+    random_null: list[Measurement] = field(default_factory=list)
+    _states: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _sim: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False)
+    _upd: dict[tuple[str, str], UpdateDepth] = field(default_factory=dict, repr=False)
+    _refs: dict[tuple[str, str], MatchedReferences] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.layers = self.layers or self.pooled.layers
+        self.d_model = self.d_model or self.pooled.d_model
+        self.n = self.n or self.pooled.n
+
+    def states_with_h0(self, pooling: str = "default") -> np.ndarray:
+        """h_0 .. h_L pooled, (L+1, N, d) float32; PC controls applied per layer."""
+        check_choice(pooling, POOLINGS, "pooling")
+        if pooling not in self._states:
+            if pooling in PC_CONTROLS:
+                self._states[pooling] = np.asarray(
+                    apply_pc_control(self.pooled.pooled["default"], pooling), dtype=np.float32
+                )
+            else:
+                self._states[pooling] = self.pooled.pooled[pooling]
+        return self._states[pooling]
+
+    def states(self, pooling: str = "default") -> np.ndarray:
+        """h_1 .. h_L pooled, (L, N, d)."""
+        return self.states_with_h0(pooling)[1:]
+
+    def similarity(self, pooling: str = "default", metric: str | None = None) -> np.ndarray:
+        """(L, L) similarity of h_1 .. h_L; computed once per (pooling, metric)."""
+        metric = metric or self.metric
+        check_choice(metric, METRICS, "metric")
+        if (pooling, metric) not in self._sim:
+            self._sim[(pooling, metric)] = similarity_matrix(self.states(pooling), metric)
+        return self._sim[(pooling, metric)]
+
+    def undefined(self, pooling: str = "default", metric: str | None = None) -> str | None:
+        """Why `pooling` has no numbers in this run, or None when it has them.
+
+        A control whose pooled states do not vary across passages at some layer (e.g.
+        first_non_bos when every passage starts with the same token: its states are the same
+        for all passages) has no similarity, so it is undefined for this run while the default
+        and the other controls are measured. The default pooling is never undefined here: its
+        failure is the run's (the similarity raises)."""
+        if pooling == "default":
+            return None
+        try:
+            self.similarity(pooling, metric)
+        except UndefinedSimilarityError as err:
+            return f"Pooling {pooling!r} is undefined for this run: {err}"
+        return None
+
+    def summary(
+        self, pooling: str = "default", metric: str | None = None, K: int | None = None
+    ) -> DepthSummary:
+        """D_eff, D_eff/L, gap%, rho_hat(1) at maximum lag K (default L-1); every number NaN
+        for a control that is `undefined` for this run."""
+        if self.undefined(pooling, metric) is not None:
+            nan, L = float("nan"), self.layers
+            return DepthSummary(L, nan, nan, nan, nan, reference_depth(L))
+        S = self.similarity(pooling, metric)
+        out = depth_summary(S)
+        if K is not None and out.layers - 1 != K:
+            deff = effective_depth(S, K)
+            out = replace(
+                out, deff=deff, deff_over_L=deff / out.layers, gap_pct=gap_percent(deff, out.layers)
+            )
+        return out
+
+    def pos0_peak(self) -> tuple[float, int]:
+        """(max over h_0 .. h_L of the position-0 norm ratio, its layer index l)."""
+        ratios = np.asarray(self.pooled.pos0_norm_ratio, dtype=np.float64)
+        finite = np.isfinite(ratios)
+        if not finite.any():  # (never from the cache: non-finite states are not stored)
+            raise InvalidStatesError(
+                "The position-0 norm ratio is NaN or inf at every layer, so it has no peak."
+            )
+        layer = int(np.argmax(np.where(finite, ratios, -np.inf)))
+        return float(ratios[layer]), layer
+
+    def update_depth(self, pooling: str = "default", metric: str | None = None) -> UpdateDepth:
+        """Depth of the updates f_l = h_l - h_{l-1} (SPEC section 6)."""
+        metric = metric or self.metric
+        if (pooling, metric) not in self._upd:
+            self._upd[(pooling, metric)] = update_depth(self.states_with_h0(pooling), metric)
+        return self._upd[(pooling, metric)]
+
+    def matched_references(
+        self, pooling: str = "default", metric: str | None = None
+    ) -> MatchedReferences:
+        """F_L, F_norm, F_h0+norm, F_h0+corr for this pooling's D_eff (SPEC section 5)."""
+        metric = metric or self.metric
+        if (pooling, metric) not in self._refs:
+            deff = self.summary(pooling, metric).deff
+            self._refs[(pooling, metric)] = matched_references(
+                self.states_with_h0(pooling), deff=deff, metric=metric
+            )
+        return self._refs[(pooling, metric)]
+
+    def bootstrap(
+        self,
+        pooling: str = "default",
+        metric: str | None = None,
+        *,
+        B: int = 100,
+        seed: int = 0,
+        ci: float = 0.95,
+        K: int | None = None,
+    ):
+        """Passage bootstrap of D_eff/L (SPEC section 8) -> BootstrapResult."""
+        from deffcore.statistics.bootstrap import bootstrap_deff_over_L
+
+        return bootstrap_deff_over_L(
+            self.states(pooling), B=B, seed=seed, metric=metric or self.metric, ci=ci, K=K
+        )
+
+    def random_band(self, pooling: str = "default", metric: str | None = None) -> dict[str, Any]:
+        """D_eff/L of each random-weight seed, their mean and the mean +- 2 sigma band."""
+        values = [m.summary(pooling, metric).deff_over_L for m in self.random_null]
+        if not values:
+            return {}
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        mean = float(np.mean(values))
+        return {
+            "seeds": [m.spec.model.rpartition(":")[2] for m in self.random_null],
+            "deff_over_L": values,
+            "mean": mean,
+            "sd": sd,
+            "low": mean - 2 * sd,
+            "high": mean + 2 * sd,
+        }
+
+    def to_dict(self, metric: str | None = None) -> dict[str, Any]:
+        """The CLI's JSON object (see `python -m deffcore measure --help`)."""
+        metric = metric or self.metric
+        ratio, layer = self.pos0_peak()
+        results = {}
+        for pooling in POOLINGS:
+            s = self.summary(pooling, metric)
+            why = self.undefined(pooling, metric)
+            if why is not None:  # a degenerate control: its numbers are null, with the reason
+                keys = ("deff", "deff_over_L", "gap_pct", "rho1", "update_depth")
+                results[pooling] = {**dict.fromkeys(keys), "undefined": why}
+                results[pooling].update(deff_over_L_at_K={}, matched_references=None)
+                continue
+            results[pooling] = {
+                "undefined": None,
+                "deff": s.deff,
+                "deff_over_L": s.deff_over_L,
+                "gap_pct": s.gap_pct,
+                "rho1": s.rho1,
+                "deff_over_L_at_K": {str(k): v for k, v in s.deff_over_L_at_K.items()},
+                "update_depth": self.update_depth(pooling, metric).to_dict(),
+                "matched_references": self.matched_references(pooling, metric).to_dict(),
+            }
+        out: dict[str, Any] = {
+            "model": self.spec.model,
+            "revision": self.spec.revision,
+            "dataset": self.spec.dataset,
+            "layers": self.layers,
+            "d_model": self.d_model,
+            "n": self.n,
+            "n_requested": self.spec.n,
+            "n_dropped": int(self.pooled.n_dropped_short),
+            "max_tokens": self.spec.max_tokens,
+            "seed": self.spec.seed,
+            "dtype": self.spec.dtype,
+            "intervention": self.spec.intervention,
+            "passages": self.spec.passages,
+            "bos": self.spec.bos,
+            "metric": metric,
+            "key": self.spec.key(),
+            "reference_FL": depth_summary(self.similarity("default", metric)).reference_FL,
+            "cka_bias": cka_finite_sample_bias(self.n, self.d_model),
+            "pos0_norm_ratio": {"max": ratio, "layer": layer},
+            "results": results,
+            "cached": self.cached,
+            "elapsed_s": self.elapsed_s,
+            "resumed_passages": self.resumed_passages,
+        }
+        if self.random_null:
+            out["random_null"] = {
+                "models": [m.spec.model for m in self.random_null],
+                "cached": [m.cached for m in self.random_null],
+                "results": {p: self.random_band(p, metric) for p in POOLINGS},
+            }
+        return out
+
+    # -- In a notebook (deffcore.notebook): the same view a shared snapshot gets ---------------
+
+    def view(self, label: str | None = None):
+        """This run as a `snapshot.MeasurementView` (what the explorer's pages read)."""
+        from deffcore.views.measurement_view import MeasurementView
+
+        return MeasurementView(self, label)
+
+    def trust(
+        self,
+        pooling: str = "default",
+        metric: str | None = None,
+        K: int | None = None,
+        ci: tuple[float, float] | None = None,
+    ):
+        """Trust level of the headline (`deffcore.trust_rule.Trust`: level, reasons, action)."""
+        return self.view().trust(pooling, metric or self.metric, K, ci)
+
+    def figure(self, name: str = "heatmap", **options: Any):
+        """The explorer's Plotly figure: "heatmap", "lag", "gap" or "controls" (options:
+        pooling, metric, K, paper; see `deffcore.notebook.run_figure`)."""
+        options.setdefault("metric", self.metric)
+        return self.view().figure(name, **options)
+
+    def _repr_html_(self) -> str:
+        from deffcore.views.notebook import run_html
+
+        return run_html(self.view(), metric=self.metric)

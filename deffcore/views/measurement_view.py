@@ -1,0 +1,55 @@
+"""A live `Measurement` seen as a `RunView` (its similarity matrices are memoised there)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from deffcore.views.labels import SPEC_DEFAULTS, SPEC_FIELDS, run_label
+from deffcore.views.notebook import NotebookDisplay
+from deffcore.views.run_view import RunView
+
+
+class MeasurementView(NotebookDisplay, RunView):
+    """A live `deffcore.measurement.Measurement` (its similarity matrices are memoised there)."""
+
+    source = "measured"
+
+    def __init__(self, measurement: Any, label: str | None = None):
+        self._m = measurement
+        spec = measurement.spec
+        self.spec = {k: getattr(spec, k, SPEC_DEFAULTS.get(k)) for k in SPEC_FIELDS}
+        self.layers = int(measurement.layers)
+        self.d_model = int(measurement.d_model)
+        self.n = int(measurement.n)
+        self.label = label or run_label(self.spec)
+        self.key = spec.key()
+        self._cache: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    @property
+    def measurement(self) -> Any:
+        return self._m
+
+    def similarity(self, pooling: str = "default", metric: str = "cka") -> np.ndarray:
+        return np.asarray(self._m.similarity(pooling, metric), dtype=np.float64)
+
+    def pos0_norm_ratio(self) -> np.ndarray:
+        return np.asarray(self._m.pooled.pos0_norm_ratio, dtype=np.float64)
+
+    def update_depth(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any] | None:
+        return self._memo(("update_depth", pooling, metric), self._m.update_depth)
+
+    def matched_references(
+        self, pooling: str = "default", metric: str = "cka"
+    ) -> dict[str, Any] | None:
+        # memoised here: Measurement recomputes matched references on every call
+        return self._memo(("matched_references", pooling, metric), self._m.matched_references)
+
+    def _memo(self, key: tuple[str, str, str], compute: Any) -> dict[str, Any]:
+        if key not in self._cache:
+            self._cache[key] = compute(key[1], key[2]).to_dict()
+        return self._cache[key]
+
+    def random_band(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
+        return self._m.random_band(pooling, metric)

@@ -1,0 +1,173 @@
+"""A run as a JSON snapshot: written from a `Measurement`, read back as a `SnapshotView`.
+
+The app's first screen must show a result before anything is computed, so the default run
+(smollm2-135m + bbc-news) ships as a small JSON snapshot in `deffcore/data/default_run.json`:
+every similarity matrix (each pooling x metric, `(L, L)`), the position-0 norm ratios, the
+update-based depth and the matched references; the gallery (`deffcore/data/gallery/`) holds
+more, made by `scripts/make_gallery.sh`. Regenerate the shipped snapshot with
+
+    python -m deffcore measure --model smollm2-135m --dataset bbc-news --n 512 \
+        --max-tokens 128 --seed 0 --random-seeds 1,2,3 --snapshot deffcore/data/default_run.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deffcore.core.constants import METRICS, POOLINGS
+from deffcore.core.paths import DATA_DIR
+from deffcore.views.labels import SPEC_DEFAULTS, run_label
+from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.notebook import NotebookDisplay
+from deffcore.views.run_view import RunView
+
+#: Bump when the snapshot layout changes; the loader rejects other versions.
+SNAPSHOT_FORMAT = 1
+
+DEFAULT_RUN_PATH = DATA_DIR / "default_run.json"
+
+#: Decimals kept in the JSON: 1e-6 is far below any difference the app displays.
+_DECIMALS = 6
+
+#: Precomputed runs shown beside the default on first start (Runs, Gap, Compare), one
+#: snapshot each; `scripts/make_gallery.sh` makes them with the CLI.
+GALLERY_DIR = DATA_DIR / "gallery"
+
+
+class SnapshotView(NotebookDisplay, RunView):
+    """A run read from a snapshot dict (see `snapshot`). `source` is "precomputed" (shipped
+    with the app) or "shared" (`read_snapshot`, with the file's `sha256` and `path`)."""
+
+    source = "precomputed"
+    sha256 = ""
+    path: Path | None = None
+
+    def __init__(self, data: dict[str, Any]):
+        if data.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(
+                f"Snapshot format {data.get('format')!r} is not {SNAPSHOT_FORMAT}; "
+                "regenerate it with `python -m deffcore measure ... --snapshot PATH`."
+            )
+        self.data = data
+        self.spec = {**SPEC_DEFAULTS, **data["spec"]}
+        self.layers = int(data["layers"])
+        self.d_model = int(data["d_model"])
+        self.n = int(data["n"])
+        self.label = run_label(self.spec)
+        self.command = data.get("command", "")
+        self.key = data.get("key", "")
+
+    def similarity(self, pooling: str = "default", metric: str = "cka") -> np.ndarray:
+        try:
+            return np.asarray(self.data["similarity"][pooling][metric], dtype=np.float64)
+        except KeyError:
+            raise KeyError(f"The snapshot has no similarity for {pooling} / {metric}.") from None
+
+    def pos0_norm_ratio(self) -> np.ndarray:
+        return np.asarray(self.data["pos0_norm_ratio"], dtype=np.float64)
+
+    def _result(self, pooling: str, metric: str) -> dict[str, Any]:
+        """The CLI JSON's per-pooling result; it exists only for the metric it was made with."""
+        m = self.data.get("measurement") or {}
+        return m.get("results", {}).get(pooling, {}) if m.get("metric") == metric else {}
+
+    def update_depth(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any] | None:
+        return self._result(pooling, metric).get("update_depth")
+
+    def matched_references(
+        self, pooling: str = "default", metric: str = "cka"
+    ) -> dict[str, Any] | None:
+        return self._result(pooling, metric).get("matched_references")
+
+    def random_band(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
+        m = self.data.get("measurement") or {}
+        if m.get("metric") != metric:
+            return {}
+        return m.get("random_null", {}).get("results", {}).get(pooling, {})
+
+
+def _rounded(x: Any) -> Any:
+    return np.round(np.asarray(x, dtype=np.float64), _DECIMALS).tolist()
+
+
+def _plain(obj: Any) -> Any:
+    """Floats rounded, numpy values to Python values, NaN to None (JSON-ready)."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return _plain(obj.tolist())
+    if isinstance(obj, float):
+        return round(obj, _DECIMALS) if np.isfinite(obj) else None
+    return obj
+
+
+def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
+    """Everything the pages read from a run, as a JSON-ready dict (~150 kB for L = 30).
+
+    measurement: a `deffcore.measurement.Measurement` (with `random_null` when measured with
+    `random_seeds`, so the Baselines page can show the null band without running anything).
+    """
+    view = MeasurementView(measurement)
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "command": command,
+        "key": view.key,
+        "spec": _plain(view.spec),
+        "layers": view.layers,
+        "d_model": view.d_model,
+        "n": view.n,
+        "n_dropped_short": int(getattr(measurement.pooled, "n_dropped_short", 0)),
+        "pos0_norm_ratio": _rounded(view.pos0_norm_ratio()),
+        "similarity": {p: {m: _rounded(view.similarity(p, m)) for m in METRICS} for p in POOLINGS},
+        # the CLI's JSON: per pooling, update depth, matched references, random-null band
+        "measurement": _plain(measurement.to_dict()),
+    }
+
+
+def load_snapshot(path: Path | str = DEFAULT_RUN_PATH) -> SnapshotView | None:
+    """The shipped default run, or None when the file is missing."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    return SnapshotView(json.loads(path.read_text()))
+
+
+def load_gallery(
+    folder: Path | str = GALLERY_DIR, *, default: Path | str | None = DEFAULT_RUN_PATH
+) -> list[SnapshotView]:
+    """The precomputed runs a visitor can compare before running anything: the shipped
+    default first, then every `*.json` snapshot in `folder` by file name; one per run key.
+
+    A file that is not a readable snapshot of this format is skipped (a warning names it):
+    a damaged gallery file must not take the app's first screen down with it.
+    """
+    import warnings
+
+    paths = [Path(default)] if default is not None else []
+    folder = Path(folder)
+    paths += sorted(folder.glob("*.json")) if folder.is_dir() else []
+    views: list[SnapshotView] = []
+    keys: set[str] = set()
+    for path in paths:
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+            view = SnapshotView(data) if isinstance(data, dict) else None
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            warnings.warn(f"Skipped gallery snapshot {path.name}: {err}", stacklevel=2)
+            continue
+        if view is None:
+            warnings.warn(f"Skipped gallery snapshot {path.name}: not a JSON object", stacklevel=2)
+            continue
+        if view.key and view.key in keys:
+            continue
+        keys.add(view.key)
+        views.append(view)
+    return views

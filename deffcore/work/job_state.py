@@ -1,0 +1,264 @@
+"""The registry's state: every background job, its queue, and the plain status a page reads.
+
+One lock guards the jobs and the queue (`LOCK`); a job's `JobStatus` is a snapshot of plain
+data, safe to read from any thread. Rates: passages per second over the extraction batches seen
+so far (the model load is not in it); tokens per second = that rate x max_tokens, exact for
+token windows (every window is max_tokens long) and an upper bound for documents
+(`tokens_exact` False); once done, the rate x the run's exact mean tokens per passage.
+ETA = remaining passages / rate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from deffcore.core.constants import WINDOW_MODES
+from deffcore.inputs.run_spec import RunSpec
+
+FINISHED = ("done", "failed", "cancelled")
+
+#: Stages that move no counter; their progress is their time against `stage_times.estimate`.
+ONE_OFF_STAGES = ("assembling", "loading model")
+
+#: Finished jobs kept for `status` (a session that reloads still finds its job).
+KEEP_FINISHED = 200
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A snapshot of one job; every field is plain data (safe to read from any thread)."""
+
+    job_id: str
+    spec: RunSpec | None  # None for a sweep
+    state: str
+    stage: str
+    done: int
+    total: int
+    tokens_per_s: float | None
+    tokens_exact: bool
+    eta_s: float | None
+    elapsed_s: float
+    stage_elapsed_s: float
+    error: str | None
+    result_key: str | None
+    from_cache: bool
+    resumed: int
+    cancel_requested: bool
+    ahead: int  # jobs queued or running before this one
+    kind: str = "run"  # "run" (one RunSpec), "sweep" (done/total count cells) or "task"
+    datasets: tuple[str, ...] = ()  # every dataset the job reads (uploads in use stay)
+    #: the expected seconds of a one-off stage (`deffcore.stage_times`), None when unknown
+    stage_estimate_s: float | None = None
+    label: str = ""  # a task's name for people
+    result: Any = None  # a finished task's plain result
+    #: issue 23: the live estimates so far (`anytime.Estimate.to_dict()`, one per mark), the
+    #: stopping target asked for ("verdict", "solid" or None) and where the run stopped
+    estimates: tuple[dict[str, Any], ...] = ()
+    until: str | None = None
+    stopped_at: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+    @property
+    def stage_fraction(self) -> float:
+        """The current stage's bar: passages (or a task's steps) done, or a one-off stage's
+        elapsed time against its estimate (`stage_times.fraction`, never full)."""
+        from deffcore.runs.stage_times import fraction
+
+        if self.stage in ONE_OFF_STAGES:
+            return fraction(self.stage_elapsed_s, self.stage_estimate_s)
+        if self.total and self.stage not in ("queued", "checking data"):
+            return min(max(self.done / self.total, 0.0), 1.0)
+        return 0.0
+
+    def _one_off(self) -> str:
+        """A one-off stage in words: what, how long so far, the estimate, once-only."""
+        what = {"assembling": "assembling the packaged model file (once, kept for later runs)"}
+        text = what.get(self.stage, "loading model")
+        if self.stage == "loading model" and self.spec is not None:
+            text += " and cutting windows" if self.spec.passages in WINDOW_MODES else ""
+        text += f"… {self.stage_elapsed_s:.0f} s"
+        if self.stage_estimate_s:
+            left = max(self.stage_estimate_s - self.stage_elapsed_s, 0.0)
+            text += f" of about {self.stage_estimate_s:.0f} s" + (
+                f" (ETA {left:.0f} s)" if left else " (taking longer than last time)"
+            )
+        return text
+
+    def describe(self) -> str:
+        """One line for a progress display: stage, passages, tokens/s, ETA."""
+        if self.state == "queued":
+            return f"queued: waiting for {self.ahead} run(s) ahead of it"
+        if self.kind == "sweep":
+            stopping = " · stopping after this cell" if self.cancel_requested else ""
+            return f"sweep {self.state}: {self.done:,} of {self.total:,} cells landed{stopping}"
+        if self.state == "done":
+            how = "served from the cache" if self.from_cache else f"in {self.elapsed_s:.0f} s"
+            rate = f" · {self.tokens_per_s:,.0f} tokens/s" if self.tokens_per_s else ""
+            return f"done {how}: {self.done:,} passages{rate}"
+        if self.state in ("failed", "cancelled"):
+            return self.state
+        if self.stage in ONE_OFF_STAGES:
+            return self._one_off()
+        if self.kind == "task":
+            return task_line(self)
+        if self.stage != "extracting":
+            return f"{self.stage}… {self.stage_elapsed_s:.0f} s"
+        parts = [f"extracting: {self.done:,} / {self.total:,} passages"]
+        if self.resumed:
+            parts.append(f"{self.resumed:,} resumed")
+        if self.tokens_per_s:
+            bound = "" if self.tokens_exact else "≤ "
+            parts.append(f"{bound}{self.tokens_per_s:,.0f} tokens/s")
+        parts.append(f"ETA {self.eta_s:.0f} s" if self.eta_s is not None else "ETA: measuring…")
+        if self.cancel_requested:
+            parts.append("stopping after this batch")
+        elif self.until:
+            parts.append(f"stops when {'settled' if self.until == 'verdict' else 'solid'}")
+        return " · ".join(parts)
+
+
+def task_line(status: JobStatus) -> str:
+    """A task's progress: its stage, steps done of total, ETA."""
+    parts = [
+        f"{status.stage}: {status.done:,} / {status.total:,}" if status.total else status.stage
+    ]
+    parts.append(f"ETA {status.eta_s:.0f} s" if status.eta_s is not None else "ETA: measuring…")
+    return " · ".join(parts)
+
+
+@dataclass
+class SweepWork:
+    """What a sweep job runs (a plan checked when it was started) and what has landed."""
+
+    plan: Any  # deffcore.sweep.runner.SweepPlan
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    engine: str | None = None
+    address: str | None = None
+
+
+@dataclass
+class Job:
+    job_id: str
+    spec: RunSpec | None  # None for a sweep
+    metric: str
+    device: str | None
+    batch_size: int | None
+    names: dict[str, str]
+    seq: int
+    created: float = field(default_factory=time.monotonic)
+    state: str = "queued"
+    stage: str = "queued"
+    stage_started: float = field(default_factory=time.monotonic)
+    started: float | None = None
+    ended: float | None = None
+    done: int = 0
+    total: int = 0
+    first: tuple[float, int] | None = None  # (time, done) at the first extraction batch
+    last: tuple[float, int] | None = None
+    resumed: int = 0
+    final_tokens_per_s: float | None = None
+    error: str | None = None
+    result_key: str | None = None
+    from_cache: bool = False
+    cancel: threading.Event = field(default_factory=threading.Event)
+    sweep: SweepWork | None = None
+    task: Any = None  # a task's fn(progress, should_stop) -> plain result
+    name: str = ""  # a task's identity (one at a time) and model (for stage times)
+    model: str = ""
+    result: Any = None
+    estimates: list[dict[str, Any]] = field(default_factory=list)
+    until: str | None = None
+    stopped_at: int | None = None
+
+
+JOBS_LOCK = threading.Lock()
+
+JOBS: dict[str, Job] = {}
+
+QUEUE: deque[str] = deque()
+
+WAKE = threading.Condition(JOBS_LOCK)
+
+SEQ = itertools.count()
+
+
+def passage_rate(job: Job) -> float | None:
+    """Passages per second between the first and the last extraction batch seen."""
+    if job.first and job.last and job.last[0] > job.first[0] and job.last[1] > job.first[1]:
+        return (job.last[1] - job.first[1]) / (job.last[0] - job.first[0])
+    return None
+
+
+def status_of(job: Job) -> JobStatus:
+    now = time.monotonic()
+    end = job.ended or now
+    rate = passage_rate(job)
+    spec = job.spec
+    exact = spec is not None and spec.passages in WINDOW_MODES
+    tps = job.final_tokens_per_s
+    if tps is None and rate is not None and job.state == "running" and spec is not None:
+        tps = rate * spec.max_tokens
+    elif tps is not None:
+        exact = True
+    eta = (job.total - job.done) / rate if rate and job.state == "running" else None
+    ahead = sum(1 for j in JOBS.values() if j.state in ("queued", "running") and j.seq < job.seq)
+    return JobStatus(
+        job_id=job.job_id,
+        spec=job.spec,
+        state=job.state,
+        stage=job.stage,
+        done=job.done,
+        total=job.total or (spec.n if spec is not None else 0),
+        tokens_per_s=tps,
+        tokens_exact=exact,
+        eta_s=eta,
+        elapsed_s=end - (job.started or job.created),
+        stage_elapsed_s=end - job.stage_started,
+        error=job.error,
+        result_key=job.result_key,
+        from_cache=job.from_cache,
+        resumed=job.resumed,
+        cancel_requested=job.cancel.is_set(),
+        ahead=ahead if job.state == "queued" else 0,
+        kind="task" if job.task is not None else "run" if job.sweep is None else "sweep",
+        datasets=_datasets(job),
+        stage_estimate_s=_stage_estimate(job),
+        label=job.name,
+        result=job.result,
+        estimates=tuple(job.estimates),
+        until=job.until,
+        stopped_at=job.stopped_at,
+    )
+
+
+def _stage_estimate(job: Job) -> float | None:
+    if job.stage not in ONE_OFF_STAGES:
+        return None
+    from deffcore.runs.stage_times import estimate
+
+    return estimate(job.stage, model_of(job))
+
+
+def _datasets(job: Job) -> tuple[str, ...]:
+    if job.sweep is None:
+        return (job.spec.dataset,) if job.spec is not None else ()
+    specs = [spec for spec in job.sweep.plan.specs if spec is not None]  # None: a refused cell
+    return tuple(dict.fromkeys(spec.dataset for spec in specs))
+
+
+def forget_old() -> None:
+    finished = sorted((j for j in JOBS.values() if j.state in FINISHED), key=lambda j: j.seq)
+    for job in finished[: max(0, len(finished) - KEEP_FINISHED)]:
+        del JOBS[job.job_id]
+
+
+def model_of(job: Job) -> str:
+    return job.model or (job.spec.model if job.spec is not None else "")

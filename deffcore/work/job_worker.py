@@ -1,0 +1,206 @@
+"""The one worker thread of background work: it takes queued jobs in order and runs each.
+
+A run goes through `deffcore.runs.measure.measure_spec` (window runs through
+`deffcore.runs.anytime_run.measure_live`, with live estimates), so the cache stays the state of
+record: a job's result is its cache entry (`result_key`), read back by key; an interrupted or
+cancelled run leaves a *partial* entry that the same spec resumes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from deffcore.core.errors import DeffError, RunCancelled
+from deffcore.runs.preflight import display
+from deffcore.work.job_state import (
+    FINISHED,
+    JOBS,
+    JOBS_LOCK,
+    ONE_OFF_STAGES,
+    QUEUE,
+    WAKE,
+    Job,
+    model_of,
+    passage_rate,
+)
+
+_WORKER: threading.Thread | None = None
+
+
+def ensure_worker() -> None:
+    global _WORKER
+    if _WORKER is None or not _WORKER.is_alive():
+        _WORKER = threading.Thread(target=_work, name="deff-jobs", daemon=True)
+        _WORKER.start()
+
+
+def _work() -> None:
+    while True:
+        with JOBS_LOCK:
+            while not QUEUE:
+                WAKE.wait()
+            job = JOBS[QUEUE.popleft()]
+            job.state, job.started = "running", time.monotonic()
+            _set_stage(
+                job, "sweeping" if job.sweep else "starting" if job.task else "checking data"
+            )
+        if job.task is not None:
+            _run_task(job)
+        elif job.sweep is None:
+            _run(job)
+        else:
+            _run_sweep(job)
+
+
+def _set_stage(job: Job, stage: str) -> None:
+    if stage != job.stage:
+        now = time.monotonic()
+        if job.stage in ONE_OFF_STAGES and stage not in FINISHED:  # it ended by working on
+            from deffcore.runs.stage_times import record
+
+            record(job.stage, model_of(job), now - job.stage_started)
+        job.stage, job.stage_started = stage, now
+
+
+def _progress(job: Job):
+    """measure's progress(done, total, stage) -> the job's fields."""
+
+    def progress(done: int, total: int, stage: str) -> None:
+        now = time.monotonic()
+        with JOBS_LOCK:
+            job.total = int(total)
+            if stage.startswith("assembling"):
+                _set_stage(job, "assembling")
+            elif stage.startswith("loading"):
+                _set_stage(job, "loading model")
+            elif stage == "resume":
+                job.resumed = int(done)
+                job.done = int(done)
+            elif stage == "extract":
+                _set_stage(job, "extracting")
+                job.done = int(done)
+                job.last = (now, int(done))
+                if job.first is None:
+                    job.first = job.last
+            else:
+                _set_stage(job, stage)
+                if job.task is not None:  # a task's own steps count like passages
+                    job.done, job.last = int(done), (now, int(done))
+                    job.first = job.first or job.last
+
+    return progress
+
+
+def _measure(job: Job) -> Any:
+    """The job's run: with live estimates (and a stop when settled) where its passages allow
+    them (`deffcore.anytime_run`), else a plain `measure_spec`."""
+    from deffcore.extraction.prefix import prefix_refusal
+    from deffcore.runs import measure
+
+    options = {
+        "metric": job.metric,
+        "device": job.device,
+        "batch_size": job.batch_size,
+        "progress": _progress(job),
+        "should_stop": job.cancel.is_set,
+    }
+    if prefix_refusal(job.spec.passages, job.spec.dataset) is not None:
+        return measure.measure_spec(job.spec, **options)
+    from deffcore.runs.anytime_run import measure_live
+    from deffcore.statistics.stopping import StopRule
+
+    def on_estimate(est: Any) -> None:
+        with JOBS_LOCK:
+            job.estimates.append(est.to_dict())
+
+    live = measure_live(
+        job.spec,
+        **options,
+        until=lambda: StopRule(job.until) if job.until else None,
+        on_estimate=on_estimate,
+        final_estimate=False,
+        replay=False,
+    )
+    with JOBS_LOCK:
+        job.stopped_at = int(live.measurement.n) if live.stopped else None
+    return live.measurement
+
+
+def _run(job: Job) -> None:
+    state, error = "failed", None
+    try:
+        m = _measure(job)
+        with JOBS_LOCK:
+            job.result_key = m.spec.key()
+            job.from_cache = bool(m.cached)
+            job.done = job.total = int(m.n)
+            job.resumed = int(getattr(m, "resumed_passages", 0) or 0)
+            # exact mean tokens per passage x the passage rate over the extraction batches
+            # (the model load is not in it); none when fewer than two batches ran here
+            rate = passage_rate(job)
+            if not m.cached and rate and m.pooled.tokens and m.n:
+                job.final_tokens_per_s = float(m.pooled.tokens) / float(m.n) * rate
+        state = "done"
+    except RunCancelled:
+        state = "cancelled"
+    except DeffError as err:
+        error = display(str(err), job.names)
+    except MemoryError:
+        error = "The run ran out of memory; lower N or max tokens and try again."
+    except Exception as err:  # any third-party failure ends the job, never the worker
+        error = display(f"The run failed unexpectedly ({type(err).__name__}): {err}", job.names)
+    _finish(job, state, error)
+
+
+def _run_task(job: Job) -> None:
+    """The worker's body for a task: its function, with progress and cancellation."""
+    state, error = "failed", None
+    try:
+        result = job.task(_progress(job), job.cancel.is_set)
+        with JOBS_LOCK:
+            job.result = result
+        state = "done"
+    except RunCancelled:
+        state = "cancelled"
+    except DeffError as err:
+        error = str(err)
+    except MemoryError:
+        error = "It ran out of memory."
+    except Exception as err:  # the worker records every failure, never dies of one
+        error = f"It failed unexpectedly ({type(err).__name__}): {err}"
+    _finish(job, state, error)
+
+
+def _run_sweep(job: Job) -> None:
+    """The worker's body for a sweep job: its checked plan, cell after cell (or on Ray)."""
+    from deffcore.work.sweep.cells import one_sentence
+    from deffcore.work.sweep.runner import run_plan
+
+    work = job.sweep
+    assert work is not None
+
+    def on_cell(row: dict[str, Any], landed: int, total: int) -> None:
+        with JOBS_LOCK:
+            work.rows.append(dict(row))
+            job.done = landed
+
+    state, error = "failed", None
+    try:
+        result = run_plan(work.plan, on_cell=on_cell, should_stop=job.cancel.is_set)
+        with JOBS_LOCK:
+            work.engine, work.address = result.engine, result.address
+        state = "done"
+    except RunCancelled:
+        state = "cancelled"
+    except Exception as err:  # the worker records every failure, never dies of one
+        error = one_sentence(err)
+    _finish(job, state, error)
+
+
+def _finish(job: Job, state: str, error: str | None) -> None:
+    with JOBS_LOCK:
+        job.state, job.error, job.ended = state, error, time.monotonic()
+        _set_stage(job, state)
+        WAKE.notify_all()
