@@ -1,4 +1,4 @@
-"""deffcore: effective depth of a transformer's residual stream.
+"""deffcore: effective depth of a transformer's residual stream. The public API is this module.
 
     import deffcore as dc
     S = dc.similarity_matrix(states)          # (L, N, d) -> (L, L)
@@ -10,10 +10,24 @@
     m.trust(), m.figure("heatmap")            # in Jupyter, `m` shows its summary
     run = dc.open_snapshot("run.json")        # a run someone shared (`measure --snapshot`)
 
-The public API is re-exported here; see docs/DESIGN.md for the module map.
+Every name users import is listed in `__all__` and imported from here (`dc.<name>`); where it
+is defined is the library's business (docs/DESIGN.md draws the stages). The engine (numpy and
+torch only) is imported eagerly; the pipeline and the labs import transformers (seconds), so
+they load on first use and `import deffcore` stays light.
 """
 
-from deffcore.core.constants import CODE_VERSION, EXTRACTED_POOLINGS, METRICS, PC_CONTROLS, POOLINGS
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from deffcore.core.constants import (
+    CODE_VERSION,
+    EXTRACTED_POOLINGS,
+    METRICS,
+    PC_CONTROLS,
+    POOLINGS,
+)
 from deffcore.core.errors import (
     CacheCorruptError,
     DeffError,
@@ -26,25 +40,6 @@ from deffcore.core.errors import (
     UnknownModelError,
     UnsupportedArchitectureError,
 )
-
-__all__ = [
-    "CODE_VERSION",
-    "EXTRACTED_POOLINGS",
-    "METRICS",
-    "PC_CONTROLS",
-    "POOLINGS",
-    "CacheCorruptError",
-    "DeffError",
-    "HubUnavailableError",
-    "InvalidStatesError",
-    "NonFiniteActivationsError",
-    "OutOfMemoryError",
-    "TooFewPassagesError",
-    "UnknownDatasetError",
-    "UnknownModelError",
-    "UnsupportedArchitectureError",
-]
-# The engine is imported eagerly (numpy + torch only).
 from deffcore.measures import synthetic
 from deffcore.measures.controls import apply_pc_control, remove_top_pcs
 from deffcore.measures.depth import (
@@ -80,15 +75,80 @@ from deffcore.measures.synthetic import (
 from deffcore.statistics.bootstrap import BootstrapResult, bootstrap_deff_over_L
 from deffcore.statistics.trust_rule import Trust, trust, trust_badge
 
-__all__ += [
+#: The passage bootstrap of D_eff/L (SPEC section 8); `bootstrap_deff_over_L` is its long name.
+bootstrap = bootstrap_deff_over_L
+
+#: Names loaded on first use: {public name: the module that defines it}.
+_LAZY: dict[str, str] = {
+    # a run, from a named model, a model in memory or states computed elsewhere
+    "measure": "deffcore.runs.measure",
+    "measure_states": "deffcore.runs.measure",
+    "Measurement": "deffcore.runs.measurement",
+    "RunSpec": "deffcore.inputs.run_spec",
+    "list_runs": "deffcore.extraction.entries",
+    # shared runs
+    "open_snapshot": "deffcore.views.sharing",
+    "read_snapshot": "deffcore.views.sharing",
+    # models and texts
+    "load_model": "deffcore.inputs.loading",
+    "LoadedModel": "deffcore.inputs.loading",
+    "PACKAGED_MODELS": "deffcore.inputs.catalog",
+    "TINY_MODELS": "deffcore.inputs.catalog",
+    "base_model": "deffcore.inputs.architecture",
+    "decoder_layers": "deffcore.inputs.architecture",
+    "final_norm": "deffcore.inputs.architecture",
+    "model_identity": "deffcore.inputs.identity",
+    "load_passages": "deffcore.inputs.texts",
+    "dataset_identity": "deffcore.inputs.texts",
+    "norm_intervention": "deffcore.inputs.interventions",
+    # extraction
+    "extract_pooled": "deffcore.extraction.forward",
+    "PooledStates": "deffcore.extraction.pooling",
+    # further lenses and the labs
+    "correlate": "deffcore.measures.correlation",
+    "Correlation": "deffcore.measures.correlation",
+    "gw_matrix": "deffcore.measures.gw",
+    "gw_distance": "deffcore.measures.gw",
+    "geodesic_efficiency": "deffcore.measures.geometry",
+    "TrajectoryGeometry": "deffcore.measures.geometry",
+    "intervention_table": "deffcore.labs.interventions",
+    "block_influence": "deffcore.labs.pruning",
+    "local_delta_deff": "deffcore.labs.pruning",
+    "perplexity": "deffcore.labs.pruning",
+    "skip_blocks": "deffcore.labs.pruning",
+    "pruning_check": "deffcore.labs.pruning",
+    "run_carry_sweep": "deffcore.labs.residual_carry",
+    "dynamics_sweep": "deffcore.labs.dynamics",
+    "aggregation_table": "deffcore.labs.aggregations",
+    "gw_lens": "deffcore.labs.gw_lens",
+    "pretrain_probe": "deffcore.labs.pretrain",
+}
+
+__all__ = [
+    "CODE_VERSION",
+    "EXTRACTED_POOLINGS",
+    "METRICS",
+    "PC_CONTROLS",
+    "POOLINGS",
     "BootstrapResult",
+    "CacheCorruptError",
+    "DeffError",
     "DepthSummary",
+    "HubUnavailableError",
+    "InvalidStatesError",
     "MatchedReferences",
+    "NonFiniteActivationsError",
+    "OutOfMemoryError",
     "SyntheticStates",
+    "TooFewPassagesError",
     "Trust",
+    "UnknownDatasetError",
+    "UnknownModelError",
+    "UnsupportedArchitectureError",
     "UpdateDepth",
     "accumulated_similarity",
     "apply_pc_control",
+    "bootstrap",
     "bootstrap_deff_over_L",
     "cka_finite_sample_bias",
     "depth_summary",
@@ -111,57 +171,17 @@ __all__ += [
     "update_depth",
     "update_states",
     "validate_states",
+    *sorted(_LAZY),
 ]
 
-# The pipeline and the labs import transformers (seconds); they load on first attribute access,
-# so `import deffcore` stays light for the engine, the synthetic CLI and the synthetic lab.
-_LAZY: dict[str, str] = {
-    "measure": "deffcore.runs.measure",
-    "Measurement": "deffcore.runs.measure",
-    "measure_states": "deffcore.runs.measure",
-    "open_snapshot": "deffcore.views.sharing",
-    "read_snapshot": "deffcore.views.sharing",
-    "load_model": "deffcore.inputs.loading",
-    "LoadedModel": "deffcore.inputs.loading",
-    "PACKAGED_MODELS": "deffcore.inputs.loading",
-    "TINY_MODELS": "deffcore.inputs.loading",
-    "base_model": "deffcore.inputs.loading",
-    "decoder_layers": "deffcore.inputs.loading",
-    "final_norm": "deffcore.inputs.loading",
-    "model_identity": "deffcore.inputs.loading",
-    "load_passages": "deffcore.inputs.texts",
-    "dataset_identity": "deffcore.inputs.texts",
-    "extract_pooled": "deffcore.extraction.forward",
-    "PooledStates": "deffcore.extraction.forward",
-    "RunSpec": "deffcore.extraction.cache",
-    "list_runs": "deffcore.extraction.cache",
-    "norm_intervention": "deffcore.labs.interventions",
-    "intervention_table": "deffcore.labs.interventions",
-    "block_influence": "deffcore.labs.pruning",
-    "local_delta_deff": "deffcore.labs.pruning",
-    "perplexity": "deffcore.labs.pruning",
-    "skip_blocks": "deffcore.labs.pruning",
-    "pruning_check": "deffcore.labs.pruning",
-    "run_carry_sweep": "deffcore.labs.residual_carry",
-    "dynamics_sweep": "deffcore.labs.dynamics",
-    "aggregation_table": "deffcore.labs.aggregations",
-    "correlate": "deffcore.measures.correlation",
-    "Correlation": "deffcore.measures.correlation",
-    "gw_matrix": "deffcore.measures.gw",
-    "gw_distance": "deffcore.measures.gw",
-    "geodesic_efficiency": "deffcore.measures.geometry",
-    "TrajectoryGeometry": "deffcore.measures.geometry",
-    "gw_lens": "deffcore.labs.gw_lens",
-    "pretrain_probe": "deffcore.labs.pretrain",
-}
-__all__ += sorted(_LAZY)
 
-
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'deffcore' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -18,6 +18,7 @@ from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.inputs import serving
 from deffcore.runs import preflight
+from explorer.plan_line import plan_caption
 from explorer.uploads import upload_names, upload_widget
 from explorer.views import current_view
 
@@ -293,8 +294,6 @@ def sidebar() -> tuple[Settings, bool]:
         with top:
             run_clicked = st.button("Run", type="primary", key="run", width="stretch")
             st.caption(md_escape(preflight.display(_run_summary(settings), upload_names())))
-            from explorer.live import plan_caption  # live -> cards -> settings: imported here
-
             plan_caption(settings)  # what the run will cost, before Run (issue 23)
         view_settings(settings)
         glossary_expander()

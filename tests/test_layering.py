@@ -1,9 +1,8 @@
-"""The package's import graph: no cycles, no streamlit (issue 8 item 9).
+"""The house's shape (issue 28): stages in pipeline order, no cycles, no import up a stage, small
+rooms; deffcore never imports Streamlit, the explorer or a page; nothing imports a page.
 
-Every `import` in every deffcore module counts, including function-local ones (a local import
-only postpones a cycle, it does not remove it); imports under `if TYPE_CHECKING:` do not run and
-are skipped. An edge `a -> b` means module `a` imports module `b` (a package's `__init__` counts
-as the module `deffcore` / `deffcore.labs` ...).
+Every `import` counts, function-level ones and `if TYPE_CHECKING:` ones too (a local import only
+postpones a cycle). The figures are `scripts/house_figures.py`'s, which docs/DESIGN.md quotes.
 """
 
 from __future__ import annotations
@@ -13,151 +12,117 @@ from pathlib import Path
 
 import pytest
 
+from scripts.house_figures import (
+    MAX_FUNCTION_LINES,
+    MAX_MODULE_LINES,
+    STAGES,
+    cycles,
+    import_graph,
+    imported_names,
+    levels,
+    long_functions,
+    source_files,
+    stage_of,
+    up_stage_imports,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "deffcore"
+MODULES = source_files(("deffcore",))
+APP_FILES: dict[str, Path] = {
+    **source_files(("explorer",)),
+    **{f"pages.{p.stem}": p for p in sorted((ROOT / "pages").glob("*.py"))},
+    "app": ROOT / "app.py",
+}
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
+def _imports_of(path: Path, name: str) -> list[str]:
+    return imported_names(ast.parse(path.read_text(), filename=str(path)), name, False)
 
 
-MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+# ---------------------------------------------------------------------------------------------
+# The checker itself
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+def test_the_checker_sees_local_relative_and_type_checking_imports():
+    code = (
+        "from typing import TYPE_CHECKING\n"
+        "def f():\n    from deffcore.inputs.loading import load_model\n"
+        "from . import cache\n"
+        "if TYPE_CHECKING:\n    import deffcore.views.run_view\n"
     )
+    names = imported_names(ast.parse(code), "deffcore.labs.x", is_package=False)
+    assert "deffcore.inputs.loading" in names and "deffcore.labs.cache" in names
+    assert "deffcore.views.run_view" in names
 
 
-def _imported_names(tree: ast.AST, module: str, is_package: bool) -> list[str]:
-    """Every module name an import statement in `tree` names (absolute, dotted)."""
-    names: list[str] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                package = module.split(".") if is_package else module.split(".")[:-1]
-                package = package[: len(package) - (node.level - 1)]
-                base = ".".join(package + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            names.append(base)
-            # `from deffcore import cache` imports the submodule deffcore.cache
-            names.extend(f"{base}.{alias.name}" for alias in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return names
-
-
-def _graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
-        targets = set()
-        for imported in _imported_names(tree, name, path.name == "__init__.py"):
-            if imported in MODULES and imported != name:
-                targets.add(imported)
-        graph[name] = targets
-    return graph
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = [0]
-
-    def strong(v: str) -> None:
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            strong(v)
-    return found
-
-
-def _without_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The graph without package `__init__` modules: `deffcore/__init__.py` maps public names to
-    submodules lazily (PEP 562 `__getattr__`), so every module "imports" it by being inside it;
-    that is not a layering edge."""
-    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
-    return {a: bs - packages for a, bs in graph.items() if a not in packages}
-
-
-def test_the_graph_sees_local_and_relative_imports():
-    # the checker itself: a function-local import and a relative import are edges
-    tree = ast.parse("def f():\n    from deffcore.models import load_model\nfrom . import cache\n")
-    names = _imported_names(tree, "deffcore.labs.x", is_package=False)
-    assert "deffcore.models" in names and "deffcore.labs.cache" in names
-    skipped = ast.parse("if TYPE_CHECKING:\n    import deffcore.cache\n")
-    assert _imported_names(skipped, "deffcore.x", is_package=False) == []
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert _cycles({"a": {"b"}, "b": set()}) == []
+def test_the_checker_finds_cycles_levels_and_imports_up_a_stage():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert levels({"a": {"b"}, "b": {"c"}, "c": set(), "d": set()}) == {
+        "a": 3,
+        "b": 2,
+        "c": 1,
+        "d": 1,
+    }
+    graph = {"deffcore.inputs.x": {"deffcore.runs.y"}, "deffcore.runs.y": {"deffcore.core.z"}}
+    assert up_stage_imports(graph) == [("deffcore.inputs.x", "deffcore.runs.y")]
 
 
 def test_known_edges_are_found():
-    graph = _graph()
-    assert "deffcore.core.paths" in graph["deffcore.inputs.loading"]  # gemma3_gguf's local import
+    graph = import_graph(MODULES)
+    assert "deffcore.core.paths" in graph["deffcore.inputs.gguf"]  # gemma3_gguf's local import
     assert "deffcore.inputs.interventions" in graph["deffcore.runs.measure"]
 
 
-def test_no_import_cycles():
-    cycles = _cycles(_without_package_inits(_graph()))
-    assert not cycles, "import cycles among deffcore modules: " + "; ".join(
-        " <-> ".join(c) for c in cycles
+# ---------------------------------------------------------------------------------------------
+# deffcore: stages in pipeline order
+
+
+def test_every_module_lives_in_a_stage_package():
+    loose = [
+        name
+        for name in MODULES
+        if name not in ("deffcore", "deffcore.__main__") and stage_of(name) is None
+        and name.removeprefix("deffcore.") not in STAGES
+    ]  # fmt: skip
+    assert not loose, f"modules outside the stage packages {STAGES}: {loose}"
+    assert sorted(p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__") == (
+        sorted([*STAGES, "data"])
     )
 
 
+def test_no_import_cycles_in_deffcore_and_the_explorer():
+    found = cycles(import_graph({**MODULES, **source_files(("explorer",))}))
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_module_imports_a_later_stage():
+    up = up_stage_imports(import_graph(MODULES))
+    assert not up, f"imports up a stage ({' -> '.join(STAGES)}): {up}"
+
+
+def test_no_large_module_and_no_long_function():
+    files = {**MODULES, **APP_FILES}
+    sizes = {n: len(p.read_text().splitlines()) for n, p in files.items()}
+    assert max(sizes.values()) <= MAX_MODULE_LINES, sorted(sizes.items(), key=lambda x: -x[1])[:3]
+    assert not long_functions(files), f"functions over {MAX_FUNCTION_LINES} lines"
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_deffcore_never_imports_streamlit(name):
-    path = MODULES[name]
-    tree = ast.parse(path.read_text(), filename=str(path))
-    bad = [n for n in _imported_names(tree, name, path.name == "__init__.py") if n == "streamlit"]
-    bad += [n for n in _imported_names(tree, name, False) if n.startswith("streamlit.")]
-    assert not bad, f"{name} imports streamlit"
+def test_deffcore_never_imports_streamlit_the_explorer_or_a_page(name):
+    tops = {n.split(".")[0] for n in _imports_of(MODULES[name], name)}
+    assert not tops & {"streamlit", "explorer", "pages", "app"}, f"{name} imports {tops}"
 
 
-def test_paths_is_a_leaf():
-    assert _graph()["deffcore.core.paths"] <= {"deffcore.core.errors"}
-    assert _graph()["deffcore.core.errors"] == set()
+def test_paths_and_errors_are_leaves():
+    graph = import_graph(MODULES)
+    assert graph["deffcore.core.paths"] <= {"deffcore.core.errors"}
+    assert graph["deffcore.core.errors"] == set()
 
 
 def test_one_model_family():
-    """`model_family` is defined once (deffcore.models_overview); pages and helpers import it."""
+    """`model_family` is defined once (deffcore.views.models_overview); the rest import it."""
     sources = [*PKG.rglob("*.py"), *(ROOT / "pages").glob("*.py"), *ROOT.glob("*.py")]
     sources += [*(ROOT / "explorer").rglob("*.py")]
     defining = sorted(
@@ -173,33 +138,11 @@ def test_one_model_family():
 
 # ---------------------------------------------------------------------------------------------
 # The app's layers: pages -> explorer -> deffcore; nothing imports a page (issue 18)
-# ---------------------------------------------------------------------------------------------
-
-APP_FILES: dict[str, Path] = {
-    **{_module_name(p): p for p in sorted((ROOT / "explorer").rglob("*.py"))},
-    **{f"pages.{p.stem}": p for p in sorted((ROOT / "pages").glob("*.py"))},
-    "app": ROOT / "app.py",
-}
-
-
-def _imports_of(path: Path, name: str) -> list[str]:
-    return _imported_names(ast.parse(path.read_text(), filename=str(path)), name, False)
 
 
 def test_the_explorer_is_an_importable_package():
     assert (ROOT / "explorer" / "__init__.py").is_file()
     assert "explorer.page" in APP_FILES and "explorer.settings" in APP_FILES
-    assert not (ROOT / "ui_common.py").exists()  # the grab-bag is gone
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_deffcore_never_imports_the_explorer_or_a_page(name):
-    bad = [
-        n
-        for n in _imports_of(MODULES[name], name)
-        if n.split(".")[0] in ("explorer", "pages", "app", "ui_common")
-    ]
-    assert not bad, f"{name} imports {bad}"
 
 
 @pytest.mark.parametrize("name", sorted(APP_FILES))
@@ -212,20 +155,21 @@ def test_no_module_imports_a_page(name):
 
 def test_the_layering_checks_catch_a_page_import():
     tree = "import pages.x\nfrom app import navigation\nfrom explorer.cards import show_figure\n"
-    names = _imported_names(ast.parse(tree), "explorer.views", False)
+    names = imported_names(ast.parse(tree), "explorer.views", False)
     assert {"pages.x", "app", "explorer.cards"} <= set(names)
 
 
 def test_the_design_map_names_every_module():
-    """docs/DESIGN.md's map has a line for every module of deffcore/, its two sub-packages and
-    explorer/ (a new module without a line on the map is a room nobody can find)."""
+    """docs/DESIGN.md's map has a line for every module of deffcore/ and explorer/, by its path
+    (`inputs/loading.py`, `explorer/cards.py`): a new module without a line on the map is a room
+    nobody can find."""
     text = (ROOT / "docs" / "DESIGN.md").read_text()
     the_map = text[text.index("## The map") : text.index("## Conventions")]
-    folders = [PKG, PKG / "figures", PKG / "sweep", ROOT / "explorer"]
-    files = [p for folder in folders for p in sorted(folder.glob("*.py"))]
+    named = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")]
+    named += [str(p.relative_to(ROOT)) for p in (ROOT / "explorer").glob("*.py")]
     missing = [
-        str(p.relative_to(ROOT))
-        for p in files
-        if p.name not in ("__main__.py",) and f"{p.name} " not in the_map
+        path
+        for path in sorted(named)
+        if Path(path).name not in ("__main__.py", "__init__.py") and f"{path} " not in the_map
     ]
     assert not missing, f"not on the map in docs/DESIGN.md: {missing}"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES
 from deffcore.core.errors import DeffError
+from deffcore.core.json_values import json_safe
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -215,3 +218,8 @@ def result_only_stdout():
     import contextlib
 
     return contextlib.redirect_stdout(sys.stderr)
+
+
+def print_json(obj: Any) -> None:
+    """Print one JSON object (NaN/inf are written as null so any JSON parser reads it)."""
+    print(json.dumps(json_safe(obj), indent=2, sort_keys=False))

@@ -10,11 +10,11 @@ from deffcore.cli._common import (
     add_output_args,
     add_run_args,
     check_args,
+    print_json,
     result_only_stdout,
     run_kwargs,
 )
 from deffcore.cli.gw import add_gw_args, check_gw_args, gw_kwargs, gw_table
-from deffcore.cli.main import print_json
 from deffcore.core.constants import POOLINGS
 
 

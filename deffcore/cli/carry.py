@@ -11,9 +11,9 @@ from deffcore.cli._common import (
     float_list,
     fmt,
     int_list,
+    print_json,
     result_only_stdout,
 )
-from deffcore.cli.main import print_json
 
 
 def add_parser(subparsers) -> None:

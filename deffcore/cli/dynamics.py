@@ -9,10 +9,10 @@ from deffcore.cli._common import (
     add_output_args,
     check_args,
     fmt,
+    print_json,
     result_only_stdout,
     str_list,
 )
-from deffcore.cli.main import print_json
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.errors import DeffError
 

@@ -10,11 +10,11 @@ from deffcore.cli._common import (
     add_run_args,
     check_args,
     fmt,
+    print_json,
     result_only_stdout,
     run_kwargs,
     str_list,
 )
-from deffcore.cli.main import print_json
 from deffcore.core.constants import POOLINGS
 
 

@@ -1,7 +1,7 @@
 """`deffcore <command>` (or `python -m deffcore <command>`): every measurement from the
 command line. The installed console script `deffcore` calls `main` (pyproject.toml).
 
-Each subcommand lives in its own module under `deffcore/commands/`, which defines
+Each subcommand lives in its own module of `deffcore/cli/`, which defines
 `add_parser(subparsers)` (registering its arguments, with `func=run`) and `run(args) -> int`.
 Errors meant for people (`DeffError`) are printed as one line on stderr with exit code 2.
 """
@@ -9,31 +9,44 @@ Errors meant for people (`DeffError`) are printed as one line on stderr with exi
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
+from deffcore.cli import (
+    aggregations,
+    app,
+    bos,
+    carry,
+    correlate,
+    dynamics,
+    gw,
+    interventions,
+    measure,
+    pretrain,
+    pruning,
+    runs,
+    sweep,
+    synthetic,
+)
+from deffcore.cli._common import OneLineArgumentParser
 from deffcore.core.errors import DeffError
 
-#: Subcommand modules, in the order `--help` lists them. A module that is missing is skipped,
-#: so a partial install still serves the commands it has.
-COMMAND_MODULES: tuple[str, ...] = (
-    "synthetic",
-    "measure",
-    "runs",
-    "interventions",
-    "pruning",
-    "carry",
-    "dynamics",
-    "aggregations",
-    "gw",
-    "correlate",
-    "pretrain",
-    "bos",
-    "sweep",
-    "app",
+#: Subcommand modules, in the order `--help` lists them; each registers its own arguments.
+COMMANDS = (
+    synthetic,
+    measure,
+    runs,
+    interventions,
+    pruning,
+    carry,
+    dynamics,
+    aggregations,
+    gw,
+    correlate,
+    pretrain,
+    bos,
+    sweep,
+    app,
 )
 
 
@@ -44,39 +57,14 @@ def program_name() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from deffcore.cli._common import OneLineArgumentParser  # core-A: one-line errors
-
     parser = OneLineArgumentParser(
         prog=program_name(),
         description="Effective depth (D_eff) of a transformer's residual stream.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"deffcore.cli.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"deffcore.cli.{name}":
-                continue
-            raise
-        module.add_parser(subparsers)
+    for command in COMMANDS:
+        command.add_parser(subparsers)
     return parser
-
-
-def print_json(obj: Any) -> None:
-    """Print one JSON object (NaN/inf are written as null so any JSON parser reads it)."""
-    print(json.dumps(_json_safe(obj), indent=2, sort_keys=False))
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _json_safe(obj.tolist())
-    return obj
 
 
 #: Optional dependencies -> the pyproject extra that installs each (`pip install deffcore[x]`).

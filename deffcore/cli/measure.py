@@ -14,6 +14,7 @@ from deffcore.cli._common import (
     add_run_args,
     check_args,
     int_list,
+    print_json,
     result_only_stdout,
     run_kwargs,
 )
@@ -24,7 +25,6 @@ from deffcore.cli._live import (
     measure_with_estimates,
     plan_command,
 )
-from deffcore.cli.main import print_json
 from deffcore.core.constants import POOLINGS
 
 

@@ -10,10 +10,10 @@ from deffcore.cli._common import (
     check_args,
     fmt,
     int_list,
+    print_json,
     result_only_stdout,
     str_list,
 )
-from deffcore.cli.main import print_json
 
 
 def add_parser(subparsers) -> None:

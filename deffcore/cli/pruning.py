@@ -11,10 +11,10 @@ from deffcore.cli._common import (
     check_args,
     fmt,
     int_list,
+    print_json,
     result_only_stdout,
     run_kwargs,
 )
-from deffcore.cli.main import print_json
 
 
 def add_parser(subparsers) -> None:

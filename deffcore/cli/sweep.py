@@ -20,11 +20,11 @@ from deffcore.cli._common import (
     add_run_args,
     fmt,
     int_list,
+    print_json,
     result_only_stdout,
     run_kwargs,
     str_list,
 )
-from deffcore.cli.main import print_json
 from deffcore.core.constants import POOLINGS
 
 
@@ -43,7 +43,15 @@ def add_parser(subparsers) -> None:
     p.set_defaults(model=None)  # --models is the sweep's axis; --model adds one model to it
     # a manifest's `settings` fill what the command line leaves unset (_apply_settings)
     p.set_defaults(**dict.fromkeys(_DEFAULTS))
-    grid = p.add_argument_group("grid (or --manifest)")
+    _grid_arguments(p.add_argument_group("grid (or --manifest)"))
+    _pruning_arguments(p.add_argument_group("pruning column (Table S17; off by default: costly)"))
+    _execution_arguments(p.add_argument_group("execution"))
+    _cost_arguments(p.add_argument_group("cost (issue 23)"))
+    add_output_args(p)
+    p.set_defaults(func=run_command)
+
+
+def _grid_arguments(grid: argparse._ArgumentGroup) -> None:
     grid.add_argument("--models", default="", help="comma-separated model specs")
     grid.add_argument(
         "--revisions", default="", help="comma-separated hub revisions (default: the default)"
@@ -81,7 +89,9 @@ def add_parser(subparsers) -> None:
         help="paper Table S7: random:gemma3-270m:{0,1,2} x the four interventions, mean +- sd "
         "per pooling control beside the paper's Gemma-3-4B values",
     )
-    prune = p.add_argument_group("pruning column (Table S17; off by default: costly)")
+
+
+def _pruning_arguments(prune: argparse._ArgumentGroup) -> None:
     prune.add_argument(
         "--pruning",
         action="store_true",
@@ -97,7 +107,9 @@ def add_parser(subparsers) -> None:
         "--pruning-heldout", type=int, default=None, help="its held-out passages (default 32; "
         "implies --pruning)",
     )  # fmt: skip
-    run = p.add_argument_group("execution")
+
+
+def _execution_arguments(run: argparse._ArgumentGroup) -> None:
     run.add_argument("--engine", choices=("auto", "ray", "serial"), default="auto")
     run.add_argument(
         "--address", default=None, help="join this Ray cluster (host:port of `ray start --head`)"
@@ -118,7 +130,9 @@ def add_parser(subparsers) -> None:
     run.add_argument(
         "--pooling", choices=POOLINGS, default="default", help="pooling control the table shows"
     )
-    cost = p.add_argument_group("cost (issue 23)")
+
+
+def _cost_arguments(cost: argparse._ArgumentGroup) -> None:
     cost.add_argument(
         "--plan",
         action="store_true",
@@ -133,8 +147,6 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="--plan never loads a model (cached calibrations only)",
     )
-    add_output_args(p)
-    p.set_defaults(func=run_command)
 
 
 def cells_from_args(args: argparse.Namespace) -> list:

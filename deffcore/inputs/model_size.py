@@ -161,8 +161,8 @@ def model_size(
         return from_config(catalog.tiny_config(arch).to_dict(), "tiny config")
     path = Path(spec).expanduser()
     if spec in catalog.PACKAGED_MODELS or path.suffix == ".gguf":
-        gguf = gguf.packaged_gguf(spec) if spec in catalog.PACKAGED_MODELS else path
-        return from_gguf(gguf.gguf_metadata(gguf)) if gguf.is_file() else None
+        file = gguf.packaged_gguf(spec) if spec in catalog.PACKAGED_MODELS else path
+        return from_gguf(gguf.gguf_metadata(file)) if file.is_file() else None
     if path.is_dir():
         return _from_json(path / "config.json", "config.json")
     return _from_hub_cache(spec, revision)

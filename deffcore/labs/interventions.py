@@ -83,7 +83,6 @@ def intervention_table(
     from deffcore.inputs.loading import load_model
     from deffcore.runs.measure import measure_spec
     from deffcore.runs.preflight import run_spec
-    from deffcore.statistics.trust_rule import measurement_trust
 
     for name in interventions:
         if name not in INTERVENTIONS:
@@ -91,18 +90,9 @@ def intervention_table(
                 f"Unknown norm intervention {name!r}; choose one of {', '.join(INTERVENTIONS)}."
             )
     base, device = run_spec(
-        model,
-        dataset,
-        n,
-        max_tokens,
-        seed,
-        metric,
-        revision,
-        device,
-        dtype,
-        passages=passages,
-        bos=bos,
-    )
+        model, dataset, n, max_tokens, seed, metric, revision, device, dtype,
+        passages=passages, bos=bos,
+    )  # fmt: skip
     specs = {name: replace(base, intervention=name) for name in interventions}
     missing = {name for name, spec in specs.items() if cache.load(spec) is None}
     loaded = None
@@ -118,25 +108,29 @@ def intervention_table(
             progress(i, len(interventions), f"intervention {name}")
         # a cached run is read; a missing one is extracted with the model loaded once above
         result = measure_spec(specs[name], metric=metric, device=device, loaded=loaded)
-        for pooling in poolings:
-            summary = result.summary(pooling)
-            trust = measurement_trust(result, pooling, metric).level
-            table.rows.append(
-                {
-                    "intervention": name,
-                    "pooling": pooling,
-                    "layers": summary.layers,
-                    "deff": summary.deff,
-                    "deff_over_L": summary.deff_over_L,
-                    "gap_pct": summary.gap_pct,
-                    "rho1": summary.rho1,
-                    "n": result.n,
-                    "trust": trust,  # the trust rule's level: beside paper values, say it
-                }
-            )
+        table.rows += [_row(result, name, pooling, metric) for pooling in poolings]
     if progress is not None:
         progress(len(interventions), len(interventions), "done")
     return table
+
+
+def _row(result: Any, name: str, pooling: str, metric: str) -> dict[str, Any]:
+    """One row of the table: a pooling control's numbers under intervention `name`."""
+    from deffcore.statistics.trust_rule import measurement_trust
+
+    summary = result.summary(pooling)
+    return {
+        "intervention": name,
+        "pooling": pooling,
+        "layers": summary.layers,
+        "deff": summary.deff,
+        "deff_over_L": summary.deff_over_L,
+        "gap_pct": summary.gap_pct,
+        "rho1": summary.rho1,
+        "n": result.n,
+        # the trust rule's level: beside the paper's values, say how far to trust ours
+        "trust": measurement_trust(result, pooling, metric).level,
+    }
 
 
 def paper_intervention_rows(path: str | None = None) -> list[dict[str, Any]]:

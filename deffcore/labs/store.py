@@ -84,8 +84,8 @@ def read_result(lab: str, identity: dict[str, Any]) -> dict[str, Any] | None:
 
 def write_result(lab: str, identity: dict[str, Any], result: dict[str, Any]) -> Path:
     """Store `result` (plain JSON values; NaN/inf become null) under `identity`'s key."""
-    from deffcore.cli.main import _json_safe
     from deffcore.core.files import atomic_write
+    from deffcore.core.json_values import json_safe
 
     folder = lab_folder(lab, create=True)
     key = result_key(identity)
@@ -98,7 +98,7 @@ def write_result(lab: str, identity: dict[str, Any], result: dict[str, Any]) -> 
         "result": result,
     }
     path = folder / f"{key}.json"
-    blob = json.dumps(_json_safe(data), default=str, allow_nan=False)
+    blob = json.dumps(json_safe(data), default=str, allow_nan=False)
     atomic_write(path, blob.encode())
     return path
 

@@ -213,56 +213,57 @@ def measure(
     With `random_seeds`, `Measurement.random_null` holds one measurement of
     `random:<model>:<seed>` per seed.
     """
+    options = {
+        "n": n,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "metric": metric,
+        "revision": revision,
+        "device": device,
+        "dtype": dtype,
+        "progress": progress,
+        "random_seeds": random_seeds,
+        "intervention": intervention,
+        "batch_size": batch_size,
+        "passages": passages,
+        "bos": bos,
+        "use_cache": use_cache,
+        "should_stop": should_stop,
+    }
     if not isinstance(model, str) or tokenizer is not None or not isinstance(dataset, str):
-        return _measure_in_memory(
-            model,
-            tokenizer,
-            dataset,
-            n=n,
-            max_tokens=max_tokens,
-            seed=seed,
-            metric=metric,
-            revision=revision,
-            device=device,
-            dtype=dtype,
-            progress=progress,
-            random_seeds=random_seeds,
-            intervention=intervention,
-            batch_size=batch_size,
-            passages=passages,
-            bos=bos,
-            use_cache=use_cache,
-            should_stop=should_stop,
-            cache_id=cache_id,
-        )
+        return _measure_in_memory(model, tokenizer, dataset, cache_id=cache_id, **options)
     if cache_id is not None:
         raise DeffError(
             f"cache_id names a model in memory; {model!r} is named by its spec already."
         )
+    return _measure_named(model, dataset, **options)
+
+
+def _measure_named(
+    model: str,
+    dataset: str,
+    *,
+    n: int | None,
+    max_tokens: int,
+    seed: int,
+    metric: str,
+    revision: str | None,
+    device: str | None,
+    dtype: str | None,
+    random_seeds: tuple[int, ...] | list[int],
+    intervention: str,
+    batch_size: int | None,
+    passages: str,
+    bos: str,
+    **options: Any,
+) -> Measurement:
+    """`measure` of a (model spec, dataset spec) pair: checked, then measured with its nulls."""
     n = 512 if n is None else n
     spec, device = run_spec(
-        model,
-        dataset,
-        n,
-        max_tokens,
-        seed,
-        metric,
-        revision,
-        device,
-        dtype,
-        intervention,
-        passages=passages,
-        bos=bos,
-        batch_size=batch_size,
-    )
-    options = {
-        "device": device,
-        "batch_size": batch_size,
-        "progress": progress,
-        "metric": metric,
-        "use_cache": use_cache,
-        "should_stop": should_stop,
-    }
+        model, dataset, n, max_tokens, seed, metric, revision, device, dtype, intervention,
+        passages=passages, bos=bos, batch_size=batch_size,
+    )  # fmt: skip
+    options = {**options, "device": device, "batch_size": batch_size, "metric": metric}
     main = measure_spec(spec, **options)
     for s in random_seeds:
         rspec = replace(spec, model=f"random:{model}:{int(s)}")

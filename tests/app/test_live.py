@@ -93,7 +93,7 @@ def test_stopping_button_is_disabled_once_asked():
 
 
 def _plan(settings):
-    from explorer.live import plan_caption
+    from explorer.plan_line import plan_caption
 
     plan_caption(settings)
 
@@ -126,7 +126,7 @@ def test_plan_line_beside_run_without_loading_a_model():
 
 
 def test_short_plan_of_a_model_of_unknown_size():
-    from explorer.live import short_plan
+    from explorer.plan_line import short_plan
 
     plan = {"fits": True, "tokens": 4096, "seconds": None, "memory_bytes": {}, "disk_bytes": None}
     assert short_plan(plan) == "Plan: 4,096 tokens · time unknown · memory unknown"

@@ -1,0 +1,18 @@
+"""Values any JSON parser reads: NaN and inf as null, arrays as lists, keys as strings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def json_safe(obj: Any) -> Any:
+    """`obj` with every float NaN/inf replaced by None, numpy values by Python ones."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return json_safe(obj.tolist())
+    return obj
