@@ -1,3 +1,3 @@
-"""Stage 2, the forward pass: hooks and batches pool each layer's residual stream, kept in the on-
-disk cache.
+"""Stage 2, the forward pass: hooks and batches pool each layer's residual stream, kept in the
+cache on disk.
 """

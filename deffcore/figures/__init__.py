@@ -1,4 +1,4 @@
-"""Plotly figures for the explorer: plain inputs (arrays, dicts, DataFrames) in, `go.Figure` out.
+"""Stage 5, Plotly figures: plain inputs (arrays, dicts, DataFrames) in, `go.Figure` out.
 
 No Streamlit here, so every figure is testable on its own and usable from a notebook. Each
 figure carries its numbers in the traces (hover shows the exact values), so `figure_data`
