@@ -35,10 +35,12 @@ HELP_COLUMNS = 100
 
 
 def on_config(config: Any) -> Any:
-    """Import deffcore from this clone (the folder of mkdocs.yml), installed or not."""
+    """Import deffcore from this clone (the folder of mkdocs.yml), installed or not, and read
+    snippets (`--8<-- "BENCHMARKS.md"`) from it, wherever mkdocs was started."""
     root = str(Path(config.config_file_path).resolve().parent)
     if root not in sys.path:
         sys.path.insert(0, root)
+    config.mdx_configs.setdefault("pymdownx.snippets", {})["base_path"] = [root]
     return config
 
 

@@ -24,8 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests.docs_pages import KNOWN_LANGUAGES, REPO, all_blocks, blocks, own_pages, pages
+from docs_pages import KNOWN_LANGUAGES, REPO, all_blocks, blocks, own_pages, pages
 
 #: Every example that does not run in the tests, by page, with its reason (the fence's title).
 NOT_RUN: dict[str, list[str]] = {
@@ -129,6 +128,18 @@ def test_the_readme_test_command_is_the_one_ci_runs():
     ]
     ci = (REPO / ".ci" / "run").read_text()
     assert "bash scripts/setup.sh --test && CI=true .venv/bin/python -m pytest" in ci
+
+
+def test_the_readme_is_a_front_door():
+    """At most 200 lines: the two commands first, the first screen's picture (small), the
+    formula, and links into the docs (the reference lives there)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    assert text.index("bash scripts/setup.sh &&") < text.index("![")
+    (picture,) = re.findall(r"!\[[^\]]+\]\((?P<path>[^)]+\.png)\)", text)
+    assert (REPO / picture).stat().st_size < 300_000
+    assert "D_eff(K) = L / (1 + 2 * sum_{k=1..K} (1 - k/L) * rho(k))" in text
+    assert len(re.findall(r"\]\(docs/[\w/-]+\.md\)", text)) >= 10
 
 
 #: A repository path in backticks (`benchmarks/bench_gw.py`), and a README link's target.

@@ -16,9 +16,9 @@ import json
 import re
 
 import pytest
+from docs_pages import REPO, all_blocks, own_pages
 
 import deffcore
-from tests.docs_pages import REPO, all_blocks, own_pages
 
 NOTEBOOKS = sorted((REPO / "docs").rglob("*.ipynb"))
 

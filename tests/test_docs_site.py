@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from docs_pages import REPO
 
 import deffcore
-from tests.docs_pages import REPO
 
 HOOKS = REPO / "scripts" / "docs_hooks.py"
 
