@@ -65,7 +65,7 @@ def _pins(path: Path) -> dict[str, str]:
             pins |= _pins(path.parent / line[3:].strip())
         elif "==" in line:
             name, version = line.split("==", 1)
-            pins[canonicalize_name(name)] = version.strip()
+            pins[canonicalize_name(name.split("[", 1)[0])] = version.strip()  # drop [extras]
     return pins
 
 

@@ -40,7 +40,7 @@ def add_parser(subparsers) -> None:
         "--address",
         default=DEFAULT_ADDRESS,
         help="address to listen on (default: localhost; 0.0.0.0 serves every network, see "
-        "README 'Serving the explorer to others')",
+        "the docs' 'Serving and security', docs/serving.md)",
     )
     p.add_argument(
         "--run",
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if not is_loopback(args.address):
         print(
             f"Listening on {args.address}: anyone who can reach it can run models on this "
-            "machine (README: 'Serving the explorer to others')."
+            "machine (docs/serving.md: 'Serving and security')."
         )
     sys.stdout.flush()  # before the process becomes the server
     if os.name == "posix":  # become the server: Ctrl-C and kill reach Streamlit itself
