@@ -23,7 +23,7 @@
 `replay` reads a run's batches (a complete entry, or the partial/ folder of one still running:
 read-only) and prints the trajectory and where each stopping rule would stop, with the verdict
 there against the reference: what a live run of that model computes at those marks, without
-running the model (the prefix property, `deffcore.anytime`).
+running the model (the prefix property, `deffcore.statistics.anytime`).
 
 Absolute times depend on the machine and its load: the output records both (`load_average`).
 """

@@ -2,9 +2,9 @@
 
     nice -n 10 .venv/bin/python benchmarks/bench_bootstrap_coverage.py [--B 50] [--seeds 3]
 
-Datasets from the teaching constructions (`deffcore.teaching`, population S in closed form)
+Datasets from the teaching constructions (`deffcore.measures.teaching`, population S in closed form)
 over L in {6, 12}, N in {100, 400}, d in {4, 16}. For each: the unbiased-CKA bootstrap as it
-is (the U-statistic over distinct passages, `deffcore.bootstrap`), the previous unbiased
+is (the U-statistic over distinct passages, `deffcore.statistics.bootstrap`), the previous unbiased
 replicates (the estimator of the literally resampled rows, duplicates included), and linear
 CKA's percentile and basic intervals. Reports how often each covers the truth and the mean
 |replicate mean - point|. The previous replicates are recomputed here, from the same draws.

@@ -1,9 +1,11 @@
-"""Calibration of the BOS page's one answer (`deffcore.bos_answer`) on constructions whose truth
+"""Calibration of the BOS page's one answer (`deffcore.lenses.bos_answer`) on constructions whose
+truth
 is known.
 
     nice -n 10 .venv/bin/python benchmarks/bench_bos_answer_calibration.py [--size full|tiny]
 
-Each case is a `deffcore.synthetic.position0_construction`: pooled states without position 0
+Each case is a `deffcore.measures.synthetic.position0_construction`: pooled states without position
+0
 (accumulated unit updates on an h_0) and with it (plus a passage-varying position-0 component
 of squared size `pos0` x L/4 from layer `onset` on), whose population similarity matrices are
 closed forms, so the population gaps, their difference Delta and the tolerance T are known.

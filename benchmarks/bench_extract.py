@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_extract.py                      # both packaged models, CPU
     .venv/bin/python benchmarks/bench_extract.py --models smollm2-135m --n 32 --max-tokens 64
-    git show <rev>:deffcore/extract.py > /tmp/extract_before.py       # the code before a change
+    git show <rev>:deffcore/extraction/forward.py > /tmp/extract_before.py       # the code before
+    a change
     .venv/bin/python benchmarks/bench_extract.py --baseline-extract /tmp/extract_before.py \
         --threads 1 --cpu-time --no-naive                             # before/after, shared CPU
     python3 benchmarks/bench_extract.py --device cuda --models random:llama-3.1-8b:0 \
@@ -11,8 +12,9 @@
 Paths, over the same token ids and the same batches (fixed batch size, right padding, attention
 mask and position ids):
 
-- extract:         `deffcore.extract.extract_pooled` (base model only, hooks pool every layer).
-- extract-before:  the same function from another copy of `deffcore/extract.py`
+- extract:         `deffcore.extraction.forward.extract_pooled` (base model only, hooks pool every
+layer).
+- extract-before:  the same function from another copy of `deffcore/extraction/forward.py`
                    (`--baseline-extract FILE`), e.g. the code before a change.
 - extract-nopool:  extraction with the pooling kernels left out (hooks, stages and transfers
                    kept; `--nopool`): what the pooling arithmetic itself costs.
@@ -347,7 +349,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=1, help="runs per path (best and median)")
-    ap.add_argument("--baseline-extract", default=None, help="another deffcore/extract.py")
+    ap.add_argument(
+        "--baseline-extract", default=None, help="another deffcore/extraction/forward.py"
+    )
     ap.add_argument("--nopool", action="store_true", help="add the extract-nopool path")
     ap.add_argument("--naive", action=argparse.BooleanOptionalAction, default=None)
     ap.add_argument("--cpu-time", action="store_true", help="thread CPU time, not wall time")

@@ -1,4 +1,4 @@
-"""Calibration of the stopping rule (`deffcore.stopping`) on states whose truth is known.
+"""Calibration of the stopping rule (`deffcore.statistics.stopping`) on states whose truth is known.
 
     nice -n 10 .venv/bin/python benchmarks/bench_stopping.py [--size full|tiny]
         [--bootstrap 0] [--save runs.json] [--load runs.json]
@@ -6,9 +6,10 @@
 Optional stopping: a growing run looks at its number at 64, 128, 256, ... passages and stops
 the first time the rule is met, so it stops exactly when chance made the number look good.
 Here every dataset is one growing run: states sampled once at N_max from a teaching
-construction (`deffcore.teaching.sample_states`, population S in closed form via
+construction (`deffcore.measures.teaching.sample_states`, population S in closed form via
 `teaching.population_similarity`), its prefixes measured at the run's marks
-(`deffcore.anytime.schedule`) with the product's own estimator (`anytime.pooling_estimate`:
+(`deffcore.extraction.prefix.schedule`) with the product's own estimator
+(`anytime.pooling_estimate`:
 the shown estimator, unbiased CKA where linear CKA's bias is material, and `deffcore.trust`).
 
 For each stopping rule (target, CONFIRM, MIN_STOP_N) the table compares:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_synthetic_lab.py [--repeats 5] [--no-apptest]
 
-For every preset of `deffcore.teaching.PRESETS`, in one process:
+For every preset of `deffcore.measures.teaching.PRESETS`, in one process:
 
   compute   the closed forms of the step (`teaching.story_step`) plus the three story figures
             (S heatmap, lag profiles, D_eff bars): what one slider step computes

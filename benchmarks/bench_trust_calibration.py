@@ -1,9 +1,10 @@
-"""Calibration of the trust badge (`deffcore.trust_rule`) on states whose truth is known.
+"""Calibration of the trust badge (`deffcore.statistics.trust_rule`) on states whose truth is known.
 
     nice -n 10 .venv/bin/python benchmarks/bench_trust_calibration.py [--size full|tiny]
         [--bootstrap 40] [--save results.json] [--load results.json]
 
-States are sampled from the teaching constructions (`deffcore.teaching.sample_states`), whose
+States are sampled from the teaching constructions (`deffcore.measures.teaching.sample_states`),
+whose
 population similarity S is a closed form (`teaching.population_similarity`), so every
 dataset has a known population D_eff/L and gap to F_L. The grid spans L, N, d, the size of
 h_0, growing update norms and correlated updates; every dataset is measured with linear and

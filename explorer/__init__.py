@@ -11,5 +11,6 @@ One job per module; pages import what they use from the module that owns it:
 - `explorer.guard`     `guarded`: one clear error on the page instead of a traceback
 
 The analysis the pages show lives in `deffcore` (no Streamlit there): figures in
-`deffcore.figures`, tables in `deffcore.run_tables`, `deffcore.paper`, `deffcore.models_overview`.
+`deffcore.figures`, tables in `deffcore.runs.tables`, `deffcore.views.paper`,
+`deffcore.views.models_overview`.
 """

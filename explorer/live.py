@@ -2,7 +2,7 @@
 settled" (issue 23).
 
 The run panel (`explorer.run_panel`) calls `live_panel(status)` under its progress bar: the
-latest estimate (`deffcore.jobs.JobStatus.estimates`, one per mark of `anytime.schedule`) as
+latest estimate (`deffcore.work.jobs.JobStatus.estimates`, one per mark of `anytime.schedule`) as
 cards with the trust rule's level and the estimator shown, the BOS verdict and whether it is
 settled, and the gap-vs-N curve with its band (`deffcore.figures.gap_vs_n`). "Stop when
 settled" asks the job to stop once the verdict is settled (`jobs.stop_when_settled`); what it

@@ -1,7 +1,8 @@
 """Start a page: page config, the shared sidebar, the run panel; returns the run and settings.
 
 Every page starts with `page()` (or `require_view()` when it needs a run). Caching: the expensive
-step (the forward pass) is cached on disk by `deffcore.cache`, keyed by model, data, N, max
+step (the forward pass) is cached on disk by `deffcore.extraction.cache`, keyed by model, data, N,
+max
 tokens, seed, passages mode and BOS option; everything a page draws from a run is cheap.
 """
 

@@ -1,7 +1,7 @@
 """The background run panel: start a run, follow it, settle it when it lands, resume one.
 
-Run checks the settings, the model path and the data (`deffcore.jobs.plan`, before any model
-loads; messages name the user's own file) and hands the run to `deffcore.jobs`, whose worker
+Run checks the settings, the model path and the data (`deffcore.work.jobs.plan`, before any model
+loads; messages name the user's own file) and hands the run to `deffcore.work.jobs`, whose worker
 thread lives in the server process, so switching pages or reloading does not stop it. The
 session keeps the job id (and the URL's `?job=` query parameter, for a reload); the main area
 polls it with `st.fragment(run_every=...)`: stage, passages, tokens/s, ETA, Cancel. When the job

@@ -238,7 +238,7 @@ def windows_available(
     revision: str | None,
     passages: str = "windows",
 ) -> int | None:
-    """How many token windows this choice yields (`deffcore.tokens.count_windows`, tokenizer
+    """How many token windows this choice yields (`deffcore.inputs.tokens.count_windows`, tokenizer
     only), None when it cannot be told here (hub data, a tokenizer that does not load)."""
     from deffcore.inputs.tokens import count_windows
 
@@ -276,7 +276,7 @@ def _run_summary(settings: Settings) -> str:
 
 
 def glossary_expander() -> None:
-    """Every symbol and term in plain words (`deffcore.glossary`)."""
+    """Every symbol and term in plain words (`deffcore.views.glossary`)."""
     try:
         from deffcore.views.glossary import glossary_markdown
     except ImportError:

@@ -1,5 +1,6 @@
 """Shared runs on the Runs page: a snapshot file someone sent is uploaded, checked and kept in
-the cache's `.shared/` (`deffcore.sharing.save_shared`), becomes the current run, and is listed
+the cache's `.shared/` (`deffcore.views.sharing.save_shared`), becomes the current run, and is
+listed
 beside the cached runs (status "shared": open, compare, delete).
 
 A snapshot is data from someone else: it is never executed, and every piece of its text the
@@ -67,7 +68,7 @@ def share_section(entries: list[dict[str, Any]]) -> None:
     st.subheader("Shared runs")
     st.caption(
         "A run someone sent you: the snapshot file (JSON) of `deffcore measure ... --snapshot "
-        "FILE`, `deffcore.snapshot.snapshot(m)` in a notebook, or `deffcore app --run FILE`. "
+        "FILE`, `deffcore.views.snapshot.snapshot(m)` in a notebook, or `deffcore app --run FILE`. "
         "It is checked (data only, at most 16 MiB), kept with your runs, and opened as the "
         "current run; its numbers are as its sender measured them."
     )

@@ -28,7 +28,7 @@ _RUN_ENV_DONE = "_deff_run_env_opened"
 
 
 def cached_runs() -> list[dict[str, Any]]:
-    """Meta of every complete cached run, newest first (`deffcore.cache.list_runs`)."""
+    """Meta of every complete cached run, newest first (`deffcore.extraction.entries.list_runs`)."""
     from deffcore.extraction import entries
 
     return [

@@ -1,7 +1,7 @@
 """Models: the place to compare models. Every run (shipped precomputed, shared, cached here) and
 the paper's models in one sortable table (N, trust level, bias per row) and two plots, with
 filters, a caveat whenever the rows differ in trust, N, tokens or passages, an export, and a
-form that runs a sweep (deffcore.sweep) in the background, its cells landing as they finish."""
+form that runs a sweep (deffcore.work.sweep) in the background, its cells landing as they finish."""
 
 from __future__ import annotations
 

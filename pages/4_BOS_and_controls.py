@@ -1,10 +1,10 @@
 """BOS sensitivity around one answer: is the gap to F_L a position-0 artefact? (SPEC section 11)
 
 The answer (default vs no_pos0, with its uncertainty, tolerance and trust level:
-`deffcore.bos_answer`) and the pooling controls' verdict are computed from the similarity
+`deffcore.lenses.bos_answer`) and the pooling controls' verdict are computed from the similarity
 matrices alone, so they show at once. The diagnostics of one small eager-attention pass over
 the run's first 64 passages (massive activations, attention sinks) run in the background
-(`deffcore.jobs.start_task`) with their progress, and fill in when done. Then: the controls dot
+(`deffcore.work.jobs.start_task`) with their progress, and fill in when done. Then: the controls dot
 plot, the two ratios (position-0 norm ratio, massive-activation ratio), the sink share per
 layer, the BOS on/off check of the current run (one sentence), and a passage inspector.
 """

@@ -1,7 +1,9 @@
 """Synthetic lab: a guided story of constructions with known effective depth, and a free sweep.
 
-Every curve is a closed form (deffcore.teaching), so sliders answer in milliseconds; samples
-are drawn only when a button asks, within a size budget. The logic lives in deffcore.teaching.
+Every curve is a closed form (deffcore.measures.teaching), so sliders answer in milliseconds;
+samples
+are drawn only when a button asks, within a size budget. The logic lives in
+deffcore.measures.teaching.
 """
 
 from __future__ import annotations
@@ -380,7 +382,7 @@ def formulas() -> None:
         st.latex(r"S(i,j) = \frac{\min(i,j)}{\max(i,j)} \;\Rightarrow\; F_L = \frac{2L}{L+1} < 2")
         st.markdown(
             "**Finite-sample bias** of linear CKA on N passages of d isotropic features (derived "
-            "in `deffcore/teaching.py`, checked against sampling):"
+            "in `deffcore/measures/teaching.py`, checked against sampling):"
         )
         st.latex(
             r"\mathbb{E}[\mathrm{CKA}_{ij}] \approx (1-b)\,S(i,j) + b,\qquad b = \frac{d}{N+d},"

@@ -53,6 +53,6 @@ _ESCAPED = re.compile(r"\\([" + re.escape(string.punctuation) + "])")
 
 
 def plain(text: str) -> str:
-    """What a visitor reads: an element's Markdown body with `deffcore.safe_text.md_escape`'s
+    """What a visitor reads: an element's Markdown body with `deffcore.core.safe_text.md_escape`'s
     backslash escapes removed (the app shows user text escaped, never as Markdown)."""
     return _ESCAPED.sub(r"\1", text)

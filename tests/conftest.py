@@ -11,7 +11,7 @@ Fixtures:
                        from_config model (4 blocks, d=64, seeded weights, CPU float32) with the
                        built-in byte tokenizer; `bos=False` gives the tokenizer that adds no BOS
                        (same weights). Memoised per session: do not change its weights; use
-                       `deffcore.models.load_model("tiny-<arch>")` for a private copy.
+                       `deffcore.inputs.loading.load_model("tiny-<arch>")` for a private copy.
     tiny_arch          parametrised over TINY_ARCHS (every tested architecture): a test taking
                        it runs once per architecture.
     tiny_passages      12 short English passages of different lengths (6 to 30 words).

@@ -1,4 +1,4 @@
-"""Anytime estimates (deffcore.anytime): a prefix of a run is that run, bit for bit."""
+"""Anytime estimates (deffcore.statistics.anytime): a prefix of a run is that run, bit for bit."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A run that stops when settled (deffcore.anytime_run, `measure --until`): kept, resumable."""
+"""A run that stops when settled (deffcore.runs.anytime_run, `measure --until`): kept, resumable."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def naive_u_statistic_similarity(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Unbiased CKA of a resample straight from the definition: the HSIC_1 kernel summed over
     ordered tuples of distinct *slots* of the resampled sample, a tuple dropped when two of
     its slots hold the same passage. Uncentred float64 data (the kernel is translation
-    invariant). Independent of the closed form in deffcore.bootstrap."""
+    invariant). Independent of the closed form in deffcore.statistics.bootstrap."""
     layers = x.shape[0]
     grams = [x[layer][idx] @ x[layer][idx].T for layer in range(layers)]
     tuples = [t for t in itertools.permutations(range(len(idx)), 4) if len(set(idx[list(t)])) == 4]

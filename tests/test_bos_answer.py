@@ -1,4 +1,4 @@
-"""The BOS page's one answer (deffcore.bos_answer): the decision on plain numbers, the
+"""The BOS page's one answer (deffcore.lenses.bos_answer): the decision on plain numbers, the
 construction whose truth is known, the calibration of every claim, the BOS on/off sentence."""
 
 from __future__ import annotations

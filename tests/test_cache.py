@@ -397,7 +397,7 @@ def test_partial_folder_never_loads_as_complete():
 
 
 def test_bos_diagnostics_beside_a_run_keep_it_listed_and_deletable(tmp_path):
-    """diagnostics.json (deffcore.diagnostics) lives in the run's entry: the run stays a run,
+    """diagnostics.json (deffcore.lenses.diagnostics) lives in the run's entry: the run stays a run,
     and a folder holding only diagnostics is not listed as a run."""
     import json as _json
 

@@ -1,7 +1,7 @@
 """The cache never writes or deletes through a link or into anything not provably its own, and
 every OS error of the cache is one sentence (issue 17: Security 4, Faults 8, 9, 10).
 
-`deffcore.cache_files` is the one mechanism (lstat checks, O_EXCL temp files, renames); these
+`deffcore.core.files` is the one mechanism (lstat checks, O_EXCL temp files, renames); these
 tests attack it through the public paths a user takes: `measure`, `store`/`load`, the partial
 runs of a resumable extraction, `list_runs`, `cleanup_stale`, `delete` and the CLI.
 """

@@ -1,4 +1,4 @@
-"""Honest comparisons (deffcore.comparisons): absolute differences in their units, caveats."""
+"""Honest comparisons (deffcore.views.comparisons): absolute differences in their units, caveats."""
 
 from __future__ import annotations
 

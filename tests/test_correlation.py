@@ -1,4 +1,5 @@
-"""dc.correlate (deffcore.correlation): p-values against scipy and a brute-force permutation,
+"""dc.correlate (deffcore.measures.correlation): p-values against scipy and a brute-force
+permutation,
 and the robustness rows."""
 
 from __future__ import annotations

@@ -91,12 +91,15 @@ def test_every_deffcore_name_the_prose_shows_exists():
 
 
 def test_the_check_sees_imports_attributes_and_aliases():
-    code = "import deffcore as dc\nfrom deffcore.sharing import nothing_here\ndc.no_such_name(1)\n"
+    code = (
+        "import deffcore as dc\nfrom deffcore.views.sharing import nothing_here\n"
+        "dc.no_such_name(1)\n"
+    )
     assert names_used(code) == {
         "deffcore",
-        "deffcore.sharing.nothing_here",
+        "deffcore.views.sharing.nothing_here",
         "deffcore.no_such_name",
     }
     assert _resolves("deffcore.measure") and _resolves("deffcore.similarity_matrix")
-    assert not _resolves("deffcore.snapshot.headline_changes")  # the README's old example
+    assert not _resolves("deffcore.views.run_view.headline_changes")  # the README's old example
     assert not _resolves("deffcore.no_such_module.x")

@@ -1,4 +1,4 @@
-"""Geodesic efficiency and turning angles on closed forms (deffcore.geometry, SPEC 13)."""
+"""Geodesic efficiency and turning angles on closed forms (deffcore.measures.geometry, SPEC 13)."""
 
 from __future__ import annotations
 

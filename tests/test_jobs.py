@@ -1,4 +1,4 @@
-"""Background runs (deffcore.jobs): a job lands in the cache, reports progress, cancels cleanly
+"""Background runs (deffcore.work.jobs): a job lands in the cache, reports progress, cancels cleanly
 (leaving a partial entry that resumes, never a complete-looking one), and bad data is refused
 before any model loads."""
 

@@ -1,4 +1,4 @@
-"""The progress numbers of background runs (deffcore.jobs): ETA, tokens per second, and which
+"""The progress numbers of background runs (deffcore.work.jobs): ETA, tokens per second, and which
 finished jobs are kept (issue 17, untested behaviour). Driven with a fake clock and a fake
 `measure_spec`, so every number is checked against a hand computation."""
 

@@ -1,5 +1,6 @@
 """A model folder never runs its own code, and a lying safetensors header is one sentence
-(issue 17, Security 1 and Faults 7): `deffcore.model_files` and its use in `deffcore.models`."""
+(issue 17, Security 1 and Faults 7): `deffcore.inputs.model_files` and its use in
+`deffcore.inputs.loading`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""deffcore.models_overview: the one `model_family`, used by every page (issue 18)."""
+"""deffcore.views.models_overview: the one `model_family`, used by every page (issue 18)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A run in a notebook (deffcore.notebook): its HTML summary and the explorer's figures, and
+"""A run in a notebook (deffcore.views.notebook): its HTML summary and the explorer's figures, and
 docs/quickstart.ipynb, executed as a user runs it (nbclient + ipykernel) and committed
 without outputs."""
 

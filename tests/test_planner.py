@@ -1,4 +1,4 @@
-"""The planner (deffcore.planner, model_size, calibration, sweep_cost; `--plan`)."""
+"""The planner (deffcore.runs.planner, model_size, calibration, sweep_cost; `--plan`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A window run from a cached run of another N (deffcore.prefix_cache): bit-identical."""
+"""A window run from a cached run of another N (deffcore.extraction.prefix_cache): bit-identical."""
 
 from __future__ import annotations
 

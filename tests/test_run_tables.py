@@ -1,5 +1,6 @@
 """The tables pages show, computed in deffcore (no Streamlit): the paper's published gaps and
-controls (deffcore.paper) and one run's linear-vs-unbiased comparison (deffcore.run_tables)."""
+controls (deffcore.views.paper) and one run's linear-vs-unbiased comparison
+(deffcore.runs.tables)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Serving safely (deffcore.serving, issue 8.6): localhost binding, local-path policy, uploads."""
+"""Serving safely (deffcore.inputs.serving, issue 8.6): localhost binding, local-path policy,
+uploads."""
 
 from __future__ import annotations
 

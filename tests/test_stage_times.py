@@ -1,5 +1,5 @@
-"""One-off stages with their own estimate (deffcore.stage_times) and background tasks
-(deffcore.jobs.start_task): progress from the first second."""
+"""One-off stages with their own estimate (deffcore.runs.stage_times) and background tasks
+(deffcore.work.jobs.start_task): progress from the first second."""
 
 from __future__ import annotations
 

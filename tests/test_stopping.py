@@ -1,4 +1,5 @@
-"""The stopping rule (deffcore.stopping): targets, the optional-stopping guard, its CLI form."""
+"""The stopping rule (deffcore.statistics.stopping): targets, the optional-stopping guard, its CLI
+form."""
 
 from __future__ import annotations
 

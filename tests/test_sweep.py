@@ -1,4 +1,5 @@
-"""deffcore.sweep and `python -m deffcore sweep` without Ray: cells, manifests, the serial engine,
+"""deffcore.work.sweep and `python -m deffcore sweep` without Ray: cells, manifests, the serial
+engine,
 resumption, fault isolation, JSON shape, exit codes and Table S7's statistics.
 
 The Ray engine (local runtime with 2 workers, a joined head node) is in test_sweep_cluster.py.
@@ -279,7 +280,7 @@ def test_background_sweep_job(tiny_dataset):
     assert snap["state"] == "done" and snap["landed"] == 1 and snap["engine"] == "serial"
     assert snap["rows"][0]["status"] == "done"
     assert sweep_job("nope") is None
-    # a malformed sweep is refused when it is started, before it is queued (deffcore.jobs)
+    # a malformed sweep is refused when it is started, before it is queued (deffcore.work.jobs)
     with pytest.raises(DeffError, match="n must be"):
         start_sweep([Cell("tiny-llama", dataset=tiny_dataset)], n=2, engine="serial")
 

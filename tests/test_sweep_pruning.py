@@ -1,4 +1,4 @@
-"""The sweep's optional pruning column (deffcore.sweep.pruning_column): off by default, each
+"""The sweep's optional pruning column (deffcore.work.sweep.pruning_column): off by default, each
 trained cell's pruning check equal to `pruning_check` on the same settings, stored and read
 back, skipped cells and failed checks said in the row, the CLI flag and the manifest key."""
 

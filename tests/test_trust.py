@@ -1,4 +1,5 @@
-"""The trust rule (deffcore.trust_rule, `dc.trust`): a checkable claim, tested at its edges,
+"""The trust rule (deffcore.statistics.trust_rule, `dc.trust`): a checkable claim, tested at its
+edges,
 on states whose population value is known, and on a slice of the calibration harness."""
 
 from __future__ import annotations

@@ -6,8 +6,9 @@
 Live estimates (window modes, on by default; `--no-anytime` turns them off): a line on stderr
 at each mark of `anytime.schedule` (64, 128, 256, ... passages), written above the progress
 bar (`tqdm.write`); `--json` adds them as `anytime.trajectory`, a list. `--until solid|verdict`
-ends the run once the stopping rule (`deffcore.stopping`) says so and keeps a run of that N.
-`--plan` prints the planner's line (`deffcore.planner`) and exits without running: 0 when the
+ends the run once the stopping rule (`deffcore.statistics.stopping`) says so and keeps a run of
+that N.
+`--plan` prints the planner's line (`deffcore.runs.planner`) and exits without running: 0 when the
 run fits, 3 when it is refused (the sentence says why), before any model loads.
 """
 

@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     except KeyboardInterrupt:
-        # finished batches of an extraction are kept in the cache (deffcore.cache partials)
+        # finished batches of an extraction are kept in the cache (deffcore.extraction.cache
+        # partials)
         print(
             "interrupted: finished batches are kept; rerun the same command to resume.",
             file=sys.stderr,

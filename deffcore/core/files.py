@@ -1,6 +1,7 @@
 """The cache's files on disk: only what is provably deffcore's is written or deleted.
 
-One mechanism for every write and delete of `deffcore.cache` (complete entries, partial runs,
+One mechanism for every write and delete of `deffcore.extraction.cache` (complete entries, partial
+runs,
 locks) and of the BOS diagnostics beside a run:
 
 - `foreign_reason(folder)` says why a path named like a run entry is not provably ours, or
@@ -36,7 +37,7 @@ from deffcore.core.errors import CacheWriteError, DeffError, ForeignCacheEntryEr
 TMP_RE = re.compile(r"\..+\.tmp")
 #: Files of a complete entry.
 ENTRY_FILES = ("meta.json", "states.npz")
-#: Files other modules keep inside a run's entry (deffcore.diagnostics), deleted with it.
+#: Files other modules keep inside a run's entry (deffcore.lenses.diagnostics), deleted with it.
 SIDE_FILES = ("diagnostics.json", ".diagnostics.lock")
 PARTIAL = "partial"
 PARTIAL_NAMES = re.compile(r"manifest\.json|batch-\d{6}-\d{6}\.npz")

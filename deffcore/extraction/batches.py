@@ -42,7 +42,8 @@ class SavedBatch:
 
 
 class BatchCheckpoint(Protocol):
-    """Where `extract_pooled` keeps finished batches (`deffcore.cache.PartialRun` is one)."""
+    """Where `extract_pooled` keeps finished batches (`deffcore.extraction.cache.PartialRun` is
+    one)."""
 
     def resume(self, plan: dict[str, Any], order: list[int]) -> list[SavedBatch]:
         """The saved batches that continue `order` from its start, if saved under `plan`."""
@@ -66,7 +67,7 @@ def tokenize(
     tokenizer, passages: list[str], max_tokens: int, bos: str = "default"
 ) -> tuple[list[list[int]], list[int]]:
     """Token ids per passage with the tokenizer's special tokens (adjusted by the BOS option
-    `bos`, see `deffcore.tokens`), truncated to `max_tokens` (special tokens count).
+    `bos`, see `deffcore.inputs.tokens`), truncated to `max_tokens` (special tokens count).
 
     Returns (ids of kept passages, original index of each kept passage); passages with fewer
     than 2 tokens are not kept.

@@ -31,7 +31,7 @@ Only a *run entry* is ever listed, written or deleted: a real folder (never a li
 key (20 lowercase hex digits) that holds meta.json, states.npz or partial/ and nothing but those
 (and our temp and side files), none of them a link. Anything else named like a run's entry or
 lock is refused in one sentence and never read, written or deleted through
-(`deffcore.cache_files`, the one mechanism every write and delete goes through); every OS error
+(`deffcore.core.files`, the one mechanism every write and delete goes through); every OS error
 of the cache (a full disk, permissions) is one sentence (CacheWriteError) and leaves nothing
 half-written. States holding NaN or inf are never stored, and a stored entry holding them is
 corrupt.

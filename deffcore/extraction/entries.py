@@ -33,7 +33,7 @@ from deffcore.extraction.partial import partial_info
 def is_run_entry(folder: Path) -> bool:
     """True when `folder` is a run entry and holds nothing else: a key-named real folder with
     meta.json, states.npz and/or partial/ (and our temp and side files), none of them a link
-    (`deffcore.cache_files.foreign_reason`: every check is an lstat)."""
+    (`deffcore.core.files.foreign_reason`: every check is an lstat)."""
     return (
         is_key(folder.name)
         and files.is_real_dir(folder)

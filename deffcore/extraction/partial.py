@@ -28,7 +28,7 @@ _BATCH_RE = re.compile(r"batch-(\d{6})-(\d{6})\.npz")
 class PartialRun:
     """The finished batches of `spec`'s extraction, kept in `<key>/partial/` as it goes.
 
-    Implements `deffcore.extract.BatchCheckpoint`. Files:
+    Implements `deffcore.extraction.forward.BatchCheckpoint`. Files:
 
         manifest.json                {"format": 1, "key", "spec", "created", "plan": {...}}
         batch-<index>-<rows>.npz     one chunk of consecutive finished batches: slots (b,)

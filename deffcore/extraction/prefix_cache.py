@@ -1,7 +1,8 @@
 """A window run's batches from a cached run of the same settings with another N.
 
 A cache key holds N, so a run of 4,096 passages and one of 1,024 are two entries. But by the
-prefix property (`deffcore.anytime`: the sample is a seeded permutation truncated to N, and in
+prefix property (`deffcore.statistics.anytime`: the sample is a seeded permutation truncated to N,
+and in
 the window modes every batch has the same b passages) the first k rows of an N'-run are the
 rows a k-run computes, batch for batch, whenever k is a whole number of batches. So:
 

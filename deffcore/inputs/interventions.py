@@ -23,7 +23,7 @@ Decisions (SPEC section 9 is silent on the mechanics):
 - QK norms are any attention module holding both `q_norm` and `k_norm` (Gemma-3, OLMo-2,
   Qwen3). The intervention applies to every such module in the model.
 
-Part of the extraction pipeline (`deffcore.measurement.extract_spec` applies
+Part of the extraction pipeline (`deffcore.runs.measure.extract_spec` applies
 `RunSpec.intervention` around the forward passes); the lab that tabulates every pooling control
 under each intervention is `deffcore.labs.interventions`, which re-exports these names.
 """

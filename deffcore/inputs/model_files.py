@@ -7,7 +7,7 @@ Two ways a folder could hurt the machine that loads it, both refused here with o
   "Do you wish to run the custom code?" on stdin, or runs it with `trust_remote_code=True`).
   deffcore never runs a model's own code: such a folder is refused before transformers is
   asked, and every `from_pretrained`/`from_config` call passes `trust_remote_code=False`
-  (`deffcore.models`) so nothing can prompt or run even where this check does not look.
+  (`deffcore.inputs.loading`) so nothing can prompt or run even where this check does not look.
 - **Headers that lie.** A `.safetensors` file starts with an 8-byte little-endian header size
   and a JSON header listing each tensor's dtype, shape and byte range. A header claiming 2^62
   bytes, or a 2^20 x 2^20 tensor, makes the safetensors library fail with its own traceback or

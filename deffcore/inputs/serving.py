@@ -98,7 +98,8 @@ def check_local_path(path: str | Path, *, what: str = "path") -> Path:
 def looks_like_path(spec: str) -> bool:
     """Whether a model spec would be read from the local disk rather than the hub.
 
-    Mirrors `deffcore.models`: a `.gguf` name, anything that exists on disk, or a string that
+    Mirrors `deffcore.inputs.loading`: a `.gguf` name, anything that exists on disk, or a string
+    that
     starts like a path or has more than one '/' (a hub id is `org/name`).
     """
     spec = spec.strip()

@@ -7,7 +7,7 @@ architecture's default init under `torch.manual_seed(0)`, like every other `rand
 (SPEC section 8). `SHAPES` lists them; `shape_config(name)` is the transformers config.
 
 Tokenizer: a shape has no tokenizer of its own here (the real ones are hub downloads), so it uses
-the built-in byte tokenizer (`deffcore.tokenizers_builtin`, ids 0..258: valid in every shape's
+the built-in byte tokenizer (`deffcore.inputs.byte_tokenizer`, ids 0..258: valid in every shape's
 vocabulary), adding a BOS exactly when the published model's tokenizer does (Llama-3 and
 Gemma-3: yes; Qwen3 and SmolLM2: no), so the BOS and position-0 controls see the same
 convention as the real model. The config's pad/BOS/EOS ids are the byte tokenizer's. A window
@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-#: Byte tokenizer ids (`deffcore.tokenizers_builtin.SPECIAL_TOKENS`): <pad>, <bos>, <eos>.
+#: Byte tokenizer ids (`deffcore.inputs.byte_tokenizer.SPECIAL_TOKENS`): <pad>, <bos>, <eos>.
 _BYTE_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 
 

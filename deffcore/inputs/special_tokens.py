@@ -10,7 +10,8 @@ _PROBE = "a"
 def special_tokens(tokenizer: Any) -> tuple[list[int], list[int]]:
     """(prefix, suffix): the ids the tokenizer adds before and after a text by default.
 
-    Found by encoding one text with and without special tokens (`deffcore.tokens` builds every
+    Found by encoding one text with and without special tokens (`deffcore.inputs.tokens` builds
+    every
     passage's ids from these).
     """
     with_special = list(tokenizer(_PROBE).input_ids)

@@ -19,7 +19,7 @@ mutually dissimilar (S = I), about 1 when they are all the same (S = all-ones).
                          the measured lag profile (least squares on log rho over the lags with
                          rho > 0, line through the origin); `xi` is the correlation length.
 
-Beside them, the trajectory geometry of the layers (`deffcore.geometry`, SPEC 13): the
+Beside them, the trajectory geometry of the layers (`deffcore.measures.geometry`, SPEC 13): the
 geodesic efficiency theta_{1,L} / sum theta_{l,l+1} with theta = arccos S under each metric
 (with the orthogonal-update reference's value at the same L), and the Euclidean chord/path
 ratio and mean turning angle of the pooled-state trajectory (metric-independent).
@@ -157,7 +157,7 @@ def aggregation_table(
     pooling: str = "default",
     metrics: Sequence[str] = ("cka", "unbiased_cka", "cosine"),
 ) -> dict[str, Any]:
-    """All aggregations under every metric for one run (a `deffcore.measurement.Measurement`).
+    """All aggregations under every metric for one run (a `deffcore.runs.measure.Measurement`).
 
     Returns {"lab": "aggregations", "pooling", "layers", "rows": [{metric, aggregation, value,
     value_over_L}], "xi": {metric: xi}, "similarity": {metric: S as nested lists},
@@ -202,7 +202,7 @@ def aggregation_table(
 
 def _states_of(measurement: Any, pooling: str) -> np.ndarray | None:
     """The pooled states h_1 .. h_L (L, N, d) behind `measurement`, or None: a Measurement
-    has them, an app view (`deffcore.snapshot.RunView`) holds one or, for a snapshot, none."""
+    has them, an app view (`deffcore.views.run_view.RunView`) holds one or, for a snapshot, none."""
     if hasattr(measurement, "states"):
         return measurement.states(pooling)
     inner = getattr(measurement, "measurement", None)  # a view's live Measurement (property)

@@ -10,7 +10,8 @@ Three kinds of y (`deffcore.labs.panels` says where each number comes from):
   own D_eff/L, optionally with the paper's Table S17 models beside ours;
 - **trajectory geometry** (geodesic / Euclidean efficiency) of every cached run (Figure S6).
 
-Each correlation is `deffcore.correlation.correlate` (Pearson, Spearman with scipy's t p and the
+Each correlation is `deffcore.measures.correlation.correlate` (Pearson, Spearman with scipy's t p
+and the
 exact permutation p, n, leave-one-out and leave-one-family-out rows, a small-n warning).
 
 **Table S18 from the paper's own values** (`s18_check`). Table S17 prints six models' k_1.10;
@@ -218,7 +219,8 @@ def geometry_correlations(*, x: str = "deff_over_L", metric: str = "cka") -> dic
                 "pearson_r_deff_over_L_vs_geodesic_efficiency"
             ],
             "note": "The paper does not define its geodesic efficiency; ours is documented "
-            "in deffcore.geometry (SPEC 13), so the two r need not measure the same thing.",
+            "in deffcore.measures.geometry (SPEC 13), so the two r need not measure the "
+            "same thing.",
         },
     }
 

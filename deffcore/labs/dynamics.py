@@ -5,7 +5,7 @@ A checkpoint is one of
 - a local checkpoint folder (anything `load_model` reads: `save_pretrained` output),
 - a residual-carry lab checkpoint (`.pt`, see `deffcore.labs.residual_carry`).
 
-Each is measured like any run (HF and folders through `deffcore.measurement.measure`, so they are
+Each is measured like any run (HF and folders through `deffcore.runs.measure.measure`, so they are
 cached; carry checkpoints on the lab's fixed validation windows) and placed on the x axis by
 training tokens when known, else by step. A checkpoint that cannot be loaded (not on this
 machine, hub unreachable, unreadable) is kept as a *missing* point with its reason: it is

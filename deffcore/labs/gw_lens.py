@@ -1,6 +1,6 @@
 """The Gromov–Wasserstein lens of one run (paper Table S22): GW matrix beside CKA, stored.
 
-`gw_lens(measurement, ...)` computes `deffcore.gw.gw_matrix` on the run's pooled states
+`gw_lens(measurement, ...)` computes `deffcore.measures.gw.gw_matrix` on the run's pooled states
 h_1 .. h_L (one pooling) and the three Spearman correlations over layer pairs against the
 run's similarity matrix, and stores the result (`deffcore.labs.store`, lab "gw"), keyed by
 the run's cache key, the pooling, the similarity metric and every GW option, so the app and a

@@ -1,9 +1,9 @@
 """The interventions lab (paper Table S6): every pooling control under each norm intervention.
 
 `intervention_table` measures the controls under each intervention through
-`deffcore.measurement.measure_spec` (each intervention its own cached run). The interventions
+`deffcore.runs.measure.measure_spec` (each intervention its own cached run). The interventions
 themselves (Gemma-style post and QK norms replaced by identity at inference, with the decisions
-behind them) live in `deffcore.interventions`, part of the extraction pipeline, and are
+behind them) live in `deffcore.inputs.interventions`, part of the extraction pipeline, and are
 re-exported here so `from deffcore.labs.interventions import norm_intervention` keeps working.
 """
 

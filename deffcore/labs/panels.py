@@ -12,7 +12,7 @@ Model panels (one row per model, the x of a correlation with a user's scores):
   intervention). Landed cells (status done or cached, or no status column) of trained models
   with no intervention; a model with several cells gets their mean (`runs` counts them: a
   sweep's cells of one model are replicates over seeds or datasets).
-- `paper`: the paper's published models (`deffcore.sweep.paper_models`): deff_over_L and
+- `paper`: the paper's published models (`deffcore.work.sweep.paper_models`): deff_over_L and
   gap_pct where the paper prints them.
 
 A model in several sources takes the first of cached, sweep, paper (your own measurement
@@ -25,7 +25,7 @@ Point panels (one row per point, both x and y from the same place):
   model (the newest of those with the most held-out passages), x = D_eff/L of the check's own
   measured passages, y = k_110 / f_110; optionally the paper's Table S17 rows beside them.
 - `geometry_panel`: every cached run of trained weights (model-dataset pairs, as the paper's
-  Figure S6), x = its D_eff/L, y = its geodesic efficiency (`deffcore.geometry`).
+  Figure S6), x = its D_eff/L, y = its geodesic efficiency (`deffcore.measures.geometry`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _measurement(meta: dict[str, Any], metric: str) -> Any:
     from deffcore.lenses.diagnostics_store import spec_from_fields
     from deffcore.runs.measurement import Measurement
 
-    found = cache._read_entry(meta["key"])  # by key, as deffcore.sweep.cached_model_row
+    found = cache._read_entry(meta["key"])  # by key, as deffcore.work.sweep.cached_model_row
     if found is None:
         return None
     return Measurement(spec=spec_from_fields(meta["spec"]), pooled=found[0], metric=metric)

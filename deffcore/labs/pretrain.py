@@ -8,7 +8,7 @@ the four norm variants of Table S6/S8 and several seeds, on BBC-news token windo
 evaluation the lab records the validation loss and, on fixed probe windows, the gap to F_L of
 every pooling control, D_eff/L and the largest position-0 norm ratio.
 
-The variants are the same as the inference-time interventions (`deffcore.interventions`):
+The variants are the same as the inference-time interventions (`deffcore.inputs.interventions`):
 "no_post" makes the post-attention and post-feed-forward norms identities, "no_qk" the
 query/key norms, "no_post_no_qk" both. Here they are applied for the *whole* run, training
 and measurement (the hooks pass the norm's input through, so its weight gets no gradient and
@@ -20,9 +20,10 @@ Decisions:
   tokens exactly as a `windows` run (SPEC 12: each window starts with the tokenizer's BOS).
   Training batches are drawn with the run's seed; the probe windows (`n_probe`) and validation
   batches are fixed across runs and steps.
-- Measurement: `deffcore.extract.extract_pooled` on the probe windows (the model wrapped as a
+- Measurement: `deffcore.extraction.forward.extract_pooled` on the probe windows (the model wrapped
+as a
   `LoadedModel`; h_L before the final norm as always), then per pooling of
-  `deffcore.constants.POOLINGS` the depth summary of the lab's metric; `max_pos0_ratio` is the
+  `deffcore.core.constants.POOLINGS` the depth summary of the lab's metric; `max_pos0_ratio` is the
   maximum over h_0 .. h_L of the position-0 norm ratio (SPEC 2).
 - Optimiser: AdamW (beta2 = 0.95, weight decay 0.1), linear warm-up then cosine decay to
   lr/10 (`residual_carry.lr_schedule`), gradient clipping at 1.

@@ -449,7 +449,8 @@ def settings_from(preset: str = "cpu", **overrides: Any) -> CarrySettings:
 def paper_carry_rows() -> list[dict[str, Any]]:
     """Table S14 of the paper (12-layer nanoGPT on shakespeare_char, iter 5000), display only.
 
-    Read from the project's copy of the published values (`deffcore.paper`): one dict per gamma
+    Read from the project's copy of the published values (`deffcore.views.paper`): one dict per
+    gamma
     with `gamma, val_loss, deff_h_over_L, rho1, f_over_h`, largest gamma first.
     """
     from deffcore.views.paper import paper_rows

@@ -19,11 +19,11 @@ interval of Delta lies on one side of T:
     Delta +- (e_default + e_no_pos0),   e = 100 x error x D_eff/L x (L+1)/2   (gap points)
 
 where `error` is the trust rule's estimated relative error of D_eff/L (bias + spread,
-`deffcore.trust_rule`); adding the two errors ignores that the two poolings share their
+`deffcore.statistics.trust_rule`); adding the two errors ignores that the two poolings share their
 passages (their errors are correlated), so the interval is conservative. Otherwise, or when
 either number's trust level is "noise", the answer is "cannot tell yet" with the action that
 would tell (more passages, sized from the interval's distance to T). When no_pos0 is the same
-control as default for the run (`deffcore.diagnostics.no_pos0_identity`: position 0 is one
+control as default for the run (`deffcore.statistics.verdict.no_pos0_identity`: position 0 is one
 vector in every passage and centring removes it), the answer is certain: not an artefact.
 
 Calibration (`tests/test_bos_answer.py`, `benchmarks/bench_bos_answer_calibration.py`, table

@@ -19,7 +19,8 @@ def bos_report(
     """The `bos` command's JSON object (see `python -m deffcore bos --help`).
 
     Each result names the control it is identical to for this run (`identical_to`, else None);
-    `trust` is the default pooling's trust (`deffcore.trust_rule.measurement_trust`, with a
+    `trust` is the default pooling's trust (`deffcore.statistics.trust_rule.measurement_trust`,
+    with a
     `bootstrap`-replicate interval when given).
     """
     from deffcore.core.constants import POOLINGS

@@ -92,7 +92,7 @@ def _top_right_singular_vectors(xc: torch.Tensor, k: int) -> torch.Tensor:
 def apply_pc_control(states: Any, control: str) -> np.ndarray | torch.Tensor:
     """states (L, N, d) -> (L, N, d) with `remove_top_pcs` applied per layer.
 
-    control: "top1_pc" or "top3_pc" (see `deffcore.constants.PC_CONTROLS`).
+    control: "top1_pc" or "top3_pc" (see `deffcore.core.constants.PC_CONTROLS`).
     """
     if control not in PC_CONTROLS:
         raise DeffError(f"Unknown PC control {control!r}; choose one of {', '.join(PC_CONTROLS)}.")

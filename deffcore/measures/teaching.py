@@ -14,7 +14,8 @@ The story builds one construction step by step (each step keeps the knobs of the
                                   every 0 <= rho < 1, so the construction can be sampled)
     6 finite-sample bias          linear CKA measured on N passages of d features
 
-Steps 2-5 are `deffcore.references.accumulated_similarity(a, a0=, r=)` (SPEC section 5), the
+Steps 2-5 are `deffcore.measures.references.accumulated_similarity(a, a0=, r=)` (SPEC section 5),
+the
 population ("N -> infinity") linear CKA of isotropic Gaussian constructions.
 
 Finite-sample bias (step 6), derived here. Let the states be jointly Gaussian, independent

@@ -12,7 +12,8 @@ batches for resume, so nothing inside the extraction changed), and each mark of
 with it (the CLI prints it, the app's job keeps it). Chunks come at most every
 `extract.CHECKPOINT_EVERY_S` seconds, so an estimate lands within that time of its batches.
 
-With a stopping rule (`deffcore.stopping.StopRule`) the run ends before its next batch once
+With a stopping rule (`deffcore.statistics.stopping.StopRule`) the run ends before its next batch
+once
 the rule says so (or at once when a resumed prefix already settles it), and the first k
 passages, k the mark it stopped at, are stored as a normal complete run of N = k
 (`prefix_cache.pooled_from_rows`: bit-identical to an uninterrupted k-run; a later run of any
@@ -53,7 +54,7 @@ from deffcore.statistics.stopping import StopRule
 class LiveRun:
     """The outcome of `measure_live` (module docstring)."""
 
-    measurement: Any  # deffcore.measurement.Measurement
+    measurement: Any  # deffcore.runs.measure.Measurement
     trajectory: list[Estimate]
     stopped: bool
     requested_n: int

@@ -58,10 +58,11 @@ def extract_spec(
     The dataset is opened before the model loads, so a bad dataset fails in milliseconds.
     `loaded` reuses a model already in memory (it must be `spec.model` at `spec.revision`).
     The intervention named by `spec.intervention` is applied around the extraction.
-    `checkpoint` keeps finished batches and resumes them (`deffcore.cache.PartialRun(spec)`);
+    `checkpoint` keeps finished batches and resumes them
+    (`deffcore.extraction.cache.PartialRun(spec)`);
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
     `documents`: the run's texts when they are not `spec.dataset`'s (a notebook's list of
-    strings, `deffcore.external`); None reads them from the dataset.
+    strings, `deffcore.runs.external`); None reads them from the dataset.
     """
     device = device or resolve_device_dtype(None, spec.dtype)[0]
     documents = run_texts(spec) if documents is None else documents
@@ -123,9 +124,10 @@ def measure_spec(
     (`Measurement.resumed_passages` says how many passages were resumed).
     `use_cache=False` recomputes without reading or writing the cache at all.
     Window runs also reuse a cached run of the same settings with another N, bit-identically
-    (`deffcore.prefix_cache`: a larger run resumes from a smaller one's batches, a smaller one
+    (`deffcore.extraction.prefix_cache`: a larger run resumes from a smaller one's batches, a
+    smaller one
     is a larger one's first rows); `tap(batch)` sees every finished chunk of batches
-    (`deffcore.anytime_run`: the live estimates).
+    (`deffcore.runs.anytime_run`: the live estimates).
     """
     from deffcore.extraction import prefix_cache
 
@@ -205,7 +207,7 @@ def measure(
     `model` is a model spec (a name, path or hub id; `n` defaults to 512) or, in a notebook, a
     loaded transformers model with its `tokenizer`: `measure(model, tokenizer, texts)`, where
     `texts` (the `dataset`) is a list of strings or a dataset spec. A loaded model is cached
-    only when `cache_id` names it (see `deffcore.external`, which also takes a list of strings
+    only when `cache_id` names it (see `deffcore.runs.external`, which also takes a list of strings
     with a model spec).
     An interrupted run resumes from its last finished batch; `use_cache=False` neither reads
     nor writes the cache; `should_stop` cancels between batches (see `measure_spec`).
@@ -291,7 +293,7 @@ def measure_model(
 ) -> Measurement:
     """Measure a transformers model in memory with its tokenizer (`measure(model, tokenizer,
     texts)`): the extraction of a named run on its own weights, in eval mode; cached only under
-    `cache_id` (see `deffcore.external` for the key). `random_seeds`: the same config freshly
+    `cache_id` (see `deffcore.runs.external` for the key). `random_seeds`: the same config freshly
     initialised per seed, as `Measurement.random_null`."""
     spec, loaded, docs, ids, seeds = external.plan_loaded_run(
         model,
@@ -366,7 +368,8 @@ def measure_states(
     dataset: str = "states",
 ) -> Measurement:
     """Measure hidden states computed elsewhere: h_0 .. h_L, each (N, T, d), with the attention
-    mask (N, T), pooled by the extraction's pooler (`deffcore.external`, which documents what to
+    mask (N, T), pooled by the extraction's pooler (`deffcore.runs.external`, which documents what
+    to
     pass from transformers, TransformerLens and nnsight). `name`/`dataset` label the run
     (model "states:<name>"); nothing is cached."""
     check_choice(metric, METRICS, "metric")

@@ -246,7 +246,8 @@ class Measurement:
             }
         return out
 
-    # -- In a notebook (deffcore.notebook): the same view a shared snapshot gets ---------------
+    # -- In a notebook (deffcore.views.notebook): the same view a shared snapshot gets
+    # ---------------
 
     def view(self, label: str | None = None):
         """This run as a `snapshot.MeasurementView` (what the explorer's pages read)."""
@@ -261,12 +262,13 @@ class Measurement:
         K: int | None = None,
         ci: tuple[float, float] | None = None,
     ):
-        """Trust level of the headline (`deffcore.trust_rule.Trust`: level, reasons, action)."""
+        """Trust level of the headline (`deffcore.statistics.trust_rule.Trust`: level, reasons,
+        action)."""
         return self.view().trust(pooling, metric or self.metric, K, ci)
 
     def figure(self, name: str = "heatmap", **options: Any):
         """The explorer's Plotly figure: "heatmap", "lag", "gap" or "controls" (options:
-        pooling, metric, K, paper; see `deffcore.notebook.run_figure`)."""
+        pooling, metric, K, paper; see `deffcore.views.notebook.run_figure`)."""
         options.setdefault("metric", self.metric)
         return self.view().figure(name, **options)
 

@@ -4,9 +4,9 @@
     print(plan.line())          # one line: passages, tokens, time, memory, disk
     plan.refusal                # one sentence when it will not fit, else None
 
-Everything here is computed from shapes (`deffcore.model_size`: L, d, d_ff, heads, vocab from
+Everything here is computed from shapes (`deffcore.inputs.model_size`: L, d, d_ff, heads, vocab from
 a config or GGUF header, never the weights) and, for time, from this machine's measured
-throughput (`deffcore.calibration`), so a plan that refuses never loads a model.
+throughput (`deffcore.runs.calibration`), so a plan that refuses never loads a model.
 
 Time = model load + extraction (tokens / calibrated tokens per second) + the estimates shown
 while it runs (one at each mark of `anytime.schedule`, priced by the calibration's two timed

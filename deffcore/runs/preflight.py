@@ -1,11 +1,11 @@
 """The checks a run passes before anything loads: its arguments, model path and data.
 
-`plan(**run)` is `deffcore.measurement.run_spec(**run)` followed by `check(spec)`: the model
+`plan(**run)` is `deffcore.runs.preflight.run_spec(**run)` followed by `check(spec)`: the model
 path, the dataset (opened and sampled: an empty, unreadable or too small file fails here) and,
-for token windows, the window count (`deffcore.tokens.count_windows`). Hub datasets are not
+for token windows, the window count (`deffcore.inputs.tokens.count_windows`). Hub datasets are not
 opened here (network): the worker opens them first, still before the model. Errors name the
 user's own file when `names` maps a saved path to it (`display`: uploads are stored under a
-hash name). `deffcore.jobs.start` runs `check` before it queues a run.
+hash name). `deffcore.work.jobs.start` runs `check` before it queues a run.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def display(text: str, names: dict[str, str] | None) -> str:
 def plan(
     *, names: dict[str, str] | None = None, windows: int | None = None, **run: Any
 ) -> tuple[RunSpec, str]:
-    """`deffcore.measurement.run_spec(**run)` followed by `check`: (spec, device) of a run
+    """`deffcore.runs.preflight.run_spec(**run)` followed by `check`: (spec, device) of a run
     whose arguments, model path and data were checked before anything loads; errors name the
     user's files (`names`). `windows`: the window count when the caller already knows it."""
     try:

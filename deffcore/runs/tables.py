@@ -1,6 +1,7 @@
 """Tables of one run's numbers that the pages show beside their charts (DataFrames, no Streamlit).
 
-A *view* is a `deffcore.snapshot.RunView`: a measured run or a shipped snapshot, both answering
+A *view* is a `deffcore.views.run_view.RunView`: a measured run or a shipped snapshot, both
+answering
 `headline(pooling, metric, K)`.
 """
 

@@ -18,7 +18,7 @@ fluke grows with every look. The guard: a stop needs the target met at CONFIRM c
 estimates (k and 2k passages: the second one holds k new passages the first never saw) and
 at least MIN_STOP_N passages. The stopping rule is part of what is calibrated:
 `benchmarks/bench_stopping.py` simulates it on the closed-form constructions
-(`deffcore.teaching`, population S in closed form) and compares how often a stopped number
+(`deffcore.measures.teaching`, population S in closed form) and compares how often a stopped number
 is within the rule's promise (2% of the truth for "solid", the right regime for a settled
 verdict) with how often a fixed-N number the rule calls solid is (table in BENCHMARKS.md).
 """

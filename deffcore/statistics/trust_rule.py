@@ -25,7 +25,7 @@ and says
     indicative  everything else
 
 Calibration (`benchmarks/bench_trust_calibration.py`, table in BENCHMARKS.md): states
-sampled from the teaching constructions (`deffcore.teaching`, population S in closed form)
+sampled from the teaching constructions (`deffcore.measures.teaching`, population S in closed form)
 over a grid of L, N, d, update sizes, h_0 and update correlations, with both metrics; goals
 "solid" within 2% of the truth in >= 95% of cases and never off by more than 5%, and "noise"
 wherever the error exceeds 10%. The constructions are Gaussian; real residual streams

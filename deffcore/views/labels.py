@@ -67,7 +67,8 @@ def label_fields(spec: dict[str, Any]) -> dict[str, str]:
     base, weights = _split_model(full["model"])
     revision = full.get("revision")
     if str(base).startswith("loaded:"):
-        revision = None  # a notebook model's fingerprint (deffcore.external): the key's, not a name
+        # a notebook model's fingerprint (deffcore.runs.external): the key's, not a name
+        revision = None
     return {
         "model": base,
         "weights": weights or "trained",

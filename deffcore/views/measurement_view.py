@@ -12,7 +12,7 @@ from deffcore.views.run_view import RunView
 
 
 class MeasurementView(NotebookDisplay, RunView):
-    """A live `deffcore.measurement.Measurement` (its similarity matrices are memoised there)."""
+    """A live `deffcore.runs.measure.Measurement` (its similarity matrices are memoised there)."""
 
     source = "measured"
 

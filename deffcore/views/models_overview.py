@@ -3,7 +3,7 @@
 `model_family` is the one family label of a model spec (every page uses it): the paper's
 family names (`FAMILIES`, first match wins), "random-weight null" for a `random:<m>:<seed>`
 spec, "other" for a name no family matches. A measured run's row is
-`deffcore.run_tables.model_row` (it needs the run, which this module stays below: the
+`deffcore.runs.tables.model_row` (it needs the run, which this module stays below: the
 notebook's gap figure labels its bars with `model_family`), and `run_tables.models_table` joins
 them with the paper's rows, one run once, each labelled by what tells it apart. Columns are
 added to a row in one place (`paper_models` or `run_tables.model_row`).

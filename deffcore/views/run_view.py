@@ -130,7 +130,8 @@ class RunView:
         K: int | None = None,
         ci: tuple[float, float] | None = None,
     ) -> Any:
-        """How far to trust this headline (`deffcore.trust_rule.trust_badge`): N against d, whether
+        """How far to trust this headline (`deffcore.statistics.trust_rule.trust_badge`): N against
+        d, whether
         the CKA bias moves D_eff/L (against unbiased CKA, when the run has it), the bootstrap
         interval `ci` when one was computed, the random-weight band when the run has one."""
         from deffcore.statistics.trust_rule import trust_badge

@@ -110,7 +110,7 @@ def _plain(obj: Any) -> Any:
 def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
     """Everything the pages read from a run, as a JSON-ready dict (~150 kB for L = 30).
 
-    measurement: a `deffcore.measurement.Measurement` (with `random_null` when measured with
+    measurement: a `deffcore.runs.measure.Measurement` (with `random_null` when measured with
     `random_seeds`, so the Baselines page can show the null band without running anything).
     """
     view = MeasurementView(measurement)

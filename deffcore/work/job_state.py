@@ -52,7 +52,7 @@ class JobStatus:
     ahead: int  # jobs queued or running before this one
     kind: str = "run"  # "run" (one RunSpec), "sweep" (done/total count cells) or "task"
     datasets: tuple[str, ...] = ()  # every dataset the job reads (uploads in use stay)
-    #: the expected seconds of a one-off stage (`deffcore.stage_times`), None when unknown
+    #: the expected seconds of a one-off stage (`deffcore.runs.stage_times`), None when unknown
     stage_estimate_s: float | None = None
     label: str = ""  # a task's name for people
     result: Any = None  # a finished task's plain result
@@ -138,7 +138,7 @@ def task_line(status: JobStatus) -> str:
 class SweepWork:
     """What a sweep job runs (a plan checked when it was started) and what has landed."""
 
-    plan: Any  # deffcore.sweep.runner.SweepPlan
+    plan: Any  # deffcore.work.sweep.runner.SweepPlan
     rows: list[dict[str, Any]] = field(default_factory=list)
     engine: str | None = None
     address: str | None = None

@@ -95,7 +95,7 @@ def _progress(job: Job):
 
 def _measure(job: Job) -> Any:
     """The job's run: with live estimates (and a stop when settled) where its passages allow
-    them (`deffcore.anytime_run`), else a plain `measure_spec`."""
+    them (`deffcore.runs.anytime_run`), else a plain `measure_spec`."""
     from deffcore.extraction.prefix import prefix_refusal
     from deffcore.runs import measure
 

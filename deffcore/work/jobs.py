@@ -10,7 +10,7 @@
 
 A Streamlit page only draws: a run started from it goes to this process-wide registry and one
 worker thread, so switching pages or reloading the browser does not stop it. The thread runs
-`deffcore.measurement.measure_spec`, so the cache stays the state of record: a job's result is
+`deffcore.runs.measure.measure_spec`, so the cache stays the state of record: a job's result is
 its cache entry (`result_key`), read back by key; an interrupted or cancelled run leaves a
 *partial* entry (never a complete-looking one) that the same spec resumes.
 
@@ -23,14 +23,14 @@ Decisions:
   worker waits for them: Ray, not this queue, schedules a cluster.
 - Starting a spec that is already queued or running returns that job (two tabs, one run).
 - `start` checks what can be checked cheaply BEFORE anything loads (`check`, from
-  `deffcore.preflight`, re-exported here with `plan` and `display`): the model path and the
+  `deffcore.runs.preflight`, re-exported here with `plan` and `display`): the model path and the
   data; errors name the user's own file.
 - Rates: passages per second over the extraction batches seen so far (the model load is not in
   it); tokens per second = that rate x max_tokens, exact for token windows (every window is
   max_tokens long) and an upper bound for documents (`tokens_exact` False); once done, the
   rate x the run's exact mean tokens per passage. ETA = remaining passages / rate.
 - Window runs show live estimates (issue 23): the worker runs them through
-  `deffcore.anytime_run.measure_live`, each estimate lands in the job's `estimates` as plain
+  `deffcore.runs.anytime_run.measure_live`, each estimate lands in the job's `estimates` as plain
   data, and `stop_when_settled(job_id)` makes the run stop once the BOS verdict is settled
   (a stopping rule read before every batch, so it may be asked while the run goes), keeping a
   run of that N (`result_key` names it, `stopped_at` says where). Documents runs have none.
@@ -96,13 +96,13 @@ def start(
 
 
 def start_sweep(cells: Sequence[Any], **options: Any) -> str:
-    """Queue a sweep of `cells` (`deffcore.sweep.run_sweep` options) -> its job id.
+    """Queue a sweep of `cells` (`deffcore.work.sweep.run_sweep` options) -> its job id.
 
-    The sweep is checked here, before it is queued (`deffcore.sweep.plan_sweep`: at most
+    The sweep is checked here, before it is queued (`deffcore.work.sweep.plan_sweep`: at most
     `MAX_CELLS` distinct cells, known interventions, and the options every cell shares): a
     malformed sweep raises its DeffError and nothing is queued. A cell whose own model or
     dataset is refused does not refuse the sweep; it fails alone, with its sentence, when the
-    sweep runs (`deffcore.sweep_checks.cell_specs`, as `deffcore sweep` does). It then waits
+    sweep runs (`deffcore.work.sweep.checks.cell_specs`, as `deffcore sweep` does). It then waits
     its turn in the one queue like a run (never two extractions at once), `cancel` stops it
     before its next cell or batch (the cells that landed stay in the cache), and once finished
     it is forgotten like a run (`KEEP_FINISHED`). `sweep_job(job_id)` follows it.
@@ -213,7 +213,8 @@ def cancel(job_id: str) -> bool:
 
 def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
     """Ask a running window run to stop once `target` ("verdict" or "solid",
-    `deffcore.stopping`) is met (at once when its latest estimates already meet it), keeping
+    `deffcore.statistics.stopping`) is met (at once when its latest estimates already meet it),
+    keeping
     what it extracted as a run of that N. False when the job is unknown, finished, or not a
     run whose estimates can stop it (`anytime.prefix_refusal`)."""
     from deffcore.extraction.prefix import prefix_refusal

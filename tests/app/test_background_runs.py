@@ -1,7 +1,7 @@
 """AppTest of background runs (issue 12.1), the trust badge on the first page (12.2), the
 navigation and words (12.4), and the local-path setting in the app (8.6).
 
-A run started from the sidebar goes to `deffcore.jobs` (a worker thread of this process), so
+A run started from the sidebar goes to `deffcore.work.jobs` (a worker thread of this process), so
 these tests drive the app like a browser would: `_deff_run_wait_s = 0` makes the Run click
 return at once (a browser then polls with a fragment; AppTest reruns by hand), and a gate on
 the model loader holds a run in "loading model" while the test switches pages or cancels.

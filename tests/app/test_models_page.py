@@ -3,7 +3,7 @@ and the paper's models, labels runs by what differs, carries N / trust / bias pe
 when rows differ, and lists cached runs, filters, export, charts, and a sweep from the form.
 
 Expected numbers come from `measure` called directly (the same cache entry the page reads), the
-shipped snapshots (`load_gallery`) and `deffcore.sweep.paper_models` (the packaged paper CSV).
+shipped snapshots (`load_gallery`) and `deffcore.work.sweep.paper_models` (the packaged paper CSV).
 """
 
 from __future__ import annotations

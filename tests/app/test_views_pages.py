@@ -243,7 +243,7 @@ def test_gap_page_labels_are_unique_and_precomputed_runs_are_shown(app, runs):
     if load_gallery():
         pre = next(t for t in fig["data"] if t["name"] == "precomputed")
         assert all(y.endswith("(precomputed)") for y in pre["y"])
-    # the paper's values come from the package's own copy (deffcore.paper)
+    # the paper's values come from the package's own copy (deffcore.views.paper)
     from deffcore.views.paper import paper_reference_path
 
     if paper_reference_path() is not None:

@@ -1,4 +1,4 @@
-"""Every option a widget offers has a glossary entry (`deffcore.glossary.term_for`): the test
+"""Every option a widget offers has a glossary entry (`deffcore.views.glossary.term_for`): the test
 opens every page, enumerates its radios, select boxes, multiselects and select sliders, and
 looks each option up. Widgets that choose *data* (a model, a run, a number, a preset, a
 passage) are listed apart with why; every other widget offers words a person may not know."""

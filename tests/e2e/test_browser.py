@@ -321,7 +321,7 @@ TINY = {"model": "tiny-llama", "n": 1024, "max_tokens": 64}
 def test_a_run_survives_a_page_switch_and_lands(server, page):
     """Start a tiny-llama run, open another page while it runs, come back: it lands.
 
-    Relies on ui-run's background runs (issue 12.1, `deffcore.jobs`): leaving the page must
+    Relies on ui-run's background runs (issue 12.1, `deffcore.work.jobs`): leaving the page must
     not stop the run. N = 1024 passages keep the run busy for several seconds, longer than the
     page switch. tiny-llama is the demo model listed in the sidebar by default.
     """

@@ -7,12 +7,12 @@
 `cells` (cells, grids, manifests and their checks), `runner` (the driver and the worker side:
 `plan_sweep`, `run_sweep`, `compute_cell`), `ray_runtime` (join a cluster or start a private
 local runtime), `table_s7` (paper Table S7 as one sweep). A background sweep (the Models page)
-is a job of `deffcore.jobs`, the one registry and queue of background work. The Models overview
-(`model_family`, `paper_models`) lives in `deffcore.models_overview`, a cached run's row in
-`deffcore.run_tables.cached_model_row`.
+is a job of `deffcore.work.jobs`, the one registry and queue of background work. The Models overview
+(`model_family`, `paper_models`) lives in `deffcore.views.models_overview`, a cached run's row in
+`deffcore.runs.tables.cached_model_row`.
 
-Every public name is re-exported here: `from deffcore.sweep import run_sweep` keeps working;
-`start_sweep` and `sweep_job` are `deffcore.jobs`'s (resolved on first use, so importing this
+Every public name is re-exported here: `from deffcore.work.sweep import run_sweep` keeps working;
+`start_sweep` and `sweep_job` are `deffcore.work.jobs`'s (resolved on first use, so importing this
 package stays light).
 """
 
@@ -90,7 +90,8 @@ __all__ = [
     "worker_id",
 ]
 
-#: Names that live in `deffcore.jobs` (imported on first use: jobs imports the cache and torch).
+#: Names that live in `deffcore.work.jobs` (imported on first use: jobs imports the cache and
+# torch).
 _FROM_JOBS = ("start_sweep", "sweep_job")
 __all__ += list(_FROM_JOBS)
 
@@ -100,4 +101,4 @@ def __getattr__(name: str):
         from deffcore.work import jobs
 
         return getattr(jobs, name)
-    raise AttributeError(f"module 'deffcore.sweep' has no attribute {name!r}")
+    raise AttributeError(f"module 'deffcore.work.sweep' has no attribute {name!r}")

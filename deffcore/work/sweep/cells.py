@@ -138,7 +138,7 @@ def checkpoint_cells(root: str | Path, **axes: Any) -> list[Cell]:
 
 _CELL_FIELDS = ("model", "revision", "seed", "intervention", "dataset")
 #: Top-level manifest keys the cells ignore: the run settings and model sizes the planner
-#: reads (`deffcore.sweep_cost.manifest_extras`) and free text.
+#: reads (`deffcore.work.sweep.cost.manifest_extras`) and free text.
 MANIFEST_EXTRAS = ("settings", "sizes", "about")
 _AXES = ("models", "revisions", "random_seeds", "trained", "interventions", "datasets")
 
@@ -150,7 +150,7 @@ def manifest_cells(path: str | Path) -> list[Cell]:
     of `grid_cells`: models, revisions, random_seeds, trained, interventions, datasets). A cell
     is a mapping with `model` and optionally revision, seed (random-weight seed), intervention,
     dataset; a bare string is a model. A top-level `pruning` key turns on the sweep's pruning
-    column (read by `deffcore.sweep.pruning_column.manifest_pruning`).
+    column (read by `deffcore.work.sweep.pruning_column.manifest_pruning`).
     """
     path = Path(path).expanduser()
     try:

@@ -13,7 +13,7 @@ whole sweep, and a Ray address that does not answer.
   thread with a deadline, so the main thread stays responsive to signals and a cluster that
   does not answer fails in one sentence within `JOIN_TIMEOUT_S`.
 
-deffcore.sweep calls these and re-exports SweepError; nothing here imports deffcore.sweep.
+deffcore.work.sweep calls these and re-exports SweepError; nothing here imports deffcore.work.sweep.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ PROBE_TIMEOUT_S = 5.0
 
 class SweepError(DeffError):
     """A malformed sweep: no cells, a bad axis value, an unreadable manifest, a bad engine, a
-    Ray address that does not answer (deffcore.sweep re-exports it)."""
+    Ray address that does not answer (deffcore.work.sweep re-exports it)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,7 +45,7 @@ def cell_specs(
     """(spec or None per cell, its one-sentence error or None, device, dtype).
 
     `shared`: n, max_tokens, seed, metric, device, dtype, passages, bos, batch_size,
-    device_here (as `deffcore.measurement.run_spec` takes them). A bad shared option raises
+    device_here (as `deffcore.runs.preflight.run_spec` takes them). A bad shared option raises
     (the whole sweep is malformed); a cell whose model or dataset is refused gets its error.
     """
     from deffcore.runs.preflight import check_run_options, run_spec

@@ -8,7 +8,7 @@ A sweep manifest may carry, beside its `cells` / `grid`, the run settings it was
 (`settings`: n, max_tokens, seed, passages, bos, dtype; the command line overrides them) and
 the sizes of its models (`sizes`: {model id: {layers, d_model, d_ff, heads, kv_heads,
 head_dim, vocab, gated, tied, source}}), so a sweep of hub models plans offline: nothing is
-downloaded, no model loads. Each cell is planned by `deffcore.planner.plan_run`; a model this
+downloaded, no model loads. Each cell is planned by `deffcore.runs.planner.plan_run`; a model this
 machine cannot load (a hub id) is never calibrated: its time is scaled by block parameters
 from a calibration of another model on this device (`planner._scaled`), and when there is
 none, the packaged SmolLM2 is calibrated once as this machine's reference (said so). The GPU
@@ -214,7 +214,7 @@ def _hub_refusal(dataset: str) -> str | None:
 
 
 def planned(cells: list, **options: Any) -> tuple[Any, list[str]]:
-    """`deffcore.sweep.plan_sweep(cells, **options)` and notes. A hub dataset this machine
+    """`deffcore.work.sweep.plan_sweep(cells, **options)` and notes. A hub dataset this machine
     cannot open (offline) does not stop a plan, which reads no data: its cells are checked
     with a stand-in dataset instead, the plan keeps their own dataset's name, and a note says
     so. A cell refused for anything else keeps its refusal (a refused cell fails alone,
@@ -253,7 +253,7 @@ def sweep_cost(
     max_memory: int | str | None = None,
     calibrate: str = "auto",
 ) -> SweepCost:
-    """The cost of a checked sweep (`deffcore.sweep.plan_sweep`'s SweepPlan)."""
+    """The cost of a checked sweep (`deffcore.work.sweep.plan_sweep`'s SweepPlan)."""
     cost = SweepCost(cells=[], device=plan.device)
     specs = [s for s in plan.specs if s is not None]
     if any(not _calibratable(s.model) for s in specs):

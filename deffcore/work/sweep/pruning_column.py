@@ -78,7 +78,7 @@ def pruning_options(value: Any, where: str = "pruning") -> PruningOptions | None
 
 def manifest_pruning(path: str | Path) -> PruningOptions | None:
     """The pruning column a sweep manifest asks for (its top-level `pruning` key), or None.
-    The manifest itself is checked by `deffcore.sweep.cells.manifest_cells`, read first."""
+    The manifest itself is checked by `deffcore.work.sweep.cells.manifest_cells`, read first."""
     import json
 
     path = Path(path).expanduser()

@@ -2,14 +2,15 @@
 
 1. `plan_sweep` checks the sweep (cells, engine, pooling, resources) and the options every cell
    shares, before anything runs (a bad one refuses the sweep); then each cell's spec is built on
-   its own (`deffcore.sweep_checks.cell_specs`): a cell whose model or dataset is refused (an
+   its own (`deffcore.work.sweep.checks.cell_specs`): a cell whose model or dataset is refused (an
    unknown tiny model, a corrupt GGUF, a missing dataset) is planned as failed, with its
    sentence, and fails alone while the others run;
 2. the cache is read first: a cell already there is "cached" (nothing is recomputed, so an
    interrupted sweep resumes where it stopped);
-3. the others are computed by `compute_cell` (`deffcore.measurement.extract_spec`), each one Ray
+3. the others are computed by `compute_cell` (`deffcore.runs.measure.extract_spec`), each one Ray
    task or, with engine "serial", one after the other in this process. A worker returns the
-   cell's pooled states to the driver, which stores them with `deffcore.cache.store`: workers
+   cell's pooled states to the driver, which stores them with `deffcore.extraction.cache.store`:
+   workers
    need no shared disk and never write the cache;
 4. a failing cell (unknown model, hub offline, out of memory, a worker that died) gets status
    "failed" with its one-sentence error while the other cells finish.
@@ -259,7 +260,7 @@ def plan_sweep(
 ) -> SweepPlan:
     """Check a sweep before anything runs -> its plan (nothing is read, loaded or computed).
 
-    `pruning`: the optional pruning column (`deffcore.sweep.pruning_column`): None/False off,
+    `pruning`: the optional pruning column (`deffcore.work.sweep.pruning_column`): None/False off,
     True with the default sizes, or {n, n_heldout}.
 
     Raises SweepError (a DeffError) for a malformed sweep: no cells, too many, a bad engine,
