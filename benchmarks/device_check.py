@@ -558,7 +558,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--carry-steps", type=int, default=400)
     ap.add_argument("--models", default=",".join(PACKAGED), help="the dtype section's models")
     ap.add_argument("--before-extract", default=None,
-                    help="extract.py before issue 22 (git show 13212b1:deffcore/extract.py)")  # noqa: E501  # fmt: skip
+                    help="extract.py before issue 22 (git show 13212b1:...)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test of the script)")
     ap.add_argument(
         "--sections",
