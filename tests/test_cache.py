@@ -17,6 +17,7 @@ from deffcore.core.errors import CacheCorruptError, DeffError
 from deffcore.extraction import cache, entries, partial
 from deffcore.extraction.cache import UnknownRunError
 from deffcore.extraction.pooling import PooledStates
+from deffcore.inputs import run_spec
 from deffcore.inputs.run_spec import RunSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,7 +86,7 @@ def test_key_changes_with_every_field(change):
 
 
 def test_key_changes_with_code_version_and_file_content(monkeypatch, tmp_path):
-    monkeypatch.setattr(cache, "CODE_VERSION", "999")
+    monkeypatch.setattr(run_spec, "CODE_VERSION", "999")  # RunSpec.key() hashes it
     key_999 = SPEC.key()
     monkeypatch.undo()
     assert key_999 != SPEC.key()

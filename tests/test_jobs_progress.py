@@ -31,7 +31,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(jobs, "time", fake)
+    for module in (jobs, job_state, job_worker):  # every module of the registry reads the clock
+        monkeypatch.setattr(module, "time", fake)
     return fake
 
 

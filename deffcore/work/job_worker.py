@@ -14,17 +14,8 @@ from typing import Any
 
 from deffcore.core.errors import DeffError, RunCancelled
 from deffcore.runs.preflight import display
-from deffcore.work.job_state import (
-    FINISHED,
-    JOBS,
-    JOBS_LOCK,
-    ONE_OFF_STAGES,
-    QUEUE,
-    WAKE,
-    Job,
-    model_of,
-    passage_rate,
-)
+from deffcore.work import job_state
+from deffcore.work.job_state import FINISHED, ONE_OFF_STAGES, Job, model_of, passage_rate
 
 _WORKER: threading.Thread | None = None
 
@@ -38,10 +29,10 @@ def ensure_worker() -> None:
 
 def _work() -> None:
     while True:
-        with JOBS_LOCK:
-            while not QUEUE:
-                WAKE.wait()
-            job = JOBS[QUEUE.popleft()]
+        with job_state.JOBS_LOCK:
+            while not job_state.QUEUE:
+                job_state.WAKE.wait()
+            job = job_state.JOBS[job_state.QUEUE.popleft()]
             job.state, job.started = "running", time.monotonic()
             _set_stage(
                 job, "sweeping" if job.sweep else "starting" if job.task else "checking data"
@@ -69,7 +60,7 @@ def _progress(job: Job):
 
     def progress(done: int, total: int, stage: str) -> None:
         now = time.monotonic()
-        with JOBS_LOCK:
+        with job_state.JOBS_LOCK:
             job.total = int(total)
             if stage.startswith("assembling"):
                 _set_stage(job, "assembling")
@@ -112,7 +103,7 @@ def _measure(job: Job) -> Any:
     from deffcore.statistics.stopping import StopRule
 
     def on_estimate(est: Any) -> None:
-        with JOBS_LOCK:
+        with job_state.JOBS_LOCK:
             job.estimates.append(est.to_dict())
 
     live = measure_live(
@@ -123,7 +114,7 @@ def _measure(job: Job) -> Any:
         final_estimate=False,
         replay=False,
     )
-    with JOBS_LOCK:
+    with job_state.JOBS_LOCK:
         job.stopped_at = int(live.measurement.n) if live.stopped else None
     return live.measurement
 
@@ -132,7 +123,7 @@ def _run(job: Job) -> None:
     state, error = "failed", None
     try:
         m = _measure(job)
-        with JOBS_LOCK:
+        with job_state.JOBS_LOCK:
             job.result_key = m.spec.key()
             job.from_cache = bool(m.cached)
             job.done = job.total = int(m.n)
@@ -159,7 +150,7 @@ def _run_task(job: Job) -> None:
     state, error = "failed", None
     try:
         result = job.task(_progress(job), job.cancel.is_set)
-        with JOBS_LOCK:
+        with job_state.JOBS_LOCK:
             job.result = result
         state = "done"
     except RunCancelled:
@@ -182,14 +173,14 @@ def _run_sweep(job: Job) -> None:
     assert work is not None
 
     def on_cell(row: dict[str, Any], landed: int, total: int) -> None:
-        with JOBS_LOCK:
+        with job_state.JOBS_LOCK:
             work.rows.append(dict(row))
             job.done = landed
 
     state, error = "failed", None
     try:
         result = run_plan(work.plan, on_cell=on_cell, should_stop=job.cancel.is_set)
-        with JOBS_LOCK:
+        with job_state.JOBS_LOCK:
             work.engine, work.address = result.engine, result.address
         state = "done"
     except RunCancelled:
@@ -200,7 +191,7 @@ def _run_sweep(job: Job) -> None:
 
 
 def _finish(job: Job, state: str, error: str | None) -> None:
-    with JOBS_LOCK:
+    with job_state.JOBS_LOCK:
         job.state, job.error, job.ended = state, error, time.monotonic()
         _set_stage(job, state)
-        WAKE.notify_all()
+        job_state.WAKE.notify_all()

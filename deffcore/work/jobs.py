@@ -47,19 +47,8 @@ from typing import Any
 from deffcore.core.errors import DeffError
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs.preflight import check
-from deffcore.work.job_state import (
-    FINISHED,
-    JOBS,
-    JOBS_LOCK,
-    QUEUE,
-    SEQ,
-    WAKE,
-    Job,
-    JobStatus,
-    SweepWork,
-    forget_old,
-    status_of,
-)
+from deffcore.work import job_state
+from deffcore.work.job_state import FINISHED, Job, JobStatus, SweepWork, forget_old, status_of
 from deffcore.work.job_worker import ensure_worker
 
 
@@ -79,8 +68,8 @@ def start(
     """
     if not checked:
         check(spec, names=names)
-    with JOBS_LOCK:
-        for job in JOBS.values():
+    with job_state.JOBS_LOCK:
+        for job in job_state.JOBS.values():
             if job.spec == spec and job.state in ("queued", "running"):
                 return job.job_id
         job = Job(
@@ -90,7 +79,7 @@ def start(
             device=device,
             batch_size=batch_size,
             names=dict(names or {}),
-            seq=next(SEQ),
+            seq=next(job_state.SEQ),
         )
         return _enqueue(job)
 
@@ -110,7 +99,7 @@ def start_sweep(cells: Sequence[Any], **options: Any) -> str:
     from deffcore.work.sweep.runner import plan_sweep
 
     plan = plan_sweep(cells, **options)
-    with JOBS_LOCK:
+    with job_state.JOBS_LOCK:
         job = Job(
             job_id=uuid.uuid4().hex,
             spec=None,
@@ -118,7 +107,7 @@ def start_sweep(cells: Sequence[Any], **options: Any) -> str:
             device=plan.device,
             batch_size=plan.batch_size,
             names={},
-            seq=next(SEQ),
+            seq=next(job_state.SEQ),
             total=len(plan.rows),
             sweep=SweepWork(plan),
         )
@@ -132,8 +121,8 @@ def start_task(name: str, fn: Any, *, model: str = "") -> str:
     with "loading" or "assembling" is a one-off stage with its estimate (`model`'s). One task
     per `name` at a time: a name already queued or running returns that job. It waits its turn
     in the one queue like a run."""
-    with JOBS_LOCK:
-        for job in JOBS.values():
+    with job_state.JOBS_LOCK:
+        for job in job_state.JOBS.values():
             if job.task is not None and job.name == name and job.state in ("queued", "running"):
                 return job.job_id
         job = Job(
@@ -143,7 +132,7 @@ def start_task(name: str, fn: Any, *, model: str = "") -> str:
             device=None,
             batch_size=None,
             names={},
-            seq=next(SEQ),
+            seq=next(job_state.SEQ),
             task=fn,
             name=name,
             model=model,
@@ -153,26 +142,26 @@ def start_task(name: str, fn: Any, *, model: str = "") -> str:
 
 def task_job(name: str) -> JobStatus | None:
     """The newest task named `name` (queued, running or finished), None when there is none."""
-    with JOBS_LOCK:
-        found = [j for j in JOBS.values() if j.task is not None and j.name == name]
+    with job_state.JOBS_LOCK:
+        found = [j for j in job_state.JOBS.values() if j.task is not None and j.name == name]
         return status_of(max(found, key=lambda j: j.seq)) if found else None
 
 
 def _enqueue(job: Job) -> str:
-    """Register `job` and queue it (under `JOBS_LOCK`); the worker wakes."""
-    JOBS[job.job_id] = job
-    QUEUE.append(job.job_id)
+    """Register `job` and queue it (under `job_state.JOBS_LOCK`); the worker wakes."""
+    job_state.JOBS[job.job_id] = job
+    job_state.QUEUE.append(job.job_id)
     forget_old()
     ensure_worker()
-    WAKE.notify_all()
+    job_state.WAKE.notify_all()
     return job.job_id
 
 
 def sweep_job(job_id: str) -> dict[str, Any] | None:
     """A sweep job's snapshot as plain data (None for an unknown id or a run): job_id, state,
     error, engine, address, total and landed cells, each landed cell's row, elapsed_s."""
-    with JOBS_LOCK:
-        job = JOBS.get(job_id)
+    with job_state.JOBS_LOCK:
+        job = job_state.JOBS.get(job_id)
         if job is None or job.sweep is None:
             return None
         end = job.ended or time.monotonic()
@@ -191,23 +180,23 @@ def sweep_job(job_id: str) -> dict[str, Any] | None:
 
 def status(job_id: str) -> JobStatus | None:
     """The job's current status, None for an id this process does not know."""
-    with JOBS_LOCK:
-        job = JOBS.get(job_id)
+    with job_state.JOBS_LOCK:
+        job = job_state.JOBS.get(job_id)
         return None if job is None else status_of(job)
 
 
 def cancel(job_id: str) -> bool:
     """Ask a job to stop: a queued job is cancelled at once, a running one before its next
     batch (the model load finishes first). False when the job is unknown or finished."""
-    with JOBS_LOCK:
-        job = JOBS.get(job_id)
+    with job_state.JOBS_LOCK:
+        job = job_state.JOBS.get(job_id)
         if job is None or job.state in FINISHED:
             return False
         job.cancel.set()
         if job.state == "queued":
-            QUEUE.remove(job_id)
+            job_state.QUEUE.remove(job_id)
             job.state, job.stage, job.ended = "cancelled", "cancelled", time.monotonic()
-            WAKE.notify_all()
+            job_state.WAKE.notify_all()
         return True
 
 
@@ -222,8 +211,8 @@ def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
 
     if target not in TARGETS:
         raise DeffError(f"Unknown stopping target {target!r}; choose one of {', '.join(TARGETS)}.")
-    with JOBS_LOCK:
-        job = JOBS.get(job_id)
+    with job_state.JOBS_LOCK:
+        job = job_state.JOBS.get(job_id)
         if job is None or job.spec is None or job.state in FINISHED:
             return False
         if prefix_refusal(job.spec.passages, job.spec.dataset) is not None:
@@ -234,9 +223,10 @@ def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
 
 def active_jobs() -> list[JobStatus]:
     """Queued and running jobs, oldest first."""
-    with JOBS_LOCK:
+    with job_state.JOBS_LOCK:
         jobs = sorted(
-            (j for j in JOBS.values() if j.state in ("queued", "running")), key=lambda j: j.seq
+            (j for j in job_state.JOBS.values() if j.state in ("queued", "running")),
+            key=lambda j: j.seq,
         )
         return [status_of(j) for j in jobs]
 
@@ -244,24 +234,24 @@ def active_jobs() -> list[JobStatus]:
 def wait(job_id: str, timeout: float | None = None) -> JobStatus | None:
     """Block until the job is finished or `timeout` seconds pass; its status (for tests, CLI)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    with JOBS_LOCK:
+    with job_state.JOBS_LOCK:
         while True:
-            job = JOBS.get(job_id)
+            job = job_state.JOBS.get(job_id)
             if job is None or job.state in FINISHED:
                 return None if job is None else status_of(job)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return status_of(job)
-            WAKE.wait(timeout=left if left is not None else 1.0)
+            job_state.WAKE.wait(timeout=left if left is not None else 1.0)
 
 
 def forget_finished() -> int:
     """Forget every finished job now (a server whose cache was swapped under it; tests that
     must not see another test's finished tasks). Returns how many were forgotten."""
-    with JOBS_LOCK:
-        done = [k for k, j in JOBS.items() if j.state in FINISHED]
+    with job_state.JOBS_LOCK:
+        done = [k for k, j in job_state.JOBS.items() if j.state in FINISHED]
         for k in done:
-            del JOBS[k]
+            del job_state.JOBS[k]
     return len(done)
 
 
