@@ -39,17 +39,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # deffcore
-sys.path.insert(0, str(HERE))  # calibration_cases
+sys.path.insert(0, str(HERE))  # calibration_kit
 
 # the closed-form constructions and the table helpers of the trust rule's calibration
-from calibration_cases import (  # noqa: E402
-    CONSTRUCTIONS,
-    add_save_load_args,
-    construction,
-    measured_or_loaded,
-    pct,
-    share,
-)
+import calibration_kit as kit  # noqa: E402
 
 from deffcore.core.constants import REGIME_TOLERANCE  # noqa: E402
 from deffcore.extraction.prefix import schedule  # noqa: E402
@@ -70,13 +63,13 @@ def grid(size: str) -> list[dict[str, Any]]:
     g = GRIDS[size]
     return [
         {"construction": c, "L": L, "d": d, "seed": s, "N_max": g["N_max"], "batch": g["batch"]}
-        for c, L, d, s in itertools.product(CONSTRUCTIONS, g["L"], g["d"], range(g["seeds"]))
+        for c, L, d, s in itertools.product(kit.CONSTRUCTIONS, g["L"], g["d"], range(g["seeds"]))
     ]
 
 
 def run_case(case: dict[str, Any], metric: str, B: int | None) -> dict[str, Any]:
     """One growing run: the truth and the shown estimate at every mark."""
-    step, knobs, truth = construction(case)
+    step, knobs, truth = kit.construction(case)
     x = teaching.sample_states(step, knobs, case["N_max"], case["d"], seed=2000 + case["seed"])
     with_h0 = np.concatenate([np.zeros((1, *x.shape[1:]), dtype=x.dtype), x])  # h_0 unused
     marks = []
@@ -127,7 +120,10 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     fixed_solid = [error(r, m) for r in runs for m in r["marks"] if m["level"] == "solid"]
     rows["fixed N, solid"] = _shares(fixed_solid)
     fixed_settled = [regime_right(r, m) for r in runs for m in r["marks"] if m["fixed"]]
-    rows["fixed N, settled verdict"] = {"cases": len(fixed_settled), "right": share(fixed_settled)}
+    rows["fixed N, settled verdict"] = {
+        "cases": len(fixed_settled),
+        "right": kit.share(fixed_settled),
+    }
     for confirm, min_n in RULES:
         errors, ns, right, vns = [], [], [], []
         for r in runs:
@@ -146,7 +142,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         }
         rows[f"stopped verdict, confirm {confirm}, N >= {min_n}"] = {
             "cases": len(right),
-            "right": share(right),
+            "right": kit.share(right),
             "median_n": float(np.median(vns)) if vns else None,
         }
     return {"runs": len(runs), "rows": rows}
@@ -155,8 +151,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _shares(errors: list[float]) -> dict[str, Any]:
     return {
         "cases": len(errors),
-        "within_2pct": share(e <= 0.02 for e in errors),
-        "within_5pct": share(e <= 0.05 for e in errors),
+        "within_2pct": kit.share(e <= 0.02 for e in errors),
+        "within_5pct": kit.share(e <= 0.05 for e in errors),
         "max_error": max(errors, default=None),
     }
 
@@ -172,8 +168,9 @@ def markdown(summary: dict[str, Any], title: str) -> str:
     for name, r in summary["rows"].items():
         median = r.get("median_n")
         lines.append(
-            f"| {name} | {r['cases']} | {pct(r.get('within_2pct'))} | "
-            f"{pct(r.get('within_5pct'))} | {pct(r.get('max_error'))} | {pct(r.get('right'))} | "
+            f"| {name} | {r['cases']} | {kit.pct(r.get('within_2pct'))} | "
+            f"{kit.pct(r.get('within_5pct'))} | {kit.pct(r.get('max_error'))} | "
+            f"{kit.pct(r.get('right'))} | "
             f"{'–' if median is None else f'{median:,.0f}'} |"
         )
     return "\n".join(lines)
@@ -194,10 +191,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=tuple(GRIDS), default="full")
     p.add_argument("--bootstrap", type=int, default=0, metavar="B", help="0: no interval")
-    add_save_load_args(p)
+    kit.add_save_load_args(p)
     args = p.parse_args()
     start = time.perf_counter()
-    results = measured_or_loaded(args, run)
+    results = kit.measured_or_loaded(args, run)
     for metric, runs in results.items():
         boot = f", bootstrap B = {args.bootstrap}" if args.bootstrap else ", no bootstrap"
         print(markdown(summarise(runs), f"run metric {metric}{boot}"), end="\n\n")

@@ -34,16 +34,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # deffcore
-sys.path.insert(0, str(HERE))  # calibration_cases
+sys.path.insert(0, str(HERE))  # calibration_kit
 
-from calibration_cases import (  # noqa: E402
-    CONSTRUCTIONS,
-    add_save_load_args,
-    construction,
-    measured_or_loaded,
-    pct,
-    share,
-)
+import calibration_kit as kit  # noqa: E402
 
 from deffcore.core.constants import REGIME_TOLERANCE  # noqa: E402
 from deffcore.measures import teaching  # noqa: E402
@@ -85,7 +78,7 @@ def grid(size: str, bootstrap: bool) -> list[dict[str, Any]]:
     seeds = 1 if bootstrap else g["seeds"]
     cases = []
     for name, L, N, d, seed in itertools.product(
-        CONSTRUCTIONS, *(g[k] for k in dims), range(seeds)
+        kit.CONSTRUCTIONS, *(g[k] for k in dims), range(seeds)
     ):
         if L * N * d <= g["budget"] or bootstrap:
             cases.append({"construction": name, "L": L, "N": N, "d": d, "seed": seed})
@@ -95,7 +88,7 @@ def grid(size: str, bootstrap: bool) -> list[dict[str, Any]]:
 def measure_case(case: dict[str, Any], B: int | None = None) -> dict[str, Any]:
     """Sample one dataset and measure it: truth, both metrics' D_eff/L, and with B the
     bootstrap interval and replicate mean of each."""
-    step, knobs, truth = construction(case)
+    step, knobs, truth = kit.construction(case)
     L = case["L"]
     x = teaching.sample_states(step, knobs, case["N"], case["d"], seed=1000 + case["seed"])
     out = {**case, "truth": truth}
@@ -145,20 +138,20 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         js = [j for m, j in judged if m == metric and j["level"] == level]
         table[f"{metric} {level}"] = {
             "datasets": len(js),
-            "within_2pct": share(j["error"] <= 0.02 for j in js),
-            "within_5pct": share(j["error"] <= 0.05 for j in js),
+            "within_2pct": kit.share(j["error"] <= 0.02 for j in js),
+            "within_5pct": kit.share(j["error"] <= 0.05 for j in js),
             "max_error": max((j["error"] for j in js), default=None),
-            "regime_right": share(j["regime_ok"] for j in js),
+            "regime_right": kit.share(j["regime_ok"] for j in js),
         }
     solid = [j for _, j in judged if j["level"] == "solid"]
     bad = [j for _, j in judged if j["error"] > 0.10]
     checks = {
-        "solid within 2% (goal >= 95%)": share(j["error"] <= 0.02 for j in solid),
+        "solid within 2% (goal >= 95%)": kit.share(j["error"] <= 0.02 for j in solid),
         "solid largest error (goal <= 5%)": max((j["error"] for j in solid), default=None),
-        "solid regime right": share(j["regime_ok"] for j in solid),
-        "error > 10% read noise (goal 100%)": share(j["level"] == "noise" for j in bad),
+        "solid regime right": kit.share(j["regime_ok"] for j in solid),
+        "error > 10% read noise (goal 100%)": kit.share(j["level"] == "noise" for j in bad),
         "datasets with error > 10%": len(bad),
-        "read solid": share(j["level"] == "solid" for _, j in judged),
+        "read solid": kit.share(j["level"] == "solid" for _, j in judged),
     }
     return {"table": table, "checks": checks, "datasets": len(rows)}
 
@@ -186,12 +179,13 @@ def markdown(summary: dict[str, Any], title: str) -> str:
     for key, r in summary["table"].items():
         metric, level = key.split()
         lines.append(
-            f"| {metric} | {level} | {r['datasets']} | {pct(r['within_2pct'])} | "
-            f"{pct(r['within_5pct'])} | {pct(r['max_error'])} | {pct(r['regime_right'])} |"
+            f"| {metric} | {level} | {r['datasets']} | {kit.pct(r['within_2pct'])} | "
+            f"{kit.pct(r['within_5pct'])} | {kit.pct(r['max_error'])} | "
+            f"{kit.pct(r['regime_right'])} |"
         )
     lines.append("")
     for name, v in summary["checks"].items():
-        lines.append(f"- {name}: {v if isinstance(v, int) else pct(v)}")
+        lines.append(f"- {name}: {v if isinstance(v, int) else kit.pct(v)}")
     return "\n".join(lines)
 
 
@@ -207,10 +201,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=tuple(GRIDS), default="full")
     p.add_argument("--bootstrap", type=int, default=40, metavar="B", help="0: no bootstrap grid")
-    add_save_load_args(p)
+    kit.add_save_load_args(p)
     args = p.parse_args()
     start = time.perf_counter()
-    results = measured_or_loaded(args, run)
+    results = kit.measured_or_loaded(args, run)
     ok = True
     for part, rows in results.items():
         summary = summarise(rows)
