@@ -28,7 +28,6 @@ unit test's slice). `--load` re-judges saved runs.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 import time
@@ -188,11 +187,7 @@ def run(size: str, B: int | None) -> dict[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", choices=tuple(GRIDS), default="full")
-    p.add_argument("--bootstrap", type=int, default=0, metavar="B", help="0: no interval")
-    kit.add_save_load_args(p)
-    args = p.parse_args()
+    args = kit.parse_args(__doc__, GRIDS, 0, "0: no interval")
     start = time.perf_counter()
     results = kit.measured_or_loaded(args, run)
     for metric, runs in results.items():

@@ -25,7 +25,6 @@ every dataset whose error exceeds 10% reads "noise". `--size tiny` is the unit t
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 import time
@@ -198,11 +197,7 @@ def run(size: str, B: int | None) -> dict[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", choices=tuple(GRIDS), default="full")
-    p.add_argument("--bootstrap", type=int, default=40, metavar="B", help="0: no bootstrap grid")
-    kit.add_save_load_args(p)
-    args = p.parse_args()
+    args = kit.parse_args(__doc__, GRIDS, 40, "0: no bootstrap grid")
     start = time.perf_counter()
     results = kit.measured_or_loaded(args, run)
     ok = True

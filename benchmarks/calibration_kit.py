@@ -48,9 +48,16 @@ def pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.1f}%"
 
 
-def add_save_load_args(p: argparse.ArgumentParser) -> None:
+def parse_args(doc: str, sizes: Iterable[str], bootstrap: int, bootstrap_help: str) -> Any:
+    """A calibration benchmark's command line (its docstring's first line as description):
+    `--size` (one of `sizes`, default "full"), `--bootstrap B` (default `bootstrap`),
+    `--save` / `--load` of the measurements."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--size", choices=tuple(sizes), default="full")
+    p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="B", help=bootstrap_help)
     p.add_argument("--save", type=Path, default=None, help="write the measurements here")
     p.add_argument("--load", type=Path, default=None, help="judge saved measurements")
+    return p.parse_args()
 
 
 def measured_or_loaded(
