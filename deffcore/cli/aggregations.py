@@ -14,7 +14,7 @@ from deffcore.cli._common import (
     result_only_stdout,
     run_kwargs,
 )
-from deffcore.cli.gw import add_gw_args, check_gw_args, gw_kwargs, gw_table
+from deffcore.cli.gw import add_gw_args, check_gw_args, gw_options, gw_table
 from deffcore.core.constants import POOLINGS
 
 
@@ -87,6 +87,6 @@ def run(args: argparse.Namespace) -> int:
         if args.gw:
             from deffcore.labs.gw_lens import gw_lens
 
-            d["gw"] = gw_lens(m, **gw_kwargs(args), progress=bar)
+            d["gw"] = gw_lens(m, gw_options(args), progress=bar)
     print_json(d) if args.json else print(_table(d))
     return 0

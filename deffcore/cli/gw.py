@@ -16,6 +16,7 @@ from deffcore.cli._common import (
     run_kwargs,
 )
 from deffcore.core.constants import POOLINGS
+from deffcore.labs.gw_lens import GwOptions
 
 
 def add_gw_args(p: argparse.ArgumentParser) -> None:
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     check_gw_args(args)
     with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
         m = measure(**run_kwargs(args), progress=bar)
-        d = gw_lens(m, **gw_kwargs(args), progress=bar)
+        d = gw_lens(m, gw_options(args), progress=bar)
     if args.json:
         print_json(d)
     else:
@@ -103,13 +104,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def gw_kwargs(args: argparse.Namespace) -> dict:
-    return {
-        "pooling": args.pooling,
-        "n_gw": args.n_gw,
-        "seed": args.gw_seed,
-        "gw_metric": args.gw_metric,
-        "solver": args.solver,
-        "epsilon": args.epsilon,
-        "init": args.init,
-    }
+def gw_options(args: argparse.Namespace) -> GwOptions:
+    """The GW lens's options from --pooling and the `add_gw_args` options."""
+    return GwOptions(
+        pooling=args.pooling,
+        n_gw=args.n_gw,
+        seed=args.gw_seed,
+        gw_metric=args.gw_metric,
+        solver=args.solver,
+        epsilon=args.epsilon,
+        init=args.init,
+    )

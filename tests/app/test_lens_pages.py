@@ -168,7 +168,7 @@ def view(measurement):
 
 def test_aggregations_geometry_and_gw_of_a_measured_run(view, measurement, no_model_load):
     from deffcore.labs.aggregations import aggregation_table
-    from deffcore.labs.gw_lens import gw_lens
+    from deffcore.labs.gw_lens import GwOptions, gw_lens
 
     at = open_page("pages/12_Aggregations.py", view)
     assert_clean(at)
@@ -182,7 +182,7 @@ def test_aggregations_geometry_and_gw_of_a_measured_run(view, measurement, no_mo
     at.number_input(key="ag_gw_n").set_value(8).run()
     at.button(key="ag_gw_run").click().run()
     assert_clean(at)
-    stored = gw_lens(measurement, n_gw=8)  # read back from the store the page wrote
+    stored = gw_lens(measurement, GwOptions(n_gw=8))  # read back from the store the page wrote
     assert stored["cached"]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["ρ(GW, CKA)"] == f"{stored['spearman_gw_cka']:+.2f}"
