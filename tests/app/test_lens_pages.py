@@ -238,12 +238,12 @@ def test_pruning_page_shows_the_tolerance_and_says_when_it_was_stored():
 
 
 def test_pruning_page_flags_a_non_monotone_curve(no_model_load):
-    from deffcore.labs.pruning import SKIP_COUNTS, PruningResult, pruning_identity
+    from deffcore.labs.pruning import SKIP_COUNTS, PruningResult, PruningSetup
     from deffcore.labs.store import write_result
 
-    identity = pruning_identity("tiny-llama", "bbc-news", n=8, n_heldout=3, max_tokens=24,
-                                seed=0, ks=SKIP_COUNTS, metric="cka", revision=None,
-                                device="cpu", dtype="float32")  # fmt: skip
+    setup = PruningSetup("tiny-llama", "bbc-news", n=8, n_heldout=3, max_tokens=24, seed=0,
+                         ks=SKIP_COUNTS, metric="cka")  # fmt: skip
+    identity = setup.identity(revision=None, device="cpu", dtype="float32")
     curve = {0: 10.0, 1: 12.0, 2: 10.5}  # k = 1 fails, k = 2 qualifies again
     planted = PruningResult(
         model="tiny-llama", layers=4, n=8, n_heldout=3, deff=1.5, bi=[0.1] * 4,
