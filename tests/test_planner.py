@@ -121,6 +121,20 @@ def test_memory_by_hand():
     assert similarity_bytes(SMALL, 5) == 1440 + 320 + 200 + 2 * CONTRACT_ELEMENTS * 8
 
 
+def test_a_plans_memory_is_each_step_at_its_own_shape():
+    """memory_plan reads the plan's size, N, max tokens, batch and dtype, each in its place."""
+    from deffcore.runs.planner import Plan, bootstrap_bytes, memory_plan
+
+    plan = Plan("m", n=5, max_tokens=3, device="cpu", dtype="float32", batch=2, size=SMALL)
+    assert memory_plan(plan, live=True, bootstrap=None, file_bytes=7) == {
+        "extraction": 3568 + 7 + 960,  # test_memory_by_hand's, with a 7-byte file
+        "similarity": similarity_bytes(SMALL, 5),
+    }
+    with_b = memory_plan(plan, live=False, bootstrap=4)
+    assert with_b["bootstrap"] == bootstrap_bytes(SMALL, 5, 4)
+    assert with_b["extraction"] == extraction_bytes(SMALL, 5, 3, 2, "float32", live=False)
+
+
 def test_gpu_time_is_a_range_scaled_by_block_parameters():
     size = model_size("gemma3-270m")
     lo, hi = gpu_time(size, 198_637)
