@@ -5,16 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    add_run_args,
-    check_args,
-    fmt,
-    print_json,
-    result_only_stdout,
-    run_kwargs,
-)
+from deffcore.cli._common import add_run_args, check_args, run_kwargs
+from deffcore.cli._output import Progress, add_output_args, answer, fmt
 from deffcore.core.constants import POOLINGS
 from deffcore.labs.gw_lens import GwOptions
 
@@ -93,15 +85,17 @@ def run(args: argparse.Namespace) -> int:
 
     check_args(args)
     check_gw_args(args)
-    with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
+
+    def compute(bar: Progress) -> dict:
         m = measure(**run_kwargs(args), progress=bar)
-        d = gw_lens(m, gw_options(args), progress=bar)
-    if args.json:
-        print_json(d)
-    else:
-        print(f"model {d['model']}  L={d['layers']}  N={d['n']}  pooling={d['pooling']}")
-        print(gw_table(d))
-    return 0
+        return gw_lens(m, gw_options(args), progress=bar)
+
+    return answer(args, "step", compute, _table)
+
+
+def _table(d: dict) -> str:
+    head = f"model {d['model']}  L={d['layers']}  N={d['n']}  pooling={d['pooling']}"
+    return f"{head}\n{gw_table(d)}"
 
 
 def gw_options(args: argparse.Namespace) -> GwOptions:
