@@ -28,9 +28,7 @@ unit test's slice). `--load` re-judges saved runs.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,17 +36,16 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # deffcore
+sys.path.insert(0, str(HERE))  # calibration_kit
 
-# the constructions of the trust rule's calibration (each with a closed-form population S)
-from bench_trust_calibration import CONSTRUCTIONS  # noqa: E402
+# the closed-form constructions and the table helpers of the trust rule's calibration
+import calibration_kit as kit  # noqa: E402
 
 from deffcore.core.constants import REGIME_TOLERANCE  # noqa: E402
 from deffcore.extraction.prefix import schedule  # noqa: E402
 from deffcore.measures import teaching  # noqa: E402
-from deffcore.measures.depth import effective_depth  # noqa: E402
 from deffcore.statistics.anytime import gap_of, pooling_estimate  # noqa: E402
 
 #: (L, d, N_max, seeds, batch) per grid; batch = passages per extraction batch (marks).
@@ -65,16 +62,13 @@ def grid(size: str) -> list[dict[str, Any]]:
     g = GRIDS[size]
     return [
         {"construction": c, "L": L, "d": d, "seed": s, "N_max": g["N_max"], "batch": g["batch"]}
-        for c, L, d, s in itertools.product(CONSTRUCTIONS, g["L"], g["d"], range(g["seeds"]))
+        for c, L, d, s in itertools.product(kit.CONSTRUCTIONS, g["L"], g["d"], range(g["seeds"]))
     ]
 
 
 def run_case(case: dict[str, Any], metric: str, B: int | None) -> dict[str, Any]:
     """One growing run: the truth and the shown estimate at every mark."""
-    step, kw = CONSTRUCTIONS[case["construction"]]
-    knobs = teaching.Knobs(L=case["L"], **kw)
-    L = case["L"]
-    truth = effective_depth(teaching.population_similarity(step, knobs)) / L
+    step, knobs, truth = kit.construction(case)
     x = teaching.sample_states(step, knobs, case["N_max"], case["d"], seed=2000 + case["seed"])
     with_h0 = np.concatenate([np.zeros((1, *x.shape[1:]), dtype=x.dtype), x])  # h_0 unused
     marks = []
@@ -125,7 +119,10 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     fixed_solid = [error(r, m) for r in runs for m in r["marks"] if m["level"] == "solid"]
     rows["fixed N, solid"] = _shares(fixed_solid)
     fixed_settled = [regime_right(r, m) for r in runs for m in r["marks"] if m["fixed"]]
-    rows["fixed N, settled verdict"] = {"cases": len(fixed_settled), "right": _share(fixed_settled)}
+    rows["fixed N, settled verdict"] = {
+        "cases": len(fixed_settled),
+        "right": kit.share(fixed_settled),
+    }
     for confirm, min_n in RULES:
         errors, ns, right, vns = [], [], [], []
         for r in runs:
@@ -144,7 +141,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         }
         rows[f"stopped verdict, confirm {confirm}, N >= {min_n}"] = {
             "cases": len(right),
-            "right": _share(right),
+            "right": kit.share(right),
             "median_n": float(np.median(vns)) if vns else None,
         }
     return {"runs": len(runs), "rows": rows}
@@ -153,21 +150,13 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _shares(errors: list[float]) -> dict[str, Any]:
     return {
         "cases": len(errors),
-        "within_2pct": _share(e <= 0.02 for e in errors),
-        "within_5pct": _share(e <= 0.05 for e in errors),
+        "within_2pct": kit.share(e <= 0.02 for e in errors),
+        "within_5pct": kit.share(e <= 0.05 for e in errors),
         "max_error": max(errors, default=None),
     }
 
 
-def _share(flags: Any) -> float | None:
-    flags = list(flags)
-    return sum(flags) / len(flags) if flags else None
-
-
 def markdown(summary: dict[str, Any], title: str) -> str:
-    def pct(v: float | None) -> str:
-        return "–" if v is None else f"{100 * v:.1f}%"
-
     lines = [
         f"**{title}** ({summary['runs']} growing runs)",
         "",
@@ -178,8 +167,9 @@ def markdown(summary: dict[str, Any], title: str) -> str:
     for name, r in summary["rows"].items():
         median = r.get("median_n")
         lines.append(
-            f"| {name} | {r['cases']} | {pct(r.get('within_2pct'))} | "
-            f"{pct(r.get('within_5pct'))} | {pct(r.get('max_error'))} | {pct(r.get('right'))} | "
+            f"| {name} | {r['cases']} | {kit.pct(r.get('within_2pct'))} | "
+            f"{kit.pct(r.get('within_5pct'))} | {kit.pct(r.get('max_error'))} | "
+            f"{kit.pct(r.get('right'))} | "
             f"{'–' if median is None else f'{median:,.0f}'} |"
         )
     return "\n".join(lines)
@@ -197,19 +187,9 @@ def run(size: str, B: int | None) -> dict[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", choices=tuple(GRIDS), default="full")
-    p.add_argument("--bootstrap", type=int, default=0, metavar="B", help="0: no interval")
-    p.add_argument("--save", type=Path, default=None)
-    p.add_argument("--load", type=Path, default=None)
-    args = p.parse_args()
+    args = kit.parse_args(__doc__, GRIDS, 0, "0: no interval")
     start = time.perf_counter()
-    if args.load is not None:
-        results = json.loads(args.load.read_text())
-    else:
-        results = run(args.size, args.bootstrap or None)
-    if args.save is not None:
-        args.save.write_text(json.dumps(results))
+    results = kit.measured_or_loaded(args, run)
     for metric, runs in results.items():
         boot = f", bootstrap B = {args.bootstrap}" if args.bootstrap else ", no bootstrap"
         print(markdown(summarise(runs), f"run metric {metric}{boot}"), end="\n\n")

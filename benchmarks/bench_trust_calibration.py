@@ -25,16 +25,17 @@ every dataset whose error exceeds 10% reads "noise". `--size tiny` is the unit t
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # deffcore
+sys.path.insert(0, str(HERE))  # calibration_kit
+
+import calibration_kit as kit  # noqa: E402
 
 from deffcore.core.constants import REGIME_TOLERANCE  # noqa: E402
 from deffcore.measures import teaching  # noqa: E402
@@ -43,15 +44,6 @@ from deffcore.measures.similarity import similarity_matrix  # noqa: E402
 from deffcore.statistics.bootstrap import bootstrap_deff_over_L  # noqa: E402
 from deffcore.statistics.trust_rule import LEVELS, SOLID_ERROR, assess, gap_of  # noqa: E402
 
-#: name -> (teaching step, knobs): the story's ingredients, each with a closed-form S.
-CONSTRUCTIONS: dict[str, tuple[str, dict[str, float]]] = {
-    "independent": ("independent", {}),
-    "orthogonal updates (F_L)": ("orthogonal_updates", {"h0": 0.0, "growth": 1.0, "rho": 0.0}),
-    "h_0 = 1": ("h0", {"h0": 1.0, "growth": 1.0, "rho": 0.0}),
-    "h_0 = 4": ("h0", {"h0": 4.0, "growth": 1.0, "rho": 0.0}),
-    "growing x1.3": ("growing", {"h0": 0.5, "growth": 1.3, "rho": 0.0}),
-    "correlated rho 0.5": ("correlated", {"h0": 1.0, "growth": 1.1, "rho": 0.5}),
-}
 METRICS = ("cka", "unbiased_cka")
 #: (layers, passages, features, seeds, most numbers L*N*d per dataset) of each grid.
 GRIDS: dict[str, dict[str, Any]] = {
@@ -85,7 +77,7 @@ def grid(size: str, bootstrap: bool) -> list[dict[str, Any]]:
     seeds = 1 if bootstrap else g["seeds"]
     cases = []
     for name, L, N, d, seed in itertools.product(
-        CONSTRUCTIONS, *(g[k] for k in dims), range(seeds)
+        kit.CONSTRUCTIONS, *(g[k] for k in dims), range(seeds)
     ):
         if L * N * d <= g["budget"] or bootstrap:
             cases.append({"construction": name, "L": L, "N": N, "d": d, "seed": seed})
@@ -95,10 +87,8 @@ def grid(size: str, bootstrap: bool) -> list[dict[str, Any]]:
 def measure_case(case: dict[str, Any], B: int | None = None) -> dict[str, Any]:
     """Sample one dataset and measure it: truth, both metrics' D_eff/L, and with B the
     bootstrap interval and replicate mean of each."""
-    step, kw = CONSTRUCTIONS[case["construction"]]
-    knobs = teaching.Knobs(L=case["L"], **kw)
+    step, knobs, truth = kit.construction(case)
     L = case["L"]
-    truth = effective_depth(teaching.population_similarity(step, knobs)) / L
     x = teaching.sample_states(step, knobs, case["N"], case["d"], seed=1000 + case["seed"])
     out = {**case, "truth": truth}
     for metric in METRICS:
@@ -147,27 +137,22 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         js = [j for m, j in judged if m == metric and j["level"] == level]
         table[f"{metric} {level}"] = {
             "datasets": len(js),
-            "within_2pct": _share(j["error"] <= 0.02 for j in js),
-            "within_5pct": _share(j["error"] <= 0.05 for j in js),
+            "within_2pct": kit.share(j["error"] <= 0.02 for j in js),
+            "within_5pct": kit.share(j["error"] <= 0.05 for j in js),
             "max_error": max((j["error"] for j in js), default=None),
-            "regime_right": _share(j["regime_ok"] for j in js),
+            "regime_right": kit.share(j["regime_ok"] for j in js),
         }
     solid = [j for _, j in judged if j["level"] == "solid"]
     bad = [j for _, j in judged if j["error"] > 0.10]
     checks = {
-        "solid within 2% (goal >= 95%)": _share(j["error"] <= 0.02 for j in solid),
+        "solid within 2% (goal >= 95%)": kit.share(j["error"] <= 0.02 for j in solid),
         "solid largest error (goal <= 5%)": max((j["error"] for j in solid), default=None),
-        "solid regime right": _share(j["regime_ok"] for j in solid),
-        "error > 10% read noise (goal 100%)": _share(j["level"] == "noise" for j in bad),
+        "solid regime right": kit.share(j["regime_ok"] for j in solid),
+        "error > 10% read noise (goal 100%)": kit.share(j["level"] == "noise" for j in bad),
         "datasets with error > 10%": len(bad),
-        "read solid": _share(j["level"] == "solid" for _, j in judged),
+        "read solid": kit.share(j["level"] == "solid" for _, j in judged),
     }
     return {"table": table, "checks": checks, "datasets": len(rows)}
-
-
-def _share(flags: Any) -> float | None:
-    flags = list(flags)
-    return sum(flags) / len(flags) if flags else None
 
 
 def goals_met(summary: dict[str, Any]) -> bool:
@@ -183,9 +168,6 @@ def goals_met(summary: dict[str, Any]) -> bool:
 
 
 def markdown(summary: dict[str, Any], title: str) -> str:
-    def pct(v: float | None) -> str:
-        return "–" if v is None else f"{100 * v:.1f}%"
-
     lines = [
         f"**{title}** ({summary['datasets']} datasets, each under both metrics)",
         "",
@@ -196,12 +178,13 @@ def markdown(summary: dict[str, Any], title: str) -> str:
     for key, r in summary["table"].items():
         metric, level = key.split()
         lines.append(
-            f"| {metric} | {level} | {r['datasets']} | {pct(r['within_2pct'])} | "
-            f"{pct(r['within_5pct'])} | {pct(r['max_error'])} | {pct(r['regime_right'])} |"
+            f"| {metric} | {level} | {r['datasets']} | {kit.pct(r['within_2pct'])} | "
+            f"{kit.pct(r['within_5pct'])} | {kit.pct(r['max_error'])} | "
+            f"{kit.pct(r['regime_right'])} |"
         )
     lines.append("")
     for name, v in summary["checks"].items():
-        lines.append(f"- {name}: {v if isinstance(v, int) else pct(v)}")
+        lines.append(f"- {name}: {v if isinstance(v, int) else kit.pct(v)}")
     return "\n".join(lines)
 
 
@@ -214,19 +197,9 @@ def run(size: str, B: int | None) -> dict[str, list[dict[str, Any]]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", choices=tuple(GRIDS), default="full")
-    p.add_argument("--bootstrap", type=int, default=40, metavar="B", help="0: no bootstrap grid")
-    p.add_argument("--save", type=Path, default=None, help="write the measurements here")
-    p.add_argument("--load", type=Path, default=None, help="judge saved measurements")
-    args = p.parse_args()
+    args = kit.parse_args(__doc__, GRIDS, 40, "0: no bootstrap grid")
     start = time.perf_counter()
-    if args.load is not None:
-        results = json.loads(args.load.read_text())
-    else:
-        results = run(args.size, args.bootstrap or None)
-    if args.save is not None:
-        args.save.write_text(json.dumps(results))
+    results = kit.measured_or_loaded(args, run)
     ok = True
     for part, rows in results.items():
         summary = summarise(rows)

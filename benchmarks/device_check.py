@@ -381,14 +381,14 @@ def pretrain_section(device: str, quick: bool) -> dict[str, Any]:
 
 
 def gw_section(device: str, quick: bool) -> dict[str, Any]:
-    from deffcore.labs.gw_lens import gw_lens
+    from deffcore.labs.gw_lens import GwOptions, gw_lens
     from deffcore.runs.measure import measure
 
     model, n, tokens, n_gw = (
         ("tiny-gemma3", 32, 32, 16) if quick else ("gemma3-270m", 1024, 128, 512)
     )
     m = measure(model, n=n, max_tokens=tokens, passages="windows", device=device)
-    gw = gw_lens(m, n_gw=n_gw, store=False)
+    gw = gw_lens(m, GwOptions(n_gw=n_gw), store=False)
     keep = ("model", "layers", "n", "n_gw", "seconds", "spearman_gw_cka", "spearman_lag_gw",
             "spearman_lag_cka")  # fmt: skip
     return {k: gw[k] for k in keep}

@@ -121,6 +121,7 @@ _LAZY: dict[str, str] = {
     "dynamics_sweep": "deffcore.labs.dynamics",
     "aggregation_table": "deffcore.labs.aggregations",
     "gw_lens": "deffcore.labs.gw_lens",
+    "GwOptions": "deffcore.labs.gw_lens",
     "pretrain_probe": "deffcore.labs.pretrain",
 }
 

@@ -11,7 +11,7 @@ import streamlit as st
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.labs import figures, lens_figures, lens_tables
 from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
-from deffcore.labs.gw_lens import gw_lens, stored_gw
+from deffcore.labs.gw_lens import GwOptions, gw_lens, stored_gw
 from deffcore.views.glossary import human_columns, human_label
 from deffcore.views.paper import paper_table
 from deffcore.views.run_view import RunView
@@ -90,8 +90,8 @@ def gw_section(view: RunView, pooling: str) -> None:
             "needs. Measure the run (press **Run** in the sidebar) to compute GW here."
         )
         return
-    options = {"pooling": pooling, "n_gw": int(n_gw), "seed": int(seed)}
-    result = stored_gw(m, **options)
+    options = GwOptions(pooling=pooling, n_gw=int(n_gw), seed=int(seed))
+    result = stored_gw(m, options)
     if st.button("Compute Gromov–Wasserstein (minutes)", disabled=result is not None,
                  key="ag_gw_run", type="primary"):  # fmt: skip
         result = compute_gw(m, options)
@@ -103,12 +103,12 @@ def gw_section(view: RunView, pooling: str) -> None:
     gw_result_section(view, result)
 
 
-def compute_gw(m: Any, options: dict[str, Any]) -> dict[str, Any] | None:
+def compute_gw(m: Any, options: GwOptions) -> dict[str, Any] | None:
     result = None
     with st.status("Gromov–Wasserstein between every pair of layers", expanded=True) as status:
         bar = st.progress(0.0, text="starting")
         with guarded("Gromov–Wasserstein"):
-            result = gw_lens(m, **options, progress=progress_callback(bar))
+            result = gw_lens(m, options, progress=progress_callback(bar))
         state = "complete" if result is not None else "error"
         done = f"done in {result['seconds']:.0f} s" if result is not None else "failed"
         status.update(label=f"Gromov–Wasserstein: {done}", state=state, expanded=False)

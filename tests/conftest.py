@@ -20,6 +20,10 @@ Fixtures:
                        is a dataset spec for `measure(dataset=...)`.
     windows_dataset    a .txt dataset with ~1,900 windows of 16 byte tokens (anytime tests).
     every_batch        every extraction batch is checkpointed (`extract._clock` driven).
+    cancel_after_first_batch
+                       every background job is cancelled once its first extraction batch is
+                       done (each batch kept); returns `stop()`, which restores the extraction
+                       (a resumed job then runs to the end).
     planted            tiny-llama with near-zero block outputs, returned by every model load.
 
 Constants:
@@ -179,6 +183,30 @@ def every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
 
     ticks = iter(range(0, 10**9, 100))
     monkeypatch.setattr(forward, "_clock", lambda: next(ticks))
+
+
+@pytest.fixture
+def cancel_after_first_batch(monkeypatch: pytest.MonkeyPatch):
+    """Every background job is cancelled as soon as its first batch is extracted; every batch
+    is checkpointed, so the cancelled run leaves a partial entry. Returns `stop()`."""
+    import deffcore.extraction.forward
+    import deffcore.runs.measure
+    from deffcore.work import jobs
+
+    real = deffcore.runs.measure.extract_pooled
+
+    def cancelling(*args, progress=None, **kwargs):
+        def wrapped(done, total, stage):
+            progress(done, total, stage)
+            if stage == "extract":
+                for job in jobs.active_jobs():
+                    jobs.cancel(job.job_id)
+
+        return real(*args, progress=wrapped, **kwargs)
+
+    monkeypatch.setattr(deffcore.extraction.forward, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
+    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", cancelling)
+    return lambda: monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from run_helpers import window_spec
 
 from deffcore.core.constants import EXTRACTED_POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
@@ -14,12 +15,6 @@ from deffcore.extraction.pooling import PooledStates
 from deffcore.extraction.prefix import PrefixRows, batch_rows, prefix_refusal, schedule
 from deffcore.statistics import anytime
 from deffcore.statistics.anytime import estimate, pooling_estimate, regime_fixed
-
-
-def _spec(dataset: str, n: int, model: str = "tiny-llama"):
-    from deffcore.runs.preflight import run_spec
-
-    return run_spec(model, dataset, n, 16, 0, "cka", passages="windows", device="cpu")[0]
 
 
 def _same_estimate(a, b) -> None:
@@ -68,7 +63,7 @@ def test_prefix_estimates_equal_a_fresh_run_bit_for_bit(windows_dataset, every_b
     pooled rows, the same position-0 ratio, the same estimate, bit for bit."""
     from deffcore.runs.measure import measure_spec
 
-    spec = _spec(windows_dataset, 256)
+    spec = window_spec(windows_dataset, 256)
     rows = PrefixRows(spec.n)
     measure_spec(spec, device="cpu", batch_size=32, tap=rows.add)
     assert rows.done >= 128  # every batch but the last was checkpointed

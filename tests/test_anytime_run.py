@@ -5,31 +5,19 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import numpy as np
 import pytest
+from run_helpers import assert_same_pooled, window_spec
 
 import deffcore.runs.measure
-from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import DeffError
 from deffcore.extraction import cache, entries
 from deffcore.runs.anytime_run import measure_live
 from deffcore.runs.measure import measure_spec
-from deffcore.runs.preflight import run_spec
 from deffcore.statistics.stopping import StopRule
 
 
-def _spec(dataset: str, n: int, passages: str = "windows"):
-    return run_spec("tiny-llama", dataset, n, 16, 0, "cka", passages=passages, device="cpu")[0]
-
-
-def _equal(a, b) -> None:
-    for p in EXTRACTED_POOLINGS:
-        assert np.array_equal(a.pooled.pooled[p], b.pooled.pooled[p]), p
-    assert np.array_equal(a.pooled.pos0_norm_ratio, b.pooled.pos0_norm_ratio)
-
-
 def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every_batch, planted):
-    spec = _spec(windows_dataset, 512)
+    spec = window_spec(windows_dataset, 512)
     rule = StopRule("solid")
     live = measure_live(spec, device="cpu", batch_size=32, until=rule, bootstrap=20)
     assert live.stopped
@@ -51,16 +39,16 @@ def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every
     larger = measure_spec(replace(spec, n=384), device="cpu", batch_size=32)
     assert larger.resumed_passages == k
     fresh = measure_spec(replace(spec, n=384), device="cpu", batch_size=32, use_cache=False)
-    _equal(larger, fresh)
+    assert_same_pooled(larger, fresh)
     # and the stopped run itself is bit-identical to an uninterrupted run of N = k
-    _equal(
+    assert_same_pooled(
         deffcore.runs.measurement.Measurement(spec=replace(spec, n=k), pooled=kept),
         measure_spec(replace(spec, n=k), device="cpu", batch_size=32, use_cache=False),
     )
 
 
 def test_without_a_rule_the_run_ends_at_n_with_every_estimate(windows_dataset, every_batch):
-    spec = _spec(windows_dataset, 256)
+    spec = window_spec(windows_dataset, 256)
     seen = []
     live = measure_live(spec, device="cpu", batch_size=32, on_estimate=seen.append)
     assert not live.stopped and live.measurement.n == 256
@@ -76,7 +64,7 @@ def test_without_a_rule_the_run_ends_at_n_with_every_estimate(windows_dataset, e
 
 def test_until_is_refused_before_the_model_loads_in_documents_mode(tiny_dataset, no_model):
     with pytest.raises(DeffError, match="documents mode"):
-        measure_live(_spec(tiny_dataset, 8, "documents"), device="cpu", until=StopRule())
+        measure_live(window_spec(tiny_dataset, 8, "documents"), device="cpu", until=StopRule())
     assert no_model == []
 
 

@@ -20,18 +20,7 @@ from deffcore.inputs.loading import load_model
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.lenses.diagnostics import bos_diagnostics
 from deffcore.lenses.diagnostics_store import diagnose, diagnostics_path, read_diagnostics
-from deffcore.measures.activations import (
-    MASSIVE_THRESHOLD,
-    massive_onset,
-    most_frequent,
-    passage_maxima,
-    sink_fraction,
-    sink_min_length,
-    sink_scores_batch,
-    sun_massive,
-    sun_onset,
-    uniform_sink_score,
-)
+from deffcore.measures import activations
 from deffcore.statistics.verdict import (
     bos_verdict,
     identical_controls,
@@ -109,17 +98,17 @@ def test_passage_maxima_hand_made_left_padding_ignores_nan():
     h[1, 0, :] = np.nan  # padding of passage 1 (left padding, 3 real tokens)
     h[1, 1, 2] = 5.0  # passage 1's first real token: position 0, feature 2
     mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)
-    value, pos, dim = passage_maxima(h, mask)
+    value, pos, dim = activations.passage_maxima(h, mask)
     assert value.tolist() == [7.0, 5.0]
     assert pos.tolist() == [2, 0]
     assert dim.tolist() == [1, 2]
 
 
 def test_most_frequent_and_onset():
-    assert most_frequent([3, 1, 3, 1, 2]) == 1  # tie 1 vs 3: the smaller
-    assert most_frequent([5, 5, 0]) == 5
-    assert massive_onset([1.0, 50.0, 100.0, 101.0, 3000.0]) == 3  # strictly above 100
-    assert massive_onset([1.0, float("nan"), 2.0]) is None
+    assert activations.most_frequent([3, 1, 3, 1, 2]) == 1  # tie 1 vs 3: the smaller
+    assert activations.most_frequent([5, 5, 0]) == 5
+    assert activations.massive_onset([1.0, 50.0, 100.0, 101.0, 3000.0]) == 3  # strictly above 100
+    assert activations.massive_onset([1.0, float("nan"), 2.0]) is None
 
 
 def test_massive_statistics_match_naive_loop(tiny_model, tiny_passages):
@@ -136,8 +125,8 @@ def test_massive_statistics_match_naive_loop(tiny_model, tiny_passages):
         np.testing.assert_allclose(got.massive_median[layer], median, rtol=1e-5)
         pos = np.array([w[0] for w in where])
         dim = np.array([w[1] for w in where])
-        assert got.massive_position[layer] == most_frequent(pos)
-        assert got.massive_dim[layer] == most_frequent(dim)
+        assert got.massive_position[layer] == activations.most_frequent(pos)
+        assert got.massive_dim[layer] == activations.most_frequent(dim)
         np.testing.assert_array_equal(got.passage_max_position[:, layer], pos)
         for b, p in enumerate(per):  # inspector norms: ||h_l[t]|| per token
             np.testing.assert_allclose(
@@ -168,7 +157,7 @@ def test_planted_massive_activation_is_found(tiny_passages, k, j):
         for h in handles:
             h.remove()
     assert got.massive_onset == k
-    assert all(r < MASSIVE_THRESHOLD for r in got.massive_ratio[:k])
+    assert all(r < activations.MASSIVE_THRESHOLD for r in got.massive_ratio[:k])
     assert all(r > 1e3 for r in got.massive_ratio[k:])
     assert list(got.massive_position[k:]) == [0] * (loaded.layers + 1 - k)
     assert list(got.massive_dim[k:]) == [j] * (loaded.layers + 1 - k)
@@ -227,20 +216,22 @@ def test_sink_scores_of_planted_attention_both_padding_sides():
     T = 5
     right = torch.stack([_planted_attention(T, 5), _planted_attention(T, 3)])
     mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)
-    s = sink_scores_batch(right, mask).numpy()
+    s = activations.sink_scores_batch(right, mask).numpy()
     uniform5 = (1 / 2 + 1 / 3 + 1 / 4 + 1 / 5) / 4  # mean over queries t = 1..4 of 1/(t+1)
     uniform3 = (1 / 2 + 1 / 3) / 2
     np.testing.assert_allclose(s, [[0.9, uniform5, 0.2], [0.9, uniform3, 0.2]], rtol=1e-12)
     # the same passage left-padded: its keys and queries shift by the 2 padding slots
     left = torch.full((1, 3, T, T), float("nan"), dtype=torch.float64)
     left[0, :, 2:, 2:] = _planted_attention(3, 3)
-    s_left = sink_scores_batch(left, torch.tensor([[0, 0, 1, 1, 1]], dtype=torch.bool))
+    s_left = activations.sink_scores_batch(left, torch.tensor([[0, 0, 1, 1, 1]], dtype=torch.bool))
     np.testing.assert_allclose(s_left.numpy(), s[1:], rtol=1e-12)
     # mean over passages, then the share of heads above 0.3: uniform attention over <= 5
     # positions still gives a sink (0.32 and 0.42 > 0.3), 0.2 does not
     assert uniform5 > 0.3
-    np.testing.assert_allclose(sink_fraction(s.mean(0, keepdims=True)), [2 / 3])
-    np.testing.assert_allclose(sink_fraction(np.array([[0.3, 0.31], [0.0, 1.0]])), [0.5, 0.5])
+    np.testing.assert_allclose(activations.sink_fraction(s.mean(0, keepdims=True)), [2 / 3])
+    np.testing.assert_allclose(
+        activations.sink_fraction(np.array([[0.3, 0.31], [0.0, 1.0]])), [0.5, 0.5]
+    )
 
 
 def test_sink_fraction_end_to_end_closed_form(tiny_passages):
@@ -490,16 +481,19 @@ def test_no_pos0_flagged_identical_on_a_windows_run(tiny_dataset, model, same):
 def test_sun_criterion_and_the_uniform_sink_baseline_closed_forms():
     # |a| > 100 (strictly) and >= 1,000 x the median (inclusive), on mean_b m_b
     top, median = [150.0, 99.0, 5000.0, 200.0, 101.0], [0.1, 0.01, 10.0, 0.2, None]
-    assert sun_massive(top, median).tolist() == [True, False, False, True, False]
-    assert sun_onset(top, median) == 0 and sun_onset(top[1:3], median[1:3]) is None
+    assert activations.sun_massive(top, median).tolist() == [True, False, False, True, False]
+    assert (
+        activations.sun_onset(top, median) == 0
+        and activations.sun_onset(top[1:3], median[1:3]) is None
+    )
     # uniform causal attention: mean_{t=1..n-1} 1/(t+1)
-    assert uniform_sink_score(2) == 0.5
-    assert uniform_sink_score(3) == pytest.approx((1 / 2 + 1 / 3) / 2)
-    assert uniform_sink_score(64) == pytest.approx(0.0594, abs=1e-4)
-    assert uniform_sink_score(5) > 0.3 >= uniform_sink_score(6)
-    assert sink_min_length() == 6 and sink_min_length(0.5) == 2
+    assert activations.uniform_sink_score(2) == 0.5
+    assert activations.uniform_sink_score(3) == pytest.approx((1 / 2 + 1 / 3) / 2)
+    assert activations.uniform_sink_score(64) == pytest.approx(0.0594, abs=1e-4)
+    assert activations.uniform_sink_score(5) > 0.3 >= activations.uniform_sink_score(6)
+    assert activations.sink_min_length() == 6 and activations.sink_min_length(0.5) == 2
     with pytest.raises(Exception, match=">= 2 tokens"):
-        uniform_sink_score(1)
+        activations.uniform_sink_score(1)
 
 
 def test_verdict_reports_both_massive_criteria_and_the_uniform_baseline():

@@ -20,6 +20,26 @@ def _sym(L: int, seed: int = 0) -> np.ndarray:
     return S
 
 
+def test_the_package_reexports_each_modules_public_names_from_their_one_home():
+    """`deffcore.figures.X` is the object its module defines; each name is listed by the one
+    module that defines it (a style imported from `base` is not exported again)."""
+    import importlib
+    import pkgutil
+
+    homes: dict[str, str] = {}
+    for info in pkgutil.iter_modules(figures.__path__):
+        module = importlib.import_module(f"deffcore.figures.{info.name}")
+        for name in module.__all__:
+            assert name not in homes, f"{name} exported by {homes[name]} and {info.name}"
+            homes[name] = info.name
+            value = getattr(module, name)
+            assert getattr(figures, name) is value
+            if callable(value) and hasattr(value, "__module__"):
+                assert value.__module__ == module.__name__, name
+    assert sorted(homes) == figures.__all__ and "similarity_heatmap" in homes
+    assert homes["LAYOUT"] == "base" and homes["gap_vs_n"] == "anytime"
+
+
 def test_heatmap_holds_the_matrix_and_one_based_layers():
     S = _sym(5)
     fig = figures.similarity_heatmap(S, metric="cosine", pooling="top1_pc")

@@ -94,21 +94,8 @@ def test_cancel_stops_and_leaves_no_complete_entry(gate):
     assert not jobs.cancel(job_id)  # already finished
 
 
-def test_cancelled_after_a_batch_resumes_from_its_partial(monkeypatch):
-    real = deffcore.runs.measure.extract_pooled
-
-    def cancel_after_first_batch(*args, progress=None, **kwargs):
-        def wrapped(done, total, stage):
-            progress(done, total, stage)
-            if stage == "extract":
-                for job in jobs.active_jobs():
-                    jobs.cancel(job.job_id)
-
-        return real(*args, progress=wrapped, **kwargs)
-
+def test_cancelled_after_a_batch_resumes_from_its_partial(cancel_after_first_batch):
     spec = spec_of(n=64, max_tokens=64)
-    monkeypatch.setattr(deffcore.extraction.forward, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", cancel_after_first_batch)
     first = jobs.wait(jobs.start(spec, batch_size=8), timeout=600)
     assert first.state == "cancelled"
     partial = [r for r in entries.list_runs() if r["key"] == spec.key()]
@@ -116,7 +103,7 @@ def test_cancelled_after_a_batch_resumes_from_its_partial(monkeypatch):
     assert jobs.partial_spec(spec.key()) == spec
     assert jobs.kept_passages(spec) == partial[0]["done_passages"] > 0
 
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
+    cancel_after_first_batch()  # stop cancelling: the resumed job runs to the end
     resumed = jobs.wait(jobs.start(jobs.partial_spec(spec.key()), batch_size=8), timeout=600)
     assert resumed.state == "done", resumed.error
     assert resumed.resumed > 0

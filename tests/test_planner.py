@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_helpers import window_spec
 
 import deffcore.inputs.loading
 import deffcore.runs.measure
@@ -120,6 +121,20 @@ def test_memory_by_hand():
     assert similarity_bytes(SMALL, 5) == 1440 + 320 + 200 + 2 * CONTRACT_ELEMENTS * 8
 
 
+def test_a_plans_memory_is_each_step_at_its_own_shape():
+    """memory_plan reads the plan's size, N, max tokens, batch and dtype, each in its place."""
+    from deffcore.runs.planner import Plan, bootstrap_bytes, memory_plan
+
+    plan = Plan("m", n=5, max_tokens=3, device="cpu", dtype="float32", batch=2, size=SMALL)
+    assert memory_plan(plan, live=True, bootstrap=None, file_bytes=7) == {
+        "extraction": 3568 + 7 + 960,  # test_memory_by_hand's, with a 7-byte file
+        "similarity": similarity_bytes(SMALL, 5),
+    }
+    with_b = memory_plan(plan, live=False, bootstrap=4)
+    assert with_b["bootstrap"] == bootstrap_bytes(SMALL, 5, 4)
+    assert with_b["extraction"] == extraction_bytes(SMALL, 5, 3, 2, "float32", live=False)
+
+
 def test_gpu_time_is_a_range_scaled_by_block_parameters():
     size = model_size("gemma3-270m")
     lo, hi = gpu_time(size, 198_637)
@@ -140,12 +155,6 @@ def test_gpu_time_is_a_range_scaled_by_block_parameters():
     assert lo8 == pytest.approx(10**6 * 2 * big.block_params / (0.4 * 989e12))
 
 
-def _spec(dataset: str, n: int, model: str = "tiny-llama"):
-    return deffcore.runs.preflight.run_spec(
-        model, dataset, n, 16, 0, "cka", passages="windows", device="cpu"
-    )[0]
-
-
 def test_calibration_is_cached_keyed_and_goes_stale(windows_dataset, monkeypatch):
     key = calibration.calibration_key(
         "tiny-llama", revision=None, device="cpu", dtype="float32", max_tokens=16, batch=32
@@ -163,7 +172,7 @@ def test_calibration_is_cached_keyed_and_goes_stale(windows_dataset, monkeypatch
 
 
 def test_plan_time_is_load_plus_extraction_plus_numbers(windows_dataset):
-    spec = _spec(windows_dataset, 256)
+    spec = window_spec(windows_dataset, 256)
     first = plan_run(spec, "cpu", batch_size=32)
     assert first.time_source.startswith("calibrated now")
     plan = plan_run(spec, "cpu", batch_size=32, calibrate="cached")
@@ -208,7 +217,10 @@ def test_a_model_without_calibration_is_scaled_by_block_parameters(windows_datas
     )
     calibration._store(fake)
     plan = plan_run(
-        _spec(windows_dataset, 256, "tiny-gpt2"), "cpu", batch_size=32, calibrate="cached"
+        window_spec(windows_dataset, 256, model="tiny-gpt2"),
+        "cpu",
+        batch_size=32,
+        calibrate="cached",
     )
     gpt2 = model_size("tiny-gpt2")
     assert plan.time_source.startswith("scaled from tiny-llama")

@@ -5,34 +5,24 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from run_helpers import assert_same_pooled, window_spec
 
 import deffcore.runs.measure
-from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.extraction import cache, prefix_cache
 from deffcore.runs.measure import measure_spec
-from deffcore.runs.preflight import run_spec
-
-
-def _spec(dataset: str, n: int, passages: str = "windows"):
-    return run_spec("tiny-llama", dataset, n, 16, 0, "cka", passages=passages, device="cpu")[0]
-
-
-def _equal(a, b) -> None:
-    for p in EXTRACTED_POOLINGS:
-        assert np.array_equal(a.pooled.pooled[p], b.pooled.pooled[p]), p
-    assert np.array_equal(a.pooled.pos0_norm_ratio, b.pooled.pos0_norm_ratio)
-    assert a.pooled.tokens == b.pooled.tokens
 
 
 def test_a_larger_run_resumes_from_a_smaller_one_bit_identically(windows_dataset, every_batch):
-    small = measure_spec(_spec(windows_dataset, 128), device="cpu", batch_size=32)
+    small = measure_spec(window_spec(windows_dataset, 128), device="cpu", batch_size=32)
     assert small.meta["extract_meta"]["batch_rows"] == 32
-    large = measure_spec(_spec(windows_dataset, 256), device="cpu", batch_size=32)
+    large = measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=32)
     # every checkpointed batch of the 128-run: all but its last (handed to no checkpoint, its
     # per-passage position-0 ratios are not kept), which the 256-run extracts again
     assert large.resumed_passages == 96
-    fresh = measure_spec(_spec(windows_dataset, 256), device="cpu", batch_size=32, use_cache=False)
-    _equal(large, fresh)
+    fresh = measure_spec(
+        window_spec(windows_dataset, 256), device="cpu", batch_size=32, use_cache=False
+    )
+    assert_same_pooled(large, fresh)
 
 
 def test_a_smaller_run_is_a_larger_ones_first_rows_without_a_model(
@@ -40,50 +30,54 @@ def test_a_smaller_run_is_a_larger_ones_first_rows_without_a_model(
     every_batch,
     monkeypatch,
 ):
-    fresh = measure_spec(_spec(windows_dataset, 128), device="cpu", batch_size=32, use_cache=False)
-    measure_spec(_spec(windows_dataset, 256), device="cpu", batch_size=32)
+    fresh = measure_spec(
+        window_spec(windows_dataset, 128), device="cpu", batch_size=32, use_cache=False
+    )
+    measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=32)
 
     def loader(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
-    served = measure_spec(_spec(windows_dataset, 128), device="cpu", batch_size=32)
+    served = measure_spec(window_spec(windows_dataset, 128), device="cpu", batch_size=32)
     assert served.resumed_passages == 128 and not served.cached
-    _equal(served, fresh)
+    assert_same_pooled(served, fresh)
     # stored as a normal complete entry of N = 128
-    assert cache.load(_spec(windows_dataset, 128)) is not None
+    assert cache.load(window_spec(windows_dataset, 128)) is not None
 
 
 def test_other_batching_is_not_a_source(windows_dataset, every_batch):
-    measure_spec(_spec(windows_dataset, 128), device="cpu", batch_size=32)
-    other = measure_spec(_spec(windows_dataset, 256), device="cpu", batch_size=16)
+    measure_spec(window_spec(windows_dataset, 128), device="cpu", batch_size=32)
+    other = measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=16)
     assert other.resumed_passages == 0
     # n not a whole number of batches: not served from a larger run
-    assert prefix_cache.from_larger(_spec(windows_dataset, 100), "cpu", 32) is None
+    assert prefix_cache.from_larger(window_spec(windows_dataset, 100), "cpu", 32) is None
 
 
 def test_documents_mode_never_reuses(tiny_dataset, every_batch):
-    measure_spec(_spec(tiny_dataset, 8, "documents"), device="cpu", batch_size=4)
-    assert prefix_cache.sources(_spec(tiny_dataset, 12, "documents")) == []
-    m = measure_spec(_spec(tiny_dataset, 12, "documents"), device="cpu", batch_size=4)
+    measure_spec(window_spec(tiny_dataset, 8, "documents"), device="cpu", batch_size=4)
+    assert prefix_cache.sources(window_spec(tiny_dataset, 12, "documents")) == []
+    m = measure_spec(window_spec(tiny_dataset, 12, "documents"), device="cpu", batch_size=4)
     assert m.resumed_passages == 0
 
 
 def test_a_damaged_entry_is_no_source(windows_dataset, every_batch):
-    small = _spec(windows_dataset, 128)
+    small = window_spec(windows_dataset, 128)
     measure_spec(small, device="cpu", batch_size=32)
     npz = cache.cache_dir() / small.key() / "states.npz"
     with np.load(npz) as z:  # a valid npz with one changed value: only the checksum tells
         arrays = {k: z[k] for k in z.files}
     arrays["default"][1, 0, 0] += 1.0
     np.savez(npz, **arrays)
-    assert prefix_cache.best_prefix(_spec(windows_dataset, 256), "cpu", 32, larger=False) is None
-    large = measure_spec(_spec(windows_dataset, 256), device="cpu", batch_size=32)
+    assert (
+        prefix_cache.best_prefix(window_spec(windows_dataset, 256), "cpu", 32, larger=False) is None
+    )
+    large = measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=32)
     assert large.resumed_passages == 0
 
 
 def test_the_ratio_prefix_rides_in_the_checksummed_entry(windows_dataset, every_batch):
-    spec = _spec(windows_dataset, 96)
+    spec = window_spec(windows_dataset, 96)
     m = measure_spec(spec, device="cpu", batch_size=32)
     assert prefix_cache.RATIO_PREFIX not in m.pooled.pooled  # cache.load ignores it
     meta = cache.load_meta(spec.key())

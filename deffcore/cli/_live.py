@@ -101,7 +101,7 @@ def spec_of(args: argparse.Namespace):
 
 def plan_command(args: argparse.Namespace) -> int:
     """`measure --plan`: print the plan's line (or its JSON) and exit 0, or REFUSED."""
-    from deffcore.cli._common import print_json
+    from deffcore.cli._output import print_json
     from deffcore.runs.planner import plan_run
     from deffcore.statistics.stopping import estimate_bootstrap, parse_until
 

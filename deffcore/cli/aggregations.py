@@ -5,16 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    add_run_args,
-    check_args,
-    print_json,
-    result_only_stdout,
-    run_kwargs,
-)
-from deffcore.cli.gw import add_gw_args, check_gw_args, gw_kwargs, gw_table
+from deffcore.cli._common import add_run_args, check_args, run_kwargs
+from deffcore.cli._output import Progress, add_output_args, answer
+from deffcore.cli.gw import add_gw_args, check_gw_args, gw_options, gw_table
 from deffcore.core.constants import POOLINGS
 
 
@@ -81,12 +74,14 @@ def run(args: argparse.Namespace) -> int:
 
     check_args(args)
     check_gw_args(args)
-    with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
+
+    def compute(bar: Progress) -> dict:
         m = measure(**run_kwargs(args), progress=bar)
         d = {"model": args.model, **aggregation_table(m, pooling=args.pooling)}
         if args.gw:
             from deffcore.labs.gw_lens import gw_lens
 
-            d["gw"] = gw_lens(m, **gw_kwargs(args), progress=bar)
-    print_json(d) if args.json else print(_table(d))
-    return 0
+            d["gw"] = gw_lens(m, gw_options(args), progress=bar)
+        return d
+
+    return answer(args, "passage", compute, _table)

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    add_run_args,
-    check_args,
-    fmt,
-    print_json,
-    result_only_stdout,
-    run_kwargs,
-)
+from deffcore.cli._common import add_run_args, check_args, run_kwargs
+from deffcore.cli._output import add_output_args, answer, fmt
 from deffcore.core.constants import POOLINGS
 
 
@@ -136,10 +128,4 @@ def run(args: argparse.Namespace) -> int:
     if args.bootstrap is not None:
         check_int(args.bootstrap, "--bootstrap", 2)
     check_args(args)  # every argument, cheaply, before anything loads
-    with result_only_stdout(), Progress("passage", enabled=not args.no_progress) as bar:
-        d = compute(args, progress=bar)
-    if args.json:
-        print_json(d)
-    else:
-        print(_table(d))
-    return 0
+    return answer(args, "passage", lambda bar: compute(args, progress=bar), _table)

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    check_args,
-    float_list,
-    fmt,
-    int_list,
-    print_json,
-    result_only_stdout,
-)
+from deffcore.cli._common import check_args, float_list, int_list
+from deffcore.cli._output import Progress, add_output_args, answer, fmt
 
 
 def add_parser(subparsers) -> None:
@@ -102,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     _check_settings(settings)
-    with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
-        result = run_carry_sweep(settings, progress=bar)
-    d = result.to_dict()
-    print_json(d) if args.json else print(_table(d))
-    return 0
+
+    def compute(bar: Progress) -> dict:
+        return run_carry_sweep(settings, progress=bar).to_dict()
+
+    return answer(args, "step", compute, _table)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from deffcore.cli._common import add_output_args, fmt, print_json, result_only_stdout
+from deffcore.cli._output import add_output_args, fmt, print_json, result_only_stdout
 
 
 def add_parser(subparsers) -> None:

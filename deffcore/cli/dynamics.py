@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    check_args,
-    fmt,
-    print_json,
-    result_only_stdout,
-    str_list,
-)
+from deffcore.cli._common import check_args, str_list
+from deffcore.cli._output import Progress, add_output_args, answer, fmt
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.errors import DeffError
 
@@ -69,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
         checkpoints = hf_revisions(args.model, str_list(args.revisions))
     else:
         raise DeffError("Give --checkpoints FOLDER, or --model ID with --revisions R1,R2,...")
-    with result_only_stdout(), Progress("checkpoint", enabled=not args.no_progress) as bar:
-        result = dynamics_sweep(
+
+    def compute(bar: Progress) -> dict:
+        return dynamics_sweep(
             checkpoints,
             dataset=args.dataset,
             n=args.n,
@@ -80,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
             pooling=args.pooling,
             device=args.device,
             progress=bar,
-        )
-    d = result.to_dict()
-    print_json(d) if args.json else print(_table(d))
-    return 0
+        ).to_dict()
+
+    return answer(args, "checkpoint", compute, _table)

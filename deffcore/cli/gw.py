@@ -5,17 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    add_run_args,
-    check_args,
-    fmt,
-    print_json,
-    result_only_stdout,
-    run_kwargs,
-)
+from deffcore.cli._common import add_run_args, check_args, run_kwargs
+from deffcore.cli._output import Progress, add_output_args, answer, fmt
 from deffcore.core.constants import POOLINGS
+from deffcore.labs.gw_lens import GwOptions
 
 
 def add_gw_args(p: argparse.ArgumentParser) -> None:
@@ -92,24 +85,27 @@ def run(args: argparse.Namespace) -> int:
 
     check_args(args)
     check_gw_args(args)
-    with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
+
+    def compute(bar: Progress) -> dict:
         m = measure(**run_kwargs(args), progress=bar)
-        d = gw_lens(m, **gw_kwargs(args), progress=bar)
-    if args.json:
-        print_json(d)
-    else:
-        print(f"model {d['model']}  L={d['layers']}  N={d['n']}  pooling={d['pooling']}")
-        print(gw_table(d))
-    return 0
+        return gw_lens(m, gw_options(args), progress=bar)
+
+    return answer(args, "step", compute, _table)
 
 
-def gw_kwargs(args: argparse.Namespace) -> dict:
-    return {
-        "pooling": args.pooling,
-        "n_gw": args.n_gw,
-        "seed": args.gw_seed,
-        "gw_metric": args.gw_metric,
-        "solver": args.solver,
-        "epsilon": args.epsilon,
-        "init": args.init,
-    }
+def _table(d: dict) -> str:
+    head = f"model {d['model']}  L={d['layers']}  N={d['n']}  pooling={d['pooling']}"
+    return f"{head}\n{gw_table(d)}"
+
+
+def gw_options(args: argparse.Namespace) -> GwOptions:
+    """The GW lens's options from --pooling and the `add_gw_args` options."""
+    return GwOptions(
+        pooling=args.pooling,
+        n_gw=args.n_gw,
+        seed=args.gw_seed,
+        gw_metric=args.gw_metric,
+        solver=args.solver,
+        epsilon=args.epsilon,
+        init=args.init,
+    )

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    add_run_args,
-    check_args,
-    fmt,
-    print_json,
-    result_only_stdout,
-    run_kwargs,
-    str_list,
-)
+from deffcore.cli._common import add_run_args, check_args, run_kwargs, str_list
+from deffcore.cli._output import Progress, add_output_args, answer, fmt
 from deffcore.core.constants import POOLINGS
 
 
@@ -60,10 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from deffcore.labs.interventions import intervention_table
 
     check_args(args)
-    with result_only_stdout(), Progress("intervention", enabled=not args.no_progress) as bar:
-        table = intervention_table(
-            **run_kwargs(args), interventions=str_list(args.interventions), progress=bar
-        )
-    d = table.to_dict()
-    print_json(d) if args.json else print(_table(d))
-    return 0
+
+    def compute(bar: Progress) -> dict:
+        names = str_list(args.interventions)
+        return intervention_table(**run_kwargs(args), interventions=names, progress=bar).to_dict()
+
+    return answer(args, "intervention", compute, _table)

@@ -8,16 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    add_run_args,
-    check_args,
-    int_list,
-    print_json,
-    result_only_stdout,
-    run_kwargs,
-)
+from deffcore.cli._common import add_run_args, check_args, int_list, run_kwargs
 from deffcore.cli._live import (
     add_live_args,
     check_live_args,
@@ -25,6 +16,7 @@ from deffcore.cli._live import (
     measure_with_estimates,
     plan_command,
 )
+from deffcore.cli._output import Progress, add_output_args, print_json, result_only_stdout
 from deffcore.core.constants import POOLINGS
 
 

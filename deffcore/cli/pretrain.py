@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    check_args,
-    fmt,
-    int_list,
-    print_json,
-    result_only_stdout,
-    str_list,
-)
+from deffcore.cli._common import check_args, int_list, str_list
+from deffcore.cli._output import Progress, add_output_args, answer, fmt
 
 
 def add_parser(subparsers) -> None:
@@ -95,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
     )
     check_device(settings.device)  # the preset's own device too (gpu: cuda)
     check_settings(settings)
-    with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
-        result = pretrain_probe(settings, progress=bar, store=not args.no_store)
-    d = result.to_dict()
-    print_json(d) if args.json else print(_table(d))
-    return 0
+
+    def compute(bar: Progress) -> dict:
+        return pretrain_probe(settings, progress=bar, store=not args.no_store).to_dict()
+
+    return answer(args, "step", compute, _table)

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from deffcore.cli._common import (
-    Progress,
-    add_output_args,
-    add_run_args,
-    check_args,
-    fmt,
-    int_list,
-    print_json,
-    result_only_stdout,
-    run_kwargs,
-)
+from deffcore.cli._common import add_run_args, check_args, int_list, run_kwargs
+from deffcore.cli._output import Progress, add_output_args, answer, fmt
 
 
 def add_parser(subparsers) -> None:
@@ -66,14 +57,14 @@ def run(args: argparse.Namespace) -> int:
     from deffcore.labs.pruning import pruning_check
 
     check_args(args)
-    with result_only_stdout(), Progress("step", enabled=not args.no_progress) as bar:
-        result = pruning_check(
+
+    def compute(bar: Progress) -> dict:
+        return pruning_check(
             **run_kwargs(args),
             n_heldout=args.n_heldout,
             ks=int_list(args.ks, "--ks"),
             progress=bar,
             store=not args.no_store,
-        )
-    d = result.to_dict()
-    print_json(d) if args.json else print(_table(d))
-    return 0
+        ).to_dict()
+
+    return answer(args, "step", compute, _table)

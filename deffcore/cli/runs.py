@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from deffcore.cli._common import print_json
+from deffcore.cli._output import print_json
 
 
 def add_parser(subparsers) -> None:

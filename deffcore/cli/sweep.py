@@ -15,16 +15,8 @@ import argparse
 import sys
 from dataclasses import replace
 
-from deffcore.cli._common import (
-    add_output_args,
-    add_run_args,
-    fmt,
-    int_list,
-    print_json,
-    result_only_stdout,
-    run_kwargs,
-    str_list,
-)
+from deffcore.cli._common import add_run_args, int_list, run_kwargs, str_list
+from deffcore.cli._output import add_output_args, fmt, print_json, result_only_stdout
 from deffcore.core.constants import POOLINGS
 
 

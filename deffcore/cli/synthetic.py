@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from deffcore.cli._common import check_args, print_json
+from deffcore.cli._common import check_args
+from deffcore.cli._output import print_json
 from deffcore.core.constants import METRICS
 from deffcore.measures.depth import depth_summary
 from deffcore.measures.references import iid_reference_depth, update_depth

@@ -9,6 +9,8 @@ trust rule does not call the number solid. N on a log-2 axis (the marks double).
 
 from __future__ import annotations
 
+__all__ = ["gap_vs_n"]
+
 from collections.abc import Sequence
 from typing import Any
 

@@ -8,6 +8,34 @@ what a user downloads is exactly what is drawn; `tag_run` makes a download say i
 
 from __future__ import annotations
 
+__all__ = [
+    "CLICK_TARGET",
+    "COLOR_ABOVE",
+    "COLOR_MEASURED",
+    "COLOR_PAPER",
+    "COLOR_REFERENCE",
+    "COLOR_SUB",
+    "COLOR_UPDATES",
+    "LAYOUT",
+    "OKABE_ITO",
+    "POOLING_COLORS",
+    "POOLING_SYMBOLS",
+    "REGIME_LESS",
+    "REGIME_MORE",
+    "figure_csv",
+    "figure_data",
+    "figure_html",
+    "for_display",
+    "integer_ticks",
+    "log_axis",
+    "plain_text_labels",
+    "projector",
+    "reference_hline",
+    "regime_color",
+    "regime_label",
+    "tag_run",
+]
+
 import html
 import io
 from collections.abc import Mapping

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["bootstrap_histogram", "matched_references_bars", "null_baseline"]
+
 from collections.abc import Mapping, Sequence
 
 import numpy as np

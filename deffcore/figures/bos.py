@@ -3,6 +3,15 @@ the position-0 norm ratio, massive activations, sink heads, and the passage insp
 
 from __future__ import annotations
 
+__all__ = [
+    "controls_dotplot",
+    "massive_ratio_figure",
+    "pos0_ratio",
+    "sink_fraction_figure",
+    "sink_scores_heatmap",
+    "token_norm_heatmap",
+]
+
 from collections.abc import Sequence
 
 import numpy as np

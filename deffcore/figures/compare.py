@@ -3,6 +3,16 @@ several runs (a `run_style` per run), two similarity maps side by side."""
 
 from __future__ import annotations
 
+__all__ = [
+    "RUN_COLORS",
+    "RUN_DASHES",
+    "RUN_SYMBOLS",
+    "compare_lag_profiles",
+    "gap_bars",
+    "run_style",
+    "side_by_side_heatmaps",
+]
+
 from collections.abc import Mapping
 
 import numpy as np

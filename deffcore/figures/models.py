@@ -3,6 +3,8 @@ gap to F_L per pooling control (colour = family or pooling, shape = where a valu
 
 from __future__ import annotations
 
+__all__ = ["FAMILY_COLORS", "MODEL_SYMBOLS", "models_depth_scatter", "models_gap_by_pooling"]
+
 from collections.abc import Sequence
 from typing import Any
 

@@ -6,6 +6,14 @@ so axes are labelled 1..L.
 
 from __future__ import annotations
 
+__all__ = [
+    "deff_vs_K",
+    "lag_decay",
+    "reference_lag_profile",
+    "similarity_heatmap",
+    "similarity_rows",
+]
+
 from collections.abc import Mapping, Sequence
 
 import numpy as np

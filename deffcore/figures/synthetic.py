@@ -3,6 +3,16 @@ the teaching story's lag profiles and depth bars (closed forms solid, samples as
 
 from __future__ import annotations
 
+__all__ = [
+    "CONSTRUCTION_COLORS",
+    "CONSTRUCTION_SYMBOLS",
+    "STORY_STYLES",
+    "states_vs_updates",
+    "story_depth_bars",
+    "story_lag_profiles",
+    "synthetic_sweep",
+]
+
 from collections.abc import Mapping
 
 import numpy as np

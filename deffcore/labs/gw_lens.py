@@ -1,16 +1,18 @@
 """The Gromov–Wasserstein lens of one run (paper Table S22): GW matrix beside CKA, stored.
 
-`gw_lens(measurement, ...)` computes `deffcore.measures.gw.gw_matrix` on the run's pooled states
-h_1 .. h_L (one pooling) and the three Spearman correlations over layer pairs against the
-run's similarity matrix, and stores the result (`deffcore.labs.store`, lab "gw"), keyed by
-the run's cache key, the pooling, the similarity metric and every GW option, so the app and a
-repeated command read it back (a GW matrix costs minutes; see BENCHMARKS.md).
+`gw_lens(measurement, GwOptions(...))` computes `deffcore.measures.gw.gw_matrix` on the run's
+pooled states h_1 .. h_L (one pooling) and the three Spearman correlations over layer pairs
+against the run's similarity matrix, and stores the result (`deffcore.labs.store`, lab "gw"),
+keyed by the run's cache key, the pooling, the similarity metric and every GW option
+(`GwOptions.identity`), so the app and a repeated command read it back (a GW matrix costs
+minutes; see BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,106 +22,88 @@ from deffcore.measures.gw import EPSILON, N_GW, gw_matrix, pair_spearman
 ProgressFn = Callable[[int, int, str], None]
 
 
-def gw_identity(
-    run_key: str,
-    *,
-    pooling: str,
-    metric: str,
-    n_gw: int,
-    seed: int,
-    gw_metric: str,
-    solver: str,
-    epsilon: float,
-    init: str,
-) -> dict[str, Any]:
-    """Plain values that determine a GW lens result."""
-    return {
-        "run_key": run_key,
-        "pooling": pooling,
-        "metric": metric,
-        "n_gw": int(n_gw),
-        "seed": int(seed),
-        "gw_metric": gw_metric,
-        "solver": solver,
-        "epsilon": float(epsilon) if solver == "entropic" else None,
-        "init": init,
-    }
+@dataclass(frozen=True)
+class GwOptions:
+    """How a GW lens is computed: the run's pooling and every option of
+    `deffcore.measures.gw.gw_matrix` (its defaults are the library's)."""
+
+    pooling: str = "default"
+    n_gw: int = N_GW
+    seed: int = 0
+    gw_metric: str = "euclidean"
+    solver: str = "exact"
+    epsilon: float = EPSILON
+    init: str = "both"
+
+    def identity(self, run_key: str, metric: str) -> dict[str, Any]:
+        """Plain values that determine a GW lens result of the run `run_key` under the
+        similarity `metric` (epsilon only where the entropic solver reads it)."""
+        return {
+            "run_key": run_key,
+            "pooling": self.pooling,
+            "metric": metric,
+            "n_gw": int(self.n_gw),
+            "seed": int(self.seed),
+            "gw_metric": self.gw_metric,
+            "solver": self.solver,
+            "epsilon": float(self.epsilon) if self.solver == "entropic" else None,
+            "init": self.init,
+        }
 
 
-def _identity(m: Any, **options: Any) -> dict[str, Any]:
-    return gw_identity(m.spec.key(), metric=m.metric, **options)
-
-
-def stored_gw(
-    measurement: Any,
-    *,
-    pooling: str = "default",
-    n_gw: int = N_GW,
-    seed: int = 0,
-    gw_metric: str = "euclidean",
-    solver: str = "exact",
-    epsilon: float = EPSILON,
-    init: str = "both",
-) -> dict[str, Any] | None:
+def stored_gw(measurement: Any, options: GwOptions | None = None) -> dict[str, Any] | None:
     """The stored `gw_lens` result of these options (`"cached": True`), or None; never
     computes (the app shows a stored result before anyone presses Compute)."""
     from deffcore.labs import store as lab_store
 
-    identity = _identity(
-        measurement, pooling=pooling, n_gw=n_gw, seed=seed, gw_metric=gw_metric,
-        solver=solver, epsilon=epsilon, init=init,
-    )  # fmt: skip
+    options = options or GwOptions()
+    identity = options.identity(measurement.spec.key(), measurement.metric)
     found = lab_store.read_result("gw", identity)
     return None if found is None else {**found, "cached": True}
 
 
 def gw_lens(
     measurement: Any,
+    options: GwOptions | None = None,
     *,
-    pooling: str = "default",
-    n_gw: int = N_GW,
-    seed: int = 0,
-    gw_metric: str = "euclidean",
-    solver: str = "exact",
-    epsilon: float = EPSILON,
-    init: str = "both",
     store: bool = True,
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """{"gw": (L, L) lists, "similarity": (L, L), "spearman_gw_cka", "spearman_lag_gw",
-    "spearman_lag_cka", "n_gw" (passages used), "seconds", "cached", options...}."""
+    "spearman_lag_cka", "n_gw" (passages used), "seconds", "cached", options...}.
+
+    `options`: the pooling and GW options (`GwOptions()`: the defaults); `store`: read a stored
+    result of the same run and options instead of computing, and store a computed one."""
     from deffcore.labs import store as lab_store
 
-    m = measurement
-    options = {"pooling": pooling, "n_gw": n_gw, "seed": seed, "gw_metric": gw_metric,
-               "solver": solver, "epsilon": epsilon, "init": init}  # fmt: skip
-    identity = _identity(m, **options)
+    m, o = measurement, options or GwOptions()
     if store:
-        found = stored_gw(m, **options)
+        found = stored_gw(m, o)
         if found is not None:
             return found
-    states = m.states(pooling)
-    S = m.similarity(pooling)
+    states = m.states(o.pooling)
+    S = m.similarity(o.pooling)
     start = time.perf_counter()
     G = gw_matrix(
-        states, n=n_gw, seed=seed, metric=gw_metric, solver=solver, epsilon=epsilon,
-        init=init, progress=progress,
+        states, n=o.n_gw, seed=o.seed, metric=o.gw_metric, solver=o.solver, epsilon=o.epsilon,
+        init=o.init, progress=progress,
     )  # fmt: skip
     seconds = time.perf_counter() - start
+    identity = o.identity(m.spec.key(), m.metric)
     result = {
         "lab": "gw",
         "model": m.spec.model,
         "dataset": m.spec.dataset,
         "layers": m.layers,
         "n": m.n,
-        "pooling": pooling,
+        "pooling": o.pooling,
         "metric": m.metric,
-        "n_gw": min(int(n_gw), m.n),
-        "gw_seed": seed,
-        "gw_metric": gw_metric,
-        "solver": solver,
+        "n_gw": min(int(o.n_gw), m.n),
+        "gw_seed": o.seed,
+        "gw_metric": o.gw_metric,
+        "solver": o.solver,
         "epsilon": identity["epsilon"],
-        "init": init,
+        "init": o.init,
         "gw": np.asarray(G).tolist(),
         "similarity": np.asarray(S, dtype=np.float64).tolist(),
         **pair_spearman(G, S),

@@ -26,7 +26,7 @@ as a
   `deffcore.core.constants.POOLINGS` the depth summary of the lab's metric; `max_pos0_ratio` is the
   maximum over h_0 .. h_L of the position-0 norm ratio (SPEC 2).
 - Optimiser: AdamW (beta2 = 0.95, weight decay 0.1), linear warm-up then cosine decay to
-  lr/10 (`residual_carry.lr_schedule`), gradient clipping at 1.
+  lr/10, gradient clipping at 1 (`deffcore.labs.training.train_steps`).
 - Results are stored (`deffcore.labs.store`, lab "pretrain", keyed by every setting except
   `threads` (which changes the speed, not the numbers), the device kind and the BBC text's
   content id): a repeated probe is read back (`cached`), and the app shows stored probes. A
@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ import torch
 
 from deffcore.core.constants import PC_CONTROLS, POOLINGS
 from deffcore.core.errors import DeffError
-from deffcore.labs.residual_carry import lr_schedule, train_grid
+from deffcore.labs.training import from_preset, train_grid, train_steps
 
 ProgressFn = Callable[[int, int, str], None]
 #: Fixed seed of the document split, the probe windows and the validation batches.
@@ -132,11 +132,7 @@ PRESETS: dict[str, PretrainSettings] = {
 
 def settings_from(preset: str = "cpu", **overrides: Any) -> PretrainSettings:
     """A preset with some fields replaced (None values are ignored)."""
-    if preset not in PRESETS:
-        raise DeffError(
-            f"Unknown pretraining preset {preset!r}; choose one of {', '.join(PRESETS)}."
-        )
-    return replace(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
+    return from_preset(PRESETS, preset, "pretraining", overrides)
 
 
 def check_settings(s: PretrainSettings) -> None:
@@ -339,23 +335,16 @@ def train_probe(
         rec.update(probe_depth(loaded, probe, s.metric))
         records.append(rec)
 
+    def batch_loss() -> torch.Tensor:
+        batch = data.train[torch.randint(len(data.train), (s.batch_size,), generator=gen)]
+        batch = batch.to(s.device)
+        return model(input_ids=batch, labels=batch, use_cache=False).loss
+
     with norm_intervention(model, variant):
-        model.train()
-        evaluate(0)
-        for step in range(1, s.iters + 1):
-            for group in opt.param_groups:
-                group["lr"] = lr_schedule(step - 1, s.lr, s.warmup, s.iters)
-            batch = data.train[torch.randint(len(data.train), (s.batch_size,), generator=gen)]
-            batch = batch.to(s.device)
-            loss = model(input_ids=batch, labels=batch, use_cache=False).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if step % s.eval_interval == 0 or step == s.iters:
-                evaluate(step)
-            if tick is not None:
-                tick(step)
+        train_steps(
+            model, opt, batch_loss, evaluate, iters=s.iters, eval_interval=s.eval_interval,
+            lr=s.lr, warmup=s.warmup, tick=tick,
+        )  # fmt: skip
     return records
 
 

@@ -384,40 +384,44 @@ def heldout_passages(
     return held[:n_heldout]
 
 
-def pruning_identity(
-    model: str,
-    dataset: str,
-    *,
-    n: int,
-    n_heldout: int,
-    max_tokens: int,
-    seed: int,
-    ks: Sequence[int],
-    metric: str,
-    revision: str | None,
-    device: str,
-    dtype: str,
-    weights_id: str | None = None,
-) -> dict[str, Any]:
-    """The plain values that determine a pruning check (its key in the lab store)."""
-    from deffcore.inputs.identity import model_identity
-    from deffcore.inputs.texts import dataset_identity
+@dataclass(frozen=True)
+class PruningSetup:
+    """What one boundary check measures: `model`'s blocks ranked on `n` passages of `dataset`
+    and skipped `ks` at a time on `n_heldout` others (`max_tokens` each, sampled with `seed`),
+    the similarity under `metric`."""
 
-    return {
-        "model": model,
-        "revision": revision,
-        "weights_id": weights_id or model_identity(model, revision)["weights_id"],
-        "dataset": dataset,
-        "dataset_id": dataset_identity(dataset)["content_id"],
-        "n": int(n),
-        "n_heldout": int(n_heldout),
-        "max_tokens": int(max_tokens),
-        "seed": int(seed),
-        "ks": sorted({int(k) for k in ks}),
-        "metric": metric,
-        "device": str(device).split(":")[0],  # cuda:0 and cuda:1 compute the same
-        "dtype": dtype,
-    }
+    model: str
+    dataset: str
+    n: int
+    n_heldout: int
+    max_tokens: int
+    seed: int
+    ks: tuple[int, ...]
+    metric: str
+
+    def identity(
+        self, *, revision: str | None, device: str, dtype: str, weights_id: str | None = None
+    ) -> dict[str, Any]:
+        """The plain values that determine the check on this device and dtype (its key in the
+        lab store); `weights_id` when the loaded model's is known, else the model's own."""
+        from deffcore.inputs.identity import model_identity
+        from deffcore.inputs.texts import dataset_identity
+
+        return {
+            "model": self.model,
+            "revision": revision,
+            "weights_id": weights_id or model_identity(self.model, revision)["weights_id"],
+            "dataset": self.dataset,
+            "dataset_id": dataset_identity(self.dataset)["content_id"],
+            "n": int(self.n),
+            "n_heldout": int(self.n_heldout),
+            "max_tokens": int(self.max_tokens),
+            "seed": int(self.seed),
+            "ks": sorted({int(k) for k in self.ks}),
+            "metric": self.metric,
+            "device": str(device).split(":")[0],  # cuda:0 and cuda:1 compute the same
+            "dtype": dtype,
+        }
 
 
 def pruning_check(
@@ -452,10 +456,8 @@ def pruning_check(
     else:
         device, dtype = resolve_device_dtype(device, dtype)
         weights_id = None
-    identity = pruning_identity(
-        model, dataset, n=n, n_heldout=n_heldout, max_tokens=max_tokens, seed=seed, ks=ks,
-        metric=metric, revision=revision, device=device, dtype=dtype, weights_id=weights_id,
-    )  # fmt: skip
+    setup = PruningSetup(model, dataset, n, n_heldout, max_tokens, seed, tuple(ks), metric)
+    identity = setup.identity(revision=revision, device=device, dtype=dtype, weights_id=weights_id)
     if store:
         found = lab_store.read_result("pruning", identity)
         if found is not None:
@@ -466,24 +468,13 @@ def pruning_check(
         if progress is not None:
             progress(0, 1, "loading model")
         loaded = load_model(model, revision=revision, device=device, dtype=dtype)
-    result = _compute(loaded, model, dataset, n, n_heldout, max_tokens, seed, ks, metric, progress)
+    result = _compute(loaded, setup, progress)
     if store:
         lab_store.write_result("pruning", identity, result.to_dict())
     return result
 
 
-def _compute(
-    loaded: Any,
-    model: str,
-    dataset: str,
-    n: int,
-    n_heldout: int,
-    max_tokens: int,
-    seed: int,
-    ks: Sequence[int],
-    metric: str,
-    progress: ProgressFn | None,
-) -> PruningResult:
+def _compute(loaded: Any, setup: PruningSetup, progress: ProgressFn | None) -> PruningResult:
     """The check itself on a loaded model (see `pruning_check`)."""
     from scipy.stats import spearmanr
 
@@ -495,26 +486,26 @@ def _compute(
         if progress is not None:
             progress(done, total, stage)
 
-    L = loaded.layers
+    s, L = setup, loaded.layers
     if L < 3:
-        raise InvalidStatesError(f"The pruning check needs at least 3 blocks; {model} has {L}.")
-    measured = load_passages(dataset, n, seed=seed)
-    held = heldout_passages(dataset, measured, n_heldout, seed=seed)
-    ks = skip_counts(L, ks)
+        raise InvalidStatesError(f"The pruning check needs at least 3 blocks; {s.model} has {L}.")
+    measured = load_passages(s.dataset, s.n, seed=s.seed)
+    held = heldout_passages(s.dataset, measured, s.n_heldout, seed=s.seed)
+    ks = skip_counts(L, s.ks)
     total = 2 + 2 * len(ks)
 
     report(0, total, "measuring D_eff")
-    pooled = extract_pooled(loaded, measured, max_tokens=max_tokens)
+    pooled = extract_pooled(loaded, measured, max_tokens=s.max_tokens)
     states = pooled.pooled["default"][1:]  # h_1 .. h_L
-    S = similarity_matrix(states, metric)
+    S = similarity_matrix(states, s.metric)
     local = local_delta_deff(S)
     report(1, total, "block influence")
-    bi = block_influence(loaded.model, loaded.tokenizer, measured, max_tokens=max_tokens)
+    bi = block_influence(loaded.model, loaded.tokenizer, measured, max_tokens=s.max_tokens)
     order = {"bi": rank_lowest_first(bi), "local_deff": rank_lowest_first(local)}
     rho, p = spearmanr(bi, local)
 
     result = PruningResult(
-        model=model,
+        model=s.model,
         layers=L,
         n=len(measured),
         n_heldout=len(held),
@@ -525,9 +516,9 @@ def _compute(
         ks=ks,
         spearman=float(rho),
         spearman_p=float(p),
-        dataset=dataset,
-        max_tokens=max_tokens,
-        seed=seed,
+        dataset=s.dataset,
+        max_tokens=s.max_tokens,
+        seed=s.seed,
     )
     done = 2
     for ranking in RANKINGS:
@@ -541,7 +532,7 @@ def _compute(
                     loaded.model,
                     loaded.tokenizer,
                     held,
-                    max_tokens=max_tokens,
+                    max_tokens=s.max_tokens,
                     skip=order[ranking][:k],
                 )
                 result.ppl[ranking][k] = out["ppl"]

@@ -29,10 +29,8 @@ Decisions:
 from __future__ import annotations
 
 import json
-import math
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,7 @@ import torch
 
 from deffcore.core.errors import DeffError
 from deffcore.labs.carry_model import CarryConfig, CarryGPT
+from deffcore.labs.training import from_preset, train_grid, train_steps
 from deffcore.measures.depth import depth_summary
 from deffcore.measures.similarity import similarity_matrix
 
@@ -193,19 +192,6 @@ PRESETS: dict[str, CarrySettings] = {
 }
 
 
-def lr_schedule(step: int, lr: float, warmup: int, iters: int) -> float:
-    """Linear warm-up over `warmup` steps, then cosine decay to lr/10 at `iters` (nanoGPT's).
-    Shared with the short-pretraining probes (`deffcore.labs.pretrain`)."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = (step - warmup) / max(iters - warmup, 1)
-    return lr / 10 + 0.5 * (lr - lr / 10) * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-
-def _lr_at(step: int, s: CarrySettings) -> float:
-    return lr_schedule(step, s.lr, s.warmup, s.iters)
-
-
 @torch.no_grad()
 def _val_loss(model: CarryGPT, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
     was_training = model.training
@@ -318,21 +304,14 @@ def train_run(
             path = checkpoint_path(s.checkpoint_dir, gamma, seed, step)
             save_checkpoint(path, model, data, step, tokens, s)
 
-    model.train()
-    evaluate(0)
-    for step in range(1, s.iters + 1):
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step - 1, s)
+    def batch_loss() -> torch.Tensor:
         x, y = sample_windows(data.train, s.batch_size, s.block_size, train_gen)
-        _, loss = model(x.to(device), y.to(device))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % s.eval_interval == 0 or step == s.iters:
-            evaluate(step)
-        if progress is not None:
-            progress(step)
+        return model(x.to(device), y.to(device))[1]
+
+    train_steps(
+        model, opt, batch_loss, evaluate, iters=s.iters, eval_interval=s.eval_interval,
+        lr=s.lr, warmup=s.warmup, tick=progress,
+    )  # fmt: skip
     return records
 
 
@@ -405,45 +384,9 @@ def run_carry_sweep(
     return result
 
 
-def train_grid(
-    runs: list[Any],
-    iters: int,
-    train_one: Callable[[Any, Callable[[int], None]], list[dict[str, Any]]],
-    *,
-    progress: ProgressFn | None = None,
-    threads: int | None = None,
-    stage: Callable[[Any], str] = str,
-) -> tuple[list[dict[str, Any]], float]:
-    """Train every run in turn with torch's CPU threads set to `threads` (restored after):
-    `train_one(run, tick)` returns its records and calls tick(step) after each of its `iters`
-    steps; progress(done_steps, total_steps, stage(run)). Returns (records, seconds).
-    Shared with the short-pretraining probes (`deffcore.labs.pretrain`)."""
-    total = len(runs) * iters
-    records: list[dict[str, Any]] = []
-    previous_threads = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    start = time.perf_counter()
-    try:
-        for i, run in enumerate(runs):
-
-            def tick(step: int, offset: int = i * iters, label: str = stage(run)) -> None:
-                if progress is not None:
-                    progress(offset + step, total, label)
-
-            records += train_one(run, tick)
-    finally:
-        torch.set_num_threads(previous_threads)
-    return records, time.perf_counter() - start
-
-
 def settings_from(preset: str = "cpu", **overrides: Any) -> CarrySettings:
     """A preset with some fields replaced (None values are ignored)."""
-    if preset not in PRESETS:
-        raise DeffError(
-            f"Unknown residual-carry preset {preset!r}; choose one of {', '.join(PRESETS)}."
-        )
-    return replace(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
+    return from_preset(PRESETS, preset, "residual-carry", overrides)
 
 
 def paper_carry_rows() -> list[dict[str, Any]]:

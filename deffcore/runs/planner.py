@@ -347,23 +347,16 @@ def _refusal(plan: Plan) -> str | None:
 
 
 def memory_plan(
-    size: ModelSize,
-    n: int,
-    max_tokens: int,
-    batch: int,
-    dtype: str,
-    *,
-    live: bool,
-    bootstrap: int | None,
-    file_bytes: int = 0,
+    plan: Plan, *, live: bool, bootstrap: int | None, file_bytes: int = 0
 ) -> dict[str, int]:
-    """{step: peak bytes} for extraction, similarity and (with B) the bootstrap."""
-    out = {
-        "extraction": extraction_bytes(
-            size, n, max_tokens, batch, dtype, live=live, file_bytes=file_bytes
-        ),
-        "similarity": similarity_bytes(size, n),
-    }
+    """{step: peak bytes} of the plan's run (its size, N, max tokens, batch and dtype) for
+    extraction, similarity and (with B) the bootstrap."""
+    size, n = plan.size, plan.n
+    assert size is not None
+    extraction = extraction_bytes(
+        size, n, plan.max_tokens, plan.batch, plan.dtype, live=live, file_bytes=file_bytes
+    )
+    out = {"extraction": extraction, "similarity": similarity_bytes(size, n)}
     if bootstrap:
         out["bootstrap"] = bootstrap_bytes(size, n, bootstrap)
     return out
@@ -423,14 +416,7 @@ def plan_run(
         )
         return plan
     plan.memory = memory_plan(
-        size,
-        spec.n,
-        spec.max_tokens,
-        batch,
-        spec.dtype,
-        live=live,
-        bootstrap=bootstrap,
-        file_bytes=_file_bytes(spec.model),
+        plan, live=live, bootstrap=bootstrap, file_bytes=_file_bytes(spec.model)
     )
     plan.limit, plan.limit_source = _limit(device, limit_bytes)
     plan.disk = entry_bytes(size, spec.n)
@@ -458,27 +444,13 @@ def _price(plan: Plan, spec: Any, marks: list[int], boots: tuple, mode: str, win
     """Fill the plan's time from a calibration (cached, measured now, or scaled)."""
     from deffcore.runs import calibration
 
-    key = calibration.calibration_key(
-        spec.model,
-        revision=spec.revision,
-        device=plan.device,
-        dtype=spec.dtype,
-        max_tokens=spec.max_tokens,
-        batch=plan.batch,
-    )
+    # the rate's setting: what keys a stored calibration, and what a new one measures
+    setting = {"revision": spec.revision, "device": plan.device, "dtype": spec.dtype,
+               "max_tokens": spec.max_tokens, "batch": plan.batch}  # fmt: skip
+    key = calibration.calibration_key(spec.model, **setting)
     cal, source = calibration.cached(key), "calibrated"
     if cal is None and mode == "auto":
-        cal, source = (
-            calibration.calibrate(
-                spec.model,
-                revision=spec.revision,
-                device=plan.device,
-                dtype=spec.dtype,
-                max_tokens=spec.max_tokens,
-                batch=plan.batch,
-            ),
-            "calibrated now",
-        )
+        cal, source = calibration.calibrate(spec.model, **setting), "calibrated now"
     if cal is not None:
         plan.time_source = f"{source}: {cal.describe()}"
     else:

@@ -187,20 +187,7 @@ def test_cancel_notice_shows_once_when_the_worker_stops_during_the_cancel_rerun(
     assert sum(i.startswith("Run cancelled") for i in shown) == 1, shown
 
 
-def test_an_interrupted_run_resumes_from_the_runs_page(monkeypatch):
-    real = deffcore.runs.measure.extract_pooled
-
-    def cancel_after_first_batch(*args, progress=None, **kwargs):
-        def wrapped(done, total, stage):
-            progress(done, total, stage)
-            if stage == "extract":
-                for job in jobs.active_jobs():
-                    jobs.cancel(job.job_id)
-
-        return real(*args, progress=wrapped, **kwargs)
-
-    monkeypatch.setattr(deffcore.extraction.forward, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", cancel_after_first_batch)
+def test_an_interrupted_run_resumes_from_the_runs_page(cancel_after_first_batch):
     at = choose(new_app(wait_s=None), n=96, max_tokens=128)  # AppTest waits for the job
     at.button(key="run").click().run()
     shown = (texts(at, "info"), texts(at, "success"), texts(at, "error"))
@@ -208,7 +195,7 @@ def test_an_interrupted_run_resumes_from_the_runs_page(monkeypatch):
     assert any("passages are kept" in i for i in texts(at, "info")), shown
     partial = [r for r in entries.list_runs() if r["status"] == "partial" and r["spec"]["n"] == 96]
     assert len(partial) == 1 and partial[0]["done_passages"] > 0
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
+    cancel_after_first_batch()  # stop cancelling: the resumed job runs to the end
 
     at.switch_page("pages/7_Runs.py").run()
     at.selectbox(key="runs_resume").set_value(partial[0]["key"])

@@ -168,7 +168,7 @@ def view(measurement):
 
 def test_aggregations_geometry_and_gw_of_a_measured_run(view, measurement, no_model_load):
     from deffcore.labs.aggregations import aggregation_table
-    from deffcore.labs.gw_lens import gw_lens
+    from deffcore.labs.gw_lens import GwOptions, gw_lens
 
     at = open_page("pages/12_Aggregations.py", view)
     assert_clean(at)
@@ -182,7 +182,7 @@ def test_aggregations_geometry_and_gw_of_a_measured_run(view, measurement, no_mo
     at.number_input(key="ag_gw_n").set_value(8).run()
     at.button(key="ag_gw_run").click().run()
     assert_clean(at)
-    stored = gw_lens(measurement, n_gw=8)  # read back from the store the page wrote
+    stored = gw_lens(measurement, GwOptions(n_gw=8))  # read back from the store the page wrote
     assert stored["cached"]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["ρ(GW, CKA)"] == f"{stored['spearman_gw_cka']:+.2f}"
@@ -238,12 +238,12 @@ def test_pruning_page_shows_the_tolerance_and_says_when_it_was_stored():
 
 
 def test_pruning_page_flags_a_non_monotone_curve(no_model_load):
-    from deffcore.labs.pruning import SKIP_COUNTS, PruningResult, pruning_identity
+    from deffcore.labs.pruning import SKIP_COUNTS, PruningResult, PruningSetup
     from deffcore.labs.store import write_result
 
-    identity = pruning_identity("tiny-llama", "bbc-news", n=8, n_heldout=3, max_tokens=24,
-                                seed=0, ks=SKIP_COUNTS, metric="cka", revision=None,
-                                device="cpu", dtype="float32")  # fmt: skip
+    setup = PruningSetup("tiny-llama", "bbc-news", n=8, n_heldout=3, max_tokens=24, seed=0,
+                         ks=SKIP_COUNTS, metric="cka")  # fmt: skip
+    identity = setup.identity(revision=None, device="cpu", dtype="float32")
     curve = {0: 10.0, 1: 12.0, 2: 10.5}  # k = 1 fails, k = 2 qualifies again
     planted = PruningResult(
         model="tiny-llama", layers=4, n=8, n_heldout=3, deff=1.5, bi=[0.1] * 4,
