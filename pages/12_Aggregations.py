@@ -19,6 +19,7 @@ from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
 from explorer.progress import progress_callback
+from explorer.tables import show_table
 
 #: The app's default GW subsample: 45 s (SmolLM2, L = 30) to 100 s (Gemma-3, L = 18) on 2 CPU
 #: cores (BENCHMARKS.md); the library's default (SPEC 13.1) is 512.
@@ -35,7 +36,7 @@ def aggregations_section(view: RunView, pooling: str) -> dict[str, Any] | None:
         )  # fmt: skip
         frame = figures.aggregations_frame(table)
         frame.index = pd.Index([AGGREGATION_LABELS[a] for a in frame.index], name="aggregation")
-        st.dataframe(human_columns(frame).style.format("{:.4f}"), key="ag_table")
+        show_table(human_columns(frame).style.format("{:.4f}"), key="ag_table")
         st.caption(
             "Fitted correlation length ξ (layers) of the exponential lag fit: "
             + ", ".join(f"{m} {xi:.2f}" for m, xi in table["xi"].items())
@@ -54,7 +55,7 @@ def geometry_section(view: RunView, table: dict[str, Any], pooling: str) -> None
         "same ratio for the pooled states themselves (the paper's Figure S6 does not define "
         "its efficiency; this one is documented in SPEC 13)."
     )
-    st.dataframe(lens_tables.geometry_frame(table).style.format("{:.4f}", na_rep="—"),
+    show_table(lens_tables.geometry_frame(table).style.format("{:.4f}", na_rep="—"),
                  key="ag_geometry")  # fmt: skip
     show_run_figure(
         lens_figures.turning_angles_plot(table), view.spec, "turning_angles",
@@ -126,7 +127,7 @@ def gw_result_section(view: RunView, result: dict[str, Any]) -> None:
         lens_figures.gw_heatmaps(result), view.spec, "gw", pooling=result["pooling"],
         metric=result["metric"], identity={"n_gw": result["n_gw"], "gw_seed": result["gw_seed"]},
     )  # fmt: skip
-    st.dataframe(lens_tables.gw_beside_paper(result), hide_index=True, key="ag_gw_paper")
+    show_table(lens_tables.gw_beside_paper(result), hide_index=True, key="ag_gw_paper")
 
 
 def paper_section() -> None:
@@ -138,7 +139,7 @@ def paper_section() -> None:
         index="model", columns="quantity", values="value"
     )
     s11.columns = [f"{human_label(c.removeprefix('deff_over_L_'))} (paper)" for c in s11.columns]
-    st.dataframe(human_columns(s11), key="ag_paper")
+    show_table(human_columns(s11), key="ag_paper")
 
 
 def main() -> None:
