@@ -3,7 +3,7 @@
     nice -n 10 .venv/bin/python benchmarks/bench_action_costs.py [--model smollm2-135m]
         [--passages 64] [--max-tokens 128] [--repeats 2]
 
-`deffcore.action_costs.diagnostics_cost` prices the BOS diagnostic pass as a model load plus
+`deffcore.runs.action_costs.diagnostics_cost` prices the BOS diagnostic pass as a model load plus
 its passages at EAGER_FACTOR times the extraction rate. This measures that factor in one
 process, the model loaded once: `extract.extract_pooled` of `--passages` BBC windows, then
 `diagnostics.bos_diagnostics` (eager attention returning every block's probabilities, the

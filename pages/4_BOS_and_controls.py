@@ -22,7 +22,7 @@ from deffcore.core.errors import UndefinedSimilarityError
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.lenses import diagnostics, diagnostics_store
 from deffcore.lenses.bos_answer import bos_on_off, position0_answer_for
-from deffcore.lenses.run_extras import extras_source, snapshot_diagnostics
+from deffcore.lenses.run_extras import extras_source, snapshot_bos_on_off, snapshot_diagnostics
 from deffcore.runs import preflight
 from deffcore.runs.action_costs import diagnostics_cost, runs_cost, with_variants
 from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
@@ -284,7 +284,7 @@ def bos_on_off_section(view: RunView, spec: Any, settings: Settings) -> None:
         "first-position effect, one that disappears is a BOS effect. Both runs are cached."
     )
     name = f"bos-onoff:{spec.key()}:{settings.metric}:{settings.K}"
-    shipped = None
+    shipped = snapshot_bos_on_off(view, settings.metric, settings.K)
     if shipped is not None:  # computed by the CLI with the snapshot: whole at first visit
         st.caption(f"Both runs {md_escape(extras_source(view))}.")
         bos_on_off_results(shipped, settings.metric, dict(view.spec))

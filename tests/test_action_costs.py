@@ -1,4 +1,4 @@
-"""What a page action will take, said before it starts (deffcore.action_costs), and when the
+"""What a page action will take, said before it starts (deffcore.runs.action_costs), and when the
 next live estimate lands (explorer.live.next_look): hand-computed from the prior, the plan's
 parts and the schedule."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from deffcore import action_costs as ac
+from deffcore.runs import action_costs as ac
 from deffcore.inputs.model_size import model_size
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs.stage_times import estimate

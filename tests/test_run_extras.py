@@ -1,4 +1,4 @@
-"""A snapshot's extras (deffcore.run_extras): the CLI attaches the diagnostics and the BOS on/off
+"""A snapshot's extras (deffcore.lenses.run_extras): the CLI attaches the diagnostics and the BOS on/off
 check (`measure --diagnostics --bos-on-off --snapshot`), pages read them back only when sound.
 
 Expected values come from the library on the same run (`diagnose`, `bos_on_off`, in the
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from shipped_helpers import BOOTSTRAP, RUN, SEEDS, shipped_view
 
-from deffcore import run_extras as rx
+from deffcore.lenses import run_extras as rx
 from deffcore.lenses.diagnostics_store import DIAG_FORMAT, diagnose, spec_from_fields
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""A run as one HTML file (deffcore.run_report, `deffcore report`): self-contained, complete,
+"""A run as one HTML file (deffcore.views.run_report, `deffcore report`): self-contained, complete,
 and a colleague's text in it stays text.
 
 The file is parsed with the standard library's HTML parser: every tag that could fetch

@@ -14,7 +14,7 @@ A snapshot may come from someone else (a shared file): a section is used only wh
 diagnostics format), else it is ignored (the page computes on request as if it were absent),
 and no text of it is shown: the on/off sentence is recomputed from its numbers. `report_parts`
 gathers what a run's report shows beyond the views stage's reach (the BOS answer, diagnostics,
-on/off) for `deffcore.run_report.report_html`.
+on/off) for `deffcore.views.run_report.report_html`.
 """
 
 from __future__ import annotations
