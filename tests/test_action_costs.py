@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from deffcore.runs import action_costs as ac
 from deffcore.inputs.model_size import model_size
 from deffcore.inputs.run_spec import RunSpec
+from deffcore.runs import action_costs as ac
 from deffcore.runs.stage_times import estimate
 
 

@@ -1,5 +1,6 @@
-"""A snapshot's extras (deffcore.lenses.run_extras): the CLI attaches the diagnostics and the BOS on/off
-check (`measure --diagnostics --bos-on-off --snapshot`), pages read them back only when sound.
+"""A snapshot's extras (deffcore.lenses.run_extras): the CLI attaches the diagnostics and the BOS
+on/off check (`measure --diagnostics --bos-on-off --snapshot`), pages read them back only when
+sound.
 
 Expected values come from the library on the same run (`diagnose`, `bos_on_off`, in the
 fixture's cache: read back, not recomputed), so a section that drifted from what the CLI

@@ -198,3 +198,16 @@ def test_report_html_without_extras_says_so(shipped_run):
     page = report_html(view)
     assert "The BOS answer was not computed" in page and "Not computed for this run" in page
     assert parsed(page).plots == 5
+
+
+def test_the_command_says_what_it_wrote(in_cache, tmp_path, capsys):
+    """`report --json` is one JSON object on stdout (the file, its size, what it holds); without
+    --json one line naming the file and the run (the result tail of every command)."""
+    out = tmp_path / "r.html"
+    assert main(["report", str(in_cache["path"]), "-o", str(out), "--json", "--no-progress"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["output"] == str(out) and said["bytes"] == out.stat().st_size
+    assert said["diagnostics"] is True and said["bos_on_off"] is True  # the stand-in has both
+    assert main(["report", str(in_cache["path"]), "-o", str(out), "--no-progress"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"wrote {out} (") and line.endswith(f"MB): {said['run']}")
