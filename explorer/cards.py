@@ -145,6 +145,7 @@ def show_figure(
     key = identity_stem(dict(identity), what)
     fig = figures.for_display(figures.tag_run(fig, identity))
     shown = figures.plain_text_labels(fig)  # user text in labels shows as text, not HTML
+    shown = figures.theme_safe_colors(shown)  # no colour the chart theme would swap
     event = st.plotly_chart(shown, key=key, on_select=on_select, config=PLOTLY_CONFIG, **kwargs)
     row = st.container(horizontal=True)
     for label, build, source, ext, mime in (
@@ -191,4 +192,21 @@ def download_table(
         mime="text/csv",
         key=f"{key}_csv",
         on_click="ignore",
+    )
+
+
+def download_html(
+    build: Any, what: str, identity: Mapping[str, Any], label: str, help_text: str = ""
+) -> None:
+    """An HTML file's download (`build()` -> its text, called on click), named and keyed by
+    `identity` and `what` like `show_figure`'s (the run's slug for a run's identity)."""
+    key = identity_stem(dict(identity), what)
+    st.download_button(
+        label,
+        data=build,
+        file_name=f"{key}.html",
+        mime="text/html",
+        key=f"{key}_html",
+        on_click="ignore",
+        help=help_text or None,
     )

@@ -20,7 +20,14 @@ from deffcore.core.safe_text import md_escape  # user text is shown as text, nev
 from deffcore.views.run_view import RunView
 from deffcore.views.snapshot import SnapshotView
 from explorer import settings as sidebar
-from explorer.views import SYNC_KEY, VIEW_KEY, precomputed_runs, requested_run, set_view
+from explorer.views import (
+    JOB_SYNC_KEY,
+    SYNC_KEY,
+    VIEW_KEY,
+    precomputed_runs,
+    requested_run,
+    set_view,
+)
 
 URL_KEY = "run"
 _RESTORED = "_deff_url_restored"
@@ -121,6 +128,7 @@ def sidebar_values(spec: dict[str, Any]) -> dict[str, Any]:
 def sync_sidebar() -> None:
     """Before the sidebar is drawn: set its widgets to the run `set_view` made current."""
     spec = st.session_state.pop(SYNC_KEY, None)
+    spec = st.session_state.pop(JOB_SYNC_KEY, None) or spec  # a run in progress comes first
     if not spec:
         return
     for key, value in sidebar_values(spec).items():

@@ -18,6 +18,7 @@ from typing import Any
 import streamlit as st
 
 from deffcore import figures
+from deffcore.core.safe_text import md_escape
 from deffcore.extraction.prefix import prefix_refusal
 from deffcore.work import job_state, jobs
 from explorer.cards import show_run_figure
@@ -25,12 +26,42 @@ from explorer.cards import show_run_figure
 _LEVEL_ICON = {"solid": "●", "indicative": "◐", "noise": "○"}
 
 
+def next_look(status: job_state.JobStatus, est: dict[str, Any]) -> str:
+    """When the next estimate lands, in words: the estimates come at the marks of
+    `extraction.prefix.schedule` (64, 128, 256, ... passages), so the cards stay at the last
+    mark while the bar moves on, and the verdict can change (or settle) only at a mark."""
+    from deffcore.extraction.prefix import batch_rows, schedule
+    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.runs.planner import human_time
+
+    spec = status.spec
+    device = resolve_device_dtype(None, spec.dtype, check=False)[0]
+    marks = [k for k in schedule(spec.n, batch_rows(spec.max_tokens, device)) if k > est["n"]]
+    if not marks:
+        return f"These are the numbers at N = {est['n']:,}, the run's last estimate."
+    rate = (status.total - status.done) / status.eta_s if status.eta_s else None
+    when = ""
+    if rate and rate > 0:
+        when = f" in about {human_time(max(marks[0] - status.done, 0) / rate)}"
+    last = f"; the last, at N = {spec.n:,}" if marks[0] != spec.n else ""
+    return (
+        f"Estimated at N = {est['n']:,} ({status.done:,} passages extracted so far). The next "
+        f"estimate comes at N = {marks[0]:,}{when}{last}: the verdict can settle only at an "
+        "estimate."
+    )
+
+
 def _head_cards(est: dict[str, Any]) -> None:
     head = est["poolings"]["default"]
     band = "" if head["low"] is None else f"{head['band']}: [{head['low']:.4f}, {head['high']:.4f}]"
     shown = "unbiased CKA" if head["metric"] == "unbiased_cka" else head["metric"]
     cols = st.columns(4)
-    cols[0].metric("N so far", f"{est['n']:,}")
+    cols[0].metric(
+        "N of this estimate",
+        f"{est['n']:,}",
+        help="Estimates come at N = 64, 128, 256, ... (whole batches); the bar counts every "
+        "passage extracted.",
+    )
     cols[1].metric("D_eff / L", f"{head['deff_over_L']:.4f}", help=band or None)
     cols[2].metric("Gap to F_L", f"{head['gap_pct']:+.1f}%", help=band or None)
     cols[3].metric("Trust", f"{_LEVEL_ICON[head['level']]} {head['level']}")
@@ -80,6 +111,7 @@ def live_panel(status: job_state.JobStatus) -> None:
     est = status.estimates[-1]
     _head_cards(est)
     _verdict_line(est)
+    st.caption(md_escape(next_look(status, est)))
     settle_button(status)
     if len(status.estimates) > 1:
         fig = figures.gap_vs_n(status.estimates, poolings=list(est["poolings"]))

@@ -23,7 +23,7 @@ from deffcore.work import job_state, jobs
 from explorer.live import live_panel, stopped_note
 from explorer.settings import REFUSED_KEY, Settings
 from explorer.uploads import UPLOAD_KEY, upload_names
-from explorer.views import set_view
+from explorer.views import JOB_SYNC_KEY, set_view
 
 #: How long the Run click's own script run waits for its job before the polling fragment
 #: takes over (a cache hit lands at once). AppTest has no browser to poll: it waits for the
@@ -97,6 +97,8 @@ def _session_job() -> str | None:
         found = jobs.status(from_url) if from_url else None
         if found is not None and found.kind == "run":
             job_id = st.session_state[JOB_KEY] = from_url
+            if not found.finished:  # a reload mid-run: the sidebar shows the run's settings
+                st.session_state[JOB_SYNC_KEY] = dict(found.spec.__dict__)
     return job_id
 
 
@@ -198,11 +200,9 @@ def job_panel() -> None:
     if err:
         st.error(md_escape(err))
     notice = st.session_state.pop(_NOTICE, None)
-    if notice:
+    if notice:  # one notice at the top of the page (a toast beside it covered half of it)
         kind, text = notice
         getattr(st, kind)(md_escape(text))
-        if kind == "success":
-            st.toast(md_escape(text), icon=":material/check_circle:")  # no emoji font needed
     job_id = _session_job()
     status = jobs.status(job_id) if job_id else None
     if status is None:

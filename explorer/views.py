@@ -24,6 +24,9 @@ VIEW_KEY = "deff_view"
 #: The run the sidebar should show next (set by `set_view`, applied by `explorer.current_run`
 #: before the sidebar is drawn: widgets cannot change once drawn in a script run).
 SYNC_KEY = "_deff_sync_sidebar"
+#: The settings of a run in progress that a reload found again (its `?job=`): the sidebar shows
+#: them rather than its defaults or the current run's, like before the reload.
+JOB_SYNC_KEY = "_deff_sync_sidebar_job"
 _RUN_ENV_DONE = "_deff_run_env_opened"
 
 
@@ -88,10 +91,13 @@ def precomputed_runs() -> list[SnapshotView]:
 
 
 def requested_run() -> None:
-    """Once per session: make the shared run `deffcore app --run FILE` kept the current run."""
+    """Once per session: make the shared run `deffcore app --run FILE` kept the current run,
+    unless the session already has one (a link or a reload named it: the run stays put)."""
     if st.session_state.get(_RUN_ENV_DONE) or not os.environ.get(APP_RUN_ENV):
         return
     st.session_state[_RUN_ENV_DONE] = True
+    if st.session_state.get(VIEW_KEY) is not None:
+        return
     with guarded("Opening the shared run"):
         set_view(open_shared(os.environ[APP_RUN_ENV]))
 

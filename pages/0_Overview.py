@@ -8,8 +8,9 @@ import streamlit as st
 from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.runs.tables import metric_comparison
+from deffcore.views.labels import run_identity
 from deffcore.views.run_view import RunView
-from explorer.cards import headline_cards, precomputed_note, show_run_figure
+from explorer.cards import download_html, headline_cards, precomputed_note, show_run_figure
 from explorer.page import page
 from explorer.settings import Settings
 
@@ -30,7 +31,9 @@ PAGES_NOTE = (
     "(constructions with known answers), Baselines (random-weight null, matched references, "
     "bootstrap), Runs (open, compare, resume, delete). Labs: Interventions (Gemma norms), "
     "Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training dynamics "
-    "(checkpoints over training), Aggregations (other ways to count layers)."
+    "(checkpoints over training), Aggregations (other ways to count layers), Correlation lab "
+    "(D_eff/L against pruning tolerance and benchmarks), Short pretraining (norm variants "
+    "trained from random weights)."
 )
 
 
@@ -66,6 +69,25 @@ def charts_section(view: RunView, settings: Settings) -> None:
         show_run_figure(fig, view.spec, "lag_decay", pooling=pooling, metric=metric)
 
 
+def report_button(view: RunView, settings: Settings) -> None:
+    """The run as one HTML file to send (`deffcore report`): built when clicked."""
+    from deffcore.lenses.run_extras import report_parts
+    from deffcore.views.run_report import report_html
+
+    pooling, metric, K = settings.pooling, settings.metric, settings.K
+
+    def build() -> str:
+        parts = report_parts(view, metric, K, pooling)
+        return report_html(view, **parts, pooling=pooling, metric=metric, K=K)
+
+    download_html(
+        build, "report", run_identity(view.spec, pooling=pooling, metric=metric),
+        "Download this run as one HTML file",
+        "Headline, trust, BOS answer, every chart and the command that remakes the run in one "
+        "file that opens offline in any browser (`deffcore report` writes the same).",
+    )  # fmt: skip
+
+
 def main() -> None:
     view, settings = page("Overview")
     st.title("Effective Depth Explorer")
@@ -76,6 +98,7 @@ def main() -> None:
     st.caption(f"Current run: {md_escape(view.label)}")
     headline_cards(view, settings)
     charts_section(view, settings)  # one picture above the fold
+    report_button(view, settings)
     precomputed_note(view)
     metric_section(view, settings)
     st.caption(PAGES_NOTE)

@@ -18,6 +18,10 @@ from explorer.cards import show_figure
 from explorer.page import page
 from explorer.progress import run_in_page
 
+#: How long each preset takes as shipped (BENCHMARKS.md, the 2-core reference machine).
+PRESET_TIME = {"tiny": "seconds", "cpu": "a few minutes on 2 cores",
+               "gpu": "nanoGPT shakespeare_char scale, on a GPU"}  # fmt: skip
+
 
 def train_form() -> None:
     """The preset and its knobs; Train runs the carry sweep in this script run."""
@@ -41,6 +45,12 @@ def train_form() -> None:
         f"{len(gammas)} γ × {int(seeds)} seed(s), {int(n_layer)} layers, {int(iters)} steps "
         f"({preset} preset)"
     )  # what it trains (its own small GPTs, not the current run): said in the button
+    work = len(gammas) * int(seeds) * int(iters) * int(n_layer)
+    shipped = len(base.gammas) * len(base.seeds) * base.iters * base.n_layer
+    st.caption(
+        f"Estimate: {work / shipped:.2g}× the work of the {preset} preset as shipped "
+        f"({PRESET_TIME.get(preset, 'time not measured')})."
+    )
     if st.button(f"Train: {what}", type="primary", key="rc_run"):
         s = settings_from(
             preset,

@@ -20,6 +20,7 @@ from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
 from explorer.progress import progress_callback
+from explorer.tables import show_table
 
 #: The app's default GW subsample: 45 s (SmolLM2, L = 30) to 100 s (Gemma-3, L = 18) on 2 CPU
 #: cores (BENCHMARKS.md); the library's default (SPEC 13.1) is 512.
@@ -42,7 +43,7 @@ def aggregations_section(view: RunView, pooling: str) -> dict[str, Any] | None:
         )  # fmt: skip
         frame = figures.aggregations_frame(table)
         frame.index = pd.Index([AGGREGATION_LABELS[a] for a in frame.index], name="aggregation")
-        st.dataframe(human_columns(frame).style.format("{:.4f}"), key="ag_table")
+        show_table(human_columns(frame).style.format("{:.4f}"), key="ag_table")
         st.caption(
             "Fitted correlation length ξ (layers) of the exponential lag fit: "
             + ", ".join(f"{m} {xi:.2f}" for m, xi in table["xi"].items())
@@ -61,7 +62,7 @@ def geometry_section(view: RunView, table: dict[str, Any], pooling: str) -> None
         "same ratio for the pooled states themselves (the paper's Figure S6 does not define "
         "its efficiency; this one is documented in SPEC 13)."
     )
-    st.dataframe(lens_tables.geometry_frame(table).style.format("{:.4f}", na_rep="—"),
+    show_table(lens_tables.geometry_frame(table).style.format("{:.4f}", na_rep="—"),
                  key="ag_geometry")  # fmt: skip
     show_run_figure(
         lens_figures.turning_angles_plot(table), view.spec, "turning_angles",
@@ -140,7 +141,7 @@ def gw_result_section(view: RunView, result: dict[str, Any]) -> None:
         metric=result["metric"],
         identity={"n_gw": result["n_gw"], "gw_seed": result["gw_seed"], "start": result["init"]},
     )  # fmt: skip
-    st.dataframe(lens_tables.gw_beside_paper(result), hide_index=True, key="ag_gw_paper")
+    show_table(lens_tables.gw_beside_paper(result), hide_index=True, key="ag_gw_paper")
     note = lens_tables.gw_paper_note(result)
     if note is not None:
         st.info(note)
@@ -155,7 +156,7 @@ def paper_section() -> None:
         index="model", columns="quantity", values="value"
     )
     s11.columns = [f"{human_label(c.removeprefix('deff_over_L_'))} (paper)" for c in s11.columns]
-    st.dataframe(human_columns(s11), key="ag_paper")
+    show_table(human_columns(s11), key="ag_paper")
 
 
 def main() -> None:

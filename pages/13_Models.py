@@ -25,6 +25,7 @@ from explorer.cards import download_table, show_figure
 from explorer.guard import guarded
 from explorer.page import page
 from explorer.settings import Settings, offline_models
+from explorer.tables import show_table
 from explorer.views import cached_runs, precomputed_runs
 
 _JOB = "_models_sweep_job"
@@ -117,7 +118,7 @@ def caveats_section(shown: pd.DataFrame) -> None:
 
 def table_section(shown: pd.DataFrame, metric: str) -> None:
     columns = [c for c in COLUMNS if c in shown]
-    st.dataframe(
+    show_table(
         shown[columns],
         hide_index=True,
         width="stretch",
@@ -268,7 +269,7 @@ def pruning_tolerance_section() -> None:
     )
     rows = [*stored, *paper_pruning_rows()]
     show_figure(lens_figures.pruning_tolerance_bars(rows), "pruning_tolerance", {"view": "models"})
-    st.dataframe(lens_tables.pruning_tolerance(rows), hide_index=True, key="models_pruning")
+    show_table(lens_tables.pruning_tolerance(rows), hide_index=True, key="models_pruning")
 
 
 def main() -> None:

@@ -14,15 +14,30 @@ from explorer.cards import show_figure
 from explorer.guard import guarded
 from explorer.page import page
 from explorer.progress import run_in_page
+from explorer.tables import show_table
 
 VARIANTS = ("none", "no_post", "no_qk", "no_post_no_qk")
-DIFFERS = (
-    "What differs from the paper: the model (the `cpu` preset: 6 blocks, d = 64, a byte "
-    "vocabulary of 259; the paper: Gemma-3-270M, 18 blocks, d = 640, 262k vocabulary), the "
-    "data (BBC news, not FineWeb-Edu), the budget (0.3M tokens per run; the paper's short "
-    "budget is not stated) and the loss units (per byte, not per Gemma token: the validation "
-    "loss columns do not compare). The `gpu` preset has Gemma-3-270M's shape and tokenizer."
-)
+
+
+def differs(s: dict[str, Any]) -> str:
+    """What differs from the paper's Table S8, for the probe settings `s` (a preset's or a
+    trained probe's `settings`): its model, data, budget and loss units."""
+    byte = s["tokenizer"] == "byte"
+    vocabulary = "a byte vocabulary of 259" if byte else "Gemma-3's 262k vocabulary"
+    tokens = s["iters"] * s["batch_size"] * s["block_size"]
+    return (
+        f"What differs from the paper: the model ({s['layers']} blocks, d = {s['hidden']}, "
+        f"{vocabulary}; the paper: Gemma-3-270M, 18 blocks, d = 640, 262k vocabulary), the "
+        f"data (BBC news, not FineWeb-Edu), the budget ({tokens / 1e6:.2g}M tokens per run; "
+        "the paper's short budget is not stated)"
+        + (
+            " and the loss units (per byte, not per Gemma token: the validation loss columns "
+            "do not compare)."
+            if byte
+            else "."
+        )
+        + " The `gpu` preset has Gemma-3-270M's shape and tokenizer."
+    )
 
 
 def describe(s: dict[str, Any]) -> str:
@@ -36,6 +51,11 @@ def describe(s: dict[str, Any]) -> str:
 
 def probe_label(result: dict[str, Any]) -> str:
     return f"{describe(result['settings'])} · {result['seconds']:.0f} s"
+
+
+#: How long each preset takes as shipped (the 2-core reference machine).
+PRESET_TIME = {"tiny": "seconds", "cpu": "several minutes on 2 cores, about 15 under load",
+               "gpu": "Gemma-3-270M's shape, on a GPU"}  # fmt: skip
 
 
 def train_form() -> None:
@@ -63,6 +83,12 @@ def train_form() -> None:
         f"{len(variants)} variant(s) × {int(seeds)} seed(s), {int(iters)} steps ({preset} "
         "preset)"
     )  # its own small Gemma-3s from random weights, not the current run: said in the button
+    work = len(variants) * int(seeds) * int(iters)
+    shipped = len(base.variants) * len(base.seeds) * base.iters
+    st.caption(
+        f"Estimate: {work / shipped:.2g}× the work of the {preset} preset as shipped "
+        f"({PRESET_TIME.get(preset, 'time not measured')})."
+    )
     if st.button(f"Train: {what}", type="primary", key="pt_run"):
         with guarded("The pretraining probe"):
             s = settings_from(preset, variants=tuple(v for v in VARIANTS if v in variants),
@@ -101,8 +127,9 @@ def results_section(result: dict[str, Any]) -> None:
     show_figure(lens_figures.pretrain_trajectories(result["records"]), "trajectories", identity)
     st.subheader("Final step: mean over seeds, beside the paper's Table S8")
     frame = lens_tables.pretrain_beside_paper(result["final"])
-    st.dataframe(frame, hide_index=True, key="pt_table")
-    st.caption(DIFFERS)
+    formats = {c: f for c, f in lens_tables.PRETRAIN_FORMATS.items() if c in frame}
+    show_table(frame.style.format(formats, na_rep="—"), hide_index=True, key="pt_table")
+    st.caption(differs(s))
 
 
 def main() -> None:
@@ -121,8 +148,9 @@ def main() -> None:
     if result is None:
         st.info("No probe yet: press **Train** (the paper's Table S8 is below).")
         st.subheader("Paper, Table S8: Gemma-3-270M on FineWeb-Edu (display only)")
-        st.dataframe(lens_tables.paper_table_s8(), hide_index=True, key="pt_paper")
-        st.caption(DIFFERS)
+        show_table(lens_tables.paper_table_s8(), hide_index=True, key="pt_paper")
+        preset = st.session_state.get("pt_preset", "cpu")
+        st.caption(differs(PRESETS[preset].to_dict()))
         return
     results_section(result)
 

@@ -22,7 +22,9 @@ from deffcore.core.errors import UndefinedSimilarityError
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.lenses import diagnostics, diagnostics_store
 from deffcore.lenses.bos_answer import bos_on_off, position0_answer_for
+from deffcore.lenses.run_extras import extras_source, snapshot_bos_on_off, snapshot_diagnostics
 from deffcore.runs import preflight
+from deffcore.runs.action_costs import diagnostics_cost, runs_cost, with_variants
 from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
 from deffcore.views.labels import run_label
 from deffcore.views.paper import paper_controls, paper_table
@@ -120,9 +122,10 @@ def diagnostics_task(spec: Any) -> str:
 
 
 def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
-    """The run's stored diagnostics, else their background pass: started at once for a run
-    measured here, on request for a shipped or shared one; its progress polls below."""
-    diag = diagnostics_store.read_diagnostics(spec)
+    """The run's stored diagnostics, else those its snapshot carries (shipped with the app,
+    or in a shared file), else their background pass: started at once for a run measured
+    here, on request (its estimate said first) for a snapshot; its progress polls below."""
+    diag = diagnostics_store.read_diagnostics(spec) or snapshot_diagnostics(view)
     if diag is not None:
         return diag
     name = f"diagnostics:{spec.key()}"
@@ -134,12 +137,17 @@ def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
             f"No massive-activation and attention-sink diagnostics yet for {md_escape(view.label)}"
             ": one small eager-attention pass over its first "
             f"{min(view.n, diagnostics.DIAG_PASSAGES)} "
-            "passages computes them in the background (the model loads once)."
+            "passages computes them in the background (the model loads once): "
+            f"{md_escape(diagnostics_cost(spec, device_here()).line())}."
         )
         again = "Try the diagnostics again" if last is not None else "Compute the diagnostics"
         if st.button(f"{again} of {md_escape(view.label)}", key="bos_diagnose"):
             diagnostics_task(spec)
-    diagnostics_progress(name)
+    status = jobs.task_job(name)
+    if status is not None and status.state == "failed":
+        st.error(md_escape(f"The diagnostic pass failed: {status.error}"))
+    elif status is not None and not status.finished:
+        diagnostics_progress(name)  # polls only while there is something to follow
     return None
 
 
@@ -149,9 +157,6 @@ def diagnostics_progress(name: str) -> None:
     lands, so the verdict and figures fill in."""
     status = jobs.task_job(name)
     if status is None:
-        return
-    if status.state == "failed":
-        st.error(md_escape(f"The diagnostic pass failed: {status.error}"))
         return
     if status.finished:
         if st.session_state.get("_bos_diag_shown") != status.job_id:
@@ -213,6 +218,13 @@ def controls_section(view: RunView, headlines: dict[str, Headline], settings: Se
     )
 
 
+def device_here() -> str:
+    """The device a background task of this server runs on (CUDA when present)."""
+    from deffcore.inputs.devices import resolve_device_dtype
+
+    return resolve_device_dtype(None, None)[0]
+
+
 def sinks_section(view: RunView, diag: dict[str, Any] | None, metric: str) -> None:
     """The two ratios side by side (named apart), then the sink shares."""
     st.subheader("Position 0, massive activations, attention sinks")
@@ -250,9 +262,13 @@ def sinks_section(view: RunView, diag: dict[str, Any] | None, metric: str) -> No
             figures.sink_scores_heatmap(diag["sink_scores"]), spec, "sink_scores",
             pooling="default", metric=metric,
         )  # fmt: skip
+    where = (
+        md_escape(extras_source(view))
+        if diag.get("shipped")
+        else f"{'stored' if diag.get('cached') else 'computed now'} beside the run"
+    )
     st.caption(
-        f"From one eager-attention pass over the first {diag['n_passages']} passages "
-        f"({'stored' if diag.get('cached') else 'computed now'} beside the run)."
+        f"From one eager-attention pass over the first {diag['n_passages']} passages ({where})."
     )
 
 
@@ -316,6 +332,13 @@ def bos_on_off_section(view: RunView, spec: Any, settings: Settings) -> None:
         "first-position effect, one that disappears is a BOS effect. Both runs are cached."
     )
     name = f"bos-onoff:{spec.key()}:{settings.metric}:{settings.K}"
+    shipped = snapshot_bos_on_off(view, settings.metric, settings.K)
+    if shipped is not None:  # computed by the CLI with the snapshot: whole at first visit
+        st.caption(f"Both runs {md_escape(extras_source(view))}.")
+        bos_on_off_results(shipped, settings.metric, dict(view.spec))
+        return
+    cost = runs_cost(with_variants(spec, "bos", ("add", "none")), device_here())
+    st.caption(f"Two runs of N = {spec.n:,}: {md_escape(cost.line())}.")
     if st.button(f"Compare bos=add with bos=none: {md_escape(label)}", key="bos_compare"):
         with guarded("Starting the BOS on/off check"):
             preflight.check(spec)  # the model and data, before anything loads
@@ -327,25 +350,34 @@ def bos_on_off_section(view: RunView, spec: Any, settings: Settings) -> None:
                 )  # fmt: skip
 
             st.session_state[_ONOFF] = jobs.start_task(name, work, model=spec.model)
-    onoff_progress(name, settings.metric, dict(view.spec))
-
-
-@st.fragment(run_every=1.0)
-def onoff_progress(name: str, metric: str, current: dict[str, Any]) -> None:
     status = jobs.task_job(name)
     if status is None:
         return
     if status.state == "failed":
         st.error(md_escape(f"The BOS on/off check failed: {status.error}"))
-    elif not status.finished:
-        st.progress(status.stage_fraction, text=f"bos=add, then bos=none: {status.describe()}")
-    elif status.state == "done" and status.result:
-        bos_on_off_results(status.result, metric, current)
+    elif status.state == "done" and status.result:  # drawn by the page, not the polling
+        bos_on_off_results(status.result, settings.metric, dict(view.spec))  # fragment: its
+    elif not status.finished:  # downloads keep one address (a 1 s fragment replaced them)
+        onoff_progress(name)
+
+
+@st.fragment(run_every=1.0)
+def onoff_progress(name: str) -> None:
+    """The check's bar while it runs; when it lands, the page runs again and draws it."""
+    status = jobs.task_job(name)
+    if status is None:
+        return
+    if status.finished:
+        if st.session_state.get("_bos_onoff_shown") != status.job_id:
+            st.session_state["_bos_onoff_shown"] = status.job_id
+            st.rerun(scope="app")
+        return
+    st.progress(status.stage_fraction, text=f"bos=add, then bos=none: {status.describe()}")
 
 
 def bos_on_off_results(result: dict[str, Any], metric: str, current: dict[str, Any]) -> None:
     box = st.success if result["kind"] in ("first_position", "bos") else st.info
-    box(f"**Conclusion:** {result['conclusion']}")
+    box(f"**Conclusion:** {md_escape(result['conclusion'])}")
     cols = st.columns(2)
     for col, bos in zip(cols, ("add", "none"), strict=True):
         r = result[bos]
@@ -367,6 +399,13 @@ def bos_on_off_results(result: dict[str, Any], metric: str, current: dict[str, A
     )  # fmt: skip
 
 
+def passage_label(j: int, text: str, width: int = 80) -> str:
+    """`#j: “its first words…”` as a person reads it: line breaks and runs of spaces as one
+    space (repr() showed them as literal \\n\\n)."""
+    flat = " ".join(text.split())
+    return f"#{j}: “{flat[:width]}{'…' if len(flat) > width else ''}”"
+
+
 def inspector_section(diag: dict[str, Any] | None, spec: dict[str, Any], metric: str) -> None:
     st.subheader("Passage inspector")
     if not diag or "inspector" not in diag:
@@ -377,7 +416,7 @@ def inspector_section(diag: dict[str, Any] | None, spec: dict[str, Any], metric:
     i = st.selectbox(
         "Passage",
         options=list(range(len(texts))),
-        format_func=lambda j: f"#{j}: {texts[j][:80]!r}",
+        format_func=lambda j: passage_label(j, texts[j]),
         key="inspect_passage",
     )
     show_run_figure(

@@ -37,6 +37,31 @@ STORY_SLIDERS = (
     ("rho", "update correlation ρ", 0.0, 0.9, 0.05,
      "Updates k layers apart have correlation ρ^k. Enters at step 5."),
 )  # fmt: skip
+#: The projector layout (issue 30): chart height and figure font that put the step's chart,
+#: its lesson and its numbers above the fold at 1280 x 720 (browser screenshots, tests/e2e).
+PROJECTOR_CHART_PX = 390
+PROJECTOR_FONT_PX = 20
+PROJECTOR_HELP = "The lesson, the chart and its numbers on the first screen, every text large."
+#: Projector sizes for the step's own text (widgets, metrics, notes), scoped to its container.
+PROJECTOR_CSS = """<style>
+[data-testid="stMainBlockContainer"]:has(.st-key-syn_projector_view) { padding-top: 3rem; }
+[data-testid="stMainBlockContainer"]:has(.st-key-syn_projector_view) h1 { font-size: 1.9rem;
+  padding: 0; }
+.st-key-syn_projector_view p, .st-key-syn_projector_view li { font-size: 1.5rem;
+  line-height: 1.35; }
+.st-key-syn_projector_view [data-testid="stWidgetLabel"] p { font-size: 1.35rem; }
+.st-key-syn_projector_view [data-testid="stMetricLabel"] p { font-size: 1.35rem; }
+.st-key-syn_projector_view [data-testid="stMetricValue"] p { font-size: 2.6rem;
+  line-height: 1.15; }
+.st-key-syn_projector_view [data-testid="stCaptionContainer"] p { font-size: 1.3rem; }
+.st-key-syn_projector_view [data-testid="stSliderThumbValue"] p,
+.st-key-syn_projector_view [data-testid="stSliderTickBarMin"] p,
+.st-key-syn_projector_view [data-testid="stSliderTickBarMax"] p { font-size: 1.2rem; }
+.st-key-syn_projector_view [data-testid="stSlider"] { padding-top: .5rem; }
+.st-key-syn_projector_view [data-baseweb="select"] * { font-size: 1.3rem; }
+.st-key-syn_projector_view blockquote { color: inherit; }
+.st-key-syn_projector_view button p { font-size: 1.25rem; }
+</style>"""
 #: Sweep sampling budget: sum over the depths of L * N * d, three constructions each.
 SWEEP_BUDGET = 4 * teaching.SAMPLE_BUDGET
 
@@ -91,10 +116,11 @@ def sampled_sweep(n: int, d: int, L_max: int, scale: float, metric: str, seed: i
     return pd.DataFrame(rows)
 
 
-def story_knobs(step: str) -> teaching.Knobs:
-    """The story's sliders (those the step does not use are greyed out) -> its knobs."""
+def story_knobs(step: str, per_row: int = 6) -> teaching.Knobs:
+    """The story's sliders (those the step does not use are greyed out) -> its knobs; rows of
+    `per_row` (the projector's large labels need 3)."""
     active = teaching.active_knobs(step)
-    c = st.columns(6)
+    c = [col for _ in range(6 // per_row) for col in st.columns(per_row)]
     L = c[0].slider("L (layers)", 2, 64, key=KNOB_KEYS["L"])
     h0, growth, rho = (
         col.slider(
@@ -133,23 +159,37 @@ def knobs_from_state() -> teaching.Knobs:
     )  # fmt: skip
 
 
-def story_numbers(res: teaching.StepResult) -> None:
-    """The step's title, what changes, and its numbers (D_eff, D_eff/L, F_L, gap)."""
-    st.subheader(res.title)
+def story_metrics(res: teaching.StepResult, columns: int = 2) -> None:
+    """The step's numbers: D_eff, D_eff/L, F_L and the gap, in rows of `columns`."""
+    gap_words = figures.regime_label(res.gap_pct) if abs(res.gap_pct) >= 0.05 else "= F_L"
+    cells = [
+        ("D_eff", f"{res.deff:.3f}", "Effective number of layers, L²/ΣS"),
+        ("D_eff / L", f"{res.deff / res.knobs.L:.3f}", None),
+        ("F_L = 2L/(L+1)", f"{res.F_L:.3f}", "Accumulated equal orthogonal updates"),
+        ("Gap to F_L", f"{res.gap_pct:+.1f}%", gap_words),
+    ]
+    for start in range(0, len(cells), columns):
+        for col, (label, value, why) in zip(
+            st.columns(columns), cells[start : start + columns], strict=False
+        ):
+            col.metric(label, value, help=why)
+
+
+def story_text(res: teaching.StepResult) -> None:
+    """What changes, what to notice, the step's notes, the previous D_eff, the summary."""
     st.markdown(f"**What changes:** {res.adds}  \n**What to notice:** {res.takeaway}")
     for note in res.notes:
         st.info(note, icon="ℹ️")
-    top, bottom = st.columns(2), st.columns(2)
-    top[0].metric("D_eff", f"{res.deff:.3f}", help="Effective number of layers, L²/ΣS")
-    top[1].metric("D_eff / L", f"{res.deff / res.knobs.L:.3f}")
-    bottom[0].metric(
-        "F_L = 2L/(L+1)", f"{res.F_L:.3f}", help="Accumulated equal orthogonal updates"
-    )
-    gap_words = figures.regime_label(res.gap_pct) if abs(res.gap_pct) >= 0.05 else "= F_L"
-    bottom[1].metric("Gap to F_L", f"{res.gap_pct:+.1f}%", help=gap_words)
     if res.deff_previous is not None:
         st.caption(f"Previous step's D_eff: {res.deff_previous:.3f}")
     st.markdown(f"> {res.summary()}")
+
+
+def story_numbers(res: teaching.StepResult) -> None:
+    """Beside the chart: the step's title, its numbers (above the fold), then its text."""
+    st.subheader(res.title)
+    story_metrics(res)
+    story_text(res)
 
 
 def story_sample(step: str, res: teaching.StepResult) -> Any:
@@ -204,25 +244,26 @@ def story_figures(res: teaching.StepResult, samples: Any, projector: bool) -> di
     out["heatmap"].update_layout(height=420)
     if projector:  # every text large: readable from the back of a room
         for fig in out.values():
-            figures.projector(fig, 22)
+            figures.projector(fig, PROJECTOR_FONT_PX)
+        out["lag"].update_layout(  # above the fold at 1280 x 720; the legend in the plot's
+            height=PROJECTOR_CHART_PX,  # empty top right, clear of the axis title
+            legend={"x": 0.99, "y": 0.98, "xanchor": "right", "yanchor": "top",
+                    "orientation": "v", "bgcolor": "rgba(255,255,255,0.85)"},
+        )  # fmt: skip
     return out
 
 
 def story_tab() -> None:
     """The teaching story: a preset or the sliders, the step's picture first (above the fold),
-    its numbers beside it, more charts and samples below."""
+    its numbers beside it, more charts and samples below; in the projector layout the lesson
+    and chart fill the first screen and every text of the step is large (`projector_view`)."""
     init_defaults()
+    if st.session_state.get("syn_projector"):
+        projector_view()
+        return
     top = st.columns([3, 1])
-    top[0].selectbox(
-        "Preset",
-        [CUSTOM, *teaching.PRESETS],
-        key="syn_preset",
-        on_change=apply_preset,
-        help="Sets the story step and every slider at once.",
-    )
-    projector = top[1].toggle(
-        "Projector layout", key="syn_projector", help="One chart per row, large text."
-    )
+    preset_box(top[0])
+    top[1].toggle("Projector layout", key="syn_projector", help=PROJECTOR_HELP)
     step = st.radio(
         "Story step",
         teaching.STEP_KEYS,
@@ -230,23 +271,61 @@ def story_tab() -> None:
         horizontal=True,
         format_func=lambda s: teaching.STEPS[s][0],
     )
-    knobs = knobs_from_state() if projector else story_knobs(step)
+    knobs = story_knobs(step)
     with guarded("The story step"):
         res = teaching.story_step(step, knobs)
         samples = sampled_for(step, res)
-        figs = story_figures(res, samples, projector)
+        figs = story_figures(res, samples, False)
         ident = story_identity(res)
-        if projector:  # the picture first, the sliders right under it
+        left, right = st.columns([3, 2])
+        with left:
             show_figure(figs["lag"], "lag_profile", ident)
-            story_knobs(step)
+        with right:
             story_numbers(res)
-        else:
-            left, right = st.columns([3, 2])
+        story_more(res, step, figs, ident, False)
+
+
+def preset_box(where: Any) -> None:
+    where.selectbox(
+        "Preset",
+        [CUSTOM, *teaching.PRESETS],
+        key="syn_preset",
+        on_change=apply_preset,
+        help="Sets the story step and every slider at once.",
+    )
+
+
+def projector_view() -> None:
+    """For the back of a room at 1400 x 900 and 1280 x 720: the step (by number) and the
+    toggle on one line, the step's title and one-sentence lesson, then its chart with its
+    numbers beside it, all above the fold; below, the sliders, the preset and the step's
+    text, every text at projector size (PROJECTOR_CSS, scoped to this view)."""
+    st.html(PROJECTOR_CSS)  # our own constant style sheet: no user text in it
+    with st.container(key="syn_projector_view"):
+        top = st.columns([5, 2], vertical_alignment="bottom")
+        step = top[0].radio(
+            "Story step",
+            teaching.STEP_KEYS,
+            key="syn_step",
+            horizontal=True,
+            format_func=lambda s: teaching.STEPS[s][0].split(" · ")[0],
+        )
+        top[1].toggle("Projector layout", key="syn_projector", help=PROJECTOR_HELP)
+        with guarded("The story step"):
+            res = teaching.story_step(step, knobs_from_state())
+            samples = sampled_for(step, res)
+            figs = story_figures(res, samples, True)
+            ident = story_identity(res)
+            st.markdown(f"**{res.title}.** {res.lesson}")
+            left, right = st.columns([3, 1])
             with left:
                 show_figure(figs["lag"], "lag_profile", ident)
             with right:
-                story_numbers(res)
-        story_more(res, step, figs, ident, projector)
+                story_metrics(res, columns=1)
+            story_knobs(step, per_row=3)
+            preset_box(st)
+            story_text(res)
+            story_more(res, step, figs, ident, True)
 
 
 def sampled_for(step: str, res: teaching.StepResult) -> Any:
@@ -426,11 +505,12 @@ def words_used() -> None:
 def main() -> None:
     _, settings = page("Synthetic lab")
     st.title("Synthetic lab")
-    st.caption(
-        "Constructions whose effective depth is known exactly, in linear CKA (the paper's "
-        "metric): every curve is a closed form, so the sliders answer at once; *Sample* draws "
-        "real random data of that size and measures it with the models' code."
-    )
+    if not st.session_state.get("syn_projector"):  # the projector's first screen: the step
+        st.caption(
+            "Constructions whose effective depth is known exactly, in linear CKA (the paper's "
+            "metric): every curve is a closed form, so the sliders answer at once; *Sample* "
+            "draws real random data of that size and measures it with the models' code."
+        )
     story, sweep = st.tabs(["Teaching story", "Free sweep"])
     with story:
         story_tab()

@@ -9,6 +9,8 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.lenses.run_extras import extras_source, snapshot_bootstrap
+from deffcore.runs.action_costs import runs_cost, with_variants
 from deffcore.views.glossary import human_label
 from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.run_view import Headline, RunView
@@ -55,16 +57,28 @@ def random_null_section(b: Baselines) -> None:
             f"**{band['mean']:.4f}**, band [{band['low']:.4f}, {band['high']:.4f}] — the "
             f"trained model is {'inside' if inside else 'outside'} the null band."
         )
+        if b.view.measurement is None:  # a snapshot: say where the band comes from
+            st.caption(f"The random-weight runs are {md_escape(extras_source(b.view))}.")
     elif b.view.measurement is None:
         st.info("The precomputed run has no random-weight null for this metric; press Run first.")
     else:
         st.info(f"No random-weight null yet for this run ({len(RANDOM_SEEDS)} seeds to compute).")
+        st.caption(f"{len(RANDOM_SEEDS)} runs of N = {b.view.n:,}: {md_escape(null_cost(b))}.")
         label = md_escape(b.view.label)  # the button says which run it measures again
         if st.button(
             f"Compute the random-weight null of {label} ({len(RANDOM_SEEDS)} seeds)",
             key="run_null",
         ):
             compute_random_null(b)
+
+
+def null_cost(b: Baselines) -> str:
+    """What measuring the random-weight nulls of this run will take here, in words."""
+    from deffcore.inputs.devices import resolve_device_dtype
+
+    spec = b.view.measurement.spec
+    specs = with_variants(spec, "model", [f"random:{spec.model}:{s}" for s in RANDOM_SEEDS])
+    return runs_cost(specs, resolve_device_dtype(None, None)[0]).line()
 
 
 def compute_random_null(b: Baselines) -> None:
@@ -149,12 +163,12 @@ def bootstrap_section(b: Baselines) -> None:
     st.subheader("Passage bootstrap")
     m = b.view.measurement
     if m is None:
-        stored = b.view.stored_bootstrap(b.pooling, b.metric)
-        if stored is not None:
+        stored = snapshot_bootstrap(b.view, b.pooling, b.metric)
+        if stored is not None:  # checked, and the bootstrap of this very headline
             st.caption(
                 f"Stored with this run when it was measured (B = {stored['B']} resamples of "
                 "its passages); the trust level on every page uses this interval, the run's "
-                "own measured spread."
+                f"own measured spread. The bootstrap is {md_escape(extras_source(b.view))}."
             )
             bootstrap_result(b, stored)
             return

@@ -159,6 +159,17 @@ def table_row(e: dict[str, Any], runs: Runs) -> dict[str, Any]:
     }
 
 
+#: Pixels per character of a table cell's text (the app's sans-serif at 14 px; digits and
+#: "·" are narrower), the cell's padding, and the widest a pinned column may be.
+CHAR_PX, CELL_PAD_PX, MAX_COLUMN_PX = 7.5, 32, 760
+
+
+def label_px(labels: Any) -> int:
+    """A column width that shows the longest of `labels` whole (at most MAX_COLUMN_PX)."""
+    longest = max((len(str(x)) for x in labels), default=0)
+    return int(min(MAX_COLUMN_PX, max(200, CHAR_PX * longest + CELL_PAD_PX)))
+
+
 def runs_table(runs: Runs) -> None:
     """The intro and one row per run; stops the page when there is none."""
     shared = f" (all of them: {md_escape(runs.shared)})." if runs.shared else "."
@@ -182,8 +193,8 @@ def runs_table(runs: Runs) -> None:
         table.drop(columns=same if len(table) > 1 else []),
         hide_index=True,
         width="stretch",  # the page's width; more columns scroll inside the table, never cut
-        column_config={
-            "run": st.column_config.TextColumn("run", pinned=True, width="large"),
+        column_config={  # the run column as wide as its longest name (400 px cut them)
+            "run": st.column_config.TextColumn("run", pinned=True, width=label_px(table["run"])),
             "current": st.column_config.CheckboxColumn("current", pinned=True, width="small"),
         },
     )

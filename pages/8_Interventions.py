@@ -14,6 +14,7 @@ from explorer.guard import guarded
 from explorer.page import page
 from explorer.progress import run_in_page
 from explorer.settings import Settings
+from explorer.tables import show_table
 
 MODELS = ("gemma3-270m", "tiny-gemma3", "tiny-olmo2", "tiny-qwen3")
 
@@ -35,6 +36,8 @@ def run_form(settings: Settings) -> None:
         f"{model} · {settings.dataset or '(no data)'} · N={int(n)} · T={int(max_tokens)} · "
         f"seed {settings.seed}"
     )  # the lab's own model and size, with the sidebar's data and seed: said in the button
+    cost = variants_cost(model, settings, int(n), int(max_tokens), chosen)
+    st.caption(md_escape(f"{len(chosen)} runs: {cost}."))
     if st.button(f"Run interventions: {what}", type="primary", key="iv_run"):
         run_in_page(
             "The intervention run",
@@ -50,6 +53,24 @@ def run_form(settings: Settings) -> None:
                 progress=progress,
             ),
         )
+
+
+def variants_cost(
+    model: str, settings: Settings, n: int, max_tokens: int, chosen: list[str]
+) -> str:
+    """What measuring `model` under each chosen intervention will take here (cached runs are
+    read), in words."""
+    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.run_spec import RunSpec
+    from deffcore.runs.action_costs import runs_cost, with_variants
+
+    try:
+        device, dtype = resolve_device_dtype(None, None)
+        spec = RunSpec(model=model, revision=None, dataset=settings.dataset, n=n,
+                       max_tokens=max_tokens, seed=settings.seed, dtype=dtype)  # fmt: skip
+        return runs_cost(with_variants(spec, "intervention", chosen), device).line()
+    except Exception:  # no dataset chosen yet: the button says what is missing
+        return "time unknown until the data is chosen"
 
 
 def results_section(paper: list) -> None:
@@ -82,7 +103,7 @@ def results_section(paper: list) -> None:
         st.info("Press **Run interventions** to measure; the paper's values are shown meanwhile.")
     frame = figures.intervention_frame(rows, paper)
     if not frame.empty:
-        st.dataframe(frame.style.format("{:.1f}", na_rep="—"), key="iv_table")
+        show_table(frame.style.format("{:.1f}", na_rep="—"), key="iv_table")
     show_figure(figures.intervention_plot(rows, paper), "gaps", identity)
 
 

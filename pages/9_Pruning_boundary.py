@@ -28,6 +28,8 @@ def run_form(settings: Settings) -> None:
         f"{model or '(no model)'} · {settings.dataset or '(no data)'} · N={int(n)} + "
         f"{int(n_heldout)} held out · T={int(max_tokens)}"
     )  # the model typed here (the sidebar's by default) and the sizes: said in the button
+    cost = check_cost(model, settings, int(n), int(n_heldout), int(max_tokens))
+    st.caption(md_escape(f"The check: {cost}."))
     if st.button(f"Run boundary check: {what}", type="primary", key="pr_run"):
         run_in_page(
             "The boundary check",
@@ -44,6 +46,19 @@ def run_form(settings: Settings) -> None:
                 progress=progress,
             ),
         )
+
+
+def check_cost(model: str, settings: Settings, n: int, n_heldout: int, max_tokens: int) -> str:
+    """The check's estimate here, in words (before it starts)."""
+    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.labs.pruning import pruning_cost
+
+    try:
+        device = resolve_device_dtype(None, None)[0]
+        return pruning_cost(model, n=n, n_heldout=n_heldout, max_tokens=max_tokens,
+                            device=device, revision=settings.revision).line()  # fmt: skip
+    except Exception:  # a half-typed model name: the button says what is wrong
+        return "time unknown until the model is named"
 
 
 def headline(result: dict[str, Any]) -> None:
@@ -128,7 +143,7 @@ def main() -> None:
     run_form(settings)
     result = st.session_state.get("pr_result")
     if result is None:
-        st.info("Press **Run boundary check**; a 30-block model takes a minute or two on a CPU.")
+        st.info("Press **Run boundary check** (its estimate is above the button).")
         return
     headline(result)
     identity = {

@@ -25,6 +25,9 @@ Fixtures:
                        done (each batch kept); returns `stop()`, which restores the extraction
                        (a resumed job then runs to the end).
     planted            tiny-llama with near-zero block outputs, returned by every model load.
+    shipped_run        (session) the generated stand-in for the shipped default (issue 30,
+                       tests/shipped_helpers.py): {"path": snapshot file, "cache": its cache
+                       folder (the runs and diagnostics), "data": the parsed JSON}.
 
 Constants:
     TINY_ARCHS         ("llama", "gemma3", "gpt2", "gptneox", "qwen2", "qwen3", "olmo2")
@@ -116,6 +119,19 @@ def cache_dir(tmp_path_factory):
         os.environ.pop("DEFF_CACHE_DIR", None)
     else:
         os.environ["DEFF_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def shipped_run(tmp_path_factory):
+    """The generated stand-in for the shipped default (module docstring), made once."""
+    from shipped_helpers import write_shipped
+
+    folder = tmp_path_factory.mktemp("shipped")
+    path, cache = folder / "default_run.json", folder / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEFF_CACHE_DIR", str(cache))
+        data = write_shipped(path)
+    return {"path": path, "cache": cache, "data": data}
 
 
 @pytest.fixture

@@ -41,3 +41,26 @@ def test_a_cached_random_run_is_in_the_random_family():
     meta = next(r for r in entries.list_runs() if r["key"] == m.spec.key())
     row = cached_model_row(meta)
     assert (row["family"], row["weights"]) == ("random-weight null", "random")
+
+
+def test_gemma_3_12b_comes_from_table_s6_without_intervention(tmp_path, monkeypatch):
+    """Table S6 publishes Gemma-3-12B (the gaps the Gap and BOS pages show) beside its norm
+    interventions: the Models table takes the "intervention: none" row, whatever the row order
+    (here the interventions come first), and leaves every other model as Table S4/S5 give it."""
+    from deffcore.views.models_overview import paper_models
+    from deffcore.views.paper import PACKAGED_PATH
+
+    lines = PACKAGED_PATH.read_text().splitlines()
+    head, rows = lines[0], lines[1:]
+    moved = sorted(rows, key=lambda r: not ("Table S6" in r and "intervention: none" not in r))
+    assert "no post" in moved[0] and "Gemma-3-12B" in "".join(moved[:20])
+    path = tmp_path / "reordered.csv"
+    path.write_text("\n".join([head, *moved]) + "\n")
+    monkeypatch.setenv("DEFF_PAPER_REFERENCE", str(path))
+    by_model = {m["model"]: m for m in paper_models()}
+    gemma = by_model["Gemma-3-12B"]
+    assert gemma["gap_default"] == gemma["gap_pct"] == -17.0  # not "no post"'s +47.6
+    assert gemma["gap_token_normed"] == 34.4 and gemma["trust"] == "published"
+    assert len(by_model) == 18
+    monkeypatch.delenv("DEFF_PAPER_REFERENCE")
+    assert {m["model"]: m for m in paper_models()} == by_model  # the order never mattered

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from deffcore.cli._live import (
 )
 from deffcore.cli._output import Progress, add_output_args, print_json, result_only_stdout
 from deffcore.core.constants import POOLINGS
+from deffcore.core.errors import DeffError
 
 
 def add_parser(subparsers) -> None:
@@ -46,6 +46,19 @@ def add_parser(subparsers) -> None:
         metavar="PATH",
         help="also write the explorer's JSON snapshot (every similarity matrix) to PATH; "
         "this is how deffcore/data/default_run.json, the app's first screen, is made",
+    )
+    p.add_argument(
+        "--diagnostics",
+        action="store_true",
+        help="with --snapshot: also compute the BOS diagnostics (massive activations, sinks: "
+        "one eager pass over the first min(N, 64) passages) and put them in the snapshot, so "
+        "the BOS page shows them at once",
+    )
+    p.add_argument(
+        "--bos-on-off",
+        action="store_true",
+        help="with --snapshot: also measure the run with bos=add and bos=none (two more runs, "
+        "cached) and put the BOS on/off check in the snapshot",
     )
     p.add_argument(
         "--bootstrap",
@@ -126,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         check_int(args.bootstrap, "--bootstrap", 2)
     check_args(args)
     check_live_args(args)
+    check_extras_args(args)
     if args.plan:
         return plan_command(args)
     seeds = int_list(args.random_seeds, "--random-seeds")
@@ -142,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 use_cache=not args.no_cache,
             )
+        extras = measure_extras(m, args, bar)
     d = m.to_dict()
     boot = None
     if args.bootstrap is not None:
@@ -149,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         d["bootstrap"] = boot.to_dict()
     d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
     if args.snapshot is not None:
-        _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d})
+        _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d}, extras)
     if live is not None:
         d["anytime"] = live.to_dict()
     if args.json:
@@ -159,29 +174,48 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict) -> None:
+def check_extras_args(args: argparse.Namespace) -> None:
+    """--diagnostics and --bos-on-off go into a snapshot, and --bos-on-off measures through the
+    cache: refused before anything loads when that cannot be."""
+    wanted = [f for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off",
+              args.bos_on_off)) if on]  # fmt: skip
+    if wanted and args.snapshot is None:
+        raise DeffError(f"{' and '.join(wanted)} go into the snapshot: add --snapshot PATH.")
+    if args.bos_on_off and args.no_cache:
+        raise DeffError("--bos-on-off measures two more runs through the cache; drop --no-cache.")
+
+
+def measure_extras(m, args: argparse.Namespace, progress) -> dict:
+    """The diagnostics and the BOS on/off check of the measured run, as asked (each cached)."""
+    extras: dict = {}
+    if args.diagnostics:
+        from deffcore.lenses.diagnostics_store import diagnose
+
+        extras["diagnostics"] = diagnose(m.spec, device=args.device, progress=progress)
+    if args.bos_on_off:
+        from deffcore.lenses.bos_answer import bos_on_off
+
+        extras["bos_on_off"] = bos_on_off(m.spec, metric=args.metric, progress=progress)
+    return extras
+
+
+def _write_snapshot(
+    m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict, extras: dict
+) -> None:
     """The explorer's snapshot of this run, stamped with the command that reproduces it; its
-    CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run)."""
+    CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run), and the
+    snapshot the diagnostics and BOS on/off check when asked for (`run_extras`)."""
+    from deffcore.lenses.run_extras import with_extras
+    from deffcore.views.run_report import remake_command
     from deffcore.views.snapshot import snapshot
 
-    command = (
-        f"python -m deffcore measure --model {shlex.quote(args.model)} --dataset "
-        f"{shlex.quote(args.dataset)} --n {m.spec.n} --max-tokens {args.max_tokens} "
-        f"--seed {args.seed}"
-    )
-    for flag, value, default in (
-        ("--passages", args.passages, "documents"),
-        ("--bos", args.bos, "default"),
-        ("--intervention", args.intervention, "none"),
-    ):
-        if value != default:  # what sets this run apart must be in the command that remakes it
-            command += f" {flag} {shlex.quote(value)}"
-    if seeds:
-        command += " --random-seeds " + ",".join(map(str, seeds))
-    if args.bootstrap is not None:
-        command += f" --bootstrap {args.bootstrap}"
+    fields = {**m.spec.__dict__, "model": args.model, "dataset": args.dataset}
+    flags = [f for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off",
+             args.bos_on_off)) if on]  # fmt: skip
+    command = remake_command(fields, random_seeds=seeds, bootstrap=args.bootstrap, extras=flags)
     data = snapshot(m, command=command)
     data["measurement"].update(extra)
+    with_extras(data, **extras, metric=args.metric)
     args.snapshot.parent.mkdir(parents=True, exist_ok=True)
     args.snapshot.write_text(json.dumps(data, separators=(",", ":")))
     print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)

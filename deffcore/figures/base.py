@@ -34,10 +34,12 @@ __all__ = [
     "regime_color",
     "regime_label",
     "tag_run",
+    "theme_safe_colors",
 ]
 
 import html
 import io
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -248,6 +250,36 @@ def plain_text_labels(fig: go.Figure) -> go.Figure:
             if ax.categoryarray is not None:
                 ax.categoryarray = _escaped(ax.categoryarray)
     return shown
+
+
+#: Colour strings Streamlit's chart theme treats as placeholders and replaces in the browser
+#: with its own theme colours ("#000001" .. "#000040", streamlit_plotly_theme.py), whatever
+#: trace holds them: Magma's darkest stop "#000004" is one, so the GW heatmap's largest
+#: distances were drawn pale pink (issue 30).
+_THEME_PLACEHOLDER = re.compile(r"#0000(?:[0-3][0-9]|40)")
+
+
+def _theme_safe(value: object, found: list[bool]) -> object:
+    if isinstance(value, str) and _THEME_PLACEHOLDER.fullmatch(value.lower()):
+        found.append(True)
+        return f"rgb(0, 0, {int(value[5:], 16)})"  # the same colour, another spelling
+    if isinstance(value, dict):  # a template's placeholders are the theme's own: kept
+        return {k: v if k == "template" else _theme_safe(v, found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_theme_safe(v, found) for v in value)
+    return value
+
+
+def theme_safe_colors(fig: go.Figure) -> go.Figure:
+    """`fig` with its colours drawn as given on a page: every colour string of its traces and
+    layout that Streamlit's theme would swap for one of its own (`_THEME_PLACEHOLDER`) spelled
+    as the same rgb() colour instead (a new figure; `fig` itself when it has none, the common
+    case, at no copy's cost). The layout's template is left alone: Streamlit's own template
+    (the default once Streamlit is imported) is made of those placeholders, on purpose.
+    `explorer.cards.show_figure` applies it."""
+    found: list[bool] = []
+    safe = _theme_safe(fig.to_dict(), found)
+    return go.Figure(safe) if found else fig
 
 
 def for_display(fig: go.Figure) -> go.Figure:

@@ -66,7 +66,7 @@ def gap_bars(table: pd.DataFrame) -> go.Figure:
         if not part.empty:
             fig.add_trace(_gap_bar_trace(part, source))
     fig.add_vline(x=0, line={"color": "black", "width": 1})
-    _add_regime_legend(fig)
+    _add_regime_legend(fig, set(t["source"]))
     span = float(np.nanmax(np.abs(t["gap_pct"]))) if len(t) else 1.0
     fig.update_layout(
         title={
@@ -120,15 +120,20 @@ def _gap_bar_trace(part: pd.DataFrame, source: str) -> go.Bar:
     )
 
 
-def _add_regime_legend(fig: go.Figure) -> None:
-    """The gap bars' legend: a line of coloured words above the plot (see `gap_bars`)."""
+def _add_regime_legend(fig: go.Figure, sources: set[str]) -> None:
+    """The gap bars' legend: a line of coloured words above the plot (see `gap_bars`), naming
+    the hatched paper bars and the outlined "this run" bar only when they are drawn."""
     # two short lines: one long line is cut at the right of a narrow chart
     legend = (
         f"<span style='color:{COLOR_SUB}'>■</span> gap > 0: {REGIME_MORE}   "
-        f"<span style='color:{COLOR_ABOVE}'>■</span> gap < 0: {REGIME_LESS}<br>"
-        f"<span style='color:{COLOR_PAPER}'>▨</span> paper (published)   "
-        "□ black outline: this run"
+        f"<span style='color:{COLOR_ABOVE}'>■</span> gap < 0: {REGIME_LESS}"
     )
+    marks = [
+        f"<span style='color:{COLOR_PAPER}'>▨</span> paper (published)" * ("paper" in sources),
+        "□ black outline: this run" * ("this run" in sources),
+    ]
+    if any(marks):
+        legend += "<br>" + "   ".join(m for m in marks if m)
     fig.add_annotation(
         text=legend,
         xref="paper",
@@ -144,8 +149,9 @@ def _add_regime_legend(fig: go.Figure) -> None:
 
 
 #: One colour per compared run, in the order the runs are listed: Okabe-Ito without yellow
-#: (too faint on white). Past seven runs the colours repeat with another line dash and marker,
-#: so no two runs ever look the same.
+#: (too faint on white), and one line dash and marker per run as well (the dashes cycle by 4,
+#: the colours by 7: no two of the first 28 runs look the same, and two lines that overlap
+#: stay apart without colour).
 RUN_COLORS: tuple[str, ...] = tuple(
     OKABE_ITO[c]
     for c in ("blue", "orange", "bluish green", "vermillion", "reddish purple", "sky blue", "black")
@@ -155,12 +161,13 @@ RUN_SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up")
 
 
 def run_style(i: int) -> dict[str, str]:
-    """The colour, line dash and marker symbol of the i-th compared run (0-based)."""
-    cycle, pos = divmod(int(i), len(RUN_COLORS))
+    """The colour, line dash and marker symbol of the i-th compared run (0-based): each run
+    its own dash (i mod 4) and colour (i mod 7)."""
+    i = int(i)
     return {
-        "color": RUN_COLORS[pos],
-        "dash": RUN_DASHES[cycle % len(RUN_DASHES)],
-        "symbol": RUN_SYMBOLS[cycle % len(RUN_SYMBOLS)],
+        "color": RUN_COLORS[i % len(RUN_COLORS)],
+        "dash": RUN_DASHES[i % len(RUN_DASHES)],
+        "symbol": RUN_SYMBOLS[i % len(RUN_SYMBOLS)],
     }
 
 

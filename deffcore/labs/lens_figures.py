@@ -208,10 +208,13 @@ def pretrain_trajectories(
                 line={"color": INTERVENTION_COLORS.get(variant, COLOR_PAPER)},
             )
         )
+    from deffcore.labs.lens_tables import PRETRAIN_LABELS
+
+    label = PRETRAIN_LABELS.get(column, column)  # the table's words, never the field name
     fig.update_layout(
-        title=f"Short pretraining from random init: {column} over training",
+        title=f"Short pretraining from random weights: {label} over training",
         xaxis_title="training tokens",
-        yaxis_title=column,
+        yaxis_title=label,
         height=420,
         **_LAYOUT,
     )

@@ -424,6 +424,32 @@ class PruningSetup:
         }
 
 
+def pruning_cost(
+    model: str,
+    *,
+    n: int,
+    n_heldout: int,
+    max_tokens: int,
+    device: str,
+    revision: str | None = None,
+    ks: Sequence[int] = SKIP_COUNTS,
+) -> Any:
+    """What `pruning_check` will take here (`action_costs.Cost`), before it starts: the
+    measured passages twice (the pooled states, then Block Influence) and the held-out
+    passages once per (ranking, k) but one (k = 0 is shared), each with the LM head (its
+    vocab x d multiply-adds per token beside the blocks'; skipped blocks are not discounted:
+    an upper bound)."""
+    from deffcore.inputs.model_size import model_size
+    from deffcore.runs.action_costs import forward_cost
+
+    size = model_size(model, revision)
+    layers = size.layers if size is not None else max(ks) + 1
+    evals = len(RANKINGS) * len(skip_counts(layers, ks)) - 1
+    head = 1.0 + (size.vocab * size.d_model / size.block_params if size else 0.0)
+    tokens = int((2 * n + head * evals * n_heldout) * max_tokens)
+    return forward_cost(model, tokens, device, revision=revision, max_tokens=max_tokens)
+
+
 def pruning_check(
     model: str = "smollm2-135m",
     dataset: str = "bbc-news",

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deffcore.core.errors import NonFiniteActivationsError, fit_advice
-from deffcore.lenses.diagnostics import Progress, bos_diagnostics
+from deffcore.lenses.diagnostics import DIAG_PASSAGES, Progress, bos_diagnostics
 
 #: Name of the file inside a run's cache entry; bump the format when its content changes.
 DIAG_FILE = "diagnostics.json"
@@ -134,6 +134,8 @@ def diagnose(
             if progress is not None:
                 progress(0, spec.n, f"loading {spec.model}")
             loaded = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
+        if progress is not None:  # a windows run cuts every document first: its own stage
+            progress(0, min(spec.n, DIAG_PASSAGES), "tokenising passages")
         ids = run_token_ids(spec, loaded.tokenizer, texts)
         with contextlib.ExitStack() as stack:
             if spec.intervention != "none":

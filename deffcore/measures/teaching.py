@@ -97,6 +97,17 @@ STEPS: dict[str, tuple[str, str, str]] = {
     ),
 }
 STEP_KEYS: tuple[str, ...] = tuple(STEPS)
+#: Each step's lesson in one sentence: what a projector shows beside the step's chart.
+LESSONS: dict[str, str] = {
+    "independent": "Unrelated layers all count: D_eff = L.",
+    "orthogonal_updates": "Adding new, unrelated updates to a running sum gives D_eff = F_L "
+    "= 2L/(L+1), below 2 at any depth: the yardstick.",
+    "h0": "A shared h_0 makes every state more alike, so D_eff falls below F_L.",
+    "growing": "Larger late updates make early and late states differ more, so D_eff rises.",
+    "correlated": "Updates that point the same way make the states more alike, so D_eff falls.",
+    "finite_sample": "Linear CKA on few passages reads unrelated states as alike (about "
+    "d/(N+d)), so a sampled D_eff sits below its closed form.",
+}
 
 #: The bounds of the knobs; values outside are clamped (with a note), never an error.
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -242,6 +253,11 @@ class StepResult:
     bias: float | None = None
     deff_iid: float | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def lesson(self) -> str:
+        """The step's lesson in one sentence (`LESSONS`)."""
+        return LESSONS[self.step]
 
     @property
     def gap_pct(self) -> float:

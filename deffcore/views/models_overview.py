@@ -53,6 +53,17 @@ def _num(text: str) -> float | None:
         return None
 
 
+#: Where a model's published gaps per pooling come from (Table S4 and S5 first; Table S6 is the
+#: only one that publishes Gemma-3-12B: its "intervention: none" rows).
+GAP_TABLES: tuple[str, ...] = ("Table 2", "Table S4", "Table S5", "Table S6", "Table S17")
+
+
+def _no_intervention(row: dict[str, str]) -> bool:
+    """Whether a paper row measures the model as published (Table S6 also has its norm
+    interventions, which are other settings, not this model's gap)."""
+    return (row.get("note") or "").strip() in ("", "intervention: none")
+
+
 def paper_models() -> list[dict[str, Any]]:
     """The paper's models with their published depth numbers, one row per model.
 
@@ -61,7 +72,8 @@ def paper_models() -> list[dict[str, Any]]:
     random_mean / random_low / random_high (the random-weight null's D_eff/L where published),
     table (where D_eff/L comes from). D_eff/L is taken from Table 2, else Table S13, S15, S17,
     Table 1 (in that order: the first table that publishes it); gap per pooling from Table S4,
-    else S5; the null from Table S10 (mean, min, max), else Table 1 (one value).
+    else S5, else the other `GAP_TABLES` (Table S6 without intervention: Gemma-3-12B, which
+    publishes no D_eff/L); the null from Table S10 (mean, min, max), else Table 1 (one value).
     """
     from deffcore.views.paper import paper_rows
 
@@ -85,7 +97,7 @@ def paper_models() -> list[dict[str, Any]]:
         elif q in ("deff_over_L", "deff_over_L_trained") and src in order:
             if m.get("table") is None or order.index(src) < order.index(m["table"]):
                 m["deff_over_L"], m["table"] = value, src
-        elif q == "gap_pct" and src in ("Table 2", "Table S4", "Table S5", "Table S17"):
+        elif q == "gap_pct" and src in GAP_TABLES and _no_intervention(r):
             key = f"gap_{r['setting']}"
             if src in ("Table S4", "Table S5") or key not in m:
                 m[key] = value

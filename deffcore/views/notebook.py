@@ -172,11 +172,12 @@ def heatmap_svg(S: np.ndarray, *, metric: str = "cka", px: int = HEATMAP_PX) -> 
     )
 
 
-def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") -> str:
-    """The run as a small HTML block: headline numbers, trust level, heatmap (escaped)."""
-    e = html.escape
-    h = view.headline(pooling, metric)
-    trust = view.trust(pooling, metric)
+def headline_rows(
+    view: RunView, *, pooling: str = "default", metric: str = "cka", K: int | None = None
+) -> list[tuple[str, str]]:
+    """The run's headline numbers as (name, value in words) rows, the random-weight band last
+    when the run has one: the notebook's summary and the run report (`run_report`) show these."""
+    h = view.headline(pooling, metric, K)
     regime = "more redundant" if h.gap_pct > 0 else "less redundant"
     rows = [
         ("D_eff", f"{h.deff:.3f}  (K = {h.K}, L = {h.layers})"),
@@ -198,6 +199,15 @@ def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") ->
                 f"over {len(band['seeds'])} seed(s)",
             )
         )
+    return rows
+
+
+def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") -> str:
+    """The run as a small HTML block: headline numbers, trust level, heatmap (escaped)."""
+    e = html.escape
+    h = view.headline(pooling, metric)
+    trust = view.trust(pooling, metric)
+    rows = headline_rows(view, pooling=pooling, metric=metric)
     table = "".join(
         f'<tr><th style="text-align:left;padding-right:1em">{e(k)}</th><td>{e(v)}</td></tr>'
         for k, v in rows

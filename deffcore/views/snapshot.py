@@ -4,10 +4,10 @@ The app's first screen must show a result before anything is computed, so the de
 (smollm2-135m + bbc-news) ships as a small JSON snapshot in `deffcore/data/default_run.json`:
 every similarity matrix (each pooling x metric, `(L, L)`), the position-0 norm ratios, the
 update-based depth and the matched references; the gallery (`deffcore/data/gallery/`) holds
-more, made by `scripts/make_gallery.sh`. Regenerate the shipped snapshot with
-
-    python -m deffcore measure --model smollm2-135m --dataset bbc-news --n 512 \
-        --max-tokens 128 --seed 0 --random-seeds 1,2,3 --snapshot deffcore/data/default_run.json
+more, made by `scripts/make_gallery.sh`. Regenerate the shipped snapshot with `bash
+scripts/make_default_run.sh` (one `measure ... --snapshot` with the random-weight seeds, the
+bootstrap, the BOS diagnostics and the BOS on/off check, so every page of the first screen's
+run is whole: `deffcore.lenses.run_extras`).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def test_run_survives_a_page_switch_and_lands(gate):
     notices = texts(at, "success")
     assert any(n.startswith("Run finished: tiny-llama") for n in notices), notices
     assert not any("served from the cache" in n for n in notices)
-    assert [t.proto.body for t in at.toast] and "Run finished" in at.toast[0].proto.body
+    assert not at.toast  # one notice: a toast beside it covered half of it (issue 30)
     m = deffcore.runs.measure.measure(**RUN)
     assert m.cached  # the job's entry: the cache is the state of record
     assert metric(at, "D_eff") == f"{m.summary().deff:.3f}"

@@ -66,7 +66,7 @@ def test_live_panel_shows_the_latest_estimate_its_trust_and_the_curve():
     at = AppTest.from_function(_panel, args=(_status(est),)).run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["N so far"] == "128"
+    assert metrics["N of this estimate"] == "128"
     assert metrics["D_eff / L"] == f"{est[-1]['poolings']['default']['deff_over_L']:.4f}"
     assert metrics["Trust"].split()[-1] == est[-1]["poolings"]["default"]["level"]
     assert any("Estimated with" in c.value for c in at.caption)

@@ -24,7 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.sharing import APP_RUN_ENV, list_shared, read_snapshot, save_shared
-from deffcore.views.snapshot import snapshot
+from deffcore.views.snapshot import load_gallery, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -207,6 +207,13 @@ def test_run_file_opens_first_in_a_new_session(shared, monkeypatch):
     at.session_state["deff_view"] = None
     at.run()
     assert current(at) is None
+    # a link (or a reload) that names another run keeps it: the shared run does not replace it
+    shipped = load_gallery()[0]
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
+    at.query_params["run"] = f"precomputed:{shipped.key}"
+    at.run()
+    assert_clean(at)
+    assert current(at).key == shipped.key and current(at).source == "precomputed"
     # a kept file that changed, or an unknown id: one sentence, the default run is shown
     monkeypatch.setenv(APP_RUN_ENV, "0" * 16)
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180).run()

@@ -1,0 +1,139 @@
+"""What a page action will take, said before it starts (stage: runs).
+
+    runs_cost([spec_add, spec_none], "cpu").line()   # the BOS on/off check: two runs
+    diagnostics_cost(spec, "cpu").line()             # one eager pass over min(N, 64) passages
+    forward_cost("smollm2-135m", tokens, "cpu")      # any lab's forward passes (pruning)
+
+A run that is already in the cache costs nothing (it is read). A forward pass costs what this
+machine measured (`planner.plan_run` with `calibrate="cached"`: a calibration of this model,
+else one scaled from another model's by block parameters; never loads a model), and where this
+machine has measured nothing yet, a prior: PRIOR_TOKENS_PER_S (SmolLM2-135M on a quiet
+2-core CPU, BENCHMARKS.md "Extraction") scaled by block parameters, plus the model load's stage
+estimate (`stage_times`). A task's runs share one model load. The diagnostic pass is the load
+plus its passages at EAGER_FACTOR times the extraction rate (eager attention that returns every
+block's probabilities; measured by benchmarks/bench_app_gc.py's pass against extraction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+#: SmolLM2-135M's extraction on a quiet 2-core CPU (tokens/s; BENCHMARKS.md, extraction).
+PRIOR_TOKENS_PER_S = 600.0
+#: The prior's model (its block parameters scale the prior to other models).
+PRIOR_MODEL = "smollm2-135m"
+#: The diagnostic pass's time per token against extraction's (eager attention, all weights).
+EAGER_FACTOR = 1.5
+#: Passages of the diagnostic pass (`diagnostics.DIAG_PASSAGES`, SPEC 11).
+DIAG_PASSAGES = 64
+#: An action at or above this many seconds says its estimate before it starts (issue 30).
+SAY_ABOVE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Seconds an action will take here (None: unknown) and where the number comes from."""
+
+    seconds: float | None
+    source: str
+    cached: bool = False  # everything it needs is already in the cache
+
+    def line(self) -> str:
+        """`about 4 min here (calibrated: …)`, `seconds: read from the cache`, or why unknown."""
+        from deffcore.runs.planner import human_time
+
+        if self.cached:
+            return "seconds: read from the cache"
+        if self.seconds is None:
+            return f"time unknown here ({self.source})"
+        return f"about {human_time(self.seconds)} here ({self.source})"
+
+    @property
+    def long(self) -> bool:
+        """Whether it may take a minute or more (unknown counts as long)."""
+        return not self.cached and (self.seconds is None or self.seconds >= SAY_ABOVE_S)
+
+
+def _prior(model: str, tokens: int, revision: str | None, factor: float = 1.0) -> Cost:
+    from deffcore.inputs.model_size import model_size
+    from deffcore.runs.stage_times import estimate
+
+    size, ref = model_size(model, revision), model_size(PRIOR_MODEL)
+    if size is None or ref is None:
+        return Cost(None, "the model's size is not known before it loads")
+    rate = PRIOR_TOKENS_PER_S * ref.block_params / size.block_params
+    load = estimate("loading model", model) or 0.0
+    source = (
+        f"a prior: {PRIOR_MODEL} at {PRIOR_TOKENS_PER_S:,.0f} tokens/s on a quiet 2-core CPU, "
+        "scaled by block parameters; nothing measured on this machine yet"
+    )
+    return Cost(load + factor * tokens / rate, source)
+
+
+def forward_cost(
+    model: str,
+    tokens: int,
+    device: str,
+    *,
+    revision: str | None = None,
+    dtype: str = "float32",
+    max_tokens: int = 128,
+    factor: float = 1.0,
+) -> Cost:
+    """One model load and `tokens` tokens of forward passes (times `factor`) on `device`."""
+    from deffcore.inputs.run_spec import RunSpec
+    from deffcore.runs.planner import plan_run
+
+    n = max(1, -(-int(tokens) // int(max_tokens)))
+    spec = RunSpec(
+        model=model, revision=revision, dataset="bbc-news", n=n, max_tokens=int(max_tokens),
+        seed=0, dtype=dtype, passages="windows",
+    )  # fmt: skip
+    try:
+        plan = plan_run(spec, device, live=False, calibrate="cached")
+    except Exception:  # a model this machine cannot size: the prior says so
+        plan = None
+    if plan is None or plan.seconds is None:
+        return _prior(model, tokens, revision, factor)
+    parts = plan.time_parts
+    seconds = parts.get("load", 0.0) + factor * parts.get("extract", 0.0)
+    return Cost(seconds, plan.time_source)
+
+
+def _cached(spec: Any) -> bool:
+    from deffcore.extraction import cache
+
+    try:
+        cache.load_meta(spec.key())
+    except Exception:  # not stored, or not readable: it will be measured
+        return False
+    return True
+
+
+def runs_cost(specs: Sequence[Any], device: str) -> Cost:
+    """The runs `specs` (RunSpecs) one after another with one model load; cached ones are read."""
+    todo = [s for s in specs if not _cached(s)]
+    if not todo:
+        return Cost(0.0, "cached", cached=True)
+    first = todo[0]
+    tokens = sum(s.n * s.max_tokens for s in todo)
+    return forward_cost(
+        first.model, tokens, device, revision=first.revision, dtype=first.dtype,
+        max_tokens=first.max_tokens,
+    )  # fmt: skip
+
+
+def diagnostics_cost(spec: Any, device: str) -> Cost:
+    """The diagnostic pass of the run `spec`: a model load, min(N, 64) passages eagerly."""
+    tokens = min(spec.n, DIAG_PASSAGES) * spec.max_tokens
+    return forward_cost(
+        spec.model, tokens, device, revision=spec.revision, dtype=spec.dtype,
+        max_tokens=spec.max_tokens, factor=EAGER_FACTOR,
+    )  # fmt: skip
+
+
+def with_variants(spec: Any, field: str, values: Sequence[Any]) -> list[Any]:
+    """`spec` once per value of `field` (the BOS on/off check's bos=add and bos=none)."""
+    return [replace(spec, **{field: v}) for v in values]
