@@ -162,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
 def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict) -> None:
     """The explorer's snapshot of this run, stamped with the command that reproduces it; its
     CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run)."""
+    from deffcore.cli._common import check_snapshot_output
+    from deffcore.core.checks import write_output
     from deffcore.views.snapshot import snapshot
 
     command = (
@@ -182,6 +184,8 @@ def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: 
         command += f" --bootstrap {args.bootstrap}"
     data = snapshot(m, command=command)
     data["measurement"].update(extra)
-    args.snapshot.parent.mkdir(parents=True, exist_ok=True)
-    args.snapshot.write_text(json.dumps(data, separators=(",", ":")))
-    print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)
+    check_snapshot_output(args)  # again now: nothing may have taken the name since
+    body = json.dumps(data, separators=(",", ":")).encode()
+    cached = "" if args.no_cache else ", and the run is cached: the same command writes it at once"
+    write_output(args.snapshot, body, "--snapshot", then=cached)
+    print(f"wrote {args.snapshot} ({len(body) / 1024:.0f} kB)", file=sys.stderr)
