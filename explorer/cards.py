@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from deffcore import figures
+from deffcore.core.safe_text import csv_safe, md_code  # user text is text, never markup
 from deffcore.statistics.trust_rule import Trust
 from deffcore.views.labels import identity_stem, run_identity
 from deffcore.views.run_view import RunView
@@ -30,7 +31,8 @@ def precomputed_note(view: RunView) -> None:
         # ~600 tokens/s: SmolLM2-135M on a quiet 2-core CPU (BENCHMARKS.md, extraction)
         minutes = max(1, round(tokens / CPU_TOKENS_PER_S / 60))
         st.info(
-            f"Precomputed with `{view.command}`. To compute it here, choose the same settings "
+            f"Precomputed with {md_code(view.command)}. To compute it here, choose the same "
+            "settings "
             f"in the sidebar and press **Run** (about {minutes} minutes on a quiet 2-core CPU "
             f"for {tokens:,} tokens; seconds on a GPU; a smaller N is quicker).",
             icon="ℹ️",
@@ -187,7 +189,7 @@ def download_table(
     lead = pd.DataFrame({k: [v] * len(table) for k, v in identity.items()}, index=table.index)
     st.download_button(
         label,
-        data=lambda: pd.concat([lead, table], axis=1).to_csv(index=False),
+        data=lambda: csv_safe(pd.concat([lead, table], axis=1)).to_csv(index=False),
         file_name=f"{key}.csv",
         mime="text/csv",
         key=f"{key}_csv",

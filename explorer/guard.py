@@ -18,11 +18,12 @@ def guarded(what: str = "This step") -> Iterator[None]:
     DeffError text is already a complete sentence for a person. Anything else (a torch error,
     an OSError) is unexpected: name its type so it can be reported.
     """
+    shown = md_escape(what)  # `what` may name a run: its label is text, never Markdown
     try:
         yield
     except DeffError as err:
         st.error(md_escape(err))
     except MemoryError:
-        st.error(f"{what} ran out of memory; lower N or max tokens and try again.")
+        st.error(f"{shown} ran out of memory; lower N or max tokens and try again.")
     except Exception as err:  # keep the app usable whatever a third-party library raises
-        st.error(f"{what} failed unexpectedly ({type(err).__name__}): {md_escape(err)}")
+        st.error(f"{shown} failed unexpectedly ({type(err).__name__}): {md_escape(err)}")

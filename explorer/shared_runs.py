@@ -9,20 +9,14 @@ page shows (file name, model, command) is escaped (`md_escape`) or shown as plai
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.views.sharing import (
-    MAX_SNAPSHOT_BYTES,
-    SnapshotError,
-    delete_shared,
-    list_shared,
-    save_shared,
-)
+from deffcore.views.sharing import MAX_SNAPSHOT_BYTES, SnapshotError, delete_shared, save_shared
+from deffcore.views.sharing import shared_entries as sharing_entries
 from deffcore.views.snapshot import SnapshotView
 from explorer.guard import guarded
 from explorer.views import VIEW_KEY, set_view
@@ -39,11 +33,26 @@ def shared_id(view: SnapshotView) -> str:
 
 
 def shared_entries() -> list[dict[str, Any]]:
-    """The kept shared runs as Runs-page entries (like the precomputed ones: a view each)."""
+    """The kept shared runs as Runs-page entries (like the precomputed ones: a view each). A
+    kept file that no longer reads is an entry too (status "damaged", no view): a one-line note
+    names it and it stays in the delete list, so one bad file never needs removing by hand."""
     entries = []
-    with guarded("Listing the shared runs"), warnings.catch_warnings(record=True) as skipped:
-        warnings.simplefilter("always")
-        for view in list_shared():
+    with guarded("Listing the shared runs"):
+        for kept in sharing_entries():
+            if kept.view is None:
+                st.caption(md_escape(f"Shared run {kept.sha256} is damaged: {kept.error}"))
+                entries.append(
+                    {
+                        "id": f"shared:{kept.sha256}",
+                        "key": kept.sha256,
+                        "sha256": kept.sha256,
+                        "status": "damaged",
+                        "source": "shared",
+                        "deletable": kept.deletable,
+                    }
+                )
+                continue
+            view = kept.view
             entries.append(
                 {
                     "id": shared_id(view),
@@ -56,10 +65,9 @@ def shared_entries() -> list[dict[str, Any]]:
                     "status": "shared",
                     "source": "shared",
                     "view": view,
+                    "deletable": True,
                 }
             )
-    for w in skipped:  # a damaged file is named, and the page goes on
-        st.caption(md_escape(w.message))
     return entries
 
 
@@ -83,7 +91,7 @@ def share_section(entries: list[dict[str, Any]]) -> None:
     message = st.session_state.pop(_MESSAGE, None)
     if message:
         st.success(message)
-    delete_shared_section([e for e in entries if e["source"] == "shared"])
+    delete_shared_section([e for e in entries if e["source"] == "shared" and e["deletable"]])
 
 
 def receive(upload: Any) -> None:
@@ -116,18 +124,23 @@ def delete_shared_section(entries: list[dict[str, Any]]) -> None:
     picked = c1.selectbox(
         "Shared run to delete",
         list(by_id),
-        format_func=lambda i: f"{by_id[i]['view'].label} · {i}",
+        format_func=lambda i: f"{_entry_label(by_id[i])} · {i}",
         key="runs_shared_delete",
     )
     if c2.button("Delete", key="runs_shared_delete_button"):
-        view = by_id[picked]["view"]
+        entry = by_id[picked]
         with guarded("Deleting the shared run"):
-            delete_shared(view.sha256)
+            delete_shared(entry["sha256"])
             current = st.session_state.get(VIEW_KEY)
-            if getattr(current, "sha256", None) == view.sha256:
+            if getattr(current, "sha256", "")[:16] == entry["sha256"][:16]:
                 del st.session_state[VIEW_KEY]
             st.session_state[_MESSAGE] = (
-                f"Deleted the shared run {md_escape(view.label)} (the file you received is "
-                "untouched)."
+                f"Deleted the shared run {md_escape(_entry_label(entry))} (the file you "
+                "received is untouched)."
             )
             st.rerun()
+
+
+def _entry_label(entry: dict[str, Any]) -> str:
+    view = entry.get("view")
+    return view.label if view is not None else "damaged file"

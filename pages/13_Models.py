@@ -5,6 +5,7 @@ form that runs a sweep (deffcore.work.sweep) in the background, its cells landin
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pandas as pd
@@ -69,9 +70,14 @@ def measured_rows(metric: str) -> list[dict[str, Any]]:
             try:
                 rows.append(cached_row(meta["key"], meta.get("created", ""), metric, meta))
             except Exception as err:  # one unreadable run must not hide the others
-                st.warning(f"Run {meta.get('key')} skipped: {md_escape(err)}")
-    with guarded("Reading the shared runs"):
-        rows += [model_row(view, "shared", metric) for view in list_shared()]
+                st.warning(md_escape(f"Run {meta.get('key')} skipped: {err}"))
+    with guarded("Reading the shared runs"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a damaged kept file: the Runs page names it
+        for view in list_shared():
+            try:
+                rows.append(model_row(view, "shared", metric))
+            except Exception as err:  # one shared run must not hide the others
+                st.warning(md_escape(f"Shared run {view.sha256[:16]} skipped: {err}"))
     with guarded("Reading the precomputed runs"):
         rows += precomputed_rows(metric)
     return rows

@@ -4,6 +4,7 @@ a cached or shared one."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,15 +103,11 @@ def list_runs(view: RunView | None) -> Runs:
     for e in entries:
         e.setdefault("id", e["key"] if e["source"] == "cached" else f"precomputed:{e['key']}")
         e["tags"] = [] if e["status"] == "complete" else [e["status"]]
-    with_spec = [e for e in entries if isinstance(e.get("spec"), dict)]
-    labels = dict(
-        zip(
-            [e["id"] for e in with_spec],
-            run_labels([e["spec"] for e in with_spec]),
-            strict=True,
-        )
-    )
+    labels = entry_labels([e for e in entries if isinstance(e.get("spec"), dict)])
+    with_spec = [e for e in entries if e["id"] in labels]
     for e in entries:
+        if e["id"] not in labels and e["status"] in ("complete", *VIEW_SOURCES):
+            e["status"], e["tags"] = "unreadable", ["unreadable"]  # never opened or compared
         base = labels.get(e["id"], f"unreadable entry {e['key'][:8]}")
         labels[e["id"]] = " · ".join([base, *e["tags"]])
 
@@ -128,6 +125,31 @@ def list_runs(view: RunView | None) -> Runs:
         current_id=next((e["id"] for e in entries if is_current(e)), None),
         shared=common_label([e["spec"] for e in with_spec]) if len(with_spec) > 1 else "",
     )
+
+
+def entry_labels(entries: list[dict[str, Any]]) -> dict[str, str]:
+    """Each entry's label by what tells it apart (`run_labels`); should that fail on one odd
+    spec, each entry is labelled alone, and one that cannot be is left out (its row says so)."""
+    try:
+        return dict(
+            zip([e["id"] for e in entries], run_labels([e["spec"] for e in entries]), strict=True)
+        )
+    except Exception:  # one entry must not take every label down: each on its own
+        labels = {}
+        for e in entries:
+            with contextlib.suppress(Exception):
+                labels[e["id"]] = run_label(e["spec"])
+        return labels
+
+
+def safe_row(e: dict[str, Any], runs: Runs) -> dict[str, Any]:
+    """`table_row`, or a row that says the entry cannot be shown (the rest of the table and
+    the page go on)."""
+    try:
+        return table_row(e, runs)
+    except Exception as err:
+        note = f"cannot be shown ({type(err).__name__})"
+        return {"current": False, "run": runs.labels.get(e.get("id"), "?"), "status": note}
 
 
 def table_row(e: dict[str, Any], runs: Runs) -> dict[str, Any]:
@@ -178,7 +200,7 @@ def runs_table(runs: Runs) -> None:
         "so models can be compared before anything is run. Each run is named by what tells it "
         "apart from the others" + shared
     )
-    rows = [table_row(e, runs) for e in runs.entries]
+    rows = [safe_row(e, runs) for e in runs.entries]
     if not rows:
         st.info("No runs yet: press Run in the sidebar; every run is kept in the cache.")
         st.stop()
@@ -475,12 +497,19 @@ def main() -> None:
     view, settings = page("Runs")
     st.title("Runs")
     runs = list_runs(view)
-    runs_table(runs)
-    open_section(runs)
-    share_section(runs.entries)
-    resume_section(runs)
-    compare_section(runs, settings)
-    delete_section(runs)
+    # each section on its own: one that fails is a sentence, and the delete controls are
+    # always drawn (a bad entry must be removable from here)
+    with guarded("The table of runs"):
+        runs_table(runs)
+    for what, section in (
+        ("Opening a run", lambda: open_section(runs)),
+        ("The shared runs", lambda: share_section(runs.entries)),
+        ("The interrupted runs", lambda: resume_section(runs)),
+        ("Comparing runs", lambda: compare_section(runs, settings)),
+        ("Deleting a run", lambda: delete_section(runs)),
+    ):
+        with guarded(what):
+            section()
 
 
 main()

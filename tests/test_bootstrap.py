@@ -131,6 +131,14 @@ def test_result_fields_and_reproducibility() -> None:
     assert json.loads(json.dumps(res.to_dict()))["B"] == 30
     at_k = bootstrap_deff_over_L(x, B=5, seed=1, K=1)
     assert at_k.point == pytest.approx(dc.effective_depth(dc.similarity_matrix(x), K=1) / 6)
+    # each replicate is the K = 1 statistic of its own resample (a naive recompute), not the
+    # K = L-1 one nor the point (issue 27: a surviving mutation replicated another statistic)
+    idx = resample_indices(x.shape[1], 5, 1)
+    naive = [dc.effective_depth(dc.similarity_matrix(x[:, i]), K=1) / 6 for i in idx]
+    np.testing.assert_allclose(at_k.samples, naive, rtol=1e-9)
+    full = bootstrap_deff_over_L(x, B=5, seed=1)
+    assert np.abs(at_k.samples - full.samples).min() > 1e-3
+    assert at_k.low == pytest.approx(np.quantile(naive, 0.025))
 
 
 def test_basic_interval_reflects_the_percentile_interval_about_the_point() -> None:

@@ -119,6 +119,26 @@ def test_construction_population_matches_large_sample():
 # calibration: every claim checked against the population (the benchmark runs a larger grid)
 
 
+#: A slice of the grid below that a default run checks (issue 27: the calibration test was
+#: only ever run with -m slow): cases answered "not an artefact" and "artefact" (by unbiased
+#: CKA), and one where the rule must say "cannot tell"; (seed, L, n, d, pos0, onset).
+CALIBRATION_SLICE = [
+    (12, 8, 512, 16, 0.0, 1), (19, 8, 512, 96, 0.0, 4), (23, 8, 512, 96, 8.0, 4),
+    (40, 20, 512, 16, 8.0, 1), (42, 20, 512, 96, 0.0, 1), (46, 20, 512, 96, 8.0, 1),
+    (14, 8, 512, 16, 1.0, 1),
+]  # fmt: skip
+
+
+def test_claims_are_calibrated_on_a_slice_of_the_grid():
+    outcomes = []
+    for seed, L, n, d, pos0, onset in CALIBRATION_SLICE:
+        outcomes += calibration_case(n, d, L, pos0=pos0 * L / 4, onset=onset, seed=seed)
+    answered = [(v, ok) for _, v, ok in outcomes if ok is not None]
+    assert {v for v, _ in answered} == {"not_artefact", "artefact"}  # both claims are made
+    assert all(ok for _, ok in answered), outcomes  # and every one made is right here
+    assert len(answered) >= 8 and ("unbiased_cka", "cannot_tell", None) in outcomes
+
+
 @pytest.mark.slow
 def test_claims_are_calibrated_on_constructions():
     grid = itertools.product((8, 20), (64, 512), (16, 96), (0.0, 1.0, 8.0), (1, 4))

@@ -309,3 +309,27 @@ def test_the_nan_advice_fits_the_runs_dtype(tiny_dataset, dtype):
     text = str(err.value)
     assert "NaN or inf" in text and "\n" not in text
     assert ("try float32" in text.lower()) == (dtype != "float32"), text
+
+
+@pytest.mark.parametrize("fails", ["fsync", "replace"])
+def test_a_failed_rewrite_keeps_the_old_file_whole(fails, monkeypatch, tmp_path):
+    """Rewriting a file that exists (meta.json, diagnostics.json, a snapshot): when the write
+    fails, at the fsync or at the rename, the old file is there, whole, and no temp file is
+    left (issue 27: a surviving mutation dropped the old file)."""
+    path = tmp_path / "meta.json"
+    path.write_bytes(b'{"old": true}')
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, fails, fail)
+    with pytest.raises(CacheWriteError, match="disk is full"):
+        files.atomic_write(path, b'{"new": true}' * 1000)
+    with pytest.raises(OSError):
+        files.replace_file(path, b"new")
+    assert path.read_bytes() == b'{"old": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.json"]
+    monkeypatch.undo()
+    files.atomic_write(path, b'{"new": true}')  # with space: replaced whole
+    assert path.read_bytes() == b'{"new": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.json"]

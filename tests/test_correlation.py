@@ -83,6 +83,23 @@ def test_spearman_p_is_exact_for_small_n_and_t_above():
         spearman_exact_p(x, x)
 
 
+def test_the_exact_p_boundary_is_n_9_inclusive():
+    """n = 9 is the largest n with the exact permutation p (9! orderings), n = 10 the first
+    with scipy's t (issue 27: a surviving mutation moved the boundary)."""
+    assert EXACT_MAX_N == 9
+    ordered = list(range(1, 10))
+    at = correlate(ordered, [2 * v for v in ordered])
+    assert at.spearman_p_exact == pytest.approx(2 / math.factorial(9), rel=1e-12)
+    assert at.spearman_p == at.spearman_p_exact  # the exact one, by hand: 2 / 9!
+    assert at.spearman_p_method == "exact permutation over 362,880 orderings"
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=10)
+    above = correlate(x, x + rng.normal(size=10))
+    assert above.spearman_p_exact is None and above.spearman_p == above.spearman_p_t
+    with pytest.raises(CorrelationInputError, match="n = 10 is above 9"):
+        spearman_exact_p(x, x)
+
+
 def test_leave_one_out_rows_are_the_correlation_without_each_model():
     labels = [f"m{i}" for i in range(7)]
     c = correlate(X, Y, labels=labels)

@@ -273,3 +273,58 @@ def test_bad_states_get_one_sentence():
         with pytest.raises(kind) as err:
             call()
         assert words in str(err.value), (words, str(err.value))
+
+
+def test_a_model_in_memory_is_checked_like_the_cli_checks_a_named_one(tiny_model, tiny_passages):
+    """Token ids within the embedding, no meta weights, max_tokens within the positions: each
+    a sentence naming what is wrong, before any forward pass (never a raw torch error)."""
+    import transformers
+
+    import deffcore.extraction.forward
+
+    lm = tiny_model("llama")
+
+    def no_forward(*args, **kwargs):
+        pytest.fail("a forward pass ran although the run is refused")
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(deffcore.extraction.forward, "_forward", no_forward)
+    try:
+        config = tiny_config("llama")
+        config.vocab_size = 100  # the byte tokenizer's ids go up to 258
+        small = transformers.AutoModelForCausalLM.from_config(config)
+        with pytest.raises(DeffError, match=r"token id \d+ in passage 0, outside the model's "
+                           r"embedding of 100 rows"):  # fmt: skip
+            dc.measure(small, lm.tokenizer, tiny_passages, max_tokens=32)
+        with torch.device("meta"):
+            ghost = transformers.AutoModelForCausalLM.from_config(tiny_config("llama"))
+        with pytest.raises(DeffError, match="is on the meta device"):
+            dc.measure(ghost, lm.tokenizer, tiny_passages, max_tokens=32)
+        limit = lm.model.config.max_position_embeddings
+        with pytest.raises(DeffError, match=f"max_tokens={limit + 1} is beyond the model's "
+                           f"context of {limit} positions"):  # fmt: skip
+            dc.measure(lm.model, lm.tokenizer, tiny_passages, max_tokens=limit + 1)
+    finally:
+        mp.undo()
+    m = dc.measure(lm.model, lm.tokenizer, tiny_passages, max_tokens=limit)  # the edge runs
+    assert m.n == len(tiny_passages)
+
+
+def test_every_figure_error_names_its_argument(tiny_model, tiny_passages):
+    lm = tiny_model("llama")
+    m = dc.measure(lm.model, lm.tokenizer, tiny_passages, max_tokens=24)
+    for options, said in (
+        ({"K": "a"}, "K must be a positive integer, got 'a'"),
+        ({"K": 0}, "K must be a positive integer, got 0"),
+        ({"K": 1.5}, "K must be a positive integer, got 1.5"),
+        ({"k": 2}, "figure() has no option 'k'"),
+        ({"paper": "yes"}, "paper must be True or False"),
+        ({"pooling": "mean"}, "Unknown pooling 'mean'"),
+        ({"metric": "cca"}, "Unknown metric 'cca'"),
+    ):
+        with pytest.raises(DeffError) as err:
+            m.figure("gap", **options)
+        assert said in str(err.value), (options, str(err.value))
+    with pytest.raises(DeffError, match="Unknown figure 'gaps'"):
+        m.figure("gaps")
+    assert m.figure("gap", K=2, paper=False) is not None

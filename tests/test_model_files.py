@@ -198,3 +198,33 @@ def test_cli_exit_2_for_a_2_62_byte_header(saved_folder, tiny_dataset, capsys):
                  "--max-tokens", "8", "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "safetensors" in err[0], err
+
+
+@pytest.mark.parametrize("where", [("text_config",), ("text_config", "vision_config")])
+def test_an_auto_map_nested_in_a_sub_config_is_refused(saved_folder, where, monkeypatch):
+    """A multimodal wrapper's config nests the text model's: an `auto_map` there (or deeper)
+    would run the folder's code as surely as one at the top (issue 27: a surviving mutation)."""
+    import transformers
+
+    marker = _with_remote_code(saved_folder)
+    path = saved_folder / "config.json"
+    config = json.loads(path.read_text())
+    nested = config.pop("auto_map")
+    node = config
+    for key in where:
+        node = node.setdefault(key, {"model_type": "llama"})
+    node["auto_map"] = nested
+    path.write_text(json.dumps(config))
+    monkeypatch.setattr(
+        transformers.AutoConfig, "from_pretrained", lambda *a, **k: pytest.fail("asked")
+    )
+    with pytest.raises(UnknownModelError, match=r"an 'auto_map' naming evil\.py"):
+        loading.load_model(str(saved_folder))
+    with pytest.raises(UnknownModelError, match="auto_map"):
+        context.context_length(str(saved_folder))
+    assert not marker.exists()
+    node["auto_map"] = {}  # an empty one names nothing: the folder is plain again
+    path.write_text(json.dumps(config))
+    from deffcore.inputs.model_files import check_model_folder
+
+    check_model_folder(saved_folder)

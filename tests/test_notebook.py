@@ -171,3 +171,24 @@ def test_quickstart_notebook_executes(tmp_path, monkeypatch):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     found = dict(re.findall(r"(measure|measure_states):\s+D_eff = ([0-9.]+)", text))
     assert found["measure"] == found["measure_states"]
+
+
+def test_a_deep_run_is_a_bounded_page_of_block_means():
+    """L = 512 (a 1.1 MiB snapshot) once rendered 27 MiB of HTML: beyond MAX_CELLS layers a
+    cell is the mean of a block of layers, so the page stays small and still reads true."""
+    from deffcore.views.notebook import MAX_CELLS
+
+    L = 512
+    blocks = np.repeat(np.arange(4), L // 4)  # four blocks of 128 layers, 0.5 across blocks
+    S = np.where(blocks[:, None] == blocks[None, :], 1.0, 0.5)
+    S[np.arange(L), np.arange(L)] = 1.0
+    svg = heatmap_svg(S)
+    assert svg.count("<rect ") == MAX_CELLS**2 and len(svg) < 1_000_000
+    assert "layer 1-8 vs 1-8: 1</title>" in svg and "layer 1-8 vs 505-512: 0.5</title>" in svg
+    # a cell is its block's mean (naive), not one sampled layer: S(i, j) = 1 - |i - j| / L
+    idx = np.arange(L)
+    smooth = 1.0 - np.abs(idx[:, None] - idx[None, :]) / L
+    want = smooth[:8, :8].mean()  # layers 1-8 against themselves: below 1 off the diagonal
+    assert f"layer 1-8 vs 1-8: {want:.4g}</title>" in heatmap_svg(smooth) and want < 0.995
+    small = heatmap_svg(S[:MAX_CELLS, :MAX_CELLS])  # up to MAX_CELLS: one cell per layer
+    assert small.count("<rect ") == MAX_CELLS**2 and "layer 64 vs 64: 1</title>" in small

@@ -335,3 +335,61 @@ def test_only_the_hubs_refusal_is_planned_around(no_load, monkeypatch):
     assert any("the hub is off" in n and good in n for n in notes)
     cost = sweep_cost(plan, calibrate="cached")
     assert [c.label for c in cost.cells] == [plan.rows[0]["label"]]
+
+
+def _run_spec(n: int):
+    from deffcore.inputs.run_spec import RunSpec
+
+    return RunSpec(
+        model="org/unseen", revision=None, dataset="bbc-news", n=n, max_tokens=8, seed=0,
+        dtype="float32",
+    )  # fmt: skip
+
+
+def _plan(n: int, **kwargs):
+    return plan_run(_run_spec(n), "cpu", known={"org/unseen": SMALL}, calibrate="never", **kwargs)
+
+
+def test_each_step_is_refused_on_its_own_memory(no_load):
+    """Extraction fits, then the similarity step, then the bootstrap is the one too big: each
+    refusal names its own step (issue 27: the planner never refused those two)."""
+    from deffcore.runs.planner import bootstrap_bytes
+
+    plan = _plan(1000, bootstrap=2000, max_memory=10**12)
+    mem = plan.memory
+    assert plan.fits and set(mem) == {"extraction", "similarity", "bootstrap"}
+    assert mem["extraction"] < mem["similarity"] < mem["bootstrap"]
+    assert mem["bootstrap"] == bootstrap_bytes(SMALL, 1000, 2000)
+    between = (mem["similarity"] + mem["bootstrap"]) // 2
+    refused = _plan(1000, bootstrap=2000, max_memory=between)
+    assert refused.refusal.startswith("the bootstrap step of org/unseen at N = 1,000")
+    assert _plan(1000, bootstrap=None, max_memory=between).fits  # no bootstrap, no such step
+    low = (mem["extraction"] + mem["similarity"]) // 2
+    assert _plan(1000, bootstrap=2000, max_memory=low).refusal.startswith("the similarity step")
+    at_edge = _plan(1000, bootstrap=2000, max_memory=mem["bootstrap"])
+    assert at_edge.fits  # a step that needs exactly the limit fits
+    assert no_load == []
+
+
+def test_bootstrap_memory_holds_its_replicates():
+    """The (B, L, N) float64 terms (twice), the six pooled stacks and a centred copy, at least;
+    growing B grows it by at least those terms."""
+    L, d = SMALL.layers, SMALL.d_model
+    from deffcore.runs.planner import bootstrap_bytes
+
+    for n, B in ((50, 10), (1000, 200), (4000, 2000)):
+        floor = pooled_bytes(SMALL, n, poolings=6) + L * n * d * 4 + 2 * B * L * n * 8
+        assert bootstrap_bytes(SMALL, n, B) >= floor
+        assert bootstrap_bytes(SMALL, n, 2 * B) - bootstrap_bytes(SMALL, n, B) >= 2 * B * L * n * 8
+
+
+def test_the_disk_check_needs_twice_the_entry_while_it_runs(no_load, monkeypatch):
+    entry = planner.entry_bytes(SMALL, 1000)
+    for free, fits in ((2 * entry, True), (2 * entry - 1, False), (entry, False)):
+        monkeypatch.setattr(planner, "_disk_free", lambda free=free: free)
+        plan = _plan(1000, max_memory=10**12)
+        assert plan.disk == entry and plan.fits is fits, (free, plan.refusal)
+        if not fits:
+            assert plan.refusal.startswith("the cache entry of org/unseen at N = 1,000 needs")
+    monkeypatch.setattr(planner, "_disk_free", lambda: None)  # unknown free space: no refusal
+    assert _plan(1000, max_memory=10**12).fits

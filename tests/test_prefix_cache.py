@@ -47,11 +47,17 @@ def test_a_smaller_run_is_a_larger_ones_first_rows_without_a_model(
 
 
 def test_other_batching_is_not_a_source(windows_dataset, every_batch):
-    measure_spec(window_spec(windows_dataset, 128), device="cpu", batch_size=32)
-    other = measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=16)
-    assert other.resumed_passages == 0
-    # n not a whole number of batches: not served from a larger run
-    assert prefix_cache.from_larger(window_spec(windows_dataset, 100), "cpu", 32) is None
+    """A run batched by 16 serves runs batched by 16 only, and only whole numbers of batches:
+    each refusal is checked beside a request the same source does serve (issue 27: the old
+    test could not fail, its source's ratio prefix being too short to serve anything)."""
+    measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=16)
+    larger = prefix_cache.from_larger
+    assert larger(window_spec(windows_dataset, 128), "cpu", 16) is not None  # the source serves
+    assert larger(window_spec(windows_dataset, 128), "cpu", 32) is None  # ... not other batching
+    assert larger(window_spec(windows_dataset, 112), "cpu", 16) is not None  # 7 batches of 16
+    assert larger(window_spec(windows_dataset, 100), "cpu", 16) is None  # not a whole number
+    other = measure_spec(window_spec(windows_dataset, 384), device="cpu", batch_size=32)
+    assert other.resumed_passages == 0  # nor is it resumed from by another batching
 
 
 def test_documents_mode_never_reuses(tiny_dataset, every_batch):

@@ -80,6 +80,24 @@ def test_folder_confines_paths_and_hides_existence(monkeypatch, tmp_path):
     refused("/etc/passwd")
 
 
+def test_a_sibling_folder_whose_name_starts_like_the_allowed_one_is_outside(monkeypatch, tmp_path):
+    """Containment is by path parts, not by string prefix: `/srv/data-private` and
+    `/srv/database` are not inside `/srv/data` (issue 27: a surviving mutation)."""
+    allowed = tmp_path / "data"
+    allowed.mkdir()
+    for sibling in ("data-private", "database", "data.bak"):
+        (tmp_path / sibling).mkdir()
+        (tmp_path / sibling / "secret.txt").write_text("secret")
+    monkeypatch.setenv(serving.ENV, str(allowed))
+    for sibling in ("data-private", "database", "data.bak"):
+        with pytest.raises(LocalPathRefusedError):
+            check_local_path(tmp_path / sibling / "secret.txt")
+        with pytest.raises(LocalPathRefusedError):
+            check_local_path(f"../{sibling}/secret.txt")  # relative to the allowed folder
+    assert check_local_path(allowed) == allowed.resolve()  # the folder itself is inside
+    assert check_local_path(allowed / "sub" / "x.txt").parent.parent == allowed.resolve()
+
+
 @pytest.mark.parametrize("value", ["relative/folder", "/no/such/folder/anywhere"])
 def test_unusable_folder_setting_switches_paths_off(monkeypatch, value):
     monkeypatch.setenv(serving.ENV, value)

@@ -214,14 +214,15 @@ def test_gallery_default_first_one_per_key_and_damaged_files_skipped(tiny_measur
     (folder / "a_run.json").write_text(json.dumps(data))
     (folder / "b_same_run.json").write_text(json.dumps(data))  # same key: shown once
     other = json.loads(json.dumps(data))
-    other["key"], other["spec"]["seed"] = "otherkey", 5
+    other["key"] = other["measurement"]["key"] = "f" * 20  # another run: a key of its own
+    other["spec"]["seed"] = 5
     (folder / "c_other.json").write_text(json.dumps(other))
     (folder / "d_broken.json").write_text("{not json")
     (folder / "e_list.json").write_text("[]")
     (folder / "f_old_format.json").write_text(json.dumps({**data, "format": 0}))
     with pytest.warns(UserWarning, match="Skipped gallery snapshot"):
         views = load_gallery(folder, default=None)
-    assert [v.key for v in views] == [data["key"], "otherkey"]
+    assert [v.key for v in views] == [data["key"], "f" * 20]
     assert all(v.source == "precomputed" for v in views)
     assert views[1].spec["seed"] == 5
     assert load_gallery(tmp_path / "nothing", default=None) == []
@@ -370,17 +371,8 @@ def test_corrupt_or_foreign_files_get_one_sentence(tiny_measurement, tmp_path):
         open_snapshot(fifo)
 
 
-def test_size_is_checked_before_anything_is_parsed(tiny_measurement, tmp_path, monkeypatch):
-    from deffcore.views import sharing
-
-    body = json.dumps(snapshot(tiny_measurement)).encode()
-    monkeypatch.setattr(sharing, "MAX_SNAPSHOT_BYTES", len(body) - 1)
-    monkeypatch.setattr(json, "loads", lambda *_a, **_k: pytest.fail("parsed a too-large file"))
-    with pytest.raises(sharing.SnapshotError, match="limit"):
-        sharing.read_snapshot(body)
-    (tmp_path / "big.json").write_bytes(body)
-    with pytest.raises(sharing.SnapshotError, match="limit"):
-        sharing.open_snapshot(tmp_path / "big.json")
+# The size bound (16 MiB, checked before anything is parsed) is tested at its real edge, no
+# constant patched, in tests/test_sharing.py::test_the_size_bound_is_16_mib_and_checked_...
 
 
 def test_shared_runs_are_kept_listed_and_deleted_only_when_ours(tiny_measurement, deff_cache_dir):

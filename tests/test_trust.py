@@ -92,9 +92,11 @@ def test_too_few_passages_are_noise_and_the_action_is_more_passages():
 
 
 def test_unbiased_cka_is_solid_where_the_spread_fits_two_percent():
-    edge = math.ceil(
-        (trust_rule.SPREAD_C / trust_rule.SOLID_ERROR) ** 2
-    )  # spread(N) <= 2% from here on
+    # the calibrated edge, by hand (not from the constants it checks): a spread of 1.5/sqrt(N)
+    # is 2% at N = (1.5 / 0.02)^2 = 5,625 passages, and no lower
+    edge = 5625
+    assert trust_rule.spread(edge) == pytest.approx(0.02, abs=1e-15)
+    assert trust_rule.spread(edge - 1) > 0.02
     solid = assess(edge, D, metric="unbiased_cka", point=POINT, layers=L)
     assert solid.level == "solid" and solid.action is None
     assert solid.reasons == (
@@ -165,6 +167,15 @@ def test_a_regime_inside_the_error_band_is_not_settled():
     point = (1 - 0.015) * 2 / (L + 1)
     t = assess(1200, 64, metric="unbiased_cka", point=point, layers=L)
     assert t.regime == "below" and t.level == "indicative" and "not settled" in t.sentence()
+    # the band's scale, by hand: a relative error e of D_eff/L is 100 e u gap points, where
+    # u = (D_eff/L)(L+1)/2 = D_eff/F_L and gap = 100 (1 - u); so the sign is inside the band
+    # exactly from u* = 1/(1 + e) up (issue 27: a changed scale survived the test above)
+    e = 1.5 / math.sqrt(1200)  # unbiased CKA: the spread alone
+    assert t.error == pytest.approx(e) and f"(±{100 * e * point * (L + 1) / 2:.1f})" in t.sentence()
+    edge = 1 / (1 + e)
+    for u, settled in ((edge * 0.998, True), (edge * 1.002, False)):
+        near = assess(1200, 64, metric="unbiased_cka", point=2 * u / (L + 1), layers=L)
+        assert near.regime == "below" and ("not settled" not in near.sentence()) is settled, u
     # at the reference (|gap| <= 1): the claim "at F_L" stands, solid once N is large
     at = assess(100_000, 64, metric="unbiased_cka", point=2 / (L + 1), layers=L)
     assert at.regime == "at the reference" and at.level == "solid"

@@ -4,6 +4,7 @@ lists. What a command prints is `deffcore.cli._output`'s."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES
 from deffcore.core.errors import DeffError
@@ -46,12 +47,7 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
     not read) and `--max-tokens` against the model's context length (read from its config).
     Raises a DeffError subclass: the CLI prints its one sentence and exits 2.
     """
-    from deffcore.core.checks import (
-        check_cache_dir,
-        check_int,
-        check_output_file,
-        check_writable_dir,
-    )
+    from deffcore.core.checks import check_cache_dir, check_int, check_writable_dir
     from deffcore.inputs.context import check_max_tokens
     from deffcore.inputs.devices import check_device
     from deffcore.inputs.texts import check_dataset
@@ -68,7 +64,7 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
     if getattr(args, "device", None) is not None:
         check_device(args.device)
     if getattr(args, "snapshot", None) is not None:
-        check_output_file(args.snapshot, "--snapshot")
+        check_snapshot_output(args)
     if getattr(args, "checkpoint_dir", None):
         check_writable_dir(args.checkpoint_dir, "--checkpoint-dir")
     if uses_cache:
@@ -77,6 +73,50 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
         check_max_tokens(args.model, args.max_tokens, getattr(args, "revision", None))
     if getattr(args, "dataset", None):
         check_dataset(args.dataset)
+
+
+#: What makes a snapshot the same run as a command's arguments (N may be capped by the data).
+_SAME_RUN = ("model", "revision", "dataset", "max_tokens", "seed", "passages", "bos")
+
+
+def check_snapshot_output(args: argparse.Namespace) -> None:
+    """`--snapshot PATH`: writable, not an input (`--dataset`, `--model`), not a link, and
+    not an existing file other than this run's own snapshot (`checks.check_output_file`)."""
+    from deffcore.core.checks import check_output_file
+    from deffcore.core.errors import InvalidArgumentError
+    from deffcore.core.paths import cache_dir
+
+    root, target = cache_dir().resolve(), Path(args.snapshot).expanduser().resolve()
+    if root in target.parents and target.parent != root:  # a run entry, .shared/, .uploads/
+        raise InvalidArgumentError(
+            f"--snapshot {args.snapshot} is inside the cache's own folder {target.parent.name}, "
+            "which only deffcore writes; give a path outside it."
+        )
+    check_output_file(
+        args.snapshot,
+        "--snapshot",
+        inputs={"--dataset": getattr(args, "dataset", None), "--model": args.model},
+        replaceable=lambda path: another_runs_snapshot(path, args),
+    )
+
+
+def another_runs_snapshot(path: Path, args: argparse.Namespace) -> str | None:
+    """None when the existing file at `path` is a snapshot of the run `args` describe (the
+    command that remakes it: replacing it is the point); else why it must not be replaced."""
+    from deffcore.views.sharing import SnapshotError, open_snapshot
+
+    try:
+        spec = open_snapshot(path).spec
+    except SnapshotError:
+        return "is not a run snapshot"
+    asked = {k: getattr(args, k, None) for k in _SAME_RUN}
+    asked["passages"] = asked["passages"] or "documents"
+    asked["bos"] = asked["bos"] or "default"
+    asked.update(intervention=getattr(args, "intervention", None) or "none")
+    differs = [k for k, v in asked.items() if spec.get(k) != v]
+    if differs:
+        return f"is the snapshot of another run (it differs in {', '.join(differs)})"
+    return None
 
 
 def add_run_args(p: argparse.ArgumentParser, *, model: str, n: int, passages: bool = True) -> None:

@@ -205,6 +205,8 @@ def _write_snapshot(
     """The explorer's snapshot of this run, stamped with the command that reproduces it; its
     CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run), and the
     snapshot the diagnostics and BOS on/off check when asked for (`run_extras`)."""
+    from deffcore.cli._common import check_snapshot_output
+    from deffcore.core.checks import write_output
     from deffcore.lenses.run_extras import with_extras
     from deffcore.views.run_report import remake_command
     from deffcore.views.snapshot import snapshot
@@ -216,6 +218,8 @@ def _write_snapshot(
     data = snapshot(m, command=command)
     data["measurement"].update(extra)
     with_extras(data, **extras, metric=args.metric)
-    args.snapshot.parent.mkdir(parents=True, exist_ok=True)
-    args.snapshot.write_text(json.dumps(data, separators=(",", ":")))
-    print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)
+    check_snapshot_output(args)  # again now: nothing may have taken the name since
+    body = json.dumps(data, separators=(",", ":")).encode()
+    cached = "" if args.no_cache else ", and the run is cached: the same command writes it at once"
+    write_output(args.snapshot, body, "--snapshot", then=cached)
+    print(f"wrote {args.snapshot} ({len(body) / 1024:.0f} kB)", file=sys.stderr)

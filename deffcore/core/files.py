@@ -183,17 +183,24 @@ def atomic_write(path: Path, data: bytes) -> None:
             "there: move it away or set DEFF_CACHE_DIR to another folder."
         )
     with os_errors(path.parent, f"The cache file {path.name}"):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_file(path, data)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """The mechanism of `atomic_write`, for any output file: `data` to a temp file beside
+    `path` (O_EXCL), fsynced, renamed over `path`; nothing is left behind when it fails (the
+    OSError is raised for the caller to word)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def remove_file(path: Path) -> None:

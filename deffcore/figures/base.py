@@ -41,12 +41,13 @@ import html
 import io
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from deffcore.core.safe_text import plotly_text
+from deffcore.core.safe_text import csv_safe, plotly_text
 
 #: The Okabe-Ito palette: distinguishable with every common colour-vision deficiency.
 OKABE_ITO = {
@@ -169,7 +170,7 @@ def figure_csv(fig: go.Figure) -> str:
     run = fig.layout.meta.get("run") if isinstance(fig.layout.meta, dict) else None
     if isinstance(run, dict):  # ui-views: downloads carry the run's identity (issue 12.5)
         data = pd.concat([pd.DataFrame({k: [v] * len(data) for k, v in run.items()}), data], axis=1)
-    data.to_csv(buffer, index=False)
+    csv_safe(data).to_csv(buffer, index=False)  # a label is never a spreadsheet formula
     return buffer.getvalue()
 
 
@@ -228,13 +229,24 @@ def _escaped(values: object) -> object:
     return values
 
 
+def _escaped_cells(values: Any) -> Any:
+    """customdata (1-D or 2-D) with every string cell shown as text, numbers unchanged."""
+    cells = np.asarray(values, dtype=object)
+    flat = [_shown_as_text(v) if isinstance(v, str) else v for v in cells.ravel().tolist()]
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(cells.shape)
+
+
 def plain_text_labels(fig: go.Figure) -> go.Figure:
     """A copy of `fig` whose data-borne text shows as text: trace names, categorical x / y
-    values and tick labels can hold what a user typed (a run's model or dataset name, a
-    passage's tokens), and Plotly renders a subset of HTML in them (`<a href>`, `<b>`), so their
-    `&`, `<`, `>` become entities (`safe_text.plotly_text`). The figure's own titles, notes and
-    hover templates are left alone (they are ours, with their `<br>`). For the page and the
-    HTML download; the CSV is built from the figure as made (the user's text, unescaped)."""
+    values, customdata (what hover templates substitute) and tick labels can hold what a user
+    typed (a run's model or dataset name, a passage's tokens), and Plotly renders a subset of
+    HTML in them (`<a href>`, `<b>`), so their `&`, `<`, `>`, `%` become entities
+    (`safe_text.plotly_text`). The figure's own titles, notes, texts and hover templates are
+    left alone: they are ours, with their `<br>`, and a figure escapes the user's part of them
+    where it builds them. For the page and the HTML download; the CSV is built from the
+    figure as made (the user's text, unescaped, through `safe_text.csv_safe`)."""
     shown = go.Figure(fig)
     for trace in shown.data:
         if isinstance(getattr(trace, "name", None), str):
@@ -242,6 +254,9 @@ def plain_text_labels(fig: go.Figure) -> go.Figure:
         for axis in ("x", "y"):
             if axis in trace and trace[axis] is not None:
                 trace[axis] = _escaped(trace[axis])
+        custom = getattr(trace, "customdata", None)
+        if custom is not None and np.asarray(custom, dtype=object).dtype == object:
+            trace.customdata = _escaped_cells(custom)
     for name in shown.layout:
         if name.startswith(("xaxis", "yaxis")):
             ax = shown.layout[name]

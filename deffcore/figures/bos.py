@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from deffcore.core.safe_text import plotly_text  # a passage's tokens are text, not HTML
 from deffcore.figures.base import (
     COLOR_MEASURED,
     COLOR_REFERENCE,
@@ -211,7 +212,7 @@ def token_norm_heatmap(
     z = np.asarray(norms, dtype=np.float64)
     L1, T = z.shape
     logz = np.log10(np.clip(z, 1e-12, None))
-    text = [[repr(tok)[1:-1] for tok in tokens] for _ in range(L1)]
+    text = [[plotly_text(repr(tok)[1:-1]) for tok in tokens] for _ in range(L1)]
     lo, hi = int(np.floor(np.nanmin(logz))), int(np.ceil(np.nanmax(logz)))
     ticks = list(range(lo, hi + 1))
     fig = go.Figure(

@@ -191,7 +191,7 @@ def compare_lag_profiles(profiles: Mapping[str, np.ndarray]) -> go.Figure:
                 line={"color": style["color"], "dash": style["dash"]},
                 marker={"color": style["color"], "symbol": style["symbol"], "size": 6},
                 customdata=k,
-                hovertemplate=f"{name}<br>k = %{{customdata}} (k/L = %{{x:.3g}})"
+                hovertemplate=f"{plotly_text(name)}<br>k = %{{customdata}} (k/L = %{{x:.3g}})"
                 "<br>ρ(k) = %{y:.4g}<extra></extra>",
             )
         )
@@ -240,8 +240,8 @@ def side_by_side_heatmaps(
                 y=layers,
                 coloraxis="coloraxis",
                 name=name,
-                hovertemplate=f"{name}<br>layer %{{y}} vs layer %{{x}}<br>S = %{{z:.4g}}"
-                "<extra></extra>",
+                hovertemplate=f"{plotly_text(name)}<br>layer %{{y}} vs layer %{{x}}"
+                "<br>S = %{z:.4g}<extra></extra>",
             ),
             row=1,
             col=col,

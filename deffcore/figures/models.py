@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from deffcore.core.safe_text import plotly_text  # a label's text in a hover is text, not HTML
 from deffcore.figures.base import (
     COLOR_PAPER,
     COLOR_REFERENCE,
@@ -78,7 +79,7 @@ def _hover(r: Any, source: str, weights: str) -> str:
     """A point's hover: its label (or model), where it comes from, L, and N, tokens and trust
     where the row has them (a paper row has no max tokens, an empty cache no N at all)."""
     name = getattr(r, "label", None) if _known(getattr(r, "label", None)) else r.model
-    text = f"{name}<br>{source}, {weights}<br>L = {int(r.layers)}"
+    text = f"{plotly_text(name)}<br>{source}, {weights}<br>L = {int(r.layers)}"
     n, tokens, trust = (getattr(r, k, None) for k in ("n", "max_tokens", "trust"))
     if _known(n):
         text += f", N = {int(n):,}"
@@ -149,7 +150,7 @@ def models_depth_scatter(table: pd.DataFrame) -> go.Figure:
                         "arrayminus": sub["random_mean"] - low,
                         "visible": True,
                     },
-                    text=[f"{m} random-weight null (paper)" for m in sub["model"]],
+                    text=[f"{plotly_text(m)} random-weight null (paper)" for m in sub["model"]],
                     hovertemplate="%{text}<br>L = %{x}<br>D_eff/L = %{y:.4g}<extra></extra>",
                 )
             )

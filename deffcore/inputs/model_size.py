@@ -30,6 +30,22 @@ from deffcore.core.errors import DeffError
 _GGUF_VOCAB = {"gemma3": 262144, "llama": 49152}
 #: Architectures whose MLP is two matrices (up, down) rather than three (gate, up, down).
 _UNGATED = ("gpt2", "gpt_neox", "gptneox")
+#: The range of each size (far beyond any decoder, far inside what the planner can count).
+_BOUNDS = {
+    "layers": (1, 10_000),
+    "d_model": (1, 2**20),
+    "d_ff": (1, 2**24),
+    "heads": (1, 2**14),
+    "kv_heads": (1, 2**14),
+    "head_dim": (1, 2**16),
+    "vocab": (1, 2**24),
+}
+
+
+def _per_head(d: int, heads: int) -> int:
+    """d / heads, the default head width (0 for a size whose heads are not positive: refused
+    by `ModelSize` with its sentence, never a ZeroDivisionError)."""
+    return d // heads if heads > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,22 @@ class ModelSize:
     gated: bool = True
     tied: bool = True
     source: str = ""
+
+    def __post_init__(self) -> None:
+        """Every size a whole number in its range (a manifest's `heads: 0` or `layers: -4`
+        would divide by zero or plan negative seconds): one sentence naming the field."""
+        for name, (low, high) in _BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise DeffError(
+                    f"The model size from {self.source or 'its source'} has {name} = {value!r}; "
+                    f"it must be a whole number from {low:,} to {high:,}."
+                )
+        if self.kv_heads > self.heads:
+            raise DeffError(
+                f"The model size from {self.source or 'its source'} has more KV heads "
+                f"({self.kv_heads}) than heads ({self.heads})."
+            )
 
     @property
     def block_params(self) -> int:
@@ -90,7 +122,7 @@ def from_config(config: Mapping[str, Any], source: str = "config") -> ModelSize:
         d_ff=int(first("intermediate_size", "n_inner", default=4 * d) or 4 * d),
         heads=heads,
         kv_heads=int(first("num_key_value_heads", default=heads)),
-        head_dim=int(first("head_dim", default=d // heads)),
+        head_dim=int(first("head_dim", default=_per_head(d, heads))),
         vocab=int(first("vocab_size")),
         gated=arch not in _UNGATED,
         tied=bool(first("tie_word_embeddings", default=True)),
@@ -115,7 +147,7 @@ def from_gguf(meta: Mapping[str, Any], source: str = "gguf header") -> ModelSize
         d_ff=int(key("feed_forward_length")),
         heads=heads,
         kv_heads=int(key("attention.head_count_kv") or heads),
-        head_dim=int(key("attention.key_length") or d // heads),
+        head_dim=int(key("attention.key_length") or _per_head(d, heads)),
         vocab=int(vocab),
         source=source,
     )
@@ -133,13 +165,15 @@ def from_mapping(entry: Mapping[str, Any], source: str = "table") -> ModelSize:
             d_ff=int(entry["d_ff"]),
             heads=heads,
             kv_heads=int(entry.get("kv_heads", heads)),
-            head_dim=int(entry.get("head_dim", d // heads)),
+            head_dim=int(entry.get("head_dim", _per_head(d, heads))),
             vocab=int(entry["vocab"]),
             gated=bool(entry.get("gated", True)),
             tied=bool(entry.get("tied", True)),
             source=source,
         )
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
+        if isinstance(err, DeffError):  # a size out of its range: ModelSize's own sentence
+            raise
         raise DeffError(
             f"A model size needs layers, d_model, d_ff, heads and vocab as numbers ({err})."
         ) from err

@@ -65,7 +65,7 @@ def gw_heatmaps(gw: Mapping[str, Any]) -> go.Figure:
         fig.update_xaxes(title_text="layer", row=1, col=col)
         fig.update_yaxes(title_text="layer", autorange="reversed", row=1, col=col)
     fig.update_layout(
-        title=f"{gw['model']}: ρ(GW, {gw['metric']}) = {_fmt(gw['spearman_gw_cka'])}, "
+        title=f"{plotly_text(gw['model'])}: ρ(GW, {gw['metric']}) = {_fmt(gw['spearman_gw_cka'])}, "
         f"ρ(|i−j|, GW) = {_fmt(gw['spearman_lag_gw'])}, "
         f"ρ(|i−j|, {gw['metric']}) = {_fmt(gw['spearman_lag_cka'])}  (n_gw = {gw['n_gw']})",
         height=430,

@@ -30,8 +30,6 @@ Point panels (one row per point, both x and y from the same place):
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.checks import csv_rows
 from deffcore.core.errors import InvalidArgumentError
 
 SOURCES: tuple[str, ...] = ("cached", "sweep", "paper")
@@ -150,7 +149,8 @@ def _sweep_cells(path: Path, text: str) -> list[dict[str, Any]]:
         return cells
     if path.suffix.lower() != ".csv":
         raise InvalidArgumentError(f"The sweep file {path} must be a .json or .csv file.")
-    rows = list(csv.DictReader(io.StringIO(text)))
+    table = csv_rows(text, f"The sweep file {path.name}")  # fields bounded, one sentence
+    rows = [dict(zip(table[0], row, strict=False)) for row in table[1:]] if table else []
     if not rows or not {"model", "deff_over_L"} <= set(rows[0]):
         raise InvalidArgumentError(
             f"The sweep file {path} needs the columns model and deff_over_L and at least one row."

@@ -379,8 +379,10 @@ def run_carry_sweep(
         stage=lambda run: f"gamma={run[0]:g} seed={run[1]}",
     )  # fmt: skip
     if s.checkpoint_dir:
-        Path(s.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        (Path(s.checkpoint_dir) / "records.json").write_text(json.dumps(result.to_dict(), indent=1))
+        from deffcore.core.checks import write_output  # whole or not at all; an OSError a sentence
+
+        records = json.dumps(result.to_dict(), indent=1).encode()
+        write_output(Path(s.checkpoint_dir) / "records.json", records, "--checkpoint-dir")
     return result
 
 

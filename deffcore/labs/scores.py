@@ -16,12 +16,11 @@ refused (a scores table is small; a mistaken path to a dataset is not).
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deffcore.core.checks import csv_rows
 from deffcore.core.errors import InvalidArgumentError
 
 REQUIRED = ("model", "task", "score")
@@ -123,10 +122,10 @@ def _score(text: str, where: str) -> float:
 def read_scores(path: str | Path) -> ScoreTable:
     """The validated scores of `path` (see the module docstring); InvalidArgumentError else."""
     path = Path(path).expanduser()
-    reader = csv.reader(io.StringIO(_read_text(path)))
-    cols = _columns(next(reader, None), path)
+    rows = csv_rows(_read_text(path), f"The scores file {path.name}")  # fields bounded
+    cols = _columns(rows[0] if rows else None, path)
     table = ScoreTable(path=str(path))
-    for line, row in enumerate(reader, start=2):
+    for line, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
             continue  # blank lines are allowed
         where = f"{path.name} line {line}"

@@ -153,6 +153,15 @@ def wrap_loaded(model: Any, tokenizer: Any, name: str) -> LoadedModel:
     param = next(model.parameters(), None)
     if param is None:
         raise DeffError(f"The model {type(model).__name__} has no parameters.")
+    on_meta = next(
+        (n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta), None
+    )
+    if on_meta is not None:  # what the CLI's loader never gives: weights that are not there
+        raise DeffError(
+            f"The model's weight {on_meta!r} is on the meta device, so it holds no values "
+            "(built under init_empty_weights, or offloaded by a device_map); load its weights "
+            "onto a device before measuring it."
+        )
     if param.dtype not in _DTYPES:
         raise DeffError(
             f"The model's weights are {param.dtype}; measure a float32, bfloat16 or float16 "
@@ -322,8 +331,38 @@ def plan_loaded_run(
         passages=passages,
         bos=bos,
     )
+    check_positions(model, max_tokens)
     docs = run_texts(spec) if docs is None else docs
-    return spec, loaded, docs, run_token_ids(spec, tokenizer, docs), seeds
+    ids = run_token_ids(spec, tokenizer, docs)
+    check_token_ids(model, ids)
+    return spec, loaded, docs, ids, seeds
+
+
+def check_positions(model: torch.nn.Module, max_tokens: int) -> None:
+    """`max_tokens` within the model's position table (its config's context length), as the
+    CLI checks a named model's (`models.check_max_tokens`)."""
+    from deffcore.inputs.context import _context_from_config  # the CLI's reading of a config
+
+    config = getattr(model, "config", None)
+    limit = _context_from_config(config.to_dict()) if hasattr(config, "to_dict") else None
+    if limit is not None and max_tokens > limit:
+        raise InvalidArgumentError(
+            f"max_tokens={max_tokens} is beyond the model's context of {limit} positions (its "
+            f"config); ask for at most {limit}."
+        )
+
+
+def check_token_ids(model: torch.nn.Module, ids: list[list[int]]) -> None:
+    """Every token id the tokenizer gave has a row in the model's input embedding (a
+    tokenizer of another model gives ids past it, which torch reports as an index error)."""
+    rows = int(model.get_input_embeddings().num_embeddings)
+    for i, seq in enumerate(ids):
+        if seq and not 0 <= min(seq) <= max(seq) < rows:
+            bad = max(seq) if max(seq) >= rows else min(seq)
+            raise DeffError(
+                f"The tokenizer gives token id {bad} in passage {i}, outside the model's "
+                f"embedding of {rows} rows: pass the tokenizer that belongs to this model."
+            )
 
 
 def pin(

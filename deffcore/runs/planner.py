@@ -67,6 +67,8 @@ ANALYSIS_PASSES = 20
 ESTIMATE_PASSES = 18
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+#: Largest memory size a user may give (1 PiB: beyond any machine, far inside an int64).
+MAX_BYTES = 2**50
 
 #: The H200 figures of BENCHMARKS.md's GPU check (gemma3-270m, bfloat16, batch 256 x 64 tokens).
 H200 = {
@@ -88,8 +90,10 @@ def parse_bytes(text: str) -> int:
             f"--max-memory must be a size such as 8GiB, 512MiB or 2e9 (bytes), got {text!r}."
         )
     value = float(m.group(1)) * _UNITS[m.group(2)]
-    if not value > 0:
-        raise DeffError(f"--max-memory must be positive, got {text!r}.")
+    if not 1 <= value <= MAX_BYTES:  # 1e400 is inf; 0.5 would be 0 bytes
+        raise DeffError(
+            f"--max-memory must be from 1 byte to {MAX_BYTES // 2**50} PiB, got {text!r}."
+        )
     return int(value)
 
 

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 FIGURE_NAMES: tuple[str, ...] = ("heatmap", "lag", "gap", "controls")
 #: Side of the inline heatmap in pixels (each cell at least 2 px).
 HEATMAP_PX = 180
+#: Most cells per side of the inline heatmap (larger L: block means of layers).
+MAX_CELLS = 64
 
 
 def _check(pooling: str, metric: str) -> None:
@@ -36,6 +38,23 @@ def _check(pooling: str, metric: str) -> None:
         raise DeffError(f"Unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
     if metric not in METRICS:
         raise DeffError(f"Unknown metric {metric!r}; choose one of {', '.join(METRICS)}.")
+
+
+#: The options `figure(name, **options)` takes (`run_figure`'s keyword arguments).
+FIGURE_OPTIONS: tuple[str, ...] = ("pooling", "metric", "K", "paper")
+
+
+def figure_of(view: RunView, name: str, options: dict[str, Any]) -> go.Figure:
+    """`run_figure(view, name, **options)`, each option checked by name first: an unknown
+    one, or a `paper` that is not True/False, is a sentence naming it (not a TypeError)."""
+    unknown = [k for k in options if k not in FIGURE_OPTIONS]
+    if unknown:
+        raise DeffError(
+            f"figure() has no option {unknown[0]!r}; its options are {', '.join(FIGURE_OPTIONS)}."
+        )
+    if not isinstance(options.get("paper", True), bool):
+        raise DeffError(f"paper must be True or False, got {options['paper']!r}.")
+    return run_figure(view, name, **options)
 
 
 def run_figure(
@@ -148,10 +167,16 @@ def _controls_table(view: RunView, metric: str, K: int | None):
 
 def heatmap_svg(S: np.ndarray, *, metric: str = "cka", px: int = HEATMAP_PX) -> str:
     """S (L, L) as an inline SVG: one rect per cell, Viridis over [min(0, min S), 1] like the
-    explorer's heatmap, layer 1 at the top left, each cell's value in its tooltip (<title>)."""
+    explorer's heatmap, layer 1 at the top left, each cell's value in its tooltip (<title>).
+    Beyond `MAX_CELLS` layers a cell is the mean of a block of layers, so the HTML stays a few
+    hundred kB whatever L is (L = 512 would otherwise be 262,144 rects)."""
     from plotly.colors import sample_colorscale
 
     S = np.asarray(S, dtype=np.float64)
+    blocks = np.array_split(np.arange(S.shape[0]), min(S.shape[0], MAX_CELLS))
+    if len(blocks) < S.shape[0]:  # (L, L) -> (MAX_CELLS, MAX_CELLS) block means
+        S = np.array([[S[np.ix_(a, b)].mean() for b in blocks] for a in blocks])
+    names = [f"{b[0] + 1}" if len(b) == 1 else f"{b[0] + 1}-{b[-1] + 1}" for b in blocks]
     L = S.shape[0]
     cell = max(2, px // L)
     lo = min(0.0, float(np.nanmin(S)))
@@ -162,7 +187,7 @@ def heatmap_svg(S: np.ndarray, *, metric: str = "cka", px: int = HEATMAP_PX) -> 
         i, j = divmod(idx, L)
         rects.append(
             f'<rect x="{j * cell}" y="{i * cell}" width="{cell}" height="{cell}" fill="{color}">'
-            f"<title>layer {i + 1} vs {j + 1}: {S[i, j]:.4g}</title></rect>"
+            f"<title>layer {names[i]} vs {names[j]}: {S[i, j]:.4g}</title></rect>"
         )
     side = cell * L
     return (
@@ -233,8 +258,8 @@ class NotebookDisplay:
 
     def figure(self, name: str = "heatmap", **options: Any) -> Any:
         """The explorer's Plotly figure `name` ("heatmap", "lag", "gap", "controls") of this
-        run; options: pooling, metric, K, paper (see `run_figure`)."""
-        return run_figure(self, name, **options)
+        run; options: pooling, metric, K, paper (see `run_figure`), each checked by name."""
+        return figure_of(self, name, options)
 
     def _repr_html_(self) -> str:
         """Jupyter's view: headline numbers, trust level and a small heatmap."""

@@ -101,6 +101,7 @@ class RunView:
     def headline(
         self, pooling: str = "default", metric: str = "cka", K: int | None = None
     ) -> Headline:
+        from deffcore.core.checks import check_int
         from deffcore.measures.depth import (
             effective_depth,
             gap_percent,
@@ -111,7 +112,7 @@ class RunView:
 
         S = self.similarity(pooling, metric)
         L = S.shape[0]
-        K = L - 1 if K is None else min(int(K), L - 1)
+        K = L - 1 if K is None else min(check_int(K, "K", 1), L - 1)  # "K must be ..."
         deff = float(effective_depth(S, K=K))
         ratios = self.pos0_norm_ratio()
         peak = int(np.nanargmax(ratios))

@@ -14,146 +14,27 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from deffcore.core.constants import METRICS, POOLINGS
-from deffcore.core.errors import DeffError
-from deffcore.views.labels import SPEC_DEFAULTS, SPEC_FIELDS
-from deffcore.views.snapshot import SNAPSHOT_FORMAT, SnapshotView
+from deffcore.views.run_schema import MAX_LAYERS, SnapshotError, check_snapshot
+from deffcore.views.snapshot import SnapshotView
 
 #: Largest snapshot file read (a 30-layer run is ~150 kB; L = 100 is ~1.5 MB).
 MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024
 #: Largest L a snapshot may claim (every similarity matrix is L x L).
-MAX_SNAPSHOT_LAYERS = 2048
+MAX_SNAPSHOT_LAYERS = MAX_LAYERS
 _SHARED_NAME = re.compile(r"[0-9a-f]{16}\.json")
 #: `deffcore app --run FILE` keeps the file (`share_file`) and names its content id here; each
 #: new app session opens that shared run first (`open_shared`).
 APP_RUN_ENV = "DEFF_APP_RUN"
-_KEY = re.compile(r"[0-9a-f]{20}")
-
-
-class SnapshotError(DeffError):
-    """A file that is not a readable run snapshot of this format (one sentence why)."""
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _is_count(x: Any, low: int = 0) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= low
-
-
-def _check_spec_fields(spec: Any, where: str) -> None:
-    from deffcore.core.constants import BOS_OPTIONS, PASSAGE_MODES
-
-    if not isinstance(spec, dict) or not set(spec) <= set(SPEC_FIELDS):
-        raise SnapshotError(f"{where}: its 'spec' is not a run specification.")
-    full = {**SPEC_DEFAULTS, **spec}
-    for name in ("model", "dataset", "dtype", "intervention"):
-        value = full.get(name)
-        if not isinstance(value, str) or not value or len(value) > 1000:
-            raise SnapshotError(f"{where}: its spec field {name!r} is missing or not a name.")
-    for name in ("n", "max_tokens", "seed"):
-        if not _is_count(full.get(name)):
-            raise SnapshotError(f"{where}: its spec field {name!r} is not a count.")
-    if full["revision"] is not None and not isinstance(full["revision"], str):
-        raise SnapshotError(f"{where}: its spec field 'revision' is not a string.")
-    if full["passages"] not in PASSAGE_MODES or full["bos"] not in BOS_OPTIONS:
-        raise SnapshotError(f"{where}: its spec names an unknown passages mode or BOS option.")
-
-
-def _check_matrix(S: Any, L: int, where: str) -> None:
-    ok = isinstance(S, list) and len(S) == L
-    ok = ok and all(isinstance(row, list) and len(row) == L for row in S)
-    if not ok or not all(_is_number(v) for row in S for v in row):
-        raise SnapshotError(f"{where} is not an {L} x {L} matrix of numbers.")
-    M = np.asarray(S, dtype=np.float64)
-    if not np.isfinite(M).all() or np.abs(M).max() > 1 + 1e-6 or np.abs(M - M.T).max() > 1e-6:
-        raise SnapshotError(f"{where} is not a symmetric similarity matrix with values in [-1, 1].")
-
-
-def _check_numbers(obj: Any, where: str) -> None:
-    """A dict of numbers (or None, or lists of numbers): what the pages read from the CLI JSON."""
-    if not isinstance(obj, dict):
-        raise SnapshotError(f"{where} is not an object.")
-    for k, v in obj.items():
-        items = v if isinstance(v, list) else [v]
-        if not all(x is None or _is_number(x) or isinstance(x, str) for x in items):
-            raise SnapshotError(f"{where}: field {k!r} is not a number.")
-
-
-def _check_measurement(m: Any, where: str) -> None:
-    if m is None:
-        return
-    if not isinstance(m, dict) or m.get("metric") not in METRICS:
-        raise SnapshotError(f"{where}: its 'measurement' is not the CLI's JSON of a run.")
-    results = m.get("results", {})
-    if not isinstance(results, dict) or not set(results) <= set(POOLINGS):
-        raise SnapshotError(f"{where}: its measurement results are not per pooling.")
-    for pooling, r in results.items():
-        if not isinstance(r, dict):
-            raise SnapshotError(f"{where}: the result of pooling {pooling!r} is not an object.")
-        for part in ("update_depth", "matched_references"):
-            if part in r:
-                _check_numbers(r[part], f"{where}: {part} of {pooling}")
-    null = m.get("random_null", {})
-    bands = null.get("results", {}) if isinstance(null, dict) else None
-    if not isinstance(bands, dict):
-        raise SnapshotError(f"{where}: its random-weight null is not per pooling.")
-    for pooling, band in bands.items():
-        _check_numbers(band, f"{where}: random-weight band of {pooling}")
-        if band and not {"mean", "low", "high", "seeds"} <= set(band):
-            raise SnapshotError(f"{where}: the random-weight band of {pooling} is incomplete.")
 
 
 def validate_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
-    """`data` if it is a format-SNAPSHOT_FORMAT run snapshot whose every field the pages read
-    has the right type, shape and range; SnapshotError (one sentence) otherwise."""
-    if not isinstance(data, dict) or "similarity" not in data or "spec" not in data:
-        raise SnapshotError(
-            f"{where} is not a run snapshot (the JSON that `deffcore measure --snapshot` writes)."
-        )
-    if data.get("format") != SNAPSHOT_FORMAT:
-        raise SnapshotError(
-            f"{where} has snapshot format {data.get('format')!r}; this deffcore reads format "
-            f"{SNAPSHOT_FORMAT}."
-        )
-    _check_spec_fields(data["spec"], where)
-    L = data.get("layers")
-    if not _is_count(L, 2) or L > MAX_SNAPSHOT_LAYERS:
-        raise SnapshotError(
-            f"{where}: 'layers' is not a layer count from 2 to {MAX_SNAPSHOT_LAYERS}."
-        )
-    if not _is_count(data.get("d_model"), 1) or not _is_count(data.get("n"), 1):
-        raise SnapshotError(f"{where}: 'd_model' or 'n' is not a positive count.")
-    key, command = data.get("key", ""), data.get("command", "")
-    if not isinstance(key, str) or (key and not _KEY.fullmatch(key)):
-        raise SnapshotError(f"{where}: 'key' is not a run key (20 hex digits).")
-    if not isinstance(command, str) or len(command) > 10_000:
-        raise SnapshotError(f"{where}: 'command' is not a command line.")
-    ratios = data.get("pos0_norm_ratio")
-    if (
-        not isinstance(ratios, list)
-        or len(ratios) != L + 1
-        or not all(r is None or _is_number(r) for r in ratios)
-    ):
-        raise SnapshotError(f"{where}: 'pos0_norm_ratio' is not {L + 1} numbers (h_0 .. h_L).")
-    sims = data["similarity"]
-    if not isinstance(sims, dict) or "default" not in sims or not set(sims) <= set(POOLINGS):
-        raise SnapshotError(f"{where}: 'similarity' is not a set of matrices per pooling.")
-    for pooling, per_metric in sims.items():
-        if not isinstance(per_metric, dict) or not set(per_metric) <= set(METRICS):
-            raise SnapshotError(f"{where}: the similarity of {pooling!r} is not per metric.")
-        for metric, S in per_metric.items():
-            _check_matrix(S, L, f"{where}: the {pooling}/{metric} similarity")
-    if "cka" not in sims["default"]:
-        raise SnapshotError(f"{where} has no default-pooling linear CKA matrix.")
-    _check_measurement(data.get("measurement"), where)
-    return data
+    """`data` if it is a run snapshot that follows the one schema (`run_schema.check_snapshot`:
+    every field a reader reads, typed, bounded and consistent); SnapshotError otherwise."""
+    return check_snapshot(data, where)
 
 
 def read_snapshot(data: bytes, *, name: str = "The file") -> SnapshotView:
@@ -175,7 +56,7 @@ def read_snapshot(data: bytes, *, name: str = "The file") -> SnapshotView:
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         reason = "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else "not valid JSON"
         raise SnapshotError(f"{where} is {reason}, so it is not a run snapshot.") from None
-    view = SnapshotView(validate_snapshot(parsed, where))
+    view = SnapshotView(parsed, where)
     view.source = "shared"
     view.sha256 = hashlib.sha256(bytes(data)).hexdigest()
     return view
@@ -270,10 +151,15 @@ def save_shared(data: bytes, *, name: str = "The file") -> SnapshotView:
 
 
 def _is_shared_file(path: Path) -> bool:
-    """A file `save_shared` wrote: named by its content hash, a regular file, not a link."""
+    """A file `save_shared` wrote: named by its content hash, a regular file, not a link, no
+    larger than a snapshot, in a real `.shared/` folder (not a link to one)."""
     import hashlib
 
-    if path.is_symlink() or not path.is_file() or not _SHARED_NAME.fullmatch(path.name):
+    from deffcore.core.files import is_real_dir, is_regular
+
+    if not is_real_dir(path.parent) or not is_regular(path):
+        return False
+    if not _SHARED_NAME.fullmatch(path.name) or path.lstat().st_size > MAX_SNAPSHOT_BYTES:
         return False
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] == path.name[:16]
 
@@ -298,30 +184,67 @@ def open_shared(sha256: str) -> SnapshotView:
     return view
 
 
-def list_shared() -> list[SnapshotView]:
-    """Every kept shared run, newest first: the files `save_shared` wrote (named by their
-    content hash; anything else in the folder is not listed). One that no longer validates is
-    skipped with a warning (a damaged file must not take the Runs page down)."""
-    import warnings
+@dataclass
+class SharedEntry:
+    """One file `.shared/` holds under a content id: its view, or the one sentence why it
+    cannot be read (a file kept by an older deffcore whose schema was looser, or changed since
+    it was kept). `deletable`: provably a file `save_shared` wrote (`delete_shared` removes it).
+    """
 
+    sha256: str  # the 16 hex digits of its name
+    path: Path
+    view: SnapshotView | None
+    error: str | None
+    deletable: bool
+
+
+def shared_entries() -> list[SharedEntry]:
+    """Every file named like a kept shared run, newest first, each read on its own: one that
+    does not read is an entry with its reason, never an exception (it must stay deletable)."""
     folder = shared_dir()
     if folder.is_symlink() or not folder.is_dir():
         return []
-    views = []
     paths = [p for p in folder.iterdir() if _SHARED_NAME.fullmatch(p.name) and p.is_file()]
-    for path in sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True):
+    entries = []
+    for path in sorted(paths, key=lambda p: p.lstat().st_mtime, reverse=True):
+        prefix = path.name[:16]
         try:
-            views.append(open_shared(path.name[:16]))
+            view, error = open_shared(prefix), None
         except SnapshotError as err:
-            warnings.warn(f"Skipped shared run {path.name}: {err}", stacklevel=2)
+            view, error = None, str(err)
+        except Exception as err:  # one entry never takes the list down, whatever it raised
+            view, error = None, f"The shared run {prefix} cannot be read ({type(err).__name__})."
+        entries.append(SharedEntry(prefix, path, view, error, _is_shared_file(path)))
+    return entries
+
+
+def list_shared() -> list[SnapshotView]:
+    """Every kept shared run that reads, newest first: the files `save_shared` wrote (named by
+    their content hash; anything else in the folder is not listed). One that no longer
+    validates is skipped with a warning (`shared_entries` lists it, to delete it)."""
+    import warnings
+
+    views = []
+    for entry in shared_entries():
+        if entry.view is not None:
+            views.append(entry.view)
+        else:
+            warnings.warn(f"Skipped shared run {entry.path.name}: {entry.error}", stacklevel=2)
     return views
 
 
 def delete_shared(sha256: str) -> None:
     """Remove the kept shared run whose content hash starts with `sha256` (16+ hex digits);
     SnapshotError for anything that is not provably a file `save_shared` wrote."""
-    prefix = str(sha256)[:16]
+    prefix = str(sha256).removeprefix("shared:")[:16]
     path = shared_dir() / f"{prefix}.json"
     if not re.fullmatch(r"[0-9a-f]{16}", prefix) or not _is_shared_file(path):
-        raise SnapshotError(f"No shared run {sha256!r} is kept here; nothing was deleted.")
-    path.unlink()
+        raise SnapshotError(
+            f"No shared run {str(sha256)[:40]!r} is kept here; nothing was deleted."
+        )
+    try:
+        path.unlink()
+    except OSError as err:
+        raise SnapshotError(
+            f"The shared run {prefix} cannot be deleted ({err.strerror or err})."
+        ) from None

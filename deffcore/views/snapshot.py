@@ -23,10 +23,10 @@ from deffcore.core.paths import DATA_DIR
 from deffcore.views.labels import SPEC_DEFAULTS, run_label
 from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.notebook import NotebookDisplay
-from deffcore.views.run_view import RunView
 
-#: Bump when the snapshot layout changes; the loader rejects other versions.
-SNAPSHOT_FORMAT = 1
+# the one schema of a snapshot file (and its format number, named here too)
+from deffcore.views.run_schema import SNAPSHOT_FORMAT, check_snapshot
+from deffcore.views.run_view import RunView
 
 DEFAULT_RUN_PATH = DATA_DIR / "default_run.json"
 
@@ -46,13 +46,8 @@ class SnapshotView(NotebookDisplay, RunView):
     sha256 = ""
     path: Path | None = None
 
-    def __init__(self, data: dict[str, Any]):
-        if data.get("format") != SNAPSHOT_FORMAT:
-            raise ValueError(
-                f"Snapshot format {data.get('format')!r} is not {SNAPSHOT_FORMAT}; "
-                "regenerate it with `python -m deffcore measure ... --snapshot PATH`."
-            )
-        self.data = data
+    def __init__(self, data: dict[str, Any], where: str = "The snapshot"):
+        self.data = check_snapshot(data, where)  # SnapshotError (one sentence) unless valid
         self.spec = {**SPEC_DEFAULTS, **data["spec"]}
         self.layers = int(data["layers"])
         self.d_model = int(data["d_model"])
@@ -171,7 +166,7 @@ def load_gallery(
             continue
         try:
             data = json.loads(path.read_text())
-            view = SnapshotView(data) if isinstance(data, dict) else None
+            view = SnapshotView(data, path.name) if isinstance(data, dict) else None
         except (OSError, ValueError, KeyError, TypeError) as err:
             warnings.warn(f"Skipped gallery snapshot {path.name}: {err}", stacklevel=2)
             continue

@@ -216,7 +216,9 @@ def test_passage_inspector_heatmap(app, measurement):
     np.testing.assert_allclose(
         plotly_array(heat["z"]), np.log10(np.asarray(ins["token_norms"][3])), rtol=1e-6
     )
-    assert list(heat["text"][0]) == [repr(t)[1:-1] for t in ins["tokens"][3]]
+    from deffcore.core.safe_text import plotly_text  # a passage's tokens are text, never HTML
+
+    assert list(heat["text"][0]) == [plotly_text(repr(t)[1:-1]) for t in ins["tokens"][3]]
     assert fig["layout"]["yaxis"]["autorange"] == "reversed"  # layer 0 at the top
     marks = trace(fig, "largest |h_j| (feature j)")
     assert list(plotly_array(marks["x"])) == ins["max_position"][3]

@@ -1,0 +1,120 @@
+"""Values bounded before use (issue 27, item 5): byte sizes, manifest model sizes and CSV
+fields each get one sentence at their edge, never an OverflowError, a ZeroDivisionError, a
+negative plan or a csv traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deffcore.cli.main import main
+from deffcore.core.checks import MAX_CSV_FIELD, csv_rows
+from deffcore.core.errors import DeffError, InvalidArgumentError
+from deffcore.inputs.model_size import ModelSize, from_config, from_mapping
+from deffcore.runs.planner import MAX_BYTES, parse_bytes
+
+SIZE = {"layers": 30, "d_model": 576, "d_ff": 1536, "heads": 9, "kv_heads": 3, "vocab": 49152}
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [("8GiB", 8 * 2**30), ("0.5G", 2**29), ("1", 1), ("2e9", 2 * 10**9), ("1k", 1024)],
+)
+def test_a_memory_size_reads_as_bytes(text, want):
+    assert parse_bytes(text) == want
+
+
+@pytest.mark.parametrize("text", ["1e400", "0.5", "0", "0.4b", "2048T", "1e16", "-1G", "8 apples"])
+def test_a_memory_size_out_of_range_is_one_sentence(text):
+    with pytest.raises(DeffError, match=r"--max-memory must be") as err:
+        parse_bytes(text)
+    assert "\n" not in str(err.value) and str(err.value).endswith(".")
+
+
+def test_the_byte_bound_is_one_pib_exactly():
+    assert MAX_BYTES == 2**50
+    assert parse_bytes("1024T") == MAX_BYTES
+    with pytest.raises(DeffError):
+        parse_bytes(str(MAX_BYTES + 1))
+
+
+def test_max_memory_on_the_command_line_exits_2(capsys):
+    for value in ("1e400", "0.5"):
+        code = main(["measure", "--model", "tiny-llama", "--plan", "--max-memory", value])
+        err = capsys.readouterr().err
+        assert code == 2 and "--max-memory must be" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        ({"heads": 0}, "heads = 0"),
+        ({"d_model": 0}, "d_model = 0"),
+        ({"layers": -4}, "layers = -4"),
+        ({"vocab": 2**30}, "vocab = 1073741824"),
+        ({"kv_heads": 12}, "more KV heads"),
+        ({"head_dim": 0}, "head_dim = 0"),
+    ],
+)
+def test_a_manifest_size_out_of_range_is_one_sentence(change, said):
+    with pytest.raises(DeffError, match=said) as err:
+        from_mapping({**SIZE, **change}, "manifest")
+    assert "\n" not in str(err.value)
+
+
+def test_a_manifest_size_that_is_not_a_count_is_one_sentence():
+    for bad in ({"layers": float("inf")}, {"layers": "many"}, {"heads": None}):
+        with pytest.raises(DeffError, match="as numbers"):
+            from_mapping({**SIZE, **bad})
+    with pytest.raises(DeffError, match="layers = True"):
+        ModelSize(True, 576, 1536, 9, 3, 64, 49152)
+    with pytest.raises(DeffError, match="heads = 0"):
+        from_config({"hidden_size": 64, "num_attention_heads": 0, "num_hidden_layers": 2,
+                     "vocab_size": 100})  # fmt: skip
+
+
+def test_the_edges_of_a_size_are_accepted():
+    edge = ModelSize(1, 1, 1, 1, 1, 1, 1)
+    assert edge.block_params > 0 and edge.params > 0
+    big = from_mapping({**SIZE, "layers": 10_000, "vocab": 2**24})
+    assert big.layers == 10_000
+    with pytest.raises(DeffError):
+        from_mapping({**SIZE, "layers": 10_001})
+
+
+def test_a_manifest_with_zero_heads_plans_nothing_and_exits_2(tmp_path, capsys):
+    manifest = tmp_path / "grid.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "grid": {"models": ["org/model"], "datasets": ["bbc-news"]},
+                "sizes": {"org/model": {**SIZE, "heads": 0}},
+            }
+        )
+    )
+    code = main(["sweep", "--manifest", str(manifest), "--plan"])
+    err = capsys.readouterr().err
+    assert code == 2 and "heads = 0" in err and "ZeroDivision" not in err
+
+
+def test_a_csv_field_longer_than_the_bound_is_one_sentence():
+    ok = "model,task,score\n" + "m" * MAX_CSV_FIELD + ",MMLU,1\n"
+    assert len(csv_rows(ok, "scores.csv")[1][0]) == MAX_CSV_FIELD
+    for cell in ("m" * (MAX_CSV_FIELD + 1), "m" * 200_000):
+        with pytest.raises(InvalidArgumentError, match=r"scores.csv line 2 has a field of"):
+            csv_rows(f"model,task,score\n{cell},MMLU,1\n", "scores.csv")
+    with pytest.raises(InvalidArgumentError, match="line 2 has a field of more than 1,000"):
+        csv_rows("model,task,score\n" + "m" * 131_073 + ",MMLU,1\n", "scores.csv")
+
+
+def test_a_scores_file_with_a_200000_character_cell_exits_2(tmp_path, capsys):
+    from deffcore.labs.scores import read_scores
+
+    path = tmp_path / "scores.csv"
+    path.write_text("model,task,score\n" + "x" * 200_000 + ",MMLU,66.7\n")
+    with pytest.raises(InvalidArgumentError, match="line 2 has a field of more than 1,000 char"):
+        read_scores(path)
+    code = main(["correlate", "--scores", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "more than 1,000 characters" in err and "Traceback" not in err
