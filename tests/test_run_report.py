@@ -165,7 +165,7 @@ def test_refusals_are_one_sentence_and_touch_nothing(in_cache, tmp_path, capsys)
     assert main(["report", "nothing-like-a-run", "-o", str(tmp_path / "r.html")]) == 2
     assert "neither a snapshot file nor" in capsys.readouterr().err
     assert main(["report", str(snap), "-o", str(snap)]) == 2  # never over its input
-    assert "RUN file itself" in capsys.readouterr().err
+    assert "is the RUN file" in capsys.readouterr().err
     target = tmp_path / "elsewhere.html"
     target.write_text("keep me")
     link = tmp_path / "link.html"

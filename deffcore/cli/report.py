@@ -10,9 +10,7 @@ plotly.js inlined, nothing fetched, every label escaped. The output is written a
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -67,28 +65,12 @@ def open_run(ref: str) -> Any:
 
 
 def check_output(output: Path, run_path: Path | None) -> Path:
-    """The output path, refused when it is a folder, a link, not a regular file, or RUN."""
+    """The output path, refused when it is a folder, a link or RUN itself (an output never
+    overwrites an input; `core.checks.check_output_file`); an earlier report is replaced."""
     from deffcore.core.checks import check_output_file
 
-    path = check_output_file(output, "--output")
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise InvalidArgumentError(f"--output {path} is a link or not a regular file.")
-    if run_path is not None and path.exists() and path.resolve() == run_path:
-        raise InvalidArgumentError("--output is the RUN file itself; choose another name.")
-    return path
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """`text` into `path`: a temporary file in the same folder, then renamed over it (a rename
-    replaces a name, never writes through what it pointed at)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".deff-report-", suffix=".html")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    inputs = {"RUN": run_path} if run_path is not None else None
+    return check_output_file(output, "--output", inputs=inputs, replaceable=lambda _path: None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,12 +91,13 @@ def run(args: argparse.Namespace) -> int:
 
 def write_report(view: Any, output: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The page of `view` written to `output`, and what was written (the JSON summary)."""
+    from deffcore.core.checks import write_output
     from deffcore.lenses.run_extras import report_parts
     from deffcore.views.run_report import report_html
 
     parts = report_parts(view, args.metric, args.K, args.pooling)
     page = report_html(view, **parts, pooling=args.pooling, metric=args.metric, K=args.K)
-    write_atomic(output, page)
+    write_output(output, page.encode("utf-8"), "--output")
     return {
         "output": str(output),
         "bytes": output.stat().st_size,
