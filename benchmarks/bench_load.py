@@ -50,7 +50,8 @@ _PLAIN = """
 import time, json, sys
 sys.path.insert(0, {repo!r})
 import torch, transformers
-from deffcore.inputs.loading import packaged_gguf, PACKAGED_MODELS
+from deffcore.inputs.catalog import PACKAGED_MODELS
+from deffcore.inputs.gguf import packaged_gguf
 import deffcore.runs.measure
 spec = {spec!r}
 path = packaged_gguf(spec) if spec in PACKAGED_MODELS else __import__("pathlib").Path(spec)
@@ -64,8 +65,9 @@ print(json.dumps({{"seconds": time.perf_counter() - start}}))
 _WORKER = """
 import json, sys, threading, time
 sys.path.insert(0, {repo!r})
-from deffcore import jobs, stage_times
-from deffcore.extraction.cache import RunSpec
+from deffcore.runs import stage_times
+from deffcore.work import jobs
+from deffcore.inputs.run_spec import RunSpec
 spec = RunSpec(model={spec!r}, revision=None, dataset="bbc-news", n=8, max_tokens=16, seed=0,
                dtype="float32")
 done = threading.Event()
@@ -86,9 +88,10 @@ _SECOND = """
 import json, sys, time
 sys.path.insert(0, {repo!r})
 from dataclasses import replace
-from deffcore import jobs, loaded_models
+from deffcore.inputs import loaded_models
+from deffcore.work import jobs
 from deffcore.lenses.bos_answer import bos_on_off
-from deffcore.extraction.cache import RunSpec
+from deffcore.inputs.run_spec import RunSpec
 spec = RunSpec(model={spec!r}, revision=None, dataset="bbc-news", n=32, max_tokens=32, seed=0,
                dtype="float32", passages="windows")
 first = jobs.wait(jobs.start(spec), timeout=3600)

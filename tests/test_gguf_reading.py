@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore import load_stages
+from deffcore.inputs import load_stages
 from deffcore.inputs.gguf_reading import reads_once
 from deffcore.inputs.loading import load_model
 

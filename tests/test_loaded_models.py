@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from deffcore import loaded_models
+from deffcore.inputs import loaded_models
 from deffcore.inputs.loading import load_model
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.labs.interventions import intervention_table
