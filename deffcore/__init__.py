@@ -94,6 +94,7 @@ _LAZY: dict[str, str] = {
     "LoadedModel": "deffcore.inputs.loading",
     "PACKAGED_MODELS": "deffcore.inputs.catalog",
     "TINY_MODELS": "deffcore.inputs.catalog",
+    "architecture_of": "deffcore.inputs.architecture",
     "base_model": "deffcore.inputs.architecture",
     "decoder_layers": "deffcore.inputs.architecture",
     "final_norm": "deffcore.inputs.architecture",

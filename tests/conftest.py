@@ -7,6 +7,8 @@ Environment, set once for the whole session before transformers/datasets are imp
 Fixtures:
     deff_cache_dir     (autouse) a fresh, empty cache folder per test: `DEFF_CACHE_DIR` points at
                        `tmp_path/cache`, so no test reads or writes the repo's cache/.
+    loaded_models      (autouse) a fresh, empty process cache of loaded models per test
+                       (`deffcore.inputs.loaded_models.MODELS`; its `.MODELS.loads` counts loads).
     tiny_model         factory `tiny_model(arch="llama", bos=True) -> LoadedModel`: a tiny
                        from_config model (4 blocks, d=64, seeded weights, CPU float32) with the
                        built-in byte tokenizer; `bos=False` gives the tokenizer that adds no BOS
@@ -71,6 +73,18 @@ def deff_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "cache"
     monkeypatch.setenv("DEFF_CACHE_DIR", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def loaded_models():
+    """Each test starts with an empty process cache of loaded models (a test that patches the
+    loader or a model's weights never leaks into the next); yields
+    `deffcore.inputs.loaded_models`."""
+    import deffcore.inputs.loaded_models as held
+
+    held.MODELS = held.ModelCache()
+    yield held
+    held.MODELS = held.ModelCache()
 
 
 _TINY_MEMO: dict[tuple[str, bool], object] = {}

@@ -350,3 +350,17 @@ def test_a_huge_passage_is_never_tokenised_whole(bos_tok, tiny_passages):
     tok10 = _Counting(bos_tok)
     encode_documents(tok10, [*tiny_passages[:10], huge * 10, *tiny_passages[10:]], 32)
     assert tok10.sizes == tok.sizes
+
+
+def test_a_corpus_is_tokenised_once_per_tokenizer(monkeypatch):
+    """A second run's windows come from the kept streams: the same windows, no new encode."""
+    from deffcore.inputs import tokens
+
+    tok = load_tokenizer("tiny-llama")
+    docs = ["one two three four five six seven eight nine ten " * 3, "a short one here"]
+    first = tokens.cut_windows(tok, docs, 8)
+    calls = []
+    real = tokens._bodies
+    monkeypatch.setattr(tokens, "_bodies", lambda t, d: calls.append(1) or real(t, d))
+    assert tokens.cut_windows(tok, docs, 8) == first and calls == []
+    assert tokens.cut_windows(tok, [*docs, "another text entirely"], 8) != first and calls

@@ -34,7 +34,6 @@ def add_parser(subparsers) -> None:
 def compute(args: argparse.Namespace, progress=None) -> dict:
     """The run and its diagnostics, each cached; one model load serves both when needed."""
     from deffcore.extraction import cache
-    from deffcore.inputs.loading import load_model
     from deffcore.lenses.bos_report import bos_report
     from deffcore.lenses.diagnostics_store import diagnose, read_diagnostics
     from deffcore.runs.measure import measure_spec
@@ -54,24 +53,20 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
         passages=kw.get("passages", "documents"),
         bos=kw.get("bos", "default"),
     )
-    loaded = None
     if read_diagnostics(spec) is None or cache.load(spec) is None:
-        # the dataset is checked first (fails fast), then the model is loaded once for both
+        # the dataset is checked first (fails fast); the model then loads once for both (the
+        # diagnostics find the run's model in the process's cache, deffcore.inputs.loaded_models)
         from deffcore.inputs.tokens import run_texts
 
         run_texts(spec)
-        if progress is not None:
-            progress(0, spec.n, f"loading {spec.model}")
-        loaded = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
     m = measure_spec(
         spec,
         metric=kw["metric"],
         device=device,
         batch_size=args.batch_size,
         progress=progress,
-        loaded=loaded,
     )
-    diag = diagnose(spec, device=device, loaded=loaded, progress=progress)
+    diag = diagnose(spec, device=device, progress=progress)
     return bos_report(m, diag, kw["metric"], bootstrap=getattr(args, "bootstrap", None))
 
 

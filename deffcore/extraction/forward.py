@@ -38,7 +38,12 @@ import numpy as np
 import torch
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
-from deffcore.core.errors import DeffError, OutOfMemoryError, RunCancelled
+from deffcore.core.errors import (
+    DeffError,
+    OutOfMemoryError,
+    RunCancelled,
+    UnsupportedArchitectureError,
+)
 from deffcore.extraction.batches import (
     TOKEN_BUDGET,
     BatchCheckpoint,
@@ -50,7 +55,7 @@ from deffcore.extraction.batches import (
 )
 from deffcore.extraction.pooling import POOLED_MEANS, PooledStates
 from deffcore.extraction.stage import LayerPooler, Shipped, pipeline_depth, raise_if_nonfinite
-from deffcore.inputs.architecture import base_model, decoder_layers
+from deffcore.inputs.architecture import architecture_of, base_model, run_base
 from deffcore.inputs.loading import LoadedModel
 
 #: Finished batches are handed to the checkpoint at most this often (seconds), as one chunk of
@@ -68,26 +73,43 @@ Progress = Callable[[int, int, str], None]
 
 
 def register_hooks(model: torch.nn.Module, pooler: Callable[[int, torch.Tensor], None]) -> list:
-    """Hooks calling `pooler(layer, state)` for h_0 (block 1's input) and every block's output."""
-    blocks = decoder_layers(model)
+    """Hooks calling `pooler(layer, state)` for h_0 (block 1's input) and every block's output
+    (where the blocks are and what their hooks see: `deffcore.inputs.architecture`)."""
+    arch = architecture_of(model)
+    blocks, (site, after) = arch.blocks, arch.h0_site()
+    seen: set[int] = set()  # the layers captured in this forward: a looped model is refused
+
+    def capture(layer: int, hidden: torch.Tensor) -> None:
+        if layer in seen:
+            raise UnsupportedArchitectureError(
+                f"{type(model).__name__} runs its block {max(layer, 1)} more than once per "
+                "forward pass (a looped or recurrent-depth model), so its blocks are not one "
+                "residual stream of L states; it cannot be measured."
+            )
+        seen.add(layer)
+        pooler(layer, hidden)
 
     def pre_hook(_module, args, kwargs):
-        pooler(0, args[0] if args else kwargs["hidden_states"])
+        capture(0, arch.block_input(args, kwargs))
 
     def make_hook(layer: int):
         def hook(_module, _args, output):
-            pooler(layer, output[0] if isinstance(output, tuple | list) else output)
+            capture(layer, arch.block_output(output))
 
         return hook
 
-    handles = [blocks[0].register_forward_pre_hook(pre_hook, with_kwargs=True)]
+    handles = [arch.base.register_forward_pre_hook(lambda *_: seen.clear())]
+    if after:
+        handles.append(site.register_forward_hook(make_hook(0)))
+    else:
+        handles.append(site.register_forward_pre_hook(pre_hook, with_kwargs=True))
     handles += [blk.register_forward_hook(make_hook(i + 1)) for i, blk in enumerate(blocks)]
     return handles
 
 
 def _forward(base: torch.nn.Module, ids, mask, pos) -> None:
     """One base-model forward (separate so tests can inject an out-of-memory error)."""
-    base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+    run_base(base, ids, mask, pos)
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -313,6 +335,14 @@ def extract_pooled(
     """
     if padding_side not in ("left", "right"):
         raise DeffError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+    arch = architecture_of(loaded.model)
+    if padding_side == "left" and arch.recurrent:
+        raise UnsupportedArchitectureError(
+            f"{loaded.architecture} has recurrent blocks (a state or a convolution along the "
+            "sequence), which padding in front of a passage would reach; use right padding."
+        )
+    if arch.pad_sensitive:  # its sparse attention reads padded keys: no padding at all
+        batch_size = 1
     ids, kept, total = prepare_ids(loaded, passages, token_ids, max_tokens, bos)
     run = _Run(loaded, ids, padding_side, batch_size, progress, checkpoint, should_stop)
     run.resume()

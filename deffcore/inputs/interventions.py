@@ -22,6 +22,10 @@ Decisions (SPEC section 9 is silent on the mechanics):
   both and apply them to the sub-layer outputs.
 - QK norms are any attention module holding both `q_norm` and `k_norm` (Gemma-3, OLMo-2,
   Qwen3). The intervention applies to every such module in the model.
+- Both rules are the generic rule of the architecture adapters (`deffcore.inputs.adapters.generic`);
+  families that name the same norms otherwise (GLM-4's `post_self_attn_layernorm` and
+  `post_mlp_layernorm`, Hunyuan's `query_layernorm` ...) have their names in
+  `deffcore.inputs.adapters.norm_names`.
 
 Part of the extraction pipeline (`deffcore.runs.measure.extract_spec` applies
 `RunSpec.intervention` around the forward passes); the lab that tabulates every pooling control
@@ -38,6 +42,7 @@ import torch
 from torch import nn
 
 from deffcore.core.errors import UnsupportedArchitectureError
+from deffcore.inputs.architecture import adapter_of
 
 #: Intervention names, in the order the paper's Table S6 lists them.
 INTERVENTIONS: tuple[str, ...] = ("none", "no_post", "no_qk", "no_post_no_qk")
@@ -48,33 +53,21 @@ PAPER_LABELS: dict[str, str] = {
     "no_qk": "no QK",
     "no_post_no_qk": "no post/no QK",
 }
-_QK_NORMS = ("q_norm", "k_norm")
 
 
 def post_norm_modules(model: nn.Module) -> list[nn.Module]:
     """The post-attention and post-feed-forward norms of every block (empty if there are none).
 
-    A block is any module with a `post_feedforward_layernorm` child (see the module docstring
-    for why `post_attention_layernorm` alone does not count).
+    Found by the model's architecture adapter (`deffcore.inputs.architecture`): Gemma's names by the
+    generic rule (a block counts only with a `post_feedforward_layernorm`, see the module
+    docstring), other names for the families that use them (`deffcore.inputs.adapters.norm_names`).
     """
-    found = []
-    for module in model.modules():
-        if isinstance(getattr(module, "post_feedforward_layernorm", None), nn.Module):
-            post_attn = getattr(module, "post_attention_layernorm", None)
-            if isinstance(post_attn, nn.Module):
-                found.append(post_attn)
-            found.append(module.post_feedforward_layernorm)
-    return found
+    return adapter_of(model).post_norms(model)
 
 
 def qk_norm_modules(model: nn.Module) -> list[nn.Module]:
     """The query and key norms of every attention module (empty if there are none)."""
-    found = []
-    for module in model.modules():
-        q_norm, k_norm = (getattr(module, name, None) for name in _QK_NORMS)
-        if isinstance(q_norm, nn.Module) and isinstance(k_norm, nn.Module):
-            found.extend([q_norm, k_norm])
-    return found
+    return adapter_of(model).qk_norms(model)
 
 
 def intervention_targets(model: nn.Module, name: str) -> list[nn.Module]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from urllib.parse import urlparse
 import torch
 
 from deffcore.core.errors import HubUnavailableError, UnknownModelError
-from deffcore.inputs.architecture import decoder_layers
+from deffcore.inputs.architecture import architecture_of
 from deffcore.inputs.catalog import (
     PACKAGED_MODELS,
     TINY_SEED,
@@ -36,7 +37,9 @@ from deffcore.inputs.catalog import (
 )
 from deffcore.inputs.devices import check_fits, place_model, resolve_device_dtype
 from deffcore.inputs.gguf import check_gguf_tokenizer, gguf_invalid, gguf_metadata, packaged_gguf
+from deffcore.inputs.gguf_reading import reads_once
 from deffcore.inputs.identity import model_identity
+from deffcore.inputs.load_stages import mark
 from deffcore.inputs.model_files import check_model_folder
 from deffcore.inputs.shapes import SHAPES, is_shape, shape_config
 from deffcore.inputs.special_tokens import adds_bos
@@ -67,7 +70,7 @@ class LoadedModel:
         return adds_bos(self.tokenizer)
 
 
-_TOKENIZER_MEMO: dict[tuple[str, str | None], Any] = {}
+_TOKENIZER_MEMO: dict[tuple[str, str | None, str], Any] = {}
 
 
 def load_tokenizer(spec: str, revision: str | None = None) -> Any:
@@ -75,11 +78,15 @@ def load_tokenizer(spec: str, revision: str | None = None) -> Any:
 
     Tiny models: the built-in byte tokenizer; `random:<m>:<s>`: the tokenizer of `<m>`; GGUF
     files: transformers' tokenizer from the GGUF header; folders and hub ids: AutoTokenizer.
+    Memoised on the spec, revision and weights id (a changed file is read again); the model
+    loads (`load_model`) share it, and one lock keeps two threads (the sidebar's window count,
+    a background load) from building the same tokenizer twice.
     """
-    memo_key = (spec, revision)
-    if memo_key not in _TOKENIZER_MEMO:
-        _TOKENIZER_MEMO[memo_key] = _load_tokenizer(spec, revision)
-    return _TOKENIZER_MEMO[memo_key]
+    memo_key = (spec, revision, model_identity(spec, revision)["weights_id"])
+    with _TOKENIZER_LOCK:
+        if memo_key not in _TOKENIZER_MEMO:
+            _TOKENIZER_MEMO[memo_key] = _load_tokenizer(spec, revision)
+        return _TOKENIZER_MEMO[memo_key]
 
 
 def _load_tokenizer(spec: str, revision: str | None) -> Any:
@@ -104,6 +111,7 @@ def init_from_config(config, seed: int, dtype: torch.dtype = torch.float32):
     an 8B shape takes 16 GB in bfloat16, not 32 GB)."""
     import transformers
 
+    mark("building")
     cls = transformers.AutoModelForCausalLM
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
@@ -218,8 +226,10 @@ def _load_pretrained(
     if revision is not None:
         kwargs["revision"] = revision
     placed = {} if device_map is None else {"device_map": device_map}
+    tokenizer = load_tokenizer(spec, revision)  # shared with the window counts (memoised)
+    if "gguf_file" not in kwargs:  # a GGUF marks its de-quantising and building itself
+        mark("building")
     model = _from_pretrained("model", spec, source, {**kwargs, **placed, "dtype": torch_dtype})
-    tokenizer = _from_pretrained("tokenizer", spec, source, dict(kwargs))
     return model, tokenizer
 
 
@@ -259,26 +269,31 @@ def load_model(
     check_fits(spec, device, dtype, spread=device_map is not None)
     torch_dtype = getattr(torch, dtype)
     rnd = parse_random(spec)
-    if rnd is not None:
-        model, tokenizer = _load_random(rnd[0], rnd[1], revision, torch_dtype)
-    elif is_tiny(spec):
-        model, tokenizer = _load_tiny(spec, dtype=torch_dtype)
-    else:
-        check_tiny_name(spec)
-        model, tokenizer = _load_pretrained(spec, revision, torch_dtype, device_map)
+    mark("reading")  # the parts of a load, for whoever reports them (deffcore.inputs.load_stages)
+    with reads_once():  # a GGUF header is parsed once for config, tokenizer and weights
+        if rnd is not None:
+            model, tokenizer = _load_random(rnd[0], rnd[1], revision, torch_dtype)
+        elif is_tiny(spec):
+            model, tokenizer = _load_tiny(spec, dtype=torch_dtype)
+        else:
+            check_tiny_name(spec)
+            model, tokenizer = _load_pretrained(spec, revision, torch_dtype, device_map)
+    mark("moving")
     model, device = place_model(model, device, torch_dtype, device_map)
     model.eval().requires_grad_(False)
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
-    config = config or model.config
+    arch = architecture_of(model)
     return LoadedModel(
         spec=spec,
         revision=revision,
         model=model,
         tokenizer=tokenizer,
-        layers=len(decoder_layers(model)),
-        d_model=int(getattr(config, "hidden_size", None) or config.n_embd),
+        layers=arch.layers,
+        d_model=arch.width,
         architecture=type(model).__name__,
         weights_id=model_identity(spec, revision)["weights_id"],
         device=device,
         dtype=dtype,
     )
+
+
+_TOKENIZER_LOCK = threading.Lock()

@@ -37,7 +37,10 @@ alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -139,8 +142,44 @@ def _check_mode(mode: str) -> None:
         raise DeffError(f"Unknown window mode {mode!r}; choose one of {', '.join(WINDOW_MODES)}.")
 
 
+#: Tokenised corpora kept per tokenizer (`_streams`): a second run on a loaded model cuts its
+#: windows from them instead of tokenising the whole corpus again.
+STREAMS_KEPT = 4
+_STREAMS_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_STREAMS_LOCK = threading.Lock()
+
+
+def _documents_digest(documents: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for doc in documents:
+        data = doc.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()
+
+
 def _streams(tokenizer: Any, documents: Sequence[str], mode: str) -> list[list[int]]:
-    """The id sequences windows are cut from: each body (`windows`) or one joined stream."""
+    """The id sequences windows are cut from: each body (`windows`) or one joined stream.
+
+    Memoised per tokenizer object (weakly: a tokenizer that is gone takes its entries) on the
+    documents' content and the mode, the last STREAMS_KEPT; the lists are shared, so callers
+    only read them."""
+    key = (_documents_digest(documents), mode)
+    try:
+        with _STREAMS_LOCK:
+            kept = _STREAMS_MEMO.setdefault(tokenizer, {})
+            if key in kept:
+                return kept[key]
+    except TypeError:  # a tokenizer that cannot be weakly referenced: not memoised
+        return _tokenised_streams(tokenizer, documents, mode)
+    found = _tokenised_streams(tokenizer, documents, mode)
+    with _STREAMS_LOCK:
+        kept[key] = found
+        while len(kept) > STREAMS_KEPT:
+            kept.pop(next(iter(kept)))
+    return found
+
+
+def _tokenised_streams(tokenizer: Any, documents: Sequence[str], mode: str) -> list[list[int]]:
     bodies = _bodies(tokenizer, documents)
     if mode == "windows" or not bodies:
         return bodies

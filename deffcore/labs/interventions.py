@@ -9,6 +9,7 @@ re-exported here so `from deffcore.labs.interventions import norm_intervention` 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -80,8 +81,7 @@ def intervention_table(
     one raises before any forward pass), and extracted under each intervention.
     """
     from deffcore.extraction import cache
-    from deffcore.inputs.loading import load_model
-    from deffcore.runs.measure import measure_spec
+    from deffcore.inputs.loaded_models import lease
     from deffcore.runs.preflight import run_spec
 
     for name in interventions:
@@ -95,13 +95,26 @@ def intervention_table(
     )  # fmt: skip
     specs = {name: replace(base, intervention=name) for name in interventions}
     missing = {name for name, spec in specs.items() if cache.load(spec) is None}
-    loaded = None
-    if missing:
-        if progress is not None:
-            progress(0, len(interventions), f"loading {model}")
-        loaded = load_model(model, revision=revision, device=device, dtype=base.dtype)
-        for name in interventions:  # refuse before any forward pass
-            intervention_targets(loaded.model, name)
+    with contextlib.ExitStack() as held:  # one loaded model for every intervention
+        loaded = None
+        if missing:
+            loaded = held.enter_context(
+                lease(model, revision=revision, device=device, dtype=base.dtype,
+                      progress=progress, total=len(interventions))
+            )  # fmt: skip
+            for name in interventions:  # refuse before any forward pass
+                intervention_targets(loaded.model, name)
+        return _table(model, dataset, n, max_tokens, metric, specs, loaded, device, poolings,
+                      progress)  # fmt: skip
+
+
+def _table(model: str, dataset: str, n: int, max_tokens: int, metric: str,
+           specs: dict[str, Any], loaded: Any, device: str, poolings: Any,
+           progress: Any) -> InterventionTable:  # fmt: skip
+    """The table's rows: each intervention's run, read from the cache or extracted."""
+    from deffcore.runs.measure import measure_spec
+
+    interventions = list(specs)
     table = InterventionTable(model, dataset, n, max_tokens, metric)
     for i, name in enumerate(interventions):
         if progress is not None:

@@ -123,20 +123,13 @@ def k_tolerance_contiguous(ppl: dict[int, float], tolerance: float = PPL_TOLERAN
 # Forward-pass parts: skipping blocks, Block Influence, perplexity
 
 
-def _block_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
-
-
-def _block_output(output: Any) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple | list) else output
-
-
 @contextlib.contextmanager
 def skip_blocks(model: nn.Module, indices: Sequence[int]) -> Iterator[nn.Module]:
     """Inside the `with`, the blocks at `indices` (0-based) return their input unchanged."""
-    from deffcore.inputs.architecture import decoder_layers
+    from deffcore.inputs.architecture import architecture_of
 
-    layers = decoder_layers(model)
+    arch = architecture_of(model)
+    layers = arch.blocks
     bad = [i for i in indices if not 0 <= i < len(layers)]
     if bad:
         raise DeffError(
@@ -144,10 +137,7 @@ def skip_blocks(model: nn.Module, indices: Sequence[int]) -> Iterator[nn.Module]
         )
 
     def passthrough(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
-        h = _block_input(args, kwargs)
-        if isinstance(output, tuple):
-            return (h, *output[1:])
-        return h
+        return arch.replace_output(output, arch.block_input(args, kwargs))
 
     handles = [layers[i].register_forward_hook(passthrough, with_kwargs=True) for i in indices]
     try:
@@ -192,9 +182,10 @@ def block_influence(
     batch_size: int = 8,
 ) -> np.ndarray:
     """BI (L,): 1 - token-weighted mean cos(block input, block output) over non-padding tokens."""
-    from deffcore.inputs.architecture import base_model, decoder_layers
+    from deffcore.inputs.architecture import architecture_of
 
-    layers = decoder_layers(model)
+    arch = architecture_of(model)
+    layers = arch.blocks
     L = len(layers)
     cos_sum = torch.zeros(L, dtype=torch.float64)
     count = 0
@@ -202,8 +193,8 @@ def block_influence(
 
     def make_hook(index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-            h_in = _block_input(args, kwargs).float()
-            h_out = _block_output(output).float()
+            h_in = arch.block_input(args, kwargs).float()
+            h_out = arch.block_output(output).float()
             cos = F.cosine_similarity(h_in, h_out, dim=-1)  # (B, T)
             # where, not a product: a NaN at a padding position must not reach the sum
             cos_sum[index] += torch.where(mask_box["mask"] > 0, cos, 0.0).sum().double().cpu()
@@ -215,12 +206,11 @@ def block_influence(
         for i, layer in enumerate(layers)
     ]
     try:
-        base = base_model(model)
         for ids, mask in _token_batches(
             tokenizer, passages, max_tokens, batch_size, _device_of(model)
         ):
             mask_box["mask"] = mask.float()
-            base(input_ids=ids, attention_mask=mask, use_cache=False)
+            arch.forward(ids, mask, (mask.cumsum(1) - 1).clamp_min(0))
             count += int(mask.sum())
     finally:
         for handle in handles:
@@ -474,7 +464,7 @@ def pruning_check(
     computed one (`deffcore.labs.store`, lab "pruning").
     """
     from deffcore.inputs.devices import resolve_device_dtype
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.loaded_models import lease_or_given
     from deffcore.labs import store as lab_store
 
     if loaded is not None:
@@ -490,11 +480,9 @@ def pruning_check(
             result = PruningResult.from_dict(found)
             result.cached = True
             return result
-    if loaded is None:
-        if progress is not None:
-            progress(0, 1, "loading model")
-        loaded = load_model(model, revision=revision, device=device, dtype=dtype)
-    result = _compute(loaded, setup, progress)
+    with lease_or_given(loaded, model, revision=revision, device=device, dtype=dtype,
+                        progress=progress, total=1) as loaded:  # fmt: skip
+        result = _compute(loaded, setup, progress)
     if store:
         lab_store.write_result("pruning", identity, result.to_dict())
     return result

@@ -313,43 +313,37 @@ def bos_on_off(
     """
     from dataclasses import replace
 
-    from deffcore.core.constants import POOLINGS
-    from deffcore.core.errors import UndefinedSimilarityError
-    from deffcore.extraction import cache
-    from deffcore.inputs.loading import load_model
-    from deffcore.runs.measure import measure_spec
-
     specs = {bos: replace(spec, bos=bos) for bos in ("add", "none")}
-    loaded = None
-    out: dict[str, Any] = {}
-    for i, (bos, s) in enumerate(specs.items()):
-        if loaded is None and not _complete(cache, s):
-            if progress is not None:
-                progress(0, 2 * s.n, f"loading {s.model}")
-            loaded = load_model(s.model, revision=s.revision, dtype=s.dtype)
-
-        def both(done: int, total: int, stage: str, i: int = i, n: int = s.n) -> None:
-            if progress is not None:
-                progress(i * n + done if stage == "extract" else done, 2 * n, stage)
-
-        m = measure_spec(s, metric=metric, progress=both, loaded=loaded, should_stop=should_stop)
-        gaps = {}
-        for p in POOLINGS:
-            try:
-                gaps[p] = m.summary(p, metric, K).gap_pct
-            except UndefinedSimilarityError:
-                continue
-        out[bos] = {
-            "key": s.key(),
-            "spec": {**s.__dict__},
-            "gaps": gaps,
-            "pos0": list(m.pos0_peak()),
-        }
+    # one load serves both runs: the second finds the first's model in the process's cache
+    # of loaded models (deffcore.inputs.loaded_models)
+    out = {bos: _on_off_run(s, i, metric, K, progress, should_stop)
+           for i, (bos, s) in enumerate(specs.items())}  # fmt: skip
     c = bos_on_off_conclusion(
         {"pos0_ratio": out["add"]["pos0"][0], "gap": out["add"]["gaps"]["default"]},
         {"pos0_ratio": out["none"]["pos0"][0], "gap": out["none"]["gaps"]["default"]},
     )
     return {**out, "conclusion": c.sentence, "kind": c.kind}
+
+
+def _on_off_run(s: Any, i: int, metric: str, K: int | None, progress: Any,
+                should_stop: Any) -> dict[str, Any]:  # fmt: skip
+    """Run `i` (0: bos=add, 1: bos=none) of the BOS on/off check, as its result entry."""
+    from deffcore.core.constants import POOLINGS
+    from deffcore.core.errors import UndefinedSimilarityError
+    from deffcore.runs.measure import measure_spec
+
+    def both(done: int, total: int, stage: str) -> None:
+        if progress is not None:
+            progress(i * s.n + done if stage == "extract" else done, 2 * s.n, stage)
+
+    m = measure_spec(s, metric=metric, progress=both, should_stop=should_stop)
+    gaps = {}
+    for p in POOLINGS:
+        try:
+            gaps[p] = m.summary(p, metric, K).gap_pct
+        except UndefinedSimilarityError:
+            continue
+    return {"key": s.key(), "spec": {**s.__dict__}, "gaps": gaps, "pos0": list(m.pos0_peak())}
 
 
 def _complete(cache: Any, spec: Any) -> bool:

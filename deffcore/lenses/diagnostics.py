@@ -248,24 +248,29 @@ def _add_sink_scores(
     mask: torch.Tensor,
     arch: str,
     eligible: torch.Tensor,
+    blocks: list[int] | None = None,
     gu: GuCounts | None = None,
 ) -> np.ndarray:
     """scores (L, H) plus this batch's sums of a_{l,h} over its `eligible` (B,) bool passages
-    (the model output's `attentions`, one (B, H, T, T) per block); `gu` adds the batch to Gu
-    et al.'s counts."""
+    (the model output's `attentions`, one (B, H, T, T) per attention block: `blocks`, the
+    0-based blocks that have attention, `Architecture.attention_blocks`; None: every block).
+    A hybrid's blocks without attention keep NaN rows (no sink score); `gu` adds the batch to
+    Gu et al.'s counts."""
     attentions = getattr(out, "attentions", None)
     L = scores.shape[0]
-    if not attentions or len(attentions) != L or attentions[0] is None:
+    blocks = list(range(L)) if blocks is None else blocks
+    if not blocks or not attentions or len(attentions) != len(blocks) or attentions[0] is None:
         raise UnsupportedArchitectureError(
-            f"{arch} does not return attention probabilities for all its blocks, so the sink "
-            "diagnostics cannot be computed."
+            f"{arch} does not return attention probabilities for all its attention blocks, so "
+            "the sink diagnostics cannot be computed."
         )
     if attentions[0].shape[1] != scores.shape[1]:  # the config's head count was wrong
-        if scores.any():
+        if np.nan_to_num(scores).any():
             raise UnsupportedArchitectureError(f"{arch} changed its number of heads mid-run.")
         scores = np.zeros((L, attentions[0].shape[1]), dtype=np.float64)
+    scores[[i for i in range(L) if i not in blocks]] = np.nan
     keep = eligible.to(attentions[0].device)
-    for layer, attn in enumerate(attentions):
+    for layer, attn in zip(blocks, attentions, strict=True):
         scores[layer] += sink_scores_batch(attn, mask.bool())[keep].sum(0).cpu().numpy()
     if gu is not None:
         gu.add(attentions, mask.bool())
@@ -322,7 +327,7 @@ def _diagnostic_passes(
     sink test, the (L+1,) medians of |h| and Gu et al.'s counts; the collector keeps the rest."""
     from deffcore.extraction.batches import pad_batch
     from deffcore.extraction.forward import register_hooks
-    from deffcore.inputs.architecture import base_model
+    from deffcore.inputs.architecture import architecture_of
 
     model, L = loaded.model, loaded.layers
     tok = loaded.tokenizer
@@ -330,12 +335,13 @@ def _diagnostic_passes(
     long_enough = torch.tensor([len(s) >= sink_min_length() for s in ids])
     scores = np.zeros((L, heads), dtype=np.float64)
     medians = np.zeros(L + 1, dtype=np.float64)
-    gu = GuCounts(L)
     groups = _value_groups(ids, L, loaded.d_model)
     handles = register_hooks(model, collector)
-    base = base_model(model)
+    arch = architecture_of(model)
+    attention_blocks = arch.attention_blocks()
+    gu = GuCounts(L, blocks=attention_blocks)
     try:
-        with eager_attention(model), torch.inference_mode():
+        with eager_attention(arch.base), torch.inference_mode():  # the text model only
             for g, layers in enumerate(groups):
                 collector.keep, collector.first_pass = set(layers), g == 0
                 for start in range(0, len(ids), batch_size):
@@ -344,17 +350,17 @@ def _diagnostic_passes(
                         [ids[i] for i in batch], pad_id, "right", loaded.device
                     )
                     collector.mask, collector.slots = b_mask, batch
-                    out = base(
-                        input_ids=b_ids,
-                        attention_mask=b_mask,
-                        position_ids=b_pos,
-                        use_cache=False,
-                        output_attentions=g == 0,
-                    )
+                    out = arch.forward(b_ids, b_mask, b_pos, output_attentions=g == 0)
                     if g == 0:
                         eligible = long_enough[batch]
                         scores = _add_sink_scores(
-                            scores, out, b_mask, loaded.architecture, eligible, gu
+                            scores,
+                            out,
+                            b_mask,
+                            loaded.architecture,
+                            eligible,
+                            attention_blocks,
+                            gu,
                         )
                     if progress is not None:
                         done = g * len(ids) + batch[-1] + 1
@@ -395,6 +401,10 @@ def bos_diagnostics(
         T = max(len(s) for s in ids)
         budget = ATTENTION_BUDGET["cuda" if loaded.device.startswith("cuda") else "cpu"]
         batch_size = max(1, budget // (L * heads * T * T * 4))
+    from deffcore.inputs.architecture import architecture_of
+
+    if architecture_of(loaded.model).pad_sensitive:  # sparse attention reads padded keys
+        batch_size = 1
     collector = _Collector(L, len(ids))
     scores, medians, gu = _diagnostic_passes(loaded, ids, collector, heads, batch_size, progress)
     lengths = [len(s) for s in ids if len(s) >= sink_min_length()]

@@ -104,7 +104,8 @@ def diagnose(
 
     Read from `diagnostics.json` in the run's cache entry when present; else computed on the
     first min(N, 64) passages of the run's sample (the dataset is opened before the model
-    loads; `loaded` reuses a model already in memory) and written there atomically, or kept
+    loads; `loaded` reuses a model already in memory, else the process's loaded model serves,
+    `deffcore.inputs.loaded_models`) and written there atomically, or kept
     in memory for a run with no cache entry. Only that one file is written: a complete
     entry's meta.json/states.npz are never touched, and no folder is ever created.
     """
@@ -112,7 +113,7 @@ def diagnose(
 
     from deffcore.core.files import locked
     from deffcore.inputs.devices import resolve_device_dtype
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.loaded_models import lease
 
     found = read_diagnostics(spec)
     if found is not None:
@@ -129,15 +130,16 @@ def diagnose(
         if found is not None:
             return {**found, "cached": True}
         start = time.perf_counter()
-        if loaded is None:
-            device = device or resolve_device_dtype(None, spec.dtype)[0]
-            if progress is not None:
-                progress(0, spec.n, f"loading {spec.model}")
-            loaded = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
-        if progress is not None:  # a windows run cuts every document first: its own stage
-            progress(0, min(spec.n, DIAG_PASSAGES), "tokenising passages")
-        ids = run_token_ids(spec, loaded.tokenizer, texts)
         with contextlib.ExitStack() as stack:
+            if loaded is None:  # the process's loaded model (deffcore.inputs.loaded_models)
+                device = device or resolve_device_dtype(None, spec.dtype)[0]
+                loaded = stack.enter_context(
+                    lease(spec.model, revision=spec.revision, device=device, dtype=spec.dtype,
+                          progress=progress, total=spec.n)
+                )  # fmt: skip
+            if progress is not None:  # a windows run cuts every document first: its own stage
+                progress(0, min(spec.n, DIAG_PASSAGES), "tokenising passages")
+            ids = run_token_ids(spec, loaded.tokenizer, texts)
             if spec.intervention != "none":
                 from deffcore.inputs.interventions import norm_intervention
 

@@ -100,9 +100,12 @@ class GuCounts:
     sinks: dict[str, np.ndarray] = field(default_factory=dict)
     baselines: dict[str, list[float]] = field(default_factory=dict)
     passages: int = 0
+    #: the 0-based blocks that have attention (a hybrid's others keep NaN rows); None: all
+    blocks: list[int] | None = None
 
     def add(self, attentions: Any, mask: torch.Tensor) -> None:
-        """One batch: `attentions` one (B, H, T, T) tensor per block, mask (B, T) bool."""
+        """One batch: `attentions` one (B, H, T, T) tensor per attention block (`blocks`),
+        mask (B, T) bool."""
         lengths = mask.bool().sum(1)
         keep = lengths >= gu_min_length()
         if not bool(keep.any()):
@@ -111,7 +114,8 @@ class GuCounts:
         for window in GU_WINDOWS:
             key = window_prefix(window)
             counts = self.sinks.setdefault(key, np.zeros((self.layers, heads)))
-            for layer, attn in enumerate(attentions):
+            blocks = range(self.layers) if self.blocks is None else self.blocks
+            for layer, attn in zip(blocks, attentions, strict=True):
                 alpha = gu_scores_batch(attn, mask.to(attn.device), window)
                 sinks = (alpha > GU_THRESHOLD)[keep.to(attn.device)]
                 counts[layer] += sinks.double().sum(0).cpu().numpy()
@@ -128,8 +132,10 @@ class GuCounts:
             p = window_prefix(window)
             counts = self.sinks.get(p)
             rate = None if counts is None or not self.passages else counts / self.passages
+            if rate is not None and self.blocks is not None:
+                rate[[i for i in range(self.layers) if i not in self.blocks]] = np.nan
             out[f"{p}sink_rate"] = None if rate is None else rate.tolist()
             out[f"{p}sink_fraction"] = None if rate is None else rate.mean(axis=1).tolist()
-            out[f"{p}sink_metric"] = None if rate is None else float(rate.mean())
+            out[f"{p}sink_metric"] = None if rate is None else float(np.nanmean(rate))
             out[f"{p}baseline"] = None if rate is None else float(np.mean(self.baselines[p]))
         return out

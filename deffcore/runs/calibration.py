@@ -194,17 +194,30 @@ def calibrate(
     loaded: Any = None,
 ) -> Calibration:
     """Measure and store this machine's rates for `model` (module docstring)."""
-    from deffcore.extraction.forward import extract_pooled
-    from deffcore.inputs import loading
-    from deffcore.measures.similarity import route_costs, similarity_matrix
+    from deffcore.inputs.loaded_models import MODELS, lease_or_given
 
     key = calibration_key(
         model, revision=revision, device=device, dtype=dtype, max_tokens=max_tokens, batch=batch
     )
-    began = time.perf_counter()
-    if loaded is None:
-        loaded = loading.load_model(model, revision=revision, device=device, dtype=dtype)
-    load_s = time.perf_counter() - began
+    began, loads = time.perf_counter(), MODELS.loads
+    with lease_or_given(loaded, model, revision=revision, device=device, dtype=dtype) as loaded:
+        load_s = time.perf_counter() - began
+        return _measure_rates(key, loaded, model, max_tokens, batch, began, load_s, loads)
+
+
+def _measure_rates(key: dict[str, Any], loaded: Any, model: str, max_tokens: int, batch: int,
+                   began: float, load_s: float, loads: int) -> Calibration:  # fmt: skip
+    """The timed batches, similarity pass and estimates of `calibrate` on a loaded model.
+
+    A model that was already loaded (the process's cache served it) was not timed here: its
+    load time is this machine's last one (`stage_times`), else the measured lease (~0 s)."""
+    from deffcore.extraction.forward import extract_pooled
+    from deffcore.inputs.loaded_models import MODELS
+    from deffcore.measures.similarity import route_costs, similarity_matrix
+    from deffcore.runs.stage_times import estimate
+
+    if MODELS.loads == loads:  # not loaded here: the time this machine last took
+        load_s = estimate("loading model", model) or load_s
     vocab = int(getattr(loaded.tokenizer, "vocab_size", 0) or 256)
     rng = np.random.default_rng(0)
     ids = rng.integers(3, max(4, min(vocab, 250)), size=((1 + CAL_BATCHES) * batch, max_tokens))

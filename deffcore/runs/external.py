@@ -87,7 +87,7 @@ from deffcore.core.errors import (
     TooFewPassagesError,
 )
 from deffcore.extraction.pooling import PooledStates, pool_states
-from deffcore.inputs.architecture import decoder_layers
+from deffcore.inputs.architecture import architecture_of, decoder_layers
 from deffcore.inputs.interventions import INTERVENTIONS
 from deffcore.inputs.loading import LoadedModel
 from deffcore.inputs.run_spec import RunSpec
@@ -134,7 +134,7 @@ def check_cache_id(cache_id: object) -> str | None:
 def wrap_loaded(model: Any, tokenizer: Any, name: str) -> LoadedModel:
     """`model` (a transformers module, used in place) as the `LoadedModel` extraction takes.
 
-    device and dtype are those of its first parameter; d is its input embedding width.
+    device and dtype are those of its first parameter; d is its residual stream's width.
     Raises DeffError for something that is not a module, a tokenizer that is not callable,
     a dtype extraction does not run (not float32/bfloat16/float16), and
     UnsupportedArchitectureError when no decoder blocks are found.
@@ -173,7 +173,7 @@ def wrap_loaded(model: Any, tokenizer: Any, name: str) -> LoadedModel:
         model=model,
         tokenizer=tokenizer,
         layers=layers,
-        d_model=int(model.get_input_embeddings().embedding_dim),
+        d_model=architecture_of(model).width,
         architecture=type(model).__name__,
         weights_id=name,
         device=str(param.device),

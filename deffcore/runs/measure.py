@@ -32,6 +32,7 @@ from deffcore.extraction.forward import extract_pooled
 from deffcore.extraction.pooling import PooledStates
 from deffcore.inputs.devices import resolve_device_dtype
 from deffcore.inputs.gguf import assemble_packaged, needs_assembly
+from deffcore.inputs.loaded_models import lease
 from deffcore.inputs.loading import LoadedModel, load_model
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.inputs.tokens import run_texts, run_token_ids
@@ -56,8 +57,10 @@ def extract_spec(
     """Compute the pooled states of `spec` (no cache): text, then model, then one extraction.
 
     The dataset is opened before the model loads, so a bad dataset fails in milliseconds.
-    `loaded` reuses a model already in memory (it must be `spec.model` at `spec.revision`).
-    The intervention named by `spec.intervention` is applied around the extraction.
+    `loaded` reuses a model already in memory (it must be `spec.model` at `spec.revision`);
+    without it the model comes from the process's cache of loaded models (one load serves
+    every run of it, `deffcore.inputs.loaded_models`). The intervention named by `spec.intervention`
+    is applied around the extraction.
     `checkpoint` keeps finished batches and resumes them
     (`deffcore.extraction.cache.PartialRun(spec)`);
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
@@ -69,18 +72,21 @@ def extract_spec(
     model = loaded
     if should_stop is not None and should_stop():
         raise RunCancelled("The run was stopped before it started.")
-    if model is None:
-        if progress is not None and needs_assembly(spec.model):  # a stage of its own, once
-            progress(0, spec.n, f"assembling {spec.model}")
-            assemble_packaged(spec.model)
-        if progress is not None:
-            progress(0, spec.n, f"loading {spec.model}")
-        model = load_model(spec.model, revision=spec.revision, device=device, dtype=spec.dtype)
-    # documents mode hands extraction the texts (it tokenises them and drops too-short ones)
-    token_ids = None
-    if spec.passages in WINDOW_MODES:
-        token_ids = run_token_ids(spec, model.tokenizer, documents)
     with contextlib.ExitStack() as stack:
+        if model is None:  # the process's loaded model (deffcore.inputs.loaded_models), else a load
+            if progress is not None and needs_assembly(spec.model):  # a stage of its own, once
+                progress(0, spec.n, f"assembling {spec.model}")
+                assemble_packaged(spec.model)
+            model = stack.enter_context(
+                lease(spec.model, revision=spec.revision, device=device, dtype=spec.dtype,
+                      progress=progress, total=spec.n, loader=load_model)
+            )  # fmt: skip
+        # documents mode hands extraction the texts (it tokenises them and drops short ones)
+        token_ids = None
+        if spec.passages in WINDOW_MODES:
+            if progress is not None:
+                progress(0, spec.n, "cutting windows")
+            token_ids = run_token_ids(spec, model.tokenizer, documents)
         if spec.intervention != "none":
             from deffcore.inputs.interventions import norm_intervention
 

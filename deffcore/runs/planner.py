@@ -14,9 +14,11 @@ estimates: a fixed part plus a part per multiply-add of the cheaper route,
 `similarity.route_costs`) + the numbers computed after it (ANALYSIS_PASSES / ESTIMATE_PASSES
 estimates' worth at N) + bootstraps (`bootstrap.bootstrap_costs` over the calibrated
 similarity rate). Not priced: reading the dataset and cutting windows (about a second for
-bbc-news). Without a calibration of this model, its tokens per second are
-scaled from another calibration on this device by block parameters (a forward costs about 2
-multiply-adds per block parameter per token); the line says which.
+bbc-news). Without a calibration of this model, the time comes from this machine's last
+finished run of it (`deffcore.runs.observed`: its extraction rate, its numbers scaled by N, the load
+`stage_times` recorded), else its tokens per second are scaled from another calibration on
+this device by block parameters (a forward costs about 2 multiply-adds per block parameter
+per token); the line says which.
 
 Peak memory (bytes; float32 states; SPEC-independent engineering):
 
@@ -457,6 +459,8 @@ def _price(plan: Plan, spec: Any, marks: list[int], boots: tuple, mode: str, win
         cal, source = calibration.calibrate(spec.model, **setting), "calibrated now"
     if cal is not None:
         plan.time_source = f"{source}: {cal.describe()}"
+    elif _price_observed(plan, spec, windows):
+        return
     else:
         scaled = _scaled(plan, spec)
         if scaled is None:
@@ -479,6 +483,41 @@ def _price(plan: Plan, spec: Any, marks: list[int], boots: tuple, mode: str, win
     plan.seconds = sum(parts.values())
     if not windows:
         plan.notes.append("Documents are truncated to max_tokens: the time is an upper bound.")
+
+
+def _price_observed(plan: Plan, spec: Any, windows: bool) -> bool:
+    """The plan's time from this machine's last finished run of the same model, device and
+    dtype (`deffcore.runs.observed`): extraction at its rate, its numbers scaled by N, the load
+    this machine last took (`stage_times`); else from another model's run on this device,
+    its rate and load scaled by block parameters. False when no run finished here."""
+    from deffcore.runs.observed import latest, on_device
+    from deffcore.runs.stage_times import estimate
+
+    seen, factor = latest(spec.model, plan.device, spec.dtype), 1.0
+    source = "" if seen is None else seen.describe()
+    if seen is None:  # another model's run here, scaled by block parameters
+        assert plan.size is not None
+        for other in on_device(plan.device, spec.dtype):
+            ref = model_size(other.model)
+            if ref is not None and ref.block_params and plan.size.block_params:
+                seen, factor = other, ref.block_params / plan.size.block_params
+                source = f"scaled by block parameters {other.describe()}"
+                break
+    if seen is None:
+        return False
+    load = estimate("loading model", spec.model)
+    if load is None:
+        load = (estimate("loading model", seen.model) or 0.0) / factor
+    plan.time_parts = {
+        "load": load,
+        "extract": plan.tokens / (seen.tokens_per_s * factor),
+        "numbers": seen.numbers_s * spec.n / seen.n,
+    }
+    plan.seconds = sum(plan.time_parts.values())
+    plan.time_source = source
+    if not windows:
+        plan.notes.append("Documents are truncated to max_tokens: the time is an upper bound.")
+    return True
 
 
 def _scaled(plan: Plan, spec: Any) -> tuple[Any, str] | None:

@@ -77,7 +77,7 @@ def record(stage: str, model: str, seconds: float) -> None:
         return
     with _LOCK:
         times = _read()
-        times[_name(stage, model)] = round(float(seconds), 2)
+        times[_name(stage, model)] = round(float(seconds), 3)
         try:
             _path().parent.mkdir(parents=True, exist_ok=True)
             atomic_write(_path(), json.dumps(times, sort_keys=True).encode())

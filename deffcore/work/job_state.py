@@ -61,6 +61,13 @@ class JobStatus:
     estimates: tuple[dict[str, Any], ...] = ()
     until: str | None = None
     stopped_at: int | None = None
+    #: issue 29: the part of the model load going on ("reading", "de-quantising", "building",
+    #: "moving": `deffcore.inputs.load_stages`), its seconds so far and its estimate
+    load_part: str = ""
+    load_part_elapsed_s: float = 0.0
+    load_part_estimate_s: float | None = None
+    #: the parts of this job's load that ended, with their seconds, in order
+    load_parts: tuple[tuple[str, float], ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -82,8 +89,12 @@ class JobStatus:
         """A one-off stage in words: what, how long so far, the estimate, once-only."""
         what = {"assembling": "assembling the packaged model file (once, kept for later runs)"}
         text = what.get(self.stage, "loading model")
-        if self.stage == "loading model" and self.spec is not None:
-            text += " and cutting windows" if self.spec.passages in WINDOW_MODES else ""
+        if self.stage == "loading model" and self.load_part:
+            done = [f"{part} {seconds:.0f} s" for part, seconds in self.load_parts]
+            now = f"{self.load_part} {self.load_part_elapsed_s:.0f} s"
+            if self.load_part_estimate_s:
+                now += f" of about {self.load_part_estimate_s:.0f} s"
+            text += " (" + ", ".join([*done, now]) + ")"
         text += f"… {self.stage_elapsed_s:.0f} s"
         if self.stage_estimate_s:
             left = max(self.stage_estimate_s - self.stage_elapsed_s, 0.0)
@@ -177,6 +188,11 @@ class Job:
     estimates: list[dict[str, Any]] = field(default_factory=list)
     until: str | None = None
     stopped_at: int | None = None
+    load_part: str = ""
+    load_part_started: float = 0.0
+    load_parts: list[tuple[str, float]] = field(default_factory=list)
+    signal: float = 0.0  # the latest progress call
+    extract_from: float | None = None  # the signal before the first extraction batch
 
 
 JOBS_LOCK = threading.Lock()
@@ -236,6 +252,7 @@ def status_of(job: Job) -> JobStatus:
         estimates=tuple(job.estimates),
         until=job.until,
         stopped_at=job.stopped_at,
+        **_load_part(job, now),
     )
 
 
@@ -262,3 +279,17 @@ def forget_old() -> None:
 
 def model_of(job: Job) -> str:
     return job.model or (job.spec.model if job.spec is not None else "")
+
+
+def _load_part(job: Job, now: float) -> dict[str, Any]:
+    """The JobStatus fields of the load part going on (none outside the model load)."""
+    if job.stage != "loading model" or not job.load_part:
+        return {}
+    from deffcore.runs.stage_times import estimate
+
+    return {
+        "load_part": job.load_part,
+        "load_part_elapsed_s": now - job.load_part_started,
+        "load_part_estimate_s": estimate(f"loading model: {job.load_part}", model_of(job)),
+        "load_parts": tuple(job.load_parts),
+    }

@@ -51,6 +51,7 @@ def _set_stage(job: Job, stage: str) -> None:
         if job.stage in ONE_OFF_STAGES and stage not in FINISHED:  # it ended by working on
             from deffcore.runs.stage_times import record
 
+            _set_load_part(job, "", now)
             record(job.stage, model_of(job), now - job.stage_started)
         job.stage, job.stage_started = stage, now
 
@@ -62,10 +63,17 @@ def _progress(job: Job):
         now = time.monotonic()
         with job_state.JOBS_LOCK:
             job.total = int(total)
+            if stage == "extract" and job.first is None:  # the first batch began after this
+                job.extract_from = job.signal or job.started
+            job.signal = now
             if stage.startswith("assembling"):
                 _set_stage(job, "assembling")
-            elif stage.startswith("loading"):
+            elif stage.startswith("loading"):  # "loading <model>" or "loading <model>: <part>"
                 _set_stage(job, "loading model")
+                if ": " in stage:
+                    _set_load_part(job, stage.rsplit(": ", 1)[1], now)
+            elif stage.startswith("loaded "):  # the load ended: its time is the load's alone
+                _set_stage(job, "preparing")
             elif stage == "resume":
                 job.resumed = int(done)
                 job.done = int(done)
@@ -133,6 +141,12 @@ def _run(job: Job) -> None:
             rate = passage_rate(job)
             if not m.cached and rate and m.pooled.tokens and m.n:
                 job.final_tokens_per_s = float(m.pooled.tokens) / float(m.n) * rate
+            ran = _observed_rate(job, m), time.monotonic() - (job.last or (0.0, 0))[0]
+        if ran[0] is not None:  # the next plan of this model has a time (deffcore.runs.observed)
+            from deffcore.runs.observed import record_run
+
+            device = job.device or m.pooled.meta.get("device") or "cpu"
+            record_run(m.spec, device, tokens_per_s=ran[0], numbers_s=ran[1], n=int(m.n))
         state = "done"
     except RunCancelled:
         state = "cancelled"
@@ -195,3 +209,28 @@ def _finish(job: Job, state: str, error: str | None) -> None:
         job.state, job.error, job.ended = state, error, time.monotonic()
         _set_stage(job, state)
         job_state.WAKE.notify_all()
+
+
+def _set_load_part(job: Job, part: str, now: float) -> None:
+    """The model load moved on to `part` ("" when it ended): the part before it is timed and
+    kept for the next load's estimate (`stage_times`, as "loading model: <part>")."""
+    if part == job.load_part:
+        return
+    if job.load_part:
+        from deffcore.runs.stage_times import record
+
+        seconds = now - job.load_part_started
+        record(f"loading model: {job.load_part}", model_of(job), seconds)
+        job.load_parts.append((job.load_part, seconds))
+    job.load_part, job.load_part_started = part, now
+
+
+def _observed_rate(job: Job, m: Any) -> float | None:
+    """Tokens per second of a run that extracted here: the rate over its batches, else (one
+    batch) its tokens over the time from the signal before its first batch to its last."""
+    if job.final_tokens_per_s is not None:
+        return job.final_tokens_per_s
+    if m.cached or job.last is None or job.extract_from is None or not m.pooled.tokens:
+        return None
+    seconds = job.last[0] - job.extract_from
+    return float(m.pooled.tokens) / seconds if seconds > 0 else None

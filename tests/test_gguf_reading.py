@@ -1,0 +1,128 @@
+"""One read of a GGUF file per load (deffcore.inputs.gguf_reading): a load inside `reads_once`
+parses the file once instead of three times and gives bit-identical weights and tokenizer; the load
+reports its four parts; the patches are gone afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from deffcore.inputs import load_stages
+from deffcore.inputs.gguf_reading import reads_once
+from deffcore.inputs.loading import load_model
+
+gguf = pytest.importorskip("gguf")
+
+
+def write_tiny_gguf(path: Path, layers: int = 2, d: int = 32, ff: int = 64) -> Path:
+    """A Llama GGUF of random float32 weights and a byte-fallback SentencePiece vocabulary."""
+    heads, kv = 4, 2
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(128)
+    w.add_embedding_length(d)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(d // heads)
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{i:02X}>" for i in range(256)), "▁a", "▁b", "ab"]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([2, 3, 3, *([6] * 256), 1, 1, 1])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    rng = np.random.default_rng(0)
+    hd = d // heads
+    shapes = {"token_embd.weight": (len(tokens), d), "output.weight": (len(tokens), d)}
+    for i in range(layers):
+        shapes |= {
+            f"blk.{i}.attn_q.weight": (d, d), f"blk.{i}.attn_k.weight": (kv * hd, d),
+            f"blk.{i}.attn_v.weight": (kv * hd, d), f"blk.{i}.attn_output.weight": (d, d),
+            f"blk.{i}.ffn_gate.weight": (ff, d), f"blk.{i}.ffn_up.weight": (ff, d),
+            f"blk.{i}.ffn_down.weight": (d, ff),
+        }  # fmt: skip
+    for name, shape in shapes.items():
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.05).astype(np.float32))
+    for name in ["output_norm.weight"] + [
+        f"blk.{i}.{n}_norm.weight" for i in range(layers) for n in ("attn", "ffn")
+    ]:
+        w.add_tensor(name, np.ones(d, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """How many times a GGUF file's header is parsed (GGUFReader objects built)."""
+    count = [0]
+    real = gguf.gguf_reader.GGUFReader.__init__
+
+    def counting(self, *args, **kwargs):
+        count[0] += 1
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.gguf_reader.GGUFReader, "__init__", counting)
+    return count
+
+
+def test_one_parse_and_the_same_weights_and_tokenizer(tiny_gguf, parses):
+    import transformers
+
+    parts: list[str] = []
+    with load_stages.reporting(parts.append):
+        lm = load_model(str(tiny_gguf), device="cpu")
+    assert parses[0] == 1
+    assert parts == ["reading", "de-quantising", "building", "moving"]
+    parses[0] = 0
+    folder, name = str(tiny_gguf.parent), tiny_gguf.name
+    plain = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=torch.float32
+    )
+    tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    assert parses[0] == 3  # what transformers does on its own: config, model, tokenizer
+    mine, theirs = lm.model.state_dict(), plain.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert lm.tokenizer.get_vocab() == tok.get_vocab()
+    assert lm.tokenizer("ab ba").input_ids == tok("ab ba").input_ids
+
+
+def test_the_patches_are_gone_after_the_load_and_nest(tiny_gguf):
+    import transformers.modeling_gguf_pytorch_utils as hf_gguf
+
+    originals = (gguf.GGUFReader, gguf.get_tensor_name_map, hf_gguf.load_gguf_checkpoint)
+    with reads_once():
+        first = gguf.GGUFReader(str(tiny_gguf))
+        with reads_once():  # nested: the same readers
+            assert gguf.GGUFReader(str(tiny_gguf)) is first
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(
+            gguf.MODEL_ARCH.LLAMA, 2
+        )
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map, hf_gguf.load_gguf_checkpoint) == originals
+    with pytest.raises(RuntimeError), reads_once():
+        raise RuntimeError("a failed load")
+    assert gguf.GGUFReader is originals[0]
+
+
+def test_a_changed_file_is_read_again(tiny_gguf, tmp_path):
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(tiny_gguf.read_bytes())
+    with reads_once():
+        first = gguf.GGUFReader(str(copy))
+        write_tiny_gguf(copy, d=16)
+        assert gguf.GGUFReader(str(copy)) is not first

@@ -1,0 +1,192 @@
+"""Models load once per process (deffcore.inputs.loaded_models): every page action reuses a loaded
+model, the cache stays within its budget by evicting the least recently used idle model, a
+model in use is lent to one thread at a time, and a load reports its parts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from deffcore.inputs import loaded_models
+from deffcore.inputs.loading import load_model
+from deffcore.inputs.run_spec import RunSpec
+from deffcore.labs.interventions import intervention_table
+from deffcore.lenses.bos_answer import bos_on_off
+from deffcore.lenses.diagnostics_store import diagnose
+from deffcore.runs import stage_times
+from deffcore.runs.measure import measure
+from deffcore.work import jobs
+
+RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 12, "max_tokens": 24, "seed": 0}
+
+
+def _spec(**overrides) -> RunSpec:
+    run = {**RUN, **overrides}
+    return RunSpec(
+        model=run["model"], revision=None, dataset=run["dataset"], n=run["n"],
+        max_tokens=run["max_tokens"], seed=run["seed"], dtype="float32",
+        passages=run.get("passages", "documents"), bos=run.get("bos", "default"),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Every call of the model loader, by spec (the cache's own count is checked beside it)."""
+    import deffcore.inputs.loading
+    import deffcore.runs.measure
+
+    calls: list[str] = []
+    real = deffcore.inputs.loading.load_model
+
+    def loader(spec, **kwargs):
+        calls.append(spec)
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(deffcore.inputs.loading, "load_model", loader)
+    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
+    return calls
+
+
+def test_a_run_its_diagnostics_bos_on_off_and_a_lab_share_one_load(counted):
+    """What the pages start (a background run, then its diagnostics and the BOS on/off check
+    as background tasks, then the interventions lab) loads tiny-gemma3 once."""
+    spec = _spec(model="tiny-gemma3")
+    st = jobs.wait(jobs.start(spec), timeout=600)
+    assert st.state == "done", st.error
+    diag = jobs.start_task("diagnostics", lambda p, s: diagnose(spec, progress=p)["n_passages"])
+    assert jobs.wait(diag, timeout=600).state == "done"
+    onoff = jobs.start_task("onoff", lambda p, s: bos_on_off(spec, progress=p, should_stop=s))
+    assert jobs.wait(onoff, timeout=600).state == "done", jobs.status(onoff).error
+    intervention_table("tiny-gemma3", "bbc-news", n=12, max_tokens=24)
+    measure(**{**RUN, "model": "tiny-gemma3"}, random_seeds=())  # the baselines page: a hit
+    assert counted == ["tiny-gemma3"]
+    assert loaded_models.MODELS.loads == 1 and loaded_models.MODELS.hits >= 4
+
+
+def test_the_second_job_on_a_loaded_model_skips_the_load_stage():
+    first = jobs.wait(jobs.start(_spec()), timeout=600)
+    assert first.state == "done"
+    job_id = jobs.start(_spec(seed=1))
+    stages = set()
+    while (st := jobs.status(job_id)) and not st.finished:
+        stages.add(st.stage)
+    assert jobs.wait(job_id, timeout=600).state == "done"
+    assert "loading model" not in stages
+    assert loaded_models.MODELS.loads == 1
+
+
+def _budget_cache(budget_bytes: int) -> loaded_models.ModelCache:
+    return loaded_models.ModelCache(budget=lambda device: budget_bytes)
+
+
+def test_lru_eviction_keeps_the_cache_within_its_budget(counted):
+    one = loaded_models.model_bytes(load_model("tiny-llama").model)
+    counted.clear()
+    cache = _budget_cache(int(2.5 * one))  # room for two tiny models, not three
+    for spec in ("tiny-llama", "tiny-qwen2", "tiny-llama", "tiny-olmo2", "tiny-llama"):
+        with cache.lease(spec, device="cpu", dtype="float32") as lm:
+            assert lm.spec == spec
+    # llama was used last before olmo2 came: qwen2 (least recently used) made room for it
+    assert counted == ["tiny-llama", "tiny-qwen2", "tiny-olmo2"]
+    held = [h["model"] for h in cache.held()]
+    assert (
+        held == ["tiny-olmo2", "tiny-llama"] and sum(h["bytes"] for h in cache.held()) <= 2.5 * one
+    )
+
+
+def test_a_model_in_use_is_never_evicted(counted):
+    cache = _budget_cache(1)  # nothing fits: every idle model goes before a load
+    with cache.lease("tiny-llama", device="cpu", dtype="float32") as first:
+        with cache.lease("tiny-qwen2", device="cpu", dtype="float32"):
+            assert {h["model"] for h in cache.held()} == {"tiny-llama", "tiny-qwen2"}
+        with cache.lease("tiny-llama", device="cpu", dtype="float32") as again:
+            assert again is first  # the same thread may lease it again inside
+    with cache.lease("tiny-olmo2", device="cpu", dtype="float32"):
+        assert [h["model"] for h in cache.held()] == ["tiny-olmo2"]
+
+
+def test_keys_hold_device_dtype_and_weights(counted, tmp_path):
+    cache = loaded_models.ModelCache()
+    for dtype in ("float32", "bfloat16", "float32"):
+        with cache.lease("tiny-llama", device="cpu", dtype=dtype) as lm:
+            assert lm.dtype == dtype
+    with cache.lease("random:tiny-llama:3", device="cpu", dtype="float32"):
+        pass
+    assert counted == ["tiny-llama", "tiny-llama", "random:tiny-llama:3"]
+
+
+def test_one_thread_at_a_time_and_one_load_for_two_waiting_threads(counted):
+    cache = loaded_models.ModelCache()
+    inside, order = threading.Event(), []
+
+    def user(name: str, hold: float) -> None:
+        with cache.lease("tiny-llama", device="cpu", dtype="float32"):
+            order.append(f"{name} in")
+            inside.set()
+            time.sleep(hold)
+            order.append(f"{name} out")
+
+    a = threading.Thread(target=user, args=("a", 0.5))
+    a.start()
+    inside.wait(30)
+    b = threading.Thread(target=user, args=("b", 0.0))
+    b.start()
+    a.join(60)
+    b.join(60)
+    assert order == ["a in", "a out", "b in", "b out"]
+    assert counted == ["tiny-llama"]
+
+
+def test_a_failed_load_is_not_kept(monkeypatch):
+    cache = loaded_models.ModelCache()
+    with pytest.raises(Exception, match="tiny model"), cache.lease("tiny-nope", device="cpu"):
+        pass
+    assert cache.held() == [] and cache.loads == 0
+
+
+def test_a_load_reports_its_parts_in_order():
+    seen = []
+    with loaded_models.ModelCache().lease(
+        "tiny-llama", device="cpu", progress=lambda d, t, stage: seen.append(stage), total=5
+    ):
+        pass
+    assert seen == [
+        "loading tiny-llama",
+        "loading tiny-llama: reading",
+        "loading tiny-llama: building",
+        "loading tiny-llama: moving",
+        "loaded tiny-llama",
+    ]
+
+
+def test_a_job_times_each_load_part_and_the_next_plan_has_a_time():
+    """After one finished run: the load's parts and total are this machine's estimates, the
+    job showed which part was going on, and the plan of the next run is priced from it."""
+    from deffcore.runs.planner import plan_run
+
+    spec = _spec(model="tiny-qwen3")
+    before = plan_run(spec, "cpu", calibrate="cached")
+    assert before.seconds is None
+    job_id = jobs.start(spec)
+    parts = set()
+    while (st := jobs.status(job_id)) and not st.finished:
+        if st.stage == "loading model" and st.load_part:
+            parts.add(st.load_part)
+            assert st.load_part in st.describe()
+            assert all(f"{p} {s:.0f} s" in st.describe() for p, s in st.load_parts)
+    assert jobs.wait(job_id, timeout=600).state == "done"
+    assert parts <= {"reading", "building", "moving"}
+    for part in ("reading", "building", "moving"):
+        assert stage_times.estimate(f"loading model: {part}", "tiny-qwen3") is not None
+    total = stage_times.estimate("loading model", "tiny-qwen3")
+    part_sum = sum(
+        stage_times.estimate(f"loading model: {p}", "tiny-qwen3")
+        for p in ("reading", "building", "moving")
+    )
+    assert total is not None and part_sum <= total + 0.05
+    after = plan_run(replace(spec, n=24), "cpu", calibrate="cached")
+    assert after.seconds is not None and "this machine's run of tiny-qwen3" in after.time_source
+    assert after.time_parts["load"] == total
