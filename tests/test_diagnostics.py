@@ -731,7 +731,8 @@ def test_bos_figures_carry_the_numbers():
     )
     np.testing.assert_allclose(heat.data[0].z, np.log10(norms))
     np.testing.assert_allclose(heat.data[0].customdata, norms)
-    assert list(heat.data[0].text[0]) == ["<bos>", "a", "\\n"]
+    # a token is text, never Plotly's HTML-like markup (core.safe_text.plotly_text)
+    assert list(heat.data[0].text[0]) == ["&lt;bos&gt;", "a", "\\n"]
     assert list(heat.data[1].x) == [2, 2]
     assert list(heat.data[0].colorbar.ticktext) == ["0.1", "1", "10", "100", "1000"]
     assert figures.POOLING_COLORS["no_pos0"] and figures.POOLING_SYMBOLS["no_pos0"]
