@@ -180,6 +180,9 @@ def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: 
         command += " --random-seeds " + ",".join(map(str, seeds))
     if args.bootstrap is not None:
         command += f" --bootstrap {args.bootstrap}"
+    from deffcore.lenses.atlas import atlas_of
+
+    atlas_of(m)  # the snapshot carries the run's depth-use atlas (one pass if it has none yet)
     data = snapshot(m, command=command)
     data["measurement"].update(extra)
     args.snapshot.parent.mkdir(parents=True, exist_ok=True)

@@ -153,7 +153,20 @@ def validate_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
     if "cka" not in sims["default"]:
         raise SnapshotError(f"{where} has no default-pooling linear CKA matrix.")
     _check_measurement(data.get("measurement"), where)
+    _check_atlas(data.get("atlas"), L, where)
     return data
+
+
+def _check_atlas(atlas: Any, L: int, where: str) -> None:
+    """The depth-use atlas a snapshot may carry (`deffcore.measures.atlas.check_atlas_dict`)."""
+    from deffcore.measures.atlas import AtlasFileError, check_atlas_dict
+
+    if atlas is None:
+        return
+    try:
+        check_atlas_dict(atlas, L)
+    except AtlasFileError as err:
+        raise SnapshotError(f"{where}: its depth-use atlas is unreadable: {err}") from None
 
 
 def read_snapshot(data: bytes, *, name: str = "The file") -> SnapshotView:
