@@ -33,23 +33,9 @@ APP_RUN_ENV = "DEFF_APP_RUN"
 
 def validate_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
     """`data` if it is a run snapshot that follows the one schema (`run_schema.check_snapshot`:
-    every field a reader reads, typed, bounded and consistent) and whose depth-use atlas, when
-    it carries one, is whole (`measures.atlas.check_atlas_dict`); SnapshotError otherwise."""
-    checked = check_snapshot(data, where)
-    _check_atlas(checked.get("atlas"), checked["layers"], where)
-    return checked
-
-
-def _check_atlas(atlas: Any, L: int, where: str) -> None:
-    """The depth-use atlas a snapshot may carry (`deffcore.measures.atlas.check_atlas_dict`)."""
-    from deffcore.measures.atlas import AtlasFileError, check_atlas_dict
-
-    if atlas is None:
-        return
-    try:
-        check_atlas_dict(atlas, L)
-    except AtlasFileError as err:
-        raise SnapshotError(f"{where}: its depth-use atlas is unreadable: {err}") from None
+    every field a reader reads, typed, bounded and consistent, its depth-use atlas included);
+    SnapshotError otherwise."""
+    return check_snapshot(data, where)
 
 
 def read_snapshot(data: bytes, *, name: str = "The file") -> SnapshotView:
