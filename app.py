@@ -28,6 +28,7 @@ PAGES: list[tuple[str, str, str]] = [
     ("Results", "1_Similarity.py", "Similarity"),
     ("Results", "2_Lag_decay.py", "Lag decay"),
     ("Results", "3_Gap_to_F_L.py", "Gap to F_L"),
+    ("Results", "16_Depth_use.py", "Depth use"),
     ("Results", "13_Models.py", "Models"),
     ("Results", "4_BOS_and_controls.py", "BOS & controls"),
     ("Teach", "5_Synthetic_lab.py", "Synthetic lab"),

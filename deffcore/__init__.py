@@ -9,6 +9,7 @@
     m = dc.measure_states(states, mask)       # h_0 .. h_L (N, T, d) computed elsewhere
     m.trust(), m.figure("heatmap")            # in Jupyter, `m` shows its summary
     run = dc.open_snapshot("run.json")        # a run someone shared (`measure --snapshot`)
+    a = dc.atlas("smollm2-135m", n=512)       # the depth-use atlas beside D_eff (SPEC 16)
 
 Every name users import is listed in `__all__` and imported from here (`dc.<name>`); where it
 is defined is the library's business (docs/DESIGN.md draws the stages). The engine (numpy and
@@ -124,6 +125,11 @@ _LAZY: dict[str, str] = {
     "gw_lens": "deffcore.labs.gw_lens",
     "GwOptions": "deffcore.labs.gw_lens",
     "pretrain_probe": "deffcore.labs.pretrain",
+    # the depth-use atlas (SPEC section 16)
+    "atlas": "deffcore.lenses.atlas",
+    "atlas_states": "deffcore.lenses.atlas",
+    "Atlas": "deffcore.measures.atlas",
+    "SkipEffect": "deffcore.measures.atlas",
 }
 
 __all__ = [

@@ -24,6 +24,7 @@ KINDS = {
     "pruning": "Pruning tolerance (stored pruning checks)",
     "scores": "Benchmark scores (a CSV you upload)",
     "geometry": "Geodesic efficiency (cached runs)",
+    "atlas": "Depth-use atlas (runs with an atlas)",
 }
 SOURCE_LABELS = {"cached": "cached runs", "sweep": "a sweep result file", "paper": "the paper"}
 EXAMPLE = "model,task,score,family\nLlama-3.1-8B,MMLU,66.7,Llama\nQwen3-8B,MMLU,76.9,Qwen\n..."
@@ -115,6 +116,29 @@ def geometry_form(metric: str) -> dict[str, Any]:
     return geometry(runs, x, metric)
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def atlas_correlations(runs: tuple[tuple[str, str], ...], x: str, metric: str) -> dict[str, Any]:
+    """`atlas_correlations` once per set of cached runs (`runs`: their keys and times)."""
+    return correlation_lab.atlas_correlations(x=x, metric=metric)
+
+
+def atlas_form(metric: str) -> dict[str, Any]:
+    x = st.selectbox("x", X_QUANTITIES, format_func=human_label, key="cl_atlas_x")
+    st.caption(
+        "One point per model whose run carries a depth-use atlas (this machine's cached runs, "
+        "then the shipped precomputed ones), x from the same run; y: the share of blocks past "
+        "the phase point, the mean Block Influence of the second half, the depth Gromov et al. "
+        "keep at a 10% angular budget (over L), the late-over-early relative contribution "
+        "(SPEC 16; the Depth use page shows one run's atlas)."
+    )
+    runs = tuple((m["key"], str(m.get("created", ""))) for m in cached_runs())
+    out = atlas_correlations(runs, x, metric)
+    cols = ["model", "source", "n", x, *correlation_lab.ATLAS_Y]
+    frame = pd.DataFrame([{k: r.get(k) for k in cols} for r in out["panel"]], columns=cols)
+    st.dataframe(human_columns(frame), hide_index=True, key="cl_atlas_panel")
+    return out
+
+
 def result_section(kind: str, i: int, result: dict[str, Any]) -> None:
     title = result.get("task") or human_label(result.get("y", ""))
     st.subheader(md_escape(title))  # a task is the user's text
@@ -184,7 +208,8 @@ def main() -> None:
     kind = st.radio("y", list(KINDS), format_func=KINDS.get, key="cl_kind", horizontal=True)
     try:
         out = {"pruning": pruning_form, "scores": lambda: scores_form(settings.metric),
-               "geometry": lambda: geometry_form(settings.metric)}[kind]()  # fmt: skip
+               "geometry": lambda: geometry_form(settings.metric),
+               "atlas": lambda: atlas_form(settings.metric)}[kind]()  # fmt: skip
     except correlation_lab.TooFewModelsError as err:  # not a mistake: there is not enough yet
         st.info(md_escape(err))
         out = None

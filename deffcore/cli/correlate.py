@@ -29,8 +29,9 @@ def add_parser(subparsers) -> None:
         "--y",
         choices=Y_BUILTIN,
         default=None,
-        help="instead of scores: f_110 / k_110 of the stored pruning checks, or the geodesic / "
-        "Euclidean efficiency of every cached run",
+        help="instead of scores: f_110 / k_110 of the stored pruning checks, the geodesic / "
+        "Euclidean efficiency of every cached run, or a depth-use atlas column of every run "
+        "with an atlas (phase_share, bi_second_half, gromov_keep_share, r_late_over_early)",
     )
     p.add_argument("--x", choices=X_QUANTITIES, default="deff_over_L", help="the depth number")
     p.add_argument(
@@ -147,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
             d = correlation_lab.pruning_correlations(x=args.x, with_paper=args.with_paper)
         elif args.y in correlation_lab.GEOMETRY_Y:
             d = correlation_lab.geometry_correlations(x=args.x, metric=args.metric)
+        elif args.y in correlation_lab.ATLAS_Y:
+            d = correlation_lab.atlas_correlations(x=args.x, metric=args.metric, ys=(args.y,))
         else:
             d = {"lab": "correlation", "kind": "s18", "paper": correlation_lab.s18_check()}
     print_json(d) if args.json else print(_table(d))

@@ -15,6 +15,7 @@ from pathlib import Path
 from deffcore.cli import (
     aggregations,
     app,
+    atlas,
     bos,
     carry,
     correlate,
@@ -44,6 +45,7 @@ COMMANDS = (
     dynamics,
     aggregations,
     gw,
+    atlas,
     correlate,
     pretrain,
     bos,

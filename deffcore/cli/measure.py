@@ -215,6 +215,9 @@ def _write_snapshot(
     flags = [f for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off",
              args.bos_on_off)) if on]  # fmt: skip
     command = remake_command(fields, random_seeds=seeds, bootstrap=args.bootstrap, extras=flags)
+    from deffcore.lenses.atlas import atlas_of
+
+    atlas_of(m)  # the snapshot carries the run's depth-use atlas (one pass if it has none yet)
     data = snapshot(m, command=command)
     data["measurement"].update(extra)
     with_extras(data, **extras, metric=args.metric)

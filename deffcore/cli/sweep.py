@@ -198,7 +198,7 @@ def _table(result) -> str:
         "",
         f"{'cell':<44}{'status':>8}{'D_eff/L':>9}{'gap%':>8}"
         + (f"{'k_1.10':>7}{'f_1.10':>7}" if prune else "")
-        + f"{'s':>7}  worker / error",
+        + f"{'past-phase':>11}{'s':>7}  worker / error",
     ]
     for r in result.rows:
         tail = r["error"] if r["status"] == "failed" else (r["worker"] or "")
@@ -207,7 +207,8 @@ def _table(result) -> str:
         pruned = f"{fmt(r.get('k_110'), 'd'):>7}{fmt(r.get('f_110'), '.3f'):>7}" if prune else ""
         lines.append(
             f"{r['label'][:43]:<44}{r['status']:>8}{fmt(r['deff_over_L']):>9}"
-            f"{fmt(r['gap_pct'], '.1f'):>8}{pruned}{fmt(r['seconds'], '.1f'):>7}  {tail}"
+            f"{fmt(r['gap_pct'], '.1f'):>8}{pruned}{fmt(r.get('phase_share'), '.2f'):>11}"
+            f"{fmt(r['seconds'], '.1f'):>7}  {tail}"
         )
     c = result.counts()
     lines += ["", f"{c['done']} done, {c['cached']} cached, {c['failed']} failed"]

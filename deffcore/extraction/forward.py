@@ -29,10 +29,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -163,6 +163,7 @@ class _Run:
         self.pooled = {p: torch.empty((L1, n, d), dtype=torch.float32) for p in EXTRACTED_POOLINGS}
         self.ratio = torch.empty((L1, n), dtype=torch.float32)
         self.pooler = LayerPooler(loaded.layers, d)
+        self.taps: list[ExtractionTap] = []  # see "Hook point" below
         self.in_flight: deque[_InFlight] = deque()
         self.depth = pipeline_depth(torch.device(loaded.device))
         self.lander = ThreadPoolExecutor(1, thread_name_prefix="deff-land") if self.depth else None
@@ -238,9 +239,11 @@ class _Run:
         padded = len(seqs[0]) != len(seqs[-1])  # sorted longest first
         try:
             self.pooler.begin(b_mask, padded)
+            _taps_begin(self.taps, b_mask)
             _forward(self.base, b_ids, b_mask, b_pos)
         except (RuntimeError, torch.OutOfMemoryError) as err:
             self.pooler.abandon()
+            _taps_abandon(self.taps)
             if not _is_oom(err):
                 raise
             if len(batch) == 1:
@@ -253,6 +256,7 @@ class _Run:
                 torch.cuda.empty_cache()
             return False
         item = _InFlight(batch, self.cap, self.pooler.end())
+        _taps_end(self.taps, batch)
         if self.lander is not None:
             item.landed = self.lander.submit(self.land, item)
         self.in_flight.append(item)
@@ -320,6 +324,7 @@ def extract_pooled(
     token_ids: list[list[int]] | None = None,
     checkpoint: BatchCheckpoint | None = None,
     should_stop: Callable[[], bool] | None = None,
+    taps: Sequence[ExtractionTap] = (),
 ) -> PooledStates:
     """Pooled h_0 .. h_L of `passages` for every extracted pooling, in one pass per batch.
 
@@ -329,7 +334,8 @@ def extract_pooled(
     "extract") and once with stage "resume" when `checkpoint` returns finished batches.
     `checkpoint` keeps finished batches and returns those of an interrupted run (see the module
     docstring); `should_stop()`, asked before each batch, ends the run with RunCancelled.
-    `meta["resumed_passages"]` counts the passages taken from the checkpoint.
+    `meta["resumed_passages"]` counts the passages taken from the checkpoint. `taps` see the
+    same captured states (`ExtractionTap`, e.g. the depth-use atlas's `AtlasTap`).
     Raises TooFewPassagesError (fewer than 2 passages with >= 2 tokens),
     NonFiniteActivationsError, OutOfMemoryError, RunCancelled.
     """
@@ -345,8 +351,10 @@ def extract_pooled(
         batch_size = 1
     ids, kept, total = prepare_ids(loaded, passages, token_ids, max_tokens, bos)
     run = _Run(loaded, ids, padding_side, batch_size, progress, checkpoint, should_stop)
+    run.taps = list(taps)
     run.resume()
-    handles = register_hooks(loaded.model, run.pooler)
+    handles = register_hooks(loaded.model, _fan_out(run.pooler, run.taps))
+    handles += _taps_attach(run.taps, loaded.model, len(ids))
     try:
         with torch.inference_mode():
             run.run()
@@ -375,3 +383,51 @@ def extract_pooled(
             "resumed_passages": run.resumed,
         },
     )
+
+
+class ExtractionTap(Protocol):
+    """A second consumer of the states the hooks capture (`deffcore.extraction.atlas_tap.AtlasTap`).
+
+    attach(model, n) -> hook handles it needs itself (removed with the extraction's); per batch
+    begin(mask (B, T)), tap(layer, hidden) for h_0 .. h_L in order, then end(slots: the batch's
+    passage rows) once its forward is queued, or abandon() when the forward failed (an
+    out-of-memory retry). Batches resumed from a checkpoint never reach a tap.
+    """
+
+    def attach(self, model: torch.nn.Module, n: int) -> list: ...
+    def begin(self, mask: torch.Tensor) -> None: ...
+    def __call__(self, layer: int, hidden: torch.Tensor) -> None: ...
+    def end(self, slots: list[int]) -> None: ...
+    def abandon(self) -> None: ...
+
+
+def _fan_out(pooler: Callable[[int, torch.Tensor], None], taps: list[ExtractionTap]):
+    """The hook target: the pooler, then every tap (the pooler alone when there is none)."""
+    if not taps:
+        return pooler
+
+    def target(layer: int, hidden: torch.Tensor) -> None:
+        pooler(layer, hidden)
+        for tap in taps:
+            tap(layer, hidden)
+
+    return target
+
+
+def _taps_attach(taps: list[ExtractionTap], model: torch.nn.Module, n: int) -> list:
+    return [h for tap in taps for h in tap.attach(model, n)]
+
+
+def _taps_begin(taps: list[ExtractionTap], mask: torch.Tensor) -> None:
+    for tap in taps:
+        tap.begin(mask)
+
+
+def _taps_end(taps: list[ExtractionTap], batch: list[int]) -> None:
+    for tap in taps:
+        tap.end(batch)
+
+
+def _taps_abandon(taps: list[ExtractionTap]) -> None:
+    for tap in taps:
+        tap.abandon()

@@ -11,13 +11,14 @@ D_eff(K)), `compare` (gap bars and comparisons of runs), `bos` (pooling controls
 massive activations, sinks, passage inspector), `synthetic` (the Synthetic lab), `baselines`
 (null, matched references, bootstrap), `models` (the Models page), `anytime` (a run's
 estimates as passages land), `paper_lenses` (the papers' massive-activation and sink
-definitions beside the project's).
+definitions beside the project's), `atlas` (the depth-use atlas of SPEC 16).
 """
 
 from __future__ import annotations
 
 from deffcore.figures import (
     anytime,
+    atlas,
     base,
     baselines,
     bos,
@@ -28,6 +29,7 @@ from deffcore.figures import (
     synthetic,
 )
 from deffcore.figures.anytime import *  # noqa: F403
+from deffcore.figures.atlas import *  # noqa: F403
 from deffcore.figures.base import *  # noqa: F403
 from deffcore.figures.baselines import *  # noqa: F403
 from deffcore.figures.bos import *  # noqa: F403
@@ -39,6 +41,17 @@ from deffcore.figures.synthetic import *  # noqa: F403
 
 __all__ = sorted(
     name
-    for module in (anytime, base, baselines, bos, compare, models, paper_lenses, run, synthetic)
+    for module in (
+        anytime,
+        atlas,
+        base,
+        baselines,
+        bos,
+        compare,
+        models,
+        paper_lenses,
+        run,
+        synthetic,
+    )
     for name in module.__all__
 )

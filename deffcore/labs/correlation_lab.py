@@ -8,7 +8,11 @@ Three kinds of y (`deffcore.labs.panels` says where each number comes from):
   models): the structure of Tables S20 (all models) and S21 (leave one family out);
 - **pruning tolerance** f_110 and k_110 of the stored pruning checks (Tables S17/S18), x their
   own D_eff/L, optionally with the paper's Table S17 models beside ours;
-- **trajectory geometry** (geodesic / Euclidean efficiency) of every cached run (Figure S6).
+- **trajectory geometry** (geodesic / Euclidean efficiency) of every cached run (Figure S6);
+- **the depth-use atlas** (SPEC 16): per model, the atlas columns of a run (share of blocks past
+  the phase point, mean BI of the second half, the depth Gromov et al. keep at a 10% angular
+  budget, late-over-early relative contribution) against the same run's D_eff/L
+  (`atlas_correlations`; a column with too few models is reported with its points, not refused).
 
 Each correlation is `deffcore.measures.correlation.correlate` (Pearson, Spearman with scipy's t p
 and the
@@ -48,17 +52,20 @@ from deffcore.core.errors import DeffError, InvalidArgumentError
 from deffcore.labs.panels import (
     SOURCES,
     X_QUANTITIES,
+    atlas_panel,
     geometry_panel,
     model_key,
     model_panel,
     paper_pruning_rows,
     pruning_panel,
 )
+from deffcore.measures.atlas import ATLAS_COLUMNS
 from deffcore.measures.correlation import MIN_N, correlate
 
 PRUNING_Y: tuple[str, ...] = ("f_110", "k_110")
 GEOMETRY_Y: tuple[str, ...] = ("geodesic_efficiency", "euclidean_efficiency")
-Y_BUILTIN: tuple[str, ...] = PRUNING_Y + GEOMETRY_Y
+ATLAS_Y: tuple[str, ...] = ATLAS_COLUMNS
+Y_BUILTIN: tuple[str, ...] = PRUNING_Y + GEOMETRY_Y + ATLAS_Y
 
 #: Table S18's subsets: name -> models dropped from the panel.
 S18_SUBSETS: dict[str, tuple[str, ...]] = {
@@ -230,6 +237,36 @@ def geometry_correlations(*, x: str = "deff_over_L", metric: str = "cka") -> dic
             "in deffcore.measures.geometry (SPEC 13), so the two r need not measure the "
             "same thing.",
         },
+    }
+
+
+def atlas_correlations(
+    *, x: str = "deff_over_L", metric: str = "cka", ys: Sequence[str] = ATLAS_Y
+) -> dict[str, Any]:
+    """Each atlas column of the atlas panel's models against their own runs' x (SPEC 16)."""
+    if x not in X_QUANTITIES:
+        raise InvalidArgumentError(f"Unknown x {x!r}; choose one of {', '.join(X_QUANTITIES)}.")
+    bad = [y for y in ys if y not in ATLAS_Y]
+    if bad:
+        raise InvalidArgumentError(f"Unknown atlas column(s) {', '.join(bad)}.")
+    panel = atlas_panel(metric)
+    results = []
+    for y in ys:
+        points = _usable(panel, x, y)
+        if len(points) < MIN_N:
+            why = _too_few(len(points), "models with a depth-use atlas (measure more models)")
+            kept = ("model", "family", "source", "label")
+            shown = [{**{k: p[k] for k in kept if k in p}, "x": p[x], "y": p[y]} for p in points]
+            results.append({"x": x, "y": y, "n": len(points), "skipped": str(why), "points": shown})
+            continue
+        results.append(correlate_points(points, x, y, label="label"))
+    return {
+        "lab": "correlation",
+        "kind": "atlas",
+        "x": x,
+        "metric": metric,
+        "results": results,
+        "panel": panel,
     }
 
 

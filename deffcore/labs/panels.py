@@ -26,6 +26,11 @@ Point panels (one row per point, both x and y from the same place):
   measured passages, y = k_110 / f_110; optionally the paper's Table S17 rows beside them.
 - `geometry_panel`: every cached run of trained weights (model-dataset pairs, as the paper's
   Figure S6), x = its D_eff/L, y = its geodesic efficiency (`deffcore.measures.geometry`).
+- `atlas_panel`: one row per trained model whose run carries a depth-use atlas (SPEC 16):
+  cached runs with their stored atlas (the largest N, then the newest), then the shipped
+  precomputed runs (`deffcore.views.snapshot.load_gallery`) for models not measured here; x = the
+  run's own D_eff/L (gap%, rho1, deff), y = the atlas columns
+  (`deffcore.measures.atlas.ATLAS_COLUMNS`) of the same run and passages.
 """
 
 from __future__ import annotations
@@ -330,3 +335,68 @@ def check_sources(text: str) -> tuple[str, ...]:
             f"--sources must name some of {', '.join(SOURCES)}; got {text!r}."
         )
     return names
+
+
+def _atlas_row(base: dict[str, Any], columns: dict[str, float]) -> dict[str, Any]:
+    return {**base, **{k: float(v) for k, v in columns.items()}}
+
+
+def cached_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
+    """Cached runs of trained weights with a stored atlas, one per model (largest N, newest)."""
+    from deffcore.extraction.atlas_store import read_rows
+    from deffcore.lenses.diagnostics_store import spec_from_fields
+    from deffcore.measures.atlas import columns_of
+
+    best: dict[str, dict[str, Any]] = {}
+    for meta in _complete_runs():  # newest first
+        spec = meta.get("spec") or {}
+        key = model_key(spec.get("model", ""))
+        if not _trained_plain(spec) or (key in best and best[key]["n"] >= int(meta.get("n") or 0)):
+            continue
+        rows = read_rows(spec_from_fields(spec))
+        m = _measurement(meta, metric) if rows is not None else None
+        if m is not None and rows.n == m.n:
+            best[key] = _atlas_row(_run_row(meta, m), columns_of(rows))
+    return list(best.values())
+
+
+def precomputed_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
+    """The shipped precomputed runs of trained weights that carry an atlas."""
+    from deffcore.measures.depth import depth_summary
+    from deffcore.views.snapshot import load_gallery
+
+    rows = []
+    for view in load_gallery():
+        found = view.atlas() if _trained_plain(view.spec) else None
+        if found is None:
+            continue
+        try:
+            s = depth_summary(view.similarity("default", metric))
+        except KeyError:  # a snapshot without this metric
+            continue
+        base = {
+            "model": view.spec["model"],
+            "family": _family(view.spec["model"]),
+            "source": "precomputed",
+            "layers": view.layers,
+            "n": view.n,
+            "dataset": view.spec["dataset"],
+            "key": view.key,
+            "deff": s.deff,
+            "deff_over_L": s.deff_over_L,
+            "gap_pct": s.gap_pct,
+            "rho1": s.rho1,
+        }
+        rows.append(_atlas_row(base, found.columns()))
+    return rows
+
+
+def atlas_panel(metric: str = "cka") -> list[dict[str, Any]]:
+    """One row per trained model with an atlas: this machine's cached runs first, then the
+    shipped precomputed runs (see the module docstring)."""
+    panel: dict[str, dict[str, Any]] = {}
+    for row in [*cached_atlas_rows(metric), *precomputed_atlas_rows(metric)]:
+        panel.setdefault(model_key(row["model"]), row)
+    for row in panel.values():
+        row["label"] = f"{row['model']} · {row['source']} · N={row['n']}"
+    return list(panel.values())

@@ -15,7 +15,11 @@ says whether the two rankings agree.
 
 Decisions (SPEC section 9 leaves these open):
 - "Mean over tokens" pools every non-padding token of every measured passage (BOS included),
-  token-weighted; the cosine is computed in float32.
+  token-weighted; the cosine is computed in float32 (from h_{l-1} and u_l = h_l - h_{l-1}),
+  each passage's mean in float64. It is the depth-use atlas's arithmetic (one function for
+  both, `deffcore.extraction.atlas_tap`), taken during the check's own extraction of its measured
+  passages (no separate pass); the atlas shows it as `block_influence_tokens` beside its
+  passage-weighted BI.
 - Low rank = skipped first: the smallest BI (the block changes its input least) and the
   smallest dD (leaving the layer out lowers D_eff least, or raises it). Ties break by index.
 - Perplexity = exp(total NLL / number of predicted tokens) over all held-out passages, each
@@ -181,41 +185,37 @@ def block_influence(
     max_tokens: int = 128,
     batch_size: int = 8,
 ) -> np.ndarray:
-    """BI (L,): 1 - token-weighted mean cos(block input, block output) over non-padding tokens."""
+    """BI (L,): 1 - token-weighted mean cos(block input, block output) over non-padding tokens.
+
+    The depth-use atlas's arithmetic (`deffcore.extraction.atlas_tap.AtlasTap` on the
+    extraction's own hooks, `deffcore.measures.atlas.token_weighted_bi`): the atlas shows this
+    same number beside its passage-weighted BI."""
+    from deffcore.extraction.atlas_tap import AtlasTap
+    from deffcore.extraction.batches import tokenize
+    from deffcore.extraction.forward import register_hooks
     from deffcore.inputs.architecture import architecture_of
+    from deffcore.measures.atlas import token_weighted_bi
 
+    n = len(tokenize(tokenizer, list(passages), max_tokens)[0])
+    tap = AtlasTap(split=False)
+    handles = tap.attach(model, n) + register_hooks(model, tap)
     arch = architecture_of(model)
-    layers = arch.blocks
-    L = len(layers)
-    cos_sum = torch.zeros(L, dtype=torch.float64)
-    count = 0
-    mask_box: dict[str, torch.Tensor] = {}
-
-    def make_hook(index: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-            h_in = arch.block_input(args, kwargs).float()
-            h_out = arch.block_output(output).float()
-            cos = F.cosine_similarity(h_in, h_out, dim=-1)  # (B, T)
-            # where, not a product: a NaN at a padding position must not reach the sum
-            cos_sum[index] += torch.where(mask_box["mask"] > 0, cos, 0.0).sum().double().cpu()
-
-        return hook
-
-    handles = [
-        layer.register_forward_hook(make_hook(i), with_kwargs=True)
-        for i, layer in enumerate(layers)
-    ]
+    lengths: list[int] = []
     try:
         for ids, mask in _token_batches(
             tokenizer, passages, max_tokens, batch_size, _device_of(model)
         ):
-            mask_box["mask"] = mask.float()
+            tap.begin(mask)
             arch.forward(ids, mask, (mask.cumsum(1) - 1).clamp_min(0))
-            count += int(mask.sum())
+            tap.end(list(range(len(lengths), len(lengths) + ids.shape[0])))
+            lengths += mask.sum(1).tolist()
     finally:
         for handle in handles:
             handle.remove()
-    return (1.0 - cos_sum / count).numpy()
+    rows = tap.rows(lengths)
+    if rows is None:
+        raise TooFewPassagesError("No passage has the 2 tokens Block Influence needs.")
+    return token_weighted_bi(rows)
 
 
 @torch.no_grad()
@@ -492,8 +492,10 @@ def _compute(loaded: Any, setup: PruningSetup, progress: ProgressFn | None) -> P
     """The check itself on a loaded model (see `pruning_check`)."""
     from scipy.stats import spearmanr
 
+    from deffcore.extraction.atlas_tap import AtlasTap
     from deffcore.extraction.forward import extract_pooled
     from deffcore.inputs.texts import load_passages
+    from deffcore.measures.atlas import token_weighted_bi
     from deffcore.measures.similarity import similarity_matrix
 
     def report(done: int, total: int, stage: str) -> None:
@@ -509,12 +511,13 @@ def _compute(loaded: Any, setup: PruningSetup, progress: ProgressFn | None) -> P
     total = 2 + 2 * len(ks)
 
     report(0, total, "measuring D_eff")
-    pooled = extract_pooled(loaded, measured, max_tokens=s.max_tokens)
+    tap = AtlasTap(split=False)  # BI from the same extraction: one forward pass, not two
+    pooled = extract_pooled(loaded, measured, max_tokens=s.max_tokens, taps=[tap])
     states = pooled.pooled["default"][1:]  # h_1 .. h_L
     S = similarity_matrix(states, s.metric)
     local = local_delta_deff(S)
     report(1, total, "block influence")
-    bi = block_influence(loaded.model, loaded.tokenizer, measured, max_tokens=s.max_tokens)
+    bi = token_weighted_bi(tap.rows(pooled.lengths))
     order = {"bi": rank_lowest_first(bi), "local_deff": rank_lowest_first(local)}
     rho, p = spearmanr(bi, local)
 

@@ -53,6 +53,7 @@ def extract_spec(
     checkpoint: BatchCheckpoint | None = None,
     should_stop: Callable[[], bool] | None = None,
     documents: list[str] | None = None,
+    taps: tuple = (),
 ) -> PooledStates:
     """Compute the pooled states of `spec` (no cache): text, then model, then one extraction.
 
@@ -65,7 +66,8 @@ def extract_spec(
     (`deffcore.extraction.cache.PartialRun(spec)`);
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
     `documents`: the run's texts when they are not `spec.dataset`'s (a notebook's list of
-    strings, `deffcore.runs.external`); None reads them from the dataset.
+    strings, `deffcore.runs.external`); None reads them from the dataset. `taps` see the captured
+    states too (`deffcore.extraction.forward.ExtractionTap`: the depth-use atlas).
     """
     device = device or resolve_device_dtype(None, spec.dtype)[0]
     documents = run_texts(spec) if documents is None else documents
@@ -102,6 +104,7 @@ def extract_spec(
                 bos=spec.bos,
                 checkpoint=checkpoint,
                 should_stop=should_stop,
+                taps=taps,
             )
         except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
             raise fit_advice(err, spec.dtype) from err
@@ -119,6 +122,7 @@ def measure_spec(
     should_stop: Callable[[], bool] | None = None,
     documents: list[str] | None = None,
     tap: Callable[[SavedBatch], None] | None = None,
+    atlas: bool = True,
 ) -> Measurement:
     """Measure one fully specified run: read it from the cache or extract and store it.
 
@@ -131,13 +135,14 @@ def measure_spec(
     `use_cache=False` recomputes without reading or writing the cache at all.
     Window runs also reuse a cached run of the same settings with another N, bit-identically
     (`deffcore.extraction.prefix_cache`: a larger run resumes from a smaller one's batches, a
-    smaller one
-    is a larger one's first rows); `tap(batch)` sees every finished chunk of batches
-    (`deffcore.runs.anytime_run`: the live estimates).
+    smaller one is a larger one's first rows); `tap(batch)` sees every finished chunk of
+    batches (`deffcore.runs.anytime_run`: the live estimates). `atlas`: the depth-use atlas is
+    taken in the same extraction and kept beside the run if it ran every passage (SPEC 16).
     """
     from deffcore.extraction import prefix_cache
+    from deffcore.extraction.atlas_store import atlas_taps, keep_atlas
 
-    start = time.perf_counter()
+    taps, start = (atlas_taps() if atlas else ()), time.perf_counter()
     resolved = loaded.device if loaded is not None else device
     resolved = resolved or resolve_device_dtype(None, spec.dtype)[0]
 
@@ -151,6 +156,7 @@ def measure_spec(
             checkpoint=checkpoint,
             should_stop=should_stop,
             documents=documents,
+            taps=taps,
         )
 
     def compute_cached() -> PooledStates:
@@ -169,18 +175,18 @@ def measure_spec(
         pooled, was_cached, meta = compute(watch), False, {}
         cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
     resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
+    keep_atlas(spec, taps, pooled)
     if pooled.n < MIN_PASSAGES:
         raise TooFewPassagesError(
             f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens "
             f"({pooled.n_dropped_short} dropped); a run needs at least {MIN_PASSAGES}."
         )
-    elapsed = time.perf_counter() - start
     return Measurement(
         spec=spec,
         pooled=pooled,
         metric=metric,
         cached=was_cached,
-        elapsed_s=elapsed,
+        elapsed_s=time.perf_counter() - start,
         meta=meta,
         resumed_passages=resumed,
     )

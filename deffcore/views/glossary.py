@@ -230,6 +230,31 @@ GLOSSARY: dict[str, str] = {
     "angle (what orthogonal updates give).",
     "short pretraining": "Training a small model from random weights for a short while, to "
     "see whether an effect of the pretrained model appears early.",
+    # --- the depth-use atlas (issue 31, SPEC 16): each measure with its paper
+    "depth-use atlas": "Other papers' measures of how a model uses its depth, taken on the same "
+    "passages as D_eff during the same forward pass, each with a passage-bootstrap interval.",
+    "relative contribution": "r_l = ‖u_l‖ / ‖h_{l−1}‖: how large block l's write u_l = h_l − "
+    "h_{l−1} is against the stream it reads, per token, averaged within each passage and then "
+    "over passages. Csordás, Manning & Potts (2025), 'Do Language Models Use Their Depth "
+    "Efficiently?', §3.",
+    "alignment": "c_l = cos(u_l, h_{l−1}): negative when block l erases what the stream holds, "
+    "near 0 when it writes a new direction, positive when it amplifies it (per token, then "
+    "averaged). Csordás, Manning & Potts (2025), §3.",
+    "Block Influence": "BI_l = 1 − cos(h_{l−1}, h_l), averaged over tokens: how far block l "
+    "turns the stream; a low BI marks a block ShortGPT would remove. Men et al. (2024), "
+    "'ShortGPT: Layers in Large Language Models are More Redundant Than You Expect'.",
+    "angular distance": "d(i, j) = arccos(cos(h_i, h_j)) / π at each passage's last token, "
+    "averaged over passages: 0 for the same direction, 1 for opposite ones. Gromov et al. "
+    "(ICLR 2025), 'The Unreasonable Ineffectiveness of the Deeper Layers'.",
+    "Gromov et al.'s block": "The n consecutive blocks whose input and output are closest in "
+    "angular distance, the ones Gromov et al. (ICLR 2025) drop; at a 10% budget, the most "
+    "blocks that can go with d ≤ 0.1, and L minus that is the depth they keep.",
+    "phase point": "The block after which every relative contribution stays below half the "
+    "median of the first half of the network: a simple change point for the phase change "
+    "Csordás et al. (2025) report between contributing and refining layers (SPEC 16).",
+    "skip effect": "Skip block s (its input passes through) and rerun the later blocks: the mean "
+    "relative change of each later block's write and the mean next-token KL divergence of the "
+    "output. Csordás, Manning & Potts (2025), §3.2.",
 }
 
 #: snake_case result keys -> column names a person reads (used by `human_columns`).
@@ -323,6 +348,19 @@ COLUMN_LABELS: dict[str, str] = {
     "bias": "CKA bias b",
     "ci_low": "95% CI low",
     "ci_high": "95% CI high",
+    # the depth-use atlas (SPEC 16)
+    "block": "Block",
+    "relative_contribution": "Relative contribution r_l",
+    "alignment": "Alignment c_l",
+    "block_influence_tokens": "BI (token-weighted, ShortGPT)",
+    "attention_relative_contribution": "Attention r_l",
+    "attention_alignment": "Attention c_l",
+    "mlp_relative_contribution": "MLP r_l",
+    "mlp_alignment": "MLP c_l",
+    "phase_share": "Share of blocks past the phase point",
+    "bi_second_half": "Mean BI, second half",
+    "gromov_keep_share": "Depth kept by Gromov et al. (10%) / L",
+    "r_late_over_early": "r_l second half / first half",
 }
 
 _SNAKE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)+$")

@@ -53,3 +53,9 @@ class MeasurementView(NotebookDisplay, RunView):
 
     def random_band(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
         return self._m.random_band(pooling, metric)
+
+    def atlas(self) -> Any | None:
+        """The atlas stored beside the run (read again each time: it may be computed later)."""
+        from deffcore.views.atlas_read import stored_atlas
+
+        return stored_atlas(self._m)

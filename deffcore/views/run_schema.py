@@ -318,7 +318,20 @@ def check_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
         Snapshot.model_validate(data)
     except ValidationError as err:
         raise SnapshotError(_sentence(where, err)) from None
+    _check_atlas(data.get("atlas"), data["layers"], where)
     return data
+
+
+def _check_atlas(atlas: Any, L: int, where: str) -> None:
+    """The depth-use atlas a snapshot may carry (`deffcore.measures.atlas.check_atlas_dict`)."""
+    from deffcore.measures.atlas import AtlasFileError, check_atlas_dict
+
+    if atlas is None:
+        return
+    try:
+        check_atlas_dict(atlas, L)
+    except AtlasFileError as err:
+        raise SnapshotError(f"{where}: its depth-use atlas is unreadable: {err}") from None
 
 
 def _check_text(data: Any, where: str) -> None:

@@ -83,6 +83,10 @@ class RunView:
         """The live `Measurement`, or None for a snapshot."""
         return None
 
+    def atlas(self) -> Any | None:
+        """The run's depth-use atlas (`deffcore.measures.atlas.Atlas`, SPEC 16), or None."""
+        return None
+
     # Everything below is computed from `similarity`, the same way for both kinds of run.
 
     def lag_profile(self, pooling: str = "default", metric: str = "cka") -> np.ndarray:

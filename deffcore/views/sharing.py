@@ -33,7 +33,8 @@ APP_RUN_ENV = "DEFF_APP_RUN"
 
 def validate_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
     """`data` if it is a run snapshot that follows the one schema (`run_schema.check_snapshot`:
-    every field a reader reads, typed, bounded and consistent); SnapshotError otherwise."""
+    every field a reader reads, typed, bounded and consistent, its depth-use atlas included);
+    SnapshotError otherwise."""
     return check_snapshot(data, where)
 
 

@@ -96,6 +96,13 @@ class SnapshotView(NotebookDisplay, RunView):
             self.data.get("measurement"), pooling=pooling, metric=metric, point=point
         )
 
+    def atlas(self) -> Any | None:
+        """The atlas the snapshot carries (`snapshot()` writes it when the run has one)."""
+        from deffcore.measures.atlas import Atlas
+
+        found = self.data.get("atlas")
+        return Atlas.from_dict(found) if isinstance(found, dict) else None
+
 
 def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), _DECIMALS).tolist()
@@ -134,6 +141,8 @@ def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
         "similarity": {p: {m: _rounded(view.similarity(p, m)) for m in METRICS} for p in POOLINGS},
         # the CLI's JSON: per pooling, update depth, matched references, random-null band
         "measurement": _plain(measurement.to_dict()),
+        # the depth-use atlas stored beside the run (SPEC 16), when it has one
+        "atlas": _plain(atlas.to_dict()) if (atlas := view.atlas()) is not None else None,
     }
 
 

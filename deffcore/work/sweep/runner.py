@@ -52,6 +52,13 @@ from typing import Any
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError, RunCancelled
 from deffcore.work.sweep import checks
+from deffcore.work.sweep.atlas_column import (
+    ATLAS_KEYS,
+    atlas_columns,
+    cell_atlas_taps,
+    cell_rows,
+    keep_cell_rows,
+)
 from deffcore.work.sweep.cells import Cell, check_cells, one_sentence
 from deffcore.work.sweep.checks import SweepError
 from deffcore.work.sweep.pruning_column import (
@@ -77,6 +84,7 @@ CELL_KEYS: tuple[str, ...] = (
     "error",
     "worker",
     "seconds",
+    *ATLAS_KEYS,  # the atlas column (deffcore.work.sweep.atlas_column)
 )
 STATUSES: tuple[str, ...] = ("done", "cached", "failed")
 ENGINES: tuple[str, ...] = ("auto", "ray", "serial")
@@ -131,9 +139,12 @@ def compute_cell(
 
         try:
             loaded = _loaded(spec, device)
+            taps = cell_atlas_taps()
             out["pooled"] = extract_spec(
-                spec, device=device, batch_size=batch_size, loaded=loaded, should_stop=should_stop
-            )
+                spec, device=device, batch_size=batch_size, loaded=loaded, should_stop=should_stop,
+                taps=taps,
+            )  # fmt: skip
+            out["atlas"] = cell_rows(taps, out["pooled"])
         except torch.OutOfMemoryError as err:
             release_models()
             raise MemoryError(f"out of memory on {device}: {str(err).splitlines()[0]}") from err
@@ -191,6 +202,7 @@ def _row(cell: Cell, spec: Any) -> dict[str, Any]:
         "key": None,
         "layers": None,
         "results": {},
+        **dict.fromkeys(ATLAS_KEYS),
     }
 
 
@@ -409,18 +421,20 @@ class _Landing:
             return
         try:
             cache.store(self.plan.specs[i], out["pooled"], elapsed_s=seconds)
+            keep_cell_rows(self.plan.specs[i], out.get("atlas"))
             stored = cache.load(self.plan.specs[i], strict=True)
             assert stored is not None  # just written
-            self._fill(i, stored)
+            self._fill(i, stored, computed=True)
         except Exception as err:  # e.g. a full disk: this cell fails, the sweep goes on
             self.land(i, "failed", error=one_sentence(err), worker=worker, seconds=seconds)
             return
         self.land(i, "done", worker=worker, seconds=seconds)
 
-    def _fill(self, i: int, pooled: Any) -> None:
+    def _fill(self, i: int, pooled: Any, computed: bool = False) -> None:
         settings = self.plan.settings
         row, spec = self.plan.rows[i], self.plan.specs[i]
         _fill_numbers(row, spec, pooled, settings["metric"], settings["pooling"])
+        row.update(atlas_columns(spec, pooled, computed))
         if settings.get("pruning"):
             row.update(_pruning_columns(row, spec, settings))
 

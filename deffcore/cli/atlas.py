@@ -1,0 +1,124 @@
+"""`python -m deffcore atlas`: the depth-use atlas of a run, beside its D_eff (SPEC 16).
+
+Stage: cli.
+
+python -m deffcore atlas --model smollm2-135m --n 512            # table
+python -m deffcore atlas --model gemma3-270m --skip-effect --json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from deffcore.cli._common import add_run_args, check_args, run_kwargs
+from deffcore.cli._output import Progress, add_output_args, answer, fmt
+
+
+def add_parser(subparsers) -> None:
+    from deffcore.inputs.interventions import INTERVENTIONS
+    from deffcore.lenses.atlas_skip import SKIP_PASSAGES
+
+    p = subparsers.add_parser(
+        "atlas",
+        help="depth-use atlas: relative contribution, alignment, Block Influence, angular "
+        "distance, phase point, skip effect, beside D_eff",
+        description="The other papers' measures of how a model uses its depth, on the run's own "
+        "passages (SPEC 16): Csordás et al.'s relative contribution and alignment (attention / "
+        "MLP where known) and skip effect, ShortGPT's Block Influence, Gromov et al.'s angular "
+        "distance and the block they would drop, the phase point; each with a passage "
+        "bootstrap interval. Taken during the run's extraction and kept beside its cache entry.",
+    )
+    add_run_args(p, model="smollm2-135m", n=512)
+    p.add_argument("--intervention", choices=INTERVENTIONS, default="none")
+    p.add_argument("--batch-size", type=int, default=None, help="fixed batch size (default: auto)")
+    p.add_argument(
+        "--skip-effect",
+        action="store_true",
+        help="also skip each block in turn (L + 1 forward passes of --skip-passages passages at "
+        "most; kept beside the run)",
+    )
+    p.add_argument(
+        "--skip-passages",
+        type=int,
+        default=SKIP_PASSAGES,
+        help=f"passages of the skip effect: the run's first (default {SKIP_PASSAGES})",
+    )
+    p.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples (default 100)")
+    p.add_argument("--boot-seed", type=int, default=0, help="seed of the bootstrap resamples")
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def _row(a: dict, i: int) -> str:
+    def band(name: str) -> str:
+        b = a["intervals"].get(name)
+        return f"[{fmt(b['low'][i])}, {fmt(b['high'][i])}]" if b else ""
+
+    line = (
+        f"{i + 1:>5} {fmt(a['relative_contribution'][i]):>7} {band('relative_contribution'):>16}"
+        f" {fmt(a['alignment'][i], '+.3f'):>7} {fmt(a['block_influence'][i], '.4f'):>8}"
+    )
+    sub = a.get("sublayers")
+    if sub:
+        line += (
+            f" {fmt(sub['attention']['relative_contribution'][i]):>7}"
+            f" {fmt(sub['mlp']['relative_contribution'][i]):>7}"
+        )
+    return line
+
+
+def atlas_table(a: dict) -> str:
+    """The atlas as text: one row per block, then the derived numbers."""
+    run, L = a["run"], a["layers"]
+    head = f"{'block':>5} {'r_l':>7} {'95% interval':>16} {'c_l':>7} {'BI_l':>8}"
+    if a.get("sublayers"):
+        head += f" {'r attn':>7} {'r MLP':>7}"
+    lines = [
+        f"model {run['spec']['model']}  L={L}  N={a['n']}  D_eff={fmt(run['deff'])}  "
+        f"D_eff/L={fmt(run['deff_over_L'], '.4f')}  gap={fmt(run['gap_pct'], '+.1f')}%",
+        head,
+        *(_row(a, i) for i in range(L)),
+        "",
+    ]
+    p, band = a["phase_point"], a["intervals"]["phase_point"]
+    g, cols = a["gromov"], a["columns"]
+    lines += [
+        f"phase point: block {p} (95% interval {fmt(band['low'], '.0f')}-{fmt(band['high'], '.0f')}"
+        f"; {L - p} of {L} blocks past it)",
+        f"Gromov et al. at a {g['budget']:.0%} angular budget: drop {g['n_drop']} block(s)"
+        + (f" from block {g['first_dropped_block']}" if g["first_dropped_block"] else "")
+        + f", keep {L - g['n_drop']}",
+        "columns: " + "  ".join(f"{k}={fmt(v, '.3f')}" for k, v in cols.items()),
+    ]
+    skip = a.get("skip_effect")
+    if skip:
+        kl = "  ".join(f"{s + 1}:{fmt(v, '.3g')}" for s, v in enumerate(skip["kl"]))
+        lines.append(f"skip effect ({skip['passages']} passages), next-token KL per block: {kl}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from deffcore.core.checks import check_int
+    from deffcore.lenses.atlas import atlas, check_atlas_options
+
+    check_int(args.skip_passages, "--skip-passages", 1)
+    check_int(args.bootstrap, "--bootstrap", 10)
+    check_args(args)
+    check_atlas_options(args.bootstrap, args.boot_seed, 0.95, args.skip_passages)
+    options = run_kwargs(args)
+    model = options.pop("model")
+
+    def compute(bar: Progress) -> dict:
+        return atlas(
+            model,
+            **options,
+            intervention=args.intervention,
+            batch_size=args.batch_size,
+            skip_effect=args.skip_effect,
+            skip_passages=args.skip_passages,
+            B=args.bootstrap,
+            boot_seed=args.boot_seed,
+            progress=bar,
+        ).to_dict()
+
+    return answer(args, "step", compute, atlas_table)

@@ -1,0 +1,342 @@
+"""The depth-use atlas's accumulators: per-passage sums taken during extraction's forward pass.
+
+Stage: extraction (beside `deffcore.extraction.forward`, whose hook point feeds it; no second
+pass).
+
+`AtlasTap` is a second consumer of the states the extraction hooks capture (h_0 = block 1's
+input, h_l = block l's output, l = 1..L, the pre-final-norm residual stream of SPEC section 1).
+Per block l and per real token t it computes, in float32 from the captured states (padding
+zeroed first),
+
+    u_l = h_l - h_{l-1}                                  block l's write to the residual stream
+    r_l(t) = ||u_l|| / ||h_{l-1}||                       relative contribution (Csordás et al. §3)
+    c_l(t) = cos(u_l, h_{l-1})                           alignment (Csordás et al. §3)
+    b_l(t) = 1 - cos(h_{l-1}, h_l)                       Block Influence's token term (ShortGPT)
+
+and averages each over the passage's real tokens in float64 (a per-passage mean: `AtlasRows`
+holds one row per passage, so the statistics can weigh passages equally and resample them).
+Where the architecture is verified (`SPLIT_ARCHITECTURES`) the MLP's write m_l is captured by a
+forward hook on the module whose output the block adds to the stream (`mlp_write_module`:
+Gemma-3's and OLMo-2's `post_feedforward_layernorm`, GPT-NeoX's `post_mlp_dropout`, else `mlp`)
+and the attention write is a_l = u_l - m_l, so a_l + m_l = u_l exactly. Each sublayer is compared
+with the residual it reads (as Csordás et al.'s code does): a_l with h_{l-1}, m_l with
+h_{l-1} + a_l for sequential blocks, with h_{l-1} for parallel ones (GPT-NeoX's
+use_parallel_residual), where attention and MLP both read the block's input.
+
+At each passage's last real token T, h_0^T .. h_L^T are kept for the batch and turned into the
+passage's (L+1) x (L+1) angular distance matrix d(i, j) = arccos(cos(h_i^T, h_j^T)) / π
+(Gromov et al.), from float64 unit vectors, exactly symmetric with a zero diagonal.
+
+Nothing here synchronises with the device during the forward pass: each batch's per-passage
+values stay on the device until `rows()` collects them at the end. A passage whose batch did not
+run here (resumed from a checkpoint, served from another run's cache entry) has no row, and
+`rows()` then returns None: an atlas is kept only when every passage of the run has its row.
+A token whose norm is 0 gets ratio and cosine 0 (division by `EPS`), never NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+#: Architectures (config.model_type) whose sublayer writes are verified against independent hooks
+#: (tests/test_atlas.py): -> how the MLP reads the stream, "sequential" or "parallel".
+SPLIT_ARCHITECTURES: dict[str, str] = {
+    "llama": "sequential",
+    "qwen2": "sequential",
+    "qwen3": "sequential",
+    "gemma3_text": "sequential",
+    "gemma3": "sequential",
+    "gpt2": "sequential",
+    "olmo2": "sequential",
+    "gpt_neox": "sequential",  # "parallel" when config.use_parallel_residual (the default)
+}
+#: Children of a block whose output is the MLP's write, most specific first.
+_WRITE_NAMES: tuple[str, ...] = ("post_feedforward_layernorm", "post_mlp_dropout", "mlp")
+#: The per-passage quantities, (N, L) each; SPLIT_QUANTITIES only where the split is known.
+QUANTITIES: tuple[str, ...] = ("r", "c", "bi")
+SPLIT_QUANTITIES: tuple[str, ...] = ("r_attn", "c_attn", "r_mlp", "c_mlp")
+EPS = 1e-12
+
+
+@dataclass
+class AtlasRows:
+    """Per-passage atlas values of one run (rows in the run's passage order).
+
+    r, c, bi:  (N, L) float64, the passage means over its real tokens of r_l(t), c_l(t), b_l(t)
+    angular:   (N, L+1, L+1) float64, d(i, j) at the passage's last real token (h_0 .. h_L)
+    lengths:   (N,) int64 real tokens per passage (token-weighted means use them)
+    split:     {"r_attn", "c_attn", "r_mlp", "c_mlp": (N, L)} or None (architecture not verified)
+    split_kind: "sequential" / "parallel" / None
+    """
+
+    r: np.ndarray
+    c: np.ndarray
+    bi: np.ndarray
+    angular: np.ndarray
+    lengths: np.ndarray
+    split: dict[str, np.ndarray] | None = None
+    split_kind: str | None = None
+
+    @property
+    def layers(self) -> int:
+        return int(self.r.shape[1])
+
+    @property
+    def n(self) -> int:
+        return int(self.r.shape[0])
+
+    def subset(self, rows: np.ndarray) -> AtlasRows:
+        """The same values for some passages (indices into the rows)."""
+        split = None if self.split is None else {k: v[rows] for k, v in self.split.items()}
+        return AtlasRows(
+            self.r[rows],
+            self.c[rows],
+            self.bi[rows],
+            self.angular[rows],
+            self.lengths[rows],
+            split,
+            self.split_kind,
+        )
+
+
+def split_kind(model: nn.Module) -> str | None:
+    """How the MLP of `model`'s blocks reads the residual stream ("sequential" / "parallel"),
+    None when the architecture's sublayer split is not verified here."""
+    config = getattr(model, "config", None)
+    kind = SPLIT_ARCHITECTURES.get(str(getattr(config, "model_type", "")))
+    if kind is not None and getattr(config, "use_parallel_residual", False):
+        return "parallel"
+    return kind
+
+
+def mlp_write_module(block: nn.Module) -> nn.Module | None:
+    """The child of `block` whose output the block adds to the stream as the MLP's write."""
+    for name in _WRITE_NAMES:
+        sub = getattr(block, name, None)
+        if isinstance(sub, nn.Module):
+            return sub
+    return None
+
+
+def _first(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple | list) else output
+
+
+def _mean(values: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Per-passage float64 mean over real tokens: values (B, T), w (B, T) = 1/n_b at real tokens."""
+    return (values.double() * w).sum(-1)
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    return num / den.clamp_min(EPS)
+
+
+def layer_terms(
+    prev: torch.Tensor,
+    cur: torch.Tensor,
+    w: torch.Tensor,
+    mlp: torch.Tensor | None = None,
+    parallel: bool = False,
+) -> dict[str, torch.Tensor]:
+    """One block's per-passage means: prev = h_{l-1}, cur = h_l, mlp = m_l (B, T, d) float32 with
+    padding zeroed; w (B, T) float64. Returns {"r", "c", "bi"} (+ the split) as (B,) float64."""
+    u = cur - prev
+    n_prev = torch.linalg.vector_norm(prev, dim=-1)
+    n_cur = torch.linalg.vector_norm(cur, dim=-1)
+    n_u = torch.linalg.vector_norm(u, dim=-1)
+    dot = torch.linalg.vecdot(u, prev)  # u . h_{l-1}; h_{l-1} . h_l = ||h_{l-1}||^2 + dot
+    out = {
+        "r": _mean(_ratio(n_u, n_prev), w),
+        "c": _mean(_ratio(dot, n_u * n_prev), w),
+        "bi": _mean(1.0 - _ratio(n_prev * n_prev + dot, n_prev * n_cur), w),
+    }
+    if mlp is None:
+        return out
+    attn = u.sub_(mlp)  # in place: u is not needed any more (one (B, T, d) buffer less)
+    base = prev if parallel else cur - mlp  # the residual the MLP reads
+    n_a, n_m = torch.linalg.vector_norm(attn, dim=-1), torch.linalg.vector_norm(mlp, dim=-1)
+    n_base = n_prev if parallel else torch.linalg.vector_norm(base, dim=-1)
+    out["r_attn"] = _mean(_ratio(n_a, n_prev), w)
+    out["c_attn"] = _mean(_ratio(torch.linalg.vecdot(attn, prev), n_a * n_prev), w)
+    out["r_mlp"] = _mean(_ratio(n_m, n_base), w)
+    out["c_mlp"] = _mean(_ratio(torch.linalg.vecdot(mlp, base), n_m * n_base), w)
+    return out
+
+
+def angular_matrix(last: torch.Tensor) -> torch.Tensor:
+    """last (L+1, B, d) states at each passage's last token -> (B, L+1, L+1) float64 angular
+    distances arccos(cos) / π, exactly symmetric, zero diagonal."""
+    x = last.double()
+    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(EPS)
+    cos = torch.einsum("lbd,mbd->blm", x, x).clamp(-1.0, 1.0)
+    d = torch.arccos(cos) / torch.pi
+    d = (d + d.transpose(1, 2)) / 2
+    return d * (1 - torch.eye(d.shape[-1], dtype=d.dtype, device=d.device))
+
+
+@dataclass
+class _Batch:
+    """The batch in flight: token weights and real-token mask on the input device, the last
+    real position per passage, and the per-layer results as they come."""
+
+    w: torch.Tensor  # (B, T) float64
+    keep: torch.Tensor  # (B, T, 1) bool
+    last: torch.Tensor  # (B,) int64
+    terms: dict[str, list[torch.Tensor | None]]
+    last_states: list[torch.Tensor | None]
+    elsewhere: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict
+    )
+
+    def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(w, keep, last) on `device` (a model spread over several devices)."""
+        if device == self.w.device:
+            return self.w, self.keep, self.last
+        if device not in self.elsewhere:
+            self.elsewhere[device] = (self.w.to(device), self.keep.to(device), self.last.to(device))
+        return self.elsewhere[device]
+
+
+class AtlasTap:
+    """Hook target of the atlas: `extract_pooled(..., taps=[AtlasTap()])` (see the module doc).
+
+    attach(model, n) registers the MLP-write hooks and returns their handles; then per batch
+    begin(mask), tap(layer, hidden) for h_0 .. h_L in order, end(slots) (or abandon() when the
+    forward failed); rows() gives the `AtlasRows` once every passage has its row, else None.
+    """
+
+    def __init__(self, *, split: bool = True) -> None:
+        self.want_split = split
+        self.kind: str | None = None
+        self.layers = self.n = 0
+        self._batch: _Batch | None = None
+        self._prev: torch.Tensor | None = None
+        self._mlp: dict[int, torch.Tensor] = {}
+        self._done: list[tuple[list[int], dict[str, torch.Tensor], torch.Tensor]] = []
+
+    def attach(self, model: nn.Module, n: int) -> list[Any]:
+        """Start a run of `n` passages on `model`; the handles of the hooks it needs."""
+        from deffcore.inputs.architecture import decoder_layers
+
+        blocks = decoder_layers(model)
+        self.start(n, len(blocks), split_kind(model) if self.want_split else None)
+        writes = [mlp_write_module(b) for b in blocks] if self.kind else []
+        if self.kind and any(m is None for m in writes):
+            self.kind = None
+        handles = []
+        for layer, module in enumerate(writes if self.kind else [], start=1):
+            handles.append(module.register_forward_hook(self._mlp_hook(layer)))
+        return handles
+
+    def start(self, n: int, layers: int, kind: str | None = None) -> None:
+        """Start a run of `n` passages through `layers` blocks (no model: states given by hand)."""
+        self.n, self.layers, self.kind = int(n), int(layers), kind
+        self._done = []
+
+    def _mlp_hook(self, layer: int):
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+            if self._batch is not None:
+                self._mlp[layer] = _first(output)
+
+        return hook
+
+    def begin(self, mask: torch.Tensor) -> None:
+        """A new batch; mask (B, T), 1 at real tokens (any padding side)."""
+        m = mask.bool()
+        count = m.sum(1, keepdim=True).double()
+        T = m.shape[1]
+        last = T - 1 - m.flip(1).int().argmax(1)
+        names = QUANTITIES + (SPLIT_QUANTITIES if self.kind else ())
+        self._batch = _Batch(
+            w=m.double() / count,
+            keep=m[..., None],
+            last=last.long(),
+            terms={q: [None] * self.layers for q in names},
+            last_states=[None] * (self.layers + 1),
+        )
+        self._prev, self._mlp = None, {}
+
+    def __call__(self, layer: int, hidden: torch.Tensor) -> None:
+        batch = self._batch
+        assert batch is not None, "begin() a batch before its forward"
+        w, keep, last = batch.on(hidden.device)
+        hz = torch.where(keep, hidden, 0.0).float()
+        batch.last_states[layer] = hz[torch.arange(hz.shape[0], device=hz.device), last]
+        if layer > 0:
+            prev = self._prev if self._prev.device == hz.device else self._prev.to(hz.device)
+            mlp = self._mlp.pop(layer, None) if self.kind else None
+            if mlp is not None:
+                mlp = torch.where(keep, mlp.to(hz.device), 0.0).float()
+            terms = layer_terms(prev, hz, w, mlp, parallel=self.kind == "parallel")
+            for name, value in terms.items():
+                batch.terms[name][layer - 1] = value.to(batch.w.device)
+        self._prev = hz
+
+    def end(self, slots: list[int]) -> None:
+        """The batch's forward is queued: keep its values (on the device) for passages `slots`."""
+        batch, self._batch, self._prev, self._mlp = self._batch, None, None, {}
+        assert batch is not None
+        dev = batch.w.device
+        stacked = {
+            q: torch.stack([t for t in v if t is not None], 1) for q, v in batch.terms.items()
+        }
+        last = torch.stack([s.to(dev) for s in batch.last_states])  # (L+1, B, d)
+        self._done.append((list(slots), stacked, angular_matrix(last)))
+
+    def abandon(self) -> None:
+        self._batch, self._prev, self._mlp = None, None, {}
+
+    def rows(self, lengths: list[int] | np.ndarray) -> AtlasRows | None:
+        """Every passage's row (collected from the device here), or None when some passage's
+        batch did not run in this extraction; `lengths` (N,) are the passages' token counts."""
+        n, L = self.n, self.layers
+        filled = np.zeros(n, dtype=bool)
+        names = QUANTITIES + (SPLIT_QUANTITIES if self.kind else ())
+        out = {q: np.full((n, L), np.nan) for q in names}
+        angular = np.full((n, L + 1, L + 1), np.nan)
+        for slots, stacked, ang in self._done:
+            if any(stacked[q].shape[1] != L for q in names):
+                return None  # a block that never reported (not a decoder stack we know)
+            idx = np.asarray(slots, dtype=np.int64)
+            for q in names:
+                out[q][idx] = stacked[q].cpu().numpy()
+            angular[idx] = ang.cpu().numpy()
+            filled[idx] = True
+        if n == 0 or not filled.all():
+            return None
+        split = {q: out[q] for q in SPLIT_QUANTITIES} if self.kind else None
+        return AtlasRows(
+            r=out["r"],
+            c=out["c"],
+            bi=out["bi"],
+            angular=angular,
+            lengths=np.asarray(lengths, dtype=np.int64),
+            split=split,
+            split_kind=self.kind,
+        )
+
+
+def rows_from_states(
+    states: list[torch.Tensor], mask: torch.Tensor, *, chunk: int = 64
+) -> AtlasRows:
+    """`AtlasRows` of token states computed elsewhere: h_0 .. h_L, each (N, T, d), with the
+    attention mask (N, T); the same arithmetic as the hooks (no sublayer split: the states do
+    not carry the MLP's write)."""
+    N = int(states[0].shape[0])
+    tap = AtlasTap(split=False)
+    tap.start(N, len(states) - 1)
+    mask = torch.as_tensor(mask).bool()
+    for start in range(0, N, chunk):
+        rows = slice(start, min(start + chunk, N))
+        tap.begin(mask[rows])
+        for layer, h in enumerate(states):
+            tap(layer, torch.as_tensor(h[rows]))
+        tap.end(list(range(rows.start, rows.stop)))
+    got = tap.rows(mask.sum(1).numpy())
+    assert got is not None  # every row was computed here
+    return got

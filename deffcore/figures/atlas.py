@@ -1,0 +1,305 @@
+"""The depth-use atlas's figures (SPEC 16): an `Atlas` (or its to_dict) in, `go.Figure` out.
+
+Stage: figures.
+
+Every per-block chart has blocks 1..L on x with the passage-bootstrap interval as error bars,
+and the phase point marked; the angular distance is a heatmap over h_0..h_L beside Gromov et
+al.'s best block per size; the skip effect is a heatmap of skipped block x later block and the
+next-token KL per skipped block.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "angular_figure",
+    "block_influence_figure",
+    "contribution_figure",
+    "skip_figure",
+]
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from deffcore.figures.base import COLOR_MEASURED, COLOR_REFERENCE, LAYOUT, OKABE_ITO, integer_ticks
+
+COLOR_ATTENTION = OKABE_ITO["orange"]
+COLOR_MLP = OKABE_ITO["bluish green"]
+COLOR_PHASE = OKABE_ITO["vermillion"]
+
+
+def _d(atlas: Any) -> dict[str, Any]:
+    return atlas if isinstance(atlas, dict) else atlas.to_dict()
+
+
+def _errors(d: dict[str, Any], name: str, values: np.ndarray) -> dict[str, Any] | None:
+    band = (d.get("intervals") or {}).get(name)
+    if not band:
+        return None
+    low = np.asarray([np.nan if v is None else v for v in band["low"]], dtype=np.float64)
+    high = np.asarray([np.nan if v is None else v for v in band["high"]], dtype=np.float64)
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": np.clip(high - values, 0, None),
+        "arrayminus": np.clip(values - low, 0, None),
+        "thickness": 1,
+    }
+
+
+def _series(d, name, values, label, color, row, fig, interval=None, dash=None) -> None:
+    y = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+    blocks = list(range(1, len(y) + 1))
+    fig.add_trace(
+        go.Scatter(
+            x=blocks,
+            y=y,
+            mode="lines+markers",
+            name=label,
+            line={"color": color, "dash": dash},
+            error_y=_errors(d, interval or name, y),
+            hovertemplate=f"block %{{x}}<br>{label} = %{{y:.4g}}<extra></extra>",
+        ),
+        row=row,
+        col=1,
+    )
+
+
+def _phase(fig: go.Figure, d: dict[str, Any], rows: int) -> None:
+    """The phase point as a dotted line after its block, said once inside the first panel."""
+    p, L = d["phase_point"], d["layers"]
+    if p >= L:
+        return
+    said = {
+        "annotation_text": f"phase point: after block {p}",
+        "annotation_position": "top right",
+        "annotation_font_color": COLOR_PHASE,
+    }
+    for row in range(1, rows + 1):
+        fig.add_vline(
+            x=p + 0.5,
+            line={"color": COLOR_PHASE, "dash": "dot"},
+            row=row,
+            col=1,
+            **(said if row == 1 else {}),
+        )
+
+
+def contribution_figure(atlas: Any) -> go.Figure:
+    """r_l (attention and MLP beside it where known) and c_l per block, with intervals."""
+    d = _d(atlas)
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=(
+            "relative contribution r_l = ‖u_l‖ / ‖h_{l−1}‖",
+            "alignment c_l = cos(u_l, h_{l−1})",
+        ),
+    )
+    _series(
+        d, "relative_contribution", d["relative_contribution"], "block r_l", COLOR_MEASURED, 1, fig
+    )
+    sub = d.get("sublayers")
+    if sub:
+        for part, color in (("attention", COLOR_ATTENTION), ("mlp", COLOR_MLP)):
+            _series(
+                d,
+                f"{part}_relative_contribution",
+                sub[part]["relative_contribution"],
+                f"{part} r",
+                color,
+                1,
+                fig,
+                dash="dash",
+            )
+            _series(
+                d,
+                f"{part}_alignment",
+                sub[part]["alignment"],
+                f"{part} c",
+                color,
+                2,
+                fig,
+                dash="dash",
+            )
+    _series(d, "alignment", d["alignment"], "block c_l", COLOR_MEASURED, 2, fig)
+    fig.add_hline(y=0, line={"color": COLOR_REFERENCE, "width": 1}, row=2, col=1)
+    # log scale: the first blocks can write many times the stream they read (small embeddings)
+    fig.update_yaxes(type="log", title_text="r_l (log)", row=1, col=1)
+    fig.update_yaxes(title_text="c_l", row=2, col=1)
+    _phase(fig, d, 2)
+    fig.update_layout(
+        title="How much each block writes, and in which direction (Csordás et al.)",
+        height=620,
+        legend={"orientation": "h", "y": -0.12},
+        **LAYOUT,
+    )
+    fig.update_xaxes(title_text="block l", row=2, col=1)
+    integer_ticks(fig, d["layers"])
+    return fig
+
+
+def block_influence_figure(atlas: Any) -> go.Figure:
+    """BI_l per block (passage-weighted, with interval) and ShortGPT's token-weighted BI."""
+    d = _d(atlas)
+    fig = make_subplots(rows=1, cols=1)
+    _series(
+        d,
+        "block_influence",
+        d["block_influence"],
+        "BI_l (each passage weighs the same)",
+        COLOR_MEASURED,
+        1,
+        fig,
+    )
+    _series(
+        d,
+        "block_influence_tokens",
+        d["block_influence_tokens"],
+        "BI_l token-weighted (ShortGPT, the pruning lab)",
+        COLOR_ATTENTION,
+        1,
+        fig,
+        dash="dot",
+    )
+    _phase(fig, d, 1)
+    fig.update_layout(
+        title="Block Influence: 1 − mean cos(h_{l−1}, h_l) (ShortGPT)",
+        xaxis_title="block l",
+        yaxis_title="BI_l",
+        height=420,
+        legend={"orientation": "h", "y": -0.25},
+        **LAYOUT,
+    )
+    integer_ticks(fig, d["layers"])
+    return fig
+
+
+def angular_figure(atlas: Any) -> go.Figure:
+    """Angular distance heatmap over h_0..h_L and Gromov et al.'s best block per size n."""
+    d = _d(atlas)
+    D = np.asarray([[np.nan if v is None else v for v in row] for row in d["angular_distance"]])
+    g = d["gromov"]
+    best = np.asarray([np.nan if v is None else v for v in g["best_distance"]], dtype=np.float64)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.5, 0.5],
+        horizontal_spacing=0.22,
+        subplot_titles=("d(i, j) at the last token", "best block of n layers"),
+    )
+    idx = list(range(D.shape[0]))
+    fig.add_trace(
+        go.Heatmap(
+            z=D,
+            x=idx,
+            y=idx,
+            colorscale="Viridis",
+            zmin=0,
+            zmax=float(np.nanmax(D)),
+            colorbar={"title": "d", "x": 0.41, "thickness": 12},
+            hovertemplate="h_%{y} vs h_%{x}<br>d = %{z:.4f}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    n = list(range(1, len(best) + 1))
+    starts = g["best_start"]
+    fig.add_trace(
+        go.Scatter(
+            x=n,
+            y=best,
+            mode="lines+markers",
+            name="min over l of d(l, l+n)",
+            customdata=[[s + 1, s + k] for k, s in zip(n, starts, strict=True)],
+            line={"color": COLOR_MEASURED},
+            hovertemplate="n = %{x}: drop blocks %{customdata[0]}–%{customdata[1]}"
+            "<br>d = %{y:.4f}<extra></extra>",
+        ),
+        row=1,
+        col=2,
+    )
+    fig.add_hline(
+        y=g["budget"],
+        line={"color": COLOR_PHASE, "dash": "dot"},
+        row=1,
+        col=2,
+        annotation_text=f"budget {g['budget']:.0%}: drop {g['n_drop']}",
+    )
+    fig.update_yaxes(autorange="reversed", title_text="h_i", row=1, col=1)
+    fig.update_xaxes(title_text="h_j", row=1, col=1)
+    fig.update_xaxes(title_text="block size n", row=1, col=2)
+    fig.update_yaxes(title_text="angular distance (share of π)", row=1, col=2)
+    fig.update_layout(
+        title="Angular distance between layers (Gromov et al.)",
+        height=460,
+        showlegend=False,
+        **LAYOUT,
+    )
+    return fig
+
+
+def skip_figure(skip: Any) -> go.Figure:
+    """Skip effect: e_{s->l} heatmap (skipped block s x later block l) and KL per s."""
+    d = skip if isinstance(skip, dict) else skip.to_dict()
+    E = np.asarray([[np.nan if v is None else v for v in row] for row in d["later"]])
+    kl = np.asarray([np.nan if v is None else v for v in d["kl"]], dtype=np.float64)
+    L = E.shape[0]
+    blocks = list(range(1, L + 1))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.5, 0.5],
+        horizontal_spacing=0.22,
+        subplot_titles=("effect on later blocks", "effect on the output"),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=E,
+            x=blocks,
+            y=blocks,
+            colorscale="Viridis",
+            colorbar={"title": "e", "x": 0.41, "thickness": 12},
+            hovertemplate="skip %{y}, block %{x}<br>e = %{z:.4f}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    band = d["intervals"].get("kl")
+    err = None
+    if band:
+        low = np.asarray([np.nan if v is None else v for v in band["low"]], dtype=np.float64)
+        high = np.asarray([np.nan if v is None else v for v in band["high"]], dtype=np.float64)
+        err = {
+            "type": "data",
+            "symmetric": False,
+            "array": np.clip(high - kl, 0, None),
+            "arrayminus": np.clip(kl - low, 0, None),
+        }
+    fig.add_trace(
+        go.Bar(
+            x=blocks,
+            y=kl,
+            name="KL",
+            marker_color=COLOR_MEASURED,
+            error_y=err,
+            hovertemplate="skip block %{x}<br>KL = %{y:.4g}<extra></extra>",
+        ),
+        row=1,
+        col=2,
+    )
+    fig.update_yaxes(autorange="reversed", title_text="skipped block s", row=1, col=1)
+    fig.update_xaxes(title_text="later block l", row=1, col=1)
+    fig.update_xaxes(title_text="skipped block s", row=1, col=2)
+    fig.update_yaxes(title_text="mean next-token KL(p ‖ p_skip)", row=1, col=2)
+    fig.update_layout(
+        title=f"Skipping one block ({d['passages']} passages; Csordás et al. §3.2)",
+        height=460,
+        showlegend=False,
+        **LAYOUT,
+    )
+    return fig

@@ -1,0 +1,532 @@
+"""The depth-use atlas: other papers' measures of how a model uses its depth, with intervals.
+
+Stage: measures (per-passage rows from `deffcore.extraction.atlas_tap` (and the skip effect's
+from `deffcore.lenses.atlas_skip`) -> means, passage-bootstrap intervals and the derived numbers;
+SPEC section 16).
+
+Every measure is a mean over passages of a per-passage value (each passage weighs the same);
+the per-passage value is a mean over the passage's real tokens (`AtlasRows`):
+
+    relative_contribution r_l   mean ||u_l|| / ||h_{l-1}||        Csordás, Manning, Potts 2025 §3
+    alignment c_l               mean cos(u_l, h_{l-1})            (same)
+    block_influence BI_l        1 - mean cos(h_{l-1}, h_l)        Men et al. 2024 (ShortGPT)
+    block_influence_tokens      the same, token-weighted over all tokens of all passages: ShortGPT's
+                                E_{X,t}, the pruning lab's number (equal when all passages have
+                                the same length, e.g. token windows)
+    angular_distance d(i, j)    mean over passages of arccos cos(h_i^T, h_j^T) / π at the last
+                                token T, (L+1) x (L+1) over h_0 .. h_L   Gromov et al. 2025
+    phase_point p               the block after which r_l stays below half the median of r over
+                                the first half (blocks 1 .. floor(L/2)): the smallest p in 0..L
+                                with r_k < median/2 for every k > p; p = L when the last block is
+                                not below it (then no block is past the phase point)
+
+Gromov et al.'s choice: to drop n consecutive blocks, drop blocks l*+1 .. l*+n with
+l* = argmin_l d(l, l+n) (ties: the smallest l). At an angular budget β (default 0.10 of π),
+`n_drop` is the largest n whose best block has d <= β (each n judged alone, as k_1.10), and the
+depth Gromov et al. would keep is L - n_drop.
+
+Intervals: a passage bootstrap (SPEC section 8), B resamples of N passages with replacement
+(default 100, seeded); a replicate is every statistic of the resampled per-passage rows (one
+resample for all numbers, so derived numbers are consistent); the interval is the replicates'
+percentile interval (default 95%). Integer statistics (the phase point, n_drop) get the
+percentiles of their replicates, rounded outwards.
+
+`columns()` are the per-run numbers the correlation lab correlates with D_eff/L:
+phase_share (L - p)/L, bi_second_half (mean BI of blocks floor(L/2)+1 .. L),
+gromov_keep_share (L - n_drop)/L at β = 0.10, r_late_over_early (mean r of the second half over
+the first half).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deffcore.extraction.atlas_tap import SPLIT_QUANTITIES, AtlasRows
+
+ATLAS_FORMAT = 1
+#: Gromov et al.'s angular budget of the correlation lab's column (a share of π).
+GROMOV_BUDGET = 0.10
+#: The per-run numbers the correlation lab and the sweep read (`Atlas.columns`).
+ATLAS_COLUMNS: tuple[str, ...] = (
+    "phase_share",
+    "bi_second_half",
+    "gromov_keep_share",
+    "r_late_over_early",
+)
+#: (attribute, per-passage array of AtlasRows): the length-L measures.
+_PER_BLOCK = (
+    ("relative_contribution", "r"),
+    ("alignment", "c"),
+    ("block_influence", "bi"),
+)
+_SPLIT_NAMES = {
+    "r_attn": ("attention", "relative_contribution"),
+    "c_attn": ("attention", "alignment"),
+    "r_mlp": ("mlp", "relative_contribution"),
+    "c_mlp": ("mlp", "alignment"),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived numbers of one set of means
+
+
+def first_half(L: int) -> int:
+    """Blocks 1 .. floor(L/2) are the first half (at least one block)."""
+    return max(1, L // 2)
+
+
+def phase_point(r: np.ndarray) -> int:
+    """r (L,) block 1 first -> p in 0..L (module docstring): the smallest p such that every
+    r_k with k > p is below half the median of r over the first half."""
+    r = np.asarray(r, dtype=np.float64)
+    threshold = float(np.median(r[: first_half(len(r))])) / 2
+    p = len(r)
+    while p > 0 and r[p - 1] < threshold:
+        p -= 1
+    return p
+
+
+def gromov_curve(D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """D (L+1, L+1) over h_0 .. h_L -> (best_distance (L,), best_start (L,)) for n = 1..L:
+    min over l of d(l, l+n) and its l (ties: the smallest)."""
+    D = np.asarray(D, dtype=np.float64)
+    L = D.shape[0] - 1
+    best = np.empty(L)
+    start = np.empty(L, dtype=np.int64)
+    for n in range(1, L + 1):
+        diag = np.diagonal(D, offset=n)
+        start[n - 1] = int(np.argmin(diag))
+        best[n - 1] = float(diag[start[n - 1]])
+    return best, start
+
+
+def gromov_drop(D: np.ndarray, budget: float = GROMOV_BUDGET) -> tuple[int, int | None]:
+    """(n_drop, first dropped block) at angular budget `budget`: the largest n whose best block
+    has d <= budget (0 and None when no n does); the block dropped is first .. first + n - 1."""
+    best, start = gromov_curve(D)
+    ok = np.flatnonzero(best <= budget + 1e-12)
+    if ok.size == 0:
+        return 0, None
+    n = int(ok[-1]) + 1
+    return n, int(start[n - 1]) + 1
+
+
+def _columns(r: np.ndarray, bi: np.ndarray, D: np.ndarray) -> dict[str, float]:
+    L = len(r)
+    half = first_half(L)
+    n_drop, _ = gromov_drop(D)
+    early = float(np.mean(r[:half]))
+    return {
+        "phase_share": (L - phase_point(r)) / L,
+        "bi_second_half": float(np.mean(bi[half:])) if half < L else float("nan"),
+        "gromov_keep_share": (L - n_drop) / L,
+        "r_late_over_early": float(np.mean(r[half:])) / early if early > 0 else float("nan"),
+    }
+
+
+def columns_of(rows: AtlasRows) -> dict[str, float]:
+    """The correlation lab's per-run numbers straight from the rows (the means, no bootstrap)."""
+    return _columns(rows.r.mean(0), rows.bi.mean(0), rows.angular.mean(0))
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary
+
+
+@dataclass
+class Atlas:
+    """The depth-use measures of one run (see the module docstring); arrays are float64.
+
+    relative_contribution, alignment, block_influence, block_influence_tokens: (L,), block 1
+    first; angular_distance: (L+1, L+1) over h_0 .. h_L; phase_point: 0..L; sublayers:
+    {"kind", "attention": {...}, "mlp": {...}} or None; intervals: {name: (low, high)} with the
+    arrays' shapes; gromov: the budget, n_drop, first dropped block, the best-block curve.
+    skip_effect: a `SkipEffect` when it was computed (on request), else None.
+    """
+
+    layers: int
+    n: int
+    relative_contribution: np.ndarray
+    alignment: np.ndarray
+    block_influence: np.ndarray
+    block_influence_tokens: np.ndarray
+    angular_distance: np.ndarray
+    phase_point: int
+    gromov: dict[str, Any]
+    intervals: dict[str, tuple[np.ndarray, np.ndarray]]
+    sublayers: dict[str, Any] | None = None
+    B: int = 100
+    ci: float = 0.95
+    seed: int = 0
+    skip_effect: SkipEffect | None = None
+    #: the run it belongs to (`deffcore.lenses.atlas.run_info`: key, spec, D_eff, lag profile)
+    run: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def columns(self) -> dict[str, float]:
+        """The correlation lab's per-run numbers (ATLAS_COLUMNS), from the means."""
+        return _columns(self.relative_contribution, self.block_influence, self.angular_distance)
+
+    def frame(self) -> Any:
+        """One row per block (1..L): each measure with its interval's ends (a DataFrame)."""
+        import pandas as pd
+
+        cols: dict[str, Any] = {"block": np.arange(1, self.layers + 1)}
+        named = {
+            "relative_contribution": self.relative_contribution,
+            "alignment": self.alignment,
+            "block_influence": self.block_influence,
+            "block_influence_tokens": self.block_influence_tokens,
+        }
+        for part in ("attention", "mlp"):
+            for name, values in (self.sublayers or {}).get(part, {}).items():
+                named[f"{part}_{name}"] = values
+        for name, values in named.items():
+            cols[name] = values
+            if name in self.intervals:
+                cols[f"{name}_low"], cols[f"{name}_high"] = self.intervals[name]
+        return pd.DataFrame(cols)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every measure, its interval, the columns (`from_dict` reads it back)."""
+        out: dict[str, Any] = {
+            "format": ATLAS_FORMAT,
+            "layers": self.layers,
+            "n": self.n,
+            "B": self.B,
+            "ci": self.ci,
+            "seed": self.seed,
+            "relative_contribution": _list(self.relative_contribution),
+            "alignment": _list(self.alignment),
+            "block_influence": _list(self.block_influence),
+            "block_influence_tokens": _list(self.block_influence_tokens),
+            "angular_distance": _list(self.angular_distance),
+            "phase_point": int(self.phase_point),
+            "gromov": _plain(self.gromov),
+            "sublayers": _plain(self.sublayers),
+            "intervals": {
+                k: {"low": _list(lo), "high": _list(hi)} for k, (lo, hi) in self.intervals.items()
+            },
+            "columns": self.columns(),
+            "skip_effect": None if self.skip_effect is None else self.skip_effect.to_dict(),
+            "run": _plain(self.run),
+            "meta": _plain(self.meta),
+        }
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Atlas:
+        """The inverse of `to_dict` (check a file from someone else with `check_atlas_dict`)."""
+        arr = {
+            k: np.asarray(d[k], dtype=np.float64)
+            for k in (*(a for a, _ in _PER_BLOCK), "block_influence_tokens", "angular_distance")
+        }
+        intervals = {
+            k: (_array(v["low"]), _array(v["high"])) for k, v in (d.get("intervals") or {}).items()
+        }
+        skip = d.get("skip_effect")
+        return cls(
+            layers=int(d["layers"]),
+            n=int(d["n"]),
+            **arr,
+            phase_point=int(d["phase_point"]),
+            gromov=dict(d.get("gromov") or {}),
+            intervals=intervals,
+            sublayers=d.get("sublayers"),
+            B=int(d.get("B", 100)),
+            ci=float(d.get("ci", 0.95)),
+            seed=int(d.get("seed", 0)),
+            skip_effect=None if skip is None else SkipEffect.from_dict(skip),
+            run=d.get("run"),
+            meta=dict(d.get("meta") or {}),
+        )
+
+
+def _array(values: Any) -> np.ndarray:
+    return np.asarray(
+        [np.nan if v is None else v for v in np.ravel(np.asarray(values, dtype=object))],
+        dtype=np.float64,
+    ).reshape(np.shape(values))
+
+
+def _list(a: Any) -> Any:
+    """float64 array -> nested lists, NaN -> None."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 0:
+        return None if not math.isfinite(float(a)) else float(a)
+    return [_list(x) for x in a]
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist() if obj.dtype.kind in "iub" else _list(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return float(obj) if math.isfinite(float(obj)) else None
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# Bootstrap
+
+
+def resample_weights(n: int, B: int, seed: int) -> np.ndarray:
+    """(B, n) float64: each row a passage resample's weights (multiplicity / n), seeded."""
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=B)
+    return counts.astype(np.float64) / n
+
+
+def percentile_interval(reps: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
+    """reps (B, ...) -> (low, high): the replicates' percentiles at (1-ci)/2 and (1+ci)/2."""
+    tail = (1 - ci) / 2
+    return np.quantile(reps, tail, axis=0), np.quantile(reps, 1 - tail, axis=0)
+
+
+def _integer_interval(reps: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = percentile_interval(np.asarray(reps, dtype=np.float64), ci)
+    return np.floor(lo), np.ceil(hi)
+
+
+def _token_weighted(rows: AtlasRows, weights: np.ndarray) -> np.ndarray:
+    """ShortGPT's token-weighted BI for passage weights (B, N) -> (B, L)."""
+    tokens = weights * rows.lengths[None, :]
+    return (tokens @ rows.bi) / tokens.sum(1, keepdims=True)
+
+
+def token_weighted_bi(rows: AtlasRows) -> np.ndarray:
+    """ShortGPT's BI (L,): 1 - mean cos(h_{l-1}, h_l) over every token of every passage (each
+    token weighs the same; the pruning lab's ranking)."""
+    return _token_weighted(rows, np.full((1, rows.n), 1.0 / rows.n))[0]
+
+
+def summarize(
+    rows: AtlasRows,
+    *,
+    B: int = 100,
+    seed: int = 0,
+    ci: float = 0.95,
+    budget: float = GROMOV_BUDGET,
+) -> Atlas:
+    """`Atlas` of per-passage rows: means over passages and passage-bootstrap intervals."""
+    N, L = rows.n, rows.layers
+    ones = np.full((1, N), 1.0 / N)
+    W = np.vstack([ones, resample_weights(N, B, seed)])  # row 0: the point estimate
+    stats = {name: W @ getattr(rows, src) for name, src in _PER_BLOCK}
+    stats["block_influence_tokens"] = _token_weighted(rows, W)
+    ang = (W @ rows.angular.reshape(N, -1)).reshape(-1, L + 1, L + 1)
+    stats["phase_point"] = np.array([phase_point(r) for r in stats["relative_contribution"]])
+    drops = [gromov_drop(D, budget) for D in ang]
+    stats["gromov_n_drop"] = np.array([n for n, _ in drops], dtype=np.float64)
+    cols = [
+        _columns(r, b, D)
+        for r, b, D in zip(
+            stats["relative_contribution"], stats["block_influence"], ang, strict=True
+        )
+    ]
+    for name in ATLAS_COLUMNS:
+        stats[name] = np.array([c[name] for c in cols])
+    if rows.split is not None:
+        for q in SPLIT_QUANTITIES:
+            stats[q] = W @ rows.split[q]
+    intervals = {k: percentile_interval(v[1:], ci) for k, v in stats.items()}
+    for k in ("phase_point", "gromov_n_drop"):
+        intervals[k] = _integer_interval(stats[k][1:], ci)
+    intervals["angular_distance"] = percentile_interval(ang[1:], ci)
+    return _atlas_of(rows, stats, ang[0], intervals, drops[0], B=B, seed=seed, ci=ci, budget=budget)
+
+
+def _atlas_of(rows, stats, D, intervals, drop, *, B, seed, ci, budget) -> Atlas:
+    best, start = gromov_curve(D)
+    sublayers = None
+    if rows.split is not None:
+        sublayers = {"kind": rows.split_kind, "attention": {}, "mlp": {}}
+        for q, (part, name) in _SPLIT_NAMES.items():
+            sublayers[part][name] = stats[q][0]
+            intervals[f"{part}_{name}"] = intervals.pop(q)
+    return Atlas(
+        layers=rows.layers,
+        n=rows.n,
+        relative_contribution=stats["relative_contribution"][0],
+        alignment=stats["alignment"][0],
+        block_influence=stats["block_influence"][0],
+        block_influence_tokens=stats["block_influence_tokens"][0],
+        angular_distance=D,
+        phase_point=int(stats["phase_point"][0]),
+        gromov={
+            "budget": budget,
+            "n_drop": drop[0],
+            "first_dropped_block": drop[1],
+            "best_distance": best,
+            "best_start": start,
+        },
+        intervals=intervals,
+        sublayers=sublayers,
+        B=B,
+        ci=ci,
+        seed=seed,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The skip effect (Csordás et al. §3.2), summarised the same way
+
+
+@dataclass
+class SkipEffect:
+    """Per skipped block s (rows) and later block l (columns), both 1-based in the arrays' order:
+
+    later: (L, L) mean over passages of e_{s->l} = mean_t ||u_l^{skip s} - u_l|| / ||u_l||,
+           NaN where l <= s; later_max: the same with the max over tokens and passages
+           (Csordás et al.'s own aggregation); kl: (L,) mean over passages of the mean next-token
+           KL(p || p^{skip s}); intervals: {"later", "kl"}: (low, high); passages: how many.
+    """
+
+    layers: int
+    passages: int
+    later: np.ndarray
+    later_max: np.ndarray
+    kl: np.ndarray
+    intervals: dict[str, tuple[np.ndarray, np.ndarray]]
+    B: int = 100
+    ci: float = 0.95
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "layers": self.layers,
+            "passages": self.passages,
+            "later": _list(self.later),
+            "later_max": _list(self.later_max),
+            "kl": _list(self.kl),
+            "intervals": {
+                k: {"low": _list(lo), "high": _list(hi)} for k, (lo, hi) in self.intervals.items()
+            },
+            "B": self.B,
+            "ci": self.ci,
+            "meta": _plain(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SkipEffect:
+        return cls(
+            layers=int(d["layers"]),
+            passages=int(d["passages"]),
+            later=_array(d["later"]),
+            later_max=_array(d["later_max"]),
+            kl=_array(d["kl"]),
+            intervals={
+                k: (_array(v["low"]), _array(v["high"]))
+                for k, v in (d.get("intervals") or {}).items()
+            },
+            B=int(d.get("B", 100)),
+            ci=float(d.get("ci", 0.95)),
+            meta=dict(d.get("meta") or {}),
+        )
+
+
+def summarize_skip(
+    later: np.ndarray,
+    later_max: np.ndarray,
+    kl: np.ndarray,
+    *,
+    B: int = 100,
+    seed: int = 0,
+    ci: float = 0.95,
+    meta: dict[str, Any] | None = None,
+) -> SkipEffect:
+    """Per-passage skip rows (P, L, L), (P, L, L), (P, L) -> `SkipEffect` with intervals."""
+    P, L = kl.shape
+    W = resample_weights(P, B, seed)
+    filled = np.nan_to_num(later, nan=0.0).reshape(P, -1)
+    upper = np.triu(np.ones((L, L), dtype=bool), k=1)  # l > s
+    mask = np.where(upper, 1.0, np.nan)
+    reps = (W @ filled).reshape(B, L, L) * mask
+    return SkipEffect(
+        layers=L,
+        passages=P,
+        later=filled.mean(0).reshape(L, L) * mask,
+        later_max=np.where(upper, np.nan_to_num(later_max, nan=0.0).max(0), np.nan),
+        kl=kl.mean(0),
+        intervals={"later": percentile_interval(reps, ci), "kl": percentile_interval(W @ kl, ci)},
+        B=B,
+        ci=ci,
+        meta=dict(meta or {}),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A file from someone else (a shared snapshot's "atlas")
+
+
+class AtlasFileError(ValueError):
+    """An atlas in a file that is not one (one sentence why)."""
+
+
+def finite_or_nan(value: Any, shape: tuple[int, ...], what: str, low: float, high: float) -> None:
+    """`value`: nested lists of `shape` holding numbers in [low, high] or null."""
+    try:
+        a = _array(value)
+    except (TypeError, ValueError):
+        raise AtlasFileError(f"its {what} is not an array of numbers.") from None
+    if a.shape != shape:
+        raise AtlasFileError(f"its {what} has shape {a.shape}, not {shape}.")
+    finite = a[np.isfinite(a)]
+    if np.isinf(a).any() or (
+        finite.size and (finite.min() < low - 1e-6 or finite.max() > high + 1e-6)
+    ):
+        raise AtlasFileError(f"its {what} holds values outside [{low:g}, {high:g}].")
+
+
+def check_atlas_dict(d: Any, layers: int) -> dict[str, Any]:
+    """`d` if it is an `Atlas.to_dict()` of a run with `layers` blocks whose every field the
+    pages read has its type, shape and range; AtlasFileError (a sentence) otherwise."""
+    if not isinstance(d, dict) or d.get("format") != ATLAS_FORMAT:
+        raise AtlasFileError(f"it is not a depth-use atlas of format {ATLAS_FORMAT}.")
+    L = layers
+    if d.get("layers") != L or not isinstance(d.get("n"), int) or isinstance(d.get("n"), bool):
+        raise AtlasFileError(f"its layer count is not the run's ({L}) or its n is not a count.")
+    ranges = {
+        "relative_contribution": (0, 1e6),
+        "alignment": (-1, 1),
+        "block_influence": (0, 2),
+        "block_influence_tokens": (0, 2),
+    }
+    for name, (low, high) in ranges.items():
+        finite_or_nan(d.get(name), (L,), name, low, high)
+    finite_or_nan(d.get("angular_distance"), (L + 1, L + 1), "angular distance", 0, 1)
+    p = d.get("phase_point")
+    if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p <= L:
+        raise AtlasFileError(f"its phase point is not a block index from 0 to {L}.")
+    intervals = d.get("intervals")
+    if not isinstance(intervals, dict):
+        raise AtlasFileError("its intervals are not an object.")
+    for name, band in intervals.items():
+        if not isinstance(band, dict) or not {"low", "high"} <= set(band):
+            raise AtlasFileError(f"its interval {str(name)[:40]!r} has no low and high.")
+        for side in ("low", "high"):
+            finite_or_nan(
+                band[side], np.shape(_array(band[side])), f"interval {str(name)[:40]}", -2, 1e6
+            )
+    _check_skip(d.get("skip_effect"), L)
+    return d
+
+
+def _check_skip(skip: Any, L: int) -> None:
+    if skip is None:
+        return
+    if not isinstance(skip, dict) or skip.get("layers") != L:
+        raise AtlasFileError("its skip effect is not one of this run's blocks.")
+    finite_or_nan(skip.get("later"), (L, L), "skip effect on later blocks", 0, 1e6)
+    finite_or_nan(skip.get("later_max"), (L, L), "skip effect (max)", 0, 1e6)
+    finite_or_nan(skip.get("kl"), (L,), "skip effect on the output", 0, 1e6)

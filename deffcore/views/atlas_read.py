@@ -1,0 +1,61 @@
+"""A measured run's depth-use atlas as stored beside it, summarised (nothing is run here).
+
+Stage: views (reads `deffcore.extraction.atlas_store`, summarises with
+`deffcore.measures.atlas`; the views and the correlation lab read a run's atlas through it,
+`deffcore.lenses.atlas` computes one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from deffcore.extraction import atlas_store
+from deffcore.measures.atlas import Atlas, SkipEffect, summarize, summarize_skip
+from deffcore.measures.depth import lag_profile
+
+
+def run_info(m: Any) -> dict[str, Any]:
+    """The run's own numbers the atlas is read beside (default pooling, the run's metric):
+    key, spec, metric, layers, n, D_eff, D_eff/L, gap%, rho_hat(1), the lag profile."""
+    s = m.summary("default")
+    return {
+        "key": m.spec.key(),
+        "spec": asdict(m.spec),
+        "metric": m.metric,
+        "layers": int(m.layers),
+        "n": int(m.n),
+        "deff": s.deff,
+        "deff_over_L": s.deff_over_L,
+        "gap_pct": s.gap_pct,
+        "rho1": s.rho1,
+        "lag_profile": [float(x) for x in lag_profile(m.similarity("default"))],
+    }
+
+
+def stored_skip(
+    m: Any, passages: int | None = None, *, B: int = 100, seed: int = 0, ci: float = 0.95
+) -> SkipEffect | None:
+    """The run's stored skip effect on its first min(passages, N) passages (None: on however
+    many it was computed), or None."""
+    found = atlas_store.read_skip(m.spec, None if passages is None else min(passages, m.n))
+    if found is None:
+        return None
+    return summarize_skip(
+        found["later"], found["later_max"], found["kl"], B=B, seed=seed, ci=ci,
+        meta={"passages_rule": "the run's first kept passages"},
+    )  # fmt: skip
+
+
+def stored_atlas(
+    m: Any, *, B: int = 100, seed: int = 0, ci: float = 0.95, skip_passages: int | None = None
+) -> Atlas | None:
+    """The atlas of a measured run (`Measurement`) as stored beside it, with its skip effect
+    when one is stored; None when the run has no atlas yet."""
+    rows = atlas_store.read_rows(m.spec)
+    if rows is None or rows.n != m.n:
+        return None
+    out = summarize(rows, B=B, seed=seed, ci=ci)
+    out.run = run_info(m)
+    out.skip_effect = stored_skip(m, skip_passages, B=B, seed=seed, ci=ci)
+    return out

@@ -1,0 +1,182 @@
+"""Depth use: the other papers' measures of how the model uses its depth, beside the lag profile
+and D_eff of the current run (SPEC 16, the depth-use atlas)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from deffcore import figures
+from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.measures.atlas import Atlas
+from deffcore.views.glossary import glossary_markdown, human_columns
+from deffcore.views.labels import run_identity
+from deffcore.views.run_view import RunView
+from explorer.cards import download_table, show_figure
+from explorer.guard import guarded
+from explorer.page import require_view
+from explorer.progress import progress_callback
+from explorer.settings import Settings
+
+#: The glossary terms of this page, in the order it shows them.
+TERMS = (
+    "relative contribution",
+    "alignment",
+    "Block Influence",
+    "angular distance",
+    "phase point",
+    "Gromov et al.'s block",
+    "skip effect",
+)
+
+
+def beside_section(view: RunView, settings: Settings) -> None:
+    """The run's own D_eff and lag profile, the numbers the atlas is read beside."""
+    h = view.headline("default", settings.metric)
+    cols = st.columns(4)
+    cols[0].metric("D_eff", f"{h.deff:.3f}", help=f"L = {h.layers}, default pooling")
+    cols[1].metric("D_eff / L", f"{h.deff_over_L:.4f}")
+    cols[2].metric("Gap to F_L", f"{h.gap_pct:+.1f}%")
+    cols[3].metric("ρ̂(1)", f"{h.rho1:.4f}")
+    show_figure(
+        figures.lag_decay(view.lag_profile("default", settings.metric)),
+        "lag_decay",
+        run_identity(view.spec, pooling="default", metric=settings.metric),
+    )
+
+
+def identity(view: RunView) -> dict[str, Any]:
+    return run_identity(view.spec, pooling="every token", metric="depth use")
+
+
+def compute(view: RunView, *, skip_effect: bool) -> None:
+    """The atlas (one extraction pass) or the skip effect, with a progress bar; both are kept
+    beside the run, so the page reads them from there on every later visit."""
+    from deffcore.lenses.atlas import atlas_of
+
+    what = "The skip effect" if skip_effect else "The depth-use atlas"
+    with st.status(what, expanded=True) as status:
+        bar = st.progress(0.0, text="starting")
+        done = None
+        with guarded(what):
+            done = atlas_of(
+                view.measurement, skip_effect=skip_effect, progress=progress_callback(bar)
+            )
+        status.update(
+            label=f"{what}: {'done' if done else 'failed'}",
+            state="complete" if done else "error",
+            expanded=False,
+        )
+
+
+def missing_section(view: RunView) -> None:
+    if view.measurement is None:
+        st.info(
+            "This run carries no depth-use atlas (a snapshot made before the atlas existed). "
+            "Measure the run (press **Run** in the sidebar): a new run takes its atlas during "
+            "its own extraction."
+        )
+        return
+    st.info(
+        "This run was measured before the atlas existed (or resumed from another run's "
+        "batches), so it has none yet: computing it is one more pass over its passages."
+    )
+    if st.button("Compute the depth-use atlas", key="du_compute", type="primary"):
+        compute(view, skip_effect=False)
+        st.rerun()
+
+
+def numbers_section(atlas: Atlas) -> None:
+    L, band = atlas.layers, atlas.intervals["phase_point"]
+    g, cols = atlas.gromov, atlas.columns()
+    c = st.columns(4)
+    c[0].metric(
+        "Phase point",
+        f"after block {atlas.phase_point}",
+        help=f"95% interval: blocks {band[0]:.0f}–{band[1]:.0f}; "
+        f"{L - atlas.phase_point} of {L} blocks past it",
+    )
+    c[1].metric("Blocks past the phase point", f"{cols['phase_share']:.0%}")
+    c[2].metric("Mean BI, second half", f"{cols['bi_second_half']:.4f}")
+    first = g["first_dropped_block"]
+    c[3].metric(
+        f"Gromov et al. drop at {g['budget']:.0%}",
+        f"{g['n_drop']} of {L}",
+        help="the most consecutive blocks whose input and output differ by at most "
+        "the budget in angular distance"
+        + (f"; blocks {first}–{first + g['n_drop'] - 1}" if first else ""),
+    )
+
+
+def measures_section(view: RunView, atlas: Atlas) -> None:
+    tag = identity(view)
+    numbers_section(atlas)
+    show_figure(figures.contribution_figure(atlas), "relative_contribution", tag)
+    if atlas.sublayers is None:
+        st.caption(
+            "No attention / MLP split: this architecture's sublayer writes are not "
+            "verified here (the block's total write is shown)."
+        )
+    show_figure(figures.block_influence_figure(atlas), "block_influence", tag)
+    show_figure(figures.angular_figure(atlas), "angular_distance", tag)
+    st.caption(
+        f"Each number is a mean over the run's {atlas.n} passages (each passage weighs the "
+        f"same) of a mean over the passage's tokens; bars are {atlas.ci:.0%} passage-bootstrap "
+        f"intervals ({atlas.B} resamples). The angular distance is taken at each passage's last "
+        "token, as Gromov et al. do."
+    )
+    with st.expander("Per block, with intervals"):
+        frame = atlas.frame()
+        st.dataframe(human_columns(frame), hide_index=True, key="du_table")
+        download_table(frame, "atlas_blocks", tag)
+
+
+def skip_section(view: RunView, atlas: Atlas) -> None:
+    st.subheader("Skip one block: what changes later (Csordás et al. §3.2)")
+    if atlas.skip_effect is not None:
+        show_figure(figures.skip_figure(atlas.skip_effect), "skip_effect", identity(view))
+        st.caption(
+            "Left: mean relative change of each later block's write; right: mean "
+            "next-token KL between the model and the model without the block."
+        )
+        return
+    if view.measurement is None:
+        st.caption("The snapshot carries no skip effect; a measured run computes it here.")
+        return
+    st.caption(
+        f"Each of the {atlas.layers} blocks skipped in turn on the run's first "
+        f"{min(64, atlas.n)} passages: at most {atlas.layers + 1} forward passes of them."
+    )
+    if st.button("Compute the skip effect", key="du_skip"):
+        compute(view, skip_effect=True)
+        st.rerun()
+
+
+def main() -> None:
+    ctx = require_view("Depth use")
+    if ctx is None:
+        st.stop()
+    view, settings = ctx
+    st.markdown(
+        "How does the model use its depth? Other papers' measures on the **same passages** "
+        "as D_eff: how much each block writes to the residual stream and in which direction "
+        "(Csordás et al.), ShortGPT's Block Influence, Gromov et al.'s angular distance "
+        "between layers and the blocks they would drop, and where the contributions fall "
+        "off (the phase point). Definitions and papers are in the glossary below."
+    )
+    st.caption(f"Run: {md_escape(view.label)}")
+    beside_section(view, settings)
+    atlas = None
+    with guarded("Reading the depth-use atlas"):
+        atlas = view.atlas()
+    if atlas is None:
+        missing_section(view)
+    else:
+        measures_section(view, atlas)
+        skip_section(view, atlas)
+    with st.expander("Glossary: the measures and their papers"):
+        st.markdown(glossary_markdown(TERMS))
+
+
+main()
