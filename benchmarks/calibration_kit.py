@@ -48,21 +48,27 @@ def pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.1f}%"
 
 
-def parse_args(doc: str, sizes: Iterable[str], bootstrap: int, bootstrap_help: str) -> Any:
+def parse_args(
+    doc: str,
+    sizes: Iterable[str],
+    bootstrap: int,
+    bootstrap_help: str,
+    flags: dict[str, str] | None = None,
+) -> Any:
     """A calibration benchmark's command line (its docstring's first line as description):
     `--size` (one of `sizes`, default "full"), `--bootstrap B` (default `bootstrap`),
-    `--save` / `--load` of the measurements."""
+    `--save` / `--load` of the measurements, and the on/off `flags` (name -> help)."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--size", choices=tuple(sizes), default="full")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="B", help=bootstrap_help)
+    for name, help_text in (flags or {}).items():
+        p.add_argument(f"--{name}", action="store_true", help=help_text)
     p.add_argument("--save", type=Path, default=None, help="write the measurements here")
     p.add_argument("--load", type=Path, default=None, help="judge saved measurements")
     return p.parse_args()
 
 
-def measured_or_loaded(
-    args: argparse.Namespace, run: Callable[[str, int | None], dict[str, Any]]
-) -> dict[str, Any]:
+def measured_or_loaded(args: argparse.Namespace, run: Callable[[str, int | None], Any]) -> Any:
     """`run(args.size, B)` (B = `args.bootstrap`, None for 0), or the measurements saved in
     `args.load`; written to `args.save` when given (so thresholds can be tried again)."""
     if args.load is not None:

@@ -17,6 +17,13 @@ from deffcore.cli._live import (
     plan_command,
 )
 from deffcore.cli._output import Progress, add_output_args, print_json, result_only_stdout
+from deffcore.cli._paired import (
+    add_paired_args,
+    answer_line,
+    answer_of,
+    check_paired_args,
+    paired_of,
+)
 from deffcore.core.constants import POOLINGS
 
 
@@ -52,9 +59,12 @@ def add_parser(subparsers) -> None:
         type=int,
         default=None,
         metavar="B",
-        help="passage bootstrap with B replicates (e.g. 100): the 95%% interval of the default "
-        "pooling's D_eff/L, which the trust badge then uses (SPEC section 8)",
+        help="passage bootstrap with B replicates (e.g. 100), one for the run: the 95%% "
+        "interval of the default pooling's D_eff/L, which the trust badge then uses (SPEC "
+        "section 8), and the paired interval of every difference of the poolings it holds "
+        "(--bootstrap-poolings), e.g. the BOS answer's default vs no_pos0 (SPEC section 15)",
     )
+    add_paired_args(p)
     p.add_argument(
         "--no-cache",
         action="store_true",
@@ -97,6 +107,7 @@ def _table(d: dict) -> str:
                 f"trained {d['results'][pooling]['deff_over_L']:.3f}"
             )
     lines += ["", *trust_lines(d["trust"], d.get("bootstrap"))]
+    lines += ["", answer_line(d["position0_answer"])]
     lines += [
         "",
         f"{'cached' if d['cached'] else 'computed'} in {d['elapsed_s']:.1f} s (key {d['key']})",
@@ -124,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.bootstrap is not None:
         check_int(args.bootstrap, "--bootstrap", 2)
+    check_paired_args(args)
     check_args(args)
     check_live_args(args)
     if args.plan:
@@ -144,12 +156,15 @@ def run(args: argparse.Namespace) -> int:
             )
     d = m.to_dict()
     boot = None
-    if args.bootstrap is not None:
-        boot = m.bootstrap("default", B=args.bootstrap, seed=args.seed)
+    pb = paired_of(m, args)  # one bootstrap for the run: every pooling it pairs, same passages
+    if pb is not None:
+        boot = pb.result("default", args.metric)
         d["bootstrap"] = boot.to_dict()
     d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
+    d["position0_answer"] = answer_of(m, args.metric, pb)
     if args.snapshot is not None:
-        _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d})
+        extra = {k: d[k] for k in ("trust", "bootstrap", "position0_answer") if k in d}
+        _write_snapshot(m, args, seeds, extra, pb)
     if live is not None:
         d["anytime"] = live.to_dict()
     if args.json:
@@ -159,9 +174,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict) -> None:
+def _write_snapshot(
+    m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict, pb=None
+) -> None:
     """The explorer's snapshot of this run, stamped with the command that reproduces it; its
-    CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run)."""
+    CLI JSON (`measurement`) also holds the trust object, the BOS answer (and the bootstrap,
+    when run); `paired`: the run's paired bootstrap (every difference the pages show gets its
+    interval from it); `supply`: what the run's data can give (`tokens.WindowSource`)."""
     from deffcore.views.snapshot import snapshot
 
     command = (
@@ -180,8 +199,29 @@ def _write_snapshot(m, args: argparse.Namespace, seeds: tuple[int, ...], extra: 
         command += " --random-seeds " + ",".join(map(str, seeds))
     if args.bootstrap is not None:
         command += f" --bootstrap {args.bootstrap}"
+        command += f" --bootstrap-poolings {','.join(dict.fromkeys(p for p, _ in pb.profiles))}"
+        metrics = ",".join(dict.fromkeys(mt for _, mt in pb.profiles))
+        command += f" --bootstrap-metrics {metrics}" if metrics != args.metric else ""
     data = snapshot(m, command=command)
     data["measurement"].update(extra)
+    if pb is not None:
+        data["paired"] = pb.to_dict()
+    source = _window_source(m)
+    if source is not None:
+        data["supply"] = source.to_dict()
     args.snapshot.parent.mkdir(parents=True, exist_ok=True)
     args.snapshot.write_text(json.dumps(data, separators=(",", ":")))
     print(f"wrote {args.snapshot} ({args.snapshot.stat().st_size / 1024:.0f} kB)", file=sys.stderr)
+
+
+def _window_source(m):
+    """The run's data as a `tokens.WindowSource` (tokenizer only), None when not countable."""
+    from deffcore.inputs.tokens import window_source
+
+    spec = m.spec
+    if spec.dataset.startswith("hf:") or spec.model.startswith(("loaded:", "states:")):
+        return None
+    try:
+        return window_source(spec.model, spec.dataset, spec.bos, spec.revision)
+    except Exception:  # not countable here: the snapshot then has no supply
+        return None

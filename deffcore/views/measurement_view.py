@@ -53,3 +53,6 @@ class MeasurementView(NotebookDisplay, RunView):
 
     def random_band(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
         return self._m.random_band(pooling, metric)
+
+    def paired_bootstrap(self) -> Any | None:
+        return self._m.paired_latest()

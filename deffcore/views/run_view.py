@@ -76,6 +76,16 @@ class RunView:
         """The live `Measurement`, or None for a snapshot."""
         return None
 
+    def paired_bootstrap(self) -> Any | None:
+        """The run's `paired.PairedBootstrap` (one bootstrap of its poolings and metrics on the
+        same passages, SPEC section 15), or None when it has none (never computes one)."""
+        return None
+
+    def window_source(self) -> Any | None:
+        """The run's data as a `tokens.WindowSource` when the view holds it (a snapshot made
+        with it), so an action is checked against the data without a tokenizer; else None."""
+        return None
+
     # Everything below is computed from `similarity`, the same way for both kinds of run.
 
     def lag_profile(self, pooling: str = "default", metric: str = "cka") -> np.ndarray:
@@ -134,7 +144,7 @@ class RunView:
         d, whether
         the CKA bias moves D_eff/L (against unbiased CKA, when the run has it), the bootstrap
         interval `ci` when one was computed, the random-weight band when the run has one."""
-        from deffcore.statistics.trust_rule import trust_badge
+        from deffcore.statistics.trust_rule import trust_badge, with_supply
 
         h = self.headline(pooling, metric, K)
         unbiased = None
@@ -144,7 +154,7 @@ class RunView:
         band = self.random_band(pooling, metric) or {}
         seeds = len(band.get("seeds") or band.get("deff_over_L") or [])
         null = (band["low"], band["high"]) if seeds and {"low", "high"} <= set(band) else None
-        return trust_badge(
+        t = trust_badge(
             h.n,
             h.d_model,
             metric=metric,
@@ -155,6 +165,7 @@ class RunView:
             null_seeds=seeds,
             layers=h.layers,  # the gap's regime is part of the claim
         )
+        return with_supply(t, self.spec or None, self.window_source())  # actions the data gives
 
     def identity(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
         """`run_identity` of this run and view (what a downloaded table or figure carries)."""

@@ -153,6 +153,22 @@ def validate_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
     if "cka" not in sims["default"]:
         raise SnapshotError(f"{where} has no default-pooling linear CKA matrix.")
     _check_measurement(data.get("measurement"), where)
+    if "paired" in data:  # the stored paired bootstrap (SPEC section 15), one schema
+        from deffcore.statistics.paired import PairedBootstrap
+
+        try:
+            pb = PairedBootstrap.from_dict(data["paired"])
+        except DeffError as err:
+            raise SnapshotError(f"{where}: {err}") from None
+        if (pb.layers, pb.n) != (L, data["n"]):
+            raise SnapshotError(f"{where}: its paired bootstrap is not of this run's L and N.")
+    if "supply" in data:  # what the run's data can give (tokens.WindowSource)
+        from deffcore.inputs.tokens import WindowSource
+
+        try:
+            WindowSource.from_dict(data["supply"])
+        except (ValueError, KeyError, TypeError):
+            raise SnapshotError(f"{where}: 'supply' is not token counts per document.") from None
     return data
 
 
