@@ -6,12 +6,12 @@
 `--entry`: a cache entry, complete or still extracting (its checkpointed batches: a window
 run's first k rows are the k-run, bit for bit, `deffcore.extraction.prefix`). For each N in
 `--n` (at most what has landed) the run of N windows is read from those rows, and the BOS
-page's answer is computed as `measure --bootstrap B --json` computes it: the unpaired rule (both errors
-added) and the paired one (`Measurement.paired_bootstrap` of default and no_pos0, B
-replicates), with the time the bootstrap took. `--marks`: the live estimates a run of the
+page's answer is computed as `measure --bootstrap B --json` computes it: the unpaired rule
+(both errors added) and the paired one (`Measurement.paired_bootstrap` of default and no_pos0,
+B replicates), with the time the bootstrap took. `--marks`: the live estimates a run of the
 entry's N makes at 32, 64, ... (`anytime.estimate` with the paired bootstrap, B = `--live-B`)
-and where `StopRule("verdict")` stops, with each estimate's time (the extraction is not
-timed here: no model is run). Read-only: nothing is written to the cache.
+and where `StopRule("verdict")` stops, with each estimate's time (the extraction is not timed
+here: no model is run). Read-only: nothing is written to the cache.
 """
 
 from __future__ import annotations
