@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.core.constants import PC_CONTROLS, POOLINGS, REGIME_TOLERANCE
+from deffcore.core.constants import NOISE_MIN_N, PC_CONTROLS, POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
 from deffcore.extraction.pooling import PooledStates
 from deffcore.extraction.prefix import PrefixRows, finished_rows
@@ -260,6 +260,8 @@ def estimate(
         raise DeffError("An estimate needs the default pooling (the verdict compares with it).")
     states = {p: states_with_h0(pooled, p) for p in poolings}
     paired = None
+    if pooled.n < NOISE_MIN_N:  # noise whatever its interval (and too few passages for the
+        bootstrap = None  # U-statistic's replicates): a tiny run's one estimate has none
     if bootstrap:
         paired = shared_bootstrap(
             states, [p for p in bootstrap_poolings if p in states], metric, bootstrap, seed
