@@ -1,4 +1,4 @@
-"""What one paired bootstrap costs per pooling and metric (`deffcore.paired`), as ratios.
+"""What one paired bootstrap costs per pooling and metric (`deffcore.statistics.paired`), as ratios.
 
     nice -n 10 .venv/bin/python benchmarks/bench_paired.py [--n 1024] [--B 50] [--repeat 2]
 
