@@ -333,8 +333,9 @@ def run_answers(size: str, B: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    flags = {"answers": "the paired BOS answer's stopping"}
-    args = kit.parse_args(__doc__, GRIDS, 0, "0: no interval", flags)
+    p = kit.parser(__doc__, GRIDS, 0, "0: no interval")
+    p.add_argument("--answers", action="store_true", help="the paired BOS answer's stopping")
+    args = p.parse_args()
     start = time.perf_counter()
     if args.answers:
         B = args.bootstrap or 50

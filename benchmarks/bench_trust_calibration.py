@@ -1,7 +1,8 @@
 """Calibration of the trust badge (`deffcore.statistics.trust_rule`) on states whose truth is known.
 
     nice -n 10 .venv/bin/python benchmarks/bench_trust_calibration.py [--size full|tiny]
-        [--bootstrap 40] [--save results.json] [--load results.json]
+        [--bootstrap 40] [--tails gaussian,passage,multivariate_t] [--grids plain,bootstrap]
+        [--save results.json] [--load results.json]
 
 States are sampled from the teaching constructions (`deffcore.measures.teaching.sample_states`),
 whose
@@ -13,6 +14,13 @@ against unbiased CKA on the same states). A second, smaller grid adds the passag
 bootstrap's interval (B replicates). Per metric and badge level the table reports how many
 datasets got that level, how often the number lies within 2% (relative) of the truth and
 within 5%, its largest error, and how often the regime (below / at / above F_L) is right.
+
+Heavy tails (issue 26, `--tails`): the same grids with t-distributed passages, 3 degrees of
+freedom (`deffcore.measures.synthetic.heavy_tailed_states`): "passage", one scale per passage shared
+by all its layers (power-law state norms), and "multivariate_t", one scale per component
+(h_0 and each update). The population S is the Gaussian construction's, so the same truth
+judges them; the checks add the answer rate (datasets read "solid") and how often a solid
+number is right (within 2% with the right regime).
 
 Regime judge: "below" is right when the population gap is > 0, "above" when < 0, "at the
 reference" when |population gap| <= REGIME_TOLERANCE + the 2% a solid number may be off
@@ -38,13 +46,19 @@ sys.path.insert(0, str(HERE))  # calibration_kit
 import calibration_kit as kit  # noqa: E402
 
 from deffcore.core.constants import REGIME_TOLERANCE  # noqa: E402
-from deffcore.measures import teaching  # noqa: E402
+from deffcore.measures import synthetic, teaching  # noqa: E402
 from deffcore.measures.depth import effective_depth  # noqa: E402
 from deffcore.measures.similarity import similarity_matrix  # noqa: E402
 from deffcore.statistics.bootstrap import bootstrap_deff_over_L  # noqa: E402
 from deffcore.statistics.trust_rule import LEVELS, SOLID_ERROR, assess, gap_of  # noqa: E402
 
 METRICS = ("cka", "unbiased_cka")
+#: `--tails` name -> `synthetic.heavy_tailed_states` tails (None: the Gaussian construction).
+TAILS: dict[str, str | None] = {
+    "gaussian": None,
+    "passage": "passage",
+    "multivariate_t": "multivariate_t",
+}
 #: (layers, passages, features, seeds, most numbers L*N*d per dataset) of each grid.
 GRIDS: dict[str, dict[str, Any]] = {
     "full": {
@@ -70,8 +84,8 @@ GRIDS: dict[str, dict[str, Any]] = {
 }
 
 
-def grid(size: str, bootstrap: bool) -> list[dict[str, Any]]:
-    """The datasets of one grid: construction, L, N, d, seed."""
+def grid(size: str, bootstrap: bool, tails: str = "gaussian") -> list[dict[str, Any]]:
+    """The datasets of one grid: construction, L, N, d, seed, tails."""
     g = GRIDS[size]
     dims = ("boot_L", "boot_N", "boot_d") if bootstrap else ("L", "N", "d")
     seeds = 1 if bootstrap else g["seeds"]
@@ -80,7 +94,9 @@ def grid(size: str, bootstrap: bool) -> list[dict[str, Any]]:
         kit.CONSTRUCTIONS, *(g[k] for k in dims), range(seeds)
     ):
         if L * N * d <= g["budget"] or bootstrap:
-            cases.append({"construction": name, "L": L, "N": N, "d": d, "seed": seed})
+            cases.append(
+                {"construction": name, "L": L, "N": N, "d": d, "seed": seed, "tails": tails}
+            )
     return cases
 
 
@@ -89,7 +105,12 @@ def measure_case(case: dict[str, Any], B: int | None = None) -> dict[str, Any]:
     bootstrap interval and replicate mean of each."""
     step, knobs, truth = kit.construction(case)
     L = case["L"]
-    x = teaching.sample_states(step, knobs, case["N"], case["d"], seed=1000 + case["seed"])
+    tails = TAILS[case.get("tails", "gaussian")]
+    seed = 1000 + case["seed"]
+    if tails is None:
+        x = teaching.sample_states(step, knobs, case["N"], case["d"], seed=seed)
+    else:
+        x = synthetic.heavy_tailed_states(step, knobs, case["N"], case["d"], tails, seed=seed)
     out = {**case, "truth": truth}
     for metric in METRICS:
         out[metric] = effective_depth(similarity_matrix(x, metric)) / L
@@ -148,6 +169,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "solid within 2% (goal >= 95%)": kit.share(j["error"] <= 0.02 for j in solid),
         "solid largest error (goal <= 5%)": max((j["error"] for j in solid), default=None),
         "solid regime right": kit.share(j["regime_ok"] for j in solid),
+        "solid right (within 2%, regime right)": kit.share(
+            j["error"] <= 0.02 and j["regime_ok"] for j in solid
+        ),
         "error > 10% read noise (goal 100%)": kit.share(j["level"] == "noise" for j in bad),
         "datasets with error > 10%": len(bad),
         "read solid": kit.share(j["level"] == "solid" for _, j in judged),
@@ -188,28 +212,57 @@ def markdown(summary: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-def run(size: str, B: int | None) -> dict[str, list[dict[str, Any]]]:
-    """Measure both grids (the bootstrap grid only when B is given)."""
-    out = {"plain": [measure_case(c) for c in grid(size, False)]}
-    if B is not None:
-        out["bootstrap"] = [measure_case(c, B) for c in grid(size, True)]
+def part_name(bootstrap: bool, tails: str) -> str:
+    """The results' key of one grid: "plain" / "bootstrap" (Gaussian), else with the tails."""
+    name = "bootstrap" if bootstrap else "plain"
+    return name if tails == "gaussian" else f"{name} {tails}"
+
+
+def run(
+    size: str,
+    B: int | None,
+    tails: tuple[str, ...] = ("gaussian",),
+    grids: tuple[str, ...] = ("plain", "bootstrap"),
+) -> dict[str, list[dict[str, Any]]]:
+    """Measure the `grids` (the bootstrap grid only when B is given) for every `tails`."""
+    out = {}
+    for t in tails:
+        if "plain" in grids:
+            out[part_name(False, t)] = [measure_case(c) for c in grid(size, False, t)]
+        if B is not None and "bootstrap" in grids:
+            out[part_name(True, t)] = [measure_case(c, B) for c in grid(size, True, t)]
     return out
 
 
+def title_of(part: str, B: int | None) -> str:
+    kind, _, tails = part.partition(" ")
+    title = "Without an interval" if kind == "plain" else f"With a bootstrap interval (B = {B})"
+    names = {"passage": "heavy tails: one t3 scale per passage", "multivariate_t":
+             "heavy tails: multivariate t3 components"}  # fmt: skip
+    return f"{title}, {names[tails]}" if tails else title
+
+
 def main() -> None:
-    args = kit.parse_args(__doc__, GRIDS, 40, "0: no bootstrap grid")
+    p = kit.parser(__doc__, GRIDS, 40, "0: no bootstrap grid")
+    p.add_argument(
+        "--tails",
+        default="gaussian",
+        help=f"comma-separated, of {', '.join(TAILS)} (default gaussian)",
+    )
+    p.add_argument("--grids", default="plain,bootstrap", help="comma-separated: plain, bootstrap")
+    args = p.parse_args()
+    tails = tuple(t.strip() for t in args.tails.split(",") if t.strip())
+    unknown = [t for t in tails if t not in TAILS]
+    if unknown:
+        p.error(f"unknown --tails {', '.join(unknown)}; choose from {', '.join(TAILS)}")
+    grids = tuple(g.strip() for g in args.grids.split(",") if g.strip())
     start = time.perf_counter()
-    results = kit.measured_or_loaded(args, run)
+    results = kit.measured_or_loaded(args, lambda size, B: run(size, B, tails, grids))
     ok = True
     for part, rows in results.items():
         summary = summarise(rows)
         ok &= goals_met(summary)
-        title = (
-            "Without an interval"
-            if part == "plain"
-            else f"With a bootstrap interval (B = {args.bootstrap})"
-        )
-        print(markdown(summary, title), end="\n\n")
+        print(markdown(summary, title_of(part, args.bootstrap)), end="\n\n")
     print(f"goals met: {ok}   ({time.perf_counter() - start:.0f} s)")
 
 

@@ -48,24 +48,23 @@ def pct(v: float | None) -> str:
     return "–" if v is None else f"{100 * v:.1f}%"
 
 
-def parse_args(
-    doc: str,
-    sizes: Iterable[str],
-    bootstrap: int,
-    bootstrap_help: str,
-    flags: dict[str, str] | None = None,
-) -> Any:
+def parser(
+    doc: str, sizes: Iterable[str], bootstrap: int, bootstrap_help: str
+) -> argparse.ArgumentParser:
     """A calibration benchmark's command line (its docstring's first line as description):
     `--size` (one of `sizes`, default "full"), `--bootstrap B` (default `bootstrap`),
-    `--save` / `--load` of the measurements, and the on/off `flags` (name -> help)."""
+    `--save` / `--load` of the measurements; a benchmark may add its own options."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--size", choices=tuple(sizes), default="full")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="B", help=bootstrap_help)
-    for name, help_text in (flags or {}).items():
-        p.add_argument(f"--{name}", action="store_true", help=help_text)
     p.add_argument("--save", type=Path, default=None, help="write the measurements here")
     p.add_argument("--load", type=Path, default=None, help="judge saved measurements")
-    return p.parse_args()
+    return p
+
+
+def parse_args(doc: str, sizes: Iterable[str], bootstrap: int, bootstrap_help: str) -> Any:
+    """`parser(...)`'s arguments, parsed from the command line."""
+    return parser(doc, sizes, bootstrap, bootstrap_help).parse_args()
 
 
 def measured_or_loaded(args: argparse.Namespace, run: Callable[[str, int | None], Any]) -> Any:

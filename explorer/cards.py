@@ -52,9 +52,9 @@ def shared_note(view: SnapshotView) -> None:
 
 def trust_of(view: RunView, settings: Settings) -> Trust:
     """The trust badge of the current headline (`RunView.trust`), with the bootstrap interval
-    when the Baselines page computed one for this view."""
+    when the Baselines page computed one for this view, else the one the run was stored with."""
     pooling, metric, K = settings.pooling, settings.metric, settings.K
-    ci = None
+    ci = mean = None
     if K in (None, view.layers - 1):
         for k, v in st.session_state.items():
             if (
@@ -64,7 +64,8 @@ def trust_of(view: RunView, settings: Settings) -> Trust:
                 and {"low", "high"} <= set(v)
             ):
                 ci = (float(v["low"]), float(v["high"]))
-    return view.trust(pooling, metric, K, ci)
+                mean = v.get("mean")
+    return view.trust(pooling, metric, K, ci, mean)  # no ci: the run's stored bootstrap
 
 
 _BADGE_COLOR = {"solid": "green", "indicative": "orange", "noise": "red"}

@@ -12,6 +12,7 @@ from deffcore.core.safe_text import md_escape  # user text shown as text, not Ma
 from deffcore.labs import figures, lens_figures, lens_tables
 from deffcore.labs.aggregations import AGGREGATION_LABELS, aggregation_table
 from deffcore.labs.gw_lens import GwOptions, gw_lens, stored_gw
+from deffcore.measures.gw import INITS
 from deffcore.views.glossary import human_columns, human_label
 from deffcore.views.paper import paper_table
 from deffcore.views.run_view import RunView
@@ -23,6 +24,12 @@ from explorer.progress import progress_callback
 #: The app's default GW subsample: 45 s (SmolLM2, L = 30) to 100 s (Gemma-3, L = 18) on 2 CPU
 #: cores (BENCHMARKS.md); the library's default (SPEC 13.1) is 512.
 APP_N_GW = 128
+#: The starting couplings as the page names them (`deffcore.measures.gw.INITS`).
+START_LABELS = {
+    "product": "product (POT's default, the paper's)",
+    "both": "both (product and identity, smaller kept)",
+    "identity": "identity (passage a with passage a)",
+}
 
 
 def aggregations_section(view: RunView, pooling: str) -> dict[str, Any] | None:
@@ -73,16 +80,22 @@ def gw_section(view: RunView, pooling: str) -> None:
     st.markdown(
         "GW compares two layers' point clouds through their internal distances only: a "
         "seeded subsample of n_gw passages (the same rows in every layer), Euclidean "
-        "distances divided by their mean, uniform weights, exact GW² started from two "
-        "couplings and the smaller kept (SPEC 13.1). Then Spearman ρ over layer pairs: GW "
-        "against the similarity, and each against the layer distance |i−j|."
+        "distances divided by their mean, uniform weights, exact GW² by POT's solver, which "
+        "finds a local optimum from its starting coupling (SPEC 13.1). Then Spearman ρ over "
+        "layer pairs: GW against the similarity, and each against the layer distance |i−j|."
     )
     m = view.measurement
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns(3)
     n_gw = c1.number_input("Subsample (n_gw passages)", 8, 2048, APP_N_GW, key="ag_gw_n",
                            help=f"The library's default is 512; {APP_N_GW} takes 45–100 s for "
                            "the packaged models on 2 CPU cores.")  # fmt: skip
     seed = c2.number_input("Subsample seed", 0, 2**31 - 1, 0, key="ag_gw_seed")
+    init = c3.selectbox("Starting coupling", INITS, key="ag_gw_init",
+                        format_func=lambda v: START_LABELS[v],
+                        help="Product: POT's default and the paper's (only it is compared "
+                        "with Table S22). Both: product and identity, the smaller GW² kept "
+                        "(the identity start aligns passage a with passage a, as CKA "
+                        "does).")  # fmt: skip
     if m is None:
         st.button("Compute Gromov–Wasserstein (minutes)", disabled=True, key="ag_gw_run")
         st.info(
@@ -90,7 +103,7 @@ def gw_section(view: RunView, pooling: str) -> None:
             "needs. Measure the run (press **Run** in the sidebar) to compute GW here."
         )
         return
-    options = GwOptions(pooling=pooling, n_gw=int(n_gw), seed=int(seed))
+    options = GwOptions(pooling=pooling, n_gw=int(n_gw), seed=int(seed), init=init)
     result = stored_gw(m, options)
     if st.button("Compute Gromov–Wasserstein (minutes)", disabled=result is not None,
                  key="ag_gw_run", type="primary"):  # fmt: skip
@@ -124,9 +137,13 @@ def gw_result_section(view: RunView, result: dict[str, Any]) -> None:
         st.caption("Read from the lab store (computed before with these settings).")
     show_run_figure(
         lens_figures.gw_heatmaps(result), view.spec, "gw", pooling=result["pooling"],
-        metric=result["metric"], identity={"n_gw": result["n_gw"], "gw_seed": result["gw_seed"]},
+        metric=result["metric"],
+        identity={"n_gw": result["n_gw"], "gw_seed": result["gw_seed"], "start": result["init"]},
     )  # fmt: skip
     st.dataframe(lens_tables.gw_beside_paper(result), hide_index=True, key="ag_gw_paper")
+    note = lens_tables.gw_paper_note(result)
+    if note is not None:
+        st.info(note)
 
 
 def paper_section() -> None:

@@ -165,6 +165,7 @@ def s18_section() -> None:
         "**inferred, not published**; the last column but one uses Table S17's six alone."
     )
     st.dataframe(lens_tables.s18_table(check), hide_index=True, key="cl_s18")
+    st.warning(md_escape(lens_tables.s18_conflict_note(check)), icon=":material/report:")
     inferred = pd.DataFrame(check["inferred"])
     st.caption("The two models added (inferred, not published): " + check["note"])
     st.dataframe(human_columns(inferred), hide_index=True, key="cl_s18_inferred")

@@ -261,14 +261,12 @@ def sinks_section(view: RunView, diag: dict[str, Any] | None, metric: str) -> No
             spec, "massive_activation_ratio", pooling="default", metric=metric,
         )  # fmt: skip
         st.caption(
-            "**Massive-activation ratio**: the largest single feature |h_j| over tokens and "
-            "features, divided by the median |h_j| (Sun et al.); one huge number, not a whole "
-            "state's length. Dashed: 100×."
+            "**Massive-activation ratio** (the project's summary): the passages' largest single "
+            "feature |h_j|, averaged over passages, divided by the median |h_j|; one huge "
+            "number, not a whole state's length. Dashed: 100×."
         )
-    show_run_figure(
-        figures.sink_fraction_figure(diag["sink_fraction"]), spec, "sink_heads",
-        pooling="default", metric=metric,
-    )  # fmt: skip
+    sun_section(view, diag, metric)
+    gu_section(view, diag, metric)
     with st.expander("Attention to position 0 per head"):
         show_run_figure(
             figures.sink_scores_heatmap(diag["sink_scores"]), spec, "sink_scores",
@@ -278,6 +276,56 @@ def sinks_section(view: RunView, diag: dict[str, Any] | None, metric: str) -> No
         f"From one eager-attention pass over the first {diag['n_passages']} passages "
         f"({'stored' if diag.get('cached') else 'computed now'} beside the run)."
     )
+
+
+def sun_section(view: RunView, diag: dict[str, Any], metric: str) -> None:
+    """Sun et al.'s criterion per activation: the share of passages with one, per state."""
+    if diag.get("sun_share") is None:
+        return
+    show_run_figure(
+        figures.sun_share_figure(diag["sun_share"]), view.spec, "sun_massive_share",
+        pooling="default", metric=metric,
+    )  # fmt: skip
+    st.caption(
+        "**Sun et al.'s criterion, per activation**: the share of passages holding an "
+        "activation with |a| > 100 and ≥ 1,000× the median magnitude of its own state (Sun et "
+        "al., *Massive Activations in Large Language Models*, 2024). The ratio above averages "
+        "the passages' maxima first: a different number, named apart."
+    )
+
+
+#: Gu et al.'s two windows as the page names them: the diagnostics' key prefix -> words.
+GU_WINDOW_LABELS = {"gu_": "whole passages", "gu64_": "first 64 tokens (Gu et al.'s length)"}
+
+
+def gu_section(view: RunView, diag: dict[str, Any], metric: str) -> None:
+    """The sink-head share per block, ours beside Gu et al.'s metric on the chosen window."""
+    prefix = "gu_"
+    if diag.get("gu_sink_fraction") is not None:
+        prefix = st.radio(
+            "Gu et al.'s metric on", list(GU_WINDOW_LABELS), format_func=GU_WINDOW_LABELS.get,
+            key="bos_gu_window", horizontal=True,
+        )  # fmt: skip
+    gu = diag.get(f"{prefix}sink_fraction")
+    show_run_figure(
+        figures.sink_shares_figure(
+            diag["sink_fraction"], gu, gu_window=GU_WINDOW_LABELS[prefix]
+        ),
+        view.spec, "sink_heads", pooling="default", metric=metric,
+    )  # fmt: skip
+    st.caption(
+        "**Ours**: a head is a sink when its attention from queries ≥ 1 to position 0, "
+        "averaged over passages, exceeds 0.3 (query 0 can only attend to itself). **Gu et "
+        "al.** (*When Attention Sink Emerges in Language Models*, 2024): query 0 included, "
+        "0.3 decided per passage, block and head, then averaged over passages."
+    )
+    if gu is not None:
+        st.caption(
+            f"Gu et al.'s Sink₀.₃ over all blocks, {GU_WINDOW_LABELS[prefix]}: "
+            f"{diag[f'{prefix}sink_metric']:.1%} of heads, on {diag['gu_passages']} passages of "
+            f"≥ {diag['gu_min_length']} tokens (uniform attention scores "
+            f"{diag[f'{prefix}baseline']:.3f} there)."
+        )
 
 
 def bos_on_off_section(view: RunView, spec: Any, settings: Settings) -> None:

@@ -149,8 +149,20 @@ def bootstrap_section(b: Baselines) -> None:
     st.subheader("Passage bootstrap")
     m = b.view.measurement
     if m is None:
+        stored = b.view.stored_bootstrap(b.pooling, b.metric)
+        if stored is not None:
+            st.caption(
+                f"Stored with this run when it was measured (B = {stored['B']} resamples of "
+                "its passages); the trust level on every page uses this interval, the run's "
+                "own measured spread."
+            )
+            bootstrap_result(b, stored)
+            return
         st.info(
-            "The bootstrap resamples the pooled states: press Run to measure this run here first."
+            "This run was stored without a bootstrap for this pooling and metric (a snapshot "
+            "holds the default pooling's, under the metric it was made with, when it was "
+            "measured with --bootstrap); the bootstrap resamples the pooled states: press Run "
+            "to measure this run here."
         )
         return
     B = st.select_slider("Resamples B", [20, 50, 100, 200, 500], value=100, key="bootstrap_B")
@@ -164,13 +176,14 @@ def bootstrap_section(b: Baselines) -> None:
 
 
 def bootstrap_result(b: Baselines, boot: dict) -> None:
-    b.show(
-        figures.bootstrap_histogram(
-            boot["samples"], point=boot["point"], low=boot["low"], high=boot["high"]
-        ),
-        f"bootstrap_B{boot['B']}",
-        **{"resamples B": boot["B"]},
-    )
+    if boot.get("samples"):
+        b.show(
+            figures.bootstrap_histogram(
+                boot["samples"], point=boot["point"], low=boot["low"], high=boot["high"]
+            ),
+            f"bootstrap_B{boot['B']}",
+            **{"resamples B": boot["B"]},
+        )
     st.markdown(
         f"D_eff/L = **{boot['point']:.4f}**, {100 * boot['ci']:.0f}% percentile CI "
         f"[{boot['low']:.4f}, {boot['high']:.4f}], bias-corrected (basic) CI "

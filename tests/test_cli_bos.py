@@ -21,7 +21,7 @@ def _run(capsys, *extra: str) -> tuple[int, str, str]:
 
 def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
     from deffcore.lenses.diagnostics_store import diagnose
-    from deffcore.measures.activations import sun_onset, uniform_sink_score
+    from deffcore.measures.activations import uniform_sink_score
     from deffcore.runs.measure import measure
     from deffcore.statistics.trust_rule import measurement_trust
     from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
@@ -62,7 +62,11 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
     assert "all 5 distinct controls" in d["verdict"] or "of the 5 distinct" in d["verdict"]
     assert d["sink_min_length"] == 6 and d["sink_passages"] == 8
     assert d["sink_baseline"] == pytest.approx(np.mean([uniform_sink_score(24)] * 8))
-    assert d["sun_onset"] == sun_onset(diag["massive_max"], diag["massive_median"])
+    assert d["sun_share"] == diag["sun_share"] and len(d["sun_share"]) == L + 1
+    assert d["sun_onset"] == diag["sun_onset"]
+    assert d["gu_sink_fraction"] == diag["gu_sink_fraction"] and len(d["gu_sink_fraction"]) == L
+    assert d["gu_passages"] == 8 and d["gu_min_length"] == 10  # 24 tokens each
+    assert d["gu64_sink_metric"] == d["gu_sink_metric"]  # 24 < 64 tokens: the same window
     t = d["trust"]
     assert t["point"] == d["results"]["default"]["deff_over_L"] and t["level"] == "noise"
     assert t == measurement_trust(m, "default").to_dict()

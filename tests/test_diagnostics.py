@@ -21,6 +21,8 @@ from deffcore.inputs.run_spec import RunSpec
 from deffcore.lenses.diagnostics import bos_diagnostics
 from deffcore.lenses.diagnostics_store import diagnose, diagnostics_path, read_diagnostics
 from deffcore.measures import activations
+from deffcore.measures.paper_massive import sun_flags, sun_onset, sun_positions, sun_share
+from deffcore.measures.paper_sinks import GuCounts, gu_min_length, gu_scores_batch, gu_uniform_score
 from deffcore.statistics.verdict import (
     bos_verdict,
     identical_controls,
@@ -263,6 +265,116 @@ def test_sink_fraction_is_per_block_and_batch_independent(tiny_model, tiny_passa
     np.testing.assert_allclose(one.massive_ratio, many.massive_ratio, rtol=1e-5)
 
 
+def test_gu_scores_of_planted_attention_include_query_0_both_padding_sides():
+    T = 5
+    right = torch.stack([_planted_attention(T, 5), _planted_attention(T, 3)])
+    mask = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]], dtype=torch.bool)
+    s = gu_scores_batch(right, mask).numpy()
+    # query 0 attends 1 to itself; head 0 puts 0.9 on key 0 afterwards, head 2 0.2
+    want = [
+        [(1 + 4 * 0.9) / 5, gu_uniform_score(5), (1 + 4 * 0.2) / 5],
+        [(1 + 2 * 0.9) / 3, gu_uniform_score(3), (1 + 2 * 0.2) / 3],
+    ]
+    np.testing.assert_allclose(s, want, rtol=1e-12)
+    # the first 2 tokens only (a window shorter than the passage)
+    two = gu_scores_batch(right, mask, max_tokens=2).numpy()
+    np.testing.assert_allclose(two[:, 0], [(1 + 0.9) / 2] * 2, rtol=1e-12)
+    left = torch.full((1, 3, T, T), float("nan"), dtype=torch.float64)
+    left[0, :, 2:, 2:] = _planted_attention(3, 3)
+    s_left = gu_scores_batch(left, torch.tensor([[0, 0, 1, 1, 1]], dtype=torch.bool))
+    np.testing.assert_allclose(s_left.numpy(), s[1:], rtol=1e-12)
+    # uniform attention: H_n / n, above 0.3 below 10 tokens
+    assert gu_uniform_score(1) == 1.0 and gu_uniform_score(2) == 0.75
+    assert gu_uniform_score(9) > 0.3 >= gu_uniform_score(10)
+    assert gu_min_length() == 10 and gu_min_length(0.75) == 2
+
+
+def _one_head(n: int, to_first: float) -> torch.Tensor:
+    """(1, n, n) causal attention: query 0 on itself, later queries `to_first` on key 0 and the
+    rest spread evenly over their other keys."""
+    A = torch.zeros(1, n, n, dtype=torch.float64)
+    A[0, 0, 0] = 1.0
+    for t in range(1, n):
+        A[0, t, 0] = to_first
+        A[0, t, 1 : t + 1] = (1 - to_first) / t
+    return A
+
+
+def test_gu_thresholds_each_passage_before_averaging_unlike_our_score():
+    """One head, two passages of 12 tokens: attention 0.9 to position 0 in one, 0 in the
+    other. Gu et al. decide per passage (a sink in 1 of 2: 50%); our score averages first
+    (0.45 > 0.3: a sink, 100%)."""
+    attn = torch.stack([_one_head(12, 0.9), _one_head(12, 0.0)])  # (B=2, H=1, T, T)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    counts = GuCounts(layers=2)
+    counts.add([attn, attn], mask)
+    out = counts.result()
+    assert out["gu_passages"] == 2
+    assert out["gu_sink_rate"] == [[0.5], [0.5]] and out["gu_sink_fraction"] == [0.5, 0.5]
+    assert out["gu_sink_metric"] == 0.5
+    assert out["gu_baseline"] == pytest.approx(gu_uniform_score(12))
+    ours = activations.sink_fraction(
+        activations.sink_scores_batch(attn, mask).numpy().mean(0, keepdims=True)
+    )
+    assert ours.tolist() == [1.0]
+    # passages shorter than 10 tokens are left out (uniform attention would pass 0.3)
+    short = GuCounts(layers=1)
+    short.add([torch.stack([_one_head(9, 0.9)])], torch.ones(1, 9, dtype=torch.bool))
+    assert short.result()["gu_passages"] == 0 and short.result()["gu_sink_metric"] is None
+
+
+def test_gu_first_64_tokens_is_a_window_of_its_own():
+    """100 tokens, attention 0.4 to position 0 from queries 1..63 and none after: a sink on
+    Gu et al.'s 64 tokens ((1 + 63 x 0.4) / 64 = 0.41), not on the whole passage (0.26)."""
+    A = _one_head(100, 0.4)
+    A[0, 64:, 0] = 0.0
+    A[0, 64:, 1:] = torch.tril(torch.ones(100, 100, dtype=torch.float64))[64:, 1:]
+    A[0, 64:, 1:] /= A[0, 64:, 1:].sum(-1, keepdim=True)
+    counts = GuCounts(layers=1)
+    counts.add([A[None]], torch.ones(1, 100, dtype=torch.bool))
+    out = counts.result()
+    assert out["gu_sink_rate"] == [[0.0]] and out["gu64_sink_rate"] == [[1.0]]
+    assert out["gu64_baseline"] == pytest.approx(gu_uniform_score(64))
+    assert out["gu_baseline"] == pytest.approx(gu_uniform_score(100))
+
+
+def test_gu_metric_end_to_end_matches_a_naive_loop():
+    """A private tiny-llama with sharpened queries (peaked, varied attention); its Gu counts
+    from the batched, padded diagnostic pass against one unpadded eager forward per passage."""
+    loaded = load_model("tiny-llama", device="cpu", dtype="float32")  # private copy
+    with torch.no_grad():
+        for block in decoder_layers(loaded.model):
+            block.self_attn.q_proj.weight.mul_(40.0)
+    rng = np.random.default_rng(3)
+    lengths = (5, 12, 40, 70, 100, 23)
+    ids = [[1, *rng.integers(3, 250, n - 1).tolist()] for n in lengths]
+    got = bos_diagnostics(loaded, token_ids=ids, batch_size=4).to_dict(tokens=False)
+    kept = [s for s in ids if len(s) >= 10]
+    model = loaded.model
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        for window, prefix in ((None, "gu_"), (64, "gu64_")):
+            sinks = 0.0
+            for s in kept:
+                with torch.no_grad():
+                    att = model(input_ids=torch.tensor([s]), output_attentions=True).attentions
+                n = len(s) if window is None else min(len(s), window)
+                alpha = np.stack([a[0, :, :n, 0].double().mean(-1).numpy() for a in att])
+                assert np.abs(alpha - 0.3).min() > 1e-4  # no score at the threshold
+                sinks = sinks + (alpha > 0.3)
+            np.testing.assert_allclose(got[f"{prefix}sink_rate"], sinks / len(kept), atol=1e-12)
+            np.testing.assert_allclose(got[f"{prefix}sink_fraction"], (sinks / len(kept)).mean(1))
+            want_base = np.mean(
+                [gu_uniform_score(len(s) if window is None else min(len(s), window)) for s in kept]
+            )
+            assert got[f"{prefix}baseline"] == pytest.approx(want_base)
+    finally:
+        model.set_attn_implementation(previous)
+    assert got["gu_passages"] == len(kept) == 5
+    assert 0 < got["gu_sink_metric"] < 1
+
+
 # ---------------------------------------------------------------------------------------------
 # diagnose: the run's passages, cached in the run's entry
 # ---------------------------------------------------------------------------------------------
@@ -478,14 +590,83 @@ def test_no_pos0_flagged_identical_on_a_windows_run(tiny_dataset, model, same):
     assert identical_controls(m, "cosine") == {}
 
 
-def test_sun_criterion_and_the_uniform_sink_baseline_closed_forms():
-    # |a| > 100 (strictly) and >= 1,000 x the median (inclusive), on mean_b m_b
-    top, median = [150.0, 99.0, 5000.0, 200.0, 101.0], [0.1, 0.01, 10.0, 0.2, None]
-    assert activations.sun_massive(top, median).tolist() == [True, False, False, True, False]
-    assert (
-        activations.sun_onset(top, median) == 0
-        and activations.sun_onset(top[1:3], median[1:3]) is None
-    )
+def test_sun_criterion_per_activation_hand_made():
+    # two passages, four states: |a| > 100 (strictly) and >= 1,000 x the median (inclusive)
+    passage_max = np.array([[150.0, 99.0, 200.0, 150.0], [50.0, 5000.0, 200.0, 150.0]])
+    median = [0.1, 0.01, 0.2, 1.0]  # state 3: 150 < 1,000 x 1.0, not massive
+    flags = sun_flags(passage_max, median)
+    assert flags.tolist() == [[True, False, True, False], [False, True, True, False]]
+    np.testing.assert_allclose(sun_share(passage_max, median), [0.5, 0.5, 1.0, 0.0])
+    assert sun_onset([0.0, 0.0, 0.25]) == 2 and sun_onset([0.0, None, float("nan")]) is None
+    positions = np.array([[3, 1, 4, 0], [0, 1, 2, 0]])
+    assert sun_positions(flags, positions).tolist() == [3, 1, 2, -1]  # tie 4 vs 2: smaller
+    assert sun_flags(passage_max, [0.1, None, 0.2, 1.0])[:, 1].tolist() == [False, False]
+
+
+def test_sun_share_from_passage_maxima_equals_the_per_activation_count():
+    """The share computed from each passage's largest |h| equals a naive count over every
+    activation (both conditions grow with |a|), on random states with planted spikes."""
+    rng = np.random.default_rng(0)
+    # 12 passages of 3..8 tokens, 5 states, 6 features: (T_b, states, d)
+    states = [rng.standard_normal((int(rng.integers(3, 9)), 5, 6)) * 0.05 for _ in range(12)]
+    for b, x in enumerate(states):
+        if b % 3 == 0:
+            x[1, 2, 4] = 250.0  # massive in state 2 of every third passage
+        if b % 4 == 1:
+            x[0, 3, 0] = -90.0  # large but not > 100: never massive
+    n_states = 5
+    median = [
+        np.median(np.concatenate([np.abs(x[:, k]).ravel() for x in states]))
+        for k in range(n_states)
+    ]
+    naive = np.zeros(n_states)
+    for k in range(n_states):
+        for x in states:
+            a = np.abs(x[:, k])
+            naive[k] += bool(np.any((a > 100) & (a >= 1000 * median[k])))
+    naive /= len(states)
+    passage_max = np.array([[np.abs(x[:, k]).max() for k in range(n_states)] for x in states])
+    np.testing.assert_allclose(sun_share(passage_max, median), naive)
+    assert naive[2] == pytest.approx(4 / 12) and naive[3] == 0.0
+
+
+def test_sun_share_end_to_end_matches_a_naive_loop(tiny_passages):
+    """A private tiny-llama whose embedding gives two token ids a feature of 3,000: passages
+    holding them carry a massive activation from h_0 on; the share per state is checked
+    against every activation of the unpadded states (naive loop)."""
+    loaded = load_model("tiny-llama", device="cpu", dtype="float32")  # private copy
+    ids = _ids(loaded, tiny_passages, 40)
+    counts = {}
+    for s in ids:
+        for i in set(s[1:]):
+            counts[i] = counts.get(i, 0) + 1
+    planted = sorted(i for i, c in counts.items() if c == 1)[:2]  # in one passage each
+    with torch.no_grad():
+        loaded.model.get_input_embeddings().weight[planted, 3] = 3000.0
+    got = bos_diagnostics(loaded, token_ids=ids, batch_size=3)
+    per = [_raw_states(loaded, s) for s in ids]
+    L1 = loaded.layers + 1
+    for layer in range(L1):
+        a = [np.abs(p[layer]) for p in per]
+        median = np.median(np.concatenate([x.ravel() for x in a]))
+        hits = [bool(np.any((x > 100) & (x >= 1000 * median))) for x in a]
+        assert got.sun_share[layer] == pytest.approx(np.mean(hits)), layer
+        where = [
+            int(np.unravel_index(np.argmax(x), x.shape)[0])
+            for x, h in zip(a, hits, strict=True)
+            if h
+        ]
+        want = activations.most_frequent(where) if where else -1
+        assert got.sun_position[layer] == want
+    assert got.sun_share[0] == pytest.approx(2 / len(ids))  # the two planted passages
+    assert got.sun_onset == 0
+    d = got.to_dict(tokens=False)
+    assert d["sun_share"] == [float(v) for v in got.sun_share] and d["sun_onset"] == 0
+    # the project's ratio averages the maxima first: a different number, named apart
+    assert d["massive_ratio"][0] == pytest.approx(got.massive_max[0] / got.massive_median[0])
+
+
+def test_the_uniform_sink_baseline_closed_forms():
     # uniform causal attention: mean_{t=1..n-1} 1/(t+1)
     assert activations.uniform_sink_score(2) == 0.5
     assert activations.uniform_sink_score(3) == pytest.approx((1 / 2 + 1 / 3) / 2)
@@ -496,29 +677,33 @@ def test_sun_criterion_and_the_uniform_sink_baseline_closed_forms():
         activations.uniform_sink_score(1)
 
 
-def test_verdict_reports_both_massive_criteria_and_the_uniform_baseline():
+def test_verdict_reports_both_massive_criteria_gu_and_the_uniform_baseline():
     ratio = [5.0, 233.0, 800.0, 13500.0]  # the ratio passes 100 at layer 1 ...
-    top = [2.0, 50.0, 400.0, 2700.0]  # ... Sun et al.'s criterion only at layer 3
-    median = [0.4, 0.2146, 0.5, 0.2]
     diag = {
         "massive_ratio": ratio,
         "massive_position": [3, 0, 0, 0],
-        "massive_max": top,
-        "massive_median": median,
+        "sun_share": [0.0, 0.0, 0.0, 0.75],  # ... Sun et al.'s criterion only at layer 3
+        "sun_position": [-1, -1, -1, 1],
         "sink_fraction": [0.0, 0.5, 1.0],
         "sink_baseline": 0.0594,
         "sink_passages": 64,
+        "gu_sink_fraction": [0.25, 0.5, 0.0],
     }
     v = bos_verdict({"default": 5.0}, **verdict_inputs(diag))
     assert v.massive_onset == 1 and v.massive_layer == 1 and v.sun_onset == 3
-    assert v.sun_evaluated and v.sun_onset_position == 0
+    assert v.sun_evaluated and v.sun_onset_position == 1 and v.sun_onset_share == 0.75
     assert "position 0 from layer 1 by the ratio" in v.sentence
-    assert "≥ 1,000x the median) from layer 3, at position 0" in v.sentence
+    assert "its state's median) from layer 3, in 75% of the passages, at position 1" in v.sentence
     assert "uniform attention would score 0.06" in v.sentence
-    none = bos_verdict({"default": 5.0}, **verdict_inputs({**diag, "massive_max": [1.0] * 4}))
-    assert none.sun_onset is None and "no state has one" in none.sentence
+    assert v.gu_sink_metric == pytest.approx(0.25) and v.gu_sink_max_layer == 2
+    assert (
+        "by Gu et al.'s metric" in v.sentence and "25% of heads are sinks on average" in v.sentence
+    )
+    none = bos_verdict({"default": 5.0}, **verdict_inputs({**diag, "sun_share": [0.0] * 4}))
+    assert none.sun_onset is None and "no passage has one in any state" in none.sentence
     old = bos_verdict({"default": 5.0}, massive_ratio=ratio, massive_position=[0] * 4)
-    assert not old.sun_evaluated and "needs the activations' magnitudes" in old.sentence
+    assert not old.sun_evaluated and "needs each passage's activations" in old.sentence
+    assert old.gu_sink_metric is None and "Gu et al." not in old.sentence
     short = bos_verdict(
         {"default": 5.0}, sink_fraction=[None, None, None], sink_passages=0, sink_baseline=None
     )

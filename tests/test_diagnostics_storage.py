@@ -85,3 +85,25 @@ def test_read_diagnostics_refuses_a_file_written_for_another_run(tiny_dataset, d
     text = {"list": "[1, 2]", "not json": "{oops"}.get(damage) or json.dumps(data)
     path.write_text(text)
     assert read_diagnostics(spec) is None
+
+
+def test_diagnostics_of_the_previous_format_are_recomputed(tiny_dataset):
+    """Format 2 applied Sun et al.'s criterion to mean_b m_b and had no Gu et al. metric: such
+    a file is never read as today's (issue 26), the pass runs again and rewrites it."""
+    from deffcore.lenses.diagnostics_store import DIAG_FORMAT
+    from deffcore.runs.measure import measure_spec
+
+    assert DIAG_FORMAT == 3
+    spec = _spec(tiny_dataset)
+    measure_spec(spec)
+    diagnose(spec)
+    path = diagnostics_path(spec)
+    old = json.loads(path.read_text())
+    for key in ("sun_share", "sun_position", "gu_sink_fraction", "gu_sink_rate"):
+        old.pop(key)
+    old.update(format=2, sun_massive=[False] * 5)
+    path.write_text(json.dumps(old))
+    assert read_diagnostics(spec) is None
+    fresh = diagnose(spec)
+    assert fresh["cached"] is False and fresh["format"] == 3 and "sun_share" in fresh
+    assert json.loads(path.read_text())["format"] == 3

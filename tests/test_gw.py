@@ -7,8 +7,15 @@ import pytest
 from scipy.stats import spearmanr
 
 import deffcore as dc
-from deffcore.core.errors import DeffError, InvalidStatesError
-from deffcore.measures.gw import asymmetry, distance_matrix, gw_distance, gw_matrix, pair_spearman
+from deffcore.core.errors import DeffError, GWSolverError, InvalidStatesError
+from deffcore.measures.gw import (
+    asymmetry,
+    coupling_problem,
+    distance_matrix,
+    gw_distance,
+    gw_matrix,
+    pair_spearman,
+)
 
 
 def _cloud(n: int = 40, d: int = 8, seed: int = 0) -> np.ndarray:
@@ -111,3 +118,73 @@ def test_pair_spearman_against_scipy_on_a_fixed_example():
     assert out["spearman_lag_gw"] == pytest.approx(spearmanr(lag, g)[0])
     assert out["spearman_lag_cka"] == pytest.approx(spearmanr(lag, s)[0])
     assert out["spearman_gw_cka"] == pytest.approx(-1.0)  # g is the reverse order of s
+
+
+def _neighbours(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two clouds like neighbouring layers: the second is the first plus a little noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((40, 8))
+    return distance_matrix(X), distance_matrix(X + 0.3 * rng.standard_normal((40, 8)))
+
+
+def test_the_default_start_is_pots_product_coupling():
+    """Issue 26: GW starts where POT starts (G0 = p q^T), not at the better of two starts."""
+    import ot
+
+    C1, C2 = _neighbours()
+    n = len(C1)
+    p = np.full(n, 1.0 / n)
+    pot = ot.gromov.gromov_wasserstein2(
+        C1, C2, p, p, loss_fun="square_loss", symmetric=True, G0=np.outer(p, p)
+    )
+    default = gw_distance(C1, C2)
+    assert default == pytest.approx(float(pot), rel=1e-12)
+    assert gw_matrix(np.stack([C1[:, :8], C2[:, :8]]), n=40).shape == (2, 2)  # runs
+    # here the product start ends in a local optimum far above the identity alignment's
+    # cost, sum (C1 - C2)^2 / n^2 (the GW objective of T = I/n, computed by hand), which
+    # "both" keeps: the default is not "both"
+    aligned = float(np.sum((C1 - C2) ** 2)) / n**2
+    both = gw_distance(C1, C2, init="both")
+    assert both == pytest.approx(aligned, rel=1e-9)
+    assert default > 3 * both
+
+
+def test_gw_matrix_default_start_is_the_product_one():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 6))
+    states = np.stack([X, X + 0.3 * rng.standard_normal((30, 6)), rng.standard_normal((30, 6))])
+    G = gw_matrix(states, n=30)
+    C = [distance_matrix(x) for x in states]
+    assert G[0, 1] == pytest.approx(gw_distance(C[0], C[1], init="product"), rel=1e-12)
+    assert G[0, 1] != pytest.approx(gw_matrix(states, n=30, init="both")[0, 1], rel=1e-3)
+
+
+def test_a_failed_entropic_solve_is_an_error_in_one_sentence():
+    """epsilon = 1e-300: Sinkhorn underflows, POT returns an all-zero plan and GW = 0."""
+    C1, C2 = _neighbours()
+    with pytest.raises(GWSolverError) as err:
+        gw_distance(C1, C2, solver="entropic", epsilon=1e-300)
+    text = str(err.value)
+    assert "no valid coupling" in text and "epsilon = 1e-300" in text
+    assert "\n" not in text and text.count(". ") == 0 and text.endswith(".")
+    with pytest.raises(GWSolverError):
+        gw_matrix(np.random.default_rng(0).standard_normal((3, 20, 4)), solver="entropic",
+                  epsilon=1e-300)  # fmt: skip
+    # a working epsilon still answers
+    assert gw_distance(C1, C2, solver="entropic", epsilon=0.05) > 0
+
+
+def test_coupling_problem_on_hand_made_plans():
+    p = np.full(4, 0.25)
+    q = np.full(4, 0.25)
+    assert coupling_problem(np.eye(4) / 4, p, q, 0.1) is None
+    assert coupling_problem(np.outer(p, q), p, q, 0.0) is None
+    assert "not sum" in coupling_problem(np.zeros((4, 4)), p, q, 0.0)
+    assert "not finite" in coupling_problem(np.full((4, 4), np.nan), p, q, 0.0)
+    assert "not finite" in coupling_problem(np.eye(4) / 4, p, q, float("inf"))
+    skew = np.eye(4) / 4
+    skew[0, 0], skew[0, 1] = 0.3, -0.05  # rows still sum to p, one entry negative
+    assert "negative" in coupling_problem(skew, p, q, 0.1)
+    off = np.eye(4) / 4 * 1.02  # 2% too much mass everywhere: beyond the 1% tolerance
+    assert "not sum" in coupling_problem(off, p, q, 0.1)
+    assert coupling_problem(np.eye(4) / 4 * 1.005, p, q, 0.1) is None  # Sinkhorn's slack

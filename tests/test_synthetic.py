@@ -205,3 +205,61 @@ def test_lab_sweep_extremes_are_notes_not_errors(lab):
     assert any("classroom budget" in i.value for i in at.info)
     for table in at.dataframe:
         assert not any("_" in str(c) and str(c).islower() for c in table.value.columns)
+
+
+# ---------------------------------------------------------------------------------------------
+# heavy-tailed constructions (issue 26: the trust rule beyond Gaussian passages)
+
+
+def test_heavy_tails_are_the_gaussian_construction_times_student_scales():
+    from deffcore.measures import teaching
+    from deffcore.measures.synthetic import heavy_tailed_states
+
+    knobs = teaching.Knobs(L=5, h0=1.0, growth=1.1, rho=0.5)
+    n, d, seed = 300, 4, 7
+    gauss = teaching.sample_states("correlated", knobs, n, d, seed=seed)
+    # the scales, drawn independently here: sqrt(3 / chi^2_3) from default_rng([seed, 1])
+    s = np.sqrt(3.0 / np.random.default_rng([seed, 1]).chisquare(3.0, size=n))
+    passage = heavy_tailed_states("correlated", knobs, n, d, "passage", seed=seed)
+    np.testing.assert_allclose(passage, gauss * s[None, :, None], rtol=1e-5, atol=1e-4)
+    rows = np.sqrt(3.0 / np.random.default_rng([seed, 1]).chisquare(3.0, size=(6, n)))
+    multi = heavy_tailed_states("correlated", knobs, n, d, "multivariate_t", seed=seed)
+    want = teaching.sample_states("correlated", knobs, n, d, seed=seed, scales=rows)
+    np.testing.assert_array_equal(multi, want)
+    # by hand: each innovation z_m scaled *before* the AR(1) mixing (scaling after it would
+    # change the update correlations, E[s_m s_k] != E[s^2]), then sizes, sums and h_0
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((5, n, d), dtype=np.float32).astype(np.float64) * rows[1:, :, None]
+    lags = np.abs(np.subtract.outer(np.arange(5), np.arange(5)))
+    f = np.einsum("mk,knd->mnd", np.linalg.cholesky(0.5**lags), z)
+    f *= np.sqrt(1.1 ** np.arange(5))[:, None, None]
+    z0 = rng.standard_normal((n, d), dtype=np.float32).astype(np.float64) * rows[0][:, None]
+    np.testing.assert_allclose(multi, np.cumsum(f, axis=0) + z0, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(multi, passage)
+    # with unit scales the sampler is the Gaussian one exactly
+    ones = teaching.sample_states("correlated", knobs, n, d, seed=seed, scales=np.ones((6, n)))
+    np.testing.assert_array_equal(ones, gauss)
+
+
+def test_student_scales_follow_the_inverse_chi_square_law():
+    from scipy.stats import chi2, kstest
+
+    from deffcore.measures.synthetic import student_scales
+
+    s = student_scales((20_000,), 3.0, np.random.default_rng(0))
+    assert kstest(3.0 / s**2, chi2(3).cdf).pvalue > 0.01  # 3 / s^2 ~ chi^2_3
+    # E[s^2] = df / (df - 2) = 3: the median of s^2 is 3 / chi^2_3's median
+    assert np.median(s**2) == pytest.approx(3.0 / chi2(3).median(), rel=0.03)
+
+
+def test_heavy_tails_refuse_bad_options():
+    from deffcore.measures import teaching
+    from deffcore.measures.synthetic import heavy_tailed_states
+
+    knobs = teaching.Knobs(L=4)
+    with pytest.raises(DeffError, match="Unknown heavy tails"):
+        heavy_tailed_states("h0", knobs, 10, 2, "cauchy")
+    with pytest.raises(DeffError, match="df > 2"):
+        heavy_tailed_states("h0", knobs, 10, 2, "passage", df=2.0)
+    with pytest.raises(DeffError, match="scales must be"):
+        teaching.sample_states("h0", knobs, 10, 2, scales=np.ones((4, 10)))

@@ -99,7 +99,7 @@ def test_unbiased_cka_is_solid_where_the_spread_fits_two_percent():
     assert solid.level == "solid" and solid.action is None
     assert solid.reasons == (
         f"The estimated error of D_eff/L is {solid.error:.1%} (bias 0.0%, spread "
-        f"{solid.error:.1%}), within 2%; the regime (D_eff < F_L) is settled.",
+        f"{solid.error:.1%}, the prior 1.5/√N), within 2%; the regime (D_eff < F_L) is settled.",
     )
     assert solid.error == pytest.approx(trust_rule.spread(edge))
     below = assess(edge - 1, D, metric="unbiased_cka", point=POINT, layers=L)
@@ -148,7 +148,13 @@ def test_an_interval_can_make_a_small_n_solid_and_a_wide_one_demotes():
     assert narrow.level == "solid" and narrow.interval == (0.496, 0.504)
     wide = assess(50_000, 16, metric="unbiased_cka", point=0.5, layers=6,
                   interval=(0.47, 0.53), bootstrap_mean=0.5)  # fmt: skip
-    assert wide.level == "indicative" and wide.error == pytest.approx(0.06)
+    # spread = 1.5 x the half-width / point = 1.5 x 6% (issue 26: heavy tails)
+    assert wide.level == "indicative" and wide.error == pytest.approx(1.5 * 0.06)
+    assert "measured by the bootstrap" in wide.sentence()
+    # the half-width 1.6% alone would read solid; widened by 1.5 (2.4%) it does not
+    edge = assess(50_000, 16, metric="unbiased_cka", point=0.5, layers=6,
+                  interval=(0.492, 0.508), bootstrap_mean=0.5)  # fmt: skip
+    assert edge.error == pytest.approx(0.024) and edge.level == "indicative"
     noisy = assess(50_000, 16, metric="unbiased_cka", point=0.5, layers=6,
                    interval=(0.4, 0.6), bootstrap_mean=0.5)  # fmt: skip
     assert noisy.level == "noise"
@@ -195,15 +201,18 @@ def test_the_null_is_a_separate_statement():
 
 def test_trust_badge_keeps_the_apps_api():
     # the shipped default's numbers (SmolLM2, 4,096 windows): without an interval the spread
-    # prior 1.5 / sqrt(4096) = 2.3% is above 2%; its bootstrap interval (2.2% half-width)
-    # agrees: indicative, and "use more passages" is the one action
+    # prior 1.5 / sqrt(4096) = 2.3% is above 2%; its bootstrap interval (2.2% half-width,
+    # 3.3% once widened) agrees: indicative, and "use more passages" is the one action
     kw = {"metric": "cka", "value": 0.05839, "unbiased_value": 0.05845, "layers": 30}
     t = trust_badge(4096, D, null_band=(0.0417, 0.0419), null_seeds=3, **kw)
     assert t.level == "indicative" and t.null == "too_few_seeds" and t.regime == "below"
     assert t.action == f"use ≥ {t.solid_n:,} passages" and t.solid_n > 4096
     assert not t.bias_material and t.bias == pytest.approx(576 / 4672)
     boot = trust_badge(4096, D, ci=(0.05671, 0.05927), bootstrap_mean=0.05819, **kw)
-    assert boot.level == "indicative" and boot.error == pytest.approx(0.0254, abs=5e-4)
+    # bias 0.34% (|point - replicate mean| / point) + 1.5 x the 2.19% half-width
+    half = (0.05927 - 0.05671) / 2 / 0.05839
+    assert boot.level == "indicative"
+    assert boot.error == pytest.approx((0.05839 - 0.05819) / 0.05839 + 1.5 * half)
     assert trust_badge(10_000, D, **kw).level == "solid"  # 1.5% spread
     assert trust_badge(8, D).level == "noise"
     d = t.to_dict()
@@ -243,7 +252,7 @@ def test_trust_of_sampled_states_is_solid_and_right_or_says_why_not():
     small = dc.trust(few, "cka", h0=False)
     assert small.level == "noise" and small.bias_material and small.layers == 8
     assert small.action == "switch to unbiased CKA"  # bias 25.7% > spread 23.7%
-    assert "(bias 25.7%, spread 23.7%)" in small.sentence()
+    assert "(bias 25.7%, spread 23.7%, the prior 1.5/√N)" in small.sentence()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,3 +282,11 @@ def test_calibration_harness_tiny_slice():
     assert j["error"] == pytest.approx(0.03) and j["level"] == "noise"  # N = 32: 11% spread
     assert h.judge(row, "cka")["level"] == "noise"
     assert "| unbiased_cka | noise |" in h.markdown(plain, "t")
+    # the heavy-tailed grids (issue 26): the same cases, the same truth, their own parts
+    heavy = h.run("tiny", 10, tails=("multivariate_t",))
+    assert set(heavy) == {"plain multivariate_t", "bootstrap multivariate_t"}
+    assert [r["tails"] for r in heavy["plain multivariate_t"]] == ["multivariate_t"] * 12
+    row = heavy["plain multivariate_t"][0]
+    gauss = results["plain"][0]
+    assert row["truth"] == gauss["truth"] and row["cka"] != gauss["cka"]
+    assert "multivariate t3" in h.title_of("bootstrap multivariate_t", 10)

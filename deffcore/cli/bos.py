@@ -116,25 +116,49 @@ def _table(d: dict) -> str:
         *trust_lines(d["trust"]),
         "",
         f"position-0 norm ratio: peak {ratio['max']:.1f}x at layer {ratio['layer']}",
-        f"massive activations ({d['diagnostic_passages']} passages): onset by the ratio > 100x "
-        f"{'none' if onset is None else f'layer {onset}'}; by Sun et al. (|a| > 100 and "
-        f">= 1,000x the median) {'none' if sun is None else f'layer {sun}'}",
-        f"sinks: share of heads with mean attention to position 0 > 0.3 on the "
-        f"{d.get('sink_passages')} passages of >= {d.get('sink_min_length')} tokens; uniform "
-        f"attention scores {'n/a' if baseline is None else f'{baseline:.3f}'} there",
-        f"{'layer':>6}{'ratio':>12}{'Sun':>5}{'position':>10}{'dim':>6}{'pos-0 ratio':>13}"
-        f"{'sinks':>8}",
+        f"massive activations ({d['diagnostic_passages']} passages): the project's ratio (mean "
+        f"of the passages' largest |a| / median) > 100x "
+        f"{'in no state' if onset is None else f'from layer {onset}'}; Sun et al. per "
+        f"activation (|a| > 100 and >= 1,000x its state's median) "
+        f"{'in no passage' if sun is None else f'from layer {sun}'} (column Sun: the share of "
+        "passages with one)",
+        f"sinks (ours): share of heads whose mean attention from queries >= 1 to position 0 "
+        f"> 0.3, on the {d.get('sink_passages')} passages of >= {d.get('sink_min_length')} "
+        f"tokens; uniform attention scores {'n/a' if baseline is None else f'{baseline:.3f}'} "
+        "there",
+        *gu_lines(d),
+        f"{'layer':>6}{'ratio':>12}{'Sun':>6}{'position':>10}{'dim':>6}{'pos-0 ratio':>13}"
+        f"{'sinks':>8}{'Gu':>6}",
     ]
-    sun_flags = d.get("sun_massive") or [False] * len(d["massive_ratio"])
+    share = d.get("sun_share") or [None] * len(d["massive_ratio"])
+    gu = d.get("gu_sink_fraction")
     for layer, r in enumerate(d["massive_ratio"]):
         frac = None if layer == 0 else d["sink_fraction"][layer - 1]
         sink = "" if layer == 0 else ("     n/a" if frac is None else f"{100 * frac:>7.0f}%")
+        g = None if layer == 0 or gu is None else gu[layer - 1]
+        gu_cell = "" if layer == 0 else ("   n/a" if g is None else f"{100 * g:>5.0f}%")
         lines.append(
-            f"{layer:>6}{r:>12.1f}{'yes' if sun_flags[layer] else '':>5}"
+            f"{layer:>6}{r:>12.1f}{'' if share[layer] is None else f'{100 * share[layer]:.0f}%':>6}"
             f"{d['massive_position'][layer]:>10}{d['massive_dim'][layer]:>6}"
-            f"{ratio['per_layer'][layer]:>12.1f}x{sink}"
+            f"{ratio['per_layer'][layer]:>12.1f}x{sink}{gu_cell}"
         )
     return "\n".join(lines)
+
+
+def gu_lines(d: dict) -> list[str]:
+    """Gu et al.'s metric in words: whole passages and their first 64 tokens."""
+    if d.get("gu_sink_metric") is None:
+        return [
+            f"sinks (Gu et al.): not computed (no passage of >= {d.get('gu_min_length')} tokens)"
+        ]
+    first = d.get("gu64_sink_metric")
+    return [
+        f"sinks (Gu et al.: query 0 included, > {d['gu_threshold']} decided per passage, block "
+        f"and head, then averaged; column Gu): {100 * d['gu_sink_metric']:.1f}% of heads over "
+        f"all blocks on the {d['gu_passages']} passages of >= {d['gu_min_length']} tokens, "
+        f"{'n/a' if first is None else f'{100 * first:.1f}%'} on their first 64 tokens (Gu et "
+        f"al.'s length); uniform attention scores {d['gu_baseline']:.3f}"
+    ]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -110,6 +110,7 @@ def _s18_lines(check: dict) -> list[str]:
             f"{r['reconstructed']:>10.3f}{r['recomputed_six']:>10.3f}{mark}"
         )
     lines.append(check["note"])
+    lines.append(f"! {check['conflict']['sentence']}")
     return lines
 
 

@@ -78,6 +78,11 @@ class UndefinedSimilarityError(InvalidStatesError):
     matrix is zero), so CKA is undefined for it."""
 
 
+class GWSolverError(DeffError):
+    """A Gromov–Wasserstein solve gave no valid coupling (e.g. an entropic epsilon so small
+    that Sinkhorn underflows): its number is not a GW value and is never stored."""
+
+
 def non_finite_advice(dtype: str | None) -> str:
     """What to try when a model's states hold NaN or inf, for a run in `dtype` (never "try
     float32" to a run that is already in float32)."""

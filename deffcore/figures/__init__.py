@@ -10,23 +10,35 @@ re-exported here, so `deffcore.figures.X` works:
 D_eff(K)), `compare` (gap bars and comparisons of runs), `bos` (pooling controls, position 0,
 massive activations, sinks, passage inspector), `synthetic` (the Synthetic lab), `baselines`
 (null, matched references, bootstrap), `models` (the Models page), `anytime` (a run's
-estimates as passages land).
+estimates as passages land), `paper_lenses` (the papers' massive-activation and sink
+definitions beside the project's).
 """
 
 from __future__ import annotations
 
-from deffcore.figures import anytime, base, baselines, bos, compare, models, run, synthetic
+from deffcore.figures import (
+    anytime,
+    base,
+    baselines,
+    bos,
+    compare,
+    models,
+    paper_lenses,
+    run,
+    synthetic,
+)
 from deffcore.figures.anytime import *  # noqa: F403
 from deffcore.figures.base import *  # noqa: F403
 from deffcore.figures.baselines import *  # noqa: F403
 from deffcore.figures.bos import *  # noqa: F403
 from deffcore.figures.compare import *  # noqa: F403
 from deffcore.figures.models import *  # noqa: F403
+from deffcore.figures.paper_lenses import *  # noqa: F403
 from deffcore.figures.run import *  # noqa: F403
 from deffcore.figures.synthetic import *  # noqa: F403
 
 __all__ = sorted(
     name
-    for module in (anytime, base, baselines, bos, compare, models, run, synthetic)
+    for module in (anytime, base, baselines, bos, compare, models, paper_lenses, run, synthetic)
     for name in module.__all__
 )

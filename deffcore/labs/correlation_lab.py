@@ -28,6 +28,14 @@ Table S18's panel has eight (it drops "Qwen3.5-4B", which S17 does not list). Tw
   in "drop OLMo-2-1B" and "drop Qwen3.5-4B" (printed -0.91) and the Pearson p of f_1.10 in
   "drop Qwen3.5-4B" is 0.0246 (printed 0.03), consistent with the paper correlating
   unrounded D_eff/L values where we have S17's three decimals.
+
+**The caption contradicts the rows** (`s18_endpoint_conflict`, issue 26). S18's caption says
+its leave-one-out subsets "drop the largest- and smallest-D_eff/L endpoints"; its rows drop
+OLMo-2-1B (0.070, the largest) and Qwen3.5-4B (0.034), but the panel's smallest D_eff/L is
+Qwen3.5-27B (0.021, Table S13). The printed numbers follow the row labels: of the 16 values
+of the two rows concerned, dropping Qwen3.5-4B reproduces 14, dropping Qwen3.5-27B (the
+caption's reading) 3. With the inferred k_1.10, Qwen3.5-4B has the panel's largest f_1.10
+(2/32), which may be the endpoint the authors meant. Both readings are computed, never assumed.
 """
 
 from __future__ import annotations
@@ -229,14 +237,17 @@ def geometry_correlations(*, x: str = "deff_over_L", metric: str = "cka") -> dic
 # Table S18 from the paper's own per-model values
 
 
-def table_s18(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Table S18's four subsets over `rows` (model, layers, deff_over_L, k_110).
+def table_s18(
+    rows: Sequence[dict[str, Any]], subsets: dict[str, tuple[str, ...]] | None = None
+) -> list[dict[str, Any]]:
+    """Table S18's four subsets over `rows` (model, layers, deff_over_L, k_110); `subsets`
+    (name -> models dropped) defaults to the paper's row labels, `S18_SUBSETS`.
 
     f_1.10 is computed as k_110 / layers, not taken as printed: S17 prints 1/32 as 0.031,
     which would break the tie with 2/64 = 0.03125 that the published Spearman rho keeps.
     """
     out = []
-    for subset, dropped in S18_SUBSETS.items():
+    for subset, dropped in (subsets or S18_SUBSETS).items():
         kept = [r for r in rows if r["model"] not in dropped]
         entry: dict[str, Any] = {"subset": subset, "n": len(kept)}
         x = [r["deff_over_L"] for r in kept]
@@ -303,4 +314,63 @@ def s18_check() -> dict[str, Any]:
         "note": "Recomputed: S17's six models alone. Reconstructed: with Qwen3.5-4B and "
         "Qwen3.5-27B added, whose k_1.10 = 2 is inferred (not published). Spearman p: scipy's "
         "t approximation, as the paper's; the exact permutation p is in the tables.",
+        "conflict": s18_endpoint_conflict(),
+    }
+
+
+#: The words of Table S18's caption about its leave-one-out subsets.
+S18_CAPTION = "drop the largest- and smallest-D_eff/L endpoints"
+
+
+def s18_endpoint_conflict() -> dict[str, Any]:
+    """Table S18's caption against its own numbers (module docstring): the panel's largest
+    and smallest D_eff/L models, the one the rows drop instead, and how many printed values of
+    the rows that drop it are reproduced under each reading ("labels": as the rows name it;
+    "caption": the smallest-D_eff/L model dropped instead), with one sentence saying so."""
+    from deffcore.views.paper import paper_rows
+
+    panel = [*paper_pruning_rows(), *S18_INFERRED]
+    by_x = sorted(panel, key=lambda r: r["deff_over_L"])
+    smallest, largest = by_x[0], by_x[-1]
+    labelled = S18_SUBSETS["drop both"]
+    other = next(m for m in labelled if m != largest["model"])
+    named = {r["model"]: r for r in panel}[other]
+    caption = {k: tuple(smallest["model"] if m == other else m for m in v)
+               for k, v in S18_SUBSETS.items()}  # fmt: skip
+    readings = {"labels": table_s18(panel), "caption": table_s18(panel, caption)}
+    concerned = [k for k, v in S18_SUBSETS.items() if other in v]
+    printed = [r for r in paper_rows("Table S18") if r["quantity"] != "n_models"]
+    agree = {}
+    for reading, table in readings.items():
+        ours = dict(zip(S18_SUBSETS, table, strict=True))
+        agree[reading] = sum(
+            agrees(ours[r["setting"]][r["quantity"]], r["value"])
+            for r in printed
+            if r["setting"] in concerned
+        )
+    total = sum(r["setting"] in concerned for r in printed)
+    f_max = max(panel, key=lambda r: r["k_110"] / r["layers"])
+    sentence = (
+        f'Table S18\'s caption says its leave-one-out subsets "{S18_CAPTION}", but its rows '
+        f"drop {largest['model']} (D_eff/L {largest['deff_over_L']:.3f}, the largest) and "
+        f"{other} ({named['deff_over_L']:.3f}), while the panel's smallest is "
+        f"{smallest['model']} ({smallest['deff_over_L']:.3f}, Table S13); the printed numbers "
+        f"follow the row labels: of the {total} values of the rows that drop {other}, "
+        f"dropping {other} reproduces {agree['labels']} and dropping {smallest['model']} "
+        f"{agree['caption']}."
+    )
+    if f_max["model"] == other:
+        sentence += (
+            f" With the inferred k_1.10, {other} has the panel's largest f_1.10 "
+            f"({f_max['k_110']}/{f_max['layers']}), perhaps the endpoint meant."
+        )
+    return {
+        "caption": S18_CAPTION,
+        "largest": largest["model"],
+        "smallest": smallest["model"],
+        "dropped_instead": other,
+        "values": total,
+        "agree_labels": agree["labels"],
+        "agree_caption": agree["caption"],
+        "sentence": sentence,
     }

@@ -6,6 +6,12 @@ against the run's similarity matrix, and stores the result (`deffcore.labs.store
 keyed by the run's cache key, the pooling, the similarity metric and every GW option
 (`GwOptions.identity`), so the app and a repeated command read it back (a GW matrix costs
 minutes; see BENCHMARKS.md).
+
+The solver's start (`GwOptions.init`, `deffcore.measures.gw.INITS`; POT's product coupling by
+default) is part of the key and of every result, with `paper_start` (whether it is the
+paper's start, `deffcore.measures.gw.PAPER_INIT`, the only one compared with Table S22).
+`GW_FORMAT` is in the key too: results stored before it (when the default start was "both"
+and a failed solve could be stored as zeros) are never read back.
 """
 
 from __future__ import annotations
@@ -17,7 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.measures.gw import EPSILON, N_GW, gw_matrix, pair_spearman
+from deffcore.measures.gw import EPSILON, INITS, N_GW, PAPER_INIT, gw_matrix, pair_spearman
+
+#: Bump when a stored GW result's meaning changes. 2: the default start is the product
+#: coupling (was the better of product and identity), the start is recorded, failed solves
+#: are refused.
+GW_FORMAT = 2
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -25,7 +36,8 @@ ProgressFn = Callable[[int, int, str], None]
 @dataclass(frozen=True)
 class GwOptions:
     """How a GW lens is computed: the run's pooling and every option of
-    `deffcore.measures.gw.gw_matrix` (its defaults are the library's)."""
+    `deffcore.measures.gw.gw_matrix` (its defaults are the library's; the start `init`
+    defaults to the paper's, POT's product coupling)."""
 
     pooling: str = "default"
     n_gw: int = N_GW
@@ -33,12 +45,15 @@ class GwOptions:
     gw_metric: str = "euclidean"
     solver: str = "exact"
     epsilon: float = EPSILON
-    init: str = "both"
+    init: str = INITS[0]
 
     def identity(self, run_key: str, metric: str) -> dict[str, Any]:
         """Plain values that determine a GW lens result of the run `run_key` under the
-        similarity `metric` (epsilon only where the entropic solver reads it)."""
+        similarity `metric` (epsilon only where the entropic solver reads it; the entropic
+        solver always starts from the product coupling, so its `init` reads "product"
+        whatever was asked)."""
         return {
+            "gw_format": GW_FORMAT,
             "run_key": run_key,
             "pooling": self.pooling,
             "metric": metric,
@@ -47,7 +62,7 @@ class GwOptions:
             "gw_metric": self.gw_metric,
             "solver": self.solver,
             "epsilon": float(self.epsilon) if self.solver == "entropic" else None,
-            "init": self.init,
+            "init": "product" if self.solver == "entropic" else self.init,
         }
 
 
@@ -70,7 +85,9 @@ def gw_lens(
     progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """{"gw": (L, L) lists, "similarity": (L, L), "spearman_gw_cka", "spearman_lag_gw",
-    "spearman_lag_cka", "n_gw" (passages used), "seconds", "cached", options...}.
+    "spearman_lag_cka", "n_gw" (passages used), "init" (the start), "paper_start",
+    "seconds", "cached", options...}. Raises GWSolverError (nothing stored) when a solve
+    fails.
 
     `options`: the pooling and GW options (`GwOptions()`: the defaults); `store`: read a stored
     result of the same run and options instead of computing, and store a computed one."""
@@ -103,7 +120,8 @@ def gw_lens(
         "gw_metric": o.gw_metric,
         "solver": o.solver,
         "epsilon": identity["epsilon"],
-        "init": o.init,
+        "init": identity["init"],
+        "paper_start": identity["init"] == PAPER_INIT,
         "gw": np.asarray(G).tolist(),
         "similarity": np.asarray(S, dtype=np.float64).tolist(),
         **pair_spearman(G, S),

@@ -13,9 +13,13 @@ Each builder takes the plain dicts the library returns (what `--json` prints) an
     ppl_k_frame(check)            one pruning check's PPL_k by BI, PPL_k / PPL_0, within 1.10?
     geometry_frame(table)         per metric: D_eff/L, geodesic efficiency, E_L, mean turning
     gw_beside_paper(gw)           the three Spearman figures of a GW result beside Table S22
+                                  (the paper's rows only for a result from the paper's start)
+    gw_paper_note(gw)             why a GW result is not put beside Table S22 (or None)
+    gw_paper_lines(gw)            the CLI's lines: Table S22's rows, or that note
     pretrain_beside_paper(final)  per variant: our final gap% etc. and Table S8's row under it
     paper_table_s8()              Table S8 as published (values and sd)
     s18_table(check)              Table S18 published beside our reconstruction, named for people
+    s18_conflict_note(check)      the caption's "endpoints" against the rows it drops (one sentence)
 """
 
 from __future__ import annotations
@@ -164,17 +168,60 @@ def geometry_frame(table: Mapping[str, Any]) -> pd.DataFrame:
 GW_STATS: tuple[str, ...] = ("spearman_gw_cka", "spearman_lag_gw", "spearman_lag_cka")
 
 
-def gw_beside_paper(gw: Mapping[str, Any]) -> pd.DataFrame:
-    """A `gw_lens` result's Spearman correlations over layer pairs (first row) above the
-    paper's Table S22 models."""
+def gw_paper_note(gw: Mapping[str, Any]) -> str | None:
+    """None when `gw` may stand beside Table S22 (computed from the paper's start, POT's
+    product coupling), else the sentence saying why it is not compared."""
+    from deffcore.measures.gw import PAPER_INIT
+
+    init = gw.get("init")
+    if init == PAPER_INIT:
+        return None
+    start = "an unrecorded start" if init is None else f"the start {init!r}"
+    return (
+        f"Not compared with Table S22: this GW matrix comes from {start}, the paper's numbers "
+        f"from POT's default start ({PAPER_INIT!r}, the product coupling), which gives "
+        "different local optima and different correlations."
+    )
+
+
+def _paper_gw_rows() -> list[dict[str, Any]]:
     from deffcore.views.paper import paper_pivot
 
-    ours = {"model": f"{gw['model']} (this run, n_gw = {gw['n_gw']})", "layers": gw["layers"]}
+    return [
+        {"model": f"{model} (paper)", **{k: values.get(k) for k in GW_STATS}}
+        for (model, _, _), values in paper_pivot("Table S22").items()
+    ]
+
+
+def gw_beside_paper(gw: Mapping[str, Any]) -> pd.DataFrame:
+    """A `gw_lens` result's Spearman correlations over layer pairs (first row, with its
+    start), above the paper's Table S22 models when it comes from the paper's start
+    (`gw_paper_note` says why not otherwise)."""
+    ours = {
+        "model": f"{gw['model']} (this run, n_gw = {gw['n_gw']})",
+        "starting coupling": gw.get("init"),
+        "layers": gw["layers"],
+    }
     rows = [{**ours, **{k: gw[k] for k in GW_STATS}}]
-    for (model, _, _), values in paper_pivot("Table S22").items():
-        rows.append({"model": f"{model} (paper)", **{k: values.get(k) for k in GW_STATS}})
-    frame = pd.DataFrame(rows, columns=["model", "layers", *GW_STATS])
+    if gw_paper_note(gw) is None:
+        rows += [
+            {**r, "starting coupling": "product (assumed; not stated)"} for r in _paper_gw_rows()
+        ]
+    frame = pd.DataFrame(rows, columns=["model", "starting coupling", "layers", *GW_STATS])
     return human_columns(frame.dropna(axis=1, how="all"))
+
+
+def gw_paper_lines(gw: Mapping[str, Any]) -> list[str]:
+    """The CLI's lines under a GW result: Table S22's three figures per model (a result from
+    the paper's start), or the note why it is not compared."""
+    note = gw_paper_note(gw)
+    if note is not None:
+        return [f"  {note}"]
+    lines = ["  Table S22 (paper): rho(GW, CKA) / rho(|i-j|, GW) / rho(|i-j|, CKA)"]
+    for r in _paper_gw_rows():
+        values = " / ".join("—" if r[k] is None else f"{r[k]:+.2f}" for k in GW_STATS)
+        lines.append(f"    {r['model'].removesuffix(' (paper)')}: {values}")
+    return lines
 
 
 #: Table S8's columns as the page names them.
@@ -245,3 +292,10 @@ def s18_table(check: Mapping[str, Any]) -> pd.DataFrame:
             "agrees to the printed digits": r["agrees"],
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def s18_conflict_note(check: Mapping[str, Any]) -> str:
+    """The sentence shown next to the Table S18 reconstruction: the paper's caption says which
+    endpoints its leave-one-out rows drop, its numbers say otherwise
+    (`correlation_lab.s18_endpoint_conflict`)."""
+    return str(check["conflict"]["sentence"])

@@ -41,8 +41,9 @@ def bos_report(
         }
     ratio, layer = measurement.pos0_peak()
     spec = measurement.spec
-    keys = ("massive_ratio", "massive_position", "massive_dim", "massive_onset", "sun_massive")
-    keys += ("sun_onset", "sink_fraction", "sink_baseline", "sink_passages", "sink_min_length")
+    keys = ("massive_ratio", "massive_position", "massive_dim", "massive_onset", "sun_share")
+    keys += ("sun_position", "sun_onset", "sink_fraction", "sink_baseline", "sink_passages")
+    keys += ("sink_min_length", *GU_REPORT_KEYS)
     return {
         "model": spec.model,
         "dataset": spec.dataset,
@@ -70,3 +71,10 @@ def bos_report(
         "trust": measurement_trust(measurement, "default", metric, bootstrap=bootstrap).to_dict(),
         "cached": {"run": bool(measurement.cached), "diagnostics": bool(diagnostics["cached"])},
     }
+
+
+#: Gu et al.'s fields `bos --json` carries (the (L, H) rates stay in the diagnostics file).
+GU_REPORT_KEYS: tuple[str, ...] = (
+    "gu_sink_fraction", "gu_sink_metric", "gu_baseline", "gu64_sink_fraction",
+    "gu64_sink_metric", "gu64_baseline", "gu_passages", "gu_threshold", "gu_min_length",
+)  # fmt: skip

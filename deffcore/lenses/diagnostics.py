@@ -27,8 +27,6 @@ from deffcore.core.errors import DeffError, NonFiniteActivationsError, Unsupport
 from deffcore.measures.activations import (
     MASSIVE_THRESHOLD,
     SINK_THRESHOLD,
-    SUN_MIN_ABS,
-    SUN_MIN_RATIO,
     massive_onset,
     median_abs,
     most_frequent,
@@ -36,10 +34,17 @@ from deffcore.measures.activations import (
     sink_fraction,
     sink_min_length,
     sink_scores_batch,
-    sun_massive,
-    sun_onset,
     uniform_sink_score,
 )
+from deffcore.measures.paper_massive import (
+    SUN_MIN_ABS,
+    SUN_MIN_RATIO,
+    sun_flags,
+    sun_onset,
+    sun_positions,
+    sun_share,
+)
+from deffcore.measures.paper_sinks import GU_THRESHOLD, GU_TOKENS, GuCounts, gu_min_length
 
 #: Passages in the diagnostic pass (SPEC 11: the first min(N, 64) of the run's sample).
 DIAG_PASSAGES = 64
@@ -68,6 +73,9 @@ class BosDiagnostics:
     token_norms:  per passage (L+1, n_b) ||h_l[t]||
     passage_max_position, passage_max_dim, passage_max_value: (n, L+1) where each passage's
         largest |h| sits per state (the inspector marks it)
+    sun_share, sun_position: (L+1,) Sun et al.'s criterion per activation
+        (`deffcore.measures.paper_massive`); gu: Gu et al.'s sink metric
+        (`paper_sinks.GuCounts.result`)
     """
 
     massive_ratio: np.ndarray
@@ -84,6 +92,9 @@ class BosDiagnostics:
     passage_max_value: np.ndarray
     sink_passages: int = 0
     sink_baseline: float = float("nan")
+    sun_share: np.ndarray | None = None
+    sun_position: np.ndarray | None = None
+    gu: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -103,12 +114,8 @@ class BosDiagnostics:
         return massive_onset(self.massive_ratio)
 
     @property
-    def sun_massive(self) -> np.ndarray:
-        return sun_massive(self.massive_max, self.massive_median)
-
-    @property
     def sun_onset(self) -> int | None:
-        return sun_onset(self.massive_max, self.massive_median)
+        return None if self.sun_share is None else sun_onset(self.sun_share)
 
     def to_dict(self, tokens: bool = True) -> dict[str, Any]:
         """Plain JSON-ready values; `tokens=False` leaves out the per-token inspector data."""
@@ -123,7 +130,8 @@ class BosDiagnostics:
             "massive_median": _floats(self.massive_median),
             "massive_onset": self.massive_onset,
             "massive_threshold": MASSIVE_THRESHOLD,
-            "sun_massive": [bool(v) for v in self.sun_massive],
+            "sun_share": None if self.sun_share is None else _floats(self.sun_share),
+            "sun_position": None if self.sun_position is None else self.sun_position.tolist(),
             "sun_onset": self.sun_onset,
             "sun_min_abs": SUN_MIN_ABS,
             "sun_min_ratio": SUN_MIN_RATIO,
@@ -133,6 +141,10 @@ class BosDiagnostics:
             "sink_passages": int(self.sink_passages),
             "sink_baseline": _floats([self.sink_baseline])[0],
             "sink_min_length": sink_min_length(),
+            **self.gu,
+            "gu_threshold": GU_THRESHOLD,
+            "gu_tokens": GU_TOKENS,
+            "gu_min_length": gu_min_length(),
             "meta": self.meta,
         }
         if tokens:
@@ -231,10 +243,16 @@ def eager_attention(model: torch.nn.Module) -> Iterator[None]:
 
 
 def _add_sink_scores(
-    scores: np.ndarray, out: Any, mask: torch.Tensor, arch: str, eligible: torch.Tensor
+    scores: np.ndarray,
+    out: Any,
+    mask: torch.Tensor,
+    arch: str,
+    eligible: torch.Tensor,
+    gu: GuCounts | None = None,
 ) -> np.ndarray:
     """scores (L, H) plus this batch's sums of a_{l,h} over its `eligible` (B,) bool passages
-    (the model output's `attentions`, one (B, H, T, T) per block)."""
+    (the model output's `attentions`, one (B, H, T, T) per block); `gu` adds the batch to Gu
+    et al.'s counts."""
     attentions = getattr(out, "attentions", None)
     L = scores.shape[0]
     if not attentions or len(attentions) != L or attentions[0] is None:
@@ -249,6 +267,8 @@ def _add_sink_scores(
     keep = eligible.to(attentions[0].device)
     for layer, attn in enumerate(attentions):
         scores[layer] += sink_scores_batch(attn, mask.bool())[keep].sum(0).cpu().numpy()
+    if gu is not None:
+        gu.add(attentions, mask.bool())
     return scores
 
 
@@ -297,9 +317,9 @@ def _diagnostic_passes(
     heads: int,
     batch_size: int,
     progress: Progress | None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, GuCounts]:
     """The eager forward passes: sums of a_{l,h} (L, H) over the passages long enough for the
-    sink test, and the (L+1,) medians of |h|; the collector keeps the rest."""
+    sink test, the (L+1,) medians of |h| and Gu et al.'s counts; the collector keeps the rest."""
     from deffcore.extraction.batches import pad_batch
     from deffcore.extraction.forward import register_hooks
     from deffcore.inputs.architecture import base_model
@@ -310,6 +330,7 @@ def _diagnostic_passes(
     long_enough = torch.tensor([len(s) >= sink_min_length() for s in ids])
     scores = np.zeros((L, heads), dtype=np.float64)
     medians = np.zeros(L + 1, dtype=np.float64)
+    gu = GuCounts(L)
     groups = _value_groups(ids, L, loaded.d_model)
     handles = register_hooks(model, collector)
     base = base_model(model)
@@ -333,7 +354,7 @@ def _diagnostic_passes(
                     if g == 0:
                         eligible = long_enough[batch]
                         scores = _add_sink_scores(
-                            scores, out, b_mask, loaded.architecture, eligible
+                            scores, out, b_mask, loaded.architecture, eligible, gu
                         )
                     if progress is not None:
                         done = g * len(ids) + batch[-1] + 1
@@ -344,7 +365,7 @@ def _diagnostic_passes(
     finally:
         for h in handles:
             h.remove()
-    return scores, medians
+    return scores, medians, gu
 
 
 def bos_diagnostics(
@@ -375,9 +396,10 @@ def bos_diagnostics(
         budget = ATTENTION_BUDGET["cuda" if loaded.device.startswith("cuda") else "cpu"]
         batch_size = max(1, budget // (L * heads * T * T * 4))
     collector = _Collector(L, len(ids))
-    scores, medians = _diagnostic_passes(loaded, ids, collector, heads, batch_size, progress)
+    scores, medians, gu = _diagnostic_passes(loaded, ids, collector, heads, batch_size, progress)
     lengths = [len(s) for s in ids if len(s) >= sink_min_length()]
     mean_max = collector.max_value.mean(0)
+    flags = sun_flags(collector.max_value, medians)  # (n, L+1): Sun et al. per activation
     return BosDiagnostics(
         massive_ratio=mean_max / medians,
         massive_position=np.array([most_frequent(c) for c in collector.max_position.T]),
@@ -395,6 +417,9 @@ def bos_diagnostics(
         sink_baseline=(
             float(np.mean([uniform_sink_score(n) for n in lengths])) if lengths else float("nan")
         ),
+        sun_share=sun_share(collector.max_value, medians),
+        sun_position=sun_positions(flags, collector.max_position),
+        gu=gu.result(),
         meta={
             "model": loaded.spec,
             "architecture": loaded.architecture,

@@ -22,7 +22,9 @@ from deffcore.lenses.diagnostics import Progress, bos_diagnostics
 #: Name of the file inside a run's cache entry; bump the format when its content changes.
 DIAG_FILE = "diagnostics.json"
 
-DIAG_FORMAT = 2  # 2: sink scores on passages long enough to beat uniform attention
+# 2: sink scores on passages long enough to beat uniform attention; 3: Sun et al.'s criterion
+# per activation (sun_share; the old sun_massive applied it to mean_b m_b), Gu et al.'s metric
+DIAG_FORMAT = 3
 
 
 def spec_from_fields(fields: Mapping[str, Any]) -> Any:

@@ -30,12 +30,9 @@ from deffcore.core.errors import DeffError
 #: A state has a massive activation when its ratio exceeds this (SPEC 11.2, the onset).
 MASSIVE_THRESHOLD = 100.0
 
-#: Sun et al. (2024), "Massive Activations in Large Language Models": an activation is
-#: massive when |a| > SUN_MIN_ABS and |a| >= SUN_MIN_RATIO x the median |a| (SPEC 11.2).
-SUN_MIN_ABS = 100.0
 
-SUN_MIN_RATIO = 1000.0
-
+#: Sun et al.'s criterion (|a| > SUN_MIN_ABS and >= SUN_MIN_RATIO x its state's median) is
+#: `deffcore.measures.paper_massive`'s, applied per activation (SPEC 11.2).
 #: A head is a sink when its mean attention to position 0 exceeds this (SPEC 11.3).
 SINK_THRESHOLD = 0.3
 
@@ -102,21 +99,6 @@ def sink_fraction(scores: np.ndarray, threshold: float = SINK_THRESHOLD) -> np.n
     s = np.asarray(scores, dtype=np.float64)
     share = (s > threshold).mean(axis=1)
     return np.where(np.isnan(s).any(axis=1), np.nan, share)
-
-
-def sun_massive(massive_max: Sequence[float], massive_median: Sequence[float]) -> np.ndarray:
-    """(L+1,) bool: state l has a massive activation by Sun et al.'s criterion, applied to the
-    typical largest activation mean_b m_b: > SUN_MIN_ABS and >= SUN_MIN_RATIO x the median."""
-    top = np.asarray([np.nan if v is None else v for v in massive_max], dtype=np.float64)
-    med = np.asarray([np.nan if v is None else v for v in massive_median], dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        return (top > SUN_MIN_ABS) & (top >= SUN_MIN_RATIO * med)
-
-
-def sun_onset(massive_max: Sequence[float], massive_median: Sequence[float]) -> int | None:
-    """The first state meeting Sun et al.'s criterion (`sun_massive`), None if none does."""
-    hits = np.flatnonzero(sun_massive(massive_max, massive_median))
-    return int(hits[0]) if hits.size else None
 
 
 def uniform_sink_score(n_tokens: int) -> float:

@@ -9,6 +9,10 @@
                          CKA does not depend on b.
     orthogonal updates   h_0, f_1..f_L iid standard normal (N, d); h_l = h_0 + s sum_{m<=l} f_m;
                          states are h_1..h_L, updates are h_l - h_{l-1} = s f_l.
+    heavy tails          a teaching construction with t-distributed passages, 3 degrees of
+                         freedom (`heavy_tailed_states`): one scale per passage for all its
+                         layers, or one per component (h_0, each update); population S
+                         unchanged (issue 26: the trust rule's calibration beyond Gaussians).
 
 All arrays are float32 numpy; the same seed gives the same arrays.
 """
@@ -17,10 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from deffcore.core.errors import DeffError
+
+if TYPE_CHECKING:
+    from deffcore.measures.teaching import Knobs
 
 #: Cap on the per-layer rank of the orthogonal-states construction.
 ORTHOGONAL_RANK_CAP = 64
@@ -176,6 +184,60 @@ def position0_construction(
         S_default=population(t_default),
         S_no_pos0=population(g**2),
     )
+
+
+#: Heavy-tailed versions of the teaching constructions (`heavy_tailed_states`).
+HEAVY_TAILS: tuple[str, ...] = ("passage", "multivariate_t")
+#: Degrees of freedom of the heavy tails: 3, the fewest with a finite variance (E[s^2] =
+#: df / (df - 2) = 3) and an infinite fourth moment (the sampling error of a covariance, and
+#: so of CKA, then shrinks more slowly than 1/sqrt(N)).
+HEAVY_DF = 3.0
+
+
+def student_scales(shape: tuple[int, ...], df: float, rng: np.random.Generator) -> np.ndarray:
+    """sqrt(df / chi^2_df) per entry: the scale that makes a standard normal vector a
+    multivariate t with `df` degrees of freedom. E[s^2] = df / (df - 2) for df > 2."""
+    return np.sqrt(df / rng.chisquare(df, size=shape))
+
+
+def heavy_tailed_states(
+    step: str,
+    knobs: Knobs,
+    n: int,
+    d: int,
+    tails: str,
+    *,
+    df: float = HEAVY_DF,
+    seed: int = 0,
+) -> np.ndarray:
+    """(L, N, d) float32 states of a teaching construction
+    (`deffcore.measures.teaching.sample_states`, the same z for the same seed) with
+    heavy-tailed passages; the population S is the construction's closed form
+    (`teaching.population_similarity`) unchanged.
+
+    tails "passage": one scale s_b = sqrt(df / chi^2_df) per passage multiplies every layer's
+    state (h_l[b] = s_b g_l[b]): the whole stream of a passage is one multivariate t vector,
+    its norm power-law tailed (a few passages with huge states). Cov(h_i, h_j) = E[s^2] G_ij.
+    tails "multivariate_t": each innovation vector (z_0 of h_0, z_m of update m, the d features
+    of one passage) gets its own scale, so h_0 and every update are independent multivariate
+    t vectors with `df` degrees of freedom. Every component's covariance is multiplied by the
+    same df / (df - 2), so G, and S = G^2 / (G_ii G_jj), are unchanged.
+    The scales come from a stream of their own (`numpy.random.default_rng([seed, 1])`).
+    """
+    from deffcore.measures.teaching import clamp_knobs, sample_states
+
+    if tails not in HEAVY_TAILS:
+        raise DeffError(f"Unknown heavy tails {tails!r}; choose one of {', '.join(HEAVY_TAILS)}.")
+    if not (np.isfinite(df) and df > 2):
+        raise DeffError(f"Heavy tails need df > 2 (a finite variance); got {df}.")
+    knobs, _ = clamp_knobs(knobs)
+    L = int(knobs.L)
+    rng = np.random.default_rng([int(seed), 1])
+    if tails == "passage":
+        scales = np.broadcast_to(student_scales((n,), df, rng), (L + 1, n))
+    else:
+        scales = student_scales((L + 1, n), df, rng)
+    return sample_states(step, knobs, n, d, seed, scales=scales)
 
 
 #: CLI names -> constructors (orthogonal-updates also takes `scale`).

@@ -334,13 +334,26 @@ def sampling_refusal(knobs: Knobs, n: int, d: int) -> str | None:
     )
 
 
-def sample_states(step: str, knobs: Knobs, n: int, d: int, seed: int = 0) -> np.ndarray:
+def sample_states(
+    step: str,
+    knobs: Knobs,
+    n: int,
+    d: int,
+    seed: int = 0,
+    *,
+    scales: np.ndarray | None = None,
+) -> np.ndarray:
     """Draw the step's construction: (L, N, d) float32 states h_1 .. h_L.
 
     Independent states: iid standard normal. Otherwise h_l = sqrt(a_0) z_0 + sum_{m<=l} f_m
     with f_m = sqrt(a_m) (C z)_m, C the Cholesky factor of the AR(1) correlation rho^|m-n|
     (applied along the layer axis), z iid standard normal: exactly the covariance the closed
     form assumes. Raises DeffError beyond `SAMPLE_BUDGET` (the page checks first).
+
+    scales (L+1, N), optional: every passage's innovations multiplied by a random scale
+    before anything is mixed, row 0 for z_0 and row m for z_m (the independent step: row l for
+    layer l); independent of z with E[scale^2] the same for every row, they leave the
+    population S unchanged (`deffcore.measures.synthetic.heavy_tailed_states` draws them).
     """
     knobs, _ = clamp_knobs(knobs)
     if n < 4 or d < 1:
@@ -352,6 +365,11 @@ def sample_states(step: str, knobs: Knobs, n: int, d: int, seed: int = 0) -> np.
     L = int(knobs.L)
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((L, n, d), dtype=np.float32)
+    if scales is not None:
+        scales = np.asarray(scales, dtype=np.float32)
+        if scales.shape != (L + 1, n):
+            raise DeffError(f"scales must be (L+1, N) = {(L + 1, n)}; got {scales.shape}.")
+        z *= scales[1:, :, None]
     if step == "independent":
         return z
     a = update_sizes(L, knobs.growth if "growth" in active else 1.0)
@@ -364,7 +382,10 @@ def sample_states(step: str, knobs: Knobs, n: int, d: int, seed: int = 0) -> np.
     states = np.cumsum(z, axis=0, dtype=np.float32)
     a0 = float(knobs.h0) if "h0" in active else 0.0
     if a0 > 0:
-        states += np.float32(np.sqrt(a0)) * rng.standard_normal((n, d), dtype=np.float32)
+        z0 = rng.standard_normal((n, d), dtype=np.float32)
+        if scales is not None:
+            z0 *= scales[0][:, None]
+        states += np.float32(np.sqrt(a0)) * z0
     return states
 
 

@@ -19,12 +19,11 @@ from deffcore.core.errors import DeffError
 from deffcore.measures.activations import (
     MASSIVE_THRESHOLD,
     SINK_THRESHOLD,
-    SUN_MIN_ABS,
-    SUN_MIN_RATIO,
     massive_onset,
     sink_min_length,
-    sun_onset,
 )
+from deffcore.measures.paper_massive import SUN_MIN_ABS, SUN_MIN_RATIO, sun_onset
+from deffcore.measures.paper_sinks import GU_THRESHOLD
 from deffcore.statistics.trust_rule import REGIME_WORDS as _REGIME_WORDS
 from deffcore.statistics.trust_rule import regime_of
 
@@ -88,10 +87,13 @@ class BosVerdict:
     gap_move: max - min gap over the controls (points). Massive activations, by the ratio
     (ours): massive_layer: the first state with a ratio > 100 *at position 0* (None: none);
     massive_onset/_position: the first state with a ratio > 100 and where its maximum sits;
-    by Sun et al.'s criterion (|a| > 100 and >= 1,000x the median): sun_onset/_position
-    (None also when not evaluated, see sun_evaluated). Sinks: sink_max (its layer) and
-    sink_mean: share of sink heads over blocks 1..L; sink_baseline: uniform attention's
-    score on the diagnosed passages; sink_passages: how many were long enough.
+    by Sun et al.'s criterion per activation (|a| > 100 and >= 1,000x its state's median):
+    sun_onset (the first state where a passage has one), sun_onset_share (the share of
+    passages that do there), sun_onset_position (None also when not evaluated, see
+    sun_evaluated). Sinks, the project's score: sink_max (its layer) and sink_mean: share of
+    sink heads over blocks 1..L; sink_baseline: uniform attention's score on the diagnosed
+    passages; sink_passages: how many were long enough. Gu et al.'s metric (whole passages):
+    gu_sink_metric (mean over blocks), gu_sink_max (its layer).
     """
 
     gaps: dict[str, float]
@@ -110,11 +112,15 @@ class BosVerdict:
     sun_evaluated: bool = False
     sun_onset: int | None = None
     sun_onset_position: int | None = None
+    sun_onset_share: float | None = None
     sink_max: float | None = None
     sink_max_layer: int | None = None
     sink_mean: float | None = None
     sink_baseline: float | None = None
     sink_passages: int | None = None
+    gu_sink_metric: float | None = None
+    gu_sink_max: float | None = None
+    gu_sink_max_layer: int | None = None
     sentence: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -186,11 +192,12 @@ def _massive_part(
     v: BosVerdict,
     ratio: np.ndarray,
     position: Sequence[int],
-    top: np.ndarray | None,
-    median: np.ndarray | None,
+    share: np.ndarray | None,
+    sun_position: Sequence[int] | None,
     threshold: float,
 ) -> str:
-    """The sentence about massive activations: the ratio's onset, then Sun et al.'s."""
+    """The sentence about massive activations: the ratio's onset, then Sun et al.'s (per
+    activation: the share of passages with one, `deffcore.measures.paper_massive`)."""
     pos = list(position)
     v.massive_peak = float(np.nanmax(ratio))
     v.massive_onset = massive_onset(ratio, threshold)
@@ -215,21 +222,33 @@ def _massive_part(
             f"no massive activation (peak ratio {v.massive_peak:,.1f}x at layer "
             f"{peak_layer}, below {threshold:.0f}x)"
         )
-    if top is None or median is None:
-        return text + "; Sun et al.'s criterion needs the activations' magnitudes (not given)"
+    if share is None or sun_position is None:
+        return text + "; Sun et al.'s criterion needs each passage's activations (not given)"
     v.sun_evaluated = True
-    v.sun_onset = sun_onset(top, median)
-    sun = f"Sun et al.'s criterion (|a| > {SUN_MIN_ABS:.0f} and ≥ {SUN_MIN_RATIO:,.0f}x the median)"
+    v.sun_onset = sun_onset(share)
+    sun = (
+        f"Sun et al.'s criterion (an activation with |a| > {SUN_MIN_ABS:.0f} and "
+        f"≥ {SUN_MIN_RATIO:,.0f}x its state's median)"
+    )
     if v.sun_onset is None:
-        return text + f"; by {sun} no state has one"
-    v.sun_onset_position = int(pos[v.sun_onset])
-    return text + f"; by {sun} from layer {v.sun_onset}, at position {v.sun_onset_position}"
+        return text + f"; by {sun} no passage has one in any state"
+    v.sun_onset_share = float(share[v.sun_onset])
+    v.sun_onset_position = int(sun_position[v.sun_onset])
+    return text + (
+        f"; by {sun} from layer {v.sun_onset}, in {100 * v.sun_onset_share:.0f}% of the "
+        f"passages, at position {v.sun_onset_position}"
+    )
 
 
 def _sink_part(
-    v: BosVerdict, frac: np.ndarray | None, baseline: float | None, passages: int | None
+    v: BosVerdict,
+    frac: np.ndarray | None,
+    baseline: float | None,
+    passages: int | None,
+    gu: np.ndarray | None = None,
 ) -> str:
-    """The sentence about attention sinks, beside uniform attention's score."""
+    """The sentence about attention sinks, beside uniform attention's score, then Gu et al.'s
+    metric."""
     v.sink_baseline, v.sink_passages = baseline, passages
     if frac is None or not len(frac):
         return "attention sinks not computed"
@@ -247,8 +266,12 @@ def _sink_part(
             f"up to {100 * v.sink_max:.0f}% of a block's heads are attention sinks "
             f"(block {v.sink_max_layer}; {100 * v.sink_mean:.0f}% on average over blocks"
             f"{'; ' + uniform if uniform else ''})"
-        )
-    return "no head is an attention sink in any block" + (f" ({uniform})" if uniform else "")
+        ) + _gu_part(v, gu)
+    return (
+        "no head is an attention sink in any block"
+        + (f" ({uniform})" if uniform else "")
+        + _gu_part(v, gu)
+    )
 
 
 def bos_verdict(
@@ -258,19 +281,21 @@ def bos_verdict(
     massive_position: Sequence[int] | None = None,
     sink_fraction: Sequence[float] | None = None,
     threshold: float = MASSIVE_THRESHOLD,
-    massive_max: Sequence[float] | None = None,
-    massive_median: Sequence[float] | None = None,
+    sun_share: Sequence[float] | None = None,
+    sun_position: Sequence[int] | None = None,
     sink_baseline: float | None = None,
     sink_passages: int | None = None,
+    gu_sink_fraction: Sequence[float] | None = None,
     identical: Mapping[str, str] | None = None,
     intervals: Mapping[str, tuple[float, float]] | None = None,
 ) -> BosVerdict:
     """One verdict from the gap to F_L (%) of each pooling control and the diagnostics.
 
     gaps: {pooling: gap_pct}, `default` included; NaN gaps are left out. massive_ratio,
-    massive_position, massive_max, massive_median: (L+1,) per state h_0..h_L; sink_fraction:
-    (L,) per block 1..L (layer l = index + 1); sink_baseline, sink_passages: see
-    `BosDiagnostics` (`verdict_inputs(diagnose(...))` gives all of these). Any may be None
+    massive_position, sun_share, sun_position: (L+1,) per state h_0..h_L; sink_fraction,
+    gu_sink_fraction: (L,) per block 1..L (layer l = index + 1); sink_baseline,
+    sink_passages: see `BosDiagnostics` (`verdict_inputs(diagnose(...))` gives all of these).
+    Any may be None
     (not computed): the sentence then says so. identical: {control: why it equals default
     for this run} (`identical_controls`); None: guessed from equal gaps (`_guess_identical`).
     intervals: {pooling: (low, high)} gap intervals from the run's one bootstrap
@@ -302,11 +327,12 @@ def bos_verdict(
     parts = [_controls_part(v)]
     ratio = finite_or_nan(massive_ratio)
     if ratio is not None and massive_position is not None:
-        top, median = finite_or_nan(massive_max), finite_or_nan(massive_median)
-        parts.append(_massive_part(v, ratio, massive_position, top, median, threshold))
+        share = finite_or_nan(sun_share)
+        parts.append(_massive_part(v, ratio, massive_position, share, sun_position, threshold))
     else:
         parts.append("massive activations not computed")
-    parts.append(_sink_part(v, finite_or_nan(sink_fraction), sink_baseline, sink_passages))
+    gu = finite_or_nan(gu_sink_fraction)
+    parts.append(_sink_part(v, finite_or_nan(sink_fraction), sink_baseline, sink_passages, gu))
     sentence = "; ".join(parts) + "."
     v.sentence = sentence[0].upper() + sentence[1:]
     return v
@@ -329,12 +355,13 @@ def verdict_inputs(diagnostics: Mapping[str, Any] | None) -> dict[str, Any]:
     """The keyword arguments of `bos_verdict` held by a `diagnose` dict (None: not computed);
     keys an older or partial dict lacks stay None."""
     d = diagnostics or {}
-    keys = ("massive_ratio", "massive_position", "massive_max", "massive_median")
+    keys = ("massive_ratio", "massive_position", "sun_share", "sun_position")
     out = {k: d.get(k) for k in keys}
     out.update(
         sink_fraction=d.get("sink_fraction"),
         sink_baseline=d.get("sink_baseline"),
         sink_passages=d.get("sink_passages"),
+        gu_sink_fraction=d.get("gu_sink_fraction"),
     )
     return out
 
@@ -354,4 +381,18 @@ def verdict_for(
         gaps,
         identical=identical_controls(measurement, metric),
         **verdict_inputs(diagnostics),
+    )
+
+
+def _gu_part(v: BosVerdict, gu: np.ndarray | None) -> str:
+    """Gu et al.'s metric (whole passages) after the project's sink sentence, or ""."""
+    if gu is None or not len(gu) or np.isnan(gu).all():
+        return ""
+    v.gu_sink_metric = float(np.nanmean(gu))
+    v.gu_sink_max = float(np.nanmax(gu))
+    v.gu_sink_max_layer = int(np.nanargmax(gu)) + 1
+    return (
+        f"; by Gu et al.'s metric (query 0 included, > {GU_THRESHOLD} decided per passage) "
+        f"{100 * v.gu_sink_metric:.0f}% of heads are sinks on average, up to "
+        f"{100 * v.gu_sink_max:.0f}% in block {v.gu_sink_max_layer}"
     )

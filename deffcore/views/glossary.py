@@ -87,9 +87,10 @@ GLOSSARY: dict[str, str] = {
     "position-0 norm ratio": "‖h(pos 0)‖ / mean ‖h(t ≥ 1)‖: how many times longer the whole "
     "first-token state is than the other tokens' states, per layer over all N passages. "
     "Not the massive-activation ratio: a long state can hold many moderate values.",
-    "massive-activation ratio": "The largest single feature |h_j| of a state over tokens and "
-    "features, divided by the median |h_j| (Sun et al.), per layer over 64 passages: one huge "
-    "number, not a whole state's length. Above 100x it is called massive.",
+    "massive-activation ratio": "The project's summary: each passage's largest single feature "
+    "|h_j|, averaged over 64 passages, divided by the median |h_j|, per layer: one huge "
+    "number, not a whole state's length. Above 100x it is called massive. Not Sun et al.'s "
+    "criterion, which judges each activation.",
     "position-0 test": "default vs no_pos0: Δ = gap(no_pos0) - gap(default), with a paired "
     "interval: both gaps evaluated on the same bootstrap resamples of the run's passages, so "
     "their shared errors cancel (unpaired, both errors added, when the run has no such "
@@ -104,7 +105,12 @@ GLOSSARY: dict[str, str] = {
     "attention sink": "A token (often the first) that many heads attend to by default; it tends "
     "to carry a massive activation.",
     "Sun et al.'s criterion": "Sun et al. (2024) call an activation massive when it exceeds 100 "
-    "in size and is at least 1,000 times the median; it is reported beside the ratio > 100.",
+    "in size and is at least 1,000 times the median size in its own layer; reported as the "
+    "share of passages holding one, per layer, beside the project's ratio.",
+    "Gu et al.'s sink metric": "Gu et al. (2024): a head is a sink in a passage when the "
+    "attention of every query to the first token, the first query included, averages more "
+    "than 0.3; decided per passage, then averaged (on whole passages or their first 64 "
+    "tokens). The project's score averages over passages first and leaves the first query out.",
     "uniform attention baseline": "What a head that spreads its attention evenly over the "
     "earlier tokens would score on the sink test: 0.5 at 2 tokens, 0.06 at 64. Passages under "
     "6 tokens are left out of the sink test because even uniform attention passes 0.3 there.",
@@ -220,7 +226,8 @@ GLOSSARY: dict[str, str] = {
     "as strongly as the real one; exact for few models, where the usual formula is rough.",
     "Gromov–Wasserstein": "A distance between two point clouds that compares only their "
     "internal distances, with no matching of points given; GW² is 0 for a rotated or "
-    "shuffled copy of the same cloud.",
+    "shuffled copy of the same cloud. The solver finds a local optimum from its starting "
+    "coupling: POT's product coupling by default (the paper's), which every result records.",
     "geodesic efficiency": "How straight the path through the layers is: the angle between "
     "the first and last layer (arccos of their CKA) divided by the sum of the angles between "
     "neighbouring layers. 1 for a straight path; orthogonal updates give less.",

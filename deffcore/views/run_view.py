@@ -71,6 +71,13 @@ class RunView:
         """`Measurement.random_band` (random-weight null seeds), {} when there is none."""
         return {}
 
+    def stored_bootstrap(
+        self, pooling: str = "default", metric: str = "cka", K: int | None = None
+    ) -> dict[str, Any] | None:
+        """The passage bootstrap this run was stored with for this headline (`BootstrapResult
+        .to_dict()`), or None (`deffcore.views.run_spread.stored_bootstrap`)."""
+        return None
+
     @property
     def measurement(self) -> Any | None:
         """The live `Measurement`, or None for a snapshot."""
@@ -139,13 +146,20 @@ class RunView:
         metric: str = "cka",
         K: int | None = None,
         ci: tuple[float, float] | None = None,
+        bootstrap_mean: float | None = None,
     ) -> Any:
         """How far to trust this headline (`deffcore.statistics.trust_rule.trust_badge`): N against
         d, whether
         the CKA bias moves D_eff/L (against unbiased CKA, when the run has it), the bootstrap
-        interval `ci` when one was computed, the random-weight band when the run has one."""
+        interval `ci` (and its replicates' mean) when one was computed, else the bootstrap the
+        run was stored with (`stored_bootstrap`: the run's measured spread, never the prior
+        when the run has one), the random-weight band when the run has one."""
         from deffcore.statistics.trust_rule import trust_badge, with_supply
 
+        if ci is None:
+            boot = self.stored_bootstrap(pooling, metric, K)
+            if boot is not None:
+                ci, bootstrap_mean = (boot["low"], boot["high"]), boot["mean"]
         h = self.headline(pooling, metric, K)
         unbiased = None
         if metric == "cka":
@@ -164,6 +178,7 @@ class RunView:
             null_band=null,
             null_seeds=seeds,
             layers=h.layers,  # the gap's regime is part of the claim
+            bootstrap_mean=bootstrap_mean if ci is not None else None,
         )
         return with_supply(t, self.spec or None, self.window_source())  # actions the data gives
 

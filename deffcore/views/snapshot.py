@@ -118,6 +118,18 @@ class SnapshotView(NotebookDisplay, RunView):
                     self._paired = pb
         return self._paired
 
+    def stored_bootstrap(
+        self, pooling: str = "default", metric: str = "cka", K: int | None = None
+    ) -> dict[str, Any] | None:
+        from deffcore.views.run_spread import stored_bootstrap
+
+        if K not in (None, self.layers - 1):
+            return None
+        point = self.headline(pooling, metric).deff_over_L
+        return stored_bootstrap(
+            self.data.get("measurement"), pooling=pooling, metric=metric, point=point
+        )
+
 
 def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), _DECIMALS).tolist()

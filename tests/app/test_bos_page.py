@@ -183,9 +183,20 @@ def test_verdict_and_evidence_match_the_library(app, measurement):
     np.testing.assert_allclose(
         plotly_array(chart(at, "Massive activations")["data"][0]["y"]), diag["massive_ratio"]
     )
-    np.testing.assert_allclose(
-        plotly_array(chart(at, "Attention sinks")["data"][0]["y"]), diag["sink_fraction"]
-    )
+    sinks = chart(at, "Attention sinks")
+    np.testing.assert_allclose(plotly_array(sinks["data"][0]["y"]), diag["sink_fraction"])
+    # beside ours, the papers' own definitions (issue 26), named apart
+    np.testing.assert_allclose(plotly_array(sinks["data"][1]["y"]), diag["gu_sink_fraction"])
+    assert sinks["data"][1]["name"].startswith("Gu et al.") and "whole" in sinks["data"][1]["name"]
+    sun = chart(at, "Massive activations by Sun et al.")
+    np.testing.assert_allclose(plotly_array(sun["data"][0]["y"]), diag["sun_share"])
+    gu_words = f"Gu et al.'s Sink₀.₃ over all blocks, whole passages: {diag['gu_sink_metric']:.1%}"
+    assert any(gu_words in c.value for c in at.caption)
+    at.radio(key="bos_gu_window").set_value("gu64_").run()
+    first64 = chart(at, "Attention sinks")["data"][1]
+    np.testing.assert_allclose(plotly_array(first64["y"]), diag["gu64_sink_fraction"])
+    assert "first 64 tokens" in first64["name"]
+    at.radio(key="bos_gu_window").set_value("gu_").run()
     np.testing.assert_allclose(
         plotly_array(chart(at, "Position-0 norm ratio")["data"][0]["y"]),
         measurement.pooled.pos0_norm_ratio,

@@ -90,6 +90,10 @@ def test_correlation_lab_pruning_beside_the_paper_and_table_s18(no_model_load):
     assert any("inferred, not published" in m.value for m in at.markdown)
     inferred = tables_with(at, "k₁.₁₀")
     assert any(set(t["Model"]) == {"Qwen3.5-4B", "Qwen3.5-27B"} for t in inferred)
+    conflict = correlation_lab.s18_endpoint_conflict()[
+        "sentence"
+    ]  # the caption against the numbers
+    assert any(plain(w.value) == conflict for w in at.warning)
 
 
 def test_correlation_lab_scores_upload(no_model_load):
@@ -190,9 +194,21 @@ def test_aggregations_geometry_and_gw_of_a_measured_run(view, measurement, no_mo
     heat = chart(at, "ρ(GW, cka)")
     np.testing.assert_allclose(plotly_array(heat["data"][1]["z"]), stored["gw"], rtol=1e-12)
     assert "Pythia-410M (paper)" in set(tables_with(at, "ρ(GW, CKA)")[0]["Model"])
+    assert stored["init"] == "product" and not at.info  # the paper's start: compared
     at.run()  # a later visit: shown from the store, the button off
     assert at.button(key="ag_gw_run").disabled
     assert any("Read from the lab store" in c.value for c in at.caption)
+    # another start is a result of its own, never put beside Table S22
+    at.selectbox(key="ag_gw_init").set_value("both").run()
+    assert not at.button(key="ag_gw_run").disabled  # nothing stored for this start
+    at.button(key="ag_gw_run").click().run()
+    assert_clean(at)
+    both = gw_lens(measurement, GwOptions(n_gw=8, init="both"))
+    assert both["cached"] and both["init"] == "both"
+    table = tables_with(at, "ρ(GW, CKA)")[0]
+    assert list(table["Model"]) == [f"{both['model']} (this run, n_gw = 8)"]
+    assert list(table["starting coupling"]) == ["both"]
+    assert any("Not compared with Table S22" in plain(i.value) for i in at.info)
 
 
 def test_aggregations_gw_is_off_for_a_snapshot(no_model_load):

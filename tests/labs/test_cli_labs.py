@@ -131,14 +131,39 @@ def test_gw_json(capsys):
     assert run_json(capsys, ["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--gw-seed",
                              "1"])["cached"] is True  # fmt: skip
     assert main(["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--gw-seed", "1"]) == 0
-    assert "Spearman rho(|i-j|, GW)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "Spearman rho(|i-j|, GW)" in text and "start=product" in text
+    assert "Pythia-410M: -0.86 / +0.45 / -0.48" in text  # beside Table S22: the paper's start
+    assert out["init"] == "product" and out["paper_start"] is True
+
+
+def test_gw_from_another_start_is_not_put_beside_table_s22(capsys):
+    argv = ["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--init", "both"]
+    assert run_json(capsys, argv)["init"] == "both"
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "Not compared with Table S22" in text and "Pythia-410M" not in text
+
+
+def test_gw_failed_solve_exits_2_with_one_sentence_and_stores_nothing(capsys):
+    from deffcore.labs import store
+
+    argv = ["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--solver", "entropic"]
+    assert main([*argv, "--epsilon", "1e-300"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no valid coupling" in err and len(err.splitlines()) == 1
+    assert "Traceback" not in err
+    assert not [r for r in store.list_results("gw") if r["identity"]["solver"] == "entropic"]
 
 
 def test_correlate_json_without_arguments_is_table_s18(capsys):
     out = run_json(capsys, ["correlate"])
     assert out["kind"] == "s18" and out["paper"]["agree"] == 29
+    conflict = out["paper"]["conflict"]
+    assert (conflict["agree_labels"], conflict["agree_caption"]) == (14, 3)
     assert main(["correlate"]) == 0
-    assert "29 of 32" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert f"! {conflict['sentence']}" in text.splitlines() and "29 of 32" in text
 
 
 def test_correlate_scores_json(capsys, tmp_path):

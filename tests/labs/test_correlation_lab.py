@@ -63,6 +63,47 @@ def test_s18_reconstruction_agrees_with_29_of_32_printed_values():
     assert {r["subset"]: r["n"] for r in check["reconstructed_eight"]} == printed_n
 
 
+def test_s18_caption_against_its_numbers_by_an_independent_count():
+    """Issue 26: the caption's "largest- and smallest-D_eff/L endpoints" is not what the rows
+    drop; counted here with scipy alone, from the typed-in S17 rows and Table S13's values."""
+    panel = {m: (L, x, k) for m, L, x, k in S17}
+    panel["Qwen3.5-4B"] = (32, 0.034, 2)  # Table S13 D_eff/L; k inferred (module docstring)
+    panel["Qwen3.5-27B"] = (64, 0.021, 2)
+    printed = {  # the two rows that drop Qwen3.5-4B, as printed (f_1.10 then k_1.10)
+        ("Qwen3.5-4B",): [-0.82, 0.03, -0.80, 0.03, -0.94, 0.002, -0.91, 0.005],
+        ("OLMo-2-1B", "Qwen3.5-4B"): [-0.68, 0.14, -0.66, 0.15, -0.92, 0.009, -0.86, 0.03],
+    }
+
+    def stats(dropped):
+        kept = [v for m, v in panel.items() if m not in dropped]
+        x = [v[1] for v in kept]
+        out = []
+        for y in ([v[2] / v[0] for v in kept], [v[2] for v in kept]):
+            out += [*pearsonr(x, y)[:2], *spearmanr(x, y)[:2]]
+        return out
+
+    def agreeing(swap):
+        count = 0
+        for dropped, values in printed.items():
+            ours = stats(tuple(swap.get(m, m) for m in dropped))
+            for o, v in zip(ours, values, strict=True):
+                digits = max(2, len(repr(v).partition(".")[2]))
+                count += abs(o - v) <= 0.5 * 10.0**-digits + 1e-12
+        return count
+
+    smallest = min(panel, key=lambda m: panel[m][1])
+    largest = max(panel, key=lambda m: panel[m][1])
+    c = correlation_lab.s18_endpoint_conflict()
+    assert (c["largest"], c["smallest"]) == (largest, smallest) == ("OLMo-2-1B", "Qwen3.5-27B")
+    assert c["dropped_instead"] == "Qwen3.5-4B" != smallest and c["values"] == 16
+    assert c["agree_labels"] == agreeing({}) == 14
+    assert c["agree_caption"] == agreeing({"Qwen3.5-4B": smallest}) == 3
+    text = c["sentence"]
+    assert '"drop the largest- and smallest-D_eff/L endpoints"' in text
+    assert "reproduces 14 and dropping Qwen3.5-27B 3" in text and "largest f_1.10 (2/32)" in text
+    assert correlation_lab.s18_check()["conflict"] == c
+
+
 def test_the_paper_spearman_p_is_scipys_t_not_the_exact_permutation_p():
     full = correlation_lab.s18_check()["reconstructed_eight"][0]
     assert round(full["k110_spearman_p"], 3) == 0.001  # printed 0.001

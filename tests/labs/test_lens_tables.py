@@ -161,12 +161,28 @@ def test_pretrain_beside_paper_rows():
 
 def test_gw_beside_the_paper():
     gw = {"model": "m", "n_gw": 64, "layers": 4, "spearman_gw_cka": -0.8,
-          "spearman_lag_gw": 0.3, "spearman_lag_cka": -0.5}  # fmt: skip
+          "spearman_lag_gw": 0.3, "spearman_lag_cka": -0.5, "init": "product"}  # fmt: skip
     frame = lens_tables.gw_beside_paper(gw).set_index("Model")
-    assert list(frame.columns) == ["L (layers)", "ρ(GW, CKA)", "ρ(|i−j|, GW)", "ρ(|i−j|, CKA)"]
+    assert list(frame.columns) == [
+        "starting coupling", "L (layers)", "ρ(GW, CKA)", "ρ(|i−j|, GW)", "ρ(|i−j|, CKA)"
+    ]  # fmt: skip
     assert frame.loc["m (this run, n_gw = 64)", "ρ(GW, CKA)"] == -0.8
     assert frame.loc["Pythia-410M (paper)", "ρ(|i−j|, GW)"] == 0.45  # Table S22
     assert frame.loc["Llama-3.1-8B (paper)", "ρ(|i−j|, CKA)"] == -0.89
+    assert lens_tables.gw_paper_note(gw) is None
+    assert "Pythia-410M: -0.86 / +0.45 / -0.48" in "\n".join(lens_tables.gw_paper_lines(gw))
+
+
+@pytest.mark.parametrize("init", ["both", "identity", None])
+def test_gw_from_another_start_stands_alone(init):
+    """Issue 26: Table S22 is compared only with numbers from the paper's start."""
+    gw = {"model": "m", "n_gw": 64, "layers": 4, "spearman_gw_cka": -0.99,
+          "spearman_lag_gw": 0.95, "spearman_lag_cka": -0.5, "init": init}  # fmt: skip
+    frame = lens_tables.gw_beside_paper(gw)
+    assert list(frame["Model"]) == ["m (this run, n_gw = 64)"]
+    note = lens_tables.gw_paper_note(gw)
+    assert note.startswith("Not compared with Table S22") and "'product'" in note
+    assert lens_tables.gw_paper_lines(gw) == [f"  {note}"]
 
 
 def test_ppl_k_frame_of_a_non_monotone_curve():
