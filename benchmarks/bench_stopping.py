@@ -24,6 +24,15 @@ The goal: a stopped number within its promise as often as a fixed-N one ("solid"
 >= 95% of cases). Grids: `full` (no bootstrap: N_max 4,096, d up to 128), `boot` (with
 `--bootstrap B`: N_max 2,048, d up to 32, the bootstrap being the costly part), `tiny` (the
 unit test's slice). `--load` re-judges saved runs.
+
+**The paired answer** (`--answers`, issue 26: what `--until verdict` and "Stop when settled"
+stop on). Each growing run is a `synthetic.position0_construction` (population gaps, Delta and
+T in closed form), measured at its marks by the product's own path (`anytime.estimate` with
+one paired bootstrap of default and no_pos0, B = `--bootstrap`, default 50): the BOS answer
+at every mark. Rows: every definite answer at a fixed N, judged against the population
+(`bos_calibration.claim_is_right`); and per stopping rule (CONFIRM, MIN_STOP_N, the same
+verdict at the confirming marks), the answer where the run stopped: how often wrong, and at
+what N. Goal: a stopped answer wrong no more often than a fixed-N one (<= 1%).
 """
 
 from __future__ import annotations
@@ -186,9 +195,154 @@ def run(size: str, B: int | None) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# the paired BOS answer (what `--until verdict` stops on)
+
+#: (L, d, N_max, seeds, batch, position-0 sizes x L/4, onsets) per grid of the answer's runs.
+ANSWER_GRIDS: dict[str, dict[str, Any]] = {
+    "full": {
+        "L": (8, 16),
+        "d": (32,),
+        "N_max": 1024,
+        "seeds": 2,
+        "batch": 32,
+        "pos0": (0.5, 4.0, 32.0),
+        "onset": ("first", "third"),
+    },
+    "tiny": {
+        "L": (6,),
+        "d": (8,),
+        "N_max": 256,
+        "seeds": 1,
+        "batch": 32,
+        "pos0": (4.0,),
+        "onset": ("first",),
+    },
+}
+
+
+def answer_grid(size: str) -> list[dict[str, Any]]:
+    g = ANSWER_GRIDS[size]
+    keys = itertools.product(g["L"], g["d"], g["pos0"], g["onset"], range(g["seeds"]))
+    return [
+        {
+            "L": L,
+            "d": d,
+            "pos0": pos0,
+            "onset": onset,
+            "seed": s,
+            "N_max": g["N_max"],
+            "batch": g["batch"],
+        }
+        for L, d, pos0, onset, s in keys
+    ]
+
+
+def run_answer_case(case: dict[str, Any], B: int) -> dict[str, Any]:
+    """One growing run of a position-0 construction: the answer at every mark."""
+    from deffcore.core.constants import EXTRACTED_POOLINGS
+    from deffcore.extraction.pooling import PooledStates
+    from deffcore.measures.depth import effective_depth, gap_percent
+    from deffcore.measures.synthetic import position0_construction
+    from deffcore.statistics.anytime import estimate
+
+    L = case["L"]
+    onset = 1 if case["onset"] == "first" else max(1, L // 3)
+    c = position0_construction(
+        case["N_max"], case["d"], L, pos0=case["pos0"] * L / 4, onset=onset,
+        seed=3000 + case["seed"],
+    )  # fmt: skip
+    pops = [gap_percent(effective_depth(S), L) for S in (c.S_default, c.S_no_pos0)]
+    h0 = np.zeros((1, *c.default.shape[1:]), dtype=np.float32)  # h_0 is never measured
+    stacks = {"default": c.default, "no_pos0": c.no_pos0}
+    stacks = {p: np.concatenate([h0, stacks.get(p, c.no_pos0)]) for p in EXTRACTED_POOLINGS}
+    marks = []
+    for k in schedule(case["N_max"], case["batch"]):
+        pooled = PooledStates(
+            pooled={p: x[:, :k] for p, x in stacks.items()},
+            pos0_norm_ratio=np.ones(L + 1, np.float32), n_dropped_short=0, tokens=0,
+        )  # fmt: skip
+        e = estimate(pooled, poolings=("default", "no_pos0"), bootstrap=B, seed=case["seed"],
+                     bootstrap_poolings=("default", "no_pos0"))  # fmt: skip
+        marks.append({"n": k, "verdict": e.answer, "metric": e.position0["metric"]})
+    return {**case, "pops": pops, "marks": marks}
+
+
+def summarise_answers(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    from deffcore.lenses.bos_calibration import claim_is_right
+    from deffcore.statistics.stopping import DEFINITE
+
+    rows: dict[str, dict[str, Any]] = {}
+    fixed = [
+        claim_is_right(m["verdict"], *r["pops"])
+        for r in runs
+        for m in r["marks"]
+        if m["verdict"] in DEFINITE
+    ]
+    rows["fixed N, definite answer"] = _wrong(fixed, sum(len(r["marks"]) for r in runs))
+    for confirm, min_n in RULES:
+        judged, ns = [], []
+        for r in runs:
+            marks = r["marks"]
+            for i in range(len(marks) - 1):
+                last = marks[max(0, i - confirm + 1) : i + 1]
+                same = {m["verdict"] for m in last}
+                if (marks[i]["n"] >= min_n and i + 1 >= confirm and len(same) == 1
+                        and marks[i]["verdict"] in DEFINITE):  # fmt: skip
+                    judged.append(claim_is_right(marks[i]["verdict"], *r["pops"]))
+                    ns.append(marks[i]["n"])
+                    break
+        rows[f"stopped answer, confirm {confirm}, N >= {min_n}"] = {
+            **_wrong(judged, len(runs)),
+            "median_n": float(np.median(ns)) if ns else None,
+        }
+    return {"runs": len(runs), "rows": rows}
+
+
+def _wrong(flags: list[bool | None], looks: int) -> dict[str, Any]:
+    claims = [f for f in flags if f is not None]
+    wrong = sum(1 for f in claims if f is False)
+    return {"claims": len(claims), "looks": looks, "wrong": wrong,
+            "wrong_share": wrong / len(claims) if claims else None}  # fmt: skip
+
+
+def answers_markdown(summary: dict[str, Any], B: int) -> str:
+    lines = [
+        f"**The paired BOS answer** ({summary['runs']} growing runs, B = {B} paired replicates "
+        "at every mark)",
+        "",
+        "| answers judged | definite | of | wrong | median N at stop |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in summary["rows"].items():
+        median = r.get("median_n")
+        share = "–" if r["wrong_share"] is None else f"{100 * r['wrong_share']:.1f}%"
+        lines.append(
+            f"| {name} | {r['claims']} | {r['looks']} | {r['wrong']} ({share}) | "
+            f"{'–' if median is None else f'{median:,.0f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def run_answers(size: str, B: int) -> list[dict[str, Any]]:
+    out, cases, start = [], answer_grid(size), time.perf_counter()
+    for i, case in enumerate(cases):
+        out.append(run_answer_case(case, B))
+        print(f"[{i + 1}/{len(cases)}] {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return out
+
+
 def main() -> None:
-    args = kit.parse_args(__doc__, GRIDS, 0, "0: no interval")
+    p = kit.parser(__doc__, GRIDS, 0, "0: no interval")
+    p.add_argument("--answers", action="store_true", help="the paired BOS answer's stopping")
+    args = p.parse_args()
     start = time.perf_counter()
+    if args.answers:
+        B = args.bootstrap or 50
+        runs = kit.measured_or_loaded(args, lambda size, _: run_answers(size, B))
+        print(answers_markdown(summarise_answers(runs), B))
+        print(f"({time.perf_counter() - start:.0f} s)")
+        return
     results = kit.measured_or_loaded(args, run)
     for metric, runs in results.items():
         boot = f", bootstrap B = {args.bootstrap}" if args.bootstrap else ", no bootstrap"

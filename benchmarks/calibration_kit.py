@@ -67,9 +67,7 @@ def parse_args(doc: str, sizes: Iterable[str], bootstrap: int, bootstrap_help: s
     return parser(doc, sizes, bootstrap, bootstrap_help).parse_args()
 
 
-def measured_or_loaded(
-    args: argparse.Namespace, run: Callable[[str, int | None], dict[str, Any]]
-) -> dict[str, Any]:
+def measured_or_loaded(args: argparse.Namespace, run: Callable[[str, int | None], Any]) -> Any:
     """`run(args.size, B)` (B = `args.bootstrap`, None for 0), or the measurements saved in
     `args.load`; written to `args.save` when given (so thresholds can be tried again)."""
     if args.load is not None:

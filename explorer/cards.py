@@ -13,6 +13,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.core.safe_text import csv_safe, md_code  # user text is text, never markup
+from deffcore.inputs.supply import passages_action
 from deffcore.statistics.trust_rule import Trust
 from deffcore.views.labels import identity_stem, run_identity
 from deffcore.views.run_view import RunView
@@ -118,11 +119,12 @@ def headline_cards(view: RunView, settings: Settings) -> None:
     cols[6].metric("CKA bias d/(N+d)", f"{h.cka_bias:.3f}")
     trust_line(trust)
     if trust.bias_material:
+        action = passages_action(trust.solid_n, view.spec or None, view.window_source())
         st.warning(
             f"Linear CKA's finite-sample bias matters here: with N = {h.n} passages and d = "
             f"{h.d_model}, unrelated layers would still score about d/(N+d) = "
-            f"{h.cka_bias:.3f}, which inflates similarity and lowers D_eff. Use ≥ "
-            f"{trust.solid_n:,} passages or switch the metric to unbiased_cka."
+            f"{h.cka_bias:.3f}, which inflates similarity and lowers D_eff. "
+            f"{action[:1].upper()}{action[1:]} or switch the metric to unbiased_cka."
         )
 
 

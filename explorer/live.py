@@ -2,11 +2,12 @@
 settled" (issue 23).
 
 The run panel (`explorer.run_panel`) calls `live_panel(status)` under its progress bar: the
-latest estimate (`deffcore.work.jobs.JobStatus.estimates`, one per mark of `anytime.schedule`) as
-cards with the trust rule's level and the estimator shown, the BOS verdict and whether it is
+latest estimate (`deffcore.work.jobs.JobStatus.estimates`, one per mark of `prefix.schedule`) as
+cards with the trust rule's level and the estimator shown, the BOS answer with its paired
+interval (`anytime.Estimate.position0`), the pooling controls' regimes and whether they are
 settled, and the gap-vs-N curve with its band (`deffcore.figures.gap_vs_n`). "Stop when
-settled" asks the job to stop once the verdict is settled (`jobs.stop_when_settled`); what it
-extracted becomes a normal run of that N. User text (model names) is shown as plain text,
+settled" asks the job to stop once the BOS answer is definite (`jobs.stop_when_settled`); what
+it extracted becomes a normal run of that N. User text (model names) is shown as plain text,
 never Markdown.
 """
 
@@ -19,7 +20,8 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.core.safe_text import md_escape
-from deffcore.extraction.prefix import prefix_refusal
+from deffcore.extraction.prefix import FIRST_ESTIMATE, prefix_refusal, schedule
+from deffcore.statistics.stopping import CONFIRM, MIN_STOP_N
 from deffcore.work import job_state, jobs
 from explorer.cards import show_run_figure
 
@@ -74,42 +76,65 @@ def _head_cards(est: dict[str, Any]) -> None:
     st.caption(note + ".")
 
 
+def _answer_line(est: dict[str, Any]) -> None:
+    """The BOS answer at this mark (default vs no_pos0, paired interval), as plain text."""
+    answer = est.get("position0")
+    if not answer:
+        return
+    definite = answer["verdict"] in ("not_artefact", "artefact", "masks")
+    shown = "" if answer.get("metric") == est["run_metric"] else " (unbiased CKA)"
+    text = f"Is the gap a position-0 artefact? At N = {est['n']:,}{shown}: {answer['sentence']}"
+    (st.success if definite else st.info)(md_escape(text))
+
+
 def _verdict_line(est: dict[str, Any]) -> None:
     if est["verdict_settled"]:
-        st.success("BOS verdict settled: " + est["verdict"])
+        st.success("Pooling controls' regimes settled: " + est["verdict"])
     else:
         open_ = ", ".join(est["unsettled"])
-        st.info(f"BOS verdict so far (can still change: {open_}): " + est["verdict"])
+        st.info(f"Pooling controls so far (regimes can still change: {open_}): " + est["verdict"])
 
 
 def settle_button(status: job_state.JobStatus) -> None:
-    """Stop when the BOS verdict is settled (kept as a run of that N)."""
+    """Stop when the BOS answer is definite (kept as a run of that N); where the run cannot
+    stop early (documents, a streamed dataset), why not."""
+    refusal = prefix_refusal(status.spec.passages, status.spec.dataset)
+    if refusal is not None:
+        st.caption(md_escape(refusal))
+        return
     st.button(
         "Stop when settled" if not status.until else "Stopping when settled",
         key="job_settle",
         on_click=jobs.stop_when_settled,
         args=(status.job_id, "verdict"),
         disabled=bool(status.until) or status.cancel_requested,
-        help="Ends extraction as soon as the BOS verdict can no longer change within its "
-        "bands (at once if it already cannot); the passages extracted so far become a "
-        "normal cached run of that N, which a larger run later resumes from.",
+        help="Ends extraction as soon as the BOS answer (default vs no_pos0, from one paired "
+        f"bootstrap of the passages so far) is definite at {CONFIRM} estimates in a row with "
+        f"at least {MIN_STOP_N} passages (at once if it already is); the passages extracted "
+        "so far become a normal cached run of that N, which a larger run later resumes from.",
     )
 
 
 def live_panel(status: job_state.JobStatus) -> None:
-    """The latest estimates of a running window run, under its progress bar."""
+    """The latest estimates of a running run, under its progress bar."""
     if status.kind != "run" or status.spec is None:
         return
-    refusal = prefix_refusal(status.spec.passages, status.spec.dataset)
-    if refusal is not None:
-        st.caption(f"No estimates before the end. {refusal}")
-        return
     if not status.estimates:
-        st.caption("The first estimate appears once 64 passages (whole batches) are in.")
+        first = schedule(status.spec.n, 1)[0]
+        if first >= status.spec.n:  # no look below N: the run itself is the first one
+            st.caption(
+                f"A run of {status.spec.n:,} passages is its own first estimate: its numbers "
+                f"show when it lands (a first look needs {FIRST_ESTIMATE} passages)."
+            )
+        else:
+            st.caption(
+                f"The first estimate appears once {first:,} passages (whole batches) are in."
+            )
         settle_button(status)
         return
     est = status.estimates[-1]
     _head_cards(est)
+    _answer_line(est)
     _verdict_line(est)
     st.caption(md_escape(next_look(status, est)))
     settle_button(status)

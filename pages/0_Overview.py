@@ -7,7 +7,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.runs.tables import metric_comparison
+from deffcore.runs.tables import metric_comparison, metric_difference
 from deffcore.views.labels import run_identity
 from deffcore.views.run_view import RunView
 from explorer.cards import download_html, headline_cards, precomputed_note, show_run_figure
@@ -49,6 +49,13 @@ def metric_section(view: RunView, settings: Settings) -> None:
         "is not an artefact of N."
     )
     st.dataframe(table, hide_index=True, width="content")
+    diff = metric_difference(view, settings.pooling, settings.K)
+    if diff is not None:  # the two metrics on the same passages: a paired interval (SPEC 15)
+        lo, hi = diff.interval
+        st.caption(
+            f"Linear minus unbiased CKA, D_eff/L: {diff.delta:+.4f}, {diff.ci:.0%} "
+            f"[{lo:+.4f}, {hi:+.4f}] (paired: both on the same {diff.B} bootstrap resamples)."
+        )
 
 
 def charts_section(view: RunView, settings: Settings) -> None:

@@ -25,6 +25,7 @@ from deffcore.lenses.bos_answer import bos_on_off, position0_answer_for
 from deffcore.lenses.run_extras import extras_source, snapshot_bos_on_off, snapshot_diagnostics
 from deffcore.runs import preflight
 from deffcore.runs.action_costs import diagnostics_cost, runs_cost, with_variants
+from deffcore.statistics.control_effects import control_effects, effect_sentence, regime_intervals
 from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
 from deffcore.views.labels import run_label
 from deffcore.views.paper import paper_controls, paper_table
@@ -33,6 +34,7 @@ from deffcore.work import jobs
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
+from explorer.paired_task import ensure_paired, paired_progress
 from explorer.settings import Settings
 
 #: Answer boxes by verdict: a clear "no" is good news, a "yes" a warning, the rest neutral.
@@ -54,31 +56,51 @@ def control_headlines(view: RunView, settings: Settings) -> tuple[dict[str, Head
 
 
 def answer_section(view: RunView, settings: Settings) -> None:
-    """The page's one answer, from what is already computed (no model, no diagnostics)."""
+    """The page's one answer, from what is already computed (no model, no diagnostics): paired
+    when the run has its bootstrap (a live run draws one in the background meanwhile)."""
+    pairing = ensure_paired(view, settings.metric)
     answer = position0_answer_for(view, settings.metric, settings.K)
     say = getattr(st, ANSWER_BOX.get(answer.verdict, "info"))
     say(f"**Is the gap a position-0 artefact?** {answer.sentence}")
     row = st.container(horizontal=True, vertical_alignment="center")
     if answer.trust:
         row.badge(f"Trust of the two numbers: {answer.trust}")
-    row.caption(
-        "Δ's interval adds both numbers' estimated errors (bias + spread); the tolerance is half "
-        "the gap, at least 2 points. The claim is checked on constructions with a known answer "
-        "(glossary: position-0 test)."
+    how = (
+        f"Δ's interval is paired: both gaps are evaluated on the same {answer.B} bootstrap "
+        "multisets of this run's passages, so their shared errors cancel"
+        if answer.paired
+        else "Δ's interval is unpaired: it adds both numbers' estimated errors (bias + spread), "
+        "which overstates it, since the two share their passages"
     )
+    row.caption(
+        f"{how}; the tolerance is half the gap (at least 2 points), with its own uncertainty. "
+        "The claim is checked on constructions with a known answer (glossary: position-0 test)."
+    )
+    if pairing is not None:
+        paired_progress(pairing)
 
 
-def verdict_section(view: RunView, headlines: dict, diag: dict | None, k_max: int) -> None:
-    """The pooling controls' verdict (regime, gap move, identical controls) and, once the
+def verdict_section(
+    view: RunView, headlines: dict, diag: dict | None, k_max: int, settings: Settings
+) -> None:
+    """The pooling controls' verdict (regime, gap move, identical controls; regimes from the
+    run's paired bootstrap when it has one, with each control's paired move) and, once the
     diagnostics are in, massive activations and sinks."""
     m = view.measurement
     identical = identical_controls(m, m.metric) if m is not None else None
+    pb, metric, K = view.paired_bootstrap(), settings.metric, settings.K
+    paired = pb is not None and all(pb.has(p, metric) for p in headlines)
+    spans = regime_intervals(pb, metric, K) if paired else None
     verdict = bos_verdict(
         {p: h.gap_pct for p, h in headlines.items()},
         identical=identical,
+        intervals=spans,
         **verdict_inputs(diag),
     )
     st.markdown(f"**Pooling controls and diagnostics:** {verdict.sentence}")
+    effects = control_effects(pb, metric, K) if spans else {}
+    if effects:  # each control's move of the gap, paired (SPEC 15)
+        st.caption(md_escape(effect_sentence(effects, pb.ci)))
     cols = st.columns(4)
     cols[0].metric(
         "Regime vs control",
@@ -457,7 +479,7 @@ def main() -> None:
     with guarded("Reading the diagnostics"):
         diag = run_diagnostics(view, spec)
     with verdict_box:
-        verdict_section(view, headlines, diag, k_max)
+        verdict_section(view, headlines, diag, k_max, settings)
         if missing:
             st.caption(f"Not in this precomputed run: {', '.join(missing)} (press Run to add).")
     controls_section(view, headlines, settings)

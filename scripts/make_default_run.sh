@@ -9,7 +9,11 @@
 # compute on request, each computed by the CLI and labelled in the app as shipped with it:
 #   --random-seeds 1..MIN_NULL_SEEDS   the random-weight band (the trust rule's null statement
 #                                      needs that many seeds: deffcore.statistics.trust_rule.MIN_NULL_SEEDS)
-#   --bootstrap 100                    the passage bootstrap (the trust badge's interval)
+#   --bootstrap 100 --bootstrap-poolings all --bootstrap-metrics cka,unbiased_cka
+#                                      the run's one paired bootstrap (SPEC 15): the trust
+#                                      badge's interval, and every difference the pages show
+#                                      (the BOS answer, the controls' moves, linear vs unbiased)
+#                                      from the same passage multisets
 #   --diagnostics                      massive activations and sinks (BOS page, inspector)
 #   --bos-on-off                       the run with bos=add and bos=none (BOS page)
 # Every forward pass lands in the cache ($DEFF_CACHE_DIR), so a second call is read back.
@@ -31,5 +35,6 @@ echo "== $MODEL (N=$N, random seeds $SEEDS) -> $OUT"
 t0=$SECONDS
 "$PY" -m deffcore measure --model "$MODEL" --dataset bbc-news --passages windows \
   --n "$N" --max-tokens "$MAX_TOKENS" --seed 0 --dtype float32 --random-seeds "$SEEDS" --bootstrap 100 \
+  --bootstrap-poolings all --bootstrap-metrics cka,unbiased_cka \
   --diagnostics --bos-on-off --no-anytime "${DEVICE_ARGS[@]}" --snapshot "$OUT" >/dev/null
 echo "   $((SECONDS - t0)) s, $(stat -c %s "$OUT") bytes"

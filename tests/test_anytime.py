@@ -10,7 +10,7 @@ from run_helpers import window_spec
 
 from deffcore.core.constants import EXTRACTED_POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
-from deffcore.extraction import batches
+from deffcore.extraction import batches, prefix
 from deffcore.extraction.pooling import PooledStates
 from deffcore.extraction.prefix import PrefixRows, batch_rows, prefix_refusal, schedule
 from deffcore.statistics import anytime
@@ -23,12 +23,16 @@ def _same_estimate(a, b) -> None:
     assert da == db
 
 
-def test_schedule_doubles_from_64_in_whole_batches():
-    assert schedule(512, 32) == [64, 128, 256, 512]
-    assert schedule(512, 48) == [96, 144, 288, 512]  # 64, 128, 256 rounded up to 48s
-    assert schedule(100, 32) == [64, 100]
-    assert schedule(40, 32) == [40]
+def test_schedule_doubles_from_the_first_meaningful_look_in_whole_batches():
+    # the first look is the trust rule's NOISE_MIN_N (fewer passages are noise whatever else)
+    assert prefix.FIRST_ESTIMATE == 32
+    assert schedule(512, 32) == [32, 64, 128, 256, 512]
+    assert schedule(512, 48) == [48, 96, 144, 288, 512]  # 32, 64, 128, 256 rounded up to 48s
+    assert schedule(100, 32) == [32, 64, 100]
+    assert schedule(40, 32) == [32, 40]
+    assert schedule(32, 32) == [32]
     assert schedule(4096, 256) == [256, 512, 1024, 2048, 4096]
+    assert schedule(64, 1) == [32, 64]  # a 64-document run has a look before its end
     with pytest.raises(DeffError):
         schedule(0, 32)
 

@@ -13,22 +13,33 @@ from deffcore.core.errors import DeffError
 from deffcore.extraction import cache, entries
 from deffcore.runs.anytime_run import measure_live
 from deffcore.runs.measure import measure_spec
-from deffcore.statistics.stopping import StopRule
+from deffcore.statistics.stopping import CONFIRM, MIN_STOP_N, StopRule
+
+
+def _first_stop(trajectory, met) -> int | None:
+    """Where the calibrated guard stops, by hand: the first mark below N with at least
+    MIN_STOP_N passages whose last CONFIRM estimates (in a row) all meet the target."""
+    for i, e in enumerate(trajectory):
+        last = trajectory[i - CONFIRM + 1 : i + 1] if i + 1 >= CONFIRM else []
+        if e.n >= MIN_STOP_N and last and all(met(x) for x in last):
+            return e.n
+    return None
 
 
 def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every_batch, planted):
     spec = window_spec(windows_dataset, 512)
-    rule = StopRule("solid")
-    live = measure_live(spec, device="cpu", batch_size=32, until=rule, bootstrap=20)
+    live = measure_live(spec, device="cpu", batch_size=32, until=StopRule("solid"), bootstrap=20)
     assert live.stopped
     k = live.measurement.n
     assert k < 512 and k == live.trajectory[-1].n
     assert live.measurement.elapsed_s >= live.trajectory[-1].elapsed_s > 0  # the time it took
-    assert [e.n for e in live.trajectory] == [64, 128, 256][: len(live.trajectory)]
-    assert rule.should_stop(live.trajectory)  # and not one estimate earlier
-    assert not rule.should_stop(live.trajectory[:-1])
+    assert [e.n for e in live.trajectory] == [32, 64, 128, 256][: len(live.trajectory)]
+    # judged by hand, not by the rule under test: it stopped at the first mark where the
+    # guard (CONFIRM solid looks in a row, >= MIN_STOP_N passages) holds, and no later
+    levels = [e.poolings["default"].level for e in live.trajectory]
+    assert k == _first_stop(live.trajectory, lambda e: e.poolings["default"].level == "solid")
+    assert levels[-CONFIRM:] == ["solid"] * CONFIRM and k >= MIN_STOP_N
     head = live.trajectory[-1].poolings["default"]
-    assert head.level == "solid"
     assert abs(head.deff_over_L - 1 / 4) < 0.05  # h_0 dominates: D_eff ~ 1 of L = 4 blocks
     # kept as a normal complete run of N = k; the 512-run's partial entry is gone
     kept = cache.load(replace(spec, n=k))
@@ -47,12 +58,44 @@ def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every
     )
 
 
+def test_until_verdict_stops_on_the_paired_answer(windows_dataset, every_batch, planted):
+    # bos=none: windows start with varying tokens, so no_pos0 is its own control and the
+    # answer comes from the paired bootstrap of both poolings at every mark
+    spec = replace(window_spec(windows_dataset, 1024), bos="none")
+    live = measure_live(spec, device="cpu", batch_size=32, until=StopRule("verdict"), bootstrap=30)
+    answers = [e.position0 for e in live.trajectory]
+    assert all(a is not None and a["paired"] and a["identical"] is None for a in answers)
+    definite = ("not_artefact", "artefact", "masks")
+    assert live.stopped, [a["verdict"] for a in answers]
+    k = live.measurement.n
+    same = [a["verdict"] for a in answers[-CONFIRM:]]
+    assert k == _first_stop(
+        live.trajectory,
+        lambda e: (
+            e.position0["verdict"] in definite
+            and e.position0["verdict"] == live.trajectory[-1].position0["verdict"]
+        ),
+    )
+    assert len(set(same)) == 1 and same[0] in definite and k < 1024
+
+
+def test_documents_runs_show_estimates_before_the_end(windows_dataset, every_batch):
+    """A 48-document run: the first look (32 passages, the sample's first 32) is estimated
+    while it extracts, not only when it lands (issue 26: no "No estimates before the end")."""
+    spec = window_spec(windows_dataset, 48, "documents")
+    seen = []
+    live = measure_live(spec, device="cpu", batch_size=16, on_estimate=seen.append,
+                        final_estimate=False, replay=False, bootstrap=12)  # fmt: skip
+    assert [e.n for e in seen] == [32] and not live.stopped
+    assert seen[0].position0 is not None and seen[0].position0["paired"]
+
+
 def test_without_a_rule_the_run_ends_at_n_with_every_estimate(windows_dataset, every_batch):
     spec = window_spec(windows_dataset, 256)
     seen = []
     live = measure_live(spec, device="cpu", batch_size=32, on_estimate=seen.append)
     assert not live.stopped and live.measurement.n == 256
-    assert [e.n for e in live.trajectory] == [64, 128, 256] == [e.n for e in seen]
+    assert [e.n for e in live.trajectory] == [32, 64, 128, 256] == [e.n for e in seen]
     # served from the cache: the trajectory comes from its rows, the same numbers
     again = measure_live(spec, device="cpu", batch_size=32)
     assert again.measurement.cached
@@ -82,7 +125,7 @@ def test_cli_until_prints_estimates_and_the_trajectory(
     live = d["anytime"]
     assert live["stopped"] and d["n"] == live["n"] < 512 and d["n_requested"] == live["n"]
     assert isinstance(live["trajectory"], list) and live["trajectory"][-1]["n"] == d["n"]
-    assert "N=    64" in err and "verdict" in err  # one line per estimate, on stderr
+    assert "N=    32" in err and "pos0 Δ" in err  # one line per estimate, on stderr
     assert main(argv) == 0  # the table names where it stopped
     out, _ = capsys.readouterr()
     assert f"Stopped at N = {d['n']:,} of 512" in out

@@ -71,9 +71,32 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
     assert t["point"] == d["results"]["default"]["deff_over_L"] and t["level"] == "noise"
     assert t == measurement_trust(m, "default").to_dict()
     assert d["bos"] == "default" and d["adds_bos"] is True
+    # the page's answer: no_pos0 is default here, so it is certain (and says why)
+    from deffcore.lenses.bos_answer import position0_answer_for
+
+    a = d["position0_answer"]
+    assert a == position0_answer_for(m.view(), "cka").to_dict()
+    assert a["verdict"] == "not_artefact" and a["identical"] and a["paired"] is False
     # second call: everything from the cache
     _, out2, _ = _run(capsys, "--dataset", tiny_dataset, "--json")
     assert json.loads(out2)["cached"] == {"run": True, "diagnostics": True}
+
+
+def test_bos_json_answer_is_paired_with_a_bootstrap(capsys, tiny_dataset):
+    from deffcore.lenses.bos_answer import position0_answer_for
+    from deffcore.runs.measure import measure
+
+    opts = ["--dataset", tiny_dataset, "--passages", "windows", "--bos", "none", "--n", "24"]
+    code, out, _ = _run(capsys, *opts, "--max-tokens", "16", "--json", "--bootstrap", "12")
+    assert code == 0
+    d = json.loads(out)
+    m = measure(model="tiny-llama", dataset=tiny_dataset, n=24, max_tokens=16,
+                passages="windows", bos="none")  # fmt: skip
+    pb = m.paired_bootstrap(("default", "no_pos0"), ("cka",), B=12, seed=0)
+    assert d["position0_answer"] == position0_answer_for(m.view(), "cka", paired=pb).to_dict()
+    assert d["position0_answer"]["paired"] is True
+    res = pb.result("default", "cka")
+    assert d["trust"]["interval"] == pytest.approx([res.low, res.high])
 
 
 def test_bos_none_and_add_change_the_first_token(capsys, tiny_dataset):

@@ -175,7 +175,10 @@ def test_measure_reports_trust_and_bootstrap_adds_the_interval(capsys, tiny_data
     assert t["level"] == "noise" and "far too few" in t["sentence"]  # N = 8
     m = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32)
     want = dc.trust(m.states_with_h0("default"), "cka")
-    assert (t["level"], t["reasons"], t["action"]) == (want.level, list(want.reasons), want.action)
+    assert (t["level"], t["reasons"]) == (want.level, list(want.reasons))
+    # the action asks what the data can give: 12 documents cannot give thousands (SPEC 15)
+    assert t["action"].startswith(want.action + ": tiny_passages.txt gives 12 documents here")
+    assert "a larger corpus (an hf: dataset" in t["action"]
     assert t["bias_corrected"] == pytest.approx(want.bias_corrected, rel=1e-9)
     boot = _measure_json(capsys, tiny_dataset, "--bootstrap", "20")
     res = m.bootstrap("default", B=20, seed=0)
@@ -194,3 +197,42 @@ def test_bad_bootstrap_is_one_line_before_loading(capsys, tiny_dataset):
                  "--bootstrap", "1", "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "--bootstrap must be an integer >= 2" in err and "Traceback" not in err
+
+
+def test_measure_json_carries_the_page_answer_paired_with_a_bootstrap(capsys, tiny_dataset):
+    from deffcore.lenses.bos_answer import position0_answer_for
+    from deffcore.runs.measure import measure
+
+    opts = ("--passages", "windows", "--bos", "none", "--n", "24", "--max-tokens", "16")
+    plain = _measure_json(capsys, tiny_dataset, *opts)["position0_answer"]
+    assert {"verdict", "delta", "interval", "tolerance", "paired", "sentence"} <= set(plain)
+    m = measure(model="tiny-llama", dataset=tiny_dataset, n=24, max_tokens=16,
+                passages="windows", bos="none")  # fmt: skip
+    assert plain == position0_answer_for(m.view(), "cka").to_dict()
+    assert plain["paired"] is False and "unpaired" in plain["sentence"]
+    d = _measure_json(capsys, tiny_dataset, *opts, "--bootstrap", "20")
+    a = d["position0_answer"]
+    pb = m.paired_bootstrap(("default", "no_pos0"), ("cka",), B=20, seed=0)
+    assert a == position0_answer_for(m.view(), "cka", paired=pb).to_dict()
+    assert a["paired"] is True and a["B"] == 20 and a["method"] == "basic"
+    assert "paired: one bootstrap of the same passages" in a["sentence"]
+    # the run's one bootstrap: the default pooling's interval is that of a bootstrap alone
+    res = m.bootstrap("default", B=20, seed=0)
+    assert d["bootstrap"]["samples"] == pytest.approx(res.samples.tolist(), rel=1e-9)
+    assert main(["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, *opts,
+                 "--no-progress", "--bootstrap", "20"]) == 0  # fmt: skip
+    assert "BOS answer (is the gap a position-0 artefact?): default vs no_pos0" in (
+        capsys.readouterr().out
+    )
+
+
+def test_bad_bootstrap_poolings_are_one_line(capsys, tiny_dataset):
+    for flag, value, needle in (
+        ("--bootstrap-poolings", "no_pos0", "must include default"),
+        ("--bootstrap-poolings", "default,mean", "takes default"),
+        ("--bootstrap-metrics", "cos", "takes cka"),
+    ):
+        code = main(["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "8",
+                     "--bootstrap", "5", flag, value, "--no-progress"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and needle in err and "Traceback" not in err, err

@@ -3,11 +3,11 @@
     python -m deffcore measure --passages windows --n 4096 --until verdict
     python -m deffcore measure --passages windows --n 4096 --plan --max-memory 8GiB
 
-Live estimates (window modes, on by default; `--no-anytime` turns them off): a line on stderr
-at each mark of `anytime.schedule` (64, 128, 256, ... passages), written above the progress
-bar (`tqdm.write`); `--json` adds them as `anytime.trajectory`, a list. `--until solid|verdict`
-ends the run once the stopping rule (`deffcore.statistics.stopping`) says so and keeps a run of
-that N.
+Live estimates (on by default; `--no-anytime` turns them off): a line on stderr at each mark
+of `prefix.schedule` (32, 64, 128, ... passages), written above the progress bar
+(`tqdm.write`), with the BOS answer's paired Δ; `--json` adds them as `anytime.trajectory`, a
+list. `--until solid|verdict` (window modes) ends the run once the stopping rule
+(`deffcore.statistics.stopping`) says so and keeps a run of that N.
 `--plan` prints the planner's line (`deffcore.runs.planner`) and exits without running: 0 when the
 run fits, 3 when it is refused (the sentence says why), before any model loads.
 """
@@ -31,8 +31,9 @@ def add_live_args(p: argparse.ArgumentParser) -> None:
         choices=("solid", "verdict"),
         default=None,
         help="stop extracting once the --until-poolings numbers are solid by the calibrated "
-        "trust rule (solid) or the BOS verdict can no longer change within its bands "
-        "(verdict); what was extracted is kept as a normal cached run of that N",
+        "trust rule (solid) or the BOS answer (default vs no_pos0, paired interval) is "
+        "definite (verdict), at two estimates in a row; what was extracted is kept as a "
+        "normal cached run of that N",
     )
     g.add_argument(
         "--until-poolings",
@@ -45,9 +46,10 @@ def add_live_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="B",
-        help="bootstrap replicates for the live estimates of the numbers --until waits for "
-        "(default: 30 for --until solid, none for --until verdict and without --until; 0: "
-        "none); each estimate then costs about B similarity passes more",
+        help="replicates of the live estimates' one paired bootstrap (default and no_pos0, "
+        "plus the numbers --until solid waits for): default 50 (30 for --until solid); 0: "
+        "none, and then no BOS answer per estimate; each estimate costs about B similarity "
+        "passes more",
     )
     g.add_argument(
         "--no-anytime",
@@ -89,6 +91,11 @@ def check_live_args(args: argparse.Namespace) -> None:
         parse_until(args.until, args.until_poolings)
         if args.no_anytime:
             raise DeffError("--until needs the live estimates; drop --no-anytime.")
+        if args.until == "verdict" and args.estimate_bootstrap == 0:
+            raise DeffError(
+                "--until verdict stops on the BOS answer's paired interval, which needs the "
+                "live bootstrap; drop --estimate-bootstrap 0 (or give B >= 2)."
+            )
 
 
 def spec_of(args: argparse.Namespace):
@@ -135,12 +142,17 @@ def estimate_line(est: Any) -> str:
     band = "" if e.low is None else f" [{e.low:.4f}, {e.high:.4f}]"
     shown = "" if e.metric == est.run_metric else f" ({e.metric.replace('_', ' ')} shown)"
     verdict = (
-        "verdict settled" if est.verdict_settled else f"verdict open ({', '.join(est.unsettled)})"
+        "regimes settled" if est.verdict_settled else f"regimes open ({', '.join(est.unsettled)})"
     )
     gaps = " ".join(f"{p}={x.gap_pct:+.1f}" for p, x in est.poolings.items() if p != "default")
+    answer = ""
+    if est.position0 is not None:
+        a = est.position0
+        lo, hi = a["interval"] or (float("nan"), float("nan"))
+        answer = f"  |  pos0 Δ {a['delta']:+.2f} [{lo:+.2f}, {hi:+.2f}] {a['verdict']}"
     return (
         f"N={est.n:>6,}  D_eff/L {e.deff_over_L:.4f}{band} gap {e.gap_pct:+.1f}%{shown} "
-        f"{e.level}  |  {gaps}  |  {verdict}"
+        f"{e.level}  |  {gaps}  |  {verdict}{answer}"
     )
 
 
@@ -176,7 +188,7 @@ def measure_with_estimates(args: argparse.Namespace, bar: Any, seeds: tuple[int,
     refusal = prefix_refusal(spec.passages, spec.dataset)
     if args.until is not None and refusal is not None:
         raise DeffError(f"--until cannot stop this run early. {refusal}")
-    if args.no_anytime or refusal is not None:
+    if args.no_anytime:
         return None
     rule = None if args.until is None else parse_until(args.until, args.until_poolings)
     B, boot_poolings = estimate_bootstrap(rule, args.estimate_bootstrap)

@@ -16,6 +16,13 @@ from deffcore.cli._live import (
     plan_command,
 )
 from deffcore.cli._output import Progress, add_output_args, print_json, result_only_stdout
+from deffcore.cli._paired import (
+    add_paired_args,
+    answer_line,
+    answer_of,
+    check_paired_args,
+    paired_of,
+)
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError
 
@@ -65,9 +72,12 @@ def add_parser(subparsers) -> None:
         type=int,
         default=None,
         metavar="B",
-        help="passage bootstrap with B replicates (e.g. 100): the 95%% interval of the default "
-        "pooling's D_eff/L, which the trust badge then uses (SPEC section 8)",
+        help="passage bootstrap with B replicates (e.g. 100), one for the run: the 95%% "
+        "interval of the default pooling's D_eff/L, which the trust badge then uses (SPEC "
+        "section 8), and the paired interval of every difference of the poolings it holds "
+        "(--bootstrap-poolings), e.g. the BOS answer's default vs no_pos0 (SPEC section 15)",
     )
+    add_paired_args(p)
     p.add_argument(
         "--no-cache",
         action="store_true",
@@ -110,6 +120,7 @@ def _table(d: dict) -> str:
                 f"trained {d['results'][pooling]['deff_over_L']:.3f}"
             )
     lines += ["", *trust_lines(d["trust"], d.get("bootstrap"))]
+    lines += ["", answer_line(d["position0_answer"])]
     lines += [
         "",
         f"{'cached' if d['cached'] else 'computed'} in {d['elapsed_s']:.1f} s (key {d['key']})",
@@ -137,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.bootstrap is not None:
         check_int(args.bootstrap, "--bootstrap", 2)
+    check_paired_args(args)
     check_args(args)
     check_live_args(args)
     check_extras_args(args)
@@ -159,12 +171,15 @@ def run(args: argparse.Namespace) -> int:
         extras = measure_extras(m, args, bar)
     d = m.to_dict()
     boot = None
-    if args.bootstrap is not None:
-        boot = m.bootstrap("default", B=args.bootstrap, seed=args.seed)
+    pb = paired_of(m, args)  # one bootstrap for the run: every pooling it pairs, same passages
+    if pb is not None:
+        boot = pb.result("default", args.metric)
         d["bootstrap"] = boot.to_dict()
     d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
+    d["position0_answer"] = answer_of(m, args.metric, pb)
     if args.snapshot is not None:
-        _write_snapshot(m, args, seeds, {k: d[k] for k in ("trust", "bootstrap") if k in d}, extras)
+        extra = {k: d[k] for k in ("trust", "bootstrap", "position0_answer") if k in d}
+        _write_snapshot(m, args, seeds, extra, extras, pb)
     if live is not None:
         d["anytime"] = live.to_dict()
     if args.json:
@@ -200,11 +215,13 @@ def measure_extras(m, args: argparse.Namespace, progress) -> dict:
 
 
 def _write_snapshot(
-    m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict, extras: dict
+    m, args: argparse.Namespace, seeds: tuple[int, ...], extra: dict, extras: dict, pb=None
 ) -> None:
     """The explorer's snapshot of this run, stamped with the command that reproduces it; its
-    CLI JSON (`measurement`) also holds the trust object (and the bootstrap, when run), and the
-    snapshot the diagnostics and BOS on/off check when asked for (`run_extras`)."""
+    CLI JSON (`measurement`) also holds the trust object, the BOS answer (and the bootstrap,
+    when run), and the snapshot the diagnostics and BOS on/off check when asked for
+    (`run_extras`); `paired`: the run's paired bootstrap (every difference the pages show gets
+    its interval from it); `supply`: what the run's data can give (`tokens.WindowSource`)."""
     from deffcore.cli._common import check_snapshot_output
     from deffcore.core.checks import write_output
     from deffcore.lenses.run_extras import with_extras
@@ -214,6 +231,10 @@ def _write_snapshot(
     fields = {**m.spec.__dict__, "model": args.model, "dataset": args.dataset}
     flags = [f for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off",
              args.bos_on_off)) if on]  # fmt: skip
+    if pb is not None:  # the paired bootstrap's poolings and metrics remake it too
+        flags.append(f"--bootstrap-poolings {','.join(dict.fromkeys(p for p, _ in pb.profiles))}")
+        metrics = ",".join(dict.fromkeys(mt for _, mt in pb.profiles))
+        flags += [f"--bootstrap-metrics {metrics}"] if metrics != args.metric else []
     command = remake_command(fields, random_seeds=seeds, bootstrap=args.bootstrap, extras=flags)
     from deffcore.lenses.atlas import atlas_of
 
@@ -221,8 +242,26 @@ def _write_snapshot(
     data = snapshot(m, command=command)
     data["measurement"].update(extra)
     with_extras(data, **extras, metric=args.metric)
+    if pb is not None:
+        data["paired"] = pb.to_dict()
+    source = _window_source(m)
+    if source is not None:
+        data["supply"] = source.to_dict()
     check_snapshot_output(args)  # again now: nothing may have taken the name since
     body = json.dumps(data, separators=(",", ":")).encode()
     cached = "" if args.no_cache else ", and the run is cached: the same command writes it at once"
     write_output(args.snapshot, body, "--snapshot", then=cached)
     print(f"wrote {args.snapshot} ({len(body) / 1024:.0f} kB)", file=sys.stderr)
+
+
+def _window_source(m):
+    """The run's data as a `tokens.WindowSource` (tokenizer only), None when not countable."""
+    from deffcore.inputs.tokens import window_source
+
+    spec = m.spec
+    if spec.dataset.startswith("hf:") or spec.model.startswith(("loaded:", "states:")):
+        return None
+    try:
+        return window_source(spec.model, spec.dataset, spec.bos, spec.revision)
+    except Exception:  # not countable here: the snapshot then has no supply
+        return None

@@ -29,6 +29,10 @@ WINDOW_MODES: tuple[str, ...] = ("windows", "packed")
 #: BOS handling (SPEC section 11.4): the tokenizer's choice, exactly one BOS, or none.
 BOS_OPTIONS: tuple[str, ...] = ("default", "add", "none")
 
+#: Fewer passages than this: noise whatever else (the trust rule's floor, calibrated: the
+#: bootstrap and the spread model are not reliable below it); also a live run's first look.
+NOISE_MIN_N: int = 32
+
 #: A gap to F_L within this many points of 0 (without an interval) is "at the reference"
 #: (SPEC section 11.5); with a bootstrap interval, the gap's interval containing 0 decides.
 REGIME_TOLERANCE: float = 1.0

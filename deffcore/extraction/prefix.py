@@ -9,13 +9,15 @@ window modes every passage has exactly `max_tokens` tokens, so extraction keeps 
 order (its sort by length is stable) and cuts it into batches of one size b (`batch_rows`): for
 k a multiple of b, the first k passages are extracted in the very batches a k-run uses, and
 their pooled rows are bit-identical to the k-run's (tests/test_anytime.py checks it bit for
-bit). `schedule` puts the looks at 64, 128, 256, ... passages, each rounded up to a multiple
+bit). `schedule` puts the looks at 32, 64, 128, ... passages, each rounded up to a multiple
 of b.
 
-Where the prefix property fails there are no estimates before the end (`prefix_refusal` says
-why): documents mode extracts the longest passages first (less padding), so the passages
-finished early are the longest ones, not a sample; a streamed `hf:` dataset cuts its windows
-from its first N documents, so a k-run's windows are not the N-run's first k.
+Where the prefix property fails a run cannot stop early (`prefix_refusal` says why):
+documents mode extracts the longest passages first (less padding), so its first k passages
+are not extracted in a k-run's batches; a streamed `hf:` dataset cuts its windows from its
+first N documents, so a k-run's windows are not the N-run's first k. Estimates are still
+made there: `PrefixRows` counts only the sample's first k passages once all of them have
+landed (a random sample of the run; in documents mode they land later, the longest first).
 """
 
 from __future__ import annotations
@@ -25,28 +27,32 @@ from typing import Any
 import numpy as np
 import torch
 
-from deffcore.core.constants import EXTRACTED_POOLINGS, WINDOW_MODES
+from deffcore.core.constants import EXTRACTED_POOLINGS, NOISE_MIN_N, WINDOW_MODES
 from deffcore.core.errors import DeffError
 from deffcore.extraction.batches import TOKEN_BUDGET, SavedBatch
 from deffcore.extraction.pooling import PooledStates
 
-#: The first estimate's size; each next one doubles it (rounded up to whole batches).
-FIRST_ESTIMATE = 64
+#: The first estimate's size, the first look that is meaningful (the trust rule calls fewer
+#: passages noise whatever else: `core.constants.NOISE_MIN_N`); each next one doubles it
+#: (rounded up to whole batches).
+FIRST_ESTIMATE = NOISE_MIN_N
 
 
 def prefix_refusal(passages: str, dataset: str) -> str | None:
-    """Why a run of this passages mode and dataset has no anytime estimates, or None."""
+    """Why the first k passages of a run of this passages mode and dataset are not a k-run
+    (so it cannot stop early, nor serve or resume another N), or None. Its estimates are made
+    in every mode (`anytime_run`)."""
     if passages not in WINDOW_MODES:
         return (
-            "Estimates before the end need token windows (--passages windows or packed): in "
-            "documents mode the longest passages are extracted first, so the passages finished "
-            "early are not a sample of the run."
+            "Stopping early needs token windows (--passages windows or packed): in documents "
+            "mode the longest passages are extracted first, so the first k passages are not "
+            "extracted as a k-run extracts them."
         )
     if dataset.startswith("hf:"):
         return (
-            "Estimates before the end need a dataset read whole (bbc-news or a local file): a "
-            "streamed hf: dataset cuts its windows from its first N documents, so the first k "
-            "windows of an N-run are not a k-run's."
+            "Stopping early needs a dataset read whole (bbc-news or a local file): a streamed "
+            "hf: dataset cuts its windows from its first N documents, so the first k windows "
+            "of an N-run are not a k-run's."
         )
     return None
 
@@ -108,11 +114,11 @@ class PrefixRows:
             self.done += 1
 
     def pooled(
-        self, k: int, *, max_tokens: int, meta: dict[str, Any] | None = None
+        self, k: int, *, max_tokens: int | None, meta: dict[str, Any] | None = None
     ) -> PooledStates:
         """The first k passages as a k-run's `PooledStates` (window modes: every passage has
-        `max_tokens` tokens). `pos0_norm_ratio` is the float32 mean over passages, as
-        extraction takes it."""
+        `max_tokens` tokens; None: lengths unknown, documents mode). `pos0_norm_ratio` is the
+        float32 mean over passages, as extraction takes it."""
         if not 0 < k <= self.done:
             raise DeffError(f"Only {self.done} passages have landed; no estimate at {k}.")
         pooled = {p: np.ascontiguousarray(self.rows[p][:, :k]) for p in EXTRACTED_POOLINGS}
@@ -121,9 +127,9 @@ class PrefixRows:
             pooled=pooled,
             pos0_norm_ratio=ratio,
             n_dropped_short=0,
-            tokens=int(k * max_tokens),
+            tokens=int(k * (max_tokens or 0)),
             meta={**(meta or {}), "kept_indices": list(range(k))},
-            lengths=np.full(k, max_tokens, dtype=np.int64),
+            lengths=None if max_tokens is None else np.full(k, max_tokens, dtype=np.int64),
         )
 
 

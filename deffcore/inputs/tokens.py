@@ -42,6 +42,7 @@ import json
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -213,7 +214,86 @@ def cut_windows(
     return windows
 
 
-_COUNT_MEMO: dict[tuple[Any, ...], int] = {}
+_LENGTHS_MEMO: dict[tuple[Any, ...], WindowSource] = {}
+#: The most documents a stored (possibly shared) window source may list.
+MAX_STORED_DOCUMENTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class WindowSource:
+    """What the window counts of one (tokenizer, dataset, BOS option) follow from: the body
+    length (text tokens) of each document in source order, the special tokens around every
+    window and the packed separator's length."""
+
+    bodies: tuple[int, ...]
+    specials: int
+    separator: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bodies": list(self.bodies), "specials": self.specials, "separator": self.separator}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> WindowSource:
+        """The inverse of `to_dict`, checked (ValueError): counts >= 0, at most MAX_DOCUMENTS."""
+        bodies, specials, separator = data["bodies"], data["specials"], data["separator"]
+        counts = [specials, separator, *bodies] if isinstance(bodies, list) else None
+        if (
+            counts is None
+            or len(bodies) > MAX_STORED_DOCUMENTS
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in counts)
+        ):
+            raise ValueError("A stored window source is counts of tokens per document.")
+        return cls(tuple(bodies), specials, separator)
+
+    def count(self, max_tokens: int, mode: str = "windows") -> int:
+        """Windows of `max_tokens` tokens in `mode` (as `cut_windows` cuts them)."""
+        _check_mode(mode)
+        room = max_tokens - self.specials
+        if room < 1:
+            raise DeffError(
+                f"max_tokens={max_tokens} leaves no room for text after the tokenizer's "
+                f"{self.specials} special token(s); ask for more tokens."
+            )
+        if mode == "windows" or not self.bodies:
+            return sum(b // room for b in self.bodies)
+        return (sum(self.bodies) + (len(self.bodies) - 1) * self.separator) // room
+
+
+def window_source(
+    model: str,
+    dataset: str,
+    bos: str = "default",
+    revision: str | None = None,
+    *,
+    n: int | None = None,
+    seed: int = 0,
+) -> WindowSource:
+    """The `WindowSource` of `dataset` for `model`'s tokenizer (never the weights), memoised on
+    the tokenizer's and the dataset's identities: one tokenisation serves every window length
+    and mode. A streamed `hf:` dataset needs `n` (and the run's `seed`): its first `n`
+    shuffled documents are what a run of `n` passages cuts windows from."""
+    streamed = dataset.startswith("hf:")
+    if streamed and n is None:
+        raise DeffError(
+            f"Counting the windows of the streamed dataset {dataset!r} needs the number of "
+            "documents to stream (n)."
+        )
+    tokenizer_id = model_identity(model, revision)
+    tokenizer_id = tokenizer_id.get("base", tokenizer_id)  # random:<m>:<s> tokenises like <m>
+    memo_key = (
+        json.dumps(tokenizer_id, sort_keys=True),
+        json.dumps(dataset_identity(dataset), sort_keys=True),
+        bos,
+        (n, seed) if streamed else None,
+    )
+    if memo_key not in _LENGTHS_MEMO:
+        tokenizer = load_tokenizer(model, revision)
+        prefix, suffix = prefix_suffix(tokenizer, bos)
+        documents = all_documents(dataset, n or 0, seed=seed)
+        bodies = tuple(len(b) for b in _bodies(tokenizer, documents))
+        separator = len(_bodies(tokenizer, [PACKED_SEPARATOR])[0])
+        _LENGTHS_MEMO[memo_key] = WindowSource(bodies, len(prefix) + len(suffix), separator)
+    return _LENGTHS_MEMO[memo_key]
 
 
 def count_windows(
@@ -230,35 +310,12 @@ def count_windows(
     """How many windows of `max_tokens` tokens `dataset` yields for `model` in `mode`.
 
     Loads only the tokenizer (`models.load_tokenizer`), never the weights, so the app can say
-    "this choice yields N windows" before a run. A streamed `hf:` dataset needs `n` (and the
-    run's `seed`): its first `n` shuffled documents are what a run of `n` passages cuts windows
-    from. Memoised on the tokenizer's and the dataset's identities.
+    "this choice yields N windows" before a run (`window_source`: memoised, one tokenisation
+    for every length and mode). A streamed `hf:` dataset needs `n` and the run's `seed`.
     """
     _check_mode(mode)
-    streamed = dataset.startswith("hf:")
-    if streamed and n is None:
-        raise DeffError(
-            f"Counting the windows of the streamed dataset {dataset!r} needs the number of "
-            "documents to stream (n)."
-        )
-    tokenizer_id = model_identity(model, revision)
-    tokenizer_id = tokenizer_id.get("base", tokenizer_id)  # random:<m>:<s> tokenises like <m>
-    memo_key = (
-        json.dumps(tokenizer_id, sort_keys=True),
-        json.dumps(dataset_identity(dataset), sort_keys=True),
-        max_tokens,
-        bos,
-        mode,
-        (n, seed) if streamed else None,
-    )
-    if memo_key not in _COUNT_MEMO:
-        tokenizer = load_tokenizer(model, revision)
-        prefix, suffix = prefix_suffix(tokenizer, bos)
-        room = body_length(max_tokens, prefix, suffix)
-        documents = all_documents(dataset, n or 0, seed=seed)
-        streams = _streams(tokenizer, documents, mode)
-        _COUNT_MEMO[memo_key] = sum(len(b) // room for b in streams)
-    return _COUNT_MEMO[memo_key]
+    source = window_source(model, dataset, bos, revision, n=n, seed=seed)
+    return source.count(max_tokens, mode)
 
 
 def sample_windows(windows: list[list[int]], n: int, seed: int) -> list[list[int]]:

@@ -71,6 +71,7 @@ def intervention_table(
     progress: Callable[[int, int, str], None] | None = None,
     passages: str = "documents",
     bos: str = "default",
+    B: int | None = 50,
 ) -> InterventionTable:
     """Measure every pooling control under each intervention (paper Table S6).
 
@@ -79,6 +80,9 @@ def intervention_table(
     for the others the model is loaded once (not once per intervention: loading a GGUF costs
     more than a small extraction), checked for every requested intervention (an unsupported
     one raises before any forward pass), and extracted under each intervention.
+    With "none" among the interventions and `B`, each other intervention's row also holds its
+    gap's move against "none" (`delta_vs_none`, points) with its 95% interval from B bootstrap
+    replicates, paired by passage (the same token ids: `run_pairs.run_difference`).
     """
     from deffcore.extraction import cache
     from deffcore.inputs.loaded_models import lease
@@ -105,26 +109,47 @@ def intervention_table(
             for name in interventions:  # refuse before any forward pass
                 intervention_targets(loaded.model, name)
         return _table(model, dataset, n, max_tokens, metric, specs, loaded, device, poolings,
-                      progress)  # fmt: skip
+                      progress, B, seed)  # fmt: skip
 
 
 def _table(model: str, dataset: str, n: int, max_tokens: int, metric: str,
            specs: dict[str, Any], loaded: Any, device: str, poolings: Any,
-           progress: Any) -> InterventionTable:  # fmt: skip
-    """The table's rows: each intervention's run, read from the cache or extracted."""
+           progress: Any, B: int | None, seed: int) -> InterventionTable:  # fmt: skip
+    """The table's rows: each intervention's run, read from the cache or extracted; with `B`,
+    each row's paired move against "none" (`_add_moves`)."""
     from deffcore.runs.measure import measure_spec
 
     interventions = list(specs)
     table = InterventionTable(model, dataset, n, max_tokens, metric)
+    results = {}
     for i, name in enumerate(interventions):
         if progress is not None:
             progress(i, len(interventions), f"intervention {name}")
         # a cached run is read; a missing one is extracted with the model loaded once above
-        result = measure_spec(specs[name], metric=metric, device=device, loaded=loaded)
+        result = results[name] = measure_spec(
+            specs[name], metric=metric, device=device, loaded=loaded
+        )
         table.rows += [_row(result, name, pooling, metric) for pooling in poolings]
+    if B and "none" in results:
+        _add_moves(table, results, metric, B, seed)
     if progress is not None:
         progress(len(interventions), len(interventions), "done")
     return table
+
+
+def _add_moves(
+    table: InterventionTable, results: dict[str, Any], metric: str, B: int, seed: int
+) -> None:
+    """Each other intervention's row gets its gap's move against "none" with its 95% interval,
+    paired by passage when both runs hold the same passages (`run_pairs.run_difference`)."""
+    from deffcore.runs.run_pairs import run_difference
+
+    for row in table.rows:
+        runs = (results["none"], results[row["intervention"]])
+        defined = all(r.undefined(row["pooling"]) is None for r in runs)
+        if row["intervention"] != "none" and defined:
+            d = run_difference(*runs, pooling=row["pooling"], metric=metric, B=B, seed=seed)
+            row.update(delta_vs_none=d.delta, delta_interval=list(d.interval), paired=d.paired)
 
 
 def _row(result: Any, name: str, pooling: str, metric: str) -> dict[str, Any]:

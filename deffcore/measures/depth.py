@@ -64,6 +64,17 @@ def _check_k(K: int | None, n_layers: int) -> int:
     return int(K)
 
 
+def deff_from_profile(rho: Any, n_layers: int, K: int | None = None) -> float:
+    """D_eff(K) from a lag profile rho (L-1,) of an L-layer similarity (as `effective_depth`
+    computes it from S): what a stored replicate profile gives at any K."""
+    rho = np.asarray(rho, dtype=np.float64)
+    if rho.shape != (n_layers - 1,):
+        raise InvalidStatesError(
+            f"A lag profile of L = {n_layers} layers has {n_layers - 1} lags; got {rho.shape}."
+        )
+    return _deff_from_profile(rho, n_layers, _check_k(K, n_layers))
+
+
 def effective_depth(S: Any, K: int | None = None) -> float:
     """D_eff of a similarity matrix S (L, L) with maximum lag K (default L-1)."""
     s = _check_matrix(S)

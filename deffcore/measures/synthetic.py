@@ -134,6 +134,7 @@ def position0_construction(
     pos0: float = 0.0,
     onset: int = 1,
     seed: int = 0,
+    dims: int | None = None,
 ) -> Position0Construction:
     """Pooled states with and without a position-0 component whose effect is known exactly.
 
@@ -143,30 +144,45 @@ def position0_construction(
     keeps one direction across layers (a massive activation from layer `onset` on), so the
     mean over all tokens is `default` = x_l + w_l z with w_l^2 = `pos0` for l >= onset, else 0
     (pos0: that component's squared size in the pooled mean, in units of one update).
-    Population linear CKA of independent isotropic components is S = G^2 / (G_ii G_jj) with
-    G_no_pos0(i, j) = h0 + min(i, j) and G_default = G_no_pos0 + w_i w_j (SPEC section 5).
+    `dims`: z lives in the first k = dims features only, each of variance d/k (the same total
+    size: a few massive features, as in real residual streams); None: all d (isotropic).
+    Population linear CKA (SPEC section 5): with the cross-covariances C_ij = g_ij I + w_i w_j
+    Sigma_z, g_ij = h0 + min(i, j) and Sigma_z = (d/k) on k features,
+
+        S_ij = T_ij / sqrt(T_ii T_jj),  T_ij = tr(C_ij^2) = d g_ij^2 + 2 d g_ij w_i w_j
+                                                            + (d^2 / k) w_i^2 w_j^2
+
+    which for k = d is G^2 / (G_ii G_jj) with G = g + w w^T; no_pos0 is G_no^2 / (...).
     """
     _check(n, d, layers)
     if not (h0 >= 0 and pos0 >= 0 and np.isfinite(h0) and np.isfinite(pos0)):
         raise DeffError(f"h0 and pos0 must be sizes >= 0; got {h0} and {pos0}.")
+    k = d if dims is None else int(dims)
+    if not 1 <= k <= d:
+        raise DeffError(f"dims must be an integer in 1..d = {d}; got {dims!r}.")
     rng = np.random.default_rng(seed)
     x = np.cumsum(rng.standard_normal((layers, n, d)), axis=0)
     x += np.sqrt(h0) * rng.standard_normal((n, d))
     w = np.where(np.arange(1, layers + 1) >= onset, np.sqrt(pos0), 0.0)
-    default = x + w[:, None, None] * rng.standard_normal((n, d))
+    z = rng.standard_normal((n, d))
+    if k < d:
+        z[:, k:] = 0.0
+        z *= np.sqrt(d / k)
+    default = x + w[:, None, None] * z
     ell = np.arange(1, layers + 1, dtype=np.float64)
-    G_no = h0 + np.minimum.outer(ell, ell)
-    G_def = G_no + np.outer(w, w)
+    g = h0 + np.minimum.outer(ell, ell)
+    ww = np.outer(w, w)
+    t_default = d * g**2 + 2 * d * g * ww + (d * d / k) * ww**2
 
-    def population(G: np.ndarray) -> np.ndarray:
-        g = np.diag(G)
-        return G**2 / np.outer(g, g)
+    def population(t: np.ndarray) -> np.ndarray:
+        diag = np.diag(t)
+        return t / np.sqrt(np.outer(diag, diag))
 
     return Position0Construction(
         default=default.astype(np.float32),
         no_pos0=x.astype(np.float32),
-        S_default=population(G_def),
-        S_no_pos0=population(G_no),
+        S_default=population(t_default),
+        S_no_pos0=population(g**2),
     )
 
 

@@ -20,7 +20,9 @@ passages, k the mark it stopped at, are stored as a normal complete run of N = k
 larger N resumes from it). The N-run's partial entry is then removed (`cache.delete`, which
 refuses a run another process computes): the k-run holds what it had, up to one chunk.
 Documents mode and streamed datasets have no prefix property (`anytime.prefix_refusal`): a
-stopping rule is refused there, and the trajectory is the finished run's one estimate.
+stopping rule is refused there; their estimates are still made, on the sample's first k
+passages once all of them have landed (documents mode extracts the longest first, so these
+come later than in window modes), and say nothing about a k-run's own bits.
 
 A run already complete in the cache is read, and its trajectory computed from its rows (what
 it showed while it ran); a stopping rule does not cut it short (the whole answer is there).
@@ -34,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from deffcore.core.constants import EXTRACTED_POOLINGS
+from deffcore.core.constants import EXTRACTED_POOLINGS, WINDOW_MODES
 from deffcore.core.errors import DeffError, RunCancelled
 from deffcore.extraction import cache, entries
 from deffcore.extraction.batches import SavedBatch
@@ -47,7 +49,7 @@ from deffcore.extraction.prefix import (
 )
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.statistics.anytime import Estimate, estimate
-from deffcore.statistics.stopping import StopRule
+from deffcore.statistics.stopping import ANSWER_POOLINGS, StopRule
 
 
 @dataclass
@@ -96,8 +98,9 @@ class _Watch:
 
     def tap(self, batch: SavedBatch) -> None:
         self.rows.add(batch)
+        tokens = self.spec.max_tokens if self.spec.passages in WINDOW_MODES else None
         while self.stop_at is None and self._next() is not None and self._next() <= self.rows.done:
-            self.add(self.rows.pooled(self._next(), max_tokens=self.spec.max_tokens))
+            self.add(self.rows.pooled(self._next(), max_tokens=tokens))
 
     def _next(self) -> int | None:
         """The next mark to estimate, below n (the full run is estimated when it lands)."""
@@ -137,7 +140,7 @@ def measure_live(
     until: StopRule | Callable[[], StopRule | None] | None = None,
     on_estimate: Callable[[Estimate], None] | None = None,
     bootstrap: int | None = None,
-    bootstrap_poolings: Sequence[str] = ("default",),
+    bootstrap_poolings: Sequence[str] = ANSWER_POOLINGS,
     use_cache: bool = True,
     final_estimate: bool = True,
     replay: bool = True,
@@ -146,11 +149,13 @@ def measure_live(
 
     `until`: a StopRule, or a callable returning the rule in force (None: none yet), asked
     before every batch. `bootstrap` B replicates give an interval to `bootstrap_poolings` at
-    every mark (costly: about B similarity passes each). `final_estimate`: also estimate the
-    whole run when it lands; `replay`: estimate the marks a cached (or partly checkpointed)
-    run did not show while extracting, from its states (the app skips both: its pages show
-    the landed run). Raises DeffError for a stopping rule on a run without the prefix
-    property, and what `measure_spec` raises (RunCancelled when `should_stop` cancels).
+    every mark, from one paired bootstrap (costly: about B similarity passes each); with
+    default and no_pos0 among them (the default), each estimate carries the BOS answer.
+    `final_estimate`: also estimate the whole run when it lands; `replay`: estimate the marks
+    a cached (or partly checkpointed) run did not show while extracting, from its states (the
+    app skips both: its pages show the landed run). Raises DeffError for a stopping rule on a
+    run without the prefix property, and what `measure_spec` raises (RunCancelled when
+    `should_stop` cancels).
     """
     from deffcore.inputs.devices import resolve_device_dtype
     from deffcore.runs.measure import measure_spec
@@ -160,27 +165,32 @@ def measure_live(
         raise DeffError(f"--until cannot stop this run early. {refusal}")
     device = device or resolve_device_dtype(None, spec.dtype)[0]
     batch = batch_rows(spec.max_tokens, device, batch_size)
-    marks = [spec.n] if refusal else schedule(spec.n, batch)
-    options = {"metric": metric, "bootstrap": bootstrap, "bootstrap_poolings": bootstrap_poolings}
-    watch = _Watch(spec, marks, until, on_estimate, options)
+    # estimates on the sample's first k passages in every mode (documents too: PrefixRows
+    # waits for the whole prefix); only a stop needs k to be a k-run's own batches
+    marks = schedule(spec.n, batch if spec.passages in WINDOW_MODES else 1)
+    options = {
+        "metric": metric, "bootstrap": bootstrap, "bootstrap_poolings": bootstrap_poolings,
+        "spec": spec,
+    }  # fmt: skip
+    watch = _Watch(spec, marks, until if refusal is None else None, on_estimate, options)
     run = {"metric": metric, "device": device, "batch_size": batch_size, "progress": progress}
     try:
         m = measure_spec(
             spec,
             **run,
             use_cache=use_cache,
-            tap=None if refusal else watch.tap,
+            tap=watch.tap,
             should_stop=lambda: watch.ready() or bool(should_stop and should_stop()),
         )
     except RunCancelled:
         if watch.stop_at is None:
             raise
         return _stopped(watch, run, batch, use_cache)
-    if refusal is None and replay:
+    if replay:
         _fill_from_states(watch, m)
     if final_estimate:
         watch.add(m.pooled)
-    notes = [refusal] if refusal else []
+    notes = [f"This run cannot stop early. {refusal}"] if refusal and until is not None else []
     return LiveRun(m, watch.trajectory, False, spec.n, watch.rule, notes)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from deffcore.core.checks import check_choice
 from deffcore.core.constants import METRICS, PC_CONTROLS, POOLINGS
 from deffcore.core.errors import InvalidStatesError, UndefinedSimilarityError
+from deffcore.extraction.forward import Progress
 from deffcore.extraction.pooling import PooledStates
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.measures.controls import apply_pc_control
@@ -64,6 +65,7 @@ class Measurement:
     _sim: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False)
     _upd: dict[tuple[str, str], UpdateDepth] = field(default_factory=dict, repr=False)
     _refs: dict[tuple[str, str], MatchedReferences] = field(default_factory=dict, repr=False)
+    _paired: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.layers = self.layers or self.pooled.layers
@@ -173,6 +175,36 @@ class Measurement:
         return bootstrap_deff_over_L(
             self.states(pooling), B=B, seed=seed, metric=metric or self.metric, ci=ci, K=K
         )
+
+    def paired_bootstrap(
+        self,
+        poolings: tuple[str, ...] | None = None,
+        metrics: tuple[str, ...] | None = None,
+        *,
+        B: int = 100,
+        seed: int = 0,
+        progress: Progress | None = None,
+    ):
+        """One passage bootstrap shared by `poolings` (default: every pooling defined for this
+        run) under `metrics` (default: the run's metric and unbiased CKA): a
+        `paired.PairedBootstrap` (SPEC section 15), memoised; `paired_latest` returns it.
+        progress(done, total, stage): after each pooling."""
+        from deffcore.statistics.paired import paired_bootstrap
+
+        poolings = tuple(p for p in (poolings or POOLINGS) if self.undefined(p) is None)
+        metrics = metrics or tuple(dict.fromkeys((self.metric, "unbiased_cka")))
+        key = (poolings, tuple(metrics), B, seed)
+        if key not in self._paired:
+            stacks = {p: self.states(p) for p in poolings}
+            self._paired[key] = paired_bootstrap(
+                stacks, metrics=metrics, B=B, seed=seed, progress=progress
+            )
+        self._paired["latest"] = self._paired[key]
+        return self._paired[key]
+
+    def paired_latest(self):
+        """The last `paired_bootstrap` computed for this run, or None (never computes)."""
+        return self._paired.get("latest")
 
     def random_band(self, pooling: str = "default", metric: str | None = None) -> dict[str, Any]:
         """D_eff/L of each random-weight seed, their mean and the mean +- 2 sigma band."""

@@ -47,6 +47,16 @@ def metric_comparison(
     return pd.DataFrame(rows)
 
 
+def metric_difference(view: RunView, pooling: str = "default", K: int | None = None) -> Any:
+    """The paired difference D_eff/L(linear) - D_eff/L(unbiased) of one pooling (a
+    `paired.PairedDifference`, SPEC 15: both metrics on the same bootstrap multisets), or None
+    when the run's paired bootstrap lacks either metric for it."""
+    pb = view.paired_bootstrap()
+    if pb is None or not (pb.has(pooling, "cka") and pb.has(pooling, "unbiased_cka")):
+        return None
+    return pb.difference((pooling, "cka"), (pooling, "unbiased_cka"), K, scale="D_eff/L")
+
+
 def model_row(view: RunView, source: str, metric: str = "cka") -> dict[str, Any]:
     """One run (a `RunView`: cached, precomputed or shared) as a Models-table row.
 

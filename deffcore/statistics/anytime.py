@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.core.constants import PC_CONTROLS, POOLINGS, REGIME_TOLERANCE
+from deffcore.core.constants import NOISE_MIN_N, PC_CONTROLS, POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
 from deffcore.extraction.pooling import PooledStates
 from deffcore.extraction.prefix import PrefixRows, finished_rows
@@ -103,9 +103,17 @@ class Estimate:
     unsettled: tuple[str, ...]
     elapsed_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the BOS answer on these passages (`position0.Position0Answer.to_dict()` plus its
+    #: "metric"), paired when the estimate has a paired bootstrap of default and no_pos0
+    position0: dict[str, Any] | None = None
 
     def headline(self, pooling: str = "default") -> PoolingEstimate:
         return self.poolings[pooling]
+
+    @property
+    def answer(self) -> str | None:
+        """The BOS answer's verdict at this estimate (None: not made)."""
+        return None if self.position0 is None else self.position0["verdict"]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +128,7 @@ class Estimate:
             "identical": dict(self.identical),
             "verdict_settled": self.verdict_settled,
             "unsettled": list(self.unsettled),
+            "position0": self.position0,
             **self.extra,
         }
 
@@ -184,17 +193,20 @@ def pooling_estimate(
     metric: str = "cka",
     bootstrap: int | None = None,
     seed: int = 0,
+    paired: Any = None,
 ) -> PoolingEstimate:
     """The shown estimate of one pooling's states (L+1, N, d) h_0 .. h_L, with its trust and
-    bands (module docstring: which estimator, which band)."""
+    bands (module docstring: which estimator, which band). `paired`: the estimate's
+    `paired.PairedBootstrap` holding this pooling under the shown estimator (its interval then
+    comes from those shared replicates); else `bootstrap` B replicates of its own."""
     from deffcore.statistics.trust_rule import trust
 
-    t = trust(states, metric=metric, bootstrap=bootstrap, seed=seed)
+    shown, t = shown_metric(states, metric)
     run_value = float(t.point)
-    shown = metric
-    if metric == "cka" and _bias_material(t.point, t.bias_corrected):
-        t = trust(states, metric="unbiased_cka", bootstrap=bootstrap, seed=seed)
-        shown = "unbiased_cka"
+    if paired is not None and paired.has(pooling, shown):
+        t = trust(states, metric=shown, bootstrap=paired.result(pooling, shown))
+    elif bootstrap or shown != metric:
+        t = trust(states, metric=shown, bootstrap=bootstrap, seed=seed)
     layers = int(np.shape(states)[0]) - 1
     lo, hi, kind = _band(t)
     settle_lo, settle_hi = _settle_band(t, layers)
@@ -225,29 +237,44 @@ def estimate(
     *,
     metric: str = "cka",
     bootstrap: int | None = None,
-    bootstrap_poolings: Sequence[str] = ("default",),
+    bootstrap_poolings: Sequence[str] = ("default", "no_pos0"),
     seed: int = 0,
     poolings: Sequence[str] = POOLINGS,
     elapsed_s: float | None = None,
+    spec: Any = None,
 ) -> Estimate:
     """Every pooling control's headline, trust and band on `pooled`, and the BOS verdict.
 
     `bootstrap` B replicates (seeded by `seed`) give an interval to the poolings in
     `bootstrap_poolings` (the others are judged from N alone: cheaper, and the rule's spread
-    model is calibrated for that); None: no interval anywhere.
+    model is calibrated for that); None: no interval anywhere. The bootstrapped poolings
+    share one paired bootstrap (the same B passage multisets: `deffcore.statistics.paired`),
+    and when it holds default and no_pos0 the estimate carries the BOS answer with its paired
+    interval (`Estimate.position0`, `deffcore.statistics.anytime_paired`); `spec`: the run, so
+    its action asks only what the data can give.
     """
+    from deffcore.statistics.anytime_paired import live_answer, shared_bootstrap
     from deffcore.statistics.verdict import bos_verdict, no_pos0_identity
 
     if "default" not in poolings:
         raise DeffError("An estimate needs the default pooling (the verdict compares with it).")
+    states = {p: states_with_h0(pooled, p) for p in poolings}
+    paired = None
+    if pooled.n < NOISE_MIN_N:  # noise whatever its interval (and too few passages for the
+        bootstrap = None  # U-statistic's replicates): a tiny run's one estimate has none
+    if bootstrap:
+        paired = shared_bootstrap(
+            states, [p for p in bootstrap_poolings if p in states], metric, bootstrap, seed
+        )
     out: dict[str, PoolingEstimate] = {}
     for p in poolings:
         B = bootstrap if p in bootstrap_poolings else None
         out[p] = pooling_estimate(
-            states_with_h0(pooled, p), pooling=p, metric=metric, bootstrap=B, seed=seed
+            states[p], pooling=p, metric=metric, bootstrap=B, seed=seed, paired=paired
         )
     same = no_pos0_identity(pooled, metric)  # as `diagnostics.identical_controls` decides
     identical = {"no_pos0": same} if same else {}
+    answer = live_answer(paired, states, out, metric, same, pooled.n, spec) if paired else None
     verdict = bos_verdict({p: e.gap_pct for p, e in out.items()}, identical=identical)
     unsettled = tuple(p for p in out if p not in verdict.identical and not out[p].regime_fixed)
     return Estimate(
@@ -262,6 +289,7 @@ def estimate(
         verdict_settled=not unsettled,
         unsettled=unsettled,
         elapsed_s=elapsed_s,
+        position0=answer,
     )
 
 
@@ -273,3 +301,13 @@ def trajectory(
     rows = PrefixRows(pooled.n)
     rows.add(finished_rows(pooled))
     return [estimate(rows.pooled(k, max_tokens=max_tokens), **options) for k in marks]
+
+
+def shown_metric(states: Any, metric: str = "cka") -> tuple[str, Any]:
+    """(the estimator shown for these states (L+1, N, d), the run metric's trust without an
+    interval): unbiased CKA where linear CKA's bias is material (module docstring)."""
+    from deffcore.statistics.trust_rule import trust
+
+    t = trust(states, metric=metric)
+    material = metric == "cka" and _bias_material(t.point, t.bias_corrected)
+    return ("unbiased_cka" if material else metric), t

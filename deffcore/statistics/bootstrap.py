@@ -267,7 +267,7 @@ def _weighted_gram_sums(
     out = torch.zeros(n_out, n_layers, n_layers, dtype=f64, device=dev)
     iu = torch.triu_indices(n_layers, n_layers, device=dev)
     out[:, iu[0], iu[1]] = acc.T
-    return torch.stack([_mirror_upper(m) for m in out])
+    return _mirror_batch(out)
 
 
 def _linear_replicates(xc: torch.Tensor, w: torch.Tensor, budget: int) -> list[np.ndarray]:
@@ -276,8 +276,17 @@ def _linear_replicates(xc: torch.Tensor, w: torch.Tensor, budget: int) -> list[n
     xc: centred (L, N, d); w: (B, N) multiplicities. See the module docstring for the
     expansion <K_i, K_j>_w = A_ij - 2 N E_ij + N^2 c_i c_j.
     """
-    n_layers, n, _ = xc.shape
     a = _weighted_gram_sums(xc, w, [(slice(None), w)], budget)  # (B, L, L)
+    return _linear_from_sums(xc, w, a, budget)
+
+
+def _linear_from_sums(
+    xc: torch.Tensor, w: torch.Tensor, a: torch.Tensor, budget: int
+) -> list[np.ndarray]:
+    """Linear CKA of each replicate from its streamed sums a = w'(G_i o G_j)w (B, L, L), Gram
+    diagonals included (the unbiased pass's first form before its diagonal is subtracted is
+    the same sum): the centring terms -2N E_ij + N^2 c_i c_j, then the normalisation."""
+    n_layers, n, _ = xc.shape
     out = []
     # the cheap centring terms, a chunk of replicates at a time: g is (B_c, L, N) float64
     per = max(1, budget // max(1, n_layers * n))
@@ -292,7 +301,7 @@ def _linear_replicates(xc: torch.Tensor, w: torch.Tensor, budget: int) -> list[n
             c[:, layer] = mu.pow(2).sum(dim=1)
         e = torch.bmm(g * wc[:, None, :], g.transpose(1, 2))  # (B_c, L, L)
         m = a[r0 : r0 + per] - 2.0 * n * e + n * n * c[:, :, None] * c[:, None, :]
-        out += [_normalise(_mirror_upper(mk), "CKA") for mk in m]
+        out += _normalise_batch(_mirror_batch(m), "CKA")
     return out
 
 
@@ -352,13 +361,19 @@ def _diag_share(diag: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def _unbiased_replicates(
-    xc: torch.Tensor, w: torch.Tensor, budget: int, route: str
+    xc: torch.Tensor,
+    w: torch.Tensor,
+    budget: int,
+    route: str,
+    linear: list[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
     """Unbiased CKA of each replicate as the U-statistic over distinct passages (module doc).
 
     xc: centred (L, N, d); w: (B, N) multiplicities. route "gram": the q forms from one
     streamed pass over the Gram strips; "feature": from the weighted cross-covariances
     X_i^T W X_j of each replicate (float64), the recompute method. The rest is shared.
+    `linear`: a list that also receives each replicate's linear CKA, from the same pass (its
+    first form w'Qw, diagonals included, is linear CKA's sum: `_linear_from_sums`).
     """
     n_layers, n, _ = xc.shape
     diag = _gram_diagonals(xc)
@@ -379,14 +394,41 @@ def _unbiased_replicates(
             q11, q12, q22 = q[:b], (q[b : 2 * b] + q[2 * b : 3 * b]) / 2, q[3 * b :]
         else:
             q11, q12, q22 = _feature_forms(xc, wc, budget)
+        if linear is not None:
+            linear += _linear_from_sums(xc, wc, q11, budget)
         q11 = q11 - _diag_share(diag, w2)
         q12 = q12 - _diag_share(diag, w2 * wc)
         q22 = q22 - _diag_share(diag, w2 * w2)
         alpha, beta = _kernel_weight_products(xc, wc)
         h = _u_statistic_numerators(q11, q12, q22, alpha, beta, wc)
-        for hk in h:
-            out.append(_replicate_normalise(_mirror_upper(hk)))
+        out += _normalise_batch(_mirror_batch(h), "unbiased CKA")
     return out
+
+
+def _mirror_batch(m: torch.Tensor) -> torch.Tensor:
+    """`similarity._mirror_upper` of every (L, L) matrix of a (B, L, L) stack at once (two
+    calls instead of 2B: on a loaded machine every torch call costs a thread synchronisation,
+    and 30 x 30 matrices are nothing else); the same entries, bit for bit."""
+    return torch.triu(m) + torch.triu(m, diagonal=1).transpose(-1, -2)
+
+
+def _normalise_batch(h: torch.Tensor, what: str) -> list[np.ndarray]:
+    """`similarity._normalise` of every mirrored (L, L) numerator of a (B, L, L) stack, in
+    numpy float64 (the same correctly rounded sqrt and division: the same numbers, bit for
+    bit); a replicate with a non-positive diagonal raises through `_replicate_normalise`."""
+    a = h.detach().cpu().numpy()  # (B, L, L) float64, symmetric by construction
+    diag = np.diagonal(a, axis1=1, axis2=2).copy()  # (B, L)
+    bad = np.flatnonzero((diag <= 0).any(axis=1))
+    if len(bad):
+        one = torch.from_numpy(a[bad[0]])
+        if what == "CKA":
+            _normalise(one, "CKA")
+        _replicate_normalise(one)
+    s = a / np.sqrt(diag[:, :, None] * diag[:, None, :])
+    s = np.triu(s) + np.swapaxes(np.triu(s, 1), 1, 2)
+    idx = np.arange(s.shape[1])
+    s[:, idx, idx] = 1.0
+    return list(s)
 
 
 def _replicate_normalise(h: torch.Tensor) -> np.ndarray:
@@ -419,7 +461,7 @@ def _feature_forms(xc: torch.Tensor, w: torch.Tensor, budget: int) -> tuple[torc
                 q[0, r, i, j0:j1] = (c1 * c1).sum(dim=(1, 2))
                 q[1, r, i, j0:j1] = (c1 * c2).sum(dim=(1, 2))
                 q[2, r, i, j0:j1] = (c2 * c2).sum(dim=(1, 2))
-    return tuple(torch.stack([_mirror_upper(m) for m in q[k]]) for k in range(3))
+    return tuple(_mirror_batch(q[k]) for k in range(3))
 
 
 def _cosine_replicates(

@@ -1,26 +1,28 @@
-"""When a growing run may stop: its chosen numbers are solid, or its BOS verdict is settled.
+"""When a growing run may stop: its chosen numbers are solid, or its BOS answer is definite.
 
     rule = StopRule("solid")                    # the headline D_eff/L solid
-    rule = StopRule("verdict")                  # the BOS verdict settled
+    rule = StopRule("verdict")                  # the BOS answer definite (paired interval)
     rule.should_stop(trajectory)                # trajectory: the run's `anytime.Estimate`s so far
 
 Targets:
 
     solid     every pooling in `poolings` (default: the headline, `default`) reads "solid" by
               the calibrated trust rule (`deffcore.trust`) on its shown estimator
-    verdict   the BOS verdict can no longer change within the bands: every distinct pooling
-              control's gap band lies inside one regime and none reads "noise"
-              (`anytime.Estimate.verdict_settled`)
+    verdict   the BOS answer (is the gap a position-0 artefact?, `anytime.Estimate.position0`,
+              from one paired bootstrap of default and no_pos0 at that mark) is definite: not
+              an artefact, an artefact, or position 0 hides part of the gap, and the same at
+              every confirming estimate
 
 **Optional stopping.** Looking at a number again and again and stopping the first time it
 looks good picks the moments when chance made it look good: the chance of stopping on a
 fluke grows with every look. The guard: a stop needs the target met at CONFIRM consecutive
-estimates (k and 2k passages: the second one holds k new passages the first never saw) and
-at least MIN_STOP_N passages. The stopping rule is part of what is calibrated:
-`benchmarks/bench_stopping.py` simulates it on the closed-form constructions
-(`deffcore.measures.teaching`, population S in closed form) and compares how often a stopped number
-is within the rule's promise (2% of the truth for "solid", the right regime for a settled
-verdict) with how often a fixed-N number the rule calls solid is (table in BENCHMARKS.md).
+estimates (k and 2k passages: the second one holds k new passages the first never saw; for
+the verdict, the same verdict at both) and at least MIN_STOP_N passages. The stopping rule is
+part of what is calibrated: `benchmarks/bench_stopping.py` simulates it on the closed-form
+constructions (`deffcore.measures.teaching` for "solid", `synthetic.position0_construction` for the
+paired answer) and compares how often a stopped claim is right (2% of the truth for "solid",
+the population's position-0 verdict for the answer) with how often a fixed-N claim the rule
+makes is (table in BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -45,9 +47,15 @@ MIN_STOP_N = 128
 #: Bootstrap replicates the estimates of a target's numbers get by default: "solid" claims a
 #: number within 2%, and on real states (SmolLM2, BBC windows) the bootstrap's spread is
 #: 2-3x the N-only spread model's (BENCHMARKS.md), so a solid stop is judged with an interval;
-#: the verdict's regimes are judged from the rule's error band (no interval: six poolings x B
-#: passes at every mark would cost more than the extraction they save at small N).
-DEFAULT_BOOTSTRAP: dict[str, int | None] = {"solid": 30, "verdict": None}
+#: the verdict is the BOS answer's paired interval (one bootstrap of default and no_pos0).
+DEFAULT_BOOTSTRAP: dict[str, int | None] = {"solid": 30, "verdict": 50}
+#: Replicates of the live estimates' paired bootstrap without a stopping rule (the BOS answer
+#: at every mark; `--estimate-bootstrap 0` turns it off).
+LIVE_BOOTSTRAP = 50
+#: The poolings every live estimate pairs: those the BOS answer compares.
+ANSWER_POOLINGS: tuple[str, ...] = ("default", "no_pos0")
+#: The BOS answer's definite verdicts (a stop on "verdict" needs one).
+DEFINITE = ("not_artefact", "artefact", "masks")
 
 
 @dataclass(frozen=True)
@@ -79,19 +87,23 @@ class StopRule:
     def met(self, est: Any) -> bool:
         """The target on one estimate (an `anytime.Estimate`), before the guard."""
         if self.target == "verdict":
-            return bool(est.verdict_settled)
+            answer = getattr(est, "position0", None)
+            return answer is not None and answer["verdict"] in DEFINITE
         return all(est.poolings[p].level == "solid" for p in self.poolings)
 
     def should_stop(self, trajectory: Sequence[Any]) -> bool:
-        """True when the last `confirm` estimates all meet the target and the last has at
-        least `min_n` passages."""
+        """True when the last `confirm` estimates all meet the target (for the verdict: the
+        same verdict) and the last has at least `min_n` passages."""
         if len(trajectory) < self.confirm or trajectory[-1].n < self.min_n:
             return False
-        return all(self.met(e) for e in trajectory[-self.confirm :])
+        last = trajectory[-self.confirm :]
+        if not all(self.met(e) for e in last):
+            return False
+        return self.target != "verdict" or len({e.position0["verdict"] for e in last}) == 1
 
     def describe(self) -> str:
         what = (
-            "the BOS verdict is settled"
+            "the BOS answer is definite"
             if self.target == "verdict"
             else f"{', '.join(self.poolings)} D_eff/L {'is' if len(self.poolings) == 1 else 'are'}"
             " solid"
@@ -103,13 +115,15 @@ class StopRule:
 def estimate_bootstrap(
     rule: StopRule | None, bootstrap: int | None = None
 ) -> tuple[int | None, tuple[str, ...]]:
-    """(B, poolings) for the live estimates under `rule`: `bootstrap` (0: none) or the
-    target's DEFAULT_BOOTSTRAP, given to the numbers the rule waits for (all poolings for
-    the verdict)."""
+    """(B, poolings) of the live estimates' one paired bootstrap under `rule`: `bootstrap` (0:
+    none) or the target's DEFAULT_BOOTSTRAP (LIVE_BOOTSTRAP without a rule), shared by the
+    numbers the rule waits for and the two the BOS answer compares (ANSWER_POOLINGS)."""
     if rule is None:
-        return (bootstrap or None), ("default",)
+        B = LIVE_BOOTSTRAP if bootstrap is None else (bootstrap or None)
+        return B, ANSWER_POOLINGS
     B = DEFAULT_BOOTSTRAP[rule.target] if bootstrap is None else (bootstrap or None)
-    return B, (POOLINGS if rule.target == "verdict" else rule.poolings)
+    waits = rule.poolings if rule.target == "solid" else ()
+    return B, tuple(dict.fromkeys((*ANSWER_POOLINGS, *waits)))
 
 
 def parse_until(target: str, poolings: str | Sequence[str] = "default") -> StopRule:

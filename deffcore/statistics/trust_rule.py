@@ -53,16 +53,15 @@ tell", no interval says so too.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from deffcore.core.constants import METRICS, REGIME_TOLERANCE
+from deffcore.core.constants import METRICS, NOISE_MIN_N, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
 
-#: Fewer passages than this: noise whatever else (calibrated: the bootstrap and the spread
-#: model are not reliable below it).
-NOISE_MIN_N = 32
+# NOISE_MIN_N (core.constants): fewer passages than this are noise whatever else.
 #: Spread of D_eff/L without an interval: SPREAD_C / sqrt(N), relative. 0.65 covers the
 #: Gaussian constructions (the 99th percentile of |error| sqrt(N) of unbiased CKA on the
 #: calibration grid); the shipped default (SmolLM2, 4,096 windows) measured a bootstrap
@@ -111,7 +110,8 @@ class Trust:
     error; regime: "below" / "at the reference" / "above" F_L (None without L); null: the
     null statement's verdict (NULL_VERDICTS, None without a band) and null_sentence.
     bias: linear CKA's d/(N+d); bias_material: the bias moves D_eff/L by more than
-    BIAS_MATERIAL_REL; solid_n: passages a solid number needs at this bias and spread.
+    BIAS_MATERIAL_REL; solid_n: passages a solid number needs at this bias and spread;
+    action_n: the n of a "use ≥ n passages" action (`with_supply` checks it against the data).
     """
 
     level: str
@@ -132,6 +132,8 @@ class Trust:
     bias: float
     bias_material: bool
     solid_n: int
+    #: the passages the action asks for when it is "use ≥ n passages" (None otherwise)
+    action_n: int | None = None
 
     @property
     def badge(self) -> str:
@@ -356,11 +358,12 @@ def assess(
             + (f"; the regime ({REGIME_WORDS[regime]}) is settled." if regime else ".")
         ]
     need = passages_needed(n, err.bias or 0.0, err.spread)
+    action = None if level == "solid" else _action(n, metric, point, err, interval, need)
     verdict, sentence = _null_statement(null_band(band), interval)
     return Trust(
         level=level,
         reasons=tuple(noise + weak),
-        action=None if level == "solid" else _action(n, metric, point, err, interval, need),
+        action=action,
         point=point,
         interval=interval,
         bias_corrected=err.corrected,
@@ -376,7 +379,27 @@ def assess(
         bias=cka_bias(n, d),
         bias_material=metric == "cka" and (err.bias or 0.0) > BIAS_MATERIAL_REL,
         solid_n=max(n, need),
+        action_n=_asked(action),
     )
+
+
+def _asked(action: str | None) -> int | None:
+    """n of an action "use ≥ n passages" (the one form `_action` writes it in), else None."""
+    found = re.fullmatch(r"use ≥ ([0-9,]+) passages", action or "")
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def with_supply(t: Trust, spec: Any, source: Any = None) -> Trust:
+    """`t` with its "use ≥ n passages" action checked against what `spec`'s data can give
+    (`deffcore.inputs.supply.passages_action`: when n is more, what would give it); `source`: the
+    data's `tokens.WindowSource` when the caller holds it (a snapshot stores it)."""
+    if t.action_n is None or spec is None:
+        return t
+    from dataclasses import replace
+
+    from deffcore.inputs.supply import passages_action
+
+    return replace(t, action=passages_action(t.action_n, spec, source))
 
 
 def _error_words(err: _Error) -> str:
@@ -486,7 +509,7 @@ def trust_badge(
 def trust(
     states: Any,
     metric: str = "cka",
-    bootstrap: int | None = None,
+    bootstrap: Any = None,
     null_band: Any = None,
     seed: int = 0,
     *,
@@ -498,8 +521,9 @@ def trust(
     states: (L+1, N, d) h_0 .. h_L (array, tensor or list; h_0 is dropped, as in every headline:
     SPEC section 1); pass h0=False for an (L, N, d) stack h_1 .. h_L. metric: "cka",
     "unbiased_cka" or "cosine"; bootstrap: B replicates of the passage bootstrap (None: no
-    interval; seeded by `seed`); null_band: the random-weight band (`null_band`: per-seed
-    D_eff/L values or a `Measurement.random_band()` mapping); K: maximum lag (default L-1).
+    interval; seeded by `seed`), or a `BootstrapResult` already computed for these states;
+    null_band: the random-weight band (`null_band`: per-seed D_eff/L values or a
+    `Measurement.random_band()` mapping); K: maximum lag (default L-1).
     Returns a `Trust` (`to_dict()` for JSON).
     """
     from deffcore.measures.depth import effective_depth
@@ -519,7 +543,9 @@ def trust(
         unbiased = effective_depth(similarity_matrix(measured, "unbiased_cka"), K) / n_layers
     interval = mean = None
     if bootstrap is not None:
-        res = bootstrap_deff_over_L(measured, B=bootstrap, seed=seed, metric=metric, K=K)
+        res = bootstrap  # a BootstrapResult already computed (a paired bootstrap's), or B
+        if isinstance(bootstrap, int):
+            res = bootstrap_deff_over_L(measured, B=bootstrap, seed=seed, metric=metric, K=K)
         interval, mean = (res.low, res.high), res.mean
     return assess(
         n,
@@ -558,7 +584,7 @@ def measurement_trust(
         if isinstance(bootstrap, int):
             res = measurement.bootstrap(pooling, metric, B=bootstrap, seed=seed, K=K)
         interval, mean = (res.low, res.high), res.mean
-    return assess(
+    t = assess(
         int(measurement.n),
         int(measurement.d_model),
         metric=metric,
@@ -569,3 +595,4 @@ def measurement_trust(
         bootstrap_mean=mean,
         band=measurement.random_band(pooling, metric) or None,
     )
+    return with_supply(t, getattr(measurement, "spec", None))

@@ -287,6 +287,7 @@ def bos_verdict(
     sink_passages: int | None = None,
     gu_sink_fraction: Sequence[float] | None = None,
     identical: Mapping[str, str] | None = None,
+    intervals: Mapping[str, tuple[float, float]] | None = None,
 ) -> BosVerdict:
     """One verdict from the gap to F_L (%) of each pooling control and the diagnostics.
 
@@ -297,13 +298,17 @@ def bos_verdict(
     Any may be None
     (not computed): the sentence then says so. identical: {control: why it equals default
     for this run} (`identical_controls`); None: guessed from equal gaps (`_guess_identical`).
+    intervals: {pooling: (low, high)} gap intervals from the run's one bootstrap
+    (`control_effects.regime_intervals`): a regime is then read from its interval (SPEC 11.5),
+    so a flip is claimed only when both gaps' intervals say so; None: the ±1-point tolerance.
     """
     clean = {p: float(g) for p, g in gaps.items() if g is not None and math.isfinite(g)}
     if "default" not in clean:
         raise DeffError("The verdict needs the default pooling's gap to F_L.")
     same = dict(_guess_identical(clean) if identical is None else identical)
     same = {p: why for p, why in same.items() if p in clean and p != "default"}
-    regimes = {p: regime_of(g) for p, g in clean.items()}
+    spans = intervals or {}
+    regimes = {p: regime_of(g, spans.get(p)) for p, g in clean.items()}
     distinct = [p for p in clean if p not in same]
     signs = {regimes[p] for p in distinct} - {"at the reference"}
     default = regimes["default"]

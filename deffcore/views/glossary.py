@@ -91,10 +91,15 @@ GLOSSARY: dict[str, str] = {
     "|h_j|, averaged over 64 passages, divided by the median |h_j|, per layer: one huge "
     "number, not a whole state's length. Above 100x it is called massive. Not Sun et al.'s "
     "criterion, which judges each activation.",
-    "position-0 test": "default vs no_pos0: Δ = gap(no_pos0) - gap(default), with an interval "
-    "from both numbers' estimated errors. 'Not a position-0 artefact' when the whole interval "
-    "is within the tolerance (half the gap, at least 2 points); 'a position-0 artefact' when "
-    "it is beyond it and the gap shrinks without position 0; otherwise 'cannot tell yet'.",
+    "position-0 test": "default vs no_pos0: Δ = gap(no_pos0) - gap(default), with a paired "
+    "interval: both gaps evaluated on the same bootstrap resamples of the run's passages, so "
+    "their shared errors cancel (unpaired, both errors added, when the run has no such "
+    "bootstrap yet). 'Not a position-0 artefact' when Δ lies within the tolerance (half the "
+    "gap, at least 2 points, itself uncertain); 'a position-0 artefact' when it is beyond it "
+    "and the gap shrinks without position 0; otherwise 'cannot tell yet'.",
+    "paired interval": "The interval of a difference of two numbers measured on the same "
+    "passages, from one bootstrap: each resample of the passages gives both numbers, and the "
+    "interval is that of their differences (not the sum of the two numbers' errors).",
     "massive activation": "A few huge values in one token's state (often the first token) that "
     "dwarf everything else and can dominate a mean over tokens.",
     "attention sink": "A token (often the first) that many heads attend to by default; it tends "

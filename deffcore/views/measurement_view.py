@@ -59,3 +59,6 @@ class MeasurementView(NotebookDisplay, RunView):
         from deffcore.views.atlas_read import stored_atlas
 
         return stored_atlas(self._m)
+
+    def paired_bootstrap(self) -> Any | None:
+        return self._m.paired_latest()

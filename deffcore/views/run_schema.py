@@ -319,7 +319,30 @@ def check_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
     except ValidationError as err:
         raise SnapshotError(_sentence(where, err)) from None
     _check_atlas(data.get("atlas"), data["layers"], where)
+    _check_paired_and_supply(data, where)
     return data
+
+
+def _check_paired_and_supply(data: dict[str, Any], where: str) -> None:
+    """The stored paired bootstrap (SPEC section 15: of this run's L and N) and what the run's
+    data can give (`tokens.WindowSource`: token counts per document), when the snapshot has
+    them."""
+    if "paired" in data:
+        from deffcore.statistics.paired import PairedBootstrap
+
+        try:
+            pb = PairedBootstrap.from_dict(data["paired"])
+        except DeffError as err:
+            raise SnapshotError(f"{where}: {err}") from None
+        if (pb.layers, pb.n) != (data["layers"], data["n"]):
+            raise SnapshotError(f"{where}: its paired bootstrap is not of this run's L and N.")
+    if "supply" in data:
+        from deffcore.inputs.tokens import WindowSource
+
+        try:
+            WindowSource.from_dict(data["supply"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise SnapshotError(f"{where}: 'supply' is not token counts per document.") from None
 
 
 def _check_atlas(atlas: Any, L: int, where: str) -> None:

@@ -87,6 +87,16 @@ class RunView:
         """The run's depth-use atlas (`deffcore.measures.atlas.Atlas`, SPEC 16), or None."""
         return None
 
+    def paired_bootstrap(self) -> Any | None:
+        """The run's `paired.PairedBootstrap` (one bootstrap of its poolings and metrics on the
+        same passages, SPEC section 15), or None when it has none (never computes one)."""
+        return None
+
+    def window_source(self) -> Any | None:
+        """The run's data as a `tokens.WindowSource` when the view holds it (a snapshot made
+        with it), so an action is checked against the data without a tokenizer; else None."""
+        return None
+
     # Everything below is computed from `similarity`, the same way for both kinds of run.
 
     def lag_profile(self, pooling: str = "default", metric: str = "cka") -> np.ndarray:
@@ -149,7 +159,7 @@ class RunView:
         interval `ci` (and its replicates' mean) when one was computed, else the bootstrap the
         run was stored with (`stored_bootstrap`: the run's measured spread, never the prior
         when the run has one), the random-weight band when the run has one."""
-        from deffcore.statistics.trust_rule import trust_badge
+        from deffcore.statistics.trust_rule import trust_badge, with_supply
 
         if ci is None:
             boot = self.stored_bootstrap(pooling, metric, K)
@@ -163,7 +173,7 @@ class RunView:
         band = self.random_band(pooling, metric) or {}
         seeds = len(band.get("seeds") or band.get("deff_over_L") or [])
         null = (band["low"], band["high"]) if seeds and {"low", "high"} <= set(band) else None
-        return trust_badge(
+        t = trust_badge(
             h.n,
             h.d_model,
             metric=metric,
@@ -175,6 +185,7 @@ class RunView:
             layers=h.layers,  # the gap's regime is part of the claim
             bootstrap_mean=bootstrap_mean if ci is not None else None,
         )
+        return with_supply(t, self.spec or None, self.window_source())  # actions the data gives
 
     def identity(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
         """`run_identity` of this run and view (what a downloaded table or figure carries)."""

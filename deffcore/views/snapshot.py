@@ -84,6 +84,35 @@ class SnapshotView(NotebookDisplay, RunView):
             return {}
         return m.get("random_null", {}).get("results", {}).get(pooling, {})
 
+    def window_source(self) -> Any | None:
+        """The stored `tokens.WindowSource` of the run's data (`measure --snapshot` writes it),
+        checked; None when the snapshot has none."""
+        from deffcore.inputs.tokens import WindowSource
+
+        stored = self.data.get("supply")
+        try:
+            return WindowSource.from_dict(stored) if isinstance(stored, dict) else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def paired_bootstrap(self) -> Any | None:
+        """The stored paired bootstrap (`measure --bootstrap B --snapshot`), checked; None when
+        the snapshot has none or it does not match this run's L and N."""
+        if not hasattr(self, "_paired"):
+            from deffcore.core.errors import DeffError
+            from deffcore.statistics.paired import PairedBootstrap
+
+            self._paired = None
+            stored = self.data.get("paired")
+            if isinstance(stored, dict):
+                try:
+                    pb = PairedBootstrap.from_dict(stored)
+                except DeffError:
+                    pb = None
+                if pb is not None and (pb.layers, pb.n) == (self.layers, self.n):
+                    self._paired = pb
+        return self._paired
+
     def stored_bootstrap(
         self, pooling: str = "default", metric: str = "cka", K: int | None = None
     ) -> dict[str, Any] | None:

@@ -93,10 +93,10 @@ def _progress(job: Job):
 
 
 def _measure(job: Job) -> Any:
-    """The job's run: with live estimates (and a stop when settled) where its passages allow
-    them (`deffcore.runs.anytime_run`), else a plain `measure_spec`."""
-    from deffcore.extraction.prefix import prefix_refusal
-    from deffcore.runs import measure
+    """The job's run with live estimates, each with the BOS answer's paired interval, and a
+    stop when settled where its passages allow one (`deffcore.runs.anytime_run`)."""
+    from deffcore.runs.anytime_run import measure_live
+    from deffcore.statistics.stopping import StopRule, estimate_bootstrap
 
     options = {
         "metric": job.metric,
@@ -105,10 +105,7 @@ def _measure(job: Job) -> Any:
         "progress": _progress(job),
         "should_stop": job.cancel.is_set,
     }
-    if prefix_refusal(job.spec.passages, job.spec.dataset) is not None:
-        return measure.measure_spec(job.spec, **options)
-    from deffcore.runs.anytime_run import measure_live
-    from deffcore.statistics.stopping import StopRule
+    B, paired = estimate_bootstrap(StopRule("verdict"))  # what "Stop when settled" waits for
 
     def on_estimate(est: Any) -> None:
         with job_state.JOBS_LOCK:
@@ -121,6 +118,8 @@ def _measure(job: Job) -> Any:
         on_estimate=on_estimate,
         final_estimate=False,
         replay=False,
+        bootstrap=B,
+        bootstrap_poolings=paired,
     )
     with job_state.JOBS_LOCK:
         job.stopped_at = int(live.measurement.n) if live.stopped else None

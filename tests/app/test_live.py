@@ -51,7 +51,7 @@ def _estimates():
             tokens=n * 16,
             lengths=np.full(n, 16, np.int64),
         )
-        out.append(estimate(pooled).to_dict())
+        out.append(estimate(pooled, bootstrap=12).to_dict())
     return out
 
 
@@ -63,31 +63,48 @@ def _panel(status):
 
 def test_live_panel_shows_the_latest_estimate_its_trust_and_the_curve():
     est = _estimates()
-    at = AppTest.from_function(_panel, args=(_status(est),)).run()
+    at = AppTest.from_function(_panel, args=(_status(est),)).run(timeout=60)
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["N of this estimate"] == "128"
     assert metrics["D_eff / L"] == f"{est[-1]['poolings']['default']['deff_over_L']:.4f}"
     assert metrics["Trust"].split()[-1] == est[-1]["poolings"]["default"]["level"]
     assert any("Estimated with" in c.value for c in at.caption)
-    assert any("BOS verdict" in x.value for x in [*at.info, *at.success])
+    boxes = [x.value for x in [*at.info, *at.success]]
+    assert any("Pooling controls" in x for x in boxes)
+    # the BOS answer with its paired interval (no_pos0 equals default here: Δ = 0 exactly)
+    answer = est[-1]["position0"]
+    assert answer["paired"] and answer["verdict"] == "not_artefact"
+    assert any(plain(x).startswith("Is the gap a position-0 artefact? At N = 128") for x in boxes)
     assert at.button(key="job_settle").label == "Stop when settled"
     assert len(at.get("plotly_chart")) == 1
 
 
 def test_live_panel_before_the_first_estimate_and_for_documents():
-    at = AppTest.from_function(_panel, args=(_status(()),)).run()
-    assert any("first estimate" in c.value for c in at.caption)
+    at = AppTest.from_function(_panel, args=(_status(()),)).run(timeout=60)
+    assert any("first estimate appears once 32 passages" in c.value for c in at.caption)
     from deffcore.inputs.run_spec import RunSpec
 
-    docs = RunSpec("tiny-llama", None, "x.txt", 512, 16, 0, "float32", passages="documents")
-    at = AppTest.from_function(_panel, args=(_status((), spec=docs),)).run()
-    assert any("documents mode" in c.value for c in at.caption)
+    docs = RunSpec("tiny-llama", None, "x.txt", 64, 16, 0, "float32", passages="documents")
+    at = AppTest.from_function(_panel, args=(_status((), spec=docs),)).run(timeout=60)
+    captions = [c.value for c in at.caption]
+    assert not any("No estimates before the end" in c for c in captions)  # issue 26
+    assert any("first estimate appears once 32 passages" in c for c in captions)
+    assert any("Stopping early needs token windows" in c for c in captions)  # why no button
     assert not at.button
+    with_estimates = AppTest.from_function(_panel, args=(_status(_estimates(), spec=docs),)).run(
+        timeout=60
+    )
+    assert {m.label for m in with_estimates.metric} >= {"N so far", "Trust"}
+    tiny = RunSpec("tiny-llama", None, "x.txt", 24, 16, 0, "float32", passages="windows")
+    at = AppTest.from_function(_panel, args=(_status((), spec=tiny),)).run(timeout=60)
+    assert any("is its own first estimate" in c.value for c in at.caption)
 
 
 def test_stopping_button_is_disabled_once_asked():
-    at = AppTest.from_function(_panel, args=(_status(_estimates(), until="verdict"),)).run()
+    at = AppTest.from_function(_panel, args=(_status(_estimates(), until="verdict"),)).run(
+        timeout=60
+    )
     button = at.button(key="job_settle")
     assert button.disabled and button.label == "Stopping when settled"
 
@@ -113,7 +130,7 @@ def test_plan_line_beside_run_without_loading_a_model():
         K=None,
         passages="windows",
     )
-    at = AppTest.from_function(_plan, args=(settings,)).run()
+    at = AppTest.from_function(_plan, args=(settings,)).run(timeout=60)
     assert not at.exception
     (caption,) = at.caption
     line = plain(caption.proto.help)  # the planner's whole line on hover, a short one shown

@@ -195,3 +195,14 @@ def test_intervention_table_second_call_reads_the_cache(monkeypatch):
     direct = measure(model="tiny-gemma3", n=8, max_tokens=24, intervention="no_qk")
     assert direct.cached
     assert direct.summary("default").gap_pct == pytest.approx(second.value("no_qk", "default"))
+    # each intervention's move against "none": paired by passage (the same token ids, SPEC 15)
+    from deffcore.runs.run_pairs import run_difference
+
+    none = measure(model="tiny-gemma3", n=8, max_tokens=24)
+    d = run_difference(none, direct, pooling="default", metric="cka", B=50, seed=0)
+    row = next(r for r in second.rows if (r["intervention"], r["pooling"]) == ("no_qk", "default"))
+    moved = second.value("no_qk", "default") - second.value("none", "default")
+    assert row["paired"] is True and row["delta_vs_none"] == pytest.approx(moved, abs=1e-9)
+    assert row["delta_vs_none"] == pytest.approx(d.delta) and d.paired
+    assert row["delta_interval"] == pytest.approx(list(d.interval))
+    assert all("delta_vs_none" not in r for r in second.rows if r["intervention"] == "none")

@@ -1,0 +1,88 @@
+"""The commands' paired bootstrap and the BOS page's answer (`measure`, `bos`; SPEC 15).
+
+Stage: cli (the arguments and JSON fields; the numbers are `deffcore.statistics.paired` and
+`deffcore.lenses.bos_answer`).
+
+    python -m deffcore measure ... --bootstrap 100 --json     # position0_answer, paired
+    python -m deffcore bos ... --json                          # the same answer, unpaired
+
+`--bootstrap B` draws one bootstrap for the run (`Measurement.paired_bootstrap`): the
+poolings of `--bootstrap-poolings` (default: default and no_pos0, what the answer compares)
+under the metrics of `--bootstrap-metrics` (default: the run's), all on the same B passage
+multisets. The default pooling's `bootstrap` object and the trust interval come from those
+replicates (the same numbers a separate bootstrap with the same seed gives), and
+`position0_answer` (verdict, delta, interval, tolerance, paired, sentence, ...) is the page's
+answer: paired with a bootstrap, unpaired (said so) without.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from deffcore.core.constants import METRICS, POOLINGS
+from deffcore.core.errors import DeffError
+
+#: The poolings a `--bootstrap` pairs by default: those the BOS answer compares.
+ANSWER_POOLINGS = ("default", "no_pos0")
+
+
+def add_paired_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bootstrap-poolings",
+        default=",".join(ANSWER_POOLINGS),
+        metavar="A,B",
+        help="the poolings one --bootstrap pairs (same passage multisets for all): pooling "
+        "controls or 'all' (default: default,no_pos0, what the BOS answer compares)",
+    )
+    p.add_argument(
+        "--bootstrap-metrics",
+        default=None,
+        metavar="A,B",
+        help="the metrics the --bootstrap replicates are evaluated under (default: --metric); "
+        "linear and unbiased CKA together cost one pass per pooling",
+    )
+
+
+def _names(text: str | None, allowed: tuple[str, ...], flag: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    names = list(allowed) if names == ["all"] else names
+    bad = [x for x in names if x not in allowed]
+    if bad or not names:
+        raise DeffError(
+            f"{flag} takes {', '.join(allowed)} or 'all'; got {', '.join(bad) or 'nothing'}."
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def check_paired_args(args: argparse.Namespace) -> None:
+    """The paired options' checks (cheap, before anything loads)."""
+    poolings = _names(args.bootstrap_poolings, POOLINGS, "--bootstrap-poolings")
+    if "default" not in (poolings or ()):
+        raise DeffError("--bootstrap-poolings must include default (every pair compares with it).")
+    _names(args.bootstrap_metrics, METRICS, "--bootstrap-metrics")
+
+
+def paired_of(m: Any, args: argparse.Namespace) -> Any | None:
+    """The run's paired bootstrap under the options (None without --bootstrap); the run's
+    metric is always among its metrics."""
+    if getattr(args, "bootstrap", None) is None:
+        return None
+    poolings = _names(args.bootstrap_poolings, POOLINGS, "--bootstrap-poolings")
+    metrics = _names(args.bootstrap_metrics, METRICS, "--bootstrap-metrics") or ()
+    metrics = tuple(dict.fromkeys((args.metric, *metrics)))
+    return m.paired_bootstrap(poolings, metrics, B=args.bootstrap, seed=args.seed)
+
+
+def answer_of(m: Any, metric: str, pb: Any | None) -> dict[str, Any]:
+    """`position0_answer` of the run as the page gives it (paired when `pb` holds both)."""
+    from deffcore.lenses.bos_answer import position0_answer_for
+
+    return position0_answer_for(m.view(), metric, paired=pb).to_dict()
+
+
+def answer_line(answer: dict[str, Any]) -> str:
+    """The table's line for the answer."""
+    return f"BOS answer (is the gap a position-0 artefact?): {answer['sentence']}"

@@ -1,0 +1,207 @@
+"""The BOS answer on constructions whose truth is known: how often it is right and answers.
+
+Stage: lenses (beside `bos_answer`, whose claims it judges).
+
+    outcomes = calibration_case(1024, 32, 16, pos0=2.0, onset=6, seed=3)
+    summarise(outcomes)["unbiased_cka", "paired"]     # answers, claims, wrong, coverage ...
+
+Each case is a `synthetic.position0_construction` (accumulated unit updates on an h_0, and a
+position-0 component of squared size `pos0`, onset `onset` and spread over `dims` features
+that only the `default` pooling carries), whose population similarity matrices are closed
+forms: the population gaps, their difference Delta_pop and the tolerance T_pop are known. A
+case is answered as the page answers a run (`bos_answer.position0_answer_for` on a view of its
+two poolings), once with the paired bootstrap of both poolings (`paired.paired_bootstrap`, B
+replicates shared by both poolings and both metrics) and once without (the unpaired rule),
+under each metric. Recorded per answer: the verdict and whether its claim is right
+(`claim_is_right`), whether Delta's paired interval covers Delta_pop (basic and percentile),
+and whether the truth is *clear*: Delta_pop lies more than 2 sd from both boundaries -T_pop
+and +T_pop, sd the replicates' standard deviation of the margin to that boundary (Delta_r
+-+ T_r), so a well-calibrated rule should answer there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from deffcore.core.constants import REGIME_TOLERANCE
+from deffcore.lenses.bos_answer import position0_answer_for
+from deffcore.statistics.position0 import POS0_MIN_POINTS, POS0_SHARE, tolerance
+
+#: How far (in replicate sd) Delta_pop must lie from +-T_pop for the truth to be clear.
+CLEAR_SD = 2.0
+RULES = ("paired", "unpaired")
+
+
+def claim_is_right(verdict: str, gap_default_pop: float, gap_no_pos0_pop: float) -> bool | None:
+    """Whether a verdict is true of the population gaps (None: "cannot tell" claims nothing).
+    not_artefact: |Delta| <= T; artefact: |Delta| > T and the gap shrinks towards F_L (or
+    across it); masks: |Delta| > T and it does not (T from the population default gap)."""
+    delta, T = gap_no_pos0_pop - gap_default_pop, tolerance(gap_default_pop)
+    towards = abs(gap_default_pop) > REGIME_TOLERANCE and delta * gap_default_pop < 0
+    if verdict == "not_artefact":
+        return abs(delta) <= T
+    if verdict == "artefact":
+        return abs(delta) > T and towards
+    if verdict == "masks":
+        return abs(delta) > T and not towards
+    return None
+
+
+def pooled_view(S: dict, layers: int, n: int, d: int) -> Any:
+    """A construction's two poolings {(pooling, metric): S}, read as a page reads a run."""
+    from deffcore.views.run_view import RunView
+
+    class PoolingsView(RunView):
+        """A construction's poolings as a run view (no position-0 ratio, no spec)."""
+
+        source, label = "construction", "construction"
+
+        def __init__(self) -> None:
+            self.spec, self.layers, self.n, self.d_model = {}, layers, n, d
+
+        def similarity(self, pooling: str = "default", metric: str = "cka") -> Any:
+            return S[(pooling, metric)]
+
+        def pos0_norm_ratio(self) -> Any:
+            return np.ones(layers + 1)
+
+    return PoolingsView()
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One answer on one construction (module docstring)."""
+
+    metric: str
+    rule: str
+    verdict: str
+    right: bool | None
+    trust: str | None
+    delta: float
+    delta_pop: float
+    tolerance_pop: float
+    covers_basic: bool
+    covers_percentile: bool
+    clear: bool
+    n: int
+    layers: int
+    d: int
+    identical: bool = False
+
+
+def _clear(delta_pop: float, T_pop: float, rd: np.ndarray, rn: np.ndarray) -> bool:
+    """Delta_pop is more than CLEAR_SD replicate sd from both boundaries (module docstring)."""
+    dr = rn - rd
+    Tr = np.maximum(POS0_MIN_POINTS, POS0_SHARE * np.abs(rd))
+    far_up = abs(delta_pop - T_pop) > CLEAR_SD * float(np.std(dr - Tr, ddof=1))
+    far_down = abs(delta_pop + T_pop) > CLEAR_SD * float(np.std(dr + Tr, ddof=1))
+    return far_up and far_down
+
+
+def calibration_case(
+    n: int,
+    d: int,
+    layers: int,
+    *,
+    pos0: float,
+    onset: int,
+    h0: float = 1.0,
+    seed: int = 0,
+    dims: int | None = None,
+    metrics: tuple[str, ...] = ("cka", "unbiased_cka"),
+    B: int = 100,
+    rules: tuple[str, ...] = RULES,
+) -> list[CaseOutcome]:
+    """One `synthetic.position0_construction`, answered as a page would under each metric and
+    rule (module docstring): one `CaseOutcome` per (metric, rule)."""
+    from deffcore.measures.depth import effective_depth, gap_percent
+    from deffcore.measures.similarity import similarity_matrix
+    from deffcore.measures.synthetic import position0_construction
+    from deffcore.statistics.paired import difference_of, paired_bootstrap
+
+    c = position0_construction(n, d, layers, h0=h0, pos0=pos0, onset=onset, seed=seed, dims=dims)
+    stacks = {"default": c.default, "no_pos0": c.no_pos0}
+    S = {
+        (p, m): similarity_matrix(x, m)
+        for p, x in stacks.items()
+        for m in {"unbiased_cka", *metrics}
+    }
+    view = pooled_view(S, layers, n, d)
+    pops = [gap_percent(effective_depth(s), layers) for s in (c.S_default, c.S_no_pos0)]
+    delta_pop, T_pop = pops[1] - pops[0], tolerance(pops[0])
+    pb = paired_bootstrap(stacks, metrics=metrics, B=B, seed=seed) if "paired" in rules else None
+    out = []
+    for metric in metrics:
+        for rule in rules:
+            a = position0_answer_for(view, metric, paired=pb if rule == "paired" else None)
+            covers = {"basic": False, "percentile": False}
+            clear = False
+            if pb is not None:
+                (gd, rd), (gn, rn) = pb.gap("default", metric), pb.gap("no_pos0", metric)
+                for method in covers:
+                    diff = difference_of(gn - gd, rn - rd, method=method)
+                    covers[method] = diff.covers(delta_pop)
+                clear = _clear(delta_pop, T_pop, rd, rn)
+            row = (a.verdict, claim_is_right(a.verdict, *pops), a.trust, float(a.delta or 0.0))
+            cover = (covers["basic"], covers["percentile"], clear)
+            same = a.identical is not None
+            out.append(
+                CaseOutcome(metric, rule, *row, delta_pop, T_pop, *cover, n, layers, d, same)
+            )
+    return out
+
+
+def summarise(outcomes: Iterable[CaseOutcome]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (metric, rule): answers; claims (definite verdicts) and their share; wrong claims;
+    the answer rate where the truth is clear; and Delta's interval coverage (basic,
+    percentile) over the cases where no_pos0 is its own control (a zero-size component makes
+    the two poolings one: Delta = 0 exactly), and over those whose trust is not noise."""
+    groups: dict[tuple[str, str], list[CaseOutcome]] = defaultdict(list)
+    for o in outcomes:
+        groups[(o.metric, o.rule)].append(o)
+    table = {}
+    for key, rows in groups.items():
+        claims = [o for o in rows if o.right is not None]
+        clear = [o for o in rows if o.clear and not o.identical]
+        own = [o for o in rows if not o.identical]  # coverage: where no_pos0 is its own control
+        usable = [o for o in own if o.trust != "noise"]
+        table[key] = {
+            "answers": len(rows),
+            "claims": len(claims),
+            "claim_rate": len(claims) / len(rows) if rows else 0.0,
+            "wrong": sum(1 for o in claims if o.right is False),
+            "wrong_rate": sum(1 for o in claims if o.right is False) / len(claims)
+            if claims
+            else 0.0,
+            "clear": len(clear),
+            "clear_answered": sum(1 for o in clear if o.right is not None),
+            "clear_rate": (
+                sum(1 for o in clear if o.right is not None) / len(clear) if clear else 0.0
+            ),
+            "coverage_basic": float(np.mean([o.covers_basic for o in own]))
+            if own
+            else float("nan"),
+            "coverage_percentile": (
+                float(np.mean([o.covers_percentile for o in own])) if own else float("nan")
+            ),
+            "coverage_basic_usable": float(np.mean([o.covers_basic for o in usable]))
+            if usable
+            else float("nan"),
+            "coverage_percentile_usable": (
+                float(np.mean([o.covers_percentile for o in usable])) if usable else float("nan")
+            ),
+            "verdicts": dict(sorted(_count(o.verdict for o in rows).items())),
+        }
+    return table
+
+
+def _count(items: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for x in items:
+        out[x] += 1
+    return dict(out)

@@ -1,0 +1,358 @@
+"""The position-0 test on plain numbers: is the gap to F_L a position-0 artefact? (SPEC 11.6, 15)
+
+Stage: statistics (the decision; `deffcore.lenses.bos_answer` reads a run's views into it, the live
+estimates call it at every mark).
+
+    a = position0_answer(9.5, 11.35, replicates=(gaps_default_r, gaps_no_pos0_r))
+    a.verdict, a.interval, a.paired, a.sentence  # "not_artefact" | "artefact" | "masks" | ...
+
+**The claim.** `default` pools every token, `no_pos0` the tokens after position 0, so their
+gap difference Delta = gap(no_pos0) - gap(default) (points) is what position 0 does to the
+headline. "Not a position-0 artefact" claims that the *population* Delta (N -> infinity) is
+within the tolerance
+
+    T = max(POS0_MIN_POINTS, POS0_SHARE x |gap(default)|)     (2 points, or half the gap)
+
+i.e. position 0 carries less than half of the gap; "a position-0 artefact" claims it carries
+more and pulls the gap towards 0 (or across it); "position 0 hides part of the gap" claims it
+carries more and the gap grows without it.
+
+**Paired** (SPEC section 15; whenever the run has a paired bootstrap, `deffcore.paired`: the
+shipped default stores one, `measure --bootstrap B` and the page compute one). Both gaps are
+evaluated on the same B multisets of passages, so Delta's interval is that of the replicates
+Delta_r = gap_r(no_pos0) - gap_r(default) (`paired.METHOD`, basic). The claim also carries the
+tolerance's own uncertainty (T is half of an estimated gap): with T_r from each replicate's
+default gap, the margins T - Delta and T + Delta (within), Delta - T and -Delta - T (beyond)
+are paired quantities too, and a verdict is said only when the one-sided (1 + ci)/2 lower
+bound of every margin it needs is above 0 (basic bound 2 m - q_(1+ci)/2 of the m_r): "not an
+artefact" needs both within-margins, a beyond-verdict its own.
+
+**Unpaired** (a run without a paired bootstrap, e.g. an older snapshot): each is said only
+when the whole interval lies on one side of T,
+
+    Delta +- (e_default + e_no_pos0),   e = 100 x error x D_eff/L x (L+1)/2   (gap points)
+
+where `error` is the trust rule's estimated relative error of D_eff/L (bias + spread,
+`deffcore.statistics.trust_rule`); adding the two errors ignores that the two poolings share their
+passages (their errors are correlated), so this interval is conservative (about 6x wider on
+SmolLM2 at N = 1,024), and the sentence says "unpaired".
+
+Otherwise, or when either number's trust level is "noise", the answer is "cannot tell yet"
+with the action that would tell (more passages, sized from the interval's distance to T, and
+checked against what the run's data can give: `deffcore.supply.passages_action`). When no_pos0
+is the same control as default for the run (`deffcore.statistics.verdict.no_pos0_identity`: position
+0 is one vector in every passage and centring removes it), the answer is certain.
+
+Calibration (`deffcore.bos_calibration`, `benchmarks/bench_bos_answer_calibration.py`, table
+in BENCHMARKS.md): states sampled from Gaussian constructions whose population similarity is
+a closed form (accumulated orthogonal updates, an h_0, and a position-0 component of chosen
+size, onset and spread over features that enters only the `default` pooling), over a grid of
+L, N, d and position-0 sizes; every "not an artefact" / "artefact" / "hides" claim is checked
+against the population Delta and T, and Delta's paired interval against the population Delta.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from deffcore.core.constants import REGIME_TOLERANCE
+from deffcore.inputs.supply import passages_action
+from deffcore.statistics.paired import METHOD, difference_of
+
+#: The tolerance of the position-0 test: the larger of this many points ...
+POS0_MIN_POINTS = 2.0
+#: ... and this share of |gap(default)|: position 0 may carry less than half of the gap.
+POS0_SHARE = 0.5
+#: The most passages "cannot tell yet" ever asks for.
+MAX_PASSAGES_ASKED = 1_000_000
+VERDICTS = ("not_artefact", "artefact", "masks", "cannot_tell", "missing")
+
+
+@dataclass(frozen=True)
+class Position0Answer:
+    """The answer to "is the gap a position-0 artefact?" and its sentence.
+
+    verdict: one of VERDICTS; delta: gap(no_pos0) - gap(default) in points; interval: its
+    uncertainty interval (None when identical or missing); tolerance: T in points; identical:
+    why no_pos0 is default for this run (None when it is its own control); trust: the lower of
+    the two numbers' trust levels; action: what would tell (cannot_tell only); paired: the
+    interval is the paired bootstrap's (`method`, `B` replicates), else the summed errors.
+    """
+
+    verdict: str
+    gap_default: float | None
+    gap_no_pos0: float | None
+    delta: float | None
+    interval: tuple[float, float] | None
+    tolerance: float | None
+    identical: str | None
+    trust: str | None
+    action: str | None
+    sentence: str
+    #: the interval comes from one bootstrap of both gaps (False: the two errors added)
+    paired: bool = False
+    #: the paired interval's method and replicates (None when unpaired)
+    method: str | None = None
+    B: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["interval"] = list(self.interval) if self.interval is not None else None
+        return out
+
+
+def tolerance(gap_default: float) -> float:
+    """T = max(POS0_MIN_POINTS, POS0_SHARE x |gap(default)|), in points."""
+    return max(POS0_MIN_POINTS, POS0_SHARE * abs(float(gap_default)))
+
+
+def gap_error_points(error: float | None, deff_over_L: float, layers: int) -> float:
+    """A relative error of D_eff/L as gap points: 100 x error x D_eff/L x (L+1)/2 (the gap is
+    100 (1 - D_eff/L (L+1)/2)). None (no estimate) is an infinite error."""
+    if error is None or not math.isfinite(error):
+        return math.inf
+    return 100.0 * abs(error) * abs(deff_over_L) * (layers + 1) / 2.0
+
+
+def _worse(a: str | None, b: str | None) -> str | None:
+    order = ("solid", "indicative", "noise")
+    known = [x for x in (a, b) if x in order]
+    return max(known, key=order.index) if known else None
+
+
+def _passages_to_tell(n: int, delta: float, band: float, bias_share: float, T: float) -> int:
+    """The smallest N' (doubling from n) at which the interval clears T, scaling the spread
+    part of the band as sqrt(n/N') and the bias part as n/N'."""
+    room = abs(abs(delta) - T)
+    if room <= 0:
+        return MAX_PASSAGES_ASKED
+    m = n
+    while m < MAX_PASSAGES_ASKED:
+        m *= 2
+        scaled = band * (bias_share * n / m + (1 - bias_share) * math.sqrt(n / m))
+        if scaled < room:
+            return m
+    return MAX_PASSAGES_ASKED
+
+
+def _fmt(x: float) -> str:
+    return f"{x:+.2f}"
+
+
+def position0_answer(
+    gap_default: float,
+    gap_no_pos0: float | None,
+    *,
+    band_default: float = math.inf,
+    band_no_pos0: float = math.inf,
+    trust_default: str | None = None,
+    trust_no_pos0: str | None = None,
+    noise_action: str | None = None,
+    identical: str | None = None,
+    n: int | None = None,
+    bias_share: float = 0.0,
+    replicates: tuple[Any, Any] | None = None,
+    method: str | None = None,
+    ci: float = 0.95,
+    spec: Any = None,
+    source: Any = None,
+) -> Position0Answer:
+    """The decision of the module docstring on plain numbers.
+
+    gap_default, gap_no_pos0: the two gaps to F_L (%); band_*: their errors in gap points
+    (`gap_error_points`); trust_*: their trust levels; noise_action: the trust rule's action
+    for a "noise" number; identical: why no_pos0 equals default for this run (then the answer
+    is certain); n: passages (sizes the "cannot tell yet" action); bias_share: the part of the
+    band that is linear CKA's bias (it shrinks as 1/N, the rest as 1/sqrt(N)).
+    replicates: (gap_r(default), gap_r(no_pos0)), (B,) each from one paired bootstrap: the
+    paired decision (then the bands are not used); method: its interval (`paired.METHOD`);
+    spec: the run (a RunSpec or its fields), so an action asks only what its data can give
+    (`source`: its `tokens.WindowSource` when held, see `supply.passages_action`).
+    """
+    head = "default vs no_pos0"
+    if identical:
+        return Position0Answer(
+            "not_artefact", gap_default, gap_default, 0.0, None, None, identical,
+            _worse(trust_default, trust_no_pos0), None,
+            f"{head}: the same control for this run, so position 0 cannot move the gap "
+            f"({gap_default:+.2f}%) → not a position-0 artefact ({identical}).",
+        )  # fmt: skip
+    if gap_no_pos0 is None or not math.isfinite(gap_no_pos0):
+        return Position0Answer(
+            "missing", gap_default, None, None, None, None, None, trust_default, None,
+            f"{head}: this run has no no_pos0 control, so the position-0 test cannot be "
+            "made; press Run to measure it with every control.",
+        )  # fmt: skip
+    if replicates is not None:
+        return _paired_answer(
+            float(gap_default), float(gap_no_pos0), replicates,
+            trust=_worse(trust_default, trust_no_pos0),
+            noise_action=noise_action or "use more passages", n=n, ci=ci,
+            method=method or METHOD, spec=spec, source=source,
+        )  # fmt: skip
+    return _unpaired_answer(
+        float(gap_default), float(gap_no_pos0), band_default + band_no_pos0,
+        trust=_worse(trust_default, trust_no_pos0), noise_action=noise_action, n=n,
+        bias_share=bias_share, spec=spec, source=source,
+    )  # fmt: skip
+
+
+def _unpaired_answer(
+    gap_default: float,
+    gap_no_pos0: float,
+    band: float,
+    *,
+    trust: str | None,
+    noise_action: str | None,
+    n: int | None,
+    bias_share: float,
+    spec: Any,
+    source: Any,
+) -> Position0Answer:
+    """The unpaired rule (no bootstrap of both poolings): Delta +- the two errors added
+    (`band`, gap points), said "unpaired" in the sentence."""
+    head = "default vs no_pos0"
+    delta = gap_no_pos0 - gap_default
+    T = tolerance(gap_default)
+    lo, hi = delta - band, delta + band
+    pm = f" ± {band:.2f}" if math.isfinite(band) else ""
+    moves = (
+        f"Δ = {_fmt(delta)}{pm} pts (unpaired: the two errors added; gap {gap_default:+.2f}% → "
+        f"{gap_no_pos0:+.2f}%)"
+    )
+    why = "half the gap" if T > POS0_MIN_POINTS else "its floor"
+    tol = f"the {T:.2f}-point tolerance ({why})"
+    parts = (gap_default, gap_no_pos0, delta, (lo, hi) if math.isfinite(band) else None, T)
+    if trust == "noise":
+        action = noise_action or "use more passages"
+        return Position0Answer(
+            "cannot_tell", *parts, None, trust, action,
+            f"{head}: {moves}, but the headline's trust is noise → cannot tell yet whether "
+            f"position 0 makes the gap; {action}.",
+        )  # fmt: skip
+    if lo >= -T and hi <= T:
+        return Position0Answer(
+            "not_artefact", *parts, None, trust, None,
+            f"{head}: {moves}, within {tol} → not a position-0 artefact: position 0 "
+            "carries less than half of the gap.",
+        )  # fmt: skip
+    if lo > T or hi < -T:
+        if abs(gap_default) > REGIME_TOLERANCE and delta * gap_default < 0:
+            return Position0Answer(
+                "artefact", *parts, None, trust, None,
+                f"{head}: {moves}, beyond {tol} → a position-0 artefact: without position 0 "
+                "the gap shrinks towards F_L, so position 0 makes much of it.",
+            )  # fmt: skip
+        return Position0Answer(
+            "masks", *parts, None, trust, None,
+            f"{head}: {moves}, beyond {tol} → not an artefact, but position 0 hides part "
+            "of the gap: without it the gap is further from F_L.",
+        )  # fmt: skip
+    need = _passages_to_tell(n or 0, delta, band, bias_share, T) if n else None
+    action = passages_action(need, spec, source) if need else "use more passages"
+    return Position0Answer(
+        "cannot_tell", *parts, None, trust, action,
+        f"{head}: {moves}; the interval straddles {tol} → cannot tell yet; {action}.",
+    )  # fmt: skip
+
+
+def _lower_bound(point: float, reps: np.ndarray, ci: float, method: str) -> float:
+    """The one-sided (1 + ci)/2 lower bound of a paired quantity from its replicates: basic
+    2 m - q_(1+ci)/2, or percentile q_(1-ci)/2."""
+    alpha = (1.0 - ci) / 2.0
+    if method == "basic":
+        return 2.0 * point - float(np.quantile(reps, 1.0 - alpha))
+    return float(np.quantile(reps, alpha))
+
+
+def _paired_need(n: int | None, margins: list[tuple[float, float]]) -> int | None:
+    """Passages at which every margin's lower bound clears 0, its half-width (point - bound)
+    shrinking as 1/sqrt(N): n (h/m)^2 for the slowest margin, doubled up from n."""
+    if not n:
+        return None
+    worst = 1.0
+    for point, bound in margins:
+        if point <= 0:
+            return MAX_PASSAGES_ASKED
+        worst = max(worst, ((point - bound) / point) ** 2)
+    m = n
+    while m < MAX_PASSAGES_ASKED and m < n * worst:
+        m *= 2
+    return max(m, 2 * n) if m == n else min(m, MAX_PASSAGES_ASKED)
+
+
+def _paired_answer(
+    gap_default: float,
+    gap_no_pos0: float,
+    replicates: tuple[Any, Any],
+    *,
+    trust: str | None,
+    noise_action: str,
+    n: int | None,
+    ci: float,
+    method: str,
+    spec: Any,
+    source: Any = None,
+) -> Position0Answer:
+    """The paired decision of the module docstring: Delta's interval and the margins from one
+    bootstrap of both gaps."""
+    rd, rn = (np.asarray(r, dtype=np.float64) for r in replicates)
+    delta, dr = gap_no_pos0 - gap_default, rn - rd
+    diff = difference_of(delta, dr, a="no_pos0", b="default", ci=ci, method=method)
+    T = tolerance(gap_default)
+    Tr = np.maximum(POS0_MIN_POINTS, POS0_SHARE * np.abs(rd))
+    within = [(T - delta, Tr - dr), (T + delta, Tr + dr)]
+    up, down = (delta - T, dr - Tr), (-delta - T, -dr - Tr)
+    bound = {k: _lower_bound(p, r, ci, method) for k, (p, r) in
+             {"w0": within[0], "w1": within[1], "up": up, "down": down}.items()}  # fmt: skip
+    lo, hi = diff.interval
+    head = "default vs no_pos0"
+    moves = (
+        f"Δ = {_fmt(delta)} pts, {ci:.0%} [{_fmt(lo)}, {_fmt(hi)}] (paired: one bootstrap of the "
+        f"same passages, {method}, B = {diff.B}; gap {gap_default:+.2f}% → {gap_no_pos0:+.2f}%)"
+    )
+    why = "half the gap" if T > POS0_MIN_POINTS else "its floor"
+    tol = f"the {T:.2f}-point tolerance ({why})"
+    parts = (gap_default, gap_no_pos0, delta, (lo, hi), T)
+    extra = {"paired": True, "method": method, "B": diff.B}
+    if trust == "noise":
+        return Position0Answer(
+            "cannot_tell", *parts, None, trust, noise_action,
+            f"{head}: {moves}, but the headline's trust is noise → cannot tell yet whether "
+            f"position 0 makes the gap; {noise_action}.", **extra,
+        )  # fmt: skip
+    if bound["w0"] > 0 and bound["w1"] > 0:
+        return Position0Answer(
+            "not_artefact", *parts, None, trust, None,
+            f"{head}: {moves}, within {tol} → not a position-0 artefact: position 0 "
+            "carries less than half of the gap.", **extra,
+        )  # fmt: skip
+    if bound["up"] > 0 or bound["down"] > 0:
+        towards = abs(gap_default) > REGIME_TOLERANCE and delta * gap_default < 0
+        verdict = "artefact" if towards else "masks"
+        text = (
+            "a position-0 artefact: without position 0 the gap shrinks towards F_L, so "
+            "position 0 makes much of it."
+            if towards
+            else "not an artefact, but position 0 hides part of the gap: without it the gap is "
+            "further from F_L."
+        )
+        return Position0Answer(
+            verdict, *parts, None, trust, None, f"{head}: {moves}, beyond {tol} → {text}",
+            **extra,
+        )  # fmt: skip
+    if abs(delta) <= T:
+        need = _paired_need(n, [(within[0][0], bound["w0"]), (within[1][0], bound["w1"])])
+    else:
+        side = up if delta > 0 else down
+        need = _paired_need(n, [(side[0], bound["up" if delta > 0 else "down"])])
+    action = passages_action(need, spec, source) if need else "use more passages"
+    return Position0Answer(
+        "cannot_tell", *parts, None, trust, action,
+        f"{head}: {moves}; the interval (with the tolerance's own uncertainty) straddles {tol} "
+        f"→ cannot tell yet; {action}.", **extra,
+    )  # fmt: skip
