@@ -61,8 +61,8 @@ def _head_cards(est: dict[str, Any]) -> None:
     cols[0].metric(
         "N of this estimate",
         f"{est['n']:,}",
-        help="Estimates come at N = 64, 128, 256, ... (whole batches); the bar counts every "
-        "passage extracted.",
+        help=f"Estimates come at N = {FIRST_ESTIMATE}, {2 * FIRST_ESTIMATE}, "
+        f"{4 * FIRST_ESTIMATE}, ... (whole batches); the bar counts every passage extracted.",
     )
     cols[1].metric("D_eff / L", f"{head['deff_over_L']:.4f}", help=band or None)
     cols[2].metric("Gap to F_L", f"{head['gap_pct']:+.1f}%", help=band or None)

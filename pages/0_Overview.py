@@ -26,7 +26,8 @@ INTRO = (
 )
 PAGES_NOTE = (
     "Pages (sidebar): Similarity (the matrix; click a layer), Lag decay (ρ(k) and K), Gap to "
-    "F_L (beside the paper's models), Models (every run and the paper's models in one table: "
+    "F_L (beside the paper's models), Depth use (other papers' measures of how a model uses its "
+    "depth, beside D_eff), Models (every run and the paper's models in one table: "
     "N, trust, bias), BOS & controls (is the gap a position-0 artefact?), Synthetic lab "
     "(constructions with known answers), Baselines (random-weight null, matched references, "
     "bootstrap), Runs (open, compare, resume, delete). Labs: Interventions (Gemma norms), "

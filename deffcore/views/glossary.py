@@ -224,6 +224,13 @@ GLOSSARY: dict[str, str] = {
     "Qwen, ...) left out: shows whether one family drives it.",
     "exact permutation p": "The share of all orderings of the scores that correlate at least "
     "as strongly as the real one; exact for few models, where the usual formula is rough.",
+    "coupling product": "GW's start from the product coupling (every passage of one layer with "
+    "every passage of the other, equally): POT's default and the paper's; only it is compared "
+    "with Table S22.",
+    "coupling both": "GW solved twice, from the product and from the identity coupling, and the "
+    "smaller GW² kept: a better local optimum, not the paper's number.",
+    "coupling identity": "GW's start from the identity coupling (passage a of one layer with "
+    "passage a of the other, as CKA pairs them): it finds the alignment CKA assumes.",
     "Gromov–Wasserstein": "A distance between two point clouds that compares only their "
     "internal distances, with no matching of points given; GW² is 0 for a rotated or "
     "shuffled copy of the same cloud. The solver finds a local optimum from its starting "

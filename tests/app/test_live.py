@@ -95,7 +95,7 @@ def test_live_panel_before_the_first_estimate_and_for_documents():
     with_estimates = AppTest.from_function(_panel, args=(_status(_estimates(), spec=docs),)).run(
         timeout=60
     )
-    assert {m.label for m in with_estimates.metric} >= {"N so far", "Trust"}
+    assert {m.label for m in with_estimates.metric} >= {"N of this estimate", "Trust"}
     tiny = RunSpec("tiny-llama", None, "x.txt", 24, 16, 0, "float32", passages="windows")
     at = AppTest.from_function(_panel, args=(_status((), spec=tiny),)).run(timeout=60)
     assert any("is its own first estimate" in c.value for c in at.caption)
