@@ -90,13 +90,13 @@ def test_tokens_per_second_of_a_finished_run_uses_its_exact_token_count(
 ):
     import deffcore.runs.measure
 
-    def fake_measure_spec(spec, *, metric, device, batch_size, progress, should_stop):
+    def fake_measure_spec(spec, *, metric, device, batch_size, progress, should_stop, **_):
         progress(0, 100, "extract")
         clock.now += 10.0
         progress(50, 100, "extract")  # 5 passages/s
         clock.now += 10.0
         progress(100, 100, "extract")
-        pooled = types.SimpleNamespace(tokens=4_000)  # 40 tokens per passage on average
+        pooled = types.SimpleNamespace(tokens=4_000, meta={})  # 40 tokens per passage on average
         return types.SimpleNamespace(spec=spec, cached=False, n=100, pooled=pooled,
                                      resumed_passages=0)  # fmt: skip
 
@@ -105,7 +105,7 @@ def test_tokens_per_second_of_a_finished_run_uses_its_exact_token_count(
     registry[job.job_id] = job
     job_worker._run(job)
     status = job_state.status_of(job)
-    assert status.state == "done" and status.done == 100
+    assert status.state == "done" and status.done == 100, status.error
     assert status.tokens_per_s == pytest.approx(40.0 * 5.0)  # exact mean tokens x the rate
     assert status.tokens_exact and status.eta_s is None
     assert "200 tokens/s" in status.describe()

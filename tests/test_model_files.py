@@ -8,6 +8,7 @@ import json
 import struct
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,11 @@ def test_a_hub_model_asking_for_its_code_is_one_sentence(monkeypatch):
             "code to be run."
         )
 
+    def plain_tokenizer(*args, **kwargs):  # the tokenizer loads first (and needs no code)
+        assert kwargs["trust_remote_code"] is False
+        return types.SimpleNamespace(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", plain_tokenizer)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
     with pytest.raises(UnknownModelError) as err:
         loading.load_model("org/custom")

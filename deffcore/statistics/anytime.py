@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from deffcore.core.constants import NOISE_MIN_N, PC_CONTROLS, POOLINGS, REGIME_TOLERANCE
-from deffcore.core.errors import DeffError
+from deffcore.core.errors import DeffError, UndefinedSimilarityError
 from deffcore.extraction.pooling import PooledStates
 from deffcore.extraction.prefix import PrefixRows, finished_rows
 
@@ -169,6 +169,13 @@ def _settle_band(t: Any, layers: int) -> tuple[float | None, float | None]:
     return gap_of(t.point + half, layers), gap_of(t.point - half, layers)
 
 
+def _varies(states: np.ndarray) -> bool:
+    """Whether every block output h_1 .. h_L of `states` (L+1, N, d) varies across the N
+    passages (the similarity reads those; h_0 may be constant, e.g. a BOS embedding)."""
+    x = np.asarray(states)[1:]
+    return bool((x.max(axis=1) > x.min(axis=1)).any(axis=-1).all())
+
+
 def states_with_h0(pooled: PooledStates, pooling: str) -> np.ndarray:
     """h_0 .. h_L of one pooling control (L+1, N, d) float32, PC controls applied per layer
     (as `Measurement.states_with_h0`)."""
@@ -259,6 +266,9 @@ def estimate(
     if "default" not in poolings:
         raise DeffError("An estimate needs the default pooling (the verdict compares with it).")
     states = {p: states_with_h0(pooled, p) for p in poolings}
+    # a control whose states do not vary across passages at some layer has no similarity
+    # (`Measurement.undefined`): left out of the estimate, as the measured run leaves it out
+    states = {p: x for p, x in states.items() if p == "default" or _varies(x)}
     paired = None
     if pooled.n < NOISE_MIN_N:  # noise whatever its interval (and too few passages for the
         bootstrap = None  # U-statistic's replicates): a tiny run's one estimate has none
@@ -267,11 +277,15 @@ def estimate(
             states, [p for p in bootstrap_poolings if p in states], metric, bootstrap, seed
         )
     out: dict[str, PoolingEstimate] = {}
-    for p in poolings:
+    for p in states:
         B = bootstrap if p in bootstrap_poolings else None
-        out[p] = pooling_estimate(
-            states[p], pooling=p, metric=metric, bootstrap=B, seed=seed, paired=paired
-        )
+        try:
+            out[p] = pooling_estimate(
+                states[p], pooling=p, metric=metric, bootstrap=B, seed=seed, paired=paired
+            )
+        except UndefinedSimilarityError:
+            if p == "default":  # the run's own failure, as the measured run's
+                raise
     same = no_pos0_identity(pooled, metric)  # as `diagnostics.identical_controls` decides
     identical = {"no_pos0": same} if same else {}
     answer = live_answer(paired, states, out, metric, same, pooled.n, spec) if paired else None
