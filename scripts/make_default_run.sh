@@ -26,6 +26,9 @@ OUT=${2:-deffcore/data/default_run.json}
 PY=${PYTHON:-.venv/bin/python}
 MODEL=${MODEL:-smollm2-135m}
 MAX_TOKENS=${MAX_TOKENS:-128}
+# the paired bootstrap's metrics (tests on 8 passages use cka alone: unbiased CKA's replicates
+# need 4 distinct passages each)
+BOOTSTRAP_METRICS=${BOOTSTRAP_METRICS:-cka,unbiased_cka}
 SEEDS=$("$PY" -c "from deffcore.statistics.trust_rule import MIN_NULL_SEEDS as k; print(','.join(map(str, range(1, k + 1))))")
 DEVICE_ARGS=()
 if [[ -n "${DEVICE:-}" ]]; then
@@ -35,6 +38,6 @@ echo "== $MODEL (N=$N, random seeds $SEEDS) -> $OUT"
 t0=$SECONDS
 "$PY" -m deffcore measure --model "$MODEL" --dataset bbc-news --passages windows \
   --n "$N" --max-tokens "$MAX_TOKENS" --seed 0 --dtype float32 --random-seeds "$SEEDS" --bootstrap 100 \
-  --bootstrap-poolings all --bootstrap-metrics cka,unbiased_cka \
+  --bootstrap-poolings all --bootstrap-metrics "$BOOTSTRAP_METRICS" \
   --diagnostics --bos-on-off --no-anytime "${DEVICE_ARGS[@]}" --snapshot "$OUT" >/dev/null
 echo "   $((SECONDS - t0)) s, $(stat -c %s "$OUT") bytes"

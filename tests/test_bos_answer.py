@@ -247,11 +247,17 @@ CALIBRATION_SLICE = [
 def test_claims_are_calibrated_on_a_slice_of_the_grid():
     outcomes = []
     for seed, L, n, d, pos0, onset in CALIBRATION_SLICE:
-        outcomes += calibration_case(n, d, L, pos0=pos0 * L / 4, onset=onset, seed=seed)
-    answered = [(v, ok) for _, v, ok in outcomes if ok is not None]
-    assert {v for v, _ in answered} == {"not_artefact", "artefact"}  # both claims are made
-    assert all(ok for _, ok in answered), outcomes  # and every one made is right here
-    assert len(answered) >= 8 and ("unbiased_cka", "cannot_tell", None) in outcomes
+        outcomes += calibration_case(n, d, L, pos0=pos0 * L / 4, onset=onset, seed=seed, B=60)
+    for rule in ("paired", "unpaired"):
+        answered = [o for o in outcomes if o.rule == rule and o.right is not None]
+        assert {o.verdict for o in answered} == {"not_artefact", "artefact"}, rule  # both claims
+        assert all(o.right for o in answered), (rule, answered)  # and every one made is right
+        assert len(answered) >= 8, rule
+        assert any(o.metric == "unbiased_cka" and o.verdict == "cannot_tell" for o in outcomes)
+    # the paired rule answers where the unpaired one cannot (L = 20, linear CKA, Delta -34)
+    said = {(o.rule, o.metric): o.verdict for o in outcomes if o.n == 512 and o.layers == 20
+            and o.d == 16 and o.delta_pop < -30}  # fmt: skip
+    assert said[("paired", "cka")] == "artefact" and said[("unpaired", "cka")] == "cannot_tell"
 
 
 @pytest.mark.slow
@@ -267,9 +273,15 @@ def test_claims_are_calibrated_on_constructions():
     for metric in ("cka", "unbiased_cka"):
         paired, unpaired = table[(metric, "paired")], table[(metric, "unpaired")]
         assert paired["wrong"] == 0, (metric, paired)
-        assert paired["coverage_basic"] >= 0.90, (metric, paired)
-        assert paired["clear"] >= 10 and paired["clear_rate"] >= 0.80, (metric, paired)
+        assert paired["clear"] >= 10, (metric, paired)
         assert paired["claims"] > 2 * unpaired["claims"], (metric, paired, unpaired)
+    assert table[("unbiased_cka", "paired")]["clear_rate"] >= 0.80, table
+    # Delta's bootstrap interval covers the population Delta for the unbiased estimator; for
+    # linear CKA it cannot where the finite-sample bias d/(N+d) is material (the replicates
+    # share the bias, SPEC 15): its answer clears that bias before it names a side of F_L (so
+    # it answers fewer clear cases: 64% here), and its sentence says the bias is not in it
+    assert table[("unbiased_cka", "paired")]["coverage_basic"] >= 0.90, table
+    assert table[("cka", "paired")]["coverage_basic"] < 0.90  # the known limit, stated
 
 
 def test_the_judge_of_a_claim():

@@ -86,6 +86,7 @@ def position0_answer_for(
         identical=identical,
         n=h_d.n,
         bias_share=min(1.0, bias / total) if total else 0.0,
+        bias_default=gap_error_points(_bias_part(t_d, h_d.deff_over_L), h_d.deff_over_L, L),
         replicates=replicates,
         ci=pb.ci if has_pair else 0.95,
         spec=getattr(view, "spec", None) or None,

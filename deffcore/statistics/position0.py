@@ -155,6 +155,7 @@ def position0_answer(
     identical: str | None = None,
     n: int | None = None,
     bias_share: float = 0.0,
+    bias_default: float = 0.0,
     replicates: tuple[Any, Any] | None = None,
     method: str | None = None,
     ci: float = 0.95,
@@ -167,7 +168,9 @@ def position0_answer(
     (`gap_error_points`); trust_*: their trust levels; noise_action: the trust rule's action
     for a "noise" number; identical: why no_pos0 equals default for this run (then the answer
     is certain); n: passages (sizes the "cannot tell yet" action); bias_share: the part of the
-    band that is linear CKA's bias (it shrinks as 1/N, the rest as 1/sqrt(N)).
+    band that is linear CKA's bias (it shrinks as 1/N, the rest as 1/sqrt(N)); bias_default:
+    that bias of the default gap in gap points, which a bootstrap cannot see (the paired
+    decision's side of F_L must clear it).
     replicates: (gap_r(default), gap_r(no_pos0)), (B,) each from one paired bootstrap: the
     paired decision (then the bands are not used); method: its interval (`paired.METHOD`);
     spec: the run (a RunSpec or its fields), so an action asks only what its data can give
@@ -192,7 +195,7 @@ def position0_answer(
             float(gap_default), float(gap_no_pos0), replicates,
             trust=_worse(trust_default, trust_no_pos0),
             noise_action=noise_action or "use more passages", n=n, ci=ci,
-            method=method or METHOD, spec=spec, source=source,
+            method=method or METHOD, spec=spec, source=source, bias=bias_default,
         )  # fmt: skip
     return _unpaired_answer(
         float(gap_default), float(gap_no_pos0), band_default + band_no_pos0,
@@ -269,6 +272,39 @@ def _lower_bound(point: float, reps: np.ndarray, ci: float, method: str) -> floa
     return float(np.quantile(reps, alpha))
 
 
+def _paired_moves(
+    delta: float, interval: tuple[float, float], ci: float, method: str, B: int,
+    gaps: tuple[float, float], bias: float,
+) -> str:  # fmt: skip
+    """What the paired answer says of Delta, its interval and the two gaps."""
+    lo, hi = interval
+    said = (
+        f"Δ = {_fmt(delta)} pts, {ci:.0%} [{_fmt(lo)}, {_fmt(hi)}] (paired: one bootstrap of the "
+        f"same passages, {method}, B = {B}; gap {gaps[0]:+.2f}% → {gaps[1]:+.2f}%"
+    )
+    if bias > 0:
+        said += f"; linear CKA's bias, about {bias:.1f} points on the default gap, is not in it"
+    return said + ")"
+
+
+def _settled_side(
+    gap_default: float, delta: float, rd: np.ndarray, ci: float, method: str, bias: float
+) -> str | None:
+    """Which claim a Delta beyond the tolerance makes, when the replicates settle it: "artefact"
+    (the default gap on the far side of F_L from Delta: s gap < -REGIME_TOLERANCE, s Delta's
+    sign), "masks" (s gap >= -REGIME_TOLERANCE), each only when its one-sided bound clears
+    `bias` (the default gap's bias in points, which the replicates cannot see); else None."""
+    s = 1.0 if delta > 0 else -1.0
+    sides = {
+        "masks": (s * gap_default + REGIME_TOLERANCE, s * rd + REGIME_TOLERANCE),
+        "artefact": (-s * gap_default - REGIME_TOLERANCE, -s * rd - REGIME_TOLERANCE),
+    }
+    for verdict, (point, reps) in sides.items():
+        if _lower_bound(point, reps, ci, method) > bias:
+            return verdict
+    return None
+
+
 def _paired_need(n: int | None, margins: list[tuple[float, float]]) -> int | None:
     """Passages at which every margin's lower bound clears 0, its half-width (point - bound)
     shrinking as 1/sqrt(N): n (h/m)^2 for the slowest margin, doubled up from n."""
@@ -297,6 +333,7 @@ def _paired_answer(
     method: str,
     spec: Any,
     source: Any = None,
+    bias: float = 0.0,
 ) -> Position0Answer:
     """The paired decision of the module docstring: Delta's interval and the margins from one
     bootstrap of both gaps."""
@@ -311,10 +348,7 @@ def _paired_answer(
              {"w0": within[0], "w1": within[1], "up": up, "down": down}.items()}  # fmt: skip
     lo, hi = diff.interval
     head = "default vs no_pos0"
-    moves = (
-        f"Δ = {_fmt(delta)} pts, {ci:.0%} [{_fmt(lo)}, {_fmt(hi)}] (paired: one bootstrap of the "
-        f"same passages, {method}, B = {diff.B}; gap {gap_default:+.2f}% → {gap_no_pos0:+.2f}%)"
-    )
+    moves = _paired_moves(delta, (lo, hi), ci, method, diff.B, (gap_default, gap_no_pos0), bias)
     why = "half the gap" if T > POS0_MIN_POINTS else "its floor"
     tol = f"the {T:.2f}-point tolerance ({why})"
     parts = (gap_default, gap_no_pos0, delta, (lo, hi), T)
@@ -332,7 +366,16 @@ def _paired_answer(
             "carries less than half of the gap.", **extra,
         )  # fmt: skip
     if bound["up"] > 0 or bound["down"] > 0:
-        towards = abs(gap_default) > REGIME_TOLERANCE and delta * gap_default < 0
+        side = _settled_side(gap_default, delta, rd, ci, method, bias)
+        if side is None:
+            action = passages_action(2 * n, spec, source) if n else "use more passages"
+            return Position0Answer(
+                "cannot_tell", *parts, None, trust, action,
+                f"{head}: {moves}, beyond {tol}, but the default gap's side of F_L is not "
+                "settled → cannot tell yet whether position 0 makes much of the gap or hides "
+                f"part of it; {action}.", **extra,
+            )  # fmt: skip
+        towards = side == "artefact"
         verdict = "artefact" if towards else "masks"
         text = (
             "a position-0 artefact: without position 0 the gap shrinks towards F_L, so "
