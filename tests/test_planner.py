@@ -182,11 +182,12 @@ def test_plan_time_is_load_plus_extraction_plus_numbers(windows_dataset):
             "tiny-llama", revision=None, device="cpu", dtype="float32", max_tokens=16, batch=32
         )
     )
-    numbers = numbers_seconds(plan.size, 256, cal, marks=[64, 128, 256], bootstrap=None)
-    # by hand: an estimate at each mark, 20/18 of one at N (the numbers after extraction)
+    numbers = numbers_seconds(plan.size, 256, cal, marks=[32, 64, 128, 256], bootstrap=None)
+    # by hand: an estimate at each mark (from FIRST_ESTIMATE = 32 passages), 20/18 of one at N
+    # (the numbers after extraction)
     by_hand = sum(
         cal.estimate_fixed_s + cal.estimate_s_per_madd * planner.pass_cost(plan.size, k)
-        for k in (64, 128, 256)
+        for k in (32, 64, 128, 256)
     )
     by_hand += (
         20

@@ -306,9 +306,10 @@ def test_navigation_overview_first_and_every_page_in_order():
     assert titles[0] == "Overview"
     files = [Path(str(p["script_path"])).name for p in pages if p.get("script_path")]
     numbers = [int(f.split("_")[0]) for f in files]
-    # the results first, Models among them (where a visitor looks, not behind "View more")
-    assert numbers[:6] == [0, 1, 2, 3, 13, 4] and titles[4] == "Models"
-    assert numbers[6:] == sorted(numbers[6:]) and numbers[6:9] == [5, 6, 7]
+    # the results first, Depth use and Models among them (where a visitor looks, not behind
+    # "View more")
+    assert numbers[:7] == [0, 1, 2, 3, 16, 13, 4] and titles[4:6] == ["Depth use", "Models"]
+    assert numbers[7:] == sorted(numbers[7:]) and numbers[7:10] == [5, 6, 7]
     assert len(files) == len(list((REPO / "pages").glob("[0-9]*.py")))
 
 
