@@ -142,7 +142,7 @@ def measure_spec(
     from deffcore.extraction import prefix_cache
     from deffcore.extraction.atlas_store import atlas_taps, keep_atlas
 
-    taps, start = (atlas_taps() if atlas else ()), time.perf_counter()
+    taps, start = (atlas_taps() if atlas and use_cache else ()), time.perf_counter()
     resolved = loaded.device if loaded is not None else device
     resolved = resolved or resolve_device_dtype(None, spec.dtype)[0]
 
