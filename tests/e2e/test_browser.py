@@ -27,128 +27,46 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from browser_helpers import (
+    ERRORS,
+    chromium_browser,
+    find_chromium,
+    missing,
+    require_browser,
+    streamlit_server,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 WINDOW = {"width": 1400, "height": 900}
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32}
 #: A tiny run lands in seconds; minutes without it landing is a failure, even at load 10.
 RUN_TIMEOUT_MS = 240_000
-ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
-
-
-def find_chromium() -> str | None:
-    """The system's Chromium: `chromium` (Debian) or `chromium-browser` (Ubuntu, others)."""
-    return next(filter(None, (shutil.which(n) for n in ("chromium", "chromium-browser"))), None)
-
-
-def missing(reason: str) -> None:
-    """Skip, or under CI=true fail: a CI run must not go green by skipping the browser tests."""
-    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-        pytest.fail(f"{reason}; CI=true, so the browser tests must run (scripts/setup.sh --test)")
-    pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"streamlit did not become healthy at {url} within {timeout} s")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if find_chromium() is None:
-        missing("no chromium or chromium-browser on PATH")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing("playwright is not installed (requirements-dev.txt)")
+    require_browser()
     cache = tmp_path_factory.mktemp("e2e_cache")
-    port = _free_port()
     env = {**os.environ, "DEFF_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "streamlit_server.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.port",
-            str(port),
-            "--server.address",
-            "127.0.0.1",
-            "--server.headless",
-            "true",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc)
+    with streamlit_server(env, ARTIFACTS / "streamlit_server.log") as url:
         yield {"url": url, "cache": cache}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def page(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=find_chromium(), args=CHROMIUM_ARGS)
+    with chromium_browser() as browser:
         context = browser.new_context(viewport=WINDOW)
         pg = context.new_page()
         pg.set_default_timeout(60_000)
         yield pg
         context.close()
-        browser.close()
 
 
 def wait_idle(page, settle_ms: int = 600) -> None:

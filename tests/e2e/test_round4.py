@@ -28,15 +28,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_browser import (
-    CHROMIUM_ARGS,
-    ERRORS,
-    _free_port,
-    _wait_healthy,
-    find_chromium,
-    missing,
-    wait_idle,
-)
+from browser_helpers import ERRORS, chromium_browser, require_browser, streamlit_server
+from test_browser import wait_idle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -58,12 +51,7 @@ def _cli(env: dict, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if find_chromium() is None:
-        missing("no chromium or chromium-browser on PATH")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing("playwright is not installed (requirements-dev.txt)")
+    require_browser()
     from shipped_helpers import measure_args
 
     folder = tmp_path_factory.mktemp("round4")
@@ -79,37 +67,15 @@ def server(tmp_path_factory):
     kept = subprocess.run([sys.executable, "-c", code, str(snap)], cwd=REPO, env=env,
                           capture_output=True, text=True, check=True)  # fmt: skip
     shared = kept.stdout.strip()[:16]  # the content id `deffcore app --run` names
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    log = open(SHOTS / "streamlit_server.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true",
-         "--browser.gatherUsageStats", "false"],
-        cwd=REPO, env={**env, "DEFF_APP_RUN": shared}, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc)
+    server_env = {**env, "DEFF_APP_RUN": shared}
+    with streamlit_server(server_env, SHOTS / "streamlit_server.log") as url:
         yield {"url": url, "lab_key": lab["key"], "data": json.loads(snap.read_text())}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=find_chromium(), args=CHROMIUM_ARGS)
+    with chromium_browser() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
