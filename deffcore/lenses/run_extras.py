@@ -235,31 +235,14 @@ def snapshot_bos_on_off(view: Any, metric: str, K: int | None) -> dict[str, Any]
 
 
 def _stored_difference(d: Any) -> Any:
-    """The gap move's stored `paired.PairedDifference` (its numbers checked; the replicates
-    are not stored, only their count), or None when absent or not well-formed."""
-    import numpy as np
-
+    """The gap move's stored `paired.PairedDifference` (checked by its `from_dict`), or None
+    when absent or not well-formed."""
     from deffcore.statistics.paired import PairedDifference
 
-    if not isinstance(d, dict):
+    try:
+        return PairedDifference.from_dict(d, a="bos=none", b="bos=add", scale="gap points")
+    except ValueError:
         return None
-    pairs = [d.get(k) for k in ("percentile", "basic")]
-    ok = (
-        all(numbers_or_none(p, 2, none_ok=False) for p in pairs)
-        and _number(d.get("delta")) and _number(d.get("ci"))
-        and isinstance(d.get("B"), int) and not isinstance(d.get("B"), bool)
-        and 2 <= d["B"] <= 100_000
-        and d.get("method") in ("basic", "percentile") and isinstance(d.get("paired"), bool)
-        and (d.get("why_unpaired") is None or isinstance(d.get("why_unpaired"), str))
-    )  # fmt: skip
-    if not ok:
-        return None
-    return PairedDifference(
-        a="bos=none", b="bos=add", scale="gap points", delta=float(d["delta"]),
-        samples=np.full(d["B"], np.nan), ci=float(d["ci"]), method=d["method"],
-        percentile=tuple(pairs[0]), basic=tuple(pairs[1]), paired=d["paired"],
-        why_unpaired=d.get("why_unpaired"),
-    )  # fmt: skip
 
 
 def snapshot_bootstrap(view: Any, pooling: str, metric: str) -> dict[str, Any] | None:

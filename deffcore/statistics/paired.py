@@ -166,6 +166,36 @@ class PairedDifference:
             f"B = {self.B})"
         )
 
+    @classmethod
+    def from_dict(cls, d: Any, *, a: str, b: str, scale: str) -> PairedDifference:
+        """A stored `to_dict()` read back, every field checked (ValueError names the first one
+        that is not well-formed). The replicates are not stored, only their count B: `samples`
+        holds B NaN placeholders, so `.B` and the intervals are the stored ones."""
+        if not isinstance(d, dict):
+            raise ValueError("the stored difference is not an object")
+        pairs = [d.get(k) for k in ("percentile", "basic")]
+        for name, pair in zip(("percentile", "basic"), pairs, strict=True):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(map(_finite, pair))):
+                raise ValueError(f"its {name} interval is not two finite numbers")
+        for name in ("delta", "ci"):
+            if not _finite(d.get(name)):
+                raise ValueError(f"its {name} is not a finite number")
+        B = d.get("B")
+        if not (isinstance(B, int) and not isinstance(B, bool) and 2 <= B <= 100_000):
+            raise ValueError("its replicate count B is not a count from 2 to 100,000")
+        if d.get("method") not in ("basic", "percentile"):
+            raise ValueError("its method is neither basic nor percentile")
+        if not isinstance(d.get("paired"), bool):
+            raise ValueError("it does not say whether it is paired")
+        why = d.get("why_unpaired")
+        if why is not None and not isinstance(why, str):
+            raise ValueError("its why_unpaired is not text")
+        return cls(
+            a=a, b=b, scale=scale, delta=float(d["delta"]), samples=np.full(B, np.nan),
+            ci=float(d["ci"]), method=d["method"], percentile=tuple(map(float, pairs[0])),
+            basic=tuple(map(float, pairs[1])), paired=d["paired"], why_unpaired=why,
+        )  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "a": self.a,
@@ -181,6 +211,11 @@ class PairedDifference:
             "paired": self.paired,
             "why_unpaired": self.why_unpaired,
         }
+
+
+def _finite(x: Any) -> bool:
+    """A stored number: an int or float (never a bool), finite."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and bool(np.isfinite(x))
 
 
 def difference_of(

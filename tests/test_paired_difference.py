@@ -1,0 +1,56 @@
+"""`PairedDifference.from_dict`: a stored difference read back, every field checked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deffcore.statistics.paired import PairedDifference
+
+NAMES = {"a": "bos=none", "b": "bos=add", "scale": "gap points"}
+
+
+def _difference() -> PairedDifference:
+    samples = np.array([0.5, 1.0, 1.5, 2.5])
+    return PairedDifference(
+        a="bos=none", b="bos=add", scale="gap points", delta=1.25, samples=samples, ci=0.95,
+        method="basic", percentile=(0.6, 2.4), basic=(0.1, 1.9), paired=True,
+    )  # fmt: skip
+
+
+def test_a_stored_difference_reads_back_with_its_numbers():
+    d = _difference()
+    back = PairedDifference.from_dict(d.to_dict(), **NAMES)
+    assert (back.delta, back.ci, back.method, back.paired) == (1.25, 0.95, "basic", True)
+    assert back.interval == d.interval == (0.1, 1.9)
+    assert back.percentile == (0.6, 2.4) and back.B == 4
+    assert back.words() == d.words()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("percentile", [0.1], "percentile"),
+        ("basic", [0.1, float("inf")], "basic"),
+        ("basic", [0.1, True], "basic"),
+        ("delta", "1.2", "delta"),
+        ("delta", float("nan"), "delta"),
+        ("ci", None, "ci"),
+        ("B", 1, "replicate count"),
+        ("B", 10**6, "replicate count"),
+        ("B", 4.0, "replicate count"),
+        ("B", True, "replicate count"),
+        ("method", "bca", "method"),
+        ("paired", "yes", "paired"),
+        ("why_unpaired", 3, "why_unpaired"),
+    ],
+)
+def test_each_malformed_field_is_refused_by_name(field, value, named):
+    stored = {**_difference().to_dict(), field: value}
+    with pytest.raises(ValueError, match=named):
+        PairedDifference.from_dict(stored, **NAMES)
+
+
+def test_a_stored_difference_that_is_not_an_object_is_refused():
+    with pytest.raises(ValueError, match="not an object"):
+        PairedDifference.from_dict([1.25], **NAMES)
