@@ -168,3 +168,17 @@ def test_verdict_settles_when_every_band_is_in_one_regime():
 def test_estimate_needs_the_default_pooling():
     with pytest.raises(DeffError):
         estimate(_pooled_from(_walk(4, 64, 4)), poolings=("token_normed",))
+
+
+@pytest.mark.parametrize("bootstrap", [None, 20])
+def test_a_control_with_no_similarity_is_left_out_as_the_measured_run_leaves_it(bootstrap):
+    """first_non_bos constant across passages (every passage starts with one token): no
+    similarity, so the estimate has no such pooling (the measured run's `undefined`); the
+    default's own failure is the run's and is raised."""
+    pooled = _pooled_from(_walk(4, 256, 8))
+    pooled.pooled["first_non_bos"][:] = pooled.pooled["first_non_bos"][:, :1]
+    e = estimate(pooled, bootstrap=bootstrap, bootstrap_poolings=("default", "first_non_bos"))
+    assert "first_non_bos" not in e.poolings and {"default", "no_pos0"} <= set(e.poolings)
+    pooled.pooled["default"][:] = pooled.pooled["default"][:, :1]
+    with pytest.raises(DeffError, match="undefined"):
+        estimate(pooled)

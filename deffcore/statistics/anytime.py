@@ -27,7 +27,7 @@ regime can change within its band: each distinct control's gap band lies wholly 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -169,11 +169,19 @@ def _settle_band(t: Any, layers: int) -> tuple[float | None, float | None]:
     return gap_of(t.point + half, layers), gap_of(t.point - half, layers)
 
 
-def _varies(states: np.ndarray) -> bool:
-    """Whether every block output h_1 .. h_L of `states` (L+1, N, d) varies across the N
-    passages (the similarity reads those; h_0 may be constant, e.g. a BOS embedding)."""
-    x = np.asarray(states)[1:]
-    return bool((x.max(axis=1) > x.min(axis=1)).any(axis=-1).all())
+def shown_where_defined(states: Mapping[str, Any], metric: str) -> dict[str, tuple[str, Any]]:
+    """`shown_metric` of each pooling's states (L+1, N, d), leaving out a control that has no
+    similarity (`UndefinedSimilarityError`: e.g. states that do not vary across passages), as
+    the measured run leaves it out (`Measurement.undefined`); the default's failure is the
+    run's and is raised."""
+    out: dict[str, tuple[str, Any]] = {}
+    for pooling, x in states.items():
+        try:
+            out[pooling] = shown_metric(x, metric)
+        except UndefinedSimilarityError:
+            if pooling == "default":
+                raise
+    return out
 
 
 def states_with_h0(pooled: PooledStates, pooling: str) -> np.ndarray:
@@ -201,14 +209,16 @@ def pooling_estimate(
     bootstrap: int | None = None,
     seed: int = 0,
     paired: Any = None,
+    shown: tuple[str, Any] | None = None,
 ) -> PoolingEstimate:
     """The shown estimate of one pooling's states (L+1, N, d) h_0 .. h_L, with its trust and
     bands (module docstring: which estimator, which band). `paired`: the estimate's
     `paired.PairedBootstrap` holding this pooling under the shown estimator (its interval then
-    comes from those shared replicates); else `bootstrap` B replicates of its own."""
+    comes from those shared replicates); else `bootstrap` B replicates of its own. `shown`:
+    `shown_metric(states, metric)` when the caller has it already."""
     from deffcore.statistics.trust_rule import trust
 
-    shown, t = shown_metric(states, metric)
+    shown, t = shown or shown_metric(states, metric)
     run_value = float(t.point)
     if paired is not None and paired.has(pooling, shown):
         t = trust(states, metric=shown, bootstrap=paired.result(pooling, shown))
@@ -266,9 +276,8 @@ def estimate(
     if "default" not in poolings:
         raise DeffError("An estimate needs the default pooling (the verdict compares with it).")
     states = {p: states_with_h0(pooled, p) for p in poolings}
-    # a control whose states do not vary across passages at some layer has no similarity
-    # (`Measurement.undefined`): left out of the estimate, as the measured run leaves it out
-    states = {p: x for p, x in states.items() if p == "default" or _varies(x)}
+    shown = shown_where_defined(states, metric)  # an undefined control is left out
+    states = {p: states[p] for p in shown}
     paired = None
     if pooled.n < NOISE_MIN_N:  # noise whatever its interval (and too few passages for the
         bootstrap = None  # U-statistic's replicates): a tiny run's one estimate has none
@@ -279,13 +288,10 @@ def estimate(
     out: dict[str, PoolingEstimate] = {}
     for p in states:
         B = bootstrap if p in bootstrap_poolings else None
-        try:
-            out[p] = pooling_estimate(
-                states[p], pooling=p, metric=metric, bootstrap=B, seed=seed, paired=paired
-            )
-        except UndefinedSimilarityError:
-            if p == "default":  # the run's own failure, as the measured run's
-                raise
+        out[p] = pooling_estimate(
+            states[p], pooling=p, metric=metric, bootstrap=B, seed=seed, paired=paired,
+            shown=shown[p],
+        )  # fmt: skip
     same = no_pos0_identity(pooled, metric)  # as `diagnostics.identical_controls` decides
     identical = {"no_pos0": same} if same else {}
     answer = live_answer(paired, states, out, metric, same, pooled.n, spec) if paired else None
