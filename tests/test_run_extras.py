@@ -112,9 +112,14 @@ def test_an_unsound_diagnostics_section_is_ignored(shipped_run, path, value):
         (("none", "gaps"), {"default": "7"}),
         (("none", "gaps"), {"mine": 1.0, "default": 1.0}),
         (("add", "pos0"), [1.0]),
+        (("difference",), [1.0]),  # the paired gap move, checked with its section
+        (("difference", "B"), 1),
+        (("difference", "basic"), [0.1, "x"]),
+        (("difference", "method"), "bca"),
     ],
 )
 def test_an_unsound_on_off_section_is_ignored(shipped_run, path, value):
+    assert shipped_run["data"]["bos_on_off"]["difference"] is not None  # the stand-in has one
     view = shipped_view(_broken(shipped_run["data"], "bos_on_off", path, value), "shared")
     assert rx.snapshot_bos_on_off(view, "cka", None) is None
 

@@ -175,6 +175,13 @@ def check_bos_on_off(d: Any) -> str | None:
         pos0 = r.get("pos0")
         if not (isinstance(pos0, list) and len(pos0) == 2 and numbers_or_none(pos0, none_ok=False)):
             return f"its bos={bos} position-0 ratio is not [ratio, layer]"
+    if d.get("difference") is not None:
+        from deffcore.statistics.paired import PairedDifference
+
+        try:
+            PairedDifference.from_dict(d["difference"], a="bos=none", b="bos=add", scale="")
+        except ValueError as err:
+            return f"its paired gap move is not well-formed: {err}"
     return None
 
 
@@ -235,14 +242,13 @@ def snapshot_bos_on_off(view: Any, metric: str, K: int | None) -> dict[str, Any]
 
 
 def _stored_difference(d: Any) -> Any:
-    """The gap move's stored `paired.PairedDifference` (checked by its `from_dict`), or None
-    when absent or not well-formed."""
+    """The gap move's stored `paired.PairedDifference` (checked with the section by
+    `check_bos_on_off`), or None when the section has none."""
     from deffcore.statistics.paired import PairedDifference
 
-    try:
-        return PairedDifference.from_dict(d, a="bos=none", b="bos=add", scale="gap points")
-    except ValueError:
+    if d is None:
         return None
+    return PairedDifference.from_dict(d, a="bos=none", b="bos=add", scale="gap points")
 
 
 def snapshot_bootstrap(view: Any, pooling: str, metric: str) -> dict[str, Any] | None:
