@@ -2,7 +2,7 @@
 truth is known: the paired rule beside the unpaired one.
 
     nice -n 10 .venv/bin/python benchmarks/bench_bos_answer_calibration.py [--size full|tiny]
-        [--B 100] [--markdown]
+        [--B 100]
 
 Each case is a `deffcore.measures.synthetic.position0_construction`: pooled states without
 position 0 (accumulated unit updates on an h_0) and with it (plus a passage-varying position-0

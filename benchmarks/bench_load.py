@@ -124,48 +124,26 @@ def _run(code: str, cache: Path, timeout: float = 3600) -> dict:
 def app_load(spec: str, cache: Path) -> dict:
     """The app's load: streamlit + Chromium, one small run, its recorded stage times."""
     sys.path.insert(0, str(REPO / "tests" / "e2e"))
-    from playwright.sync_api import sync_playwright
-    from test_browser import (
-        CHROMIUM_ARGS,
-        WINDOW,
-        _free_port,
-        _wait_healthy,
-        find_chromium,
-        wait_idle,
-    )
+    from browser_helpers import chromium_browser, streamlit_server
+    from test_browser import WINDOW, wait_idle
 
-    port = _free_port()
     env = {**os.environ, "DEFF_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [PY, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true",
-         "--browser.gatherUsageStats", "false"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=find_chromium(), args=CHROMIUM_ARGS)
-            page = browser.new_context(viewport=WINDOW).new_page()
-            page.set_default_timeout(600_000)
-            page.goto(url)
+    with streamlit_server(env, cache / "streamlit.log") as url, chromium_browser() as browser:
+        page = browser.new_context(viewport=WINDOW).new_page()
+        page.set_default_timeout(600_000)
+        page.goto(url)
+        wait_idle(page)
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        if spec != "smollm2-135m":
+            sidebar.get_by_label("Model").fill(spec)
+            sidebar.get_by_label("Model").press("Enter")
             wait_idle(page)
-            sidebar = page.locator('[data-testid="stSidebar"]')
-            if spec != "smollm2-135m":
-                sidebar.get_by_label("Model").fill(spec)
-                sidebar.get_by_label("Model").press("Enter")
-                wait_idle(page)
-            for label, value in (("N passages", "8"), ("Max tokens", "16")):
-                sidebar.get_by_label(label).fill(value)
-                sidebar.get_by_label(label).press("Enter")
-                wait_idle(page)
-            sidebar.get_by_role("button", name="Run", exact=True).click()
-            sidebar.get_by_text("Current run (measured)").wait_for(timeout=3_600_000)
-            browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        for label, value in (("N passages", "8"), ("Max tokens", "16")):
+            sidebar.get_by_label(label).fill(value)
+            sidebar.get_by_label(label).press("Enter")
+            wait_idle(page)
+        sidebar.get_by_role("button", name="Run", exact=True).click()
+        sidebar.get_by_text("Current run (measured)").wait_for(timeout=3_600_000)
     times = json.loads((cache / "stage_times.json").read_text())
     return {k.split("|")[0]: v for k, v in times.items() if k.endswith(f"|{spec}")}
 

@@ -105,6 +105,54 @@ def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
         jobs.wait(status.job_id, timeout=60)
 
 
+def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
+    """A run measured here has no paired bootstrap yet: the page answers at once, saying its
+    interval is unpaired, with the pairing bar while one bootstrap of every pooling (B =
+    PAGE_B, the run's seed) is drawn in the background; when it lands the page reruns and the
+    answer is the library's paired answer on exactly that bootstrap."""
+    from deffcore.lenses.bos_answer import position0_answer_for
+    from deffcore.runs.measure import measure
+    from deffcore.runs.measurement import Measurement
+    from deffcore.views.measurement_view import MeasurementView
+    from explorer.paired_task import PAGE_B
+
+    # a run of its own (no other test has paired it), without BOS so position 0 varies
+    run = measure(**{**RUN, "seed": 3, "bos": "none"})
+    held, release = threading.Event(), threading.Event()
+    real = Measurement.paired_bootstrap
+
+    def drawn(self, *args, progress=None, **kwargs):  # the background draw waits for the test
+        if progress is not None:
+            held.set()
+            assert release.wait(120), "the test never released the paired bootstrap"
+        return real(self, *args, progress=progress, **kwargs)
+
+    monkeypatch.setattr(Measurement, "paired_bootstrap", drawn)
+    name = f"paired:{run.spec.key()}:cka:{PAGE_B}"
+    try:
+        at = open_page(f"cached:{run.spec.key()}")
+        assert_clean(at)
+        assert held.wait(60) and not jobs.task_job(name).finished
+        unpaired = position0_answer_for(MeasurementView(run), "cka")
+        assert not unpaired.paired
+        assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(unpaired.sentence)}"]
+        assert any("interval is unpaired" in c.value for c in at.caption)
+        bars = [p.proto.text for p in at.get("progress")]
+        assert any("Pairing the interval" in t and f"B = {PAGE_B}" in t for t in bars), bars
+    finally:
+        release.set()
+    wait_task(name)
+    at.run()
+    assert_clean(at)
+    real(run, metrics=("cka",), B=PAGE_B, seed=run.spec.seed)  # the same bootstrap, by hand
+    paired = position0_answer_for(MeasurementView(run), "cka")
+    assert paired.paired and paired.B == PAGE_B
+    assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(paired.sentence)}"]
+    words = f"paired: both gaps are evaluated on the same {PAGE_B} bootstrap multisets"
+    assert any(words in c.value for c in at.caption)
+    assert not [p for p in at.get("progress") if "Pairing" in p.proto.text]
+
+
 def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch):
     """The shipped default (no Measurement): the answer at once, a button that computes the
     diagnostics in the background (a stand-in here: the real pass needs SmolLM2), then the
