@@ -1,10 +1,12 @@
 """Give shipped snapshots the depth-use atlas of their own run (issue 31, SPEC 16), nothing else.
 
     .venv/bin/python scripts/add_atlas.py deffcore/data/default_run.json deffcore/data/gallery/*
+    .venv/bin/python scripts/add_atlas.py --no-skip-effect FILE     # the atlas alone
 
 For each snapshot file: its run (the spec in the file) is measured as `measure` measures it (a
 cache hit, or one extraction that takes the atlas on the way), its atlas and the skip effect on
-the run's first 64 passages are computed or read back (`dc.atlas(..., skip_effect=True)`), and
+the run's first 64 passages are computed or read back (`dc.atlas(..., skip_effect=True)`;
+`--no-skip-effect`: the atlas alone, one extraction and no skip passes), and
 the file's `atlas` field becomes what `deffcore measure --snapshot` would write there. Every
 other field stays as it was, so the file's `command` still remakes it whole
 (scripts/make_default_run.sh, scripts/make_gallery.sh).
@@ -41,7 +43,7 @@ def _same_run(fresh: dict, shipped: dict) -> str | None:
     return None
 
 
-def add_atlas(path: Path) -> None:
+def add_atlas(path: Path, *, skip_effect: bool = True) -> None:
     from deffcore.core.checks import write_output
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.lenses.atlas import atlas_of
@@ -52,7 +54,7 @@ def add_atlas(path: Path) -> None:
     t0 = time.perf_counter()
     shipped = check_snapshot(json.loads(path.read_text()), str(path))
     m = measure_spec(RunSpec(**shipped["spec"]), metric=shipped["measurement"]["metric"])
-    atlas_of(m, skip_effect=True)
+    atlas_of(m, skip_effect=skip_effect)
     fresh = snapshot(m, command=shipped["command"])
     why = _same_run(fresh, shipped)
     if why is not None:
@@ -72,8 +74,9 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     from deffcore.core.errors import DeffError
 
-    for arg in sys.argv[1:]:
+    skip = "--no-skip-effect" not in sys.argv[1:]
+    for arg in (a for a in sys.argv[1:] if a != "--no-skip-effect"):
         try:
-            add_atlas(Path(arg))
+            add_atlas(Path(arg), skip_effect=skip)
         except DeffError as err:  # a file that is no snapshot, a run that cannot be measured
             sys.exit(f"{arg}: {err} (the file is left alone)")

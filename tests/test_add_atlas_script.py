@@ -14,10 +14,10 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "add_atlas.py"
 
 
-def _run(path: Path) -> subprocess.CompletedProcess:
+def _run(path: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), str(path)], cwd=REPO, capture_output=True, text=True,
-        timeout=600,
+        [sys.executable, str(SCRIPT), *flags, str(path)], cwd=REPO, capture_output=True,
+        text=True, timeout=600,
     )  # fmt: skip
 
 
@@ -30,16 +30,20 @@ def without_atlas(tmp_path):
     return path, data
 
 
-def test_the_file_gains_its_runs_atlas_and_skip_effect_and_nothing_else(without_atlas):
+@pytest.mark.parametrize("skip_effect", [True, False])
+def test_the_file_gains_its_runs_atlas_and_skip_effect_and_nothing_else(without_atlas, skip_effect):
     path, made = without_atlas
-    done = _run(path)
+    done = _run(path, *([] if skip_effect else ["--no-skip-effect"]))
     assert done.returncode == 0, done.stderr
     got = json.loads(path.read_text())
     assert {k: v for k, v in got.items() if k != "atlas"} == {
         k: v for k, v in made.items() if k != "atlas"
     }
     skip = got["atlas"].pop("skip_effect")
-    assert skip["passages"] == made["n"] and len(skip["kl"]) == made["layers"]
+    if skip_effect:
+        assert skip["passages"] == made["n"] and len(skip["kl"]) == made["layers"]
+    else:
+        assert skip is None
     assert got["atlas"] == {k: v for k, v in made["atlas"].items() if k != "skip_effect"}
 
 
