@@ -54,3 +54,13 @@ def test_each_malformed_field_is_refused_by_name(field, value, named):
 def test_a_stored_difference_that_is_not_an_object_is_refused():
     with pytest.raises(ValueError, match="not an object"):
         PairedDifference.from_dict([1.25], **NAMES)
+
+
+def test_a_number_beyond_floats_range_is_refused_not_raised():
+    """10**400 is a valid JSON number but no float (`math.isfinite` raises OverflowError)."""
+    from deffcore.core.json_values import finite_number
+
+    assert not finite_number(10**400) and finite_number(10**300) and not finite_number(True)
+    stored = {**_difference().to_dict(), "delta": 10**400}
+    with pytest.raises(ValueError, match="delta"):
+        PairedDifference.from_dict(stored, **NAMES)

@@ -162,6 +162,10 @@ ISSUE_CASES = {
         lambda d: d["measurement"].update(x=json.loads("[" * 50 + "]" * 50)),
         "nested deeper",
     ),
+    "a format of 10^400 (found by the fuzz)": (
+        lambda d: d.update(format=10**400),
+        "not a small number",
+    ),
 }
 
 

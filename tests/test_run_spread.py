@@ -95,3 +95,12 @@ def test_checked_bootstrap_and_stored_bootstrap_on_plain_values():
     assert stored_bootstrap(m, pooling="default", metric="cka", point=0.1 * (1 + 2e-5)) is None
     assert stored_bootstrap(m, pooling="default", metric="unbiased_cka", point=0.1) is None
     assert stored_bootstrap(None, pooling="default", metric="cka", point=0.1) is None
+
+
+def test_a_number_beyond_floats_range_makes_the_bootstrap_unusable_not_a_traceback():
+    """Found by the schema's fuzz: `math.isfinite(10**400)` raises OverflowError."""
+    good = {"point": 0.5, "mean": 0.5, "low": 0.4, "high": 0.6, "basic_low": 0.4,
+            "basic_high": 0.6, "bias": 0.0, "ci": 0.95, "B": 10, "samples": [0.5] * 10}  # fmt: skip
+    assert checked_bootstrap(good) == good
+    assert checked_bootstrap({**good, "point": 10**400}) is None
+    assert checked_bootstrap({**good, "samples": [0.5] * 9 + [10**400]}) is None

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+
+def finite_number(x: Any) -> bool:
+    """A number read from JSON that is usable as a float: an int or float (never a bool), finite
+    as a float (an int beyond float's range, e.g. 10**400, is not: `math.isfinite` raises)."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
 
 
 def json_safe(obj: Any) -> Any:

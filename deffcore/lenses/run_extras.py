@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deffcore.core.constants import METRICS, POOLINGS
+from deffcore.core.json_values import finite_number
 
 #: Passages of the inspector kept in a snapshot (all 64 would be ~2 MB of token norms).
 INSPECTOR_PASSAGES = 8
@@ -74,14 +75,10 @@ def with_extras(
 # ---------------------------------------------------------------------------------------------
 
 
-def _number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def numbers_or_none(x: Any, length: int | None = None, *, none_ok: bool = True) -> bool:
     """`x` is a list (of `length`) of finite numbers, or None where `none_ok`."""
     ok = isinstance(x, list) and (length is None or len(x) == length)
-    return ok and all(_number(v) or (none_ok and v is None) for v in x)
+    return ok and all(finite_number(v) or (none_ok and v is None) for v in x)
 
 
 def _counts(x: Any, length: int) -> bool:
@@ -147,7 +144,7 @@ def check_diagnostics(d: Any, *, layers: int, key: str, diag_format: int) -> str
     if not scores or not all(numbers_or_none(r, len(scores[0])) for r in scores):
         return "its sink scores are not rows of numbers of one length"
     for name in ("sink_baseline", "sink_passages"):
-        if d.get(name) is not None and not _number(d[name]):
+        if d.get(name) is not None and not finite_number(d[name]):
             return f"its {name} is not a number"
     if "inspector" in d:
         return _check_inspector(d["inspector"], layers)
@@ -170,7 +167,7 @@ def check_bos_on_off(d: Any) -> str | None:
         gaps = r.get("gaps")
         if not isinstance(gaps, dict) or "default" not in gaps or not set(gaps) <= set(POOLINGS):
             return f"its bos={bos} gaps are not per pooling control"
-        if not all(_number(v) for v in gaps.values()):
+        if not all(finite_number(v) for v in gaps.values()):
             return f"its bos={bos} gaps are not numbers"
         pos0 = r.get("pos0")
         if not (isinstance(pos0, list) and len(pos0) == 2 and numbers_or_none(pos0, none_ok=False)):

@@ -45,6 +45,7 @@ import torch
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.errors import DeffError
+from deffcore.core.json_values import finite_number
 from deffcore.measures.depth import deff_from_profile, lag_profile
 from deffcore.measures.similarity import (
     DEFAULT_BLOCK_ELEMENTS,
@@ -175,10 +176,10 @@ class PairedDifference:
             raise ValueError("the stored difference is not an object")
         pairs = [d.get(k) for k in ("percentile", "basic")]
         for name, pair in zip(("percentile", "basic"), pairs, strict=True):
-            if not (isinstance(pair, list) and len(pair) == 2 and all(map(_finite, pair))):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(map(finite_number, pair))):
                 raise ValueError(f"its {name} interval is not two finite numbers")
         for name in ("delta", "ci"):
-            if not _finite(d.get(name)):
+            if not finite_number(d.get(name)):
                 raise ValueError(f"its {name} is not a finite number")
         B = d.get("B")
         if not (isinstance(B, int) and not isinstance(B, bool) and 2 <= B <= 100_000):
@@ -211,11 +212,6 @@ class PairedDifference:
             "paired": self.paired,
             "why_unpaired": self.why_unpaired,
         }
-
-
-def _finite(x: Any) -> bool:
-    """A stored number: an int or float (never a bool), finite."""
-    return isinstance(x, int | float) and not isinstance(x, bool) and bool(np.isfinite(x))
 
 
 def difference_of(

@@ -307,7 +307,8 @@ def check_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
         raise not_one
     if data["format"] != SNAPSHOT_FORMAT:
         shown = data["format"]
-        shown = shown if isinstance(shown, int | float | None) else "(not a number)"
+        small = isinstance(shown, int | float | None) and len(repr(shown)) <= 20
+        shown = shown if small else "(not a small number)"  # a 10^400 stays out of the sentence
         raise SnapshotError(
             f"{where} has snapshot format {shown!r}; this deffcore reads format {SNAPSHOT_FORMAT}."
         )

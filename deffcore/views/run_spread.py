@@ -15,9 +15,10 @@ agrees with the headline's D_eff/L recomputed from the similarity matrix to
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
+
+from deffcore.core.json_values import finite_number
 
 #: The stored bootstrap's point must equal the headline's D_eff/L to this (relative; the
 #: snapshot keeps 6 decimals of S, which moves D_eff/L by ~1e-7).
@@ -28,22 +29,18 @@ NUMBERS = ("point", "mean", "low", "high", "basic_low", "basic_high", "bias", "c
 BOOTSTRAP_POOLING = "default"
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def checked_bootstrap(boot: Any) -> dict[str, Any] | None:
     """`boot` as a plain dict when it is a well-formed bootstrap result (finite `NUMBERS`,
     low <= high, B >= 2; samples, when present, a list of finite numbers), else None."""
     if not isinstance(boot, Mapping):
         return None
-    if not all(_finite(boot.get(k)) for k in NUMBERS):
+    if not all(finite_number(boot.get(k)) for k in NUMBERS):
         return None
     B = boot.get("B")
     if not isinstance(B, int) or isinstance(B, bool) or B < 2 or boot["low"] > boot["high"]:
         return None
     samples = boot.get("samples")
-    if samples is not None and not (isinstance(samples, list) and all(_finite(v) for v in samples)):
+    if samples is not None and not (isinstance(samples, list) and all(map(finite_number, samples))):
         return None
     return dict(boot)
 
@@ -61,7 +58,7 @@ def stored_bootstrap(
     if measurement.get("metric") != metric:
         return None
     boot = checked_bootstrap(measurement.get("bootstrap"))
-    if boot is None or not _finite(point):
+    if boot is None or not finite_number(point):
         return None
     if abs(boot["point"] - point) > POINT_TOLERANCE * max(abs(point), 1e-12):
         return None
