@@ -11,7 +11,7 @@ machine has measured nothing yet, a prior: PRIOR_TOKENS_PER_S (SmolLM2-135M on a
 2-core CPU, BENCHMARKS.md "Extraction") scaled by block parameters, plus the model load's stage
 estimate (`stage_times`). A task's runs share one model load. The diagnostic pass is the load
 plus its passages at EAGER_FACTOR times the extraction rate (eager attention that returns every
-block's probabilities; measured by benchmarks/bench_app_gc.py's pass against extraction).
+block's probabilities; measured by benchmarks/bench_action_costs.py against extraction).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 PRIOR_TOKENS_PER_S = 600.0
 #: The prior's model (its block parameters scale the prior to other models).
 PRIOR_MODEL = "smollm2-135m"
-#: The diagnostic pass's time per token against extraction's (eager attention, all weights).
-EAGER_FACTOR = 1.5
+#: The diagnostic pass's time per token against extraction's (eager attention, all weights):
+#: 1.74 measured by benchmarks/bench_action_costs.py (SmolLM2, 64 x 128 tokens; BENCHMARKS.md).
+EAGER_FACTOR = 1.75
 #: Passages of the diagnostic pass (`diagnostics.DIAG_PASSAGES`, SPEC 11).
 DIAG_PASSAGES = 64
 #: An action at or above this many seconds says its estimate before it starts (issue 30).
