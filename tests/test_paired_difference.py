@@ -64,3 +64,26 @@ def test_a_number_beyond_floats_range_is_refused_not_raised():
     stored = {**_difference().to_dict(), "delta": 10**400}
     with pytest.raises(ValueError, match="delta"):
         PairedDifference.from_dict(stored, **NAMES)
+
+
+def test_a_stored_paired_bootstrap_is_checked_whole():
+    """Found by the schema's fuzz on the shipped default's `paired`: ragged or oversized
+    values, and a profile whose D_eff is undefined, are one sentence (DeffError), no numpy
+    message and no traceback."""
+    import json
+
+    from deffcore.core.errors import DeffError
+    from deffcore.statistics.paired import PairedBootstrap
+    from deffcore.views.snapshot import DEFAULT_RUN_PATH
+
+    good = json.loads(DEFAULT_RUN_PATH.read_text())["paired"]
+    assert good["B"] == PairedBootstrap.from_dict(good).B
+    ragged = {**good, "points": [[0.5, [0.1]], *good["points"][1:]]}
+    huge = {**good, "ci": 10**400}
+    beyond = {**good, "points": [[2.0] * len(good["points"][0]), *good["points"][1:]]}
+    negative = {**good, "points": [[-1.0] * len(good["points"][0]), *good["points"][1:]]}
+    for bad, said in ((ragged, "not readable"), (huge, "not readable"),
+                      (beyond, "not readable"), (negative, "undefined")):  # fmt: skip
+        with pytest.raises(DeffError, match=said) as err:
+            PairedBootstrap.from_dict(bad)
+        assert str(err.value).count(". ") == 0

@@ -329,24 +329,40 @@ class PairedBootstrap:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PairedBootstrap:
-        """The inverse of `to_dict`, checked: a shared file is hostile until its shapes hold."""
+        """The inverse of `to_dict`, checked: a shared file is hostile until its shapes hold,
+        its profiles are similarities (|rho| <= 1) and every replicate's D_eff is defined."""
+        unreadable = DeffError(
+            "The stored paired bootstrap is not readable (not finite numbers of the shapes it "
+            "names)."
+        )
         try:
             L, n, B = int(data["layers"]), int(data["n"]), int(data["B"])
+            seed, ci = int(data.get("seed", 0)), float(data.get("ci", 0.95))
             keys = [tuple(str(x) for x in k) for k in data["keys"]]
             points = [np.asarray(p, dtype=np.float64) for p in data["points"]]
             profiles = [np.asarray(p, dtype=np.float64) for p in data["profiles"]]
-            ok = len(keys) == len(points) == len(profiles) and all(len(k) == 2 for k in keys)
-            ok = ok and all(p.shape == (L - 1,) for p in points)
-            ok = ok and all(p.shape == (B, L - 1) for p in profiles)
-            ok = ok and all(np.isfinite(p).all() for p in [*points, *profiles])
-            ok = ok and all(k[0] in POOLINGS and k[1] in METRICS for k in keys)
-            ok = ok and len(set(keys)) == len(keys) and 2 <= B <= MAX_STORED_B
-        except (KeyError, TypeError, ValueError) as err:
-            raise DeffError(f"The stored paired bootstrap is not readable ({err}).") from None
-        if not ok or L < 2 or B < 2:
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
+            raise unreadable from None
+        ok = len(keys) == len(points) == len(profiles) and all(len(k) == 2 for k in keys)
+        ok = ok and L >= 2 and 2 <= B <= MAX_STORED_B and n >= 2 and 0 < ci < 1
+        ok = ok and all(p.shape == (L - 1,) for p in points)
+        ok = ok and all(p.shape == (B, L - 1) for p in profiles)
+        ok = ok and all(k[0] in POOLINGS and k[1] in METRICS for k in keys)
+        if not ok or len(set(keys)) != len(keys):
             raise DeffError("The stored paired bootstrap's shapes do not match its L and B.")
+        values = np.concatenate([np.ravel(p) for p in [*points, *profiles]])
+        if not (np.isfinite(values).all() and (np.abs(values) <= 1 + 1e-6).all()):
+            raise unreadable
+        try:  # every number the pages read from it is defined, at every maximum lag K
+            for p in [*points, *(r for prof in profiles for r in prof)]:
+                for K in range(1, L):
+                    deff_from_profile(p, L, K)
+        except DeffError:
+            raise DeffError(
+                "The stored paired bootstrap holds a profile whose effective depth is undefined."
+            ) from None
         return cls(
-            layers=L, n=n, B=B, seed=int(data.get("seed", 0)), ci=float(data.get("ci", 0.95)),
+            layers=L, n=n, B=B, seed=seed, ci=ci,
             points=dict(zip(keys, points, strict=True)),
             profiles=dict(zip(keys, profiles, strict=True)),
         )  # fmt: skip

@@ -356,6 +356,10 @@ def _check_atlas(atlas: Any, L: int, where: str) -> None:
         check_atlas_dict(atlas, L)
     except AtlasFileError as err:
         raise SnapshotError(f"{where}: its depth-use atlas is unreadable: {err}") from None
+    except (ValueError, TypeError, OverflowError, KeyError, AttributeError):  # ragged, odd types
+        raise SnapshotError(
+            f"{where}: its depth-use atlas is unreadable (not numbers of the shapes it names)."
+        ) from None
 
 
 def _check_text(data: Any, where: str) -> None:
