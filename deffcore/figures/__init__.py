@@ -16,27 +16,42 @@ definitions beside the project's), `atlas` (the depth-use atlas of SPEC 16).
 
 from __future__ import annotations
 
-from importlib import import_module
-
-# the subjects, each a module naming its public figures and styles in `__all__`
-_MODULES = (
-    "anytime",
-    "atlas",
-    "base",
-    "baselines",
-    "bos",
-    "compare",
-    "models",
-    "paper_lenses",
-    "run",
-    "synthetic",
+from deffcore.figures import (
+    anytime,
+    atlas,
+    base,
+    baselines,
+    bos,
+    compare,
+    models,
+    paper_lenses,
+    run,
+    synthetic,
 )
+from deffcore.figures.anytime import *  # noqa: F403
+from deffcore.figures.atlas import *  # noqa: F403
+from deffcore.figures.base import *  # noqa: F403
+from deffcore.figures.baselines import *  # noqa: F403
+from deffcore.figures.bos import *  # noqa: F403
+from deffcore.figures.compare import *  # noqa: F403
+from deffcore.figures.models import *  # noqa: F403
+from deffcore.figures.paper_lenses import *  # noqa: F403
+from deffcore.figures.run import *  # noqa: F403
+from deffcore.figures.synthetic import *  # noqa: F403
 
-__all__: list[str] = []
-for _name in _MODULES:
-    _module = import_module(f"deffcore.figures.{_name}")
-    globals()[_name] = _module
-    globals().update({name: getattr(_module, name) for name in _module.__all__})
-    __all__ += _module.__all__
-__all__.sort()
-del _name, _module
+__all__ = sorted(
+    name
+    for module in (
+        anytime,
+        atlas,
+        base,
+        baselines,
+        bos,
+        compare,
+        models,
+        paper_lenses,
+        run,
+        synthetic,
+    )
+    for name in module.__all__
+)

@@ -17,8 +17,29 @@ MODELS = ("tiny-llama", "tiny-gpt2", "tiny-qwen2")
 
 @pytest.fixture
 def tiny_counts_as_trained(monkeypatch):
-    """The tiny test models stand in for trained ones here (panels leave them out otherwise)."""
+    """The tiny test models stand in for trained ones here (panels leave them out otherwise),
+    and the panel holds this machine's runs alone (the shipped runs carry atlases too: they
+    are the subject of `test_the_shipped_trained_models_are_in_the_atlas_panel`)."""
+    from deffcore.views import snapshot
+
     monkeypatch.setattr(panels, "RANDOM_WEIGHTS", ("random:",))
+    monkeypatch.setattr(snapshot, "load_gallery", lambda *a, **k: [])
+
+
+def test_the_shipped_trained_models_are_in_the_atlas_panel():
+    """Both packaged models' shipped runs carry their atlas (issue 31): points of the panel,
+    their columns the files' own; a random-weight null never is one."""
+    from deffcore.views.snapshot import load_gallery
+
+    rows = {r["model"]: r for r in panels.atlas_panel()}
+    assert {"smollm2-135m", "gemma3-270m"} <= set(rows)
+    assert not [m for m in rows if m.startswith("random:")]
+    for view in load_gallery():
+        model = view.spec["model"]
+        if model in ("smollm2-135m", "gemma3-270m"):
+            assert rows[model]["source"] == "precomputed" and rows[model]["n"] == view.n
+            want = view.atlas().columns()
+            assert {k: rows[model][k] for k in ATLAS_COLUMNS} == pytest.approx(want)
 
 
 def test_the_atlas_panel_pairs_each_models_atlas_with_its_own_run(
