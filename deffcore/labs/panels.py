@@ -166,7 +166,7 @@ def _sweep_cells(path: Path, text: str) -> list[dict[str, Any]]:
 def _number(value: Any) -> float | None:
     try:
         out = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # 10**400 is no float
         return None
     return out if np.isfinite(out) else None
 

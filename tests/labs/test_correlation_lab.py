@@ -290,3 +290,10 @@ def test_stored_checks_of_random_weights_are_no_pruning_points():
     assert {r["model"] for r in panels.pruning_panel()} == {"m2", "m3", "m4"}
     (f, _) = correlation_lab.pruning_correlations()["results"]
     assert {p["model"] for p in f["points"]} == {"m2", "m3", "m4"}
+
+
+def test_a_panel_number_beyond_floats_range_is_no_number():
+    """A sweep file's 10**400 is a JSON number but no float: left out, not an OverflowError."""
+    from deffcore.labs.panels import _number
+
+    assert _number(10**400) is None and _number("0.5") == 0.5 and _number("x") is None
