@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "e2e"))  # the browser tests' one server and browser
+from browser_helpers import chromium_browser, find_chromium, streamlit_server  # noqa: E402
+
 WINDOW = {"width": 1400, "height": 900}
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
 #: Every element drawn: the script finished, no skeletons, every Plotly chart has its SVG.
 DRAWN = """() => {
     const app = document.querySelector('[data-testid="stApp"]');
@@ -36,26 +33,6 @@ DRAWN = """() => {
         [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
             .every((c) => c.querySelector(".main-svg"));
 }"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"streamlit exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"streamlit did not answer at {url} within {timeout:.0f} s")
 
 
 def _small_png(png: bytes) -> bytes:
@@ -69,30 +46,17 @@ def _small_png(png: bytes) -> bytes:
 
 
 def shoot(out: Path) -> int:
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+    if find_chromium() is None:
         raise SystemExit("no chromium on PATH (scripts/setup.sh --test installs Debian's)")
     with tempfile.TemporaryDirectory() as cache:
-        port = _free_port()
         env = {**os.environ, "DEFF_CACHE_DIR": cache, "HF_HUB_OFFLINE": "1"}
-        cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL)
-        try:
-            url = f"http://localhost:{port}"
-            _wait_healthy(url, proc)
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport=WINDOW)
-                page.goto(url)
-                page.wait_for_function(DRAWN, timeout=300_000)
-                page.wait_for_timeout(1500)  # plotly's transitions settle
-                png = page.screenshot()
-                browser.close()
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+        log = Path(cache) / "streamlit.log"
+        with streamlit_server(env, log) as url, chromium_browser() as browser:
+            page = browser.new_page(viewport=WINDOW)
+            page.goto(url)
+            page.wait_for_function(DRAWN, timeout=300_000)
+            page.wait_for_timeout(1500)  # plotly's transitions settle
+            png = page.screenshot()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(_small_png(png))
     print(f"{out}: {out.stat().st_size / 1024:.0f} kB")
