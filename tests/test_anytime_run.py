@@ -139,3 +139,22 @@ def test_cli_until_in_documents_mode_is_one_sentence(tiny_dataset, no_model, cap
     err = capsys.readouterr().err
     assert err.startswith("error: --until cannot stop this run early.") and err.count("\n") == 1
     assert no_model == []
+
+
+def test_cli_until_verdict_answers_with_the_paired_answer_it_stopped_on(
+    windows_dataset, every_batch, planted, capsys
+):
+    """A `--until verdict` run stopped on a definite paired answer; its JSON answer is paired
+    too (the live B, no --bootstrap asked), not the unpaired "cannot tell" that contradicts it."""
+    from deffcore.cli.main import main
+
+    argv = ["measure", "--model", "tiny-llama", "--dataset", windows_dataset, "--n", "1024"]
+    argv += ["--max-tokens", "16", "--passages", "windows", "--batch-size", "32", "--bos"]
+    argv += ["none", "--device", "cpu", "--until", "verdict", "--estimate-bootstrap", "30"]
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    stop = d["anytime"]["trajectory"][-1]["position0"]
+    assert d["anytime"]["stopped"] and d["n"] < 1024
+    answer = d["position0_answer"]
+    assert answer["paired"] and d["bootstrap"]["B"] == 30
+    assert answer["verdict"] == stop["verdict"] != "cannot_tell"

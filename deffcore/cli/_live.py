@@ -7,7 +7,10 @@ Live estimates (on by default; `--no-anytime` turns them off): a line on stderr 
 of `prefix.schedule` (32, 64, 128, ... passages), written above the progress bar
 (`tqdm.write`), with the BOS answer's paired Δ; `--json` adds them as `anytime.trajectory`, a
 list. `--until solid|verdict` (window modes) ends the run once the stopping rule
-(`deffcore.statistics.stopping`) says so and keeps a run of that N.
+(`deffcore.statistics.stopping`) says so and keeps a run of that N. A `--until verdict` run
+stopped on a paired answer, so without `--bootstrap` it is given one of the live estimates' B
+(`verdict_bootstrap`): its `position0_answer` is paired, the answer it stopped on, not the
+unpaired one that would contradict it.
 `--plan` prints the planner's line (`deffcore.runs.planner`) and exits without running: 0 when the
 run fits, 3 when it is refused (the sentence says why), before any model loads.
 """
@@ -104,6 +107,16 @@ def spec_of(args: argparse.Namespace):
     from deffcore.runs.preflight import run_spec
 
     return run_spec(**run_kwargs(args), intervention=args.intervention, batch_size=args.batch_size)
+
+
+def verdict_bootstrap(args: argparse.Namespace) -> int | None:
+    """The `--bootstrap` a finished `--until verdict` run is answered with: the one asked for,
+    else the live estimates' B (the paired answer the rule stopped on needs its replicates)."""
+    from deffcore.statistics.stopping import estimate_bootstrap, parse_until
+
+    if args.bootstrap is not None or args.until != "verdict" or args.no_anytime:
+        return args.bootstrap
+    return estimate_bootstrap(parse_until(args.until), args.estimate_bootstrap)[0]
 
 
 def plan_command(args: argparse.Namespace) -> int:

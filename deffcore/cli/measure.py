@@ -14,6 +14,7 @@ from deffcore.cli._live import (
     live_lines,
     measure_with_estimates,
     plan_command,
+    verdict_bootstrap,
 )
 from deffcore.cli._output import Progress, add_output_args, print_json, result_only_stdout
 from deffcore.cli._paired import (
@@ -171,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         extras = measure_extras(m, args, bar)
     d = m.to_dict()
     boot = None
+    args.bootstrap = verdict_bootstrap(args)  # the answer --until verdict stopped on is paired
     pb = paired_of(m, args)  # one bootstrap for the run: every pooling it pairs, same passages
     if pb is not None:
         boot = pb.result("default", args.metric)
