@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from run_helpers import assert_same_pooled, window_spec
 
@@ -158,3 +159,58 @@ def test_cli_until_verdict_answers_with_the_paired_answer_it_stopped_on(
     answer = d["position0_answer"]
     assert answer["paired"] and d["bootstrap"]["B"] == 30
     assert answer["verdict"] == stop["verdict"] != "cannot_tell"
+
+
+def test_cli_until_verdict_answers_from_the_bootstrap_it_stopped_on_without_redrawing_it(
+    windows_dataset, every_batch, planted, capsys, monkeypatch
+):
+    """The stop's last estimate drew the paired bootstrap on the kept passages: the run's
+    answer is read from it (one draw per estimate, none after), and its numbers are those a
+    fresh bootstrap of the kept run with the same B and seed gives."""
+    import deffcore.statistics.paired as paired
+    from deffcore.cli.main import main
+
+    draws: list[tuple[int, int]] = []
+    real = paired.resample_indices
+
+    def counted(n, B, seed=0):
+        draws.append((n, B))
+        return real(n, B, seed)
+
+    monkeypatch.setattr(paired, "resample_indices", counted)
+    argv = ["measure", "--model", "tiny-llama", "--dataset", windows_dataset, "--n", "1024"]
+    argv += ["--max-tokens", "16", "--passages", "windows", "--batch-size", "32", "--bos"]
+    argv += ["none", "--device", "cpu", "--until", "verdict", "--estimate-bootstrap", "30"]
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["anytime"]["stopped"]
+    estimated = [e["n"] for e in d["anytime"]["trajectory"] if e["position0"] is not None]
+    assert [n for n, _ in draws] == estimated  # the CLI drew nothing more
+    kept = measure_spec(replace(window_spec(windows_dataset, n=d["n"]), bos="none"))
+    fresh = kept.paired_bootstrap(("default", "no_pos0"), ("cka",), B=30, seed=0)
+    res = fresh.result("default", "cka")
+    assert (d["bootstrap"]["low"], d["bootstrap"]["high"]) == (res.low, res.high)
+
+
+def test_a_run_adopts_only_a_bootstrap_of_its_own_passages(windows_dataset):
+    """`Measurement.adopt_paired` keeps a bootstrap whose points are the run's own, and a
+    bootstrap it covers is then read from it with the numbers a fresh draw gives; one of other
+    passages (same n and L) is refused and changes nothing."""
+    from deffcore.statistics.paired import paired_bootstrap
+
+    spec = window_spec(windows_dataset, n=64)
+    m, other = measure_spec(spec), measure_spec(replace(spec, seed=1))
+    both = ("cka", "unbiased_cka")
+    theirs = paired_bootstrap({p: other.states(p) for p in ("default", "no_pos0")},
+                              metrics=both, B=12, seed=0)  # fmt: skip
+    assert not m.adopt_paired(theirs) and m._covering(("default",), ("cka",), 12, 0) is None
+    ours = paired_bootstrap({p: m.states(p) for p in ("default", "no_pos0")},
+                            metrics=both, B=12, seed=0)  # fmt: skip
+    assert m.adopt_paired(ours)
+    got = m.paired_bootstrap(("default",), ("cka",), B=12, seed=0)
+    assert set(got.profiles) == {("default", "cka")}
+    fresh = paired_bootstrap({"default": m.states("default")}, metrics=("cka",), B=12, seed=0)
+    a, b = got.result("default", "cka"), fresh.result("default", "cka")
+    assert (a.point, a.low, a.high) == (b.point, b.low, b.high)
+    assert np.array_equal(a.samples, b.samples)
+    assert m.paired_bootstrap(("default",), ("cka",), B=12, seed=1).seed == 1  # not covered

@@ -160,13 +160,25 @@ def estimate_line(est: Any) -> str:
     gaps = " ".join(f"{p}={x.gap_pct:+.1f}" for p, x in est.poolings.items() if p != "default")
     answer = ""
     if est.position0 is not None:
-        a = est.position0
-        lo, hi = a["interval"] or (float("nan"), float("nan"))
-        answer = f"  |  pos0 Δ {a['delta']:+.2f} [{lo:+.2f}, {hi:+.2f}] {a['verdict']}"
+        answer = f"  |  pos0 {_answer_words(est.position0)}"
     return (
         f"N={est.n:>6,}  D_eff/L {e.deff_over_L:.4f}{band} gap {e.gap_pct:+.1f}%{shown} "
         f"{e.level}  |  {gaps}  |  {verdict}{answer}"
     )
+
+
+def _answer_words(a: dict) -> str:
+    """The BOS answer of a live line: Δ with its interval, or why there is none to show (the
+    two poolings are one for this run: identical; no interval yet)."""
+    if a.get("identical"):
+        return f"identical to default: Δ 0 exactly, {a['verdict']}"
+    if a.get("interval") is None or a.get("delta") is None:
+        return (
+            f"Δ {'?' if a.get('delta') is None else format(a['delta'], '+.2f')} (no interval) "
+            f"{a['verdict']}"
+        )
+    lo, hi = a["interval"]
+    return f"Δ {a['delta']:+.2f} [{lo:+.2f}, {hi:+.2f}] {a['verdict']}"
 
 
 class EstimatePrinter:

@@ -170,7 +170,7 @@ def measure_live(
     marks = schedule(spec.n, batch if spec.passages in WINDOW_MODES else 1)
     options = {
         "metric": metric, "bootstrap": bootstrap, "bootstrap_poolings": bootstrap_poolings,
-        "spec": spec,
+        "spec": spec, "seed": spec.seed,  # the seed a bootstrap of the run itself uses
     }  # fmt: skip
     watch = _Watch(spec, marks, until if refusal is None else None, on_estimate, options)
     run = {"metric": metric, "device": device, "batch_size": batch_size, "progress": progress}
@@ -185,13 +185,23 @@ def measure_live(
     except RunCancelled:
         if watch.stop_at is None:
             raise
-        return _stopped(watch, run, batch, use_cache)
+        return _handed_on(_stopped(watch, run, batch, use_cache))
     if replay:
         _fill_from_states(watch, m)
     if final_estimate:
         watch.add(m.pooled)
     notes = [f"This run cannot stop early. {refusal}"] if refusal and until is not None else []
-    return LiveRun(m, watch.trajectory, False, spec.n, watch.rule, notes)
+    return _handed_on(LiveRun(m, watch.trajectory, False, spec.n, watch.rule, notes))
+
+
+def _handed_on(live: LiveRun) -> LiveRun:
+    """`live` with its last estimate's paired bootstrap adopted by the kept run when that
+    estimate is on the run's own passages (a stopped run, or the final estimate): a bootstrap
+    of the run it covers (same B and seed) is then read from it, not drawn again."""
+    last = live.trajectory[-1] if live.trajectory else None
+    if last is not None and last.n == live.measurement.n:
+        live.measurement.adopt_paired(last.paired)
+    return live
 
 
 def _fill_from_states(watch: _Watch, m: Any) -> None:

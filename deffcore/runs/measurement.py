@@ -33,6 +33,7 @@ from deffcore.measures.depth import (
     depth_summary,
     effective_depth,
     gap_percent,
+    lag_profile,
     reference_depth,
 )
 from deffcore.measures.references import (
@@ -195,12 +196,42 @@ class Measurement:
         metrics = metrics or tuple(dict.fromkeys((self.metric, "unbiased_cka")))
         key = (poolings, tuple(metrics), B, seed)
         if key not in self._paired:
+            self._paired[key] = self._covering(poolings, metrics, B, seed)
+        if self._paired[key] is None:
             stacks = {p: self.states(p) for p in poolings}
             self._paired[key] = paired_bootstrap(
                 stacks, metrics=metrics, B=B, seed=seed, progress=progress
             )
         self._paired["latest"] = self._paired[key]
         return self._paired[key]
+
+    def _covering(self, poolings, metrics, B: int, seed: int):
+        """A memoised paired bootstrap with this B and seed that holds every (pooling, metric)
+        asked, restricted to them (the same multisets, so the same numbers), or None."""
+        for key, pb in self._paired.items():
+            if key != "latest" and pb is not None and (pb.B, pb.seed) == (B, seed):
+                found = pb.restricted(poolings, metrics)
+                if found is not None:
+                    return found
+        return None
+
+    def adopt_paired(self, pb: Any) -> bool:
+        """Keep `pb` (a `paired.PairedBootstrap` drawn elsewhere, e.g. by the live estimate on
+        these passages) as this run's, when it is of this run: its n, L and every point
+        profile equal to this run's own (the similarities are computed once either way). A
+        later `paired_bootstrap` it covers is read from it, not redrawn. True when kept."""
+        if pb is None or (pb.n, pb.layers) != (self.n, self.layers):
+            return False
+        for pooling, metric in pb.points:
+            if self.undefined(pooling, metric) is not None:
+                return False
+            if not np.array_equal(lag_profile(self.similarity(pooling, metric)), pb.points[
+                    (pooling, metric)]):  # fmt: skip
+                return False
+        poolings = tuple(dict.fromkeys(p for p, _ in pb.points))
+        metrics = tuple(dict.fromkeys(m for _, m in pb.points))
+        self._paired[(poolings, metrics, pb.B, pb.seed)] = pb
+        return True
 
     def paired_latest(self):
         """The last `paired_bootstrap` computed for this run, or None (never computes)."""

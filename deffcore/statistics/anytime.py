@@ -106,6 +106,9 @@ class Estimate:
     #: the BOS answer on these passages (`position0.Position0Answer.to_dict()` plus its
     #: "metric"), paired when the estimate has a paired bootstrap of default and no_pos0
     position0: dict[str, Any] | None = None
+    #: the paired bootstrap these numbers came from (`paired.PairedBootstrap`; not in
+    #: `to_dict`): a run that ends on these passages answers from it instead of redrawing it
+    paired: Any = field(default=None, repr=False, compare=False)
 
     def headline(self, pooling: str = "default") -> PoolingEstimate:
         return self.poolings[pooling]
@@ -310,6 +313,7 @@ def estimate(
         unsettled=unsettled,
         elapsed_s=elapsed_s,
         position0=answer,
+        paired=paired,
     )
 
 

@@ -314,6 +314,17 @@ class PairedBootstrap:
             method=method,
         )  # fmt: skip
 
+    def restricted(self, poolings: Sequence[str], metrics: Sequence[str]) -> PairedBootstrap | None:
+        """These replicates of `poolings` x `metrics` alone (the same multisets, so the same
+        numbers a bootstrap of only those draws with this seed); None when one is missing."""
+        keys = [(p, m) for p in dict.fromkeys(poolings) for m in dict.fromkeys(metrics)]
+        if not keys or any(k not in self.profiles for k in keys):
+            return None
+        return PairedBootstrap(
+            self.layers, self.n, self.B, self.seed, {k: self.points[k] for k in keys},
+            {k: self.profiles[k] for k in keys}, self.ci,
+        )  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (replicate profiles rounded to 1e-6): what a snapshot stores."""
         return {

@@ -1,0 +1,69 @@
+"""scripts/add_extras.py: a shipped snapshot gains its own run's diagnostics and BOS on/off check,
+nothing else changes but the command that remakes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from shipped_helpers import write_shipped
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "add_extras.py"
+EXTRAS = ("diagnostics", "bos_on_off")
+
+
+def _run(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(path)], cwd=REPO, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def without_extras(tmp_path):
+    path = tmp_path / "shipped.json"
+    made = write_shipped(path)  # the runs and diagnostics land in this test's cache
+    assert all(made.get(k) is not None for k in EXTRAS)
+    bare = {k: v for k, v in made.items() if k not in EXTRAS}
+    bare["command"] = made["command"].replace(" --diagnostics", "").replace(" --bos-on-off", "")
+    path.write_text(json.dumps(bare))
+    return path, made
+
+
+def test_the_file_gains_the_extras_measure_writes_and_nothing_else(without_extras):
+    path, made = without_extras
+    done = _run(path)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(path.read_text())
+    command = got.pop("command")  # whole again: the flags that write the extras (at its end)
+    assert sorted(command.split()) == sorted(made.pop("command").split())
+    assert command.endswith("--diagnostics --bos-on-off")
+    assert got == {k: v for k, v in made.items() if k != "command"}  # as `measure` writes them
+    got["command"] = command
+    from deffcore.views.snapshot import SnapshotView
+
+    view = SnapshotView(got)
+    assert view.data["diagnostics"]["key"] == got["key"]
+
+
+def test_a_file_whose_key_is_not_its_specs_is_left_alone(without_extras):
+    path, _ = without_extras
+    data = json.loads(path.read_text())
+    data["spec"]["seed"] = 1  # another run's spec under this file's key
+    path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    done = _run(path)
+    assert done.returncode == 1 and "not the file's run" in done.stderr
+    assert "Traceback" not in done.stderr and path.read_bytes() == before
+
+
+def test_with_flags_appends_only_what_is_missing():
+    sys.path.insert(0, str(REPO / "scripts"))
+    from add_extras import with_flags
+
+    assert with_flags("m --n 4") == "m --n 4 --diagnostics --bos-on-off"
+    assert with_flags("m --bos-on-off") == "m --bos-on-off --diagnostics"
