@@ -9,17 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from shipped_helpers import write_shipped
+from shipped_helpers import SEEDS, measure_args, write_shipped
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "add_extras.py"
 EXTRAS = ("diagnostics", "bos_on_off")
 
 
-def _run(path: Path) -> subprocess.CompletedProcess:
+def _run(path: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), str(path)], cwd=REPO, capture_output=True, text=True,
-        timeout=600,
+        [sys.executable, str(SCRIPT), *flags, str(path)], cwd=REPO, capture_output=True,
+        text=True, timeout=600,
     )  # fmt: skip
 
 
@@ -67,3 +67,40 @@ def test_with_flags_appends_only_what_is_missing():
 
     assert with_flags("m --n 4") == "m --n 4 --diagnostics --bos-on-off"
     assert with_flags("m --bos-on-off") == "m --bos-on-off --diagnostics"
+
+
+def test_random_seeds_make_the_band_a_fresh_measure_of_those_seeds_gives(without_extras, tmp_path):
+    """... and the sound extras the file already holds are kept as they are (not recomputed:
+    a changed, still valid, number of them stays)."""
+    path, made = without_extras
+    assert SEEDS == (1, 2)
+    made["diagnostics"]["massive_ratio"][0] += 0.5
+    path.write_text(json.dumps(made))
+    done = _run(path, "--random-seeds", "1,2,3")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(path.read_text())
+    from deffcore.cli.main import main
+
+    fresh_path = tmp_path / "fresh.json"
+    argv = measure_args(fresh_path)
+    argv[argv.index("--random-seeds") + 1] = "1,2,3"
+    assert main(argv) == 0
+    fresh = json.loads(fresh_path.read_text())
+    a, b = got["measurement"]["random_null"], fresh["measurement"]["random_null"]
+    assert a["models"] == b["models"] == [f"random:tiny-llama:{s}" for s in (1, 2, 3)]
+    for pooling, band in b["results"].items():
+        assert a["results"][pooling]["seeds"] == ["1", "2", "3"]
+        for field in ("deff_over_L", "mean", "sd", "low", "high"):
+            assert a["results"][pooling][field] == pytest.approx(band[field], abs=2e-6), field
+    assert "--random-seeds 1,2,3" in got["command"]
+    assert {k: v for k, v in got.items() if k not in ("measurement", "command")} == {
+        k: v for k, v in made.items() if k not in ("measurement", "command")
+    }
+
+
+def test_null_band_is_the_mean_and_two_sample_sds():
+    from deffcore.runs.measurement import null_band
+
+    band = null_band(["1", "2", "3"], [1.0, 2.0, 3.0])  # mean 2, sd (ddof 1) 1
+    assert (band["mean"], band["sd"], band["low"], band["high"]) == (2.0, 1.0, 0.0, 4.0)
+    assert null_band(["7"], [0.5])["sd"] == 0.0

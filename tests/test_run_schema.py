@@ -374,3 +374,15 @@ def test_a_file_derived_from_a_valid_one_is_read_by_every_reader_or_is_one_sente
         return
     event("accepted")  # --hypothesis-show-statistics: both sides are exercised
     read_everything(view)
+
+
+def test_text_keeps_its_tabs_and_line_feeds_and_refuses_other_control_characters(shipped_run):
+    """A passage's "\\n" token is text (a SmolLM2 inspector holds them): a snapshot of it reads,
+    by the one definition of text (`safe_text.NOT_TEXT`); an escape or a bidi control does not."""
+    data = copy.deepcopy(shipped_run["data"])
+    data["diagnostics"]["inspector"]["tokens"][0][:2] = ["\n\n", "\t"]
+    assert check_snapshot(data)["diagnostics"]["inspector"]["tokens"][0][:2] == ["\n\n", "\t"]
+    for bad in ("\x1b[2J", "\r", "\u202e"):
+        data["diagnostics"]["inspector"]["tokens"][0][0] = bad
+        with pytest.raises(SnapshotError, match="control character"):
+            check_snapshot(data)

@@ -272,7 +272,9 @@ def _check_snapshot(snap: SnapshotView) -> None:
 
 @pytest.mark.skipif(not DEFAULT_RUN_PATH.exists(), reason="default_run.json not generated")
 def test_shipped_default_run_is_small_and_consistent():
-    assert DEFAULT_RUN_PATH.stat().st_size < 300_000
+    # 270 kB of numbers, and about 210 kB of its diagnostics (the inspector's 8 passages of 128
+    # tokens: L + 1 norms per token), which it carries so the BOS page is whole at first visit
+    assert DEFAULT_RUN_PATH.stat().st_size < 600_000
     snap = load_snapshot()
     assert snap.spec["model"] == "smollm2-135m" and snap.spec["dataset"] == "bbc-news"
     assert snap.spec["max_tokens"] == 128

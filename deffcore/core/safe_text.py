@@ -32,7 +32,7 @@ from typing import Any
 _PUNCTUATION = re.compile("([" + re.escape(string.punctuation) + "])")
 #: Not text: C0/C1 control characters but tab and line feed, the bidirectional overrides and
 #: isolates, surrogates.
-_NOT_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+NOT_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 #: First characters that make a spreadsheet read a cell as a formula (OWASP).
 CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -40,7 +40,7 @@ CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def as_text(value: object) -> str:
     """`str(value)` with every lone surrogate and control character (but tab and line feed)
     replaced by U+FFFD."""
-    return _NOT_TEXT.sub("\ufffd", str(value))
+    return NOT_TEXT.sub("\ufffd", str(value))
 
 
 def md_escape(value: object) -> str:

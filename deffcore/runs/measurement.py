@@ -240,18 +240,8 @@ class Measurement:
     def random_band(self, pooling: str = "default", metric: str | None = None) -> dict[str, Any]:
         """D_eff/L of each random-weight seed, their mean and the mean +- 2 sigma band."""
         values = [m.summary(pooling, metric).deff_over_L for m in self.random_null]
-        if not values:
-            return {}
-        sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-        mean = float(np.mean(values))
-        return {
-            "seeds": [m.spec.model.rpartition(":")[2] for m in self.random_null],
-            "deff_over_L": values,
-            "mean": mean,
-            "sd": sd,
-            "low": mean - 2 * sd,
-            "high": mean + 2 * sd,
-        }
+        seeds = [m.spec.model.rpartition(":")[2] for m in self.random_null]
+        return null_band(seeds, values) if values else {}
 
     def to_dict(self, metric: str | None = None) -> dict[str, Any]:
         """The CLI's JSON object (see `python -m deffcore measure --help`)."""
@@ -339,3 +329,18 @@ class Measurement:
         from deffcore.views.notebook import run_html
 
         return run_html(self.view(), metric=self.metric)
+
+
+def null_band(seeds: list[str], values: list[float]) -> dict[str, Any]:
+    """The random-weight band of per-seed D_eff/L `values`: each seed's value, their mean,
+    sample sd (ddof 1; 0 for one seed) and the mean +- 2 sd band."""
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    mean = float(np.mean(values))
+    return {
+        "seeds": list(seeds),
+        "deff_over_L": list(values),
+        "mean": mean,
+        "sd": sd,
+        "low": mean - 2 * sd,
+        "high": mean + 2 * sd,
+    }

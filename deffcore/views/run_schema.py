@@ -11,8 +11,9 @@ this order:
 
 1. Text (`_check_text`): every string and key is valid Unicode text: no lone surrogate (they
    raise `UnicodeEncodeError` wherever the text is sent to a browser), no control character
-   (C0/C1, the bidirectional overrides), at most `MAX_TEXT` characters; the document is at
-   most `MAX_DEPTH` deep.
+   (C0/C1 but tab and line feed, the bidirectional overrides: `safe_text.NOT_TEXT`, the one
+   definition of text; a passage's "\n" token is text), at most `MAX_TEXT` characters; the
+   document is at most `MAX_DEPTH` deep.
 2. Types and bounds (the pydantic models below): every field a reader reads has its type,
    numbers are finite (a JSON `1e400` is `inf`, `NaN` is refused), integers are not booleans,
    strings are not numbers, counts lie in their bounds (N, L, d, max tokens, seeds).
@@ -46,6 +47,7 @@ from pydantic import (
 
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLINGS
 from deffcore.core.errors import DeffError
+from deffcore.core.safe_text import NOT_TEXT
 
 #: Bump when the snapshot layout changes; the loader rejects other versions.
 SNAPSHOT_FORMAT = 1
@@ -69,7 +71,10 @@ _DIAGONAL_TOL = 1e-4
 _SYMMETRY_TOL = 1e-6
 _AGREE_REL = 1e-3
 
-_BAD_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+#: What a one-line message may not repeat from a file: every control character (line feed and
+#: tab too), the bidirectional controls, surrogates. (What a *field* may not hold is
+#: `safe_text.NOT_TEXT`: text keeps its tabs and line feeds, e.g. a "\n" token.)
+_NOT_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 class SnapshotError(DeffError):
@@ -385,7 +390,7 @@ def _check_string(text: str, path: tuple[Any, ...], where: str) -> None:
         raise SnapshotError(
             f"{where}: its field {_dotted(path)} is longer than {MAX_TEXT:,} characters."
         )
-    if _BAD_TEXT.search(text):
+    if NOT_TEXT.search(text):
         raise SnapshotError(
             f"{where}: its field {_dotted(path)} holds a control character or a lone "
             "surrogate, which is not text."
@@ -394,7 +399,7 @@ def _check_string(text: str, path: tuple[Any, ...], where: str) -> None:
 
 def _dotted(path: tuple[Any, ...]) -> str:
     text = ".".join(str(p) for p in path) or "(top level)"
-    text = _BAD_TEXT.sub("?", text)
+    text = _NOT_ONE_LINE.sub("?", text)
     return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
@@ -432,5 +437,5 @@ def _sentence(where: str, err: ValidationError) -> str:
         limit = ctx.get(_BOUND[kind])
         sign = {"ge": ">=", "le": "<=", "gt": ">"}[_BOUND[kind]]
         return f"{where}: its field {_dotted(loc)} is out of range (it must be {sign} {limit})."
-    what = _WHAT.get(kind) or _BAD_TEXT.sub("?", str(first["msg"])).rstrip(".").lower()[:120]
+    what = _WHAT.get(kind) or _NOT_ONE_LINE.sub("?", str(first["msg"])).rstrip(".").lower()[:120]
     return f"{where}: its field {_dotted(loc)} {what}."

@@ -154,13 +154,19 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
 
 
 def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch):
-    """The shipped default (no Measurement): the answer at once, a button that computes the
-    diagnostics in the background (a stand-in here: the real pass needs SmolLM2), then the
-    figures drawn from exactly those numbers."""
+    """A snapshot without its diagnostics (the shipped default's numbers, its extras left
+    out, as an older or shared file; no Measurement): the answer at once, a button that
+    computes the diagnostics in the background (a stand-in here: the real pass needs
+    SmolLM2), then the figures drawn from exactly those numbers."""
+    import explorer.views
     from deffcore.lenses import diagnostics_store
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.snapshot import SnapshotView, load_snapshot
 
-    snap = load_snapshot()
+    extras = ("diagnostics", "bos_on_off")
+    snap = SnapshotView({k: v for k, v in load_snapshot().data.items() if k not in extras})
+    snap.source = "precomputed"
+    monkeypatch.setattr(explorer.views, "default_snapshot", lambda: snap)
+    monkeypatch.setattr(explorer.views, "precomputed_runs", lambda: [snap])
     L = snap.layers
     ratio = [5.0] * 2 + [150.0 + layer for layer in range(L - 1)]
     fake = {
