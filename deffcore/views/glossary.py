@@ -111,6 +111,10 @@ GLOSSARY: dict[str, str] = {
     "attention of every query to the first token, the first query included, averages more "
     "than 0.3; decided per passage, then averaged (on whole passages or their first 64 "
     "tokens). The project's score averages over passages first and leaves the first query out.",
+    "Gu et al.'s metric on whole passages": "Gu et al.'s sink metric with every token of each "
+    "diagnosed passage, whatever its length.",
+    "Gu et al.'s metric on first 64 tokens": "Gu et al.'s sink metric on each passage's first 64 "
+    "tokens, the length Gu et al. measured on, so its numbers compare with their paper's.",
     "uniform attention baseline": "What a head that spreads its attention evenly over the "
     "earlier tokens would score on the sink test: 0.5 at 2 tokens, 0.06 at 64. Passages under "
     "6 tokens are left out of the sink test because even uniform attention passes 0.3 there.",
