@@ -126,7 +126,8 @@ def test_cli_until_prints_estimates_and_the_trajectory(
     live = d["anytime"]
     assert live["stopped"] and d["n"] == live["n"] < 512 and d["n_requested"] == live["n"]
     assert isinstance(live["trajectory"], list) and live["trajectory"][-1]["n"] == d["n"]
-    assert "N=    32" in err and "pos0 Δ" in err  # one line per estimate, on stderr
+    # one line per estimate, on stderr; tiny-llama has no BOS, so no_pos0 is the default
+    assert "N=    32" in err and "pos0 identical to default: Δ 0 exactly" in err
     assert main(argv) == 0  # the table names where it stopped
     out, _ = capsys.readouterr()
     assert f"Stopped at N = {d['n']:,} of 512" in out
@@ -207,6 +208,7 @@ def test_a_run_adopts_only_a_bootstrap_of_its_own_passages(windows_dataset):
     ours = paired_bootstrap({p: m.states(p) for p in ("default", "no_pos0")},
                             metrics=both, B=12, seed=0)  # fmt: skip
     assert m.adopt_paired(ours)
+    assert {metric for _, metric in m._sim} == {"cka"}  # checked on linear CKA alone
     got = m.paired_bootstrap(("default",), ("cka",), B=12, seed=0)
     assert set(got.profiles) == {("default", "cka")}
     fresh = paired_bootstrap({"default": m.states("default")}, metrics=("cka",), B=12, seed=0)
