@@ -59,6 +59,7 @@ def with_null_seeds(data: dict, spec, seeds: list[int]) -> dict:
     from deffcore.core.constants import POOLINGS
     from deffcore.runs.measure import measure_spec
     from deffcore.runs.measurement import null_band
+    from deffcore.views.snapshot import json_ready
 
     measurement = data["measurement"]
     metric = measurement["metric"]
@@ -76,7 +77,7 @@ def with_null_seeds(data: dict, spec, seeds: list[int]) -> dict:
     results = {p: null_band(list(per_seed), [v[p] for v in per_seed.values()]) for p in poolings}
     measurement["random_null"] = {
         "models": names, "cached": [True] * len(names),
-        "results": {p: {k: _six(v) for k, v in band.items()} for p, band in results.items()},
+        "results": json_ready(results),
     }  # fmt: skip
     data["command"] = with_seeds(data["command"], seeds)
     return data
@@ -87,17 +88,8 @@ def _stored(band: dict, seed: str) -> float:
     return band["deff_over_L"][band["seeds"].index(seed)]
 
 
-def _six(x):
-    return (
-        [round(v, 6) for v in x]
-        if isinstance(x, list) and x and isinstance(x[0], float)
-        else round(x, 6)
-        if isinstance(x, float)
-        else x
-    )
-
-
 def add_extras(path: Path, seeds: list[int] | None = None) -> None:
+    from deffcore.cli._output import Progress
     from deffcore.core.checks import write_output
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.lenses.bos_answer import bos_on_off
@@ -115,14 +107,14 @@ def add_extras(path: Path, seeds: list[int] | None = None) -> None:
             f"{shipped['key']}); the file is left alone"
         )
     metric = shipped["measurement"]["metric"]
-    progress = _printer()
     view = SnapshotView(shipped)
     out = dict(shipped)
-    if snapshot_diagnostics(view) is None:  # a sound section the file holds is kept
-        with_extras(out, diagnostics=diagnose(spec, progress=progress))
-    if snapshot_bos_on_off(view, metric, None) is None:
-        with_extras(out, bos_on_off=bos_on_off(spec, metric=metric, progress=progress),
-                    metric=metric)  # fmt: skip
+    with Progress("passage") as progress:
+        if snapshot_diagnostics(view) is None:  # a sound section the file holds is kept
+            with_extras(out, diagnostics=diagnose(spec, progress=progress))
+        if snapshot_bos_on_off(view, metric, None) is None:
+            with_extras(out, bos_on_off=bos_on_off(spec, metric=metric, progress=progress),
+                        metric=metric)  # fmt: skip
     out["command"] = with_flags(shipped["command"])
     if seeds:
         out = with_null_seeds(out, spec, seeds)
@@ -136,22 +128,10 @@ def add_extras(path: Path, seeds: list[int] | None = None) -> None:
     )
 
 
-def _printer():
-    """A progress callback that prints a line per stage change and per tenth done."""
-    last: dict[str, int] = {}
-
-    def progress(done: int, total: int, stage: str = "") -> None:
-        tenth = 10 * done // max(total, 1)
-        if last.get(stage) != tenth:
-            last[stage] = tenth
-            print(f"  {stage or 'work'}: {done}/{total}", file=sys.stderr, flush=True)
-
-    return progress
-
-
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
+    from deffcore.cli._common import int_list
     from deffcore.core.errors import DeffError
 
     args = sys.argv[1:]
@@ -159,9 +139,11 @@ if __name__ == "__main__":
     if "--random-seeds" in args:
         i = args.index("--random-seeds")
         try:
-            seeds = [int(x) for x in args[i + 1].split(",")]
-        except (IndexError, ValueError):
+            seeds = list(int_list(args[i + 1], "--random-seeds"))
+        except IndexError:
             sys.exit("--random-seeds takes a comma-separated list of integers, e.g. 1,2,3,4,5")
+        except DeffError as err:
+            sys.exit(str(err))
         del args[i : i + 2]
     for arg in args:
         try:

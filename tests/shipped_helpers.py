@@ -9,8 +9,12 @@ diagnostics are also in that cache). Importable from every test folder (tests/ i
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
 
 #: The fixture run: a tiny model, a few windows (every passage long enough for the sinks).
 RUN: dict[str, Any] = {"model": "tiny-llama", "n": 16, "max_tokens": 32, "passages": "windows"}
@@ -34,6 +38,15 @@ def write_shipped(path: Path) -> dict[str, Any]:
 
     assert main(measure_args(path)) == 0
     return json.loads(path.read_text())
+
+
+def run_script(name: str, path: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`python scripts/<name> *flags path` from the repository root, its output captured."""
+    script = REPO / "scripts" / name
+    return subprocess.run(
+        [sys.executable, str(script), *flags, str(path)], cwd=REPO, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
 
 
 def shipped_view(data: dict[str, Any], source: str = "precomputed") -> Any:

@@ -3,22 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from shipped_helpers import write_shipped
-
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "add_atlas.py"
-
-
-def _run(path: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *flags, str(path)], cwd=REPO, capture_output=True,
-        text=True, timeout=600,
-    )  # fmt: skip
+from shipped_helpers import run_script, write_shipped
 
 
 @pytest.fixture
@@ -33,7 +20,7 @@ def without_atlas(tmp_path):
 @pytest.mark.parametrize("skip_effect", [True, False])
 def test_the_file_gains_its_runs_atlas_and_skip_effect_and_nothing_else(without_atlas, skip_effect):
     path, made = without_atlas
-    done = _run(path, *([] if skip_effect else ["--no-skip-effect"]))
+    done = run_script("add_atlas.py", path, *([] if skip_effect else ["--no-skip-effect"]))
     assert done.returncode == 0, done.stderr
     got = json.loads(path.read_text())
     assert {k: v for k, v in got.items() if k != "atlas"} == {
@@ -54,12 +41,12 @@ def test_a_file_that_is_not_of_its_run_is_left_alone(without_atlas):
     sim[0][1] = sim[1][0] = sim[0][1] + 0.01  # (a matrix the schema cannot tie to the rest)
     path.write_text(json.dumps(data))
     before = path.read_bytes()
-    done = _run(path)
+    done = run_script("add_atlas.py", path)
     assert done.returncode == 1 and "not the file's run" in done.stderr
     assert "top1_pc unbiased_cka" in done.stderr
     assert path.read_bytes() == before
     data["similarity"]["default"]["cka"][0][1] += 0.01  # one the schema refuses: one sentence
     path.write_text(json.dumps(data))
-    done = _run(path)
+    done = run_script("add_atlas.py", path)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "left alone" in done.stderr and path.read_text() == json.dumps(data)

@@ -4,23 +4,14 @@ nothing else changes but the command that remakes it."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from shipped_helpers import SEEDS, measure_args, write_shipped
+from shipped_helpers import SEEDS, measure_args, run_script, write_shipped
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "add_extras.py"
 EXTRAS = ("diagnostics", "bos_on_off")
-
-
-def _run(path: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *flags, str(path)], cwd=REPO, capture_output=True,
-        text=True, timeout=600,
-    )  # fmt: skip
 
 
 @pytest.fixture
@@ -36,7 +27,7 @@ def without_extras(tmp_path):
 
 def test_the_file_gains_the_extras_measure_writes_and_nothing_else(without_extras):
     path, made = without_extras
-    done = _run(path)
+    done = run_script("add_extras.py", path)
     assert done.returncode == 0, done.stderr
     got = json.loads(path.read_text())
     command = got.pop("command")  # whole again: the flags that write the extras (at its end)
@@ -56,7 +47,7 @@ def test_a_file_whose_key_is_not_its_specs_is_left_alone(without_extras):
     data["spec"]["seed"] = 1  # another run's spec under this file's key
     path.write_text(json.dumps(data))
     before = path.read_bytes()
-    done = _run(path)
+    done = run_script("add_extras.py", path)
     assert done.returncode == 1 and "not the file's run" in done.stderr
     assert "Traceback" not in done.stderr and path.read_bytes() == before
 
@@ -76,7 +67,7 @@ def test_random_seeds_make_the_band_a_fresh_measure_of_those_seeds_gives(without
     assert SEEDS == (1, 2)
     made["diagnostics"]["massive_ratio"][0] += 0.5
     path.write_text(json.dumps(made))
-    done = _run(path, "--random-seeds", "1,2,3")
+    done = run_script("add_extras.py", path, "--random-seeds", "1,2,3")
     assert done.returncode == 0, done.stderr
     got = json.loads(path.read_text())
     from deffcore.cli.main import main
@@ -104,3 +95,11 @@ def test_null_band_is_the_mean_and_two_sample_sds():
     band = null_band(["1", "2", "3"], [1.0, 2.0, 3.0])  # mean 2, sd (ddof 1) 1
     assert (band["mean"], band["sd"], band["low"], band["high"]) == (2.0, 1.0, 0.0, 4.0)
     assert null_band(["7"], [0.5])["sd"] == 0.0
+
+
+def test_a_bad_seed_list_is_one_sentence_and_the_file_is_left_alone(without_extras):
+    path, _ = without_extras
+    before = path.read_bytes()
+    done = run_script("add_extras.py", path, "--random-seeds", "1,x")
+    assert done.returncode == 1 and "--random-seeds must be comma-separated integers" in done.stderr
+    assert "Traceback" not in done.stderr and path.read_bytes() == before

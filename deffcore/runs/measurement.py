@@ -217,12 +217,17 @@ class Measurement:
 
     def adopt_paired(self, pb: Any) -> bool:
         """Keep `pb` (a `paired.PairedBootstrap` drawn elsewhere, e.g. by the live estimate on
-        these passages) as this run's, when it is of this run: its n, L and every point
-        profile equal to this run's own (the similarities are computed once either way). A
-        later `paired_bootstrap` it covers is read from it, not redrawn. True when kept."""
+        these passages) as this run's, when it is of this run: its n, L and each
+        pooling's point profile equal to this run's own. One metric per pooling is checked,
+        linear CKA where `pb` has it: both are functions of the same pooled states, and the
+        unbiased similarity is not computed for a run that shows only linear CKA. A later
+        `paired_bootstrap` it covers is read from it, not redrawn. True when kept."""
         if pb is None or (pb.n, pb.layers) != (self.n, self.layers):
             return False
-        for pooling, metric in pb.points:
+        checked: dict[str, str] = {}
+        for pooling, metric in sorted(pb.points, key=lambda pm: pm[1] != "cka"):
+            checked.setdefault(pooling, metric)
+        for pooling, metric in checked.items():
             if self.undefined(pooling, metric) is not None:
                 return False
             if not np.array_equal(lag_profile(self.similarity(pooling, metric)), pb.points[

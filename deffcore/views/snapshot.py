@@ -137,14 +137,14 @@ def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), _DECIMALS).tolist()
 
 
-def _plain(obj: Any) -> Any:
+def json_ready(obj: Any) -> Any:
     """Floats rounded, numpy values to Python values, NaN to None (JSON-ready)."""
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
+        return [json_ready(v) for v in obj]
     if hasattr(obj, "tolist"):
-        return _plain(obj.tolist())
+        return json_ready(obj.tolist())
     if isinstance(obj, float):
         return round(obj, _DECIMALS) if np.isfinite(obj) else None
     return obj
@@ -161,7 +161,7 @@ def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
         "format": SNAPSHOT_FORMAT,
         "command": command,
         "key": view.key,
-        "spec": _plain(view.spec),
+        "spec": json_ready(view.spec),
         "layers": view.layers,
         "d_model": view.d_model,
         "n": view.n,
@@ -169,9 +169,9 @@ def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
         "pos0_norm_ratio": _rounded(view.pos0_norm_ratio()),
         "similarity": {p: {m: _rounded(view.similarity(p, m)) for m in METRICS} for p in POOLINGS},
         # the CLI's JSON: per pooling, update depth, matched references, random-null band
-        "measurement": _plain(measurement.to_dict()),
+        "measurement": json_ready(measurement.to_dict()),
         # the depth-use atlas stored beside the run (SPEC 16), when it has one
-        "atlas": _plain(atlas.to_dict()) if (atlas := view.atlas()) is not None else None,
+        "atlas": json_ready(atlas.to_dict()) if (atlas := view.atlas()) is not None else None,
     }
 
 
