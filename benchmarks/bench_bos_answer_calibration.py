@@ -10,7 +10,9 @@ component of squared size `pos0` x L/4 from layer `onset` on, isotropic or in on
 whose population similarity matrices are closed forms, so the population gaps, their difference
 Delta and the tolerance T are known. Every case is answered as the page answers a run
 (`deffcore.lenses.bos_calibration.calibration_case`: with one paired bootstrap of both poolings,
-and without it), with linear and with unbiased CKA, and judged against the population. The
+and without it), with linear and with unbiased CKA, and judged against the population. With the
+bootstrap, linear CKA is answered as the page answers it ("paired": by unbiased CKA's replicates)
+and by its own replicates ("paired_own", the rule before the stand-in). The
 table: per metric and rule, the definite answers (claims) and how many were wrong, the answer
 rate where the truth is clear (Delta_pop more than 2 sd from both +-T_pop), and how often
 Delta's paired 95% interval covers Delta_pop (basic / percentile). Goals (SPEC section 15,
@@ -78,7 +80,7 @@ def markdown(table: dict, cases: int, B: int) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for metric in ("cka", "unbiased_cka"):
-        for rule in ("unpaired", "paired"):
+        for rule in ("unpaired", "paired_own", "paired"):
             r = table.get((metric, rule))
             if r is None:
                 continue

@@ -31,16 +31,17 @@ def _pooled(c, k: int | None = None) -> PooledStates:
     )
 
 
-def test_an_estimate_carries_the_paired_answer_on_the_shown_estimator():
+def test_an_estimate_carries_the_paired_answer_from_unbiased_replicates():
     c = position0_construction(768, 16, 6, h0=1.0, pos0=12.0, onset=4, seed=5)  # Δ_pop +26
     two = ("default", "no_pos0")
     est = estimate(_pooled(c), poolings=two, bootstrap=40, bootstrap_poolings=two, seed=3)
     a = est.position0
     assert a is not None and a["paired"] and a["B"] == 40
     used = a["metric"]
-    assert used == (
-        "unbiased_cka" if "unbiased_cka" in {est.poolings[p].metric for p in two} else "cka"
-    )
+    # linear CKA's Δ is answered by unbiased CKA's replicates (position0.STAND_IN), as the page
+    # answers it, whichever estimator the mark shows
+    assert used == "unbiased_cka" and a["answered_with"] == "unbiased_cka"
+    assert "Answered with unbiased CKA" in a["sentence"]
     # the same answer as the decision on the same replicates, computed directly
     pb = paired_bootstrap(
         {p: _pooled(c).pooled[p][1:] for p in two}, metrics=("cka", "unbiased_cka"), B=40, seed=3
@@ -50,6 +51,8 @@ def test_an_estimate_carries_the_paired_answer_on_the_shown_estimator():
     want = position0_answer(gd, gn, replicates=(rd, rn), trust_default=levels["default"],
                             trust_no_pos0=levels["no_pos0"], n=768)  # fmt: skip
     assert a["verdict"] == want.verdict and a["interval"] == pytest.approx(list(want.interval))
+    asked = pb.gap("no_pos0", "cka")[0] - pb.gap("default", "cka")[0]  # linear CKA's Δ beside
+    assert a["delta_asked"] == pytest.approx(asked) and a["delta"] != pytest.approx(asked)
     pops = [gap_percent(effective_depth(S), 6) for S in (c.S_default, c.S_no_pos0)]
     assert a["verdict"] in ("artefact", "masks") and claim_is_right(a["verdict"], *pops)
     assert est.answer == a["verdict"] and est.to_dict()["position0"] == a

@@ -12,11 +12,12 @@ forms: the population gaps, their difference Delta_pop and the tolerance T_pop a
 case is answered as the page answers a run (`bos_answer.position0_answer_for` on a view of its
 two poolings), once with the paired bootstrap of both poolings (`paired.paired_bootstrap`, B
 replicates shared by both poolings and both metrics) and once without (the unpaired rule),
-under each metric. Recorded per answer: the verdict and whether its claim is right
-(`claim_is_right`), whether Delta's paired interval covers Delta_pop (basic and percentile),
-and whether the truth is *clear*: Delta_pop lies more than 2 sd from both boundaries -T_pop
-and +T_pop, sd the replicates' standard deviation of the margin to that boundary (Delta_r
--+ T_r), so a well-calibrated rule should answer there.
+under each metric; linear CKA is answered twice with the bootstrap, as the page answers it (by
+unbiased CKA's replicates, "paired") and by its own ("paired_own"). Recorded per answer: the
+verdict and whether its claim is right (`claim_is_right`), whether Delta's paired interval
+covers Delta_pop (basic and percentile), and whether the truth is *clear*: Delta_pop lies more
+than 2 sd from both boundaries -T_pop and +T_pop, sd the replicates' standard deviation of the
+margin to that boundary (Delta_r -+ T_r), so a well-calibrated rule should answer there.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from deffcore.statistics.position0 import POS0_MIN_POINTS, POS0_SHARE, tolerance
 
 #: How far (in replicate sd) Delta_pop must lie from +-T_pop for the truth to be clear.
 CLEAR_SD = 2.0
-RULES = ("paired", "unpaired")
+#: "paired": as the page answers (linear CKA by unbiased CKA's replicates, `bos_answer.STAND_IN`);
+#: "paired_own": each metric by its own replicates (linear CKA's before the stand-in); "unpaired".
+RULES = ("paired", "paired_own", "unpaired")
 
 
 def claim_is_right(verdict: str, gap_default_pop: float, gap_no_pos0_pop: float) -> bool | None:
@@ -134,15 +137,18 @@ def calibration_case(
     view = pooled_view(S, layers, n, d)
     pops = [gap_percent(effective_depth(s), layers) for s in (c.S_default, c.S_no_pos0)]
     delta_pop, T_pop = pops[1] - pops[0], tolerance(pops[0])
-    pb = paired_bootstrap(stacks, metrics=metrics, B=B, seed=seed) if "paired" in rules else None
+    bootstrapped = any(r.startswith("paired") for r in rules)
+    pb = paired_bootstrap(stacks, metrics=metrics, B=B, seed=seed) if bootstrapped else None
     out = []
     for metric in metrics:
         for rule in rules:
-            a = position0_answer_for(view, metric, paired=pb if rule == "paired" else None)
+            paired = pb if rule.startswith("paired") else None
+            a = position0_answer_for(view, metric, paired=paired, stand_in=rule == "paired")
             covers = {"basic": False, "percentile": False}
             clear = False
-            if pb is not None:
-                (gd, rd), (gn, rn) = pb.gap("default", metric), pb.gap("no_pos0", metric)
+            if paired is not None:  # the replicates the answer's interval came from
+                answered = a.answered_with or metric
+                (gd, rd), (gn, rn) = pb.gap("default", answered), pb.gap("no_pos0", answered)
                 for method in covers:
                     diff = difference_of(gn - gd, rn - rd, method=method)
                     covers[method] = diff.covers(delta_pop)

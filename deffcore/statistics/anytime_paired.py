@@ -7,8 +7,9 @@ bootstrap (`paired.paired_bootstrap`: the same B multisets of the k passages for
 with linear CKA the run's metric and unbiased CKA come from one pass, so the shown estimator
 has its replicates whichever it is). When that bootstrap holds default and no_pos0, the
 estimate carries the BOS answer (`position0.position0_answer` with the replicates of both
-gaps): under the shown estimator (unbiased CKA when linear CKA's bias is material for either
-pooling: the claim is about the population Delta, which both estimators share), with the
+gaps): linear CKA's Delta from unbiased CKA's replicates, which the bootstrap always holds
+beside it (`position0.STAND_IN`, as the page and the CLI answer it: the claim is about the
+population Delta, and linear CKA's finite-sample bias sits in every replicate), with the
 trust levels of those two numbers as the page and the CLI judge them (`answer_trust`: the
 paired replicates' interval) and the action checked against the run's data. `--until
 verdict` and the app's "Stop when settled" stop on that answer (`stopping.StopRule`).
@@ -21,7 +22,7 @@ from typing import Any
 
 from deffcore.core.errors import DeffError
 from deffcore.statistics.paired import PairedBootstrap, paired_bootstrap
-from deffcore.statistics.position0 import position0_answer
+from deffcore.statistics.position0 import STAND_IN, position0_answer, stood_in
 
 #: The poolings the BOS answer compares.
 ANSWER_POOLINGS = ("default", "no_pos0")
@@ -73,8 +74,8 @@ def live_answer(
     the bootstrap does not hold both poolings."""
     if any(p not in estimates for p in ANSWER_POOLINGS):
         return None
-    shown = {estimates[p].metric for p in ANSWER_POOLINGS}
-    used = "unbiased_cka" if "unbiased_cka" in shown else metric
+    other = STAND_IN.get(metric)
+    used = other if other and all(paired.has(p, other) for p in ANSWER_POOLINGS) else metric
     if not all(paired.has(p, used) for p in ANSWER_POOLINGS):
         return None
     levels, actions, gaps, reps = {}, {}, {}, {}
@@ -89,4 +90,7 @@ def live_answer(
         noise_action=actions[noisy], identical=identical, n=n,
         replicates=(reps["default"], reps["no_pos0"]), ci=paired.ci, spec=spec,
     )  # fmt: skip
+    if used != metric and paired.has("default", metric) and paired.has("no_pos0", metric):
+        asked = paired.gap("no_pos0", metric)[0] - paired.gap("default", metric)[0]
+        a = stood_in(a, used, float(asked))
     return {**a.to_dict(), "metric": used}

@@ -54,7 +54,7 @@ against the population Delta and T, and Delta's paired interval against the popu
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,11 @@ POS0_MIN_POINTS = 2.0
 POS0_SHARE = 0.5
 #: The most passages "cannot tell yet" ever asks for.
 MAX_PASSAGES_ASKED = 1_000_000
+
+#: The metric whose paired replicates answer for linear CKA when a bootstrap holds it: the same
+#: population similarity without linear CKA's finite-sample bias, about d/(N + d), which sits in
+#: every replicate (SPEC section 15, "Linear CKA's Δ, answered by unbiased CKA").
+STAND_IN = {"cka": "unbiased_cka"}
 VERDICTS = ("not_artefact", "artefact", "masks", "cannot_tell", "missing")
 
 
@@ -98,11 +103,29 @@ class Position0Answer:
     #: the paired interval's method and replicates (None when unpaired)
     method: str | None = None
     B: int | None = None
+    #: the metric whose replicates gave the verdict when it is not the one asked (linear CKA is
+    #: answered by unbiased CKA: `bos_answer.STAND_IN`), and the asked metric's own Δ
+    answered_with: str | None = None
+    delta_asked: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["interval"] = list(self.interval) if self.interval is not None else None
         return out
+
+
+def stood_in(answer: Position0Answer, answered_with: str, delta_asked: float) -> Position0Answer:
+    """`answer` (decided from `answered_with`'s replicates, `STAND_IN`) said as the answer for
+    linear CKA, whose own Δ was `delta_asked` points. An identical control is returned as is."""
+    if answer.identical is not None:
+        return answer
+    note = (
+        f" Answered with unbiased CKA on the same replicates: linear CKA's Δ here is "
+        f"{delta_asked:+.2f} points, and its finite-sample bias (about d/(N + d)) is in every "
+        "replicate, so its own interval would not hold the population Δ."
+    )
+    sentence = answer.sentence + note
+    return replace(answer, sentence=sentence, answered_with=answered_with, delta_asked=delta_asked)
 
 
 def tolerance(gap_default: float) -> float:

@@ -159,8 +159,6 @@ class RunView:
         interval `ci` (and its replicates' mean) when one was computed, else the bootstrap the
         run was stored with (`stored_bootstrap`: the run's measured spread, never the prior
         when the run has one), the random-weight band when the run has one."""
-        from deffcore.statistics.trust_rule import trust_badge, with_supply
-
         if ci is None:
             boot = self.stored_bootstrap(pooling, metric, K)
             if boot is not None:
@@ -170,19 +168,39 @@ class RunView:
         if metric == "cka":
             with contextlib.suppress(KeyError):  # a snapshot may lack unbiased CKA
                 unbiased = self.headline(pooling, "unbiased_cka", K).deff_over_L
+        return self.trust_of(pooling, metric, h.deff_over_L, ci, bootstrap_mean, unbiased, h.layers)
+
+    def trust_of(
+        self,
+        pooling: str,
+        metric: str,
+        deff_over_L: float,
+        ci: tuple[float, float] | None = None,
+        bootstrap_mean: float | None = None,
+        unbiased: float | None = None,
+        layers: int | None = None,
+    ) -> Any:
+        """The trust rule of `trust` for a D_eff/L of this run's passages that need not be a
+        headline of the view (a paired bootstrap's point under a metric the view does not
+        show: `bos_answer`'s stand-in); N and d are the run's, layers (None: the run's L + 1,
+        from its linear-CKA matrix) the headline's."""
+        from deffcore.statistics.trust_rule import trust_badge, with_supply
+
+        if layers is None:  # every metric's matrix has the run's L + 1 rows
+            layers = self.similarity(pooling, "cka").shape[0]
         band = self.random_band(pooling, metric) or {}
         seeds = len(band.get("seeds") or band.get("deff_over_L") or [])
         null = (band["low"], band["high"]) if seeds and {"low", "high"} <= set(band) else None
         t = trust_badge(
-            h.n,
-            h.d_model,
+            self.n,
+            self.d_model,
             metric=metric,
-            value=h.deff_over_L,
+            value=deff_over_L,
             unbiased_value=unbiased,
             ci=ci,
             null_band=null,
             null_seeds=seeds,
-            layers=h.layers,  # the gap's regime is part of the claim
+            layers=layers,  # the gap's regime is part of the claim
             bootstrap_mean=bootstrap_mean if ci is not None else None,
         )
         return with_supply(t, self.spec or None, self.window_source())  # actions the data gives
