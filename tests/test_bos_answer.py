@@ -313,7 +313,7 @@ def test_claims_are_calibrated_on_constructions():
         assert paired["claims"] > 2 * unpaired["claims"], (metric, paired, unpaired)
         assert paired["clear_rate"] >= 0.80, (metric, table)
         assert paired["coverage_basic"] >= 0.90, (metric, table)
-    # linear CKA's own replicates share its finite-sample bias d/(N+d) (SPEC 15.2): their
+    # linear CKA's own replicates share its finite-sample bias d/(N+d) (SPEC 15): their
     # interval misses the population Delta where the bias is material, which is why the page
     # answers linear CKA by unbiased CKA's replicates of the same bootstrap
     assert table[("cka", "paired_own")]["coverage_basic"] < 0.90, table

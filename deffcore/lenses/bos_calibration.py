@@ -35,7 +35,7 @@ from deffcore.statistics.position0 import POS0_MIN_POINTS, POS0_SHARE, tolerance
 
 #: How far (in replicate sd) Delta_pop must lie from +-T_pop for the truth to be clear.
 CLEAR_SD = 2.0
-#: "paired": as the page answers (linear CKA by unbiased CKA's replicates, `bos_answer.STAND_IN`);
+#: "paired": as the page answers (linear CKA by unbiased CKA's replicates, `position0.STAND_IN`);
 #: "paired_own": each metric by its own replicates (linear CKA's before the stand-in); "unpaired".
 RULES = ("paired", "paired_own", "unpaired")
 

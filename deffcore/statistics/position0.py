@@ -104,7 +104,7 @@ class Position0Answer:
     method: str | None = None
     B: int | None = None
     #: the metric whose replicates gave the verdict when it is not the one asked (linear CKA is
-    #: answered by unbiased CKA: `bos_answer.STAND_IN`), and the asked metric's own Δ
+    #: answered by unbiased CKA: `position0.STAND_IN`), and the asked metric's own Δ
     answered_with: str | None = None
     delta_asked: float | None = None
 

@@ -168,7 +168,9 @@ class RunView:
         if metric == "cka":
             with contextlib.suppress(KeyError):  # a snapshot may lack unbiased CKA
                 unbiased = self.headline(pooling, "unbiased_cka", K).deff_over_L
-        return self.trust_of(pooling, metric, h.deff_over_L, ci, bootstrap_mean, unbiased, h.layers)
+        return self.trust_of(
+            pooling, metric, h.deff_over_L, ci, bootstrap_mean, unbiased, layers=h.layers
+        )
 
     def trust_of(
         self,
@@ -178,16 +180,15 @@ class RunView:
         ci: tuple[float, float] | None = None,
         bootstrap_mean: float | None = None,
         unbiased: float | None = None,
-        layers: int | None = None,
+        *,
+        layers: int,
     ) -> Any:
         """The trust rule of `trust` for a D_eff/L of this run's passages that need not be a
         headline of the view (a paired bootstrap's point under a metric the view does not
-        show: `bos_answer`'s stand-in); N and d are the run's, layers (None: the run's L + 1,
-        from its linear-CKA matrix) the headline's."""
+        show: `bos_answer`'s stand-in); N and d are the run's, `layers` the number's (a
+        headline's `layers`, a bootstrap's `layers`)."""
         from deffcore.statistics.trust_rule import trust_badge, with_supply
 
-        if layers is None:  # every metric's matrix has the run's L + 1 rows
-            layers = self.similarity(pooling, "cka").shape[0]
         band = self.random_band(pooling, metric) or {}
         seeds = len(band.get("seeds") or band.get("deff_over_L") or [])
         null = (band["low"], band["high"]) if seeds and {"low", "high"} <= set(band) else None
