@@ -338,8 +338,9 @@ def test_a_tap_with_a_passage_that_never_ran_has_no_rows(tiny_model, tiny_passag
     tap = AtlasTap()
     handles = tap.attach(loaded.model, 3)
     from deffcore.extraction.forward import register_hooks
+    from deffcore.inputs.architecture import architecture_of
 
-    handles += register_hooks(loaded.model, tap)
+    handles += register_hooks(architecture_of(loaded.model), tap)
     ids = torch.tensor([loaded.tokenizer(t).input_ids[:8] for t in ["aaaaaaaa"] * 2])
     try:
         tap.begin(torch.ones_like(ids))

@@ -15,7 +15,7 @@ from deffcore.core.errors import NonFiniteActivationsError, RunCancelled
 from deffcore.extraction import batches, pooling, stage
 from deffcore.extraction import forward as forward_mod
 from deffcore.extraction.forward import extract_pooled
-from deffcore.inputs.architecture import decoder_layers
+from deffcore.inputs.architecture import architecture_of, base_model, decoder_layers
 from deffcore.inputs.loading import load_model
 
 # ----------------------------------------------------------------------------------------------
@@ -81,13 +81,13 @@ def _guarded_hooks(monkeypatch) -> list[int]:
     """Run every hook call of an extraction under both guards; returns the calls seen."""
     real, calls = forward_mod.register_hooks, []
 
-    def register(model, pooler):
+    def register(arch, pooler):
         def guarded(layer, hidden):
             calls.append(layer)
             with ForbidHostSync(), ForbidSyncOps():
                 pooler(layer, hidden)
 
-        return real(model, guarded)
+        return real(arch, guarded)
 
     monkeypatch.setattr(forward_mod, "register_hooks", register)
     return calls
@@ -190,14 +190,14 @@ def _per_layer_extract(loaded, passages, max_tokens, batch_size, side):
         for p, v in _per_layer_pool(hidden, state["mask"]).items():
             out[p][layer, state["slots"]] = v
 
-    handles = forward_mod.register_hooks(loaded.model, pooler)
+    handles = forward_mod.register_hooks(architecture_of(loaded.model), pooler)
     try:
         with torch.inference_mode():
             for start in range(0, n, batch_size):
                 batch = order[start : start + batch_size]
                 b_ids, b_mask, b_pos = batches.pad_batch([ids[i] for i in batch], 0, side, "cpu")
                 state.update(mask=b_mask, slots=torch.tensor(batch))
-                forward_mod._forward(forward_mod.base_model(loaded.model), b_ids, b_mask, b_pos)
+                forward_mod._forward(base_model(loaded.model), b_ids, b_mask, b_pos)
     finally:
         for h in handles:
             h.remove()

@@ -1,4 +1,4 @@
-"""A window run from a cached run of another N (deffcore.extraction.prefix_cache): bit-identical."""
+"""A window run from a cached run of another N (deffcore.extraction.prefix): bit-identical."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from run_helpers import assert_same_pooled, window_spec
 
 import deffcore.runs.measure
-from deffcore.extraction import cache, prefix_cache
+from deffcore.extraction import cache, prefix
 from deffcore.runs.measure import measure_spec
 
 
@@ -51,7 +51,7 @@ def test_other_batching_is_not_a_source(windows_dataset, every_batch):
     each refusal is checked beside a request the same source does serve (issue 27: the old
     test could not fail, its source's ratio prefix being too short to serve anything)."""
     measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=16)
-    larger = prefix_cache.from_larger
+    larger = prefix.from_larger
     assert larger(window_spec(windows_dataset, 128), "cpu", 16) is not None  # the source serves
     assert larger(window_spec(windows_dataset, 128), "cpu", 32) is None  # ... not other batching
     assert larger(window_spec(windows_dataset, 112), "cpu", 16) is not None  # 7 batches of 16
@@ -62,7 +62,7 @@ def test_other_batching_is_not_a_source(windows_dataset, every_batch):
 
 def test_documents_mode_never_reuses(tiny_dataset, every_batch):
     measure_spec(window_spec(tiny_dataset, 8, "documents"), device="cpu", batch_size=4)
-    assert prefix_cache.sources(window_spec(tiny_dataset, 12, "documents")) == []
+    assert prefix.sources(window_spec(tiny_dataset, 12, "documents")) == []
     m = measure_spec(window_spec(tiny_dataset, 12, "documents"), device="cpu", batch_size=4)
     assert m.resumed_passages == 0
 
@@ -75,9 +75,7 @@ def test_a_damaged_entry_is_no_source(windows_dataset, every_batch):
         arrays = {k: z[k] for k in z.files}
     arrays["default"][1, 0, 0] += 1.0
     np.savez(npz, **arrays)
-    assert (
-        prefix_cache.best_prefix(window_spec(windows_dataset, 256), "cpu", 32, larger=False) is None
-    )
+    assert prefix.best_prefix(window_spec(windows_dataset, 256), "cpu", 32, larger=False) is None
     large = measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=32)
     assert large.resumed_passages == 0
 
@@ -85,10 +83,10 @@ def test_a_damaged_entry_is_no_source(windows_dataset, every_batch):
 def test_the_ratio_prefix_rides_in_the_checksummed_entry(windows_dataset, every_batch):
     spec = window_spec(windows_dataset, 96)
     m = measure_spec(spec, device="cpu", batch_size=32)
-    assert prefix_cache.RATIO_PREFIX not in m.pooled.pooled  # cache.load ignores it
+    assert prefix.RATIO_PREFIX not in m.pooled.pooled  # cache.load ignores it
     meta = cache.load_meta(spec.key())
-    arrays = prefix_cache._read_rows(spec, meta)
-    ratio = arrays[prefix_cache.RATIO_PREFIX]
+    arrays = prefix._read_rows(spec, meta)
+    ratio = arrays[prefix.RATIO_PREFIX]
     assert ratio.shape == (m.layers + 1, 64)  # all but the last chunk (never checkpointed)
     assert np.allclose(ratio.mean(1), m.pooled.pos0_norm_ratio, rtol=0.5)  # per-passage values
     bigger = replace(spec, n=192)

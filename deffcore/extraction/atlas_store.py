@@ -78,15 +78,17 @@ def _meta(spec: Any, fmt: int, **extra: Any) -> dict[str, Any]:
 
 def _keep(spec: Any, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Write `name` beside the run's entry (atomic), or keep it in memory without one."""
-    from deffcore.core.files import atomic_write, refuse_foreign
+    from deffcore.core.files import atomic_write, writable_entry
+    from deffcore.extraction.entries import is_run_entry
 
     arrays = {**arrays, "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
-    memo = (str(_folder(spec).parent), spec.key(), name)
-    if _in_cache(spec):
-        refuse_foreign(_folder(spec))
+    folder = _folder(spec)
+    memo = (str(folder.parent), spec.key(), name)
+    if is_run_entry(folder):
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        atomic_write(_folder(spec) / name, buf.getvalue())
+        # writable_entry refuses a folder that is not provably ours (a link, a user's folder)
+        atomic_write(writable_entry(folder, create=False) / name, buf.getvalue())
         _MEMORY.pop(memo, None)
         return
     _MEMORY[memo] = arrays

@@ -55,7 +55,7 @@ from deffcore.extraction.batches import (
 )
 from deffcore.extraction.pooling import POOLED_MEANS, PooledStates
 from deffcore.extraction.stage import LayerPooler, Shipped, pipeline_depth, raise_if_nonfinite
-from deffcore.inputs.architecture import architecture_of, base_model, run_base
+from deffcore.inputs.architecture import Architecture, architecture_of, run_base
 from deffcore.inputs.loading import LoadedModel
 
 #: Finished batches are handed to the checkpoint at most this often (seconds), as one chunk of
@@ -72,11 +72,10 @@ _clock = time.monotonic  # separate so tests can drive the checkpoint interval
 Progress = Callable[[int, int, str], None]
 
 
-def register_hooks(model: torch.nn.Module, pooler: Callable[[int, torch.Tensor], None]) -> list:
+def register_hooks(arch: Architecture, pooler: Callable[[int, torch.Tensor], None]) -> list:
     """Hooks calling `pooler(layer, state)` for h_0 (block 1's input) and every block's output
-    (where the blocks are and what their hooks see: `deffcore.inputs.architecture`)."""
-    arch = architecture_of(model)
-    blocks, (site, after) = arch.blocks, arch.h0_site()
+    of the model `arch` describes (`deffcore.inputs.architecture.architecture_of(model)`)."""
+    model, blocks, (site, after) = arch.model, arch.blocks, arch.h0_site()
     seen: set[int] = set()  # the layers captured in this forward: a looped model is refused
 
     def capture(layer: int, hidden: torch.Tensor) -> None:
@@ -143,12 +142,13 @@ class _Run:
     errors stay on this thread, in plan order.
     """
 
-    def __init__(self, loaded: LoadedModel, ids: list[list[int]], padding_side: str,
+    def __init__(self, loaded: LoadedModel, base: torch.nn.Module, ids: list[list[int]],
+                 padding_side: str,
                  batch_size: int | None, progress: Progress | None,
                  checkpoint: BatchCheckpoint | None,
                  should_stop: Callable[[], bool] | None) -> None:  # fmt: skip
         self.loaded, self.ids, self.padding_side = loaded, ids, padding_side
-        self.base = base_model(loaded.model)
+        self.base = base  # the module each batch's forward runs (Architecture.base)
         self.progress, self.checkpoint, self.should_stop = progress, checkpoint, should_stop
         self.lengths = [len(s) for s in ids]
         self.order = sorted(range(len(ids)), key=lambda i: -self.lengths[i])
@@ -350,10 +350,10 @@ def extract_pooled(
     if arch.pad_sensitive:  # its sparse attention reads padded keys: no padding at all
         batch_size = 1
     ids, kept, total = prepare_ids(loaded, passages, token_ids, max_tokens, bos)
-    run = _Run(loaded, ids, padding_side, batch_size, progress, checkpoint, should_stop)
+    run = _Run(loaded, arch.base, ids, padding_side, batch_size, progress, checkpoint, should_stop)
     run.taps = list(taps)
     run.resume()
-    handles = register_hooks(loaded.model, _fan_out(run.pooler, run.taps))
+    handles = register_hooks(arch, _fan_out(run.pooler, run.taps))
     handles += _taps_attach(run.taps, loaded.model, len(ids))
     try:
         with torch.inference_mode():

@@ -61,6 +61,11 @@ def check_device(device: str) -> str:
     return str(device)
 
 
+def default_device() -> str:
+    """The device a run goes to when none is named: CUDA when available, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve_device_dtype(
     device: str | None = None, dtype: str | None = None, *, check: bool = True
 ) -> tuple[str, str]:
@@ -70,7 +75,7 @@ def resolve_device_dtype(
     `check=False` skips that for a device on another machine (a sweep's workers).
     """
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = default_device()
     elif check:
         device = check_device(device)
     if dtype is None:

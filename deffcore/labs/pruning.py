@@ -198,8 +198,8 @@ def block_influence(
 
     n = len(tokenize(tokenizer, list(passages), max_tokens)[0])
     tap = AtlasTap(split=False)
-    handles = tap.attach(model, n) + register_hooks(model, tap)
     arch = architecture_of(model)
+    handles = tap.attach(model, n) + register_hooks(arch, tap)
     lengths: list[int] = []
     try:
         for ids, mask in _token_batches(

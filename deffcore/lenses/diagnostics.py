@@ -336,8 +336,8 @@ def _diagnostic_passes(
     scores = np.zeros((L, heads), dtype=np.float64)
     medians = np.zeros(L + 1, dtype=np.float64)
     groups = _value_groups(ids, L, loaded.d_model)
-    handles = register_hooks(model, collector)
     arch = architecture_of(model)
+    handles = register_hooks(arch, collector)
     attention_blocks = arch.attention_blocks()
     gu = GuCounts(L, blocks=attention_blocks)
     try:

@@ -6,7 +6,7 @@
     live.stopped                # True when the stopping rule ended it early
 
 While the run extracts, every finished chunk of batches reaches `PrefixRows` (through the
-run's checkpoint, `prefix_cache.PrefixCheckpoint`: the extraction already hands it finished
+run's checkpoint, `prefix.PrefixCheckpoint`: the extraction already hands it finished
 batches for resume, so nothing inside the extraction changed), and each mark of
 `anytime.schedule` is estimated as soon as its passages are in: `on_estimate(est)` is called
 with it (the CLI prints it, the app's job keeps it). Chunks come at most every
@@ -16,10 +16,10 @@ With a stopping rule (`deffcore.statistics.stopping.StopRule`) the run ends befo
 once
 the rule says so (or at once when a resumed prefix already settles it), and the first k
 passages, k the mark it stopped at, are stored as a normal complete run of N = k
-(`prefix_cache.pooled_from_rows`: bit-identical to an uninterrupted k-run; a later run of any
+(`prefix.pooled_from_rows`: bit-identical to an uninterrupted k-run; a later run of any
 larger N resumes from it). The N-run's partial entry is then removed (`cache.delete`, which
 refuses a run another process computes): the k-run holds what it had, up to one chunk.
-Documents mode and streamed datasets have no prefix property (`anytime.prefix_refusal`): a
+Documents mode and streamed datasets have no prefix property (`prefix.prefix_refusal`): a
 stopping rule is refused there; their estimates are still made, on the sample's first k
 passages once all of them have landed (documents mode extracts the longest first, so these
 come later than in window modes), and say nothing about a k-run's own bits.
@@ -218,13 +218,13 @@ def _fill_from_states(watch: _Watch, m: Any) -> None:
 
 def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) -> LiveRun:
     """Keep the first `stop_at` passages as a complete run of that N (module docstring)."""
-    from deffcore.extraction import prefix_cache
+    from deffcore.extraction import prefix
     from deffcore.runs.measurement import Measurement
 
     spec, k = watch.spec, int(watch.stop_at)
     spec_k = replace(spec, n=k)
     rows = {**{p: watch.rows.rows[p] for p in EXTRACTED_POOLINGS}, "pos0_ratio": watch.rows.ratio}
-    pooled = prefix_cache.pooled_from_rows(
+    pooled = prefix.pooled_from_rows(
         rows, spec_k, device=run["device"], batch=batch, resumed=0, ratio_rows=k
     )
     if use_cache:

@@ -6,7 +6,7 @@
 
 The forward pass happens once per `RunSpec` and is cached on disk (`deffcore.extraction.cache`);
 an interrupted run resumes from its last finished batch, and a window run reuses a cached run
-of the same settings with another N (`deffcore.extraction.prefix_cache`).
+of the same settings with another N (`deffcore.extraction.prefix`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from deffcore.extraction import cache
 from deffcore.extraction.batches import BatchCheckpoint, SavedBatch
 from deffcore.extraction.forward import extract_pooled
 from deffcore.extraction.pooling import PooledStates
-from deffcore.inputs.devices import resolve_device_dtype
+from deffcore.inputs.devices import default_device, resolve_device_dtype
 from deffcore.inputs.gguf import assemble_packaged, needs_assembly
 from deffcore.inputs.loaded_models import lease
 from deffcore.inputs.loading import LoadedModel, load_model
@@ -68,8 +68,10 @@ def extract_spec(
     `documents`: the run's texts when they are not `spec.dataset`'s (a notebook's list of
     strings, `deffcore.runs.external`); None reads them from the dataset. `taps` see the captured
     states too (`deffcore.extraction.forward.ExtractionTap`: the depth-use atlas).
+    `device`: where a model that is not `loaded` goes (`measure_spec` hands down the one it
+    resolved); None is the default device.
     """
-    device = device or resolve_device_dtype(None, spec.dtype)[0]
+    device = device or default_device()
     documents = run_texts(spec) if documents is None else documents
     model = loaded
     if should_stop is not None and should_stop():
@@ -134,12 +136,12 @@ def measure_spec(
     (`Measurement.resumed_passages` says how many passages were resumed).
     `use_cache=False` recomputes without reading or writing the cache at all.
     Window runs also reuse a cached run of the same settings with another N, bit-identically
-    (`deffcore.extraction.prefix_cache`: a larger run resumes from a smaller one's batches, a
+    (`deffcore.extraction.prefix`: a larger run resumes from a smaller one's batches, a
     smaller one is a larger one's first rows); `tap(batch)` sees every finished chunk of
     batches (`deffcore.runs.anytime_run`: the live estimates). `atlas`: the depth-use atlas is
     taken in the same extraction and kept beside the run if it ran every passage (SPEC 16).
     """
-    from deffcore.extraction import prefix_cache
+    from deffcore.extraction import prefix
     from deffcore.extraction.atlas_store import atlas_taps, keep_atlas
 
     taps, start = (atlas_taps() if atlas and use_cache else ()), time.perf_counter()
@@ -149,7 +151,7 @@ def measure_spec(
     def compute(checkpoint: BatchCheckpoint | None = None) -> PooledStates:
         return extract_spec(
             spec,
-            device=device,
+            device=resolved,  # resolved once, here
             batch_size=batch_size,
             progress=progress,
             loaded=loaded,
@@ -160,18 +162,18 @@ def measure_spec(
         )
 
     def compute_cached() -> PooledStates:
-        served = prefix_cache.from_larger(spec, resolved, batch_size)
+        served = prefix.from_larger(spec, resolved, batch_size)
         if served is not None:
             return served
-        checkpoint = prefix_cache.PrefixCheckpoint(spec, resolved, batch_size, tap)
-        return prefix_cache.finish(compute(checkpoint), checkpoint)
+        checkpoint = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap)
+        return prefix.finish(compute(checkpoint), checkpoint)
 
     if use_cache:
         pooled, was_cached, meta = cache.get_or_compute(spec, compute_cached)
     else:
         watch = None
         if tap is not None:
-            watch = prefix_cache.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
+            watch = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
         pooled, was_cached, meta = compute(watch), False, {}
         cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
     resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
