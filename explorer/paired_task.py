@@ -2,7 +2,8 @@
 
 A run measured here has no paired bootstrap until one is drawn: `ensure_paired(view, metric)`
 starts one (`deffcore.work.jobs.start_task`) over every pooling the run defines, under the view's
-metric, B = PAGE_B replicates on the same passage multisets (`Measurement.paired_bootstrap`,
+metric and its BOS answer's stand-in (`Measurement.answer_bootstrap`: unbiased CKA beside
+linear CKA), B = PAGE_B replicates on the same passage multisets (`Measurement.paired_bootstrap`,
 memoised on the run, so the page's next run reads it through `RunView.paired_bootstrap`).
 Meanwhile the page shows the unpaired answer, said as such, and `paired_progress` its bar; a
 snapshot carries its own (or none: `measure --bootstrap B --snapshot` stores one).
@@ -15,6 +16,7 @@ from typing import Any
 import streamlit as st
 
 from deffcore.core.safe_text import md_escape
+from deffcore.statistics.position0 import answer_metrics
 from deffcore.work import jobs
 
 #: Replicates of the page's paired bootstrap.
@@ -29,22 +31,21 @@ def ensure_paired(view: Any, metric: str) -> str | None:
     """The background task's name while the view's run lacks a paired bootstrap under
     `metric` (started here when needed); None when it has one or is not a live run."""
     m = view.measurement
-    pb = view.paired_bootstrap()
-    if m is None or (pb is not None and pb.has("default", metric) and pb.has("no_pos0", metric)):
+    pb, metrics = view.paired_bootstrap(), answer_metrics(metric)  # the stand-in too (SPEC 15)
+    held = pb is not None and all(pb.has(p, x) for p in ("default", "no_pos0") for x in metrics)
+    if m is None or held:
         return None
     name = _name(view, metric)
     last = jobs.task_job(name)
     if last is None or (last.finished and last.state != "done"):
 
         def work(progress: Any, should_stop: Any) -> dict[str, Any]:
-            pb = m.paired_bootstrap(
-                metrics=(metric,), B=PAGE_B, seed=m.spec.seed, progress=progress
-            )
+            pb = m.answer_bootstrap(metric=metric, B=PAGE_B, seed=m.spec.seed, progress=progress)
             return {"B": pb.B, "poolings": sorted({p for p, _ in pb.profiles})}
 
         jobs.start_task(name, work, model=m.spec.model)
     elif last.finished:  # done: the run holds it now (the same Measurement)
-        m.paired_bootstrap(metrics=(metric,), B=PAGE_B, seed=m.spec.seed)
+        m.answer_bootstrap(metric=metric, B=PAGE_B, seed=m.spec.seed)  # memoised: the view's now
         return None
     return name
 

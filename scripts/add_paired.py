@@ -53,7 +53,8 @@ def add_paired(path: Path, poolings: tuple[str, ...]) -> None:
         sys.exit(f"{path}: the file has no bootstrap to pair; the file is left alone")
     spec = RunSpec(**shipped["spec"])
     m = measure_spec(spec, metric=metric)
-    pb = m.paired_bootstrap(poolings, (metric,), B=int(stored["B"]), seed=spec.seed)
+    # as `measure --bootstrap` draws it: the metric and its BOS answer's stand-in (SPEC 15)
+    pb = m.answer_bootstrap(poolings, metric, B=int(stored["B"]), seed=spec.seed)
     why = _why_not_the_files(pb, shipped, metric)
     if why is not None:
         sys.exit(f"{path}: not the file's bootstrap ({why}); the file is left alone")

@@ -95,7 +95,8 @@ def test_without_the_control_the_test_is_missing():
 def test_shipped_run_gets_the_issue_answer():
     view = load_snapshot()
     a = position0_answer_for(view, "cka")
-    assert a.delta == pytest.approx(1.75, abs=0.01)  # +9.50 -> +11.25
+    own = position0_answer_for(view, "cka", stand_in=False)
+    assert own.delta == pytest.approx(1.75, abs=0.01)  # linear CKA: +9.50 -> +11.25
     assert a.paired == (view.paired_bootstrap() is not None)
     if not a.paired:
         # a snapshot made before issue 26 holds no paired bootstrap: the unpaired rule (both
@@ -104,6 +105,10 @@ def test_shipped_run_gets_the_issue_answer():
         assert "cannot tell yet" in a.sentence and "unpaired" in a.sentence
     else:  # regenerated with `measure --bootstrap 100 --snapshot`: the goal is a definite answer
         assert a.verdict == "not_artefact" and a.B >= 100, a.sentence
+        # from unbiased CKA's replicates of the same passages, as the CLI and the page draw
+        # them (SPEC 15), linear CKA's own Δ said beside
+        assert a.answered_with == "unbiased_cka" and a.delta_asked == pytest.approx(own.delta)
+        assert a.delta == pytest.approx(1.79, abs=0.01) and own.verdict == "not_artefact"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -92,9 +92,11 @@ def test_bos_json_answer_is_paired_with_a_bootstrap(capsys, tiny_dataset):
     d = json.loads(out)
     m = measure(model="tiny-llama", dataset=tiny_dataset, n=24, max_tokens=16,
                 passages="windows", bos="none")  # fmt: skip
-    pb = m.paired_bootstrap(("default", "no_pos0"), ("cka",), B=12, seed=0)
+    # with unbiased CKA beside linear CKA: its replicates answer linear CKA (SPEC 15)
+    pb = m.paired_bootstrap(("default", "no_pos0"), ("cka", "unbiased_cka"), B=12, seed=0)
     assert d["position0_answer"] == position0_answer_for(m.view(), "cka", paired=pb).to_dict()
     assert d["position0_answer"]["paired"] is True
+    assert d["position0_answer"]["answered_with"] == "unbiased_cka"
     res = pb.result("default", "cka")
     assert d["trust"]["interval"] == pytest.approx([res.low, res.high])
 

@@ -212,8 +212,13 @@ def test_measure_json_carries_the_page_answer_paired_with_a_bootstrap(capsys, ti
     assert plain["paired"] is False and "unpaired" in plain["sentence"]
     d = _measure_json(capsys, tiny_dataset, *opts, "--bootstrap", "20")
     a = d["position0_answer"]
-    pb = m.paired_bootstrap(("default", "no_pos0"), ("cka",), B=20, seed=0)
+    # linear CKA's answer is the calibrated one: from unbiased CKA's replicates of the same
+    # passages, which the run's one bootstrap draws without being asked (SPEC 15)
+    pb = m.paired_bootstrap(("default", "no_pos0"), ("cka", "unbiased_cka"), B=20, seed=0)
     assert a == position0_answer_for(m.view(), "cka", paired=pb).to_dict()
+    assert a["answered_with"] == "unbiased_cka" and a["delta_asked"] is not None
+    own = m.paired_bootstrap(("default", "no_pos0"), ("cka",), B=20, seed=0)
+    assert a != position0_answer_for(m.view(), "cka", paired=own).to_dict()
     assert a["paired"] is True and a["B"] == 20 and a["method"] == "basic"
     assert "paired: one bootstrap of the same passages" in a["sentence"]
     # the run's one bootstrap: the default pooling's interval is that of a bootstrap alone

@@ -171,3 +171,34 @@ def test_random_null_follows_use_cache(tiny_dataset, deff_cache_dir):
                 use_cache=False)  # fmt: skip
     assert not m.cached and not m.random_null[0].cached
     assert not deff_cache_dir.exists() or not any(deff_cache_dir.iterdir())
+
+
+def test_answer_bootstrap_draws_the_stand_in_and_does_without_it_only_where_undefined(
+    tiny_dataset, monkeypatch
+):
+    """Beside linear CKA the answer's bootstrap holds unbiased CKA (its replicates answer the
+    BOS question, SPEC 15); on a run too small for the U-statistic it is drawn without it,
+    once: the failed draw is remembered, not retried on every call."""
+    from deffcore.statistics import paired
+
+    pairs = ("default", "no_pos0")
+    big = measure(model="tiny-llama", dataset=tiny_dataset, n=24, max_tokens=16,
+                  passages="windows", bos="none")  # fmt: skip
+    pb = big.answer_bootstrap(pairs, B=10)
+    assert all(pb.has(p, x) for p in pairs for x in ("cka", "unbiased_cka"))
+    assert big.answer_bootstrap(pairs, "unbiased_cka", B=10).has("default", "cka") is False
+    small = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32)
+    real, drawn = paired.paired_bootstrap, []
+
+    def counted(stacks, *, metrics, **kwargs):
+        drawn.append(tuple(metrics))
+        return real(stacks, metrics=metrics, **kwargs)
+
+    monkeypatch.setattr(paired, "paired_bootstrap", counted)
+    with pytest.raises(DeffError):
+        small.paired_bootstrap(pairs, ("cka", "unbiased_cka"), B=20)
+    drawn.clear()
+    alone = small.answer_bootstrap(pairs, B=20)
+    assert alone.has("default", "cka") and not alone.has("default", "unbiased_cka")
+    assert small.answer_bootstrap(pairs, B=20) is alone
+    assert drawn == [("cka", "unbiased_cka"), ("cka",)]

@@ -8,9 +8,11 @@ Stage: cli (the arguments and JSON fields; the numbers are `deffcore.statistics.
 
 `--bootstrap B` draws one bootstrap for the run (`Measurement.paired_bootstrap`): the
 poolings of `--bootstrap-poolings` (default: default and no_pos0, what the answer compares)
-under the metrics of `--bootstrap-metrics` (default: the run's), all on the same B passage
-multisets. The default pooling's `bootstrap` object and the trust interval come from those
-replicates (the same numbers a separate bootstrap with the same seed gives), and
+under the run's metric, those of `--bootstrap-metrics` and, beside linear CKA, unbiased CKA,
+whose replicates answer linear CKA's BOS question (`Measurement.answer_bootstrap`), all on
+the same B passage multisets. The default pooling's `bootstrap` object and the trust
+interval come from those replicates (the same numbers a separate bootstrap with the same seed
+gives), and
 `position0_answer` (verdict, delta, interval, tolerance, paired, sentence, ...) is the page's
 answer: paired with a bootstrap, unpaired (said so) without.
 """
@@ -39,8 +41,9 @@ def add_paired_args(p: argparse.ArgumentParser) -> None:
         "--bootstrap-metrics",
         default=None,
         metavar="A,B",
-        help="the metrics the --bootstrap replicates are evaluated under (default: --metric); "
-        "linear and unbiased CKA together cost one pass per pooling",
+        help="more metrics the --bootstrap replicates are evaluated under (always --metric, "
+        "and unbiased CKA beside linear CKA: its replicates answer the BOS question); linear "
+        "and unbiased CKA together cost one pass per pooling",
     )
 
 
@@ -67,13 +70,12 @@ def check_paired_args(args: argparse.Namespace) -> None:
 
 def paired_of(m: Any, args: argparse.Namespace) -> Any | None:
     """The run's paired bootstrap under the options (None without --bootstrap); the run's
-    metric is always among its metrics."""
+    metric and its BOS answer's stand-in are always among its metrics (SPEC 15)."""
     if getattr(args, "bootstrap", None) is None:
         return None
     poolings = _names(args.bootstrap_poolings, POOLINGS, "--bootstrap-poolings")
-    metrics = _names(args.bootstrap_metrics, METRICS, "--bootstrap-metrics") or ()
-    metrics = tuple(dict.fromkeys((args.metric, *metrics)))
-    return m.paired_bootstrap(poolings, metrics, B=args.bootstrap, seed=args.seed)
+    also = _names(args.bootstrap_metrics, METRICS, "--bootstrap-metrics") or ()
+    return m.answer_bootstrap(poolings, args.metric, also=also, B=args.bootstrap, seed=args.seed)
 
 
 def answer_of(m: Any, metric: str, pb: Any | None) -> dict[str, Any]:

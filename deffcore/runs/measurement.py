@@ -23,7 +23,7 @@ import numpy as np
 
 from deffcore.core.checks import check_choice
 from deffcore.core.constants import METRICS, PC_CONTROLS, POOLINGS
-from deffcore.core.errors import InvalidStatesError, UndefinedSimilarityError
+from deffcore.core.errors import DeffError, InvalidStatesError, UndefinedSimilarityError
 from deffcore.extraction.forward import Progress
 from deffcore.extraction.pooling import PooledStates
 from deffcore.inputs.run_spec import RunSpec
@@ -67,6 +67,8 @@ class Measurement:
     _upd: dict[tuple[str, str], UpdateDepth] = field(default_factory=dict, repr=False)
     _refs: dict[tuple[str, str], MatchedReferences] = field(default_factory=dict, repr=False)
     _paired: dict[tuple, Any] = field(default_factory=dict, repr=False)
+    #: answer bootstraps whose stand-in metric is undefined on this run's replicates
+    _no_stand_in: set[tuple] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self.layers = self.layers or self.pooled.layers
@@ -204,6 +206,35 @@ class Measurement:
             )
         self._paired["latest"] = self._paired[key]
         return self._paired[key]
+
+    def answer_bootstrap(
+        self,
+        poolings: tuple[str, ...] | None = None,
+        metric: str | None = None,
+        *,
+        also: tuple[str, ...] = (),
+        B: int = 100,
+        seed: int = 0,
+        progress: Progress | None = None,
+    ):
+        """The paired bootstrap a BOS answer under `metric` (default: the run's) is given
+        from: `metric`, the metrics in `also` and, beside linear CKA, its stand-in unbiased CKA
+        (`position0.answer_metrics`; SPEC 15), all on the same passage multisets. Where the
+        stand-in is undefined on this run's replicates (too few distinct passages for the
+        U-statistic) it is drawn without it, so linear CKA answers alone, its bias said.
+        Memoised like `paired_bootstrap`."""
+        from deffcore.statistics.position0 import answer_metrics
+
+        metric = metric or self.metric
+        asked = tuple(dict.fromkeys((metric, *also)))
+        wanted = tuple(dict.fromkeys((*answer_metrics(metric), *also)))
+        key = (poolings, wanted, B, seed)
+        if wanted != asked and key not in self._no_stand_in:
+            try:
+                return self.paired_bootstrap(poolings, wanted, B=B, seed=seed, progress=progress)
+            except DeffError:  # the stand-in's U-statistic is undefined here (or the metric's)
+                self._no_stand_in.add(key)
+        return self.paired_bootstrap(poolings, asked, B=B, seed=seed, progress=progress)
 
     def _covering(self, poolings, metrics, B: int, seed: int):
         """A memoised paired bootstrap with this B and seed that holds every (pooling, metric)

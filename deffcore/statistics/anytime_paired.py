@@ -22,7 +22,7 @@ from typing import Any
 
 from deffcore.core.errors import DeffError
 from deffcore.statistics.paired import PairedBootstrap, paired_bootstrap
-from deffcore.statistics.position0 import STAND_IN, position0_answer, stood_in
+from deffcore.statistics.position0 import STAND_IN, answer_metrics, position0_answer, stood_in
 
 #: The poolings the BOS answer compares.
 ANSWER_POOLINGS = ("default", "no_pos0")
@@ -36,7 +36,7 @@ def shared_bootstrap(
     or a pooling has no similarity here (a degenerate control: judged from N alone)."""
     if not poolings or B is None or B < 2:
         return None
-    metrics = ("cka", "unbiased_cka") if metric == "cka" else (metric,)
+    metrics = answer_metrics(metric)
     stacks = {p: states[p][1:] for p in dict.fromkeys(poolings)}
     try:
         return paired_bootstrap(stacks, metrics=metrics, B=int(B), seed=seed)

@@ -74,6 +74,14 @@ MAX_PASSAGES_ASKED = 1_000_000
 #: population similarity without linear CKA's finite-sample bias, about d/(N + d), which sits in
 #: every replicate (SPEC section 15, "Linear CKA's Δ, answered by unbiased CKA").
 STAND_IN = {"cka": "unbiased_cka"}
+
+
+def answer_metrics(metric: str) -> tuple[str, ...]:
+    """The metrics a paired bootstrap is drawn under so that its BOS answer for `metric` is the
+    calibrated one: `metric` and its stand-in (`STAND_IN`), one pass per pooling for both."""
+    return (metric, STAND_IN[metric]) if metric in STAND_IN else (metric,)
+
+
 VERDICTS = ("not_artefact", "artefact", "masks", "cannot_tell", "missing")
 
 

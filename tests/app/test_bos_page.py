@@ -144,9 +144,10 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
     wait_task(name)
     at.run()
     assert_clean(at)
-    real(run, metrics=("cka",), B=PAGE_B, seed=run.spec.seed)  # the same bootstrap, by hand
+    # the same bootstrap, by hand: linear CKA and its stand-in, unbiased CKA (SPEC 15)
+    real(run, metrics=("cka", "unbiased_cka"), B=PAGE_B, seed=run.spec.seed)
     paired = position0_answer_for(MeasurementView(run), "cka")
-    assert paired.paired and paired.B == PAGE_B
+    assert paired.paired and paired.B == PAGE_B and paired.answered_with == "unbiased_cka"
     assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(paired.sentence)}"]
     words = f"paired: both gaps are evaluated on the same {PAGE_B} bootstrap multisets"
     assert any(words in c.value for c in at.caption)
