@@ -22,6 +22,15 @@ def test_estimate_prior_then_this_machines_record():
     assert stage_times.estimate("loading model", "gemma3-270m") == 12.5
 
 
+def test_a_stage_quicker_than_a_millisecond_is_still_this_machines_time():
+    """A tiny model moves to the CPU in well under a millisecond on a fast machine: kept as
+    the finest time, never rounded to 0 (which reads back as no estimate at all)."""
+    stage_times.record("loading model: moving", "tiny-qwen3", 0.0004)
+    assert stage_times.estimate("loading model: moving", "tiny-qwen3") == stage_times.RESOLUTION_S
+    stage_times.record("loading model: moving", "tiny-qwen3", 0.0126)
+    assert stage_times.estimate("loading model: moving", "tiny-qwen3") == 0.013
+
+
 def test_a_damaged_file_is_ignored():
     cache_dir().mkdir(parents=True, exist_ok=True)
     (cache_dir() / stage_times.STAGE_FILE).write_text('{"loading model|x": "rm -rf"')

@@ -29,6 +29,8 @@ PRIORS: dict[tuple[str, str], float] = {
 }
 #: A tiny demo model loads in about this long.
 TINY_PRIOR_S = 2.0
+#: The finest time kept (seconds): a stage quicker than this is kept as this long.
+RESOLUTION_S = 0.001
 #: How far a stage's bar goes on its estimate alone (it never claims to be done).
 MAX_FRACTION = 0.95
 _LOCK = threading.Lock()
@@ -77,7 +79,9 @@ def record(stage: str, model: str, seconds: float) -> None:
         return
     with _LOCK:
         times = _read()
-        times[_name(stage, model)] = round(float(seconds), 3)
+        # kept to the millisecond, and never as 0 (which `_read` ignores as no estimate): a tiny
+        # model moves to the CPU in well under a millisecond on a fast machine
+        times[_name(stage, model)] = max(RESOLUTION_S, round(float(seconds), 3))
         try:
             _path().parent.mkdir(parents=True, exist_ok=True)
             atomic_write(_path(), json.dumps(times, sort_keys=True).encode())

@@ -82,7 +82,8 @@ class SnapshotView(NotebookDisplay, RunView):
         m = self.data.get("measurement") or {}
         if m.get("metric") != metric:
             return {}
-        return m.get("random_null", {}).get("results", {}).get(pooling, {})
+        # the schema lets a file say null for the null and for one pooling's band: both absent
+        return ((m.get("random_null") or {}).get("results") or {}).get(pooling) or {}
 
     def window_source(self) -> Any | None:
         """The stored `tokens.WindowSource` of the run's data (`measure --snapshot` writes it),
