@@ -16,6 +16,7 @@ from typing import Any
 import streamlit as st
 
 from deffcore.core.safe_text import md_escape
+from deffcore.statistics.anytime_paired import ANSWER_POOLINGS
 from deffcore.statistics.position0 import answer_metrics
 from deffcore.work import jobs
 
@@ -32,7 +33,7 @@ def ensure_paired(view: Any, metric: str) -> str | None:
     `metric` (started here when needed); None when it has one or is not a live run."""
     m = view.measurement
     pb, metrics = view.paired_bootstrap(), answer_metrics(metric)  # the stand-in too (SPEC 15)
-    held = pb is not None and all(pb.has(p, x) for p in ("default", "no_pos0") for x in metrics)
+    held = pb is not None and all(pb.has(p, x) for p in ANSWER_POOLINGS for x in metrics)
     if m is None or held:
         return None
     name = _name(view, metric)

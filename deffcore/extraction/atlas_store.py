@@ -60,10 +60,11 @@ def _folder(spec: Any) -> Path:
     return cache_dir() / spec.key()
 
 
-def _in_cache(spec: Any) -> bool:
+def _in_cache(folder: Path) -> bool:
+    """The run's folder is a cache entry of ours (else its files live in memory only)."""
     from deffcore.extraction.entries import is_run_entry
 
-    return is_run_entry(_folder(spec))
+    return is_run_entry(folder)
 
 
 def _meta(spec: Any, fmt: int, **extra: Any) -> dict[str, Any]:
@@ -79,12 +80,11 @@ def _meta(spec: Any, fmt: int, **extra: Any) -> dict[str, Any]:
 def _keep(spec: Any, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Write `name` beside the run's entry (atomic), or keep it in memory without one."""
     from deffcore.core.files import atomic_write, writable_entry
-    from deffcore.extraction.entries import is_run_entry
 
     arrays = {**arrays, "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
     folder = _folder(spec)
     memo = (str(folder.parent), spec.key(), name)
-    if is_run_entry(folder):
+    if _in_cache(folder):
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         # writable_entry refuses a folder that is not provably ours (a link, a user's folder)
@@ -100,15 +100,15 @@ def _keep(spec: Any, name: str, arrays: dict[str, np.ndarray], meta: dict[str, A
 def _load(spec: Any, name: str, fmt: int) -> tuple[dict[str, np.ndarray], dict] | None:
     """The arrays and meta of `name` for `spec`, or None (absent, unreadable, another format,
     another run's)."""
-    arrays = None
-    if _in_cache(spec) and (_folder(spec) / name).is_file():
+    arrays, folder = None, _folder(spec)
+    if _in_cache(folder) and (folder / name).is_file():
         try:
-            with np.load(io.BytesIO((_folder(spec) / name).read_bytes()), allow_pickle=False) as z:
+            with np.load(io.BytesIO((folder / name).read_bytes()), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         except Exception:  # a damaged file is absent, never a crash
             arrays = None
     if arrays is None:
-        arrays = _MEMORY.get((str(_folder(spec).parent), spec.key(), name))
+        arrays = _MEMORY.get((str(folder.parent), spec.key(), name))
     if arrays is None or "meta" not in arrays or arrays["meta"].dtype != np.uint8:
         return None
     try:
