@@ -58,12 +58,24 @@ PRESET_TIME = {"tiny": "seconds", "cpu": "several minutes on 2 cores, about 15 u
                "gpu": "Gemma-3-270M's shape, on a GPU"}  # fmt: skip
 
 
+#: The knobs a preset sets (their widgets' keys).
+KNOBS = ("pt_variants", "pt_seeds", "pt_iters", "pt_eval")
+
+
+def _knobs_to_preset() -> None:
+    """Choosing a preset sets its knobs: a keyed widget keeps its value when its default
+    changes, so without this "tiny" would train the cpu preset's 4 × 3 × 300 steps."""
+    for key in KNOBS:
+        st.session_state.pop(key, None)
+
+
 def train_form() -> None:
     """The preset and its knobs; Train runs the probes in this script run (stored after)."""
     presets = [p for p in PRESETS if p != "gpu" or torch.cuda.is_available()]
     c1, c2, c3 = st.columns(3)
     preset = c1.selectbox(
         "Preset", presets, index=presets.index("cpu"), key="pt_preset",
+        on_change=_knobs_to_preset,
         help="tiny: seconds (a smoke test) · cpu: several minutes on 2 cores (about 15 under "
         "load) · gpu: Gemma-3-270M's shape, needs CUDA",
     )  # fmt: skip

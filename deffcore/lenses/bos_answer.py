@@ -23,6 +23,7 @@ import numpy as np
 from deffcore.statistics.position0 import (
     STAND_IN,
     Position0Answer,
+    answer_trust,
     gap_error_points,
     position0_answer,
     stood_in,
@@ -116,17 +117,15 @@ def _stood_in(
     if asked.identical is not None or asked.delta is None:
         return asked
     (gd, rd), (gn, rn) = pb.gap("default", metric, K), pb.gap("no_pos0", metric, K)
-    trusts = {
-        p: view.trust_of(p, metric, pb.deff_over_L(p, metric, K)[0],
-                         _replicate_interval(pb, p, metric, K), layers=pb.layers)
+    spec, source = view.spec or None, view.window_source()
+    t_d, t_n = (
+        answer_trust(pb, p, metric, view.d_model, K=K, spec=spec, source=source)
         for p in ("default", "no_pos0")
-    }  # fmt: skip
-    t_d, t_n = trusts["default"], trusts["no_pos0"]
+    )
     own = position0_answer(
         gd, gn, replicates=(rd, rn), trust_default=t_d.level, trust_no_pos0=t_n.level,
         ci=pb.ci, n=pb.n, noise_action=t_d.action if t_d.level == "noise" else t_n.action,
-        spec=getattr(view, "spec", None) or None,
-        source=view.window_source() if hasattr(view, "window_source") else None,
+        spec=spec, source=source,
     )  # fmt: skip
     return stood_in(own, metric, asked.delta)
 

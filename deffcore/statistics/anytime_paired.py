@@ -10,8 +10,9 @@ estimate carries the BOS answer (`position0.position0_answer` with the replicate
 gaps): linear CKA's Delta from unbiased CKA's replicates, which the bootstrap always holds
 beside it (`position0.STAND_IN`, as the page and the CLI answer it: the claim is about the
 population Delta, and linear CKA's finite-sample bias sits in every replicate), with the
-trust levels of those two numbers as the page and the CLI judge them (`answer_trust`: the
-paired replicates' interval) and the action checked against the run's data. `--until
+trust levels of those two numbers as the page and the CLI judge them
+(`position0.answer_trust`: the paired replicates' interval, the action checked against the
+run's data). `--until
 verdict` and the app's "Stop when settled" stop on that answer (`stopping.StopRule`).
 """
 
@@ -22,7 +23,13 @@ from typing import Any
 
 from deffcore.core.errors import DeffError
 from deffcore.statistics.paired import PairedBootstrap, paired_bootstrap
-from deffcore.statistics.position0 import STAND_IN, answer_metrics, position0_answer, stood_in
+from deffcore.statistics.position0 import (
+    STAND_IN,
+    answer_metrics,
+    answer_trust,
+    position0_answer,
+    stood_in,
+)
 
 #: The poolings the BOS answer compares.
 ANSWER_POOLINGS = ("default", "no_pos0")
@@ -44,23 +51,6 @@ def shared_bootstrap(
         return None
 
 
-def answer_trust(paired: PairedBootstrap, pooling: str, metric: str, d: int) -> Any:
-    """The trust rule on one of the answer's numbers as the BOS page and the CLI judge it
-    (`RunView.trust` with the paired replicates' percentile interval): the point, linear
-    CKA's bias check against unbiased CKA when the bootstrap holds it, the interval."""
-    from deffcore.statistics.trust_rule import assess
-
-    point = paired.deff_over_L(pooling, metric)[0]
-    unbiased = None
-    if metric == "cka" and paired.has(pooling, "unbiased_cka"):
-        unbiased = paired.deff_over_L(pooling, "unbiased_cka")[0]
-    res = paired.result(pooling, metric)
-    return assess(
-        paired.n, d, metric=metric, point=point, layers=paired.layers, unbiased=unbiased,
-        interval=(res.low, res.high),
-    )  # fmt: skip
-
-
 def live_answer(
     paired: PairedBootstrap,
     states: Mapping[str, Any],
@@ -80,7 +70,7 @@ def live_answer(
         return None
     levels, actions, gaps, reps = {}, {}, {}, {}
     for p in ANSWER_POOLINGS:
-        t = answer_trust(paired, p, used, int(states[p].shape[2]))
+        t = answer_trust(paired, p, used, int(states[p].shape[2]), spec=spec)
         levels[p], actions[p] = t.level, t.action
         gaps[p], reps[p] = paired.gap(p, used)
     noisy = "default" if levels["default"] == "noise" else "no_pos0"

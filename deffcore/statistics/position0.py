@@ -61,7 +61,8 @@ import numpy as np
 
 from deffcore.core.constants import REGIME_TOLERANCE
 from deffcore.inputs.supply import passages_action
-from deffcore.statistics.paired import METHOD, difference_of
+from deffcore.statistics.paired import METHOD, PairedBootstrap, difference_of
+from deffcore.statistics.trust_rule import Trust, assess, with_supply
 
 #: The tolerance of the position-0 test: the larger of this many points ...
 POS0_MIN_POINTS = 2.0
@@ -430,3 +431,29 @@ def _paired_answer(
         f"{head}: {moves}; the interval (with the tolerance's own uncertainty) straddles {tol} "
         f"→ cannot tell yet; {action}.", **extra,
     )  # fmt: skip
+
+
+def answer_trust(
+    paired: PairedBootstrap,
+    pooling: str,
+    metric: str,
+    d: int,
+    *,
+    K: int | None = None,
+    spec: Any = None,
+    source: Any = None,
+) -> Trust:
+    """The trust rule on one of the BOS answer's numbers, as every answer judges it (the BOS
+    page, the CLI, the live estimates): the paired replicates' point and percentile interval
+    of D_eff(K)/L, and the "use ≥ n passages" action checked against what `spec`'s data can
+    give (`trust_rule.with_supply`; `source`: its window source when held). d: the residual
+    width. The answer's numbers are unbiased CKA's, or linear CKA's where the bootstrap holds
+    no unbiased replicates (`STAND_IN`), so there is no bias check to add; nor a random-weight
+    band: it sets a trust's `null` sentence, never the level or the action the answer reads."""
+    point = paired.deff_over_L(pooling, metric, K)[0]
+    res = paired.result(pooling, metric, K)
+    t = assess(
+        paired.n, d, metric=metric, point=point, layers=paired.layers,
+        interval=(res.low, res.high),
+    )  # fmt: skip
+    return with_supply(t, spec, source)

@@ -183,10 +183,9 @@ class RunView:
         *,
         layers: int,
     ) -> Any:
-        """The trust rule of `trust` for a D_eff/L of this run's passages that need not be a
-        headline of the view (a paired bootstrap's point under a metric the view does not
-        show: `bos_answer`'s stand-in); N and d are the run's, `layers` the number's (a
-        headline's `layers`, a bootstrap's `layers`)."""
+        """The trust rule of `trust` for a D_eff/L of this run's passages; N and d are the
+        run's, `layers` the number's (a headline's). The BOS answer judges its numbers with
+        `position0.answer_trust` (a paired bootstrap's, the live estimates' too)."""
         from deffcore.statistics.trust_rule import trust_badge, with_supply
 
         band = self.random_band(pooling, metric) or {}

@@ -19,6 +19,7 @@ from apptest_helpers import assert_clean, charts, plain
 from shipped_helpers import shipped_view
 from streamlit.testing.v1 import AppTest
 
+from deffcore.labs.pretrain import PRESETS
 from deffcore.work import jobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,7 +155,18 @@ def test_models_lists_gemma_3_12b_and_no_cell_reads_none(shipped):
 def test_short_pretraining_says_the_trained_preset_with_the_papers_decimals(shipped):
     at = open_page("pages/15_Short_pretraining.py")
     assert "6 blocks, d = 64" in captions(at)  # before training: the chosen (cpu) preset
+    at.number_input(key="pt_iters").set_value(77).run()  # a knob of the cpu preset, changed
     at.selectbox(key="pt_preset").set_value("tiny").run()
+    # choosing a preset sets its knobs (a keyed widget would keep the cpu preset's 4 × 3 × 300
+    # steps, and "tiny" would train 450 times its work)
+    tiny = PRESETS["tiny"]
+    assert at.multiselect(key="pt_variants").value == list(tiny.variants)
+    assert at.number_input(key="pt_seeds").value == len(tiny.seeds)
+    assert (at.number_input(key="pt_iters").value, at.number_input(key="pt_eval").value) == (
+        tiny.iters,
+        tiny.eval_interval,
+    )
+    assert "Estimate: 1× the work of the tiny preset as shipped" in captions(at)
     at.button(key="pt_run").click().run()
     assert_clean(at)
     text = captions(at)
