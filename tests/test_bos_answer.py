@@ -221,6 +221,26 @@ def test_the_stand_in_answer_says_which_metric_answered():
     assert position0_answer_for(view, "cka", paired=alone).answered_with is None
 
 
+def test_the_paired_answer_judges_each_number_by_its_replicates_percentile_interval():
+    """Each pooling's trust level reads the paired replicates' 95% percentile interval of its
+    D_eff/L (computed here independently): at N = 1,024 unbiased CKA's spread fits 2% and the
+    answer is solid; a degenerate interval (one endpoint twice) would say otherwise."""
+    m, N, d, L = "unbiased_cka", 1024, 8, 6
+    c = position0_construction(N, d, L, h0=1.0, pos0=0.6, onset=2, seed=5)
+    stacks = {"default": c.default, "no_pos0": c.no_pos0}
+    S = {(p, m): similarity_matrix(x, m) for p, x in stacks.items()}
+    view = pooled_view(S, L, N, d)
+    pb = paired_bootstrap(stacks, metrics=(m,), B=60, seed=1)
+    own = position0_answer_for(view, m, paired=pb, stand_in=False)
+    levels = []
+    for pooling in ("default", "no_pos0"):
+        _, reps = pb.deff_over_L(pooling, m, None)
+        lo, hi = np.quantile(reps, [0.025, 0.975])
+        levels.append(view.trust(pooling, m, None, (lo, hi)).level)
+        assert view.trust(pooling, m, None, (lo, lo)).level != levels[-1]
+    assert own.trust == "solid" and levels == ["solid", "solid"]
+
+
 def test_paired_bootstrap_storage_round_trip_and_hostile_input():
     from deffcore.core.errors import DeffError
     from deffcore.statistics.paired import PairedBootstrap

@@ -18,8 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from deffcore.statistics.position0 import (
     STAND_IN,
     Position0Answer,
@@ -137,10 +135,10 @@ def _view_paired(view: Any) -> Any:
 
 def _replicate_interval(pb: Any, pooling: str, metric: str, K: int | None) -> tuple[float, float]:
     """The percentile interval of one pooling's D_eff/L from the paired replicates (what the
-    trust rule takes as its bootstrap interval)."""
-    _, reps = pb.deff_over_L(pooling, metric, K)
-    alpha = (1.0 - pb.ci) / 2.0
-    return float(np.quantile(reps, alpha)), float(np.quantile(reps, 1.0 - alpha))
+    trust rule takes as its bootstrap interval; `PairedBootstrap.result`'s, as
+    `position0.answer_trust` reads it)."""
+    res = pb.result(pooling, metric, K)
+    return res.low, res.high
 
 
 def _bias_part(trust: Any, point: float) -> float:

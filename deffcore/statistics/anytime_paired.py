@@ -12,8 +12,8 @@ beside it (`position0.STAND_IN`, as the page and the CLI answer it: the claim is
 population Delta, and linear CKA's finite-sample bias sits in every replicate), with the
 trust levels of those two numbers as the page and the CLI judge them
 (`position0.answer_trust`: the paired replicates' interval, the action checked against the
-run's data). `--until
-verdict` and the app's "Stop when settled" stop on that answer (`stopping.StopRule`).
+run's data). `--until verdict` and the app's "Stop when settled" stop on that answer
+(`stopping.StopRule`).
 """
 
 from __future__ import annotations
