@@ -108,9 +108,10 @@ def main() -> int:
             f"N = {n}: " + ", ".join(f"{k} {v['coverage']:.3f}" for k, v in out[n].items()),
             flush=True,
         )
+    text = json.dumps(out, indent=2)
     if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
-    print(json.dumps(out, indent=2))
+        args.json.write_text(text)
+    print(text)
     return 0
 
 

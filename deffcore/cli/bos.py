@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from deffcore.cli import _paired
 from deffcore.cli._common import add_run_args, check_args, run_kwargs
 from deffcore.cli._output import add_output_args, answer, fmt
-from deffcore.cli._paired import (
-    add_paired_args,
-    answer_line,
-    answer_of,
-    check_paired_args,
-    paired_of,
-)
 from deffcore.core.constants import POOLINGS
 
 
@@ -35,7 +29,7 @@ def add_parser(subparsers) -> None:
         help="passage bootstrap with B replicates, one for the run: the default pooling's trust "
         "interval and the BOS answer's paired interval (default vs no_pos0, SPEC section 15)",
     )
-    add_paired_args(p)
+    _paired.add_paired_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -76,10 +70,10 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
         progress=progress,
     )
     diag = diagnose(spec, device=device, progress=progress)
-    pb = paired_of(m, args)  # one bootstrap: the trust interval and the answer's pairs
+    pb = _paired.paired_of(m, args)  # one bootstrap: the trust interval and the answer's pairs
     boot = pb.result("default", kw["metric"]) if pb is not None else None
     report = bos_report(m, diag, kw["metric"], bootstrap=boot)
-    report["position0_answer"] = answer_of(m, kw["metric"], pb)
+    report["position0_answer"] = _paired.answer_of(m, kw["metric"], pb)
     return report
 
 
@@ -92,7 +86,7 @@ def _table(d: dict) -> str:
         f"model {d['model']}  layers L={d['layers']}  N={d['n']}  max_tokens={d['max_tokens']}  "
         f"passages={d['passages']}  bos={d['bos']} (tokenizer adds BOS: {d['adds_bos']})",
         "",
-        answer_line(d["position0_answer"]),
+        _paired.answer_line(d["position0_answer"]),
         "",
         d["verdict"],
         "",
@@ -161,6 +155,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.bootstrap is not None:
         check_int(args.bootstrap, "--bootstrap", 2)
-    check_paired_args(args)
+    _paired.check_paired_args(args)
     check_args(args)  # every argument, cheaply, before anything loads
     return answer(args, "passage", lambda bar: compute(args, progress=bar), _table)

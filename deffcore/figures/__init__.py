@@ -39,19 +39,5 @@ from deffcore.figures.paper_lenses import *  # noqa: F403
 from deffcore.figures.run import *  # noqa: F403
 from deffcore.figures.synthetic import *  # noqa: F403
 
-__all__ = sorted(
-    name
-    for module in (
-        anytime,
-        atlas,
-        base,
-        baselines,
-        bos,
-        compare,
-        models,
-        paper_lenses,
-        run,
-        synthetic,
-    )
-    for name in module.__all__
-)
+_SUBJECTS = (anytime, atlas, base, baselines, bos, compare, models, paper_lenses, run, synthetic)
+__all__ = sorted(name for module in _SUBJECTS for name in module.__all__)
