@@ -80,6 +80,30 @@ def test_until_verdict_stops_on_the_paired_answer(windows_dataset, every_batch, 
     assert len(set(same)) == 1 and same[0] in definite and k < 1024
 
 
+def test_a_stopped_run_shows_the_spread_and_the_paired_answer_of_its_last_estimate(
+    windows_dataset, every_batch, planted
+):
+    """Issue 26, item 7: the kept run of a stop holds its last estimate's paired bootstrap, so
+    its displayed trust reads that measured spread (not the prior) and its BOS answer is paired
+    without a second draw; a run measured without estimates has neither."""
+    from deffcore.lenses.bos_answer import position0_answer_for
+
+    spec = replace(window_spec(windows_dataset, 512), bos="none")  # no_pos0 its own control
+    live = measure_live(spec, device="cpu", batch_size=32, until=StopRule("solid"), bootstrap=20)
+    m, last = live.measurement, live.trajectory[-1]
+    assert live.stopped and m.paired_latest() is last.paired
+    res = last.paired.result("default", "cka")
+    shown = m.trust()
+    assert shown.interval == pytest.approx((res.low, res.high), rel=1e-12)
+    asked = m.trust(ci=(res.low, res.high))
+    assert (shown.level, shown.reasons) == (asked.level, asked.reasons)
+    assert m.view().stored_bootstrap("top1_pc", "cka") is None  # not among the pairs: prior
+    answer = position0_answer_for(m.view(), "cka")
+    assert answer.paired and answer.B == 20
+    plain = measure_spec(replace(spec, n=m.n), device="cpu", batch_size=32)
+    assert plain.paired_latest() is None and plain.trust().interval is None
+
+
 def test_documents_runs_show_estimates_before_the_end(windows_dataset, every_batch):
     """A 48-document run: the first look (32 passages, the sample's first 32) is estimated
     while it extracts, not only when it lands (issue 26: no "No estimates before the end")."""

@@ -241,3 +241,22 @@ def test_bad_bootstrap_poolings_are_one_line(capsys, tiny_dataset):
                      "--bootstrap", "5", flag, value, "--no-progress"])  # fmt: skip
         err = capsys.readouterr().err
         assert code == 2 and needle in err and "Traceback" not in err, err
+
+
+def test_a_live_run_answers_and_judges_from_the_bootstrap_it_already_drew(capsys, tiny_dataset):
+    """Issue 26, items 1 and 7: a plain `measure` (live estimates on) holds the last estimate's
+    paired bootstrap of its own passages, so its BOS answer is paired and its trust reads the
+    measured spread, the same numbers `--bootstrap 50` draws; `--no-anytime` has neither."""
+    from deffcore.statistics.stopping import LIVE_BOOTSTRAP
+
+    opts = ("--passages", "windows", "--bos", "none", "--n", "48", "--max-tokens", "16")
+    live = _measure_json(capsys, tiny_dataset, *opts)
+    asked = _measure_json(capsys, tiny_dataset, *opts, "--bootstrap", str(LIVE_BOOTSTRAP))
+    assert live["position0_answer"]["paired"] is True
+    assert live["position0_answer"]["B"] == LIVE_BOOTSTRAP
+    assert live["position0_answer"] == asked["position0_answer"]
+    assert live["trust"]["interval"] is not None and live["trust"] == asked["trust"]
+    assert live["bootstrap"]["samples"] == asked["bootstrap"]["samples"]
+    off = _measure_json(capsys, tiny_dataset, *opts, "--no-anytime")
+    assert off["position0_answer"]["paired"] is False and off["trust"]["interval"] is None
+    assert "bootstrap" not in off

@@ -252,7 +252,9 @@ class Measurement:
         pooling's point profile equal to this run's own. One metric per pooling is checked,
         linear CKA where `pb` has it: both are functions of the same pooled states, and the
         unbiased similarity is not computed for a run that shows only linear CKA. A later
-        `paired_bootstrap` it covers is read from it, not redrawn. True when kept."""
+        `paired_bootstrap` it covers is read from it, not redrawn, and until one is computed
+        it is the run's `paired_latest`: its measured spread and paired answer (SPEC 15).
+        True when kept."""
         if pb is None or (pb.n, pb.layers) != (self.n, self.layers):
             return False
         checked: dict[str, str] = {}
@@ -267,10 +269,12 @@ class Measurement:
         poolings = tuple(dict.fromkeys(p for p, _ in pb.points))
         metrics = tuple(dict.fromkeys(m for _, m in pb.points))
         self._paired[(poolings, metrics, pb.B, pb.seed)] = pb
+        self._paired.setdefault("latest", pb)
         return True
 
     def paired_latest(self):
-        """The last `paired_bootstrap` computed for this run, or None (never computes)."""
+        """The last `paired_bootstrap` computed for this run, else the one it adopted (the
+        live estimates' on its own passages), or None (never computes)."""
         return self._paired.get("latest")
 
     def random_band(self, pooling: str = "default", metric: str | None = None) -> dict[str, Any]:

@@ -62,3 +62,14 @@ class MeasurementView(NotebookDisplay, RunView):
 
     def paired_bootstrap(self) -> Any | None:
         return self._m.paired_latest()
+
+    def stored_bootstrap(
+        self, pooling: str = "default", metric: str = "cka", K: int | None = None
+    ) -> dict[str, Any] | None:
+        """This headline's bootstrap from the run's paired bootstrap (one it computed, or the
+        live estimates' on its passages that it adopted), so a trust level reads the run's
+        measured spread, never the prior, when the run has one (issue 26, item 7)."""
+        pb = self._m.paired_latest()
+        if pb is None or not pb.has(pooling, metric):
+            return None
+        return pb.result(pooling, metric, K).to_dict()
