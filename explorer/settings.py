@@ -54,23 +54,25 @@ PAGE_CHANGED_KEY = "_deff_page_changed"
 REFUSED_KEY = "_deff_refused"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Settings:
-    """The sidebar's values: what to measure (run settings) and how to look at it (view)."""
+    """The sidebar's values: what to measure (run settings) and how to look at it (view),
+    in the order the sidebar asks for them (keyword-only, so the order is free to follow it)."""
 
     model: str
     revision: str | None
     dataset: str
+    #: the local dataset path typed by the user (checked against DEFF_LOCAL_PATHS), if any
+    local_data: str | None = None
     n: int
     max_tokens: int
+    passages: str = "documents"
+    bos: str = "default"
     seed: int
+    # the view: how the measured run is looked at
     pooling: str
     metric: str
     K: int | None
-    passages: str = "documents"
-    bos: str = "default"
-    #: the local dataset path typed by the user (checked against DEFF_LOCAL_PATHS), if any
-    local_data: str | None = None
 
     def shared_options(self) -> dict[str, Any]:
         """What every run of these settings shares beyond model and data (a run's, a
