@@ -10,6 +10,15 @@ use by default for the BOS answer (default and no_pos0, the run's metric). Repor
 extra pooling's cost as a multiple of the first, (t_k - t_1) / ((k - 1) t_1), and the second
 metric's cost as a multiple of the first metric's. Shapes are SmolLM2's (L = 30, d = 576)
 unless given; the states are an accumulated random walk (the cost does not depend on them).
+
+Last, the part of one pooling's bootstrap that does not depend on its states, so that a second
+pooling could share it: the B multisets drawn and turned into multiplicities
+(`resample_indices`, then `_counts`). Everything else reads the pooling's own states (its
+centring, its Gram strips, the B weighted forms of each pair of its layers), so an extra
+pooling computed exactly from its own states costs at least (1 - shared) x the first. Only a
+pooling whose states are a cheap function of another's could share more (the top-PC controls
+are the default's states less a rank-1 or rank-3 projection); default and no_pos0, the pair
+every BOS answer needs, are not.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from deffcore.statistics.bootstrap import _counts, resample_indices  # noqa: E402
 from deffcore.statistics.paired import paired_bootstrap  # noqa: E402
 
 POOLINGS = ("default", "no_pos0", "first_non_bos", "token_normed", "top1_pc", "top3_pc")
@@ -77,6 +87,13 @@ def main() -> None:
         f"\nlinear CKA beside unbiased CKA (one pass): +{(both - lone) / lone:.2f} x the unbiased "
         "pass alone"
     )
+    shared = best(lambda: _counts(resample_indices(args.n, args.B), args.n, "cpu"), args.repeat)
+    for metrics, t1 in first.items():
+        print(
+            f"shared by the poolings ({' + '.join(metrics)}): {shared * 1e3:.1f} ms = "
+            f"{shared / t1:.4f} of the first pooling, so an extra one from its own states "
+            f"costs >= {1 - shared / t1:.4f} x the first"
+        )
 
 
 if __name__ == "__main__":
