@@ -14,6 +14,7 @@ BENCHMARKS.md quotes the 1-minute load average from that log. Linux only.
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -41,21 +42,29 @@ def main() -> None:
     stop = args.log.with_name(args.log.name + ".stop")
     loops: list[subprocess.Popen] = []
     last_line = 0.0
-    with args.log.open("a", buffering=1) as log:
-        while not stop.exists():
-            others = runnable_now() - len(loops) - 1  # the loops, and this reader itself
-            want = max(0, min(MAX_LOOPS, round(args.target - max(0, others))))
-            while len(loops) < want:
-                loops.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
-            while len(loops) > want:
-                loops.pop().kill()
-            if time.time() - last_line >= 60:
-                last_line = time.time()
-                stamp = time.strftime("%H:%M:%S")
-                log.write(f"{stamp} {LOADAVG.read_text().strip()} loops={len(loops)}\n")
-            time.sleep(args.every)
-    for loop in loops:
-        loop.kill()
+    # the loops never outlive this script, however it ends: Ctrl-C, a kill (SIGTERM), or the
+    # stop file
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        with args.log.open("a", buffering=1) as log:
+            while not stop.exists():
+                others = runnable_now() - len(loops) - 1  # the loops, and this reader itself
+                want = max(0, min(MAX_LOOPS, round(args.target - max(0, others))))
+                while len(loops) < want:
+                    loops.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+                while len(loops) > want:
+                    loops.pop().kill()
+                if time.time() - last_line >= 60:
+                    last_line = time.time()
+                    stamp = time.strftime("%H:%M:%S")
+                    log.write(f"{stamp} {LOADAVG.read_text().strip()} loops={len(loops)}\n")
+                time.sleep(args.every)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
 
 
 if __name__ == "__main__":

@@ -69,10 +69,12 @@ def check_paired_args(args: argparse.Namespace) -> None:
 
 
 def paired_of(m: Any, args: argparse.Namespace) -> Any | None:
-    """The run's paired bootstrap under the options (None without --bootstrap); the run's
-    metric and its BOS answer's stand-in are always among its metrics (SPEC 15)."""
+    """The run's paired bootstrap under the options; the run's metric and its BOS answer's
+    stand-in are always among its metrics (SPEC 15). Without --bootstrap, the one the run
+    already holds (its live estimates', on its own passages: `Measurement.paired_latest`),
+    else None."""
     if getattr(args, "bootstrap", None) is None:
-        return None
+        return m.paired_latest()
     poolings = _names(args.bootstrap_poolings, POOLINGS, "--bootstrap-poolings")
     also = _names(args.bootstrap_metrics, METRICS, "--bootstrap-metrics") or ()
     return m.answer_bootstrap(poolings, args.metric, also=also, B=args.bootstrap, seed=args.seed)

@@ -71,7 +71,8 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
     )
     diag = diagnose(spec, device=device, progress=progress)
     pb = _paired.paired_of(m, args)  # one bootstrap: the trust interval and the answer's pairs
-    boot = pb.result("default", kw["metric"]) if pb is not None else None
+    held = pb is not None and pb.has("default", kw["metric"])
+    boot = pb.result("default", kw["metric"]) if held else None
     report = bos_report(m, diag, kw["metric"], bootstrap=boot)
     report["position0_answer"] = _paired.answer_of(m, kw["metric"], pb)
     return report

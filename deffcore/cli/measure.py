@@ -174,8 +174,6 @@ def run(args: argparse.Namespace) -> int:
     boot = None
     args.bootstrap = verdict_bootstrap(args)  # the answer --until verdict stopped on is paired
     pb = paired_of(m, args)  # one bootstrap for the run: every pooling it pairs, same passages
-    if pb is None:  # the live estimates' bootstrap of the run's own passages, when it kept one
-        pb = m.paired_latest()
     if pb is not None and pb.has("default", args.metric):
         boot = pb.result("default", args.metric)
         d["bootstrap"] = boot.to_dict()
