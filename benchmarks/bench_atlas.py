@@ -69,7 +69,7 @@ def _one_forward(loaded, seqs, batch: int, clock) -> float:
 
 
 def skip_ratio(loaded, texts, max_tokens: int, passages: int, wall: bool) -> dict:
-    from deffcore.extraction.batches import tokenize
+    from deffcore.inputs.tokens import tokenize
     from deffcore.lenses.atlas_skip import _batch_size, skip_rows
 
     clock = _clock(wall)

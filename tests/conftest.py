@@ -151,6 +151,7 @@ def shipped_run(tmp_path_factory):
 @pytest.fixture
 def no_model(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """A model loader that must not be called: the checks run before any model loads."""
+    import deffcore.inputs.run_inputs
     import deffcore.runs.measure
 
     calls: list[tuple] = []
@@ -159,7 +160,7 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         calls.append(args)
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
     return calls
 
 
@@ -169,17 +170,18 @@ def gate(monkeypatch: pytest.MonkeyPatch):
     whatever happens, then the jobs still running are waited for)."""
     import threading
 
+    import deffcore.inputs.run_inputs
     import deffcore.runs.measure
     from deffcore.work import jobs
 
     event = threading.Event()
-    real = deffcore.runs.measure.load_model
+    real = deffcore.inputs.run_inputs.load_model
 
     def loader(*args, **kwargs):
         assert event.wait(600), "the test never opened the gate"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
     yield event
     event.set()
     for job in jobs.active_jobs():
@@ -220,10 +222,11 @@ def cancel_after_first_batch(monkeypatch: pytest.MonkeyPatch):
     """Every background job is cancelled as soon as its first batch is extracted; every batch
     is checkpointed, so the cancelled run leaves a partial entry. Returns `stop()`."""
     import deffcore.extraction.forward
+    import deffcore.inputs.run_inputs
     import deffcore.runs.measure
     from deffcore.work import jobs
 
-    real = deffcore.runs.measure.extract_pooled
+    real = deffcore.runs.measure.extract_run
 
     def cancelling(*args, progress=None, **kwargs):
         def wrapped(done, total, stage):
@@ -235,8 +238,8 @@ def cancel_after_first_batch(monkeypatch: pytest.MonkeyPatch):
         return real(*args, progress=wrapped, **kwargs)
 
     monkeypatch.setattr(deffcore.extraction.forward, "CHECKPOINT_EVERY_S", 0.0)  # keep every batch
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", cancelling)
-    return lambda: monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_run", cancelling)
+    return lambda: monkeypatch.setattr(deffcore.runs.measure, "extract_run", real)
 
 
 @pytest.fixture
@@ -245,6 +248,7 @@ def planted(monkeypatch: pytest.MonkeyPatch):
     is h_0 plus a little, so its numbers settle at small N (the model every load returns)."""
     import torch
 
+    import deffcore.inputs.run_inputs
     import deffcore.runs.measure
     from deffcore.inputs.loading import load_model
 
@@ -253,5 +257,5 @@ def planted(monkeypatch: pytest.MonkeyPatch):
         for block in model.model.model.layers:
             block.self_attn.o_proj.weight.mul_(0.02)
             block.mlp.down_proj.weight.mul_(0.02)
-    monkeypatch.setattr(deffcore.runs.measure, "load_model", lambda *a, **k: model)
+    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", lambda *a, **k: model)
     return model

@@ -10,10 +10,10 @@ import torch
 
 import deffcore as dc
 from deffcore.core.errors import UnsupportedArchitectureError
-from deffcore.extraction.batches import tokenize
 from deffcore.extraction.forward import extract_pooled
 from deffcore.inputs.architecture import architecture_of
 from deffcore.inputs.interventions import supported_interventions
+from deffcore.inputs.tokens import tokenize
 from deffcore.lenses.support import TEXTS, build_small
 from deffcore.runs.external import wrap_loaded
 

@@ -28,10 +28,11 @@ RUN = {"n": 10, "max_tokens": 24, "seed": 0}
 @pytest.fixture
 def forwards(monkeypatch):
     """Count base-model forward passes of every model loaded from here on."""
+    import deffcore.inputs.run_inputs
     import deffcore.runs.measure
 
     count = [0]
-    real = deffcore.runs.measure.load_model
+    real = deffcore.inputs.run_inputs.load_model
 
     def counted(*args, **kwargs):
         loaded = real(*args, **kwargs)
@@ -40,7 +41,7 @@ def forwards(monkeypatch):
         )
         return loaded
 
-    monkeypatch.setattr(deffcore.runs.measure, "load_model", counted)
+    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", counted)
     monkeypatch.setattr("deffcore.inputs.loading.load_model", counted)
     return count
 

@@ -62,8 +62,8 @@ def test_miss_then_hit():
         return make_pooled()
 
     assert cache.load(SPEC) is None
-    first, cached1, meta = cache.get_or_compute(SPEC, compute)
-    second, cached2, _ = cache.get_or_compute(SPEC, compute)
+    first, cached1, meta = cache.get_or_compute(SPEC, compute, sources=SPEC.sources())
+    second, cached2, _ = cache.get_or_compute(SPEC, compute, sources=SPEC.sources())
     assert calls == [1] and (cached1, cached2) == (False, True)
     assert_same(first, make_pooled())
     assert_same(second, make_pooled())
@@ -107,7 +107,7 @@ def entry_folder(spec: RunSpec) -> Path:
     ["truncate_npz", "flip_byte", "delete_npz", "garbage_meta", "empty_meta", "bad_shape"],
 )
 def test_corrupt_entry_is_detected_and_recomputed(damage):
-    cache.store(SPEC, make_pooled())
+    cache.store(SPEC, make_pooled(), sources=SPEC.sources())
     folder = entry_folder(SPEC)
     npz, meta = folder / "states.npz", folder / "meta.json"
     if damage == "truncate_npz":
@@ -132,14 +132,14 @@ def test_corrupt_entry_is_detected_and_recomputed(damage):
         cache.load(SPEC, strict=True)
     fresh = make_pooled(seed=1)
     with pytest.warns(UserWarning, match="Recomputing"):
-        got, was_cached, _ = cache.get_or_compute(SPEC, lambda: fresh)
+        got, was_cached, _ = cache.get_or_compute(SPEC, lambda: fresh, sources=SPEC.sources())
     assert not was_cached
     assert_same(got, fresh)
     assert_same(cache.load(SPEC), fresh)
 
 
 def test_no_temp_files_left_behind():
-    cache.store(SPEC, make_pooled())
+    cache.store(SPEC, make_pooled(), sources=SPEC.sources())
     names = sorted(p.name for p in entry_folder(SPEC).iterdir())
     assert names == ["meta.json", "states.npz"]
 
@@ -149,14 +149,14 @@ def test_failed_compute_leaves_no_entry():
         raise DeffError("the model could not be loaded.")
 
     with pytest.raises(DeffError):
-        cache.get_or_compute(SPEC, boom)
+        cache.get_or_compute(SPEC, boom, sources=SPEC.sources())
     assert cache.load(SPEC) is None and entries.list_runs() == []
 
 
 def test_list_and_delete():
     other = dataclasses.replace(SPEC, seed=3)
-    cache.store(SPEC, make_pooled())
-    cache.store(other, make_pooled(), elapsed_s=1.5)
+    cache.store(SPEC, make_pooled(), sources=SPEC.sources())
+    cache.store(other, make_pooled(), sources=other.sources(), elapsed_s=1.5)
     runs = entries.list_runs()
     assert {r["key"] for r in runs} == {SPEC.key(), other.key()}
     by_key = {r["key"]: r for r in runs}
@@ -176,7 +176,7 @@ def test_list_and_delete():
 
 
 def test_corrupt_entry_is_listed_not_fatal():
-    cache.store(SPEC, make_pooled())
+    cache.store(SPEC, make_pooled(), sources=SPEC.sources())
     (entry_folder(SPEC) / "meta.json").write_text("{")
     (run,) = entries.list_runs()
     assert run["corrupt"] and run["key"] == SPEC.key()
@@ -206,7 +206,7 @@ WORKER = textwrap.dedent(
                             np.ones(3, np.float32), 0, 12, {{}}, np.full(4, 3))
 
     spec = RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")
-    pooled, was_cached, _ = cache.get_or_compute(spec, compute)
+    pooled, was_cached, _ = cache.get_or_compute(spec, compute, sources=spec.sources())
     print("cached" if was_cached else "computed", float(pooled.pooled["default"].sum()))
     """
 )
@@ -259,7 +259,7 @@ def _meta_of(spec: RunSpec) -> dict:
 def test_meta_of_the_wrong_shape_is_a_corrupt_entry(bad, capsys):
     from deffcore.cli.main import main
 
-    cache.store(SPEC, make_pooled())
+    cache.store(SPEC, make_pooled(), sources=SPEC.sources())
     meta = _meta_of(SPEC)
     if isinstance(bad, str) and bad.startswith("drop:"):
         del meta[bad[5:]]
@@ -278,7 +278,7 @@ def test_meta_of_the_wrong_shape_is_a_corrupt_entry(bad, capsys):
         cache.load_meta(SPEC.key())
     fresh = make_pooled(seed=4)
     with pytest.warns(UserWarning, match="Recomputing"):
-        got, was_cached, _ = cache.get_or_compute(SPEC, lambda: fresh)
+        got, was_cached, _ = cache.get_or_compute(SPEC, lambda: fresh, sources=SPEC.sources())
     assert not was_cached
     assert_same(got, fresh)
     assert [r["status"] for r in entries.list_runs()] == ["complete"]
@@ -287,7 +287,7 @@ def test_meta_of_the_wrong_shape_is_a_corrupt_entry(bad, capsys):
 def test_only_run_entries_are_listed_or_deleted(deff_cache_dir, capsys):
     from deffcore.cli.main import main
 
-    cache.store(SPEC, make_pooled())
+    cache.store(SPEC, make_pooled(), sources=SPEC.sources())
     for name in ("carry", "models", "Documents", ".uploads"):
         (deff_cache_dir / name).mkdir()
         (deff_cache_dir / name / "precious.txt").write_text("keep me")
@@ -349,7 +349,7 @@ def test_stale_locks_are_removed_held_ones_kept(deff_cache_dir):
     from filelock import FileLock
 
     # get_or_compute leaves no lock file behind
-    cache.get_or_compute(SPEC, make_pooled)
+    cache.get_or_compute(SPEC, make_pooled, sources=SPEC.sources())
     assert sorted(p.name for p in deff_cache_dir.iterdir()) == [SPEC.key()]
     done_lock = deff_cache_dir / f"{SPEC.key()}.lock"  # a complete run's leftover lock
     done_lock.touch()
@@ -379,7 +379,7 @@ def test_stale_locks_are_removed_held_ones_kept(deff_cache_dir):
 
 
 def test_leftover_partial_of_a_complete_entry_is_cleaned(deff_cache_dir):
-    cache.store(SPEC, make_pooled())
+    cache.store(SPEC, make_pooled(), sources=SPEC.sources())
     leftover = entry_folder(SPEC) / "partial"  # killed between the commit and the cleanup
     leftover.mkdir()
     (leftover / "manifest.json").write_text("{}")
@@ -406,7 +406,7 @@ def test_bos_diagnostics_beside_a_run_keep_it_listed_and_deletable(tmp_path):
     from deffcore.inputs import run_spec
 
     spec = run_spec.RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")
-    cache.store(spec, make_pooled())
+    cache.store(spec, make_pooled(), sources=spec.sources())
     folder = cache.cache_dir() / spec.key()
     (folder / "diagnostics.json").write_text(_json.dumps({"layers": 2}))
     (folder / ".diagnostics.lock").write_text("")

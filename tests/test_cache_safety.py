@@ -94,7 +94,7 @@ def test_measure_never_writes_through_a_key_named_link(
         entries.delete(spec.key())
     partial.PartialRun(spec).discard()
     with pytest.raises(ForeignCacheEntryError):
-        cache.store(spec, make_pooled())
+        cache.store(spec, make_pooled(), sources=spec.sources())
     assert _digest(users_folder) == before and link.is_symlink()
 
 
@@ -110,7 +110,9 @@ def test_a_real_entry_holding_something_foreign_is_refused(where, users_folder, 
         (folder / "meta.json").symlink_to(users_folder / "meta.json")
     before = _digest(users_folder), _digest(folder)
     with pytest.raises(ForeignCacheEntryError):
-        cache.get_or_compute(SPEC, lambda: pytest.fail("computed into a foreign entry"))
+        cache.get_or_compute(
+            SPEC, lambda: pytest.fail("computed into a foreign entry"), sources=SPEC.sources()
+        )
     with pytest.raises(ForeignCacheEntryError):
         partial.PartialRun(SPEC)._start({"n": 5, "layers": 3, "d_model": 4})
     partial.PartialRun(SPEC).discard()
@@ -146,7 +148,7 @@ def test_a_lock_that_is_a_link_is_one_sentence(target, tmp_path, deff_cache_dir,
     lock = cache.cache_dir() / f"{SPEC.key()}.lock"
     lock.symlink_to(users_file if target == "user file" else lock)
     with pytest.raises(ForeignCacheEntryError, match=r"lock file .* symbolic link") as err:
-        cache.get_or_compute(SPEC, make_pooled)
+        cache.get_or_compute(SPEC, make_pooled, sources=SPEC.sources())
     assert "\n" not in str(err.value)
     entries.list_runs()  # no ELOOP from the listing or the stale-lock cleanup either
     assert entries.cleanup_stale() == 0
@@ -155,7 +157,7 @@ def test_a_lock_that_is_a_link_is_one_sentence(target, tmp_path, deff_cache_dir,
 
 
 def test_deleting_a_run_whose_lock_is_a_link_refuses(tmp_path, deff_cache_dir):
-    cache.store(SPEC, make_pooled())
+    cache.store(SPEC, make_pooled(), sources=SPEC.sources())
     users_file = tmp_path / "diary.txt"
     users_file.write_text("dear diary")
     lock = deff_cache_dir / f"{SPEC.key()}.lock"
@@ -194,7 +196,7 @@ def test_a_full_disk_is_one_sentence_and_leaves_nothing_half_written(
     run._start({"n": 5, "layers": 3, "d_model": 4})  # an interrupted run to resume
     _failing_fsync(monkeypatch, fail_on)
     with pytest.raises(CacheWriteError) as err:
-        cache.get_or_compute(SPEC, make_pooled)
+        cache.get_or_compute(SPEC, make_pooled, sources=SPEC.sources())
     text = str(err.value)
     assert "disk is full" in text and str(deff_cache_dir) in text and "\n" not in text
     folder = deff_cache_dir / SPEC.key()
@@ -202,7 +204,9 @@ def test_a_full_disk_is_one_sentence_and_leaves_nothing_half_written(
     assert names == ["partial"], names  # no temp file, no states without meta; partial kept
     assert cache.load(SPEC) is None
     monkeypatch.setattr(files.os, "fsync", REAL_FSYNC)  # (undo() would drop the cache dir)
-    _, cached, _ = cache.get_or_compute(SPEC, make_pooled)  # a rerun with space works
+    _, cached, _ = cache.get_or_compute(
+        SPEC, make_pooled, sources=SPEC.sources()
+    )  # a rerun with space works
     assert not cached and cache.load(SPEC) is not None
 
 
@@ -213,7 +217,7 @@ def test_a_full_disk_is_one_sentence_and_leaves_nothing_half_written(
 def test_other_os_errors_of_the_cache_are_one_sentence(code, words, monkeypatch, capsys):
     _failing_fsync(monkeypatch, 1, code)
     with pytest.raises(CacheWriteError, match=words):
-        cache.store(SPEC, make_pooled())
+        cache.store(SPEC, make_pooled(), sources=SPEC.sources())
     _failing_fsync(monkeypatch, 1, code)
     with pytest.raises(CacheWriteError):
         partial.PartialRun(SPEC)._start({"n": 5, "layers": 3, "d_model": 4})
@@ -259,7 +263,7 @@ def test_store_refuses_non_finite_arrays_with_advice_for_the_dtype(dtype):
     bad.pooled["no_pos0"][2, 1, 0] = np.inf
     spec = RunSpec(**{**SPEC.__dict__, "dtype": dtype})
     with pytest.raises(NonFiniteActivationsError, match="pooling 'no_pos0' at layer 2") as err:
-        cache.store(spec, bad)
+        cache.store(spec, bad, sources=spec.sources())
     assert ("try float32" in str(err.value)) == (dtype != "float32")
     assert not (cache.cache_dir() / spec.key() / "meta.json").exists()
 
@@ -269,13 +273,13 @@ def test_a_broken_entry_already_in_the_cache_is_corrupt_and_recomputed(monkeypat
     bad.pos0_norm_ratio[:] = np.nan  # what the 1e30 model stored before the fix
     real = cache.check_finite
     monkeypatch.setattr(cache, "check_finite", lambda *a, **k: None)
-    cache.store(SPEC, bad)
+    cache.store(SPEC, bad, sources=SPEC.sources())
     monkeypatch.setattr(cache, "check_finite", real)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert cache.load(SPEC) is None
     assert any("NaN or inf" in str(w.message) for w in caught)
-    pooled, cached, _ = cache.get_or_compute(SPEC, make_pooled)
+    pooled, cached, _ = cache.get_or_compute(SPEC, make_pooled, sources=SPEC.sources())
     assert not cached and np.isfinite(pooled.pos0_norm_ratio).all()
 
 

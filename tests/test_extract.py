@@ -10,10 +10,10 @@ from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import NonFiniteActivationsError, OutOfMemoryError, TooFewPassagesError
 from deffcore.extraction import batches
 from deffcore.extraction import forward as forward_mod
-from deffcore.extraction.batches import tokenize
 from deffcore.extraction.forward import extract_pooled
 from deffcore.extraction.pooling import pool_states
 from deffcore.inputs.architecture import decoder_layers, final_norm
+from deffcore.inputs.tokens import tokenize
 
 TOL = 1e-5
 
@@ -196,9 +196,9 @@ def test_nan_in_padding_is_ignored(tiny_model, tiny_passages):
 
     real_forward = forward_mod._forward
 
-    def forward(base, ids, mask, pos):
+    def forward(arch, ids, mask, pos):
         mask_holder["mask"] = mask.bool()
-        real_forward(base, ids, mask, pos)
+        real_forward(arch, ids, mask, pos)
 
     # the last block: inf at its padding positions reaches no later computation, only pooling
     handle = decoder_layers(loaded.model)[-1].register_forward_hook(poison_padding)
@@ -219,11 +219,11 @@ def test_oom_halves_the_batch(tiny_model, tiny_passages, monkeypatch):
     real_forward = forward_mod._forward
     seen = []
 
-    def forward(base, ids, mask, pos):
+    def forward(arch, ids, mask, pos):
         seen.append(ids.shape[0])
         if ids.shape[0] > 3:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        real_forward(base, ids, mask, pos)
+        real_forward(arch, ids, mask, pos)
 
     monkeypatch.setattr(forward_mod, "_forward", forward)
     got = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=12)

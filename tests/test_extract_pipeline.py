@@ -15,8 +15,9 @@ from deffcore.core.errors import NonFiniteActivationsError, RunCancelled
 from deffcore.extraction import batches, pooling, stage
 from deffcore.extraction import forward as forward_mod
 from deffcore.extraction.forward import extract_pooled
-from deffcore.inputs.architecture import architecture_of, base_model, decoder_layers
+from deffcore.inputs.architecture import architecture_of, decoder_layers
 from deffcore.inputs.loading import load_model
+from deffcore.inputs.tokens import tokenize
 
 # ----------------------------------------------------------------------------------------------
 # No host-device synchronisation inside the hooks
@@ -179,7 +180,7 @@ def _per_layer_pool(hidden, mask):
 
 def _per_layer_extract(loaded, passages, max_tokens, batch_size, side):
     """Batches as extract_pooled makes them (longest first), pooled layer by layer as before."""
-    ids, _ = batches.tokenize(loaded.tokenizer, passages, max_tokens)
+    ids, _ = tokenize(loaded.tokenizer, passages, max_tokens)
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     L1, n, d = loaded.layers + 1, len(ids), loaded.d_model
     out = {p: torch.zeros(L1, n, d) for p in [*EXTRACTED_POOLINGS, "pos0_ratio"]}
@@ -197,7 +198,7 @@ def _per_layer_extract(loaded, passages, max_tokens, batch_size, side):
                 batch = order[start : start + batch_size]
                 b_ids, b_mask, b_pos = batches.pad_batch([ids[i] for i in batch], 0, side, "cpu")
                 state.update(mask=b_mask, slots=torch.tensor(batch))
-                forward_mod._forward(base_model(loaded.model), b_ids, b_mask, b_pos)
+                forward_mod._forward(architecture_of(loaded.model), b_ids, b_mask, b_pos)
     finally:
         for h in handles:
             h.remove()
@@ -251,11 +252,11 @@ def test_lagged_pipeline_names_the_bad_layer_and_halves_on_oom(
     want = extract_pooled(tiny_model("llama"), tiny_passages, max_tokens=32, batch_size=12)
     real, seen = forward_mod._forward, []
 
-    def forward(base, ids, mask, pos):
+    def forward(arch, ids, mask, pos):
         seen.append(ids.shape[0])
         if ids.shape[0] > 3:
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-        real(base, ids, mask, pos)
+        real(arch, ids, mask, pos)
 
     monkeypatch.setattr(forward_mod, "_forward", forward)
     got = extract_pooled(loaded, tiny_passages, max_tokens=32, batch_size=12)
@@ -290,11 +291,11 @@ def test_lagged_pipeline_keeps_the_batch_in_flight_when_a_forward_fails(
     monkeypatch.setattr(forward_mod, "CHECKPOINT_EVERY_S", 0.0)
     real, calls = forward_mod._forward, [0]
 
-    def forward(base, ids, mask, pos):
+    def forward(arch, ids, mask, pos):
         calls[0] += 1
         if calls[0] == 4:
             raise RuntimeError("injected failure")
-        real(base, ids, mask, pos)
+        real(arch, ids, mask, pos)
 
     monkeypatch.setattr(forward_mod, "_forward", forward)
     keep = _Keep()

@@ -182,8 +182,8 @@ def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch, deff_cac
     def failing(*args, **kwargs):
         raise RuntimeError("CUDA error: device-side assert triggered")
 
-    real = deffcore.runs.measure.extract_pooled
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", failing)
+    real = deffcore.runs.measure.extract_run
+    monkeypatch.setattr(deffcore.runs.measure, "extract_run", failing)
     st = jobs.wait(jobs.start(spec_of(n=12)), timeout=600)
     assert st.state == "failed"
     assert st.error == (
@@ -191,7 +191,7 @@ def test_a_worker_failure_is_a_failed_job_with_its_message(monkeypatch, deff_cac
     )
     # put back only the extraction: monkeypatch.undo() would also drop this test's
     # DEFF_CACHE_DIR, and the second run would land in the repository's cache/ folder
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", real)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_run", real)
     st = jobs.wait(jobs.start(spec_of(n=12)), timeout=600)
     assert st.state == "done"  # the worker is alive
     assert (deff_cache_dir / st.result_key / "meta.json").is_file()  # in the test's cache
@@ -227,7 +227,7 @@ def test_a_sweep_job_lands_its_cells_and_says_so():
 def test_a_running_sweep_is_cancelled_before_its_next_cell(monkeypatch):
     import threading
 
-    real = deffcore.runs.measure.extract_pooled
+    real = deffcore.runs.measure.extract_run
     inside, release, calls = threading.Event(), threading.Event(), []
 
     def held(*args, **kwargs):
@@ -236,7 +236,7 @@ def test_a_running_sweep_is_cancelled_before_its_next_cell(monkeypatch):
         assert release.wait(600)
         return real(*args, **kwargs)  # asks should_stop before its first batch
 
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", held)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_run", held)
     job_id = jobs.start_sweep(_cells(1, 2, 3), **SWEEP)
     assert inside.wait(600)
     assert jobs.cancel(job_id)
@@ -266,7 +266,7 @@ def test_a_sweep_and_a_run_never_extract_at_the_same_time(monkeypatch):
     import threading
     import time
 
-    real = deffcore.runs.measure.extract_pooled
+    real = deffcore.runs.measure.extract_run
     lock, now, peak, spans = threading.Lock(), [0], [0], []
 
     def counted(*args, **kwargs):
@@ -282,7 +282,7 @@ def test_a_sweep_and_a_run_never_extract_at_the_same_time(monkeypatch):
                 now[0] -= 1
                 spans.append((start, time.monotonic()))
 
-    monkeypatch.setattr(deffcore.runs.measure, "extract_pooled", counted)
+    monkeypatch.setattr(deffcore.runs.measure, "extract_run", counted)
     sweep = jobs.start_sweep(_cells(4, 5), **SWEEP)
     run = jobs.start(spec_of(n=12, max_tokens=16))
     assert jobs.wait(sweep, timeout=600).state == "done"

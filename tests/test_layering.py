@@ -72,7 +72,7 @@ def test_the_checker_finds_cycles_levels_and_imports_up_a_stage():
 def test_known_edges_are_found():
     graph = import_graph(MODULES)
     assert "deffcore.core.paths" in graph["deffcore.inputs.gguf"]  # gemma3_gguf's local import
-    assert "deffcore.inputs.interventions" in graph["deffcore.runs.measure"]
+    assert "deffcore.extraction.atlas_store" in graph["deffcore.runs.measure"]  # measure_spec's
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,3 +173,26 @@ def test_the_design_map_names_every_module():
         if Path(path).name not in ("__main__.py", "__init__.py") and f"{path} " not in the_map
     ]
     assert not missing, f"not on the map in docs/DESIGN.md: {missing}"
+
+
+def test_the_forward_pass_and_the_store_never_ask_the_inputs_stage_again():
+    """A run's data goes one way (docs/DESIGN.md, "A run's data through the stages"): the
+    forward pass, its batches and stage, and the cache take what `inputs/` made (its types) and
+    call nothing of it: the run's token ids, architecture and sources are made before."""
+    takes_only = {
+        "deffcore/extraction/forward.py": {"Architecture", "LoadedModel", "RunInputs"},
+        "deffcore/extraction/batches.py": set(),
+        "deffcore/extraction/stage.py": set(),
+        "deffcore/extraction/cache.py": {"RunSpec"},
+    }
+    for path, allowed in takes_only.items():
+        tree = ast.parse((ROOT / path).read_text(), filename=path)
+        named = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "deffcore.inputs"
+            ):
+                named |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("deffcore.inputs") for a in node.names), path
+        assert named <= allowed, f"{path} calls into inputs/: {sorted(named - allowed)}"

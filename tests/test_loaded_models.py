@@ -36,6 +36,7 @@ def _spec(**overrides) -> RunSpec:
 def counted(monkeypatch):
     """Every call of the model loader, by spec (the cache's own count is checked beside it)."""
     import deffcore.inputs.loading
+    import deffcore.inputs.run_inputs
     import deffcore.runs.measure
 
     calls: list[str] = []
@@ -46,7 +47,7 @@ def counted(monkeypatch):
         return real(spec, **kwargs)
 
     monkeypatch.setattr(deffcore.inputs.loading, "load_model", loader)
-    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
     return calls
 
 

@@ -13,6 +13,7 @@ from deffcore.core.errors import (
     UnknownDatasetError,
     UnknownModelError,
 )
+from deffcore.inputs import run_inputs as run_inputs_mod
 from deffcore.measures.controls import apply_pc_control
 from deffcore.measures.depth import depth_summary, effective_depth
 from deffcore.measures.references import matched_references, update_depth
@@ -54,7 +55,7 @@ def test_second_call_is_served_from_cache(tiny_dataset, monkeypatch):
     def no_model(*_a, **_k):
         raise AssertionError("the model must not be loaded on a cache hit")
 
-    monkeypatch.setattr(measure_mod, "load_model", no_model)
+    monkeypatch.setattr(run_inputs_mod, "load_model", no_model)
     second = measure(model="tiny-qwen2", dataset=tiny_dataset, n=8, max_tokens=32)
     assert second.cached and not first.cached
     for p in first.pooled.pooled:
@@ -72,7 +73,7 @@ def test_switching_pooling_and_metric_never_reruns(tiny_dataset, monkeypatch):
         return real(states, metric)
 
     monkeypatch.setattr(measurement_mod, "similarity_matrix", counting)
-    monkeypatch.setattr(measure_mod, "extract_pooled", None)  # any rerun would crash
+    monkeypatch.setattr(measure_mod, "extract_run", None)  # any rerun would crash
     for _ in range(3):
         for pooling in POOLINGS:
             m.summary(pooling)

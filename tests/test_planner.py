@@ -10,6 +10,7 @@ import pytest
 from run_helpers import window_spec
 
 import deffcore.inputs.loading
+import deffcore.inputs.run_inputs
 import deffcore.runs.measure
 from deffcore.core.errors import DeffError
 from deffcore.inputs.model_size import ModelSize, from_config, from_mapping, model_size
@@ -38,7 +39,7 @@ def no_load(monkeypatch):
         calls.append(args)
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(deffcore.runs.measure, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
     monkeypatch.setattr(deffcore.inputs.loading, "load_model", loader)
     return calls
 

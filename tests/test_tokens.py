@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 
 from deffcore.core.errors import DeffError, TooFewPassagesError
-from deffcore.extraction.batches import tokenize
 from deffcore.inputs.loading import load_tokenizer
 from deffcore.inputs.texts import all_passages
 from deffcore.inputs.tokens import (
@@ -21,6 +20,7 @@ from deffcore.inputs.tokens import (
     encode_documents,
     prefix_suffix,
     sample_windows,
+    tokenize,
 )
 
 BOS = 1

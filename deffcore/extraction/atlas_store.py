@@ -156,7 +156,8 @@ def write_rows(spec: Any, rows: AtlasRows) -> None:
     arrays.update(angular=rows.angular, lengths=rows.lengths)
     if rows.split is not None:
         arrays.update(rows.split)
-    _keep(spec, ROWS_FILE, arrays, _meta(spec, ROWS_FORMAT, split_kind=rows.split_kind))
+    meta = _meta(spec, ROWS_FORMAT, split_kind=rows.split_kind)
+    _keep(spec, ROWS_FILE, arrays, meta)
 
 
 def _valid(a: np.ndarray | None, shape: tuple[int, ...], low: float, high: float) -> bool:

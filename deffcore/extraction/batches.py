@@ -1,12 +1,11 @@
-"""Passages into batches: token ids, the token budget, padding, and how finished batches are kept.
+"""Ready token ids into batches: the token budget, padding, and how finished batches are kept.
 
-Tokenisation uses the tokenizer's own defaults (a BOS is there exactly when the tokenizer adds
-one), then truncates to `max_tokens` ids (BOS counts). Passages with fewer than 2 tokens are
-dropped and counted (`n_dropped_short`); every pooling uses the same kept passages. Kept
-passages are sorted by length (longest first) so a batch pads little; with `batch_size=None` a
-batch holds as many passages as fit a token budget. Padding: an attention mask and explicit
-`position_ids = cumsum(mask) - 1` are passed, so a passage's states do not depend on its batch
-or on the padding side.
+The ids come tokenised (`deffcore.inputs.tokens.prepare_ids`: the tokenizer's special tokens
+per the BOS option, truncated to `max_tokens`, passages with fewer than 2 tokens dropped and
+counted). Kept passages are sorted by length (longest first) so a batch pads little; with
+`batch_size=None` a batch holds as many passages as fit a token budget. Padding: an attention
+mask and explicit `position_ids = cumsum(mask) - 1` are passed, so a passage's states do not
+depend on its batch or on the padding side.
 """
 
 from __future__ import annotations
@@ -17,10 +16,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-
-from deffcore.core.errors import TooFewPassagesError
-from deffcore.inputs.loading import LoadedModel
-from deffcore.inputs.tokens import encode_documents
 
 #: Token budget per batch when `batch_size` is None (padded tokens, B * T).
 TOKEN_BUDGET = {"cpu": 4096, "cuda": 32768}
@@ -63,30 +58,6 @@ def token_ids_sha256(ids: list[list[int]]) -> str:
     return h.hexdigest()
 
 
-def tokenize(
-    tokenizer, passages: list[str], max_tokens: int, bos: str = "default"
-) -> tuple[list[list[int]], list[int]]:
-    """Token ids per passage with the tokenizer's special tokens (adjusted by the BOS option
-    `bos`, see `deffcore.inputs.tokens`), truncated to `max_tokens` (special tokens count).
-
-    Returns (ids of kept passages, original index of each kept passage); passages with fewer
-    than 2 tokens are not kept.
-    """
-    if max_tokens < 2:
-        raise TooFewPassagesError(f"max_tokens must be at least 2, got {max_tokens}.")
-    return keep_long_enough(encode_documents(tokenizer, list(passages), max_tokens, bos))
-
-
-def keep_long_enough(encoded: list[list[int]]) -> tuple[list[list[int]], list[int]]:
-    """(sequences with >= 2 tokens, their original indices)."""
-    ids, kept = [], []
-    for i, seq in enumerate(encoded):
-        if len(seq) >= 2:
-            ids.append(list(seq))
-            kept.append(i)
-    return ids, kept
-
-
 def pad_batch(
     seqs: list[list[int]], pad_id: int, side: str, device: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -114,24 +85,3 @@ def next_batch(lengths: list[int], order: list[int], cap: int | None, budget: in
     longest = lengths[order[start]]  # sorted longest first: the first one sets the padding
     size = max(1, budget // longest) if cap is None else cap
     return order[start : start + size]
-
-
-def prepare_ids(
-    loaded: LoadedModel,
-    passages: list[str] | None,
-    token_ids: list[list[int]] | None,
-    max_tokens: int,
-    bos: str,
-) -> tuple[list[list[int]], list[int], int]:
-    """(ids of the kept passages, their original indices, passages given)."""
-    if token_ids is not None:
-        total = len(token_ids)
-        ids, kept = keep_long_enough([list(s[:max_tokens]) for s in token_ids])
-    else:
-        total = len(passages or [])
-        ids, kept = tokenize(loaded.tokenizer, list(passages or []), max_tokens, bos)
-    if len(kept) < 2:
-        raise TooFewPassagesError(
-            f"Only {len(kept)} of {total} passages have at least 2 tokens; at least 2 are needed."
-        )
-    return ids, kept, total

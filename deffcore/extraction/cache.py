@@ -134,15 +134,21 @@ def read_json_file(path: Path) -> object:
         raise CacheCorruptError(f"{path} cannot be read: {err}.") from err
 
 
-def store(spec: RunSpec, pooled: PooledStates, *, elapsed_s: float | None = None) -> Path:
+def store(
+    spec: RunSpec,
+    pooled: PooledStates,
+    *,
+    sources: dict[str, Any],
+    elapsed_s: float | None = None,
+) -> Path:
     """Write `pooled` under `spec.key()` atomically; returns the entry folder.
+
+    `sources` is `spec.sources()`, made by the caller before the run (what the model and the
+    dataset were: the entry's meta records them), so the store never asks the inputs again.
 
     The entry's partial/ folder (finished batches of an interrupted run) is removed once the
     complete entry is in place.
     """
-    from deffcore.inputs.identity import model_identity
-    from deffcore.inputs.texts import dataset_identity
-
     key = spec.key()
     check_finite(pooled, spec.dtype)  # a broken entry is never stored
     folder = files.writable_entry(entry_folder(key))  # never through a link, never a user's folder
@@ -167,8 +173,8 @@ def store(spec: RunSpec, pooled: PooledStates, *, elapsed_s: float | None = None
         "n_dropped_short": int(pooled.n_dropped_short),
         "tokens": int(pooled.tokens),
         "elapsed_s": elapsed_s,
-        "model_identity": model_identity(spec.model, spec.revision),
-        "dataset_identity": dataset_identity(spec.dataset),
+        "model_identity": sources["model_identity"],
+        "dataset_identity": sources["dataset_identity"],
         "extract_meta": pooled.meta,
     }
     # meta.json last: it is the commit marker and carries the npz checksum.
@@ -298,9 +304,10 @@ def drop_lock_file(lock: Path) -> None:
 
 
 def get_or_compute(
-    spec: RunSpec, compute: Callable[[], PooledStates]
+    spec: RunSpec, compute: Callable[[], PooledStates], *, sources: dict[str, Any]
 ) -> tuple[PooledStates, bool, dict[str, Any]]:
-    """(pooled, cached, meta): the stored entry, or `compute()` stored under a file lock.
+    """(pooled, cached, meta): the stored entry, or `compute()` stored under a file lock
+    (`sources`: `spec.sources()`, recorded in a new entry's meta, see `store`).
 
     The lock makes concurrent processes asking for the same key compute it once: the second
     waits, then finds the first one's entry. The lock file is removed once the entry is
@@ -328,7 +335,7 @@ def get_or_compute(
         start = time.perf_counter()
         pooled = compute()
         elapsed = time.perf_counter() - start
-        store(spec, pooled, elapsed_s=elapsed)
+        store(spec, pooled, sources=sources, elapsed_s=elapsed)
         found = _read_entry(key)
         assert found is not None  # just written under the lock
         drop_lock_file(lock)

@@ -50,13 +50,13 @@ from deffcore.extraction.batches import (
     SavedBatch,
     next_batch,
     pad_batch,
-    prepare_ids,
     token_ids_sha256,
 )
 from deffcore.extraction.pooling import POOLED_MEANS, PooledStates
 from deffcore.extraction.stage import LayerPooler, Shipped, pipeline_depth, raise_if_nonfinite
-from deffcore.inputs.architecture import Architecture, architecture_of, run_base
+from deffcore.inputs.architecture import Architecture
 from deffcore.inputs.loading import LoadedModel
+from deffcore.inputs.run_inputs import RunInputs
 
 #: Finished batches are handed to the checkpoint at most this often (seconds), as one chunk of
 #: consecutive batches: a kill loses at most this much work plus one batch, and writing
@@ -106,9 +106,9 @@ def register_hooks(arch: Architecture, pooler: Callable[[int, torch.Tensor], Non
     return handles
 
 
-def _forward(base: torch.nn.Module, ids, mask, pos) -> None:
+def _forward(arch: Architecture, ids, mask, pos) -> None:
     """One base-model forward (separate so tests can inject an out-of-memory error)."""
-    run_base(base, ids, mask, pos)
+    arch.forward(ids, mask, pos)
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -142,13 +142,13 @@ class _Run:
     errors stay on this thread, in plan order.
     """
 
-    def __init__(self, loaded: LoadedModel, base: torch.nn.Module, ids: list[list[int]],
+    def __init__(self, loaded: LoadedModel, arch: Architecture, ids: list[list[int]],
                  padding_side: str,
                  batch_size: int | None, progress: Progress | None,
                  checkpoint: BatchCheckpoint | None,
                  should_stop: Callable[[], bool] | None) -> None:  # fmt: skip
         self.loaded, self.ids, self.padding_side = loaded, ids, padding_side
-        self.base = base  # the module each batch's forward runs (Architecture.base)
+        self.arch = arch  # each batch's forward runs its base (Architecture.forward)
         self.progress, self.checkpoint, self.should_stop = progress, checkpoint, should_stop
         self.lengths = [len(s) for s in ids]
         self.order = sorted(range(len(ids)), key=lambda i: -self.lengths[i])
@@ -240,7 +240,7 @@ class _Run:
         try:
             self.pooler.begin(b_mask, padded)
             _taps_begin(self.taps, b_mask)
-            _forward(self.base, b_ids, b_mask, b_pos)
+            _forward(self.arch, b_ids, b_mask, b_pos)
         except (RuntimeError, torch.OutOfMemoryError) as err:
             self.pooler.abandon()
             _taps_abandon(self.taps)
@@ -312,6 +312,11 @@ class _Run:
         self.n_saved, self.flushed, self.last_save = self.n_saved + 1, self.finished, _clock()
 
 
+def _check_padding_side(padding_side: str) -> None:
+    if padding_side not in ("left", "right"):
+        raise DeffError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+
+
 def extract_pooled(
     loaded: LoadedModel,
     passages: list[str] | None,
@@ -329,19 +334,45 @@ def extract_pooled(
     """Pooled h_0 .. h_L of `passages` for every extracted pooling, in one pass per batch.
 
     Either `passages` (texts, tokenised here with the BOS option `bos`) or `token_ids`
-    (ready ids, e.g. token windows; `passages` None). `batch_size` None adapts to a token
-    budget; an OOM halves it. `progress(done, total, stage)` is called after each batch (stage
-    "extract") and once with stage "resume" when `checkpoint` returns finished batches.
-    `checkpoint` keeps finished batches and returns those of an interrupted run (see the module
-    docstring); `should_stop()`, asked before each batch, ends the run with RunCancelled.
-    `meta["resumed_passages"]` counts the passages taken from the checkpoint. `taps` see the
-    same captured states (`ExtractionTap`, e.g. the depth-use atlas's `AtlasTap`).
-    Raises TooFewPassagesError (fewer than 2 passages with >= 2 tokens),
-    NonFiniteActivationsError, OutOfMemoryError, RunCancelled.
+    (ready ids, e.g. token windows; `passages` None): `RunInputs.of` makes them the run's
+    inputs, then `extract_run` (its arguments, errors and `meta`).
     """
-    if padding_side not in ("left", "right"):
-        raise DeffError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
-    arch = architecture_of(loaded.model)
+    _check_padding_side(padding_side)  # before any tokenising
+    run = RunInputs.of(loaded, passages, token_ids, max_tokens, bos)
+    return extract_run(
+        run,
+        batch_size=batch_size,
+        progress=progress,
+        padding_side=padding_side,
+        checkpoint=checkpoint,
+        should_stop=should_stop,
+        taps=taps,
+    )
+
+
+def extract_run(
+    inputs: RunInputs,
+    *,
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+    padding_side: str = "right",
+    checkpoint: BatchCheckpoint | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    taps: Sequence[ExtractionTap] = (),
+) -> PooledStates:
+    """Pooled h_0 .. h_L of a run's ready ids (`deffcore.inputs.run_inputs`) for every
+    extracted pooling, in one pass per batch.
+
+    `batch_size` None adapts to a token budget; an OOM halves it. `progress(done, total,
+    stage)` is called after each batch (stage "extract") and once with stage "resume" when
+    `checkpoint` returns finished batches. `checkpoint` keeps finished batches and returns those
+    of an interrupted run (see the module docstring); `should_stop()`, asked before each batch,
+    ends the run with RunCancelled. `meta["resumed_passages"]` counts the passages taken from
+    the checkpoint. `taps` see the same captured states (`ExtractionTap`, e.g. the depth-use
+    atlas's `AtlasTap`). Raises NonFiniteActivationsError, OutOfMemoryError, RunCancelled.
+    """
+    loaded, arch, ids = inputs.loaded, inputs.arch, inputs.ids
+    _check_padding_side(padding_side)
     if padding_side == "left" and arch.recurrent:
         raise UnsupportedArchitectureError(
             f"{loaded.architecture} has recurrent blocks (a state or a convolution along the "
@@ -349,8 +380,7 @@ def extract_pooled(
         )
     if arch.pad_sensitive:  # its sparse attention reads padded keys: no padding at all
         batch_size = 1
-    ids, kept, total = prepare_ids(loaded, passages, token_ids, max_tokens, bos)
-    run = _Run(loaded, arch.base, ids, padding_side, batch_size, progress, checkpoint, should_stop)
+    run = _Run(loaded, arch, ids, padding_side, batch_size, progress, checkpoint, should_stop)
     run.taps = list(taps)
     run.resume()
     handles = register_hooks(arch, _fan_out(run.pooler, run.taps))
@@ -364,7 +394,7 @@ def extract_pooled(
     return PooledStates(
         pooled={p: run.pooled[p].numpy() for p in EXTRACTED_POOLINGS},
         pos0_norm_ratio=run.ratio.mean(1).numpy(),
-        n_dropped_short=total - len(kept),
+        n_dropped_short=inputs.given - len(inputs.kept),
         tokens=int(sum(run.lengths)),
         lengths=np.asarray(run.lengths, dtype=np.int64),
         meta={
@@ -372,14 +402,14 @@ def extract_pooled(
             "architecture": loaded.architecture,
             "device": loaded.device,
             "dtype": loaded.dtype,
-            "max_tokens": max_tokens,
+            "max_tokens": inputs.max_tokens,
             "padding_side": padding_side,
             "adds_bos": loaded.adds_bos,
-            "bos": bos,
+            "bos": inputs.bos,
             "batches": len(run.sizes),
             "max_batch_size": max(run.sizes),
             "oom_halvings": run.halvings,
-            "kept_indices": kept,
+            "kept_indices": inputs.kept,
             "resumed_passages": run.resumed,
         },
     )

@@ -44,9 +44,11 @@ def adapter_of(model: nn.Module) -> Adapter:
 class Architecture:
     """Where one model's residual stream is (`architecture_of`).
 
-    base:        the module `forward` runs (no unembedding)
-    blocks:      the L blocks; h_0 is the input of blocks[0], h_l the output of blocks[l-1]
-    final_norm:  the norm after the last block (h_L is its input), None when there is none
+    base:           the module `forward` runs (no unembedding)
+    blocks:         the L blocks; h_0 is the input of blocks[0], h_l the output of blocks[l-1]
+    final_norm:     the norm after the last block (h_L is its input), None when there is none
+    forward_takes:  which of attention_mask, position_ids, use_cache `base.forward` names
+                    (read from its signature once, not per batch)
     """
 
     model: nn.Module
@@ -55,6 +57,7 @@ class Architecture:
     base: nn.Module
     blocks: nn.ModuleList
     final_norm: nn.Module | None
+    forward_takes: frozenset[str]
 
     @property
     def layers(self) -> int:
@@ -120,7 +123,10 @@ class Architecture:
         passed as given. A base whose forward has no `position_ids` counts positions itself,
         which is the same for right padding (`recurrent` models are only ever right-padded).
         """
-        return run_base(self.base, input_ids, attention_mask, position_ids, **extra)
+        kwargs: dict[str, Any] = {"input_ids": input_ids, **extra}
+        given = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
+        kwargs.update({name: value for name, value in given.items() if name in self.forward_takes})
+        return self.base(**kwargs)
 
     def post_norms(self) -> list[nn.Module]:
         return self.adapter.post_norms(self.model)
@@ -131,24 +137,6 @@ class Architecture:
     def attention_blocks(self) -> list[int]:
         """0-based indices of the blocks whose attention `output_attentions` returns, in order."""
         return self.adapter.attention_blocks(self.model, self.blocks)
-
-
-def run_base(
-    base: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    **extra: Any,
-) -> Any:
-    """One forward pass of a base model (`Architecture.base`) with the arguments it takes:
-    attention_mask, position_ids and use_cache=False where its forward names them, `extra`
-    (e.g. output_attentions) as given. A forward without `position_ids` counts positions
-    itself, which is the same for right padding."""
-    takes = adapter_of(base).forward_kwargs(base)
-    kwargs: dict[str, Any] = {"input_ids": input_ids, **extra}
-    given = {"attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
-    kwargs.update({name: value for name, value in given.items() if name in takes})
-    return base(**kwargs)
 
 
 def architecture_of(model: nn.Module) -> Architecture:
@@ -171,6 +159,7 @@ def architecture_of(model: nn.Module) -> Architecture:
         base=base,
         blocks=blocks,
         final_norm=adapter.final_norm(base, blocks),
+        forward_takes=adapter_of(base).forward_kwargs(base),
     )
 
 

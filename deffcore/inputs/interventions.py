@@ -27,7 +27,7 @@ Decisions (SPEC section 9 is silent on the mechanics):
   `post_mlp_layernorm`, Hunyuan's `query_layernorm` ...) have their names in
   `deffcore.inputs.adapters.norm_names`.
 
-Part of the extraction pipeline (`deffcore.runs.measure.extract_spec` applies
+Part of a run's inputs (`deffcore.inputs.run_inputs.open_run_inputs` applies
 `RunSpec.intervention` around the forward passes); the lab that tabulates every pooling control
 under each intervention is `deffcore.labs.interventions`, which re-exports these names.
 """

@@ -27,15 +27,25 @@ class RunSpec:
     #: BOS option "default", "add" or "none" (SPEC section 11.4).
     bos: str = "default"
 
-    def identity(self) -> dict[str, Any]:
-        """The plain values hashed into the key (model weights id and dataset content id too)."""
+    def sources(self) -> dict[str, dict[str, Any]]:
+        """What the model and the dataset are, in plain values: {"model_identity": ...,
+        "dataset_identity": ...} (`inputs.identity.model_identity`, `inputs.texts.dataset_identity`;
+        a cache entry's meta records both)."""
         from deffcore.inputs.identity import model_identity
         from deffcore.inputs.texts import dataset_identity
 
         return {
+            "model_identity": model_identity(self.model, self.revision),
+            "dataset_identity": dataset_identity(self.dataset),
+        }
+
+    def identity(self) -> dict[str, Any]:
+        """The plain values hashed into the key (model weights id and dataset content id too)."""
+        sources = self.sources()
+        return {
             **asdict(self),
-            "weights_id": model_identity(self.model, self.revision)["weights_id"],
-            "dataset_id": dataset_identity(self.dataset)["content_id"],
+            "weights_id": sources["model_identity"]["weights_id"],
+            "dataset_id": sources["dataset_identity"]["content_id"],
             "code_version": CODE_VERSION,
         }
 

@@ -347,3 +347,49 @@ def run_token_ids(spec: Any, tokenizer: Any, texts: list[str]) -> list[list[int]
         windows = cut_windows(tokenizer, texts, spec.max_tokens, spec.bos, spec.passages)
         return sample_windows(windows, spec.n, spec.seed)
     return encode_documents(tokenizer, texts, spec.max_tokens, spec.bos)
+
+
+def tokenize(
+    tokenizer: Any, passages: list[str], max_tokens: int, bos: str = "default"
+) -> tuple[list[list[int]], list[int]]:
+    """Token ids per passage with the tokenizer's special tokens (adjusted by the BOS option
+    `bos`), truncated to `max_tokens` (special tokens count).
+
+    Returns (ids of kept passages, original index of each kept passage); passages with fewer
+    than 2 tokens are not kept.
+    """
+    if max_tokens < 2:
+        raise TooFewPassagesError(f"max_tokens must be at least 2, got {max_tokens}.")
+    return keep_long_enough(encode_documents(tokenizer, list(passages), max_tokens, bos))
+
+
+def keep_long_enough(encoded: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """(sequences with >= 2 tokens, their original indices)."""
+    ids, kept = [], []
+    for i, seq in enumerate(encoded):
+        if len(seq) >= 2:
+            ids.append(list(seq))
+            kept.append(i)
+    return ids, kept
+
+
+def prepare_ids(
+    tokenizer: Any,
+    passages: list[str] | None,
+    token_ids: list[list[int]] | None,
+    max_tokens: int,
+    bos: str,
+) -> tuple[list[list[int]], list[int], int]:
+    """(ids of the kept passages, their original indices, passages given): `token_ids` cut to
+    `max_tokens`, else `passages` tokenised. TooFewPassagesError when fewer than 2 are kept."""
+    if token_ids is not None:
+        given = len(token_ids)
+        ids, kept = keep_long_enough([list(s[:max_tokens]) for s in token_ids])
+    else:
+        given = len(passages or [])
+        ids, kept = tokenize(tokenizer, list(passages or []), max_tokens, bos)
+    if len(kept) < 2:
+        raise TooFewPassagesError(
+            f"Only {len(kept)} of {given} passages have at least 2 tokens; at least 2 are needed."
+        )
+    return ids, kept, given

@@ -158,7 +158,7 @@ def _token_batches(
 
     Right padding with id 0 (masked), so tokenizers without a pad token work.
     """
-    from deffcore.extraction.batches import tokenize
+    from deffcore.inputs.tokens import tokenize
 
     rows, _ = tokenize(tokenizer, list(passages), max_tokens)
     for start in range(0, len(rows), batch_size):
@@ -191,9 +191,9 @@ def block_influence(
     extraction's own hooks, `deffcore.measures.atlas.token_weighted_bi`): the atlas shows this
     same number beside its passage-weighted BI."""
     from deffcore.extraction.atlas_tap import AtlasTap
-    from deffcore.extraction.batches import tokenize
     from deffcore.extraction.forward import register_hooks
     from deffcore.inputs.architecture import architecture_of
+    from deffcore.inputs.tokens import tokenize
     from deffcore.measures.atlas import token_weighted_bi
 
     n = len(tokenize(tokenizer, list(passages), max_tokens)[0])

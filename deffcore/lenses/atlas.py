@@ -98,8 +98,7 @@ def _staged(progress: Progress | None, what: str) -> Progress | None:
 
 def kept_token_ids(m: Any, tokenizer: Any, documents: list[str] | None = None) -> list[list[int]]:
     """The token ids of the run's kept passages, in the run's order (what its rows are)."""
-    from deffcore.extraction.batches import keep_long_enough
-    from deffcore.inputs.tokens import run_texts, run_token_ids
+    from deffcore.inputs.tokens import keep_long_enough, run_texts, run_token_ids
 
     docs = run_texts(m.spec) if documents is None else documents
     ids = run_token_ids(m.spec, tokenizer, docs)

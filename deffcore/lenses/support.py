@@ -182,7 +182,7 @@ def _close(ours: np.ndarray, ref: np.ndarray) -> bool:
 
 def _check_states(model: Any, tokenizer: Any, arch: Any) -> None:
     """The measured pooled states against output_hidden_states (module docstring)."""
-    from deffcore.extraction.batches import tokenize
+    from deffcore.inputs.tokens import tokenize
     from deffcore.runs.measure import measure  # dc.measure(model, tokenizer, texts)
 
     m = measure(model, tokenizer, list(TEXTS), max_tokens=MAX_TOKENS)

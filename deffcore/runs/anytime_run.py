@@ -228,7 +228,9 @@ def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) ->
         rows, spec_k, device=run["device"], batch=batch, resumed=0, ratio_rows=k
     )
     if use_cache:
-        pooled, _cached, meta = cache.get_or_compute(spec_k, lambda: pooled)
+        pooled, _cached, meta = cache.get_or_compute(
+            spec_k, lambda: pooled, sources=spec_k.sources()
+        )
         _drop_partial(spec.key())
     else:
         meta = {}

@@ -11,31 +11,27 @@ of the same settings with another N (`deffcore.extraction.prefix`).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from deffcore.core.checks import check_choice
-from deffcore.core.constants import METRICS, WINDOW_MODES
+from deffcore.core.constants import METRICS
 from deffcore.core.errors import (
     DeffError,
     NonFiniteActivationsError,
-    RunCancelled,
     TooFewPassagesError,
     fit_advice,
 )
 from deffcore.extraction import cache
 from deffcore.extraction.batches import BatchCheckpoint, SavedBatch
-from deffcore.extraction.forward import extract_pooled
+from deffcore.extraction.forward import extract_run
 from deffcore.extraction.pooling import PooledStates
-from deffcore.inputs.devices import default_device, resolve_device_dtype
-from deffcore.inputs.gguf import assemble_packaged, needs_assembly
-from deffcore.inputs.loaded_models import lease
-from deffcore.inputs.loading import LoadedModel, load_model
+from deffcore.inputs.devices import resolve_device_dtype
+from deffcore.inputs.loading import LoadedModel
+from deffcore.inputs.run_inputs import open_run_inputs
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.inputs.tokens import run_texts, run_token_ids
 from deffcore.runs import external
 from deffcore.runs.measurement import Measurement
 from deffcore.runs.preflight import MIN_PASSAGES, run_spec
@@ -57,59 +53,38 @@ def extract_spec(
 ) -> PooledStates:
     """Compute the pooled states of `spec` (no cache): text, then model, then one extraction.
 
-    The dataset is opened before the model loads, so a bad dataset fails in milliseconds.
-    `loaded` reuses a model already in memory (it must be `spec.model` at `spec.revision`);
-    without it the model comes from the process's cache of loaded models (one load serves
-    every run of it, `deffcore.inputs.loaded_models`). The intervention named by `spec.intervention`
-    is applied around the extraction.
+    `deffcore.inputs.run_inputs.open_run_inputs` makes the run's inputs (the dataset opened
+    before the model loads; `loaded` reuses a model already in memory, which must be
+    `spec.model` at `spec.revision`; without it the model comes from the process's cache of
+    loaded models and goes to `device`, None the default device; the intervention named by
+    `spec.intervention` is applied around the extraction; `documents` are the run's texts when
+    they are not `spec.dataset`'s), then `deffcore.extraction.forward.extract_run` runs it.
     `checkpoint` keeps finished batches and resumes them
     (`deffcore.extraction.cache.PartialRun(spec)`);
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
-    `documents`: the run's texts when they are not `spec.dataset`'s (a notebook's list of
-    strings, `deffcore.runs.external`); None reads them from the dataset. `taps` see the captured
-    states too (`deffcore.extraction.forward.ExtractionTap`: the depth-use atlas).
-    `device`: where a model that is not `loaded` goes (`measure_spec` hands down the one it
-    resolved); None is the default device.
+    `taps` see the captured states too (`deffcore.extraction.forward.ExtractionTap`: the
+    depth-use atlas).
     """
-    device = device or default_device()
-    documents = run_texts(spec) if documents is None else documents
-    model = loaded
-    if should_stop is not None and should_stop():
-        raise RunCancelled("The run was stopped before it started.")
-    with contextlib.ExitStack() as stack:
-        if model is None:  # the process's loaded model (deffcore.inputs.loaded_models), else a load
-            if progress is not None and needs_assembly(spec.model):  # a stage of its own, once
-                progress(0, spec.n, f"assembling {spec.model}")
-                assemble_packaged(spec.model)
-            model = stack.enter_context(
-                lease(spec.model, revision=spec.revision, device=device, dtype=spec.dtype,
-                      progress=progress, total=spec.n, loader=load_model)
-            )  # fmt: skip
-        # documents mode hands extraction the texts (it tokenises them and drops short ones)
-        token_ids = None
-        if spec.passages in WINDOW_MODES:
-            if progress is not None:
-                progress(0, spec.n, "cutting windows")
-            token_ids = run_token_ids(spec, model.tokenizer, documents)
-        if spec.intervention != "none":
-            from deffcore.inputs.interventions import norm_intervention
-
-            stack.enter_context(norm_intervention(model.model, spec.intervention))
-        try:
-            return extract_pooled(
-                model,
-                None if token_ids is not None else documents,
-                token_ids=token_ids,
-                max_tokens=spec.max_tokens,
+    inputs = open_run_inputs(
+        spec,
+        device=device,
+        loaded=loaded,
+        documents=documents,
+        progress=progress,
+        should_stop=should_stop,
+    )
+    try:
+        with inputs:
+            return extract_run(
+                inputs,
                 batch_size=batch_size,
                 progress=progress,
-                bos=spec.bos,
                 checkpoint=checkpoint,
                 should_stop=should_stop,
                 taps=taps,
             )
-        except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
-            raise fit_advice(err, spec.dtype) from err
+    except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
+        raise fit_advice(err, spec.dtype) from err
 
 
 def measure_spec(
@@ -147,19 +122,14 @@ def measure_spec(
     taps, start = (atlas_taps() if atlas and use_cache else ()), time.perf_counter()
     resolved = loaded.device if loaded is not None else device
     resolved = resolved or resolve_device_dtype(None, spec.dtype)[0]
+    sources = spec.sources()  # what the model and dataset are, for a new cache entry's meta
 
     def compute(checkpoint: BatchCheckpoint | None = None) -> PooledStates:
-        return extract_spec(
-            spec,
-            device=resolved,  # resolved once, here
-            batch_size=batch_size,
-            progress=progress,
-            loaded=loaded,
-            checkpoint=checkpoint,
-            should_stop=should_stop,
-            documents=documents,
-            taps=taps,
-        )
+        inputs = open_run_inputs(spec, device=resolved, loaded=loaded, documents=documents,
+                                 progress=progress, should_stop=should_stop)  # fmt: skip
+        with inputs:  # the run's data goes one way: its inputs, then their extraction
+            return extract_run(inputs, batch_size=batch_size, progress=progress, taps=taps,
+                               checkpoint=checkpoint, should_stop=should_stop)  # fmt: skip
 
     def compute_cached() -> PooledStates:
         served = prefix.from_larger(spec, resolved, batch_size)
@@ -168,14 +138,17 @@ def measure_spec(
         checkpoint = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap)
         return prefix.finish(compute(checkpoint), checkpoint)
 
-    if use_cache:
-        pooled, was_cached, meta = cache.get_or_compute(spec, compute_cached)
-    else:
-        watch = None
-        if tap is not None:
-            watch = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
-        pooled, was_cached, meta = compute(watch), False, {}
-        cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
+    try:
+        if use_cache:
+            pooled, was_cached, meta = cache.get_or_compute(spec, compute_cached, sources=sources)
+        else:
+            watch = None
+            if tap is not None:
+                watch = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
+            pooled, was_cached, meta = compute(watch), False, {}
+            cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
+    except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
+        raise fit_advice(err, spec.dtype) from err
     resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
     keep_atlas(spec, taps, pooled)
     if pooled.n < MIN_PASSAGES:
@@ -183,15 +156,8 @@ def measure_spec(
             f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens "
             f"({pooled.n_dropped_short} dropped); a run needs at least {MIN_PASSAGES}."
         )
-    return Measurement(
-        spec=spec,
-        pooled=pooled,
-        metric=metric,
-        cached=was_cached,
-        elapsed_s=time.perf_counter() - start,
-        meta=meta,
-        resumed_passages=resumed,
-    )
+    return Measurement(spec=spec, pooled=pooled, metric=metric, cached=was_cached, meta=meta,
+                       elapsed_s=time.perf_counter() - start, resumed_passages=resumed)  # fmt: skip
 
 
 def measure(

@@ -420,7 +420,8 @@ class _Landing:
             self.land(i, "failed", error=out["error"], worker=worker, seconds=seconds)
             return
         try:
-            cache.store(self.plan.specs[i], out["pooled"], elapsed_s=seconds)
+            spec = self.plan.specs[i]
+            cache.store(spec, out["pooled"], sources=spec.sources(), elapsed_s=seconds)
             keep_cell_rows(self.plan.specs[i], out.get("atlas"))
             stored = cache.load(self.plan.specs[i], strict=True)
             assert stored is not None  # just written
