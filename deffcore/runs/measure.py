@@ -122,14 +122,13 @@ def measure_spec(
     taps, start = (atlas_taps() if atlas and use_cache else ()), time.perf_counter()
     resolved = loaded.device if loaded is not None else device
     resolved = resolved or resolve_device_dtype(None, spec.dtype)[0]
-    sources = spec.sources()  # what the model and dataset are, for a new cache entry's meta
+    # what the model and dataset are, for a new cache entry's meta (no entry: not needed)
+    sources = spec.sources() if use_cache else {}
 
     def compute(checkpoint: BatchCheckpoint | None = None) -> PooledStates:
-        inputs = open_run_inputs(spec, device=resolved, loaded=loaded, documents=documents,
-                                 progress=progress, should_stop=should_stop)  # fmt: skip
-        with inputs:  # the run's data goes one way: its inputs, then their extraction
-            return extract_run(inputs, batch_size=batch_size, progress=progress, taps=taps,
-                               checkpoint=checkpoint, should_stop=should_stop)  # fmt: skip
+        return extract_spec(spec, device=resolved, batch_size=batch_size, progress=progress,
+                            loaded=loaded, checkpoint=checkpoint, should_stop=should_stop,
+                            documents=documents, taps=taps)  # fmt: skip
 
     def compute_cached() -> PooledStates:
         served = prefix.from_larger(spec, resolved, batch_size)
@@ -138,17 +137,14 @@ def measure_spec(
         checkpoint = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap)
         return prefix.finish(compute(checkpoint), checkpoint)
 
-    try:
-        if use_cache:
-            pooled, was_cached, meta = cache.get_or_compute(spec, compute_cached, sources=sources)
-        else:
-            watch = None
-            if tap is not None:
-                watch = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
-            pooled, was_cached, meta = compute(watch), False, {}
-            cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
-    except NonFiniteActivationsError as err:  # never "try float32" to a float32 run
-        raise fit_advice(err, spec.dtype) from err
+    if use_cache:
+        pooled, was_cached, meta = cache.get_or_compute(spec, compute_cached, sources=sources)
+    else:
+        watch = None
+        if tap is not None:
+            watch = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
+        pooled, was_cached, meta = compute(watch), False, {}
+        cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
     resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
     keep_atlas(spec, taps, pooled)
     if pooled.n < MIN_PASSAGES:
