@@ -1,4 +1,4 @@
-"""Benchmark: answers in minutes (issue 23) on the packaged models, BBC windows.
+"""Benchmark: answers in minutes (SPEC 14) on the packaged models, BBC windows.
 
     nice -n 10 .venv/bin/python benchmarks/bench_anytime.py live [--models smollm2-135m,gemma3-270m]
         [--n 4096] [--plan-n 256] [--max-tokens 128] [--save out.json]

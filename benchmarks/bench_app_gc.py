@@ -1,4 +1,4 @@
-"""Benchmark: why the app's background work was slow (issue 30): Streamlit's post-run GC.
+"""Benchmark: why the app's background work was slow: Streamlit's post-run GC.
 
     nice -n 10 .venv/bin/python benchmarks/bench_app_gc.py [--model smollm2-135m]
         [--n 4096] [--polls-per-s 1] [--save out.json]

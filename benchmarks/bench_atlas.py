@@ -1,4 +1,4 @@
-"""Benchmark: the depth-use atlas's cost (issue 31), ratios in one process.
+"""Benchmark: the depth-use atlas's cost (SPEC 16), ratios in one process.
 
     .venv/bin/python benchmarks/bench_atlas.py                          # SmolLM2, N = 512, 64
     .venv/bin/python benchmarks/bench_atlas.py --models gemma3-270m --n 256 --skip-passages 32

@@ -1,4 +1,4 @@
-"""Calibration of the depth-use atlas's intervals (issue 31): how often each 95% interval holds
+"""Calibration of the depth-use atlas's intervals (SPEC 16): how often each 95% interval holds
 the population value, on a construction whose population values are known exactly.
 
     .venv/bin/python benchmarks/bench_atlas_coverage.py                  # N = 64, 1,000 samples

@@ -15,8 +15,8 @@ bootstrap, linear CKA is answered as the page answers it ("paired": by unbiased 
 and by its own replicates ("paired_own", the rule before the stand-in). The
 table: per metric and rule, the definite answers (claims) and how many were wrong, the answer
 rate where the truth is clear (Delta_pop more than 2 sd from both +-T_pop), and how often
-Delta's paired 95% interval covers Delta_pop (basic / percentile). Goals (SPEC section 15,
-issue 26): coverage >= 90%, wrong claims <= 1%, clear cases answered >= 80%.
+Delta's paired 95% interval covers Delta_pop (basic / percentile). Goals (SPEC section
+15): coverage >= 90%, wrong claims <= 1%, clear cases answered >= 80%.
 """
 
 from __future__ import annotations

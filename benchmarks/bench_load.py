@@ -1,5 +1,5 @@
 """Model loading: the app's load against the CLI's, one read of a GGUF, the second job's start,
-and the load estimate after one load (issue 29). Results go to BENCHMARKS.md with the machine.
+and the load estimate after one load. Results go to BENCHMARKS.md with the machine.
 
     .venv/bin/python benchmarks/bench_load.py --model smollm2-135m --rounds 2
     .venv/bin/python benchmarks/bench_load.py --skip-app        # without the browser part

@@ -20,11 +20,11 @@ The anchors print D_eff/L and rho_hat(1) of independent states at N=10000, d=102
 (paper: 0.258, 0.093) and the orthogonal-update sweep of Table S2 (`--sweep full` at the
 paper's size takes ~7 full-size similarity matrices; the default runs it at the same d/N, L).
 
-`--device cuda` (issue 22; e.g. `--device cuda --sizes 8b --bmm-repeats 5`): the states are
+`--device cuda` (e.g. `--device cuda --sizes 8b --bmm-repeats 5`): the states are
 drawn on the GPU and every metric of `similarity_matrix` is timed there against ONE batched
 float32 Gram product (goal <= 1.3x for CKA) and against the same computation on float64 states
 (goal: within 1e-8), alternating, synchronised; also with the CPU's cache-sized chunks
-(`GPU_CHUNK_ELEMENTS` off), the GPU behaviour before issue 22. Size `8b` is N=10,000, d=4,096,
+(`GPU_CHUNK_ELEMENTS` off), the GPU's old behaviour. Size `8b` is N=10,000, d=4,096,
 L=32 (a Llama-3.1-8B-shaped run: 33 states of d=4,096, 32 compared).
 """
 
@@ -191,7 +191,7 @@ def bench_cuda(name: str, repeats: int, device: str = "cuda") -> list[dict]:
             times["bmm"].append(t)
             s32, t = _cuda_timed(lambda m=metric: dc.similarity_matrix(x, m), sync)
             times["similarity"].append(t)
-        if metric == "cka":  # the GPU behaviour before issue 22 (cache-sized chunks)
+        if metric == "cka":  # the GPU behaviour before the large chunks (cache-sized)
             times["cpu_chunks"].append(_cuda_timed(lambda m=metric: cpu_chunks(m), sync)[1])
         s64, t64 = _cuda_timed(lambda m=metric: dc.similarity_matrix(x64, m), sync)
         if cuda:

@@ -25,7 +25,7 @@ The goal: a stopped number within its promise as often as a fixed-N one ("solid"
 `--bootstrap B`: N_max 2,048, d up to 32, the bootstrap being the costly part), `tiny` (the
 unit test's slice). `--load` re-judges saved runs.
 
-**The paired answer** (`--answers`, issue 26: what `--until verdict` and "Stop when settled"
+**The paired answer** (`--answers`, SPEC 15: what `--until verdict` and "Stop when settled"
 stop on). Each growing run is a `synthetic.position0_construction` (population gaps, Delta and
 T in closed form), measured at its marks by the product's own path (`anytime.estimate` with
 one paired bootstrap of default and no_pos0, B = `--bootstrap`, default 50): the BOS answer

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_sweep.py                 # 8 tiny cells, N=64, 64 tokens
     .venv/bin/python benchmarks/bench_sweep.py --n 128 --num-cpus 2
-    python3 benchmarks/bench_sweep.py --cells shape --n-cells 16 --n 32    # 16 cores (issue 22)
+    python3 benchmarks/bench_sweep.py --cells shape --n-cells 16 --n 32    # 16 cores
     python3 benchmarks/bench_sweep.py --cells shape --n-cells 4 --n 2048 --device cuda \
         --gpus-per-cell 0.25 --paths loop,ray-cold                        # 4 cells share a GPU
 

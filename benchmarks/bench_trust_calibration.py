@@ -15,7 +15,7 @@ bootstrap's interval (B replicates). Per metric and badge level the table report
 datasets got that level, how often the number lies within 2% (relative) of the truth and
 within 5%, its largest error, and how often the regime (below / at / above F_L) is right.
 
-Heavy tails (issue 26, `--tails`): the same grids with t-distributed passages, 3 degrees of
+Heavy tails (`--tails`): the same grids with t-distributed passages, 3 degrees of
 freedom (`deffcore.measures.synthetic.heavy_tailed_states`): "passage", one scale per passage shared
 by all its layers (power-law state norms), and "multivariate_t", one scale per component
 (h_0 and each update). The population S is the Gaussian construction's, so the same truth
@@ -26,7 +26,7 @@ Regime judge: "below" is right when the population gap is > 0, "above" when < 0,
 reference" when |population gap| <= REGIME_TOLERANCE + the 2% a solid number may be off
 (100 * 0.02 * D/F_L points).
 
-Goals (issue 16): "solid" within 2% in >= 95% of its datasets and never off by more than 5%;
+Goals: "solid" within 2% in >= 95% of its datasets and never off by more than 5%;
 every dataset whose error exceeds 10% reads "noise". `--size tiny` is the unit test's slice.
 `--load` re-judges saved measurements (to try thresholds without re-sampling).
 """

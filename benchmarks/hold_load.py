@@ -1,4 +1,4 @@
-"""Hold this machine's load near a target while something else runs beside it (issue 27).
+"""Hold this machine's load near a target while something else runs beside it.
 
     python benchmarks/hold_load.py 10 --log load.log &     # until the stop file exists
     ... run the test suite ...

@@ -1,5 +1,5 @@
 """Answers in minutes in the app: the live estimates of a run in progress and "Stop when
-settled" (issue 23).
+settled" (SPEC 14).
 
 The run panel (`explorer.run_panel`) calls `live_panel(status)` under its progress bar: the
 latest estimate (`deffcore.work.jobs.JobStatus.estimates`, one per mark of `prefix.schedule`) as

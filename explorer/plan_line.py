@@ -1,4 +1,4 @@
-"""The planner's line under Run: what the run will cost here, before it starts (issue 23).
+"""The planner's line under Run: what the run will cost here, before it starts (SPEC 14).
 
 The sidebar calls `plan_caption(settings)` under Run: the planner's line
 (`deffcore.runs.planner.plan_run` with a cached calibration only: drawing the sidebar never loads

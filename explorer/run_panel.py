@@ -1,6 +1,6 @@
 """The background run panel: start a run, follow it, settle it when it lands, resume one.
 
-Run checks the settings, the model path and the data (`deffcore.work.jobs.plan`, before any model
+Run checks the settings, the model path and the data (`deffcore.runs.preflight.plan`, before a model
 loads; messages name the user's own file) and hands the run to `deffcore.work.jobs`, whose worker
 thread lives in the server process, so switching pages or reloading does not stop it. The
 session keeps the job id (and the URL's `?job=` query parameter, for a reload); the main area
@@ -178,7 +178,7 @@ def _draw_progress(status: job_state.JobStatus, *, cancel: bool) -> None:
                 disabled=status.cancel_requested,
                 help="Stops before the next batch; finished batches are kept for a resume.",
             )
-            live_panel(status)  # the estimates so far, Stop when settled (issue 23)
+            live_panel(status)  # the estimates so far, Stop when settled (SPEC 14)
         st.caption(
             "The run goes on in the background: switch pages or reload, it keeps going and "
             "becomes the current run when it lands."

@@ -296,7 +296,7 @@ def sidebar() -> tuple[Settings, bool]:
         with top:
             run_clicked = st.button("Run", type="primary", key="run", width="stretch")
             st.caption(md_escape(preflight.display(_run_summary(settings), upload_names())))
-            plan_caption(settings)  # what the run will cost, before Run (issue 23)
+            plan_caption(settings)  # what the run will cost, before Run (SPEC 14)
         view_settings(settings)
         glossary_expander()
     return settings, run_clicked

@@ -1,4 +1,4 @@
-"""Tables as a page shows them: a missing cell reads "—", never "None" (issue 30).
+"""Tables as a page shows them: a missing cell reads "—", never "None".
 
 `show_table` is `st.dataframe` with `placeholder=MISSING`: Streamlit draws a missing value (None,
 NaN) as the word "None" unless told otherwise, even where a Styler's `na_rep` says "—", and a

@@ -37,7 +37,7 @@ STORY_SLIDERS = (
     ("rho", "update correlation ρ", 0.0, 0.9, 0.05,
      "Updates k layers apart have correlation ρ^k. Enters at step 5."),
 )  # fmt: skip
-#: The projector layout (issue 30): chart height and figure font that put the step's chart,
+#: The projector layout: chart height and figure font that put the step's chart,
 #: its lesson and its numbers above the fold at 1280 x 720 (browser screenshots, tests/e2e).
 PROJECTOR_CHART_PX = 390
 PROJECTOR_FONT_PX = 20

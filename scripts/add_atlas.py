@@ -1,4 +1,4 @@
-"""Give shipped snapshots the depth-use atlas of their own run (issue 31, SPEC 16), nothing else.
+"""Give shipped snapshots the depth-use atlas of their own run (SPEC 16), nothing else.
 
     .venv/bin/python scripts/add_atlas.py deffcore/data/default_run.json deffcore/data/gallery/*
     .venv/bin/python scripts/add_atlas.py --no-skip-effect FILE     # the atlas alone

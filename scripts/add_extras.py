@@ -1,4 +1,4 @@
-"""Give a shipped snapshot the BOS page's extras of its own run (issue 30), nothing else.
+"""Give a shipped snapshot the BOS page's extras of its own run, nothing else.
 
     .venv/bin/python scripts/add_extras.py deffcore/data/default_run.json
     .venv/bin/python scripts/add_extras.py --random-seeds 1,2,3,4,5 FILE   # and the null band

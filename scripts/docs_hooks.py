@@ -28,7 +28,7 @@ from typing import Any
 
 API_PAGE = "reference/api.md"
 CLI_PAGE = "reference/cli.md"
-#: Where `build_parser()` lives: the CLI module before and after the restructure of issue 28.
+#: Where `build_parser()` lives: the CLI module before and after the stage restructure.
 PARSER_MODULES = ("deffcore.cli", "deffcore.cli.main")
 #: Width of the generated `--help` text (argparse reads it from $COLUMNS).
 HELP_COLUMNS = 100

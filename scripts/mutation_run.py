@@ -1,4 +1,4 @@
-"""A small mutation run: does each test catch the change it guards? (issue 27, item 7)
+"""A small mutation run: does each test catch the change it guards?
 
 Each mutation replaces one exact snippet of the code (it must occur exactly once), runs the
 tests named beside it, and restores the file. A mutation is *killed* when those tests fail,
@@ -8,8 +8,8 @@ the tree, never on the one you edit (the files are changed while it runs):
     git archive HEAD | tar -x -C /tmp/mut && ln -s $PWD/.venv /tmp/mut/.venv
     cd /tmp/mut && nice -n 10 .venv/bin/python scripts/mutation_run.py --out /tmp/mut.json
 
-`--only WORD` runs the mutations whose name contains WORD. The list covers the modules issue
-27 touched: the snapshot schema, shared runs, text escaping, output files, bounds, the
+`--only WORD` runs the mutations whose name contains WORD. The list covers the modules of
+the input hardening: the snapshot schema, shared runs, text escaping, output files, bounds, the
 in-memory checks, the pages' isolation, and the guards whose mutations survived before.
 """
 

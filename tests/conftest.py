@@ -27,7 +27,7 @@ Fixtures:
                        done (each batch kept); returns `stop()`, which restores the extraction
                        (a resumed job then runs to the end).
     planted            tiny-llama with near-zero block outputs, returned by every model load.
-    shipped_run        (session) the generated stand-in for the shipped default (issue 30,
+    shipped_run        (session) the generated stand-in for the shipped default (
                        tests/shipped_helpers.py): {"path": snapshot file, "cache": its cache
                        folder (the runs and diagnostics), "data": the parsed JSON}.
 
@@ -188,7 +188,7 @@ def gate(monkeypatch: pytest.MonkeyPatch):
         jobs.wait(job.job_id, timeout=60)
 
 
-# Anytime estimates (issue 23): a dataset of many token windows, and checkpoints every batch.
+# Anytime estimates (SPEC 14): a dataset of many token windows, and checkpoints every batch.
 _WINDOW_WORDS = (
     "the a of to and in is was for on that with as by at from his her it an be this which or "
     "market team match film game season policy report minister company shares growth court"

@@ -1,4 +1,4 @@
-"""A small generated stand-in for the shipped default run, for the tests of issue 30.
+"""A small generated stand-in for the shipped default run, for the tests of its pages.
 
 `write_shipped(path)` makes what scripts/make_default_run.sh makes for SmolLM2, for tiny-llama
 on a few BBC windows: one in-process `deffcore measure ... --random-seeds --bootstrap

@@ -1,4 +1,4 @@
-"""Live estimates with one paired bootstrap: the BOS answer at every mark (issue 26)."""
+"""Live estimates with one paired bootstrap: the BOS answer at every mark."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def test_until_verdict_stops_on_the_paired_answer(windows_dataset, every_batch, 
 def test_a_stopped_run_shows_the_spread_and_the_paired_answer_of_its_last_estimate(
     windows_dataset, every_batch, planted
 ):
-    """Issue 26, item 7: the kept run of a stop holds its last estimate's paired bootstrap, so
+    """SPEC 15: the kept run of a stop holds its last estimate's paired bootstrap, so
     its displayed trust reads that measured spread (not the prior) and its BOS answer is paired
     without a second draw; a run measured without estimates has neither."""
     from deffcore.lenses.bos_answer import position0_answer_for
@@ -106,7 +106,7 @@ def test_a_stopped_run_shows_the_spread_and_the_paired_answer_of_its_last_estima
 
 def test_documents_runs_show_estimates_before_the_end(windows_dataset, every_batch):
     """A 48-document run: the first look (32 passages, the sample's first 32) is estimated
-    while it extracts, not only when it lands (issue 26: no "No estimates before the end")."""
+    while it extracts, not only when it lands (no "No estimates before the end")."""
     spec = window_spec(windows_dataset, 48, "documents")
     seen = []
     live = measure_live(spec, device="cpu", batch_size=16, on_estimate=seen.append,

@@ -132,7 +132,7 @@ def test_result_fields_and_reproducibility() -> None:
     at_k = bootstrap_deff_over_L(x, B=5, seed=1, K=1)
     assert at_k.point == pytest.approx(dc.effective_depth(dc.similarity_matrix(x), K=1) / 6)
     # each replicate is the K = 1 statistic of its own resample (a naive recompute), not the
-    # K = L-1 one nor the point (issue 27: a surviving mutation replicated another statistic)
+    # K = L-1 one nor the point (a surviving mutation replicated another statistic)
     idx = resample_indices(x.shape[1], 5, 1)
     naive = [dc.effective_depth(dc.similarity_matrix(x[:, i]), K=1) / 6 for i in idx]
     np.testing.assert_allclose(at_k.samples, naive, rtol=1e-9)

@@ -99,7 +99,7 @@ def test_shipped_run_gets_the_issue_answer():
     assert own.delta == pytest.approx(1.75, abs=0.01)  # linear CKA: +9.50 -> +11.25
     assert a.paired == (view.paired_bootstrap() is not None)
     if not a.paired:
-        # a snapshot made before issue 26 holds no paired bootstrap: the unpaired rule (both
+        # a snapshot made before SPEC 15 holds no paired bootstrap: the unpaired rule (both
         # errors added, about +-2.2 points each) reaches past the tolerance, and says so
         assert a.trust == "indicative" and a.verdict == "cannot_tell"
         assert "cannot tell yet" in a.sentence and "unpaired" in a.sentence
@@ -295,7 +295,7 @@ def test_construction_population_matches_large_sample():
 # calibration: every claim checked against the population (the benchmark runs a larger grid)
 
 
-#: A slice of the grid below that a default run checks (issue 27: the calibration test was
+#: A slice of the grid below that a default run checks (the calibration test was
 #: only ever run with -m slow): cases answered "not an artefact" and "artefact" (by unbiased
 #: CKA), and one where the rule must say "cannot tell"; (seed, L, n, d, pos0, onset).
 CALIBRATION_SLICE = [

@@ -1,4 +1,4 @@
-"""Values bounded before use (issue 27, item 5): byte sizes, manifest model sizes and CSV
+"""Values bounded before use: byte sizes, manifest model sizes and CSV
 fields each get one sentence at their edge, never an OverflowError, a ZeroDivisionError, a
 negative plan or a csv traceback."""
 

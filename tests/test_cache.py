@@ -228,7 +228,7 @@ def test_two_processes_compute_once(tmp_path, deff_cache_dir):
 
 
 # ----------------------------------------------------------------------------------------------
-# issue 8 item 4: the cache trusts nothing it reads, and deletes only run entries (core-B)
+# the cache trusts nothing it reads, and deletes only run entries
 
 
 def _meta_of(spec: RunSpec) -> dict:

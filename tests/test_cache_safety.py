@@ -1,5 +1,5 @@
 """The cache never writes or deletes through a link or into anything not provably its own, and
-every OS error of the cache is one sentence (issue 17: Security 4, Faults 8, 9, 10).
+every OS error of the cache is one sentence.
 
 `deffcore.core.files` is the one mechanism (lstat checks, O_EXCL temp files, renames); these
 tests attack it through the public paths a user takes: `measure`, `store`/`load`, the partial
@@ -67,7 +67,7 @@ def _cli(dataset: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Security 4: a link named like a run's key
+# a link named like a run's key
 
 
 def test_measure_never_writes_through_a_key_named_link(
@@ -121,7 +121,7 @@ def test_a_real_entry_holding_something_foreign_is_refused(where, users_folder, 
 
 
 # ---------------------------------------------------------------------------------------------
-# Faults 8: a folder where states.npz belongs; a lock that is a link
+# a folder where states.npz belongs; a lock that is a link
 
 
 def test_states_npz_that_is_a_folder_is_one_sentence(tiny_dataset, deff_cache_dir, capsys):
@@ -168,7 +168,7 @@ def test_deleting_a_run_whose_lock_is_a_link_refuses(tmp_path, deff_cache_dir):
 
 
 # ---------------------------------------------------------------------------------------------
-# Faults 9: every OS error of the cache is one sentence, nothing half-written is left
+# every OS error of the cache is one sentence, nothing half-written is left
 
 
 REAL_FSYNC = os.fsync
@@ -231,7 +231,7 @@ def test_a_full_disk_during_measure_is_exit_2_in_one_line(tiny_dataset, monkeypa
 
 
 # ---------------------------------------------------------------------------------------------
-# Faults 10: non-finite states are never stored, and a broken stored entry is corrupt
+# non-finite states are never stored, and a broken stored entry is corrupt
 
 
 def test_states_that_overflow_float32_are_one_sentence_and_never_stored(
@@ -297,7 +297,7 @@ def test_pos0_peak_ignores_nan_and_never_raises_all_nan():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_nan_advice_fits_the_runs_dtype(tiny_dataset, dtype):
-    """Faults 13: a float32 run is never told to "try float32"."""
+    """A float32 run is never told to "try float32"."""
     import torch
 
     from deffcore.inputs.loading import load_model
@@ -319,7 +319,7 @@ def test_the_nan_advice_fits_the_runs_dtype(tiny_dataset, dtype):
 def test_a_failed_rewrite_keeps_the_old_file_whole(fails, monkeypatch, tmp_path):
     """Rewriting a file that exists (meta.json, diagnostics.json, a snapshot): when the write
     fails, at the fsync or at the rename, the old file is there, whole, and no temp file is
-    left (issue 27: a surviving mutation dropped the old file)."""
+    left (a surviving mutation dropped the old file)."""
     path = tmp_path / "meta.json"
     path.write_bytes(b'{"old": true}')
 

@@ -66,7 +66,7 @@ def snapshot_body(tmp_path_factory):
 def test_the_server_runs_no_full_gc_after_each_script_run():
     """Streamlit's default `gc.collect(2)` after every script run (a polling fragment reruns
     each second) starved the jobs worker thread of the GIL: the shipped default's diagnostics
-    took ~28 minutes on request (issue 30, benchmarks/bench_app_gc.py). Off in the config,
+    took ~28 minutes on request (benchmarks/bench_app_gc.py). Off in the config,
     and so in every way the app is started (`deffcore app` passes the config as flags)."""
     path = REPO / ".streamlit" / "config.toml"
     assert tomllib.loads(path.read_text())["runner"]["postScriptGC"] is False

@@ -89,7 +89,7 @@ def test_python_dash_m_entry_point(tiny_dataset, deff_cache_dir):
 
 
 def test_runs_lists_a_corrupt_entry_without_crashing(capsys, deff_cache_dir):
-    key = "abc123" + "0" * 14  # a run entry's name: 20 hex digits (core-B, issue 8)
+    key = "abc123" + "0" * 14  # a run entry's name: 20 hex digits
     (deff_cache_dir / key).mkdir(parents=True)
     (deff_cache_dir / key / "meta.json").write_text("{truncated")
     assert main(["runs"]) == 0
@@ -244,7 +244,7 @@ def test_bad_bootstrap_poolings_are_one_line(capsys, tiny_dataset):
 
 
 def test_a_live_run_answers_and_judges_from_the_bootstrap_it_already_drew(capsys, tiny_dataset):
-    """Issue 26, items 1 and 7: a plain `measure` (live estimates on) holds the last estimate's
+    """SPEC 15: a plain `measure` (live estimates on) holds the last estimate's
     paired bootstrap of its own passages, so its BOS answer is paired and its trust reads the
     measured spread, the same numbers `--bootstrap 50` draws; `--no-anytime` has neither."""
     from deffcore.statistics.stopping import LIVE_BOOTSTRAP

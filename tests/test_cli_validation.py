@@ -1,5 +1,5 @@
 """Every failure a user can cause ends in one sentence on stderr and exit code 2, before any
-model loads (issue 8, item 3): in `measure` and in every sibling subcommand.
+model loads: in `measure` and in every sibling subcommand.
 
 Each case runs `deffcore.cli.main` with the model loaders replaced by a function that fails
 the test, so a check that happens only after loading (or never) is caught.
@@ -133,7 +133,7 @@ CASES = [
     (["carry", "--preset", "tiny", "--device", "tpu", "--no-progress"], "Unknown device"),
     (["carry", "--preset", "gpu", "--no-progress"], "CUDA is not available"),
     (["carry", "--preset", "huge", "--no-progress"], "invalid choice: 'huge'"),
-    # the further lenses (issue 20)
+    # the further lenses (SPEC 13)
     (["gw", "--model", "tiny-llama", *RUN, "--n-gw", "1"], "--n-gw must be an integer >= 2"),
     (["gw", "--model", "tiny-llama", *RUN, "--gw-seed", "-1"], "--gw-seed must be"),
     (["gw", "--model", "tiny-llama", *RUN, "--epsilon", "0"], "--epsilon must be a positive"),

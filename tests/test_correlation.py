@@ -85,7 +85,7 @@ def test_spearman_p_is_exact_for_small_n_and_t_above():
 
 def test_the_exact_p_boundary_is_n_9_inclusive():
     """n = 9 is the largest n with the exact permutation p (9! orderings), n = 10 the first
-    with scipy's t (issue 27: a surviving mutation moved the boundary)."""
+    with scipy's t (a surviving mutation moved the boundary)."""
     assert EXACT_MAX_N == 9
     ordered = list(range(1, 10))
     at = correlate(ordered, [2 * v for v in ordered])

@@ -1,4 +1,4 @@
-"""A degenerate control is undefined for its run, not the run's failure (issue 17, Faults 6).
+"""A degenerate control is undefined for its run, not the run's failure.
 
 Every passage starting with the same word makes `first_non_bos` (the state at position 1,
 which under causal attention sees only positions 0 and 1) the same for all passages at every

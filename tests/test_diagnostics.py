@@ -396,7 +396,7 @@ def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, m
     assert first["cached"] is False
     path = cache_dir() / spec.key() / "diagnostics.json"
     assert diagnostics_path(spec) == path
-    assert not path.parent.exists()  # a run never measured: in memory, no folder (issue 17)
+    assert not path.parent.exists()  # a run never measured: in memory, no folder
     tok = loading.load_model("tiny-llama").tokenizer
     want = [tok(t).input_ids[:24] for t in load_passages(tiny_dataset, 8, seed=0)]
     assert first["inspector"]["token_ids"] == want

@@ -1,4 +1,4 @@
-"""Where a run's BOS diagnostics live and when they are trusted (issue 17, untested behaviour):
+"""Where a run's BOS diagnostics live and when they are trusted:
 `diagnose` honours the run's norm intervention, never creates a cache folder for a run that was
 never measured, and `read_diagnostics` refuses a file written for another run."""
 
@@ -89,7 +89,7 @@ def test_read_diagnostics_refuses_a_file_written_for_another_run(tiny_dataset, d
 
 def test_diagnostics_of_the_previous_format_are_recomputed(tiny_dataset):
     """Format 2 applied Sun et al.'s criterion to mean_b m_b and had no Gu et al. metric: such
-    a file is never read as today's (issue 26), the pass runs again and rewrites it."""
+    a file is never read as today's, the pass runs again and rewrites it."""
     from deffcore.lenses.diagnostics_store import DIAG_FORMAT
     from deffcore.runs.measure import measure_spec
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import ast
 import importlib
+import io
 import json
 import re
+import tokenize
+from pathlib import Path
 
 import pytest
 from docs_pages import REPO, all_blocks, own_pages
@@ -103,3 +106,92 @@ def test_the_check_sees_imports_attributes_and_aliases():
     assert _resolves("deffcore.measure") and _resolves("deffcore.similarity_matrix")
     assert not _resolves("deffcore.views.run_view.headline_changes")  # the README's old example
     assert not _resolves("deffcore.no_such_module.x")
+
+
+# ---------------------------------------------------------------------------------------------
+# The code's own citations: SPEC sections and module paths that exist, never a tracker's numbers
+
+#: What the code's comments and docstrings are read from: the library, the app, the scripts,
+#: the benchmarks and the tests.
+CODE_FOLDERS = ("deffcore", "explorer", "pages", "scripts", "benchmarks", "tests")
+#: The word "issue" (or "issues") and a number: a tracker the repository does not hold.
+_ISSUE = re.compile(r"\bissues?\s+#?\d", re.IGNORECASE)
+_CODE_PATH = re.compile(r"(?<![\w./])deffcore/[\w/]+\.py\b")
+_CODE_DOTTED = re.compile(r"(?<![\w./])deffcore(?:\.[A-Za-z_]\w*)+")
+
+
+def _code_files() -> list[Path]:
+    files = [REPO / "app.py"]
+    for top in CODE_FOLDERS:
+        files += sorted(p for p in (REPO / top).rglob("*.py") if "__pycache__" not in p.parts)
+    return files
+
+
+def _comments_and_strings(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comment and string literal (docstrings included) of `source`."""
+    kinds = {tokenize.COMMENT, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", -1)}
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [(tok.start[0], tok.string) for tok in tokens if tok.type in kinds]
+
+
+def cited_issues(source: str) -> list[str]:
+    """`line: text` of each comment or string of `source` that cites an issue number."""
+    return [
+        f"{line}: {_ISSUE.search(text)[0]}"
+        for line, text in _comments_and_strings(source)
+        if _ISSUE.search(text)
+    ]
+
+
+def missing_modules(source: str) -> list[str]:
+    """Every `deffcore/x/y.py` path and `deffcore.x.y` name the comments and strings of
+    `source` cite that does not exist (`deffcore.figures.X`, one capital letter, stands for
+    any name and is not checked)."""
+    missing = []
+    for line, text in _comments_and_strings(source):
+        missing += [
+            f"{line}: {m[0]}" for m in _CODE_PATH.finditer(text) if not (REPO / m[0]).is_file()
+        ]
+        for match in _CODE_DOTTED.finditer(text):
+            name = match[0]
+            placeholder = re.fullmatch(r"[A-Z]", name.rsplit(".", 1)[-1])
+            if "__main__" not in name and not placeholder and not _resolves(name):
+                missing.append(f"{line}: {name}")
+    return missing
+
+
+def test_the_checks_see_issue_numbers_and_missing_modules_in_comments_and_docstrings():
+    number = "2" + "3"
+    code = (
+        f'"""The live line (Issue {number}, SPEC 14)."""\n'
+        f"x = 1  # see issues {number}-31\n"
+        f"issue{number} = 2\n"  # a name, not a citation
+        '"""SPEC 14: deffcore/statistics/anytime.py and deffcore.statistics.anytime."""\n'
+        '"""Gone: deffcore/paired.py, deffcore.paired, deffcore.supply.passages_action."""\n'
+    )
+    assert [c.split(":")[0] for c in cited_issues(code)] == ["1", "2"]
+    assert missing_modules(code) == [
+        "5: deffcore/paired.py",
+        "5: deffcore.paired",
+        "5: deffcore.supply.passages_action",
+    ]
+
+
+@pytest.mark.parametrize("path", _code_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_the_code_cites_spec_sections_never_issue_numbers(path):
+    """Docstrings and comments cite docs/SPEC.md's sections; an issue number points into a
+    tracker the repository does not hold."""
+    found = cited_issues(path.read_text(encoding="utf-8"))
+    assert not found, f"{path.relative_to(REPO)} cites issues: {found}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _code_files() if p.parts[len(REPO.parts)] != "tests"],
+    ids=lambda p: str(p.relative_to(REPO)),
+)
+def test_every_module_the_code_cites_exists(path):
+    """A docstring or comment naming `deffcore/x/y.py` or `deffcore.x.y` names one that
+    exists (the tests are left out: they name missing modules on purpose)."""
+    missing = missing_modules(path.read_text(encoding="utf-8"))
+    assert not missing, f"{path.relative_to(REPO)} cites modules that do not exist: {missing}"

@@ -279,7 +279,7 @@ def test_too_few_passages(tiny_model):
 
 
 # ----------------------------------------------------------------------------------------------
-# issue 8 item 8: reduced-precision extraction on the CPU (core-B)
+# reduced-precision extraction on the CPU
 
 #: Largest relative Frobenius error per layer and pooling, ||X_dtype - X_fp32|| / ||X_fp32||,
 #: allowed against float32 on the tiny models. Measured on the 12 tiny passages (max over

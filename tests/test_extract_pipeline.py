@@ -1,4 +1,4 @@
-"""Extraction at full speed (issue 22): hooks that never synchronise with the device, the same
+"""Extraction at full speed: hooks that never synchronise with the device, the same
 numbers as the per-layer pooling they replaced, the CUDA pipeline's control flow (a batch
 finished one place behind) run on the CPU, and models spread over devices by accelerate."""
 
@@ -149,11 +149,11 @@ def test_non_finite_check_still_names_the_first_bad_layer_without_syncing(
 
 
 # ----------------------------------------------------------------------------------------------
-# Same numbers as the per-layer pooling of the hooks before issue 22
+# Same numbers as the per-layer pooling of the hooks before the full-speed pooling
 
 
 def _per_layer_pool(hidden, mask):
-    """The pooling the hooks ran once per layer before issue 22, verbatim."""
+    """The pooling the hooks ran once per layer before, verbatim."""
     h = hidden.float()
     m = mask.bool()
     rows = torch.arange(h.shape[0])

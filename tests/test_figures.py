@@ -393,7 +393,7 @@ def test_models_depth_scatter_styles_each_family_and_source():
 
 
 # ---------------------------------------------------------------------------------------------
-# layout for a page (issue 19): titles clear of the toolbars, log axes fitted to the data
+# layout for a page: titles clear of the toolbars, log axes fitted to the data
 
 
 def test_for_display_puts_every_title_below_the_toolbar_strip():

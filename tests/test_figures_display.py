@@ -1,4 +1,4 @@
-"""Figures as a page draws them (issue 30): colours Streamlit's theme would swap, the gap
+"""Figures as a page draws them: colours Streamlit's theme would swap, the gap
 legend naming only what is drawn, one dash per compared run."""
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def _neighbours(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_the_default_start_is_pots_product_coupling():
-    """Issue 26: GW starts where POT starts (G0 = p q^T), not at the better of two starts."""
+    """GW starts where POT starts (G0 = p q^T), not at the better of two starts."""
     import ot
 
     C1, C2 = _neighbours()

@@ -1,4 +1,4 @@
-"""Live estimates in background runs (deffcore.work.jobs, issue 23): the job's status holds them,
+"""Live estimates in background runs (deffcore.work.jobs): the job's status holds them,
 "stop when settled" keeps a run of that N, documents runs have none."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The progress numbers of background runs (deffcore.work.jobs): ETA, tokens per second, and which
-finished jobs are kept (issue 17, untested behaviour). Driven with a fake clock and a fake
+finished jobs are kept. Driven with a fake clock and a fake
 `measure_spec`, so every number is checked against a hand computation."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The house's shape (issue 28): stages in pipeline order, no cycles, no import up a stage, small
-rooms; deffcore never imports Streamlit, the explorer or a page; nothing imports a page.
+"""The house's shape: stages in pipeline order, no cycles, no import up a stage; deffcore
+never imports Streamlit, the explorer or a page; nothing imports a page. No size is pinned: a
+module may be long when it holds one idea.
 
 Every `import` counts, function-level ones and `if TYPE_CHECKING:` ones too (a local import only
-postpones a cycle). The figures are `scripts/house_figures.py`'s, which docs/DESIGN.md quotes.
+postpones a cycle). The checker is `scripts/house_figures.py`'s.
 """
 
 from __future__ import annotations
@@ -13,14 +14,11 @@ from pathlib import Path
 import pytest
 
 from scripts.house_figures import (
-    MAX_FUNCTION_LINES,
-    MAX_MODULE_LINES,
     STAGES,
     cycles,
     import_graph,
     imported_names,
     levels,
-    long_functions,
     source_files,
     stage_of,
     up_stage_imports,
@@ -102,13 +100,6 @@ def test_no_module_imports_a_later_stage():
     assert not up, f"imports up a stage ({' -> '.join(STAGES)}): {up}"
 
 
-def test_no_large_module_and_no_long_function():
-    files = {**MODULES, **APP_FILES}
-    sizes = {n: len(p.read_text().splitlines()) for n, p in files.items()}
-    assert max(sizes.values()) <= MAX_MODULE_LINES, sorted(sizes.items(), key=lambda x: -x[1])[:3]
-    assert not long_functions(files), f"functions over {MAX_FUNCTION_LINES} lines"
-
-
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_deffcore_never_imports_streamlit_the_explorer_or_a_page(name):
     tops = {n.split(".")[0] for n in _imports_of(MODULES[name], name)}
@@ -137,7 +128,7 @@ def test_one_model_family():
 
 
 # ---------------------------------------------------------------------------------------------
-# The app's layers: pages -> explorer -> deffcore; nothing imports a page (issue 18)
+# The app's layers: pages -> explorer -> deffcore; nothing imports a page
 
 
 def test_the_explorer_is_an_importable_package():

@@ -1,5 +1,5 @@
-"""A model folder never runs its own code, and a lying safetensors header is one sentence
-(issue 17, Security 1 and Faults 7): `deffcore.inputs.model_files` and its use in
+"""A model folder never runs its own code, and a lying safetensors header is one sentence:
+`deffcore.inputs.model_files` and its use in
 `deffcore.inputs.loading`."""
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def test_cli_exit_2_for_a_2_62_byte_header(saved_folder, tiny_dataset, capsys):
 @pytest.mark.parametrize("where", [("text_config",), ("text_config", "vision_config")])
 def test_an_auto_map_nested_in_a_sub_config_is_refused(saved_folder, where, monkeypatch):
     """A multimodal wrapper's config nests the text model's: an `auto_map` there (or deeper)
-    would run the folder's code as surely as one at the top (issue 27: a surviving mutation)."""
+    would run the folder's code as surely as one at the top (a surviving mutation)."""
     import transformers
 
     marker = _with_remote_code(saved_folder)

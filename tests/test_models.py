@@ -179,7 +179,7 @@ def test_packaged_gemma3_is_assembled_into_the_cache(deff_cache_dir):
 
 
 # ---------------------------------------------------------------------------------------------
-# Checks without weights: device, context length, GGUF header, tokenizer (issue 8 item 3)
+# Checks without weights: device, context length, GGUF header, tokenizer
 
 
 def _write_gguf(path, context: int = 123, add_bos: bool | None = None):

@@ -1,4 +1,4 @@
-"""deffcore.views.models_overview: the one `model_family`, used by every page (issue 18)."""
+"""deffcore.views.models_overview: the one `model_family`, used by every page."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Outputs never overwrite inputs and are written whole (issue 27, item 4): `measure --snapshot`.
+"""Outputs never overwrite inputs and are written whole: `measure --snapshot`.
 
 Refused before any model loads, in one sentence with exit code 2, the user's files unchanged:
 the `--dataset` file itself, through a symbolic or a hard link, the `--model` file, an

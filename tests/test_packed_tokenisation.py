@@ -1,4 +1,4 @@
-"""Packed windows and the joined text (issue 16 item 6): the documented difference, shown.
+"""Packed windows and the joined text: the documented difference, shown.
 
 `cut_windows(mode="packed")` joins the documents' *separately tokenised* bodies with the ids
 of the separator "\\n\\n" tokenised on its own. The text is exactly the joined text, but a

@@ -354,7 +354,7 @@ def _plan(n: int, **kwargs):
 
 def test_each_step_is_refused_on_its_own_memory(no_load):
     """Extraction fits, then the similarity step, then the bootstrap is the one too big: each
-    refusal names its own step (issue 27: the planner never refused those two)."""
+    refusal names its own step (the planner never refused those two)."""
     from deffcore.runs.planner import bootstrap_bytes
 
     plan = _plan(1000, bootstrap=2000, max_memory=10**12)

@@ -49,7 +49,7 @@ def test_a_smaller_run_is_a_larger_ones_first_rows_without_a_model(
 
 def test_other_batching_is_not_a_source(windows_dataset, every_batch):
     """A run batched by 16 serves runs batched by 16 only, and only whole numbers of batches:
-    each refusal is checked beside a request the same source does serve (issue 27: the old
+    each refusal is checked beside a request the same source does serve (the old
     test could not fail, its source's ratio prefix being too short to serve anything)."""
     measure_spec(window_spec(windows_dataset, 256), device="cpu", batch_size=16)
     larger = prefix.from_larger

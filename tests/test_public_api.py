@@ -1,4 +1,4 @@
-"""The public API (issue 28): `deffcore/__init__.py` names what users import, and it imports."""
+"""The public API: `deffcore/__init__.py` names what users import, and it imports."""
 
 from __future__ import annotations
 

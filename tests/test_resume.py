@@ -1,4 +1,4 @@
-"""Resumable runs (issue 9 item 2): finished batches survive an exception, a cancellation or a
+"""Resumable runs: finished batches survive an exception, a cancellation or a
 SIGKILL, a rerun continues from the last finished batch and ends bit-identical to an
 uninterrupted run; a partial never loads as complete; `use_cache=False` / `--no-cache` neither
 reads nor writes the cache."""

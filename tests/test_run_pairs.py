@@ -1,4 +1,4 @@
-"""Differences of two runs, paired by passage when they hold the same passages (issue 26)."""
+"""Differences of two runs, paired by passage when they hold the same passages."""
 
 from __future__ import annotations
 

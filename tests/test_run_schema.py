@@ -1,5 +1,5 @@
-"""The one schema of a shared run (deffcore.run_schema): every hostile file is one sentence, and
-every file it accepts is one that every reader (pages, notebook, report) can read.
+"""The one schema of a shared run (deffcore.views.run_schema): every hostile file is one sentence,
+and every file it accepts is one that every reader (pages, notebook, report) can read.
 
 The property-based test derives files from the shipped default run (a real snapshot with every
 part: six poolings, three metrics, the CLI JSON, a random-weight band) by replacing, deleting
@@ -54,7 +54,7 @@ def _zero_diagonal(d: dict) -> None:
         row[i] = 0.0
 
 
-#: The hostile files of issue 27 (and neighbours): name -> (edit, words the sentence says).
+#: The hostile files: name -> (edit, words the sentence says).
 ISSUE_CASES = {
     "lone surrogate in the model": (
         lambda d: d["spec"].update(model="smollm2\ud800"),

@@ -1,4 +1,4 @@
-"""A run's measured spread reaches its trust level (issue 26, item 7): the shipped default
+"""A run's measured spread reaches its trust level: the shipped default
 holds a B = 100 bootstrap, so every displayed trust level of it uses that interval, never the
 1.5/sqrt(N) prior alone; a bootstrap of another number, or a damaged one, is never used."""
 

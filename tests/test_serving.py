@@ -1,4 +1,4 @@
-"""Serving safely (deffcore.inputs.serving, issue 8.6): localhost binding, local-path policy,
+"""Serving safely (deffcore.inputs.serving): localhost binding, local-path policy,
 uploads."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_folder_confines_paths_and_hides_existence(monkeypatch, tmp_path):
 
 def test_a_sibling_folder_whose_name_starts_like_the_allowed_one_is_outside(monkeypatch, tmp_path):
     """Containment is by path parts, not by string prefix: `/srv/data-private` and
-    `/srv/database` are not inside `/srv/data` (issue 27: a surviving mutation)."""
+    `/srv/database` are not inside `/srv/data` (a surviving mutation)."""
     allowed = tmp_path / "data"
     allowed.mkdir()
     for sibling in ("data-private", "database", "data.bak"):
@@ -118,7 +118,7 @@ def test_model_specs_under_a_policy(monkeypatch, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# one resolved path: what is checked is what gets opened (issue 17, Security 2 and 3)
+# one resolved path: what is checked is what gets opened
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Model shapes (issue 22): published architectures typed in without weights, loaded as
+"""Model shapes: published architectures typed in without weights, loaded as
 `random:<shape>:<seed>` — their numbers against the published parameter counts, the packaged
 models' GGUF headers and transformers' own reading of them; the load path on scaled-down copies
 (a real 8B shape does not fit a test); reproducible weights drawn in the forward dtype; memory

@@ -1,4 +1,4 @@
-"""Similarity on a GPU (issue 22): the large chunks used there give the numbers of the CPU's
+"""Similarity on a GPU: the large chunks used there give the numbers of the CPU's
 cache-sized ones (chunking changes only the order of float64 sums)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Actions the data can give (deffcore.supply, SPEC section 15): one function for every
+"""Actions the data can give (deffcore.inputs.supply, SPEC 15): one function for every
 "use ≥ n passages", checked against the chosen data, length and mode."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A sweep's bad cell fails alone, a malformed grid is one sentence, a dead Ray address fails
-fast and SIGTERM ends it (issue 17, Faults 12; deffcore.work.sweep.checks)."""
+fast and SIGTERM ends it (deffcore.work.sweep.checks)."""
 
 from __future__ import annotations
 

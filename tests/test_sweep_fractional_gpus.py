@@ -1,4 +1,4 @@
-"""Fractional GPUs per sweep cell (issue 22: `--gpus-per-cell 0.25`, four cells sharing a GPU),
+"""Fractional GPUs per sweep cell (`--gpus-per-cell 0.25`, four cells sharing a GPU),
 checked on a CPU machine: a local Ray runtime that declares one GPU (Ray only counts it), cells
 asking for a quarter of it each, computing on the CPU. Slow: a Ray runtime takes ~10-30 s here."""
 

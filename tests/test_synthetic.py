@@ -209,7 +209,7 @@ def test_lab_sweep_extremes_are_notes_not_errors(lab):
 
 
 # ---------------------------------------------------------------------------------------------
-# heavy-tailed constructions (issue 26: the trust rule beyond Gaussian passages)
+# heavy-tailed constructions (the trust rule beyond Gaussian passages)
 
 
 def test_heavy_tails_are_the_gaussian_construction_times_student_scales():

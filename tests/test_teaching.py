@@ -221,7 +221,7 @@ def test_story_curves_compare_with_the_previous_step_and_the_samples():
 
 
 # ---------------------------------------------------------------------------------------------
-# updates_vs_states: a hand computation (issue 17, untested behaviour)
+# updates_vs_states: a hand computation
 
 
 @pytest.mark.parametrize(("n", "d", "L", "scale"), [(64, 16, 6, 1.0), (30, 10, 5, 0.5)])

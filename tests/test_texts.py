@@ -217,7 +217,7 @@ def test_all_documents_is_the_whole_finite_source_in_order(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# passages are text (issue 17, Faults 13)
+# passages are text
 
 
 @pytest.mark.parametrize(

@@ -166,7 +166,7 @@ def test_count_windows_bbc_reaches_paper_scale_for_tiny_llama():
 
 @pytest.mark.slow
 def test_bbc_windows_of_128_tokens_for_smollm2_per_document_and_packed():
-    # issue 9 asks for >= 8,000 windows of 128 tokens for SmolLM2; SPEC section 12's per-document
+    # the goal was >= 8,000 windows of 128 tokens for SmolLM2; SPEC section 12's per-document
     # cut gives 7,741 (2,225 documents each lose a last partial window), packing gives 8,884
     per_document = count_windows("smollm2-135m", "bbc-news", 128)
     packed = count_windows("smollm2-135m", "bbc-news", 128, mode="packed")
@@ -298,7 +298,7 @@ def test_windows_of_a_tokenizer_with_a_suffix_end_with_it_inside_the_budget(bos_
 
 
 # ---------------------------------------------------------------------------------------------
-# A long passage is cut before it is tokenised (issue 17, Faults 11)
+# A long passage is cut before it is tokenised
 
 
 class _Counting:

@@ -150,7 +150,7 @@ def test_an_interval_can_make_a_small_n_solid_and_a_wide_one_demotes():
     assert narrow.level == "solid" and narrow.interval == (0.496, 0.504)
     wide = assess(50_000, 16, metric="unbiased_cka", point=0.5, layers=6,
                   interval=(0.47, 0.53), bootstrap_mean=0.5)  # fmt: skip
-    # spread = 1.5 x the half-width / point = 1.5 x 6% (issue 26: heavy tails)
+    # spread = 1.5 x the half-width / point = 1.5 x 6% (heavy tails)
     assert wide.level == "indicative" and wide.error == pytest.approx(1.5 * 0.06)
     assert "measured by the bootstrap" in wide.sentence()
     # the half-width 1.6% alone would read solid; widened by 1.5 (2.4%) it does not
@@ -169,7 +169,7 @@ def test_a_regime_inside_the_error_band_is_not_settled():
     assert t.regime == "below" and t.level == "indicative" and "not settled" in t.sentence()
     # the band's scale, by hand: a relative error e of D_eff/L is 100 e u gap points, where
     # u = (D_eff/L)(L+1)/2 = D_eff/F_L and gap = 100 (1 - u); so the sign is inside the band
-    # exactly from u* = 1/(1 + e) up (issue 27: a changed scale survived the test above)
+    # exactly from u* = 1/(1 + e) up (a changed scale survived the test above)
     e = 1.5 / math.sqrt(1200)  # unbiased CKA: the spread alone
     assert t.error == pytest.approx(e) and f"(±{100 * e * point * (L + 1) / 2:.1f})" in t.sentence()
     edge = 1 / (1 + e)
@@ -293,7 +293,7 @@ def test_calibration_harness_tiny_slice():
     assert j["error"] == pytest.approx(0.03) and j["level"] == "noise"  # N = 32: 11% spread
     assert h.judge(row, "cka")["level"] == "noise"
     assert "| unbiased_cka | noise |" in h.markdown(plain, "t")
-    # the heavy-tailed grids (issue 26): the same cases, the same truth, their own parts
+    # the heavy-tailed grids: the same cases, the same truth, their own parts
     heavy = h.run("tiny", 10, tails=("multivariate_t",))
     assert set(heavy) == {"plain multivariate_t", "bootstrap multivariate_t"}
     assert [r["tails"] for r in heavy["plain multivariate_t"]] == ["multivariate_t"] * 12

@@ -40,7 +40,7 @@ _INT_ARGS: dict[str, tuple[str, int]] = {
 
 
 def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
-    """Check every argument `args` has, cheaply, before anything loads (issue 8, item 3).
+    """Check every argument `args` has, cheaply, before anything loads.
 
     Ranges of the integer arguments, the device, output paths (`--snapshot`,
     `--checkpoint-dir`), the cache folder (when the command uses it), the dataset (opened,

@@ -1,4 +1,4 @@
-"""The `measure` command's live estimates, `--until` and `--plan` (issue 23).
+"""The `measure` command's live estimates, `--until` and `--plan` (SPEC 14).
 
     python -m deffcore measure --passages windows --n 4096 --until verdict
     python -m deffcore measure --passages windows --n 4096 --plan --max-memory 8GiB

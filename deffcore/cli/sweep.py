@@ -38,7 +38,7 @@ def add_parser(subparsers) -> None:
     _grid_arguments(p.add_argument_group("grid (or --manifest)"))
     _pruning_arguments(p.add_argument_group("pruning column (Table S17; off by default: costly)"))
     _execution_arguments(p.add_argument_group("execution"))
-    _cost_arguments(p.add_argument_group("cost (issue 23)"))
+    _cost_arguments(p.add_argument_group("cost"))
     add_output_args(p)
     p.set_defaults(func=run_command)
 

@@ -1,4 +1,4 @@
-"""Cheap checks of user-given arguments, run before any model loads (issue 8, item 3).
+"""Cheap checks of user-given arguments, run before any model loads.
 
 Each check raises a `DeffError` subclass whose message is one sentence naming the argument, the
 value and what would work, so the CLI prints one line and exits 2 and the app shows the same

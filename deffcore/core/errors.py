@@ -49,7 +49,7 @@ class OutOfMemoryError(DeffError):
     """Even batch size 1 does not fit in memory."""
 
 
-# core-B (issue 9, resumable runs): raised between batches when a caller's `should_stop()` says so.
+# Resumable runs: raised between batches when a caller's `should_stop()` says so.
 class RunCancelled(DeffError):
     """A run was stopped on request; its finished batches are kept and a rerun resumes them."""
 

@@ -1,4 +1,4 @@
-"""User text shown as itself, wherever it is shown (issue 17, Security 5; issue 27, item 3).
+"""User text shown as itself, wherever it is shown.
 
 Stage: core. The one escaping path for every string a user or a colleague controls (a run's
 model or dataset name, a CSV header, a file name, a passage's tokens, a shared run's fields):

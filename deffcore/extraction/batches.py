@@ -37,7 +37,7 @@ class SavedBatch:
 
 
 class BatchCheckpoint(Protocol):
-    """Where `extract_pooled` keeps finished batches (`deffcore.extraction.cache.PartialRun` is
+    """Where `extract_pooled` keeps finished batches (`deffcore.extraction.partial.PartialRun` is
     one)."""
 
     def resume(self, plan: dict[str, Any], order: list[int]) -> list[SavedBatch]:

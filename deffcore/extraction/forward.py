@@ -12,7 +12,7 @@ five kernels against the layer's own dozens (BENCHMARKS.md "GPU at full speed").
 out-of-memory error halves the batch size and retries the batch; at batch size 1 it raises
 OutOfMemoryError. The pooled rows are written back at each passage's original slot.
 
-Resuming (issue 9): with a `checkpoint` (e.g. `deffcore.extraction.cache.PartialRun`), the pooled
+Resuming: with a `checkpoint` (e.g. `deffcore.extraction.partial.PartialRun`), the pooled
 rows of finished batches are handed to `checkpoint.save` as the run goes, the batches finished
 since the last save as one chunk, at most every CHECKPOINT_EVERY_S seconds (the last chunk is not
 saved: the complete entry follows at once), and at the start `checkpoint.resume(plan, order)`

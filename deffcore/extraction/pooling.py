@@ -3,7 +3,7 @@
 Each captured (B, T, d) state is pooled right away, in float32: one float32 copy of the state
 with padding zeroed, its token norms, one batched matmul for the three means (per-token weights
 computed once per batch from the mask), one gather for `first_non_bos`. No host-device
-synchronisation (issue 22): kernels are only queued.
+synchronisation: kernels are only queued.
 
 Decisions where SPEC is silent: `first_non_bos` is the state at position 1 of the passage
 (its second token) whatever the tokenizer does, so for a tokenizer without BOS it is the second

@@ -1,4 +1,4 @@
-"""A run's estimates as they sharpen: the gap to F_L against N, with its band (issue 23).
+"""A run's estimates as they sharpen: the gap to F_L against N, with its band (SPEC 14).
 
 Input: the trajectory, a list of `anytime.Estimate.to_dict()` (what `jobs.JobStatus.estimates`
 and `measure --json`'s `anytime.trajectory` hold). One line per pooling control (its colour and

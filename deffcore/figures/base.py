@@ -75,7 +75,7 @@ POOLING_COLORS = {
     "default": OKABE_ITO["blue"],
     "first_non_bos": OKABE_ITO["orange"],
     "token_normed": OKABE_ITO["bluish green"],
-    "no_pos0": OKABE_ITO["black"],  # diag (issue 11): the symmetric position-0 control
+    "no_pos0": OKABE_ITO["black"],  # the symmetric position-0 control
     "top1_pc": OKABE_ITO["reddish purple"],
     "top3_pc": OKABE_ITO["vermillion"],
 }
@@ -83,7 +83,7 @@ POOLING_SYMBOLS = {
     "default": "circle",
     "first_non_bos": "square",
     "token_normed": "diamond",
-    "no_pos0": "x",  # diag (issue 11)
+    "no_pos0": "x",
     "top1_pc": "triangle-up",
     "top3_pc": "triangle-down",
 }
@@ -168,7 +168,7 @@ def figure_csv(fig: go.Figure) -> str:
     buffer = io.StringIO()
     data = figure_data(fig)
     run = fig.layout.meta.get("run") if isinstance(fig.layout.meta, dict) else None
-    if isinstance(run, dict):  # ui-views: downloads carry the run's identity (issue 12.5)
+    if isinstance(run, dict):  # downloads carry the run's identity
         data = pd.concat([pd.DataFrame({k: [v] * len(data) for k, v in run.items()}), data], axis=1)
     csv_safe(data).to_csv(buffer, index=False)  # a label is never a spreadsheet formula
     return buffer.getvalue()
@@ -270,7 +270,7 @@ def plain_text_labels(fig: go.Figure) -> go.Figure:
 #: Colour strings Streamlit's chart theme treats as placeholders and replaces in the browser
 #: with its own theme colours ("#000001" .. "#000040", streamlit_plotly_theme.py), whatever
 #: trace holds them: Magma's darkest stop "#000004" is one, so the GW heatmap's largest
-#: distances were drawn pale pink (issue 30).
+#: distances were drawn pale pink.
 _THEME_PLACEHOLDER = re.compile(r"#0000(?:[0-3][0-9]|40)")
 
 

@@ -1,4 +1,4 @@
-"""Stage 5, figures of the papers' own lens definitions beside the project's (issue 26): Sun
+"""Stage 5, figures of the papers' own lens definitions beside the project's: Sun
 et al.'s share of passages with a massive activation per state, and the sink-head share per
 block by the project's score and by Gu et al.'s metric (`deffcore.measures.paper_massive`,
 `deffcore.measures.paper_sinks`).

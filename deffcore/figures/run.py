@@ -162,7 +162,7 @@ def lag_decay(
     )
     if n is not None and d is not None:
         floor = d / (n + d)
-        # ui-views (issue 12.2): d/(N+d) is what linear CKA gives unrelated layers of
+        # d/(N+d) is what linear CKA gives unrelated layers of
         # isotropic data; real (anisotropic) states can sit below it, and at small N it can
         # lie above the whole profile. It is then drawn dashed and says so, never silently.
         above = bool(np.any(rho < floor))

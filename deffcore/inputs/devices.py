@@ -1,6 +1,6 @@
 """Devices and memory: a run's device and dtype, where a model's weights go, whether a shape fits.
 
-Several devices (issue 22): `device="auto"` (or `load_model(..., device_map=...)`) spreads the
+Several devices: `device="auto"` (or `load_model(..., device_map=...)`) spreads the
 model over the GPUs with accelerate (`device_map="auto"`: block by block, as memory allows);
 `LoadedModel.device` is then the device of the input embeddings and extraction's hooks pool
 each block on the device it runs on.

@@ -1,4 +1,4 @@
-"""Model shapes: published architectures with no weights, for `random:<shape>:<seed>` (issue 22).
+"""Model shapes: published architectures with no weights, for `random:<shape>:<seed>`.
 
 A *shape* is the `config.json` of a published model, typed in here from the model's own page
 (each entry cites it), so its random-weight null can be built on a machine that never reaches

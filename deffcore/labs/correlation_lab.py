@@ -33,7 +33,7 @@ Table S18's panel has eight (it drops "Qwen3.5-4B", which S17 does not list). Tw
   "drop Qwen3.5-4B" is 0.0246 (printed 0.03), consistent with the paper correlating
   unrounded D_eff/L values where we have S17's three decimals.
 
-**The caption contradicts the rows** (`s18_endpoint_conflict`, issue 26). S18's caption says
+**The caption contradicts the rows** (`s18_endpoint_conflict`). S18's caption says
 its leave-one-out subsets "drop the largest- and smallest-D_eff/L endpoints"; its rows drop
 OLMo-2-1B (0.070, the largest) and Qwen3.5-4B (0.034), but the panel's smallest D_eff/L is
 Qwen3.5-27B (0.021, Table S13). The printed numbers follow the row labels: of the 16 values

@@ -11,7 +11,7 @@ conditions grow with |a|, so a passage has a massive activation in state l exact
 largest |h_l| does: the per-passage maxima m_b (`activations.passage_maxima`) decide it, and
 where that maximum sits is where the (largest) massive activation sits.
 
-Reported per state h_0 .. h_L (issue 26):
+Reported per state h_0 .. h_L:
 
     sun_share_l     share of diagnosed passages with at least one massive activation in h_l
     sun_onset       the first state with sun_share_l > 0 (a massive activation in any passage;

@@ -11,7 +11,7 @@ sample**, then averaged: Sink_eps^k = (1/L) sum_l (1/H) sum_h 1[alpha_{l,h}(k) >
 sequences of T = 64 tokens, averaged over sequences. For the first token (k = 1, our position
 0) the sum runs over every query, query 0 included (A[0, 0] = 1 under causal attention).
 
-Reported here (issue 26), per block l = 1..L, for passage b with n_b real tokens:
+Reported here, per block l = 1..L, for passage b with n_b real tokens:
 
     alpha_{b,l,h}      mean over queries t = 0 .. n'_b - 1 of A_{l,h}[b, t, 0], n'_b = n_b
                        (the whole passage) or min(n_b, 64) (`GU_TOKENS`, Gu et al.'s length:

@@ -183,7 +183,7 @@ CENTRE_CHUNK_ELEMENTS = 32 * 1024
 #: The same chunks (centring, float64 contraction) on a GPU (128 MB in float64): there each
 #: chunk costs a few kernel launches of ~5-10 us, which cache-sized chunks multiply into
 #: seconds (L=32, N=10,000, d=4,096: 40,000 chunks per centring pass), and a GPU's cache is
-#: not what bounds them (issue 22).
+#: not what bounds them.
 GPU_CHUNK_ELEMENTS = 16 * 1024 * 1024
 
 

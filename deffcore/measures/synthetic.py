@@ -12,7 +12,7 @@
     heavy tails          a teaching construction with t-distributed passages, 3 degrees of
                          freedom (`heavy_tailed_states`): one scale per passage for all its
                          layers, or one per component (h_0, each update); population S
-                         unchanged (issue 26: the trust rule's calibration beyond Gaussians).
+                         unchanged (the trust rule's calibration beyond Gaussians).
 
 All arrays are float32 numpy; the same seed gives the same arrays.
 """

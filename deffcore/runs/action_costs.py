@@ -29,7 +29,7 @@ PRIOR_MODEL = "smollm2-135m"
 EAGER_FACTOR = 1.75
 #: Passages of the diagnostic pass (`diagnostics.DIAG_PASSAGES`, SPEC 11).
 DIAG_PASSAGES = 64
-#: An action at or above this many seconds says its estimate before it starts (issue 30).
+#: An action at or above this many seconds says its estimate before it starts.
 SAY_ABOVE_S = 60.0
 
 

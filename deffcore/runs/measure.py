@@ -60,7 +60,7 @@ def extract_spec(
     `spec.intervention` is applied around the extraction; `documents` are the run's texts when
     they are not `spec.dataset`'s), then `deffcore.extraction.forward.extract_run` runs it.
     `checkpoint` keeps finished batches and resumes them
-    (`deffcore.extraction.cache.PartialRun(spec)`);
+    (`deffcore.extraction.partial.PartialRun(spec)`);
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
     `taps` see the captured states too (`deffcore.extraction.forward.ExtractionTap`: the
     depth-use atlas).

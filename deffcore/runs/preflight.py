@@ -161,7 +161,7 @@ def run_spec(
 ) -> tuple[RunSpec, str]:
     """Check a run's arguments and resolve device/dtype -> (RunSpec, device).
 
-    Every check is cheap and runs before any model loads (issue 8): `check_run_options`, the
+    Every check is cheap and runs before any model loads: `check_run_options`, the
     norm intervention, max_tokens against the model's context length (read from its config)
     and the dataset (opened, not read). Raises a DeffError subclass with one sentence.
     """

@@ -1,6 +1,6 @@
 """A difference of two runs, paired by passage when both hold the same passages (SPEC 15).
 
-Stage: runs (it reads two `Measurement`s; the numbers are `deffcore.paired`'s).
+Stage: runs (it reads two `Measurement`s; the numbers are `deffcore.statistics.paired`'s).
 
     d = run_difference(baseline, variant, pooling="default", metric="cka", B=50)
     d.delta, d.interval, d.paired, d.why_unpaired     # gap(variant) - gap(baseline), points

@@ -17,7 +17,7 @@ i.e. position 0 carries less than half of the gap; "a position-0 artefact" claim
 more and pulls the gap towards 0 (or across it); "position 0 hides part of the gap" claims it
 carries more and the gap grows without it.
 
-**Paired** (SPEC section 15; whenever the run has a paired bootstrap, `deffcore.paired`: the
+**Paired** (SPEC 15; whenever the run has a paired bootstrap, `deffcore.statistics.paired`: the
 shipped default stores one, `measure --bootstrap B` and the page compute one). Both gaps are
 evaluated on the same B multisets of passages, so Delta's interval is that of the replicates
 Delta_r = gap_r(no_pos0) - gap_r(default) (`paired.METHOD`, basic). The claim also carries the
@@ -39,11 +39,11 @@ SmolLM2 at N = 1,024), and the sentence says "unpaired".
 
 Otherwise, or when either number's trust level is "noise", the answer is "cannot tell yet"
 with the action that would tell (more passages, sized from the interval's distance to T, and
-checked against what the run's data can give: `deffcore.supply.passages_action`). When no_pos0
+checked against the run's data: `deffcore.inputs.supply.passages_action`). When no_pos0
 is the same control as default for the run (`deffcore.statistics.verdict.no_pos0_identity`: position
 0 is one vector in every passage and centring removes it), the answer is certain.
 
-Calibration (`deffcore.bos_calibration`, `benchmarks/bench_bos_answer_calibration.py`, table
+Calibration (`deffcore.lenses.bos_calibration`, `benchmarks/bench_bos_answer_calibration.py`, table
 in BENCHMARKS.md): states sampled from Gaussian constructions whose population similarity is
 a closed form (accumulated orthogonal updates, an h_0, and a position-0 component of chosen
 size, onset and spread over features that enters only the `default` pooling), over a grid of

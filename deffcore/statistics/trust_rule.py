@@ -34,7 +34,7 @@ wherever the error exceeds 10%. The constructions are Gaussian; real residual st
 bootstrap half-width is 2.2% at N = 4,096, where the constructions never exceed
 0.65 / sqrt(N) = 1.0% (99th percentile). SPREAD_C = 1.5 covers both; the bootstrap interval,
 when computed, replaces the prior by the run's own spread, widened by INTERVAL_SAFETY = 1.5
-(issue 26): on heavy-tailed passages (multivariate t, 3 degrees of freedom) the 95% interval
+(SPEC 8): on heavy-tailed passages (multivariate t, 3 degrees of freedom) the 95% interval
 of B = 40 replicates understates the error, and "solid" from the bare half-width was within
 2% in only 13 of 16 datasets; 1.5 (the smallest of 1, 1.25, 1.5, 2 that meets the goal on the
 Gaussian and both heavy-tailed grids) brings every grid to 100% (BENCHMARKS.md).
@@ -69,7 +69,7 @@ from deffcore.core.errors import DeffError
 #: the larger, rounded up.
 SPREAD_C = 1.5
 #: The bootstrap interval's half-width is widened by this before it counts as the spread
-#: (module docstring: calibrated on heavy-tailed constructions, issue 26).
+#: (module docstring: calibrated on heavy-tailed constructions).
 INTERVAL_SAFETY = 1.5
 #: A solid number's estimated relative error is at most this (it promises 2%).
 SOLID_ERROR = 0.02

@@ -218,7 +218,7 @@ GLOSSARY: dict[str, str] = {
     "aggregation": "A way of turning S into an effective number of layers; D_eff is one, the "
     "participation ratio, spectral-entropy rank, Geyer ESS and exponential fit are others.",
     "ξ": "The correlation length of an exponential fit ρ(k) ≈ exp(-k/ξ), in layers.",
-    # --- further lenses (issue 20)
+    # --- further lenses (SPEC 13)
     "f₁.₁₀": "Pruning tolerance: k₁.₁₀ divided by the number of layers, the share of blocks "
     "that can be skipped within 1.10 times the unpruned perplexity.",
     "Pearson r": "Linear correlation across models: 1 when the points lie on a rising line.",
@@ -246,7 +246,7 @@ GLOSSARY: dict[str, str] = {
     "angle (what orthogonal updates give).",
     "short pretraining": "Training a small model from random weights for a short while, to "
     "see whether an effect of the pretrained model appears early.",
-    # --- the depth-use atlas (issue 31, SPEC 16): each measure with its paper
+    # --- the depth-use atlas (SPEC 16): each measure with its paper
     "depth-use atlas": "Other papers' measures of how a model uses its depth, taken on the same "
     "passages as D_eff during the same forward pass, each with a passage-bootstrap interval.",
     "relative contribution": "r_l = ‖u_l‖ / ‖h_{l−1}‖: how large block l's write u_l = h_l − "

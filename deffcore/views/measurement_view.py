@@ -68,7 +68,7 @@ class MeasurementView(NotebookDisplay, RunView):
     ) -> dict[str, Any] | None:
         """This headline's bootstrap from the run's paired bootstrap (one it computed, or the
         live estimates' on its passages that it adopted), so a trust level reads the run's
-        measured spread, never the prior, when the run has one (issue 26, item 7)."""
+        measured spread, never the prior, when the run has one."""
         pb = self._m.paired_latest()
         if pb is None or not pb.has(pooling, metric):
             return None

@@ -1,4 +1,4 @@
-"""A run's own measured spread, read back for its trust level (stage: views; issue 26).
+"""A run's own measured spread, read back for its trust level (stage: views).
 
 A trust level uses the run's measured spread of D_eff/L when the run has one, never the prior
 1.5 / sqrt(N) alone (SPEC 15). A run measured with `measure --bootstrap B --snapshot PATH`

@@ -3,7 +3,7 @@
 A snapshot is data only: JSON parsed by `json.loads` (never pickle, never eval), its size
 capped before it is parsed, every field the pages read checked for type, shape and range, so
 a corrupt, truncated, foreign or hostile file gets one sentence (`SnapshotError`) and nothing
-else. An accepted run is a `deffcore.views.run_view.SnapshotView` with `source` "shared". Runs can
+else. An accepted run is a `deffcore.views.snapshot.SnapshotView` with `source` "shared". Runs can
 be kept in the cache's `.shared/` folder under their content hash (`save_shared`,
 `share_file`), opened by that id (`open_shared`), listed (`list_shared`) and removed
 (`delete_shared`, only a file provably written there); the Runs page shows them beside the

@@ -56,12 +56,12 @@ class JobStatus:
     stage_estimate_s: float | None = None
     label: str = ""  # a task's name for people
     result: Any = None  # a finished task's plain result
-    #: issue 23: the live estimates so far (`anytime.Estimate.to_dict()`, one per mark), the
+    #: SPEC 14: the live estimates so far (`anytime.Estimate.to_dict()`, one per mark), the
     #: stopping target asked for ("verdict", "solid" or None) and where the run stopped
     estimates: tuple[dict[str, Any], ...] = ()
     until: str | None = None
     stopped_at: int | None = None
-    #: issue 29: the part of the model load going on ("reading", "de-quantising", "building",
+    #: the part of the model load going on ("reading", "de-quantising", "building",
     #: "moving": `deffcore.inputs.load_stages`), its seconds so far and its estimate
     load_part: str = ""
     load_part_elapsed_s: float = 0.0

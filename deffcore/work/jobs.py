@@ -29,7 +29,7 @@ Decisions:
   it); tokens per second = that rate x max_tokens, exact for token windows (every window is
   max_tokens long) and an upper bound for documents (`tokens_exact` False); once done, the
   rate x the run's exact mean tokens per passage. ETA = remaining passages / rate.
-- Models load once per server (issue 29): a run, its diagnostics, the BOS on/off check and
+- Models load once per server: a run, its diagnostics, the BOS on/off check and
   the labs get their model from `deffcore.inputs.loaded_models` (identity-keyed, budgeted,
   least recently used evicted first), so the second job on a model skips the "loading model"
   stage. That stage shows the part of the load going on (reading, de-quantising, building,
@@ -38,7 +38,7 @@ Decisions:
   `deffcore.runs.stage_times`. The stage ends when the load does ("loaded <spec>" ->
   "preparing"), so its time leaves out cutting windows and the first batch. A run that
   extracted here leaves its rate to price the next plan (`deffcore.runs.observed`).
-- Window runs show live estimates (issue 23): the worker runs them through
+- Window runs show live estimates (SPEC 14): the worker runs them through
   `deffcore.runs.anytime_run.measure_live`, each estimate lands in the job's `estimates` as plain
   data, and `stop_when_settled(job_id)` makes the run stop once the BOS verdict is settled
   (a stopping rule read before every batch, so it may be asked while the run goes), keeping a

@@ -1,5 +1,5 @@
-"""AppTest of background runs (issue 12.1), the trust badge on the first page (12.2), the
-navigation and words (12.4), and the local-path setting in the app (8.6).
+"""AppTest of background runs, the trust badge on the first page, the
+navigation and words, and the local-path setting in the app.
 
 A run started from the sidebar goes to `deffcore.work.jobs` (a worker thread of this process), so
 these tests drive the app like a browser would: `_deff_run_wait_s = 0` makes the Run click
@@ -100,7 +100,7 @@ def test_run_survives_a_page_switch_and_lands(gate):
     notices = texts(at, "success")
     assert any(n.startswith("Run finished: tiny-llama") for n in notices), notices
     assert not any("served from the cache" in n for n in notices)
-    assert not at.toast  # one notice: a toast beside it covered half of it (issue 30)
+    assert not at.toast  # one notice: a toast beside it covered half of it
     m = deffcore.runs.measure.measure(**RUN)
     assert m.cached  # the job's entry: the cache is the state of record
     assert metric(at, "D_eff") == f"{m.summary().deff:.3f}"

@@ -188,7 +188,7 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     assert_clean(at)
     from deffcore.lenses.bos_answer import position0_answer_for
 
-    # the shipped default reads "indicative" (issue 16): the calibrated answer is whatever the
+    # the shipped default reads "indicative": the calibrated answer is whatever the
     # library says of it, in words (today "cannot tell yet" with the action)
     want = position0_answer_for(snap, "cka")
     assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(want.sentence)}"]
@@ -240,7 +240,7 @@ def test_verdict_and_evidence_match_the_library(app, measurement):
     )
     sinks = chart(at, "Attention sinks")
     np.testing.assert_allclose(plotly_array(sinks["data"][0]["y"]), diag["sink_fraction"])
-    # beside ours, the papers' own definitions (issue 26), named apart
+    # beside ours, the papers' own definitions, named apart
     np.testing.assert_allclose(plotly_array(sinks["data"][1]["y"]), diag["gu_sink_fraction"])
     assert sinks["data"][1]["name"].startswith("Gu et al.") and "whole" in sinks["data"][1]["name"]
     sun = chart(at, "Massive activations by Sun et al.")

@@ -1,4 +1,4 @@
-"""Every page walked with hostile labels (issue 27, item 3): text is text everywhere.
+"""Every page walked with hostile labels: text is text everywhere.
 
 The current run is a shared run whose model, dataset and command are markup a colleague could
 send (Markdown image and link, emphasis, raw HTML, a LaTeX formula, a colour directive, a

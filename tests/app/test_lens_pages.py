@@ -1,4 +1,4 @@
-"""AppTest of the further lenses' views (issue 20): the Correlation lab and Short pretraining
+"""AppTest of the further lenses' views (SPEC 13): the Correlation lab and Short pretraining
 pages, the geometry and Gromov–Wasserstein sections of Aggregations, the pruning tolerance of
 the Pruning boundary page and of the Models page.
 

@@ -1,4 +1,4 @@
-"""The app's live estimates and plan line (explorer.live, issue 23), as AppTest draws them."""
+"""The app's live estimates and plan line (explorer.live), as AppTest draws them."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_live_panel_before_the_first_estimate_and_for_documents():
     docs = RunSpec("tiny-llama", None, "x.txt", 64, 16, 0, "float32", passages="documents")
     at = AppTest.from_function(_panel, args=(_status((), spec=docs),)).run(timeout=60)
     captions = [c.value for c in at.caption]
-    assert not any("No estimates before the end" in c for c in captions)  # issue 26
+    assert not any("No estimates before the end" in c for c in captions)
     assert any("first estimate appears once 32 passages" in c for c in captions)
     assert any("Stopping early needs token windows" in c for c in captions)  # why no button
     assert not at.button

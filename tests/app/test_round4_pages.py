@@ -1,4 +1,4 @@
-"""AppTest of issue 30's page fixes: the shipped default whole at first visit (its diagnostics,
+"""AppTest of the page fixes: the shipped default whole at first visit (its diagnostics,
 BOS on/off, null band and bootstrap labelled as shipped), estimates said before long actions,
 the projector layout, and the defects a walk found (Models' Gemma-3-12B, "None" cells, the
 live estimates, the toast, the Overview's page list, Short pretraining, the reload mid-run).

@@ -1,4 +1,4 @@
-"""No page bricked by one entry (issue 27, item 2): the Runs and Models pages with a kept shared
+"""No page bricked by one entry: the Runs and Models pages with a kept shared
 file that no longer reads (kept by a looser, older schema: a lone surrogate in its model name)
 and with one entry whose row cannot be drawn. Each entry renders on its own, a bad one is a
 one-line note, and every delete control is drawn, so the bad file is removed from the page.

@@ -1,7 +1,7 @@
-"""AppTest of the app's security promises (issue 17): one resolved path is what gets opened
-(Security 2), `DEFF_LOCAL_PATHS=off` also covers `hf:` specs (3), visitors never see the
-server's upload path and user text is never rendered as Markdown (5), and a degenerate control
-is a sentence, not a traceback (6).
+"""AppTest of the app's security promises: one resolved path is what gets opened,
+`DEFF_LOCAL_PATHS=off` also covers `hf:` specs, visitors never see the
+server's upload path and user text is never rendered as Markdown, and a degenerate control
+is a sentence, not a traceback.
 
 "Rendered as Markdown" is checked the way a browser would see it: every Markdown-bearing
 element's body is rendered with markdown-it (CommonMark) and must hold no link, image, emphasis

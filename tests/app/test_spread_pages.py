@@ -1,5 +1,5 @@
 """AppTest: the shipped default's stored bootstrap (B = 100) is what its pages show and what
-its trust level uses (issue 26, item 7), before anything is measured here."""
+its trust level uses, before anything is measured here."""
 
 from __future__ import annotations
 

@@ -139,7 +139,7 @@ def test_compare_warns_when_runs_differ_in_trust_n_or_passages(app, runs):
     (warning,) = [w.value for w in at.warning if "with care" in w.value]
     text = warning.replace("\\", "")
     table = next(d.value for d in at.dataframe if "trust" in d.value.columns)
-    levels = list(table["trust"])  # the shipped N = 4,096 run: "indicative" since issue 16
+    levels = list(table["trust"])  # the shipped N = 4,096 run: "indicative"
     assert levels[0] == "noise" and levels[1] in ("indicative", "solid"), levels
     assert "differ in trust" in text and "noise" in text and levels[1] in text
     assert "N differs (16, 4,096 passages)" in text.replace("\\,", ",")

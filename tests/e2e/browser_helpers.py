@@ -1,6 +1,6 @@
 """The browser tests' shared parts: finding Chromium, a `streamlit run` server, one browser.
 
-Used by test_browser.py (the first-time visitor's app) and test_round4.py (issue 30's checks).
+Used by test_browser.py (the first-time visitor's app) and test_round4.py (the page fixes' checks).
 The browser is `chromium` or `chromium-browser` on PATH (`scripts/setup.sh --test` installs
 Debian's); never `playwright install`. Without a browser (or Playwright) the tests skip, except
 under `CI=true`, where they fail: CI must never pass by skipping them.

@@ -13,7 +13,7 @@ tests/app/test_background_runs.py). Screenshots of every page (the 1400 x 900 wi
 run, also the full page and the window with the pointer on the first chart, its toolbar
 showing) go to test-artifacts/ (gitignored).
 
-Sized to what it checks (issue 27, item 8): tiny runs of seconds, so no test waits on a long
+Sized to what it checks: tiny runs of seconds, so no test waits on a long
 run landing in time; the whole file takes about 4 minutes on 2 cores at load 4 (BENCHMARKS).
 A run that has not landed after RUN_TIMEOUT_MS is a failure, not a slow machine.
 
@@ -224,7 +224,7 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
     no_errors(page, "after switching pooling")
     shot(page, "03_first_non_bos")
 
-    assert {"Correlation lab", "Short pretraining"} <= set(nav_names(page))  # issue 20
+    assert {"Correlation lab", "Short pretraining"} <= set(nav_names(page))  # SPEC 13
     for name, _ in visit_every_page(page, "page", done):
         body = page.locator('[data-testid="stApp"]').inner_text()
         assert str(server["cache"]) not in body, f"page {name} shows a path from the cache"
@@ -256,7 +256,7 @@ TINY = {"model": "tiny-llama", "n": 64, "max_tokens": 32}
 def test_a_run_survives_a_page_switch_and_lands(server, page):
     """Start a tiny-llama run, open another page at once, come back: it lands.
 
-    Relies on ui-run's background runs (issue 12.1, `deffcore.work.jobs`): leaving the page must
+    Relies on the app's background runs (`deffcore.work.jobs`): leaving the page must
     not stop the run. The run is tiny (seconds): the page is switched as soon as the run shows
     its progress, while the model loads; the test never needs the run to outlast the switch,
     only to land.

@@ -1,4 +1,4 @@
-"""End-to-end checks of issue 30 in Debian's Chromium against `streamlit run app.py`.
+"""End-to-end checks of the page fixes in Debian's Chromium against `streamlit run app.py`.
 
 The server (its own free port, an empty temporary cache) opens the generated stand-in for the
 shipped default (tests/shipped_helpers.py: tiny-llama windows made by the CLI with its null

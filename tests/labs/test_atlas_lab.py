@@ -27,7 +27,7 @@ def tiny_counts_as_trained(monkeypatch):
 
 
 def test_the_shipped_trained_models_are_in_the_atlas_panel():
-    """Both packaged models' shipped runs carry their atlas (issue 31): points of the panel,
+    """Both packaged models' shipped runs carry their atlas (SPEC 16): points of the panel,
     their columns the files' own; a random-weight null never is one."""
     from deffcore.views.snapshot import load_gallery
 

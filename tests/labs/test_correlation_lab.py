@@ -64,7 +64,7 @@ def test_s18_reconstruction_agrees_with_29_of_32_printed_values():
 
 
 def test_s18_caption_against_its_numbers_by_an_independent_count():
-    """Issue 26: the caption's "largest- and smallest-D_eff/L endpoints" is not what the rows
+    """The caption's "largest- and smallest-D_eff/L endpoints" is not what the rows
     drop; counted here with scipy alone, from the typed-in S17 rows and Table S13's values."""
     panel = {m: (L, x, k) for m, L, x, k in S17}
     panel["Qwen3.5-4B"] = (32, 0.034, 2)  # Table S13 D_eff/L; k inferred (module docstring)

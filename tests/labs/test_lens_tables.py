@@ -175,7 +175,7 @@ def test_gw_beside_the_paper():
 
 @pytest.mark.parametrize("init", ["both", "identity", None])
 def test_gw_from_another_start_stands_alone(init):
-    """Issue 26: Table S22 is compared only with numbers from the paper's start."""
+    """Table S22 is compared only with numbers from the paper's start."""
     gw = {"model": "m", "n_gw": 64, "layers": 4, "spearman_gw_cka": -0.99,
           "spearman_lag_gw": 0.95, "spearman_lag_cka": -0.5, "init": init}  # fmt: skip
     frame = lens_tables.gw_beside_paper(gw)

@@ -1,4 +1,4 @@
-"""Sweeps: one measurement over a grid of cells, serially or as Ray tasks (issue 10).
+"""Sweeps: one measurement over a grid of cells, serially or as Ray tasks.
 
     cells = grid_cells(models=["tiny-llama", "tiny-gpt2"], random_seeds=[0, 1])
     result = run_sweep(cells, n=64, max_tokens=32, engine="ray")

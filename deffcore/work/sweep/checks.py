@@ -1,4 +1,4 @@
-"""Checks of a sweep before it runs (issue 17, Faults 12): what fails one cell, what refuses the
+"""Checks of a sweep before it runs: what fails one cell, what refuses the
 whole sweep, and a Ray address that does not answer.
 
 - `cell_specs`: the options every cell shares are checked once (a bad N or dtype refuses the
