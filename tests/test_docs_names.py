@@ -195,3 +195,59 @@ def test_every_module_the_code_cites_exists(path):
     exists (the tests are left out: they name missing modules on purpose)."""
     missing = missing_modules(path.read_text(encoding="utf-8"))
     assert not missing, f"{path.relative_to(REPO)} cites modules that do not exist: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/DESIGN.md: the map on one page, naming only what exists
+
+DESIGN = REPO / "docs" / "DESIGN.md"
+DESIGN_MAX_LINES = 150
+#: A path in backticks (`inputs/run_spec.py`, `work/sweep/`, `.streamlit/config.toml`), and a
+#: module on the run's route (`    runs/measure   ...`, `extraction/atlas_*`).
+_DESIGN_PATH = re.compile(r"`([\w.*-]*/[\w./*-]*|[\w./*-]+\.(?:py|json|csv|sh|toml|md))`")
+_ROUTE_STOP = re.compile(r"^ {4}([a-z_]+/[\w*]+)\s", re.MULTILINE)
+
+
+def design_paths(text: str) -> list[str]:
+    """Every file or folder path `text` names, as written."""
+    return [m[1] for m in _DESIGN_PATH.finditer(text)] + [
+        f"{m[1]}.py" for m in _ROUTE_STOP.finditer(text)
+    ]
+
+
+def path_exists(path: str) -> bool:
+    """Whether `path` names a file or folder of the repository or of `deffcore/` (a `*` in it
+    matches something)."""
+    for base in (REPO, REPO / "deffcore"):
+        if any(base.glob(path.rstrip("/"))) if "*" in path else (base / path).exists():
+            return True
+    return False
+
+
+def test_the_design_check_sees_backticked_paths_and_the_route():
+    text = "| `inputs/run_spec.py`, `work/sweep/` |\n    runs/measure   the device\n`RunSpec`"
+    assert design_paths(text) == ["inputs/run_spec.py", "work/sweep/", "runs/measure.py"]
+    assert path_exists("inputs/run_spec.py") and path_exists("work/sweep/")
+    assert path_exists("extraction/atlas_*.py") and path_exists("docs/SPEC.md")
+    assert not path_exists("inputs/model_names.py") and not path_exists("statistics/paired/")
+
+
+def test_the_design_map_fits_on_one_page():
+    lines = len(DESIGN.read_text(encoding="utf-8").splitlines())
+    assert lines <= DESIGN_MAX_LINES, f"docs/DESIGN.md is {lines} lines (at most 150)"
+
+
+def test_every_path_the_design_map_names_exists():
+    text = DESIGN.read_text(encoding="utf-8")
+    missing = sorted({p for p in design_paths(text) if not path_exists(p)})
+    assert not missing, f"docs/DESIGN.md names paths that do not exist: {missing}"
+    dotted = [m[0] for m in _CODE_DOTTED.finditer(text) if not _resolves(m[0])]
+    assert not dotted, f"docs/DESIGN.md names modules that do not exist: {dotted}"
+
+
+def test_the_design_map_has_a_row_for_every_stage():
+    from scripts.house_figures import STAGES
+
+    text = DESIGN.read_text(encoding="utf-8")
+    missing = [s for s in STAGES if f"| `{s}/` |" not in text]
+    assert not missing, f"docs/DESIGN.md's stage table has no row for {missing}"
