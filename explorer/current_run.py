@@ -17,6 +17,7 @@ import streamlit as st
 
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.inputs.model_spec import Kind, ModelSpec
 from deffcore.views.run_view import RunView
 from deffcore.views.snapshot import SnapshotView
 from explorer import settings as sidebar
@@ -103,15 +104,20 @@ def sidebar_values(spec: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     model, choices = str(spec.get("model", "")), sidebar.offline_models()
-    random = re.fullmatch(r"random:(.+):(\d+)", model)
-    if random and random.group(1) in choices:
-        out.update(model_source=sidebar.MODEL_SOURCES[3], model_random_base=random.group(1))
-        out["model_random_seed"] = int(random.group(2))
+    parsed = ModelSpec.stored(model)
+    base = parsed.base
+    if base is not None and base.text in choices and (parsed.seed or 0) >= 0:  # a random null
+        out.update(model_source=sidebar.MODEL_SOURCES[3], model_random_base=base.text)
+        out["model_random_seed"] = parsed.seed
     elif model in choices:
         out.update(model_source=sidebar.MODEL_SOURCES[0], model_packaged=model)
         if model in catalog.TINY_MODELS and model != sidebar.DEMO_MODEL:
             out["model_all_demo"] = True
-    elif model and not model.startswith(("loaded:", "random:", "/", ".", "~")):
+    elif (
+        model
+        and parsed.kind not in (Kind.LOADED, Kind.RANDOM)
+        and not model.startswith(("/", ".", "~"))
+    ):
         out.update(model_source=sidebar.MODEL_SOURCES[1], model_hf=model)
         out["model_revision"] = spec.get("revision") or ""
     dataset = str(spec.get("dataset", ""))

@@ -17,6 +17,7 @@ from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLING
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.inputs import serving
+from deffcore.inputs.model_spec import ModelSpec
 from deffcore.runs import preflight
 from explorer.plan_line import plan_caption
 from explorer.uploads import upload_names, upload_widget
@@ -197,7 +198,7 @@ def _model_spec() -> tuple[str, str | None]:
         format_func=lambda s: model_choice_label(s, choices[s]),
     )
     seed = persisted(st.number_input, "Init seed", "model_random_seed", 1, min_value=0, step=1)
-    return f"random:{base}:{int(seed)}", None
+    return ModelSpec.random(base, int(seed)).text, None
 
 
 def _dataset_spec() -> tuple[str, str | None]:

@@ -92,10 +92,15 @@ def check_snapshot_output(args: argparse.Namespace) -> None:
             f"--snapshot {args.snapshot} is inside the cache's own folder {target.parent.name}, "
             "which only deffcore writes; give a path outside it."
         )
+    from deffcore.inputs.model_spec import ModelSpec
+
+    # the file a model spec reads (a random null: its base's); the run's own check refuses a
+    # malformed spec, after the arguments checked before it
+    model = ModelSpec.stored(args.model).trained.text if args.model else None
     check_output_file(
         args.snapshot,
         "--snapshot",
-        inputs={"--dataset": getattr(args, "dataset", None), "--model": args.model},
+        inputs={"--dataset": getattr(args, "dataset", None), "--model": model},
         replaceable=lambda path: another_runs_snapshot(path, args),
     )
 

@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from deffcore.core.errors import DeffError
+from deffcore.inputs.model_spec import ModelSpec
 
 #: Exit code of `--plan` for a run that does not fit.
 REFUSED = 3
@@ -232,7 +233,7 @@ def measure_with_estimates(args: argparse.Namespace, bar: Any, seeds: tuple[int,
     m = live.measurement
     options = {"metric": args.metric, "device": device, "batch_size": args.batch_size}
     for s in seeds:
-        rspec = replace(m.spec, model=f"random:{spec.model}:{int(s)}")
+        rspec = replace(m.spec, model=ModelSpec.random(spec.model, s).text)
         m.random_null.append(
             measure_spec(rspec, progress=bar, use_cache=not args.no_cache, **options)
         )

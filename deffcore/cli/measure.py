@@ -261,7 +261,7 @@ def _window_source(m):
     from deffcore.inputs.tokens import window_source
 
     spec = m.spec
-    if spec.dataset.startswith("hf:") or spec.model.startswith(("loaded:", "states:")):
+    if spec.dataset.startswith("hf:") or spec.model_spec.external:
         return None
     try:
         return window_source(spec.model, spec.dataset, spec.bos, spec.revision)

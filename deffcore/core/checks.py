@@ -88,11 +88,10 @@ def check_output_file(
 
 
 def local_input(spec: object) -> Path | None:
-    """The local file or folder an input spec names (`path`, `path:column`, `random:path:seed`,
-    `hf:path`), or None for anything else (a packaged or hub name, a file that is not there)."""
+    """The local file or folder an input spec names (`path`, `path:column`, `hf:path`; a random
+    model's caller passes its base, `ModelSpec.trained`), or None for anything else (a packaged
+    or hub name, a file that is not there)."""
     text = str(spec or "").removeprefix("hf:")
-    if text.startswith("random:"):
-        text = text.removeprefix("random:").rpartition(":")[0]
     for candidate in (text, text.rpartition(":")[0]):
         if candidate and Path(candidate).expanduser().exists():
             return Path(candidate).expanduser()

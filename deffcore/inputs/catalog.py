@@ -13,7 +13,8 @@ A *model spec* is a string:
   ...), a published architecture typed in without weights, with the built-in byte tokenizer.
 - Any local folder, any local `.gguf` file, or any Hugging Face id (with `revision=`).
 
-Reading a spec loads nothing (`deffcore.inputs.loading` loads).
+Reading a spec loads nothing (`deffcore.inputs.loading` loads); `deffcore.inputs.model_spec`
+parses one.
 """
 
 from __future__ import annotations
@@ -70,34 +71,6 @@ def offline_models_sentence() -> str:
 
 def is_tiny(spec: str) -> bool:
     return spec in TINY_MODELS
-
-
-def tiny_arch(spec: str) -> tuple[str, bool]:
-    """'tiny-llama-nobos' -> ('llama', False)."""
-    name = spec.removeprefix("tiny-")
-    if name.endswith("-nobos"):
-        return name.removesuffix("-nobos"), False
-    return name, True
-
-
-def parse_random(spec: str) -> tuple[str, int] | None:
-    """'random:smollm2-135m:0' -> ('smollm2-135m', 0); None when spec is not a random null."""
-    if not spec.startswith("random:"):
-        return None
-    inner, sep, seed = spec.removeprefix("random:").rpartition(":")
-    if not sep or not inner or not seed.lstrip("-").isdigit():
-        raise UnknownModelError(
-            f"Random-weight model spec {spec!r} must look like 'random:<model>:<seed>', "
-            "e.g. 'random:smollm2-135m:0'."
-        )
-    return inner, int(seed)
-
-
-def check_tiny_name(spec: str) -> None:
-    if spec.startswith("tiny-") and not is_tiny(spec):
-        raise UnknownModelError(
-            f"Unknown tiny model {spec!r}; tiny models are: {', '.join(TINY_MODELS)}."
-        )
 
 
 def tiny_config_kwargs(arch: str) -> dict[str, Any]:

@@ -7,18 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from deffcore.core.errors import InvalidArgumentError
-from deffcore.inputs.catalog import (
-    PACKAGED_MODELS,
-    check_tiny_name,
-    is_tiny,
-    parse_random,
-    tiny_arch,
-    tiny_config_kwargs,
-)
+from deffcore.inputs.catalog import tiny_config_kwargs
 from deffcore.inputs.gguf import gguf_metadata, packaged_gguf
 from deffcore.inputs.model_files import check_model_folder
+from deffcore.inputs.model_spec import Kind, ModelSpec
 from deffcore.inputs.shapes import context_length as shape_context_length
-from deffcore.inputs.shapes import is_shape
 
 #: Config fields that hold a model's maximum number of positions, most specific first.
 _CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
@@ -35,7 +28,7 @@ def _context_from_config(config: dict[str, Any]) -> int | None:
     return None
 
 
-def context_length(spec: str, revision: str | None = None) -> int | None:
+def context_length(spec: str | ModelSpec, revision: str | None = None) -> int | None:
     """Most positions `spec` accepts (its config's `max_position_embeddings` or equivalent).
 
     Cheap: nothing but a config is read (tiny: the config kwargs; GGUF: the header's
@@ -45,40 +38,35 @@ def context_length(spec: str, revision: str | None = None) -> int | None:
     packaged model that is not installed, a GGUF file that is corrupt or an unknown tiny name
     (as the load would).
     """
-    memo_key = (spec, revision)
+    spec = ModelSpec.parse(spec)  # an unknown tiny name is refused here, as the load would
+    memo_key = (spec.text, revision)
     if memo_key in _CONTEXT_MEMO:
         return _CONTEXT_MEMO[memo_key]
-    rnd = parse_random(spec)
-    local = (
-        rnd is None
-        and spec not in PACKAGED_MODELS
-        and not is_shape(spec)
-        and Path(spec).expanduser().exists()
-    )
-    if rnd is not None:
-        result = context_length(rnd[0], revision)
-    elif is_tiny(spec):
-        result = _context_from_config(tiny_config_kwargs(tiny_arch(spec)[0]))
-    elif is_shape(spec):
-        result = shape_context_length(spec)
-    elif spec.startswith("tiny-"):
-        check_tiny_name(spec)  # a misspelt tiny model is refused as early as possible
-    elif spec in PACKAGED_MODELS or Path(spec).expanduser().suffix == ".gguf":
-        path = packaged_gguf(spec) if spec in PACKAGED_MODELS else Path(spec).expanduser()
+    pinned = (Kind.RANDOM, Kind.PACKAGED, Kind.SHAPE)
+    local = spec.kind not in pinned and spec.path.exists()
+    if spec.kind is Kind.RANDOM:
+        assert spec.base is not None
+        result = context_length(spec.base, revision)
+    elif spec.kind is Kind.TINY:
+        result = _context_from_config(tiny_config_kwargs(spec.tiny_arch))
+    elif spec.kind is Kind.SHAPE:
+        result = shape_context_length(spec.text)
+    elif spec.kind in (Kind.PACKAGED, Kind.GGUF):
+        path = packaged_gguf(spec.text) if spec.kind is Kind.PACKAGED else spec.path
         if not path.is_file():
             return None  # load_model names the missing file
         meta = gguf_metadata(path)
         value = meta.get(f"{meta.get('general.architecture')}.context_length")
         result = int(value) if isinstance(value, int) and value > 0 else None
-    elif Path(spec).expanduser().is_dir():
-        config_file = Path(spec).expanduser() / "config.json"
+    elif spec.path.is_dir():
+        config_file = spec.path / "config.json"
         check_model_folder(config_file.parent)  # refused before any model loads
         try:
             result = _context_from_config(json.loads(config_file.read_text()))
         except (OSError, ValueError, AttributeError):
             result = None
     else:
-        result = _hub_context_length(spec, revision)
+        result = _hub_context_length(spec.text, revision)
     if not local:  # a local file or folder may change; packaged ones are pinned (and slow to find)
         _CONTEXT_MEMO[memo_key] = result
     return result
@@ -100,12 +88,12 @@ def _hub_context_length(spec: str, revision: str | None) -> int | None:
         return None
 
 
-def check_max_tokens(spec: str, max_tokens: int, revision: str | None = None) -> None:
+def check_max_tokens(spec: str | ModelSpec, max_tokens: int, revision: str | None = None) -> None:
     """Refuse `max_tokens` beyond the model's context (positions past it are not trained, and
     learned position tables, e.g. GPT-2's, have no row for them)."""
     limit = context_length(spec, revision)
     if limit is not None and max_tokens > limit:
         raise InvalidArgumentError(
-            f"max_tokens={max_tokens} is beyond the context of {spec!r}, which is {limit} "
+            f"max_tokens={max_tokens} is beyond the context of {str(spec)!r}, which is {limit} "
             f"tokens; ask for at most {limit}."
         )

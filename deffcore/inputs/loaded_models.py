@@ -162,7 +162,7 @@ class ModelCache:
     @contextlib.contextmanager
     def lease(
         self,
-        spec: str,
+        spec: Any,
         *,
         revision: str | None = None,
         device: str | None = None,
@@ -177,7 +177,9 @@ class ModelCache:
         up at the call, so whoever replaces that function is obeyed)."""
         from deffcore.inputs.devices import resolve_device_dtype
         from deffcore.inputs.identity import model_identity
+        from deffcore.inputs.model_spec import ModelSpec
 
+        spec = ModelSpec.parse(spec).text  # the key holds the text, however it was given
         device, dtype = resolve_device_dtype(device, dtype)
         key = (spec, revision, model_identity(spec, revision)["weights_id"], device, dtype)
         entry = self.entry_folder(

@@ -25,14 +25,9 @@ import torch
 from deffcore.core.errors import HubUnavailableError, UnknownModelError
 from deffcore.inputs.architecture import architecture_of
 from deffcore.inputs.catalog import (
-    PACKAGED_MODELS,
     TINY_SEED,
     check_not_shape,
-    check_tiny_name,
-    is_tiny,
     offline_models_sentence,
-    parse_random,
-    tiny_arch,
     tiny_config,
 )
 from deffcore.inputs.devices import check_fits, place_model, resolve_device_dtype
@@ -41,7 +36,8 @@ from deffcore.inputs.gguf_reading import reads_once
 from deffcore.inputs.identity import model_identity
 from deffcore.inputs.load_stages import mark
 from deffcore.inputs.model_files import check_model_folder
-from deffcore.inputs.shapes import SHAPES, is_shape, shape_config
+from deffcore.inputs.model_spec import Kind, ModelSpec
+from deffcore.inputs.shapes import SHAPES, shape_config
 from deffcore.inputs.special_tokens import adds_bos
 
 
@@ -73,7 +69,7 @@ class LoadedModel:
 _TOKENIZER_MEMO: dict[tuple[str, str | None, str], Any] = {}
 
 
-def load_tokenizer(spec: str, revision: str | None = None) -> Any:
+def load_tokenizer(spec: str | ModelSpec, revision: str | None = None) -> Any:
     """The tokenizer of `spec` without its weights (memoised per process: do not modify it).
 
     Tiny models: the built-in byte tokenizer; `random:<m>:<s>`: the tokenizer of `<m>`; GGUF
@@ -82,27 +78,25 @@ def load_tokenizer(spec: str, revision: str | None = None) -> Any:
     loads (`load_model`) share it, and one lock keeps two threads (the sidebar's window count,
     a background load) from building the same tokenizer twice.
     """
-    memo_key = (spec, revision, model_identity(spec, revision)["weights_id"])
+    spec = ModelSpec.parse(spec)
+    memo_key = (spec.text, revision, model_identity(spec, revision)["weights_id"])
     with _TOKENIZER_LOCK:
         if memo_key not in _TOKENIZER_MEMO:
             _TOKENIZER_MEMO[memo_key] = _load_tokenizer(spec, revision)
         return _TOKENIZER_MEMO[memo_key]
 
 
-def _load_tokenizer(spec: str, revision: str | None) -> Any:
-    rnd = parse_random(spec)
-    if rnd is not None:
-        return _load_tokenizer(rnd[0], revision)
-    if is_tiny(spec) or is_shape(spec):
+def _load_tokenizer(spec: ModelSpec, revision: str | None) -> Any:
+    spec = spec.trained  # a random model reads with its base's tokenizer
+    if spec.kind in (Kind.TINY, Kind.SHAPE):
         from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
 
-        add = SHAPES[spec].adds_bos if is_shape(spec) else tiny_arch(spec)[1]
+        add = SHAPES[spec.text].adds_bos if spec.kind is Kind.SHAPE else spec.tiny_adds_bos
         return byte_level_tokenizer(add_bos=add)
-    check_tiny_name(spec)
     source, kwargs = _source(spec)
     if revision is not None:
         kwargs["revision"] = revision
-    return _from_pretrained("tokenizer", spec, source, kwargs)
+    return _from_pretrained("tokenizer", spec.text, source, kwargs)
 
 
 def init_from_config(config, seed: int, dtype: torch.dtype = torch.float32):
@@ -120,12 +114,11 @@ def init_from_config(config, seed: int, dtype: torch.dtype = torch.float32):
         return cls.from_config(config, dtype=dtype, trust_remote_code=False)
 
 
-def _load_tiny(spec: str, seed: int = TINY_SEED, dtype: torch.dtype = torch.float32):
+def _load_tiny(spec: ModelSpec, seed: int = TINY_SEED, dtype: torch.dtype = torch.float32):
     from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
 
-    arch, add_bos = tiny_arch(spec)
-    model = init_from_config(tiny_config(arch), seed, dtype)
-    return model, byte_level_tokenizer(add_bos=add_bos)
+    model = init_from_config(tiny_config(spec.tiny_arch), seed, dtype)
+    return model, byte_level_tokenizer(add_bos=spec.tiny_adds_bos)
 
 
 def _offline() -> bool:
@@ -147,14 +140,15 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
-def _source(spec: str) -> tuple[str, dict[str, Any]]:
+def _source(model: ModelSpec) -> tuple[str, dict[str, Any]]:
     """(path or id, extra from_pretrained kwargs) for a non-tiny, non-random spec."""
-    if spec in PACKAGED_MODELS:
+    spec = model.text
+    if model.kind is Kind.PACKAGED:
         p = packaged_gguf(spec)
         gguf_metadata(p)  # a truncated file fails here with one sentence
         return str(p.parent), {"gguf_file": p.name}
-    path = Path(spec).expanduser()
-    if path.suffix == ".gguf":
+    path = model.path
+    if model.kind is Kind.GGUF:
         if path.is_dir():
             raise UnknownModelError(f"The GGUF path {path} is a folder, not a file.")
         if not path.is_file():
@@ -220,7 +214,7 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
 
 
 def _load_pretrained(
-    spec: str, revision: str | None, torch_dtype: torch.dtype, device_map: Any = None
+    spec: ModelSpec, revision: str | None, torch_dtype: torch.dtype, device_map: Any = None
 ):
     source, kwargs = _source(spec)
     if revision is not None:
@@ -229,25 +223,26 @@ def _load_pretrained(
     tokenizer = load_tokenizer(spec, revision)  # shared with the window counts (memoised)
     if "gguf_file" not in kwargs:  # a GGUF marks its de-quantising and building itself
         mark("building")
-    model = _from_pretrained("model", spec, source, {**kwargs, **placed, "dtype": torch_dtype})
+    model = _from_pretrained("model", spec.text, source, {**kwargs, **placed, "dtype": torch_dtype})
     return model, tokenizer
 
 
-def _load_random(inner: str, seed: int, revision: str | None, dtype: torch.dtype):
-    if is_tiny(inner):
+def _load_random(inner: ModelSpec, seed: int, revision: str | None, dtype: torch.dtype):
+    if inner.kind is Kind.TINY:
         return _load_tiny(inner, seed, dtype)
-    if is_shape(inner):
-        return init_from_config(shape_config(inner), seed, dtype), _load_tokenizer(inner, None)
+    if inner.kind is Kind.SHAPE:
+        config = shape_config(inner.text)
+        return init_from_config(config, seed, dtype), _load_tokenizer(inner, None)
     source, kwargs = _source(inner)
     if revision is not None:
         kwargs["revision"] = revision
-    config = _from_pretrained("config", inner, source, dict(kwargs))
-    tokenizer = _from_pretrained("tokenizer", inner, source, dict(kwargs))
+    config = _from_pretrained("config", inner.text, source, dict(kwargs))
+    tokenizer = _from_pretrained("tokenizer", inner.text, source, dict(kwargs))
     return init_from_config(config, seed, dtype), tokenizer
 
 
 def load_model(
-    spec: str,
+    spec: str | ModelSpec,
     *,
     revision: str | None = None,
     device: str | None = None,
@@ -262,28 +257,28 @@ def load_model(
     but unreachable), UnsupportedArchitectureError (no decoder blocks found),
     InvalidArgumentError (a random shape too large for this machine).
     """
+    spec = ModelSpec.parse(spec)
     device, dtype = resolve_device_dtype(device, dtype)
     if device == "auto":
         device, device_map = "cuda", device_map or "auto"
-    check_not_shape(spec)
+    check_not_shape(spec.text)
     check_fits(spec, device, dtype, spread=device_map is not None)
     torch_dtype = getattr(torch, dtype)
-    rnd = parse_random(spec)
     mark("reading")  # the parts of a load, for whoever reports them (deffcore.inputs.load_stages)
     with reads_once():  # a GGUF header is parsed once for config, tokenizer and weights
-        if rnd is not None:
-            model, tokenizer = _load_random(rnd[0], rnd[1], revision, torch_dtype)
-        elif is_tiny(spec):
+        if spec.kind is Kind.RANDOM:
+            assert spec.base is not None and spec.seed is not None
+            model, tokenizer = _load_random(spec.base, spec.seed, revision, torch_dtype)
+        elif spec.kind is Kind.TINY:
             model, tokenizer = _load_tiny(spec, dtype=torch_dtype)
         else:
-            check_tiny_name(spec)
             model, tokenizer = _load_pretrained(spec, revision, torch_dtype, device_map)
     mark("moving")
     model, device = place_model(model, device, torch_dtype, device_map)
     model.eval().requires_grad_(False)
     arch = architecture_of(model)
     return LoadedModel(
-        spec=spec,
+        spec=spec.text,
         revision=revision,
         model=model,
         tokenizer=tokenizer,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from deffcore.core.errors import DeffError
+from deffcore.inputs.model_spec import Kind, ModelSpec
 
 #: Vocabulary sizes of packaged GGUF architectures whose header does not state one.
 _GGUF_VOCAB = {"gemma3": 262144, "llama": 49152}
@@ -180,22 +181,22 @@ def from_mapping(entry: Mapping[str, Any], source: str = "table") -> ModelSize:
 
 
 def model_size(
-    spec: str, revision: str | None = None, known: Mapping[str, ModelSize] | None = None
+    spec: str | ModelSpec,
+    revision: str | None = None,
+    known: Mapping[str, ModelSize] | None = None,
 ) -> ModelSize | None:
     """The size of `spec` from what this machine holds (module docstring), None if unknown."""
     from deffcore.inputs import catalog, gguf
 
-    rnd = catalog.parse_random(spec)
-    if rnd is not None:
-        return model_size(rnd[0], revision, known)
+    parsed = ModelSpec.parse(spec).trained  # a random null has its base's size
+    spec = parsed.text
     if known and spec in known:
         return known[spec]
-    if spec in catalog.TINY_MODELS:
-        arch = spec.removeprefix("tiny-").removesuffix("-nobos")
-        return from_config(catalog.tiny_config(arch).to_dict(), "tiny config")
-    path = Path(spec).expanduser()
-    if spec in catalog.PACKAGED_MODELS or path.suffix == ".gguf":
-        file = gguf.packaged_gguf(spec) if spec in catalog.PACKAGED_MODELS else path
+    if parsed.kind is Kind.TINY:
+        return from_config(catalog.tiny_config(parsed.tiny_arch).to_dict(), "tiny config")
+    path = parsed.path
+    if parsed.kind in (Kind.PACKAGED, Kind.GGUF):
+        file = gguf.packaged_gguf(spec) if parsed.kind is Kind.PACKAGED else path
         return from_gguf(gguf.gguf_metadata(file)) if file.is_file() else None
     if path.is_dir():
         return _from_json(path / "config.json", "config.json")

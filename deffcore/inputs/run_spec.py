@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from deffcore.core.constants import CODE_VERSION
+from deffcore.inputs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,18 @@ class RunSpec:
     passages: str = "documents"
     #: BOS option "default", "add" or "none" (SPEC section 11.4).
     bos: str = "default"
+
+    def __post_init__(self) -> None:
+        # The door: `model` is parsed once (a malformed spec is its one sentence here) and kept
+        # as its text, so the key and a stored run hold the same string as before.
+        parsed = ModelSpec.parse(self.model)
+        object.__setattr__(self, "model", parsed.text)
+        object.__setattr__(self, "_model_spec", parsed)
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        """`model`, parsed (`deffcore.inputs.model_spec`)."""
+        return self._model_spec  # type: ignore[attr-defined]
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """What the model and the dataset are, in plain values: {"model_identity": ...,

@@ -95,22 +95,12 @@ def check_local_path(path: str | Path, *, what: str = "path") -> Path:
     return resolved
 
 
-def looks_like_path(spec: str) -> bool:
-    """Whether a model spec would be read from the local disk rather than the hub.
+def looks_like_path(name: str) -> bool:
+    """Whether a name would be read from the local disk rather than the hub (a model spec's
+    rule, `ModelSpec.looks_local`, which mirrors `deffcore.inputs.loading`)."""
+    from deffcore.inputs.model_spec import names_local_path
 
-    Mirrors `deffcore.inputs.loading`: a `.gguf` name, anything that exists on disk, or a string
-    that
-    starts like a path or has more than one '/' (a hub id is `org/name`).
-    """
-    spec = spec.strip()
-    if not spec:
-        return False
-    return (
-        spec.endswith(".gguf")
-        or spec.startswith((".", "/", "~"))
-        or spec.count("/") > 1
-        or Path(spec).expanduser().exists()
-    )
+    return names_local_path(name)
 
 
 def _names_local_path(name: str, policy: LocalPathPolicy) -> bool:
@@ -129,18 +119,21 @@ def check_model_spec(spec: str) -> str:
     `<inner>` and comes back as `random:<resolved inner>:<seed>`. With local paths on (the
     default), every spec comes back as given.
     """
-    from deffcore.inputs.catalog import PACKAGED_MODELS, TINY_MODELS
+    from deffcore.inputs.model_spec import Kind, ModelSpec
 
+    if not spec.strip():
+        return spec  # nothing chosen yet
+    parsed = ModelSpec.parse(spec)  # a malformed spec: its one sentence, here at the door
     policy = local_path_policy()
-    inner, seed = spec, None
-    if spec.startswith("random:"):
-        inner, _, seed = spec.removeprefix("random:").rpartition(":")
-    if inner in PACKAGED_MODELS or inner in TINY_MODELS or policy.mode == "on":
+    inner = parsed.base if parsed.base is not None else parsed
+    if inner.kind in (Kind.PACKAGED, Kind.TINY) or policy.mode == "on":
         return spec
-    if not _names_local_path(inner, policy):
+    if not _names_local_path(inner.text, policy):
         return spec  # a hub id
-    resolved = str(check_local_path(inner, what="model"))
-    return resolved if seed is None else f"random:{resolved}:{seed}"
+    resolved = str(check_local_path(inner.text, what="model"))
+    if parsed.seed is None:
+        return resolved
+    return ModelSpec.random(resolved, parsed.seed).text
 
 
 def check_dataset_spec(dataset: str, local_path: str | None = None) -> str:

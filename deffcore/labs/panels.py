@@ -3,7 +3,7 @@
 Model panels (one row per model, the x of a correlation with a user's scores):
 
 - `cached`: the measured runs in the cache (complete, trained weights, no intervention; the
-  random-weight specs of RANDOM_WEIGHTS, `random:...` and the `tiny-...` test models, never). A
+  random-weight kinds of RANDOM_WEIGHTS, `random:...` and the `tiny-...` test models, never). A
   model measured several times counts once: its run with the largest N, the newest among equal
   N (the best measurement, not an average of a quick test with a real run). Numbers at the
   default pooling and the lab's metric: deff, deff_over_L, gap_pct, rho1.
@@ -44,6 +44,7 @@ import numpy as np
 
 from deffcore.core.checks import csv_rows
 from deffcore.core.errors import InvalidArgumentError
+from deffcore.inputs.model_spec import Kind, ModelSpec
 
 SOURCES: tuple[str, ...] = ("cached", "sweep", "paper")
 #: Headline numbers a model panel row may carry (paper rows: deff_over_L and gap_pct only).
@@ -83,13 +84,13 @@ def _measurement(meta: dict[str, Any], metric: str) -> Any:
     return Measurement(spec=spec_from_fields(meta["spec"]), pooled=found[0], metric=metric)
 
 
-#: Model specs whose weights are random (the null `random:<m>:<seed>` and the tiny test
-#: models): never a point of a panel, which compares trained models.
-RANDOM_WEIGHTS: tuple[str, ...] = ("random:", "tiny-")
+#: Kinds of model spec whose weights are random (the null `random:<m>:<seed>` and the tiny
+#: test models): never a point of a panel, which compares trained models.
+RANDOM_WEIGHTS: tuple[Kind, ...] = (Kind.RANDOM, Kind.TINY)
 
 
 def _trained_plain(spec: dict[str, Any]) -> bool:
-    return not str(spec.get("model", "")).startswith(RANDOM_WEIGHTS) and (
+    return ModelSpec.stored(spec.get("model", "")).kind not in RANDOM_WEIGHTS and (
         spec.get("intervention", "none") == "none"
     )
 

@@ -57,7 +57,7 @@ class _Model:
             from deffcore.inputs.loading import load_model
 
             spec = self.m.spec
-            if spec.model.startswith(("loaded:", "states:")):
+            if spec.model_spec.external:
                 raise DeffError(
                     f"The run {spec.key()} is of a model held in memory; pass the model: "
                     "dc.atlas(model, tokenizer, texts)."

@@ -30,6 +30,7 @@ from deffcore.extraction.forward import extract_run
 from deffcore.extraction.pooling import PooledStates
 from deffcore.inputs.devices import resolve_device_dtype
 from deffcore.inputs.loading import LoadedModel
+from deffcore.inputs.model_spec import ModelSpec
 from deffcore.inputs.run_inputs import open_run_inputs
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs import external
@@ -244,7 +245,7 @@ def _measure_named(
     options = {**options, "device": device, "batch_size": batch_size, "metric": metric}
     main = measure_spec(spec, **options)
     for s in random_seeds:
-        rspec = replace(spec, model=f"random:{model}:{int(s)}")
+        rspec = replace(spec, model=ModelSpec.random(spec.model_spec, s).text)
         main.random_null.append(measure_spec(rspec, **options))
     return main
 
@@ -303,7 +304,7 @@ def measure_model(
     main = one(model, spec.model)
     for s in seeds:
         twin = external.random_twin(model, s, loaded)
-        main.random_null.append(one(twin, f"random:{spec.model}:{s}"))
+        main.random_null.append(one(twin, ModelSpec.random(spec.model_spec, s).text))
     return main
 
 

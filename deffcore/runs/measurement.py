@@ -280,7 +280,7 @@ class Measurement:
     def random_band(self, pooling: str = "default", metric: str | None = None) -> dict[str, Any]:
         """D_eff/L of each random-weight seed, their mean and the mean +- 2 sigma band."""
         values = [m.summary(pooling, metric).deff_over_L for m in self.random_null]
-        seeds = [m.spec.model.rpartition(":")[2] for m in self.random_null]
+        seeds = [str(m.spec.model_spec.seed) for m in self.random_null]
         return null_band(seeds, values) if values else {}
 
     def to_dict(self, metric: str | None = None) -> dict[str, Any]:

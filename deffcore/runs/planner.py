@@ -372,15 +372,15 @@ def _file_bytes(model: str) -> int:
     """Bytes of the GGUF file a packaged or .gguf model is read from (0 otherwise)."""
     from pathlib import Path
 
-    from deffcore.inputs import catalog, gguf
+    from deffcore.inputs import gguf
+    from deffcore.inputs.model_spec import Kind, ModelSpec
 
-    inner = catalog.parse_random(model)
-    spec = inner[0] if inner else model
-    if inner:
+    spec = ModelSpec.parse(model)
+    if spec.kind not in (Kind.PACKAGED, Kind.GGUF):
         return 0  # a random null is built from the config, not read from the file
     try:
-        path = gguf.packaged_gguf(spec) if spec in catalog.PACKAGED_MODELS else Path(spec)
-        return path.stat().st_size if path.suffix == ".gguf" and path.is_file() else 0
+        path = gguf.packaged_gguf(spec.text) if spec.kind is Kind.PACKAGED else Path(spec.text)
+        return path.stat().st_size if path.is_file() else 0
     except OSError:
         return 0
 

@@ -19,6 +19,7 @@ from deffcore.core.errors import DeffError, TooFewPassagesError, UnknownModelErr
 from deffcore.inputs.context import check_max_tokens
 from deffcore.inputs.devices import check_fits, resolve_device_dtype
 from deffcore.inputs.interventions import INTERVENTIONS
+from deffcore.inputs.model_spec import Kind, ModelSpec
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.inputs.texts import check_dataset
 
@@ -57,18 +58,15 @@ def check(
 
 
 def _check(spec: RunSpec, windows: int | None = None) -> None:
-    from deffcore.inputs import serving
     from deffcore.inputs.texts import all_documents, load_passages
 
-    inner = spec.model
-    if inner.startswith("random:"):
-        inner = inner.removeprefix("random:").rpartition(":")[0]
-    if serving.looks_like_path(inner):
-        path = Path(inner).expanduser()
-        if path.suffix == ".gguf" and not path.is_file():
-            raise UnknownModelError(f"The GGUF file {inner} does not exist.")
-        if path.suffix != ".gguf" and not path.is_dir() and inner.startswith((".", "/", "~")):
-            raise UnknownModelError(f"The model folder {inner} does not exist.")
+    model = spec.model_spec.trained  # a random null reads its base's files
+    if model.looks_local:
+        gguf = model.kind is Kind.GGUF
+        if gguf and not model.path.is_file():
+            raise UnknownModelError(f"The GGUF file {model} does not exist.")
+        if not gguf and not model.path.is_dir() and model.text.startswith((".", "/", "~")):
+            raise UnknownModelError(f"The model folder {model} does not exist.")
     if spec.dataset.startswith("hf:"):
         return
     if spec.passages in WINDOW_MODES:
@@ -143,7 +141,7 @@ def check_run_options(
 
 
 def run_spec(
-    model: str,
+    model: str | ModelSpec,
     dataset: str,
     n: int,
     max_tokens: int,
@@ -170,12 +168,13 @@ def run_spec(
         metric, n, max_tokens, seed, device, dtype, passages, bos,
         batch_size=batch_size, device_here=device_here,
     )  # fmt: skip
+    parsed = ModelSpec.parse(model)  # the door: a malformed spec is its one sentence here
     if device_here:  # a random shape too large for this machine fails here, not mid-load
-        check_fits(model, device, dtype, spread=device == "auto")
-    check_max_tokens(model, max_tokens, revision)
+        check_fits(parsed, device, dtype, spread=device == "auto")
+    check_max_tokens(parsed, max_tokens, revision)
     check_dataset(dataset)
     spec = RunSpec(
-        model=model,
+        model=parsed.text,
         revision=revision,
         dataset=dataset,
         n=n,

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from deffcore.inputs.model_spec import ModelSpec
 from deffcore.statistics.paired import (
     PairedDifference,
     difference_of,
@@ -33,12 +34,8 @@ SAME_SAMPLE = ("dataset", "n", "seed", "passages", "max_tokens", "revision")
 
 def _tokenizer_of(model: str) -> str:
     """The model whose tokenizer a run reads with (`random:<m>:<seed>` reads with <m>'s)."""
-    text = str(model)
-    if text.startswith("random:"):
-        base, sep, seed = text.removeprefix("random:").rpartition(":")
-        if sep and seed.isdigit():
-            return base
-    return text
+    spec = ModelSpec.stored(model)
+    return spec.base.text if spec.base is not None else spec.text
 
 
 def same_passages(a: Any, b: Any) -> str | None:

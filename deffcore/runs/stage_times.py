@@ -19,6 +19,7 @@ import math
 import threading
 
 from deffcore.core.paths import cache_dir
+from deffcore.inputs.model_spec import Kind, ModelSpec
 
 STAGE_FILE = "stage_times.json"
 #: Seconds per (stage, model) on the reference machine (2 cores at load 7-8; BENCHMARKS.md).
@@ -65,7 +66,7 @@ def estimate(stage: str, model: str) -> float | None:
         return found
     if (stage, model) in PRIORS:
         return PRIORS[(stage, model)]
-    if stage == "loading model" and model.startswith("tiny-"):
+    if stage == "loading model" and ModelSpec.stored(model).kind is Kind.TINY:
         return TINY_PRIOR_S
     return None
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError
+from deffcore.inputs.model_spec import ModelSpec
 
 if TYPE_CHECKING:
     from deffcore.views.run_view import RunView
@@ -76,7 +77,7 @@ def model_row(view: RunView, source: str, metric: str = "cka") -> dict[str, Any]
         "source": source,
         "model": spec["model"],
         "family": model_family(str(spec["model"])),
-        "weights": "random" if str(spec["model"]).startswith("random:") else "trained",
+        "weights": "random" if ModelSpec.stored(spec["model"]).is_random else "trained",
         "layers": view.layers,
         "d_model": view.d_model,
         "n": view.n,

@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from deffcore.inputs.model_spec import Kind, ModelSpec
+
 #: The `RunSpec` fields a view carries, and the values a snapshot made before a field existed
 #: had (an older snapshot or cache entry without `passages` measured whole documents).
 SPEC_FIELDS: tuple[str, ...] = (
@@ -30,14 +32,13 @@ SPEC_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _split_model(model: str) -> tuple[str, str | None]:
+def _split_model(model: str) -> tuple[ModelSpec, str | None]:
     """`random:<base>:<seed>` -> (base, "random weights, init seed <seed>"); else (model, None).
     The base may hold colons itself (`random:loaded:my-ft@v3:1`, a notebook model's null)."""
-    text = str(model)
-    base, sep, seed = text.removeprefix("random:").rpartition(":")
-    if text.startswith("random:") and sep and base and seed.isdigit():
-        return base, f"random weights, init seed {seed}"
-    return text, None
+    spec = ModelSpec.stored(model)
+    if spec.base is not None:
+        return spec.base, f"random weights, init seed {spec.seed}"
+    return spec, None
 
 
 def _short_dataset(dataset: str) -> str:
@@ -66,11 +67,11 @@ def label_fields(spec: dict[str, Any]) -> dict[str, str]:
     full = {**SPEC_DEFAULTS, **spec}
     base, weights = _split_model(full["model"])
     revision = full.get("revision")
-    if str(base).startswith("loaded:"):
+    if base.kind is Kind.LOADED:
         # a notebook model's fingerprint (deffcore.runs.external): the key's, not a name
         revision = None
     return {
-        "model": base,
+        "model": base.text,
         "weights": weights or "trained",
         "revision": f"rev {revision}" if revision else "main revision",
         "dataset": _short_dataset(full["dataset"]),
@@ -154,10 +155,11 @@ def run_slug(spec: dict[str, Any]) -> str:
     download of the default run is `smollm2-135m_bbc-news_N512_T128_seed0_<what>.csv`.
     """
     full = {**SPEC_DEFAULTS, **spec}
-    base, weights = _split_model(full["model"])
-    parts = [base.replace("/", "-")]
-    if weights:
-        parts.append(f"random-s{str(full['model']).rpartition(':')[2]}")
+    model = ModelSpec.stored(full["model"])
+    base = model.base if model.base is not None else model
+    parts = [base.text.replace("/", "-")]
+    if model.seed is not None:
+        parts.append(f"random-s{model.seed}")
     if full.get("revision"):
         parts.append(f"rev-{full['revision']}")
     parts += [_short_dataset(full["dataset"]), f"N{full['n']}", f"T{full['max_tokens']}"]

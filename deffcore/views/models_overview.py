@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deffcore.inputs.model_spec import ModelSpec
 from deffcore.views.comparisons import PAPER_DATASET, PAPER_N
 
 #: Family of a model, from its name (first match wins); the Models page colours by it.
@@ -40,7 +41,7 @@ def model_family(name: str) -> str:
     'EleutherAI/pythia-70m' and 'Pythia-70M' -> 'Pythia' (first match of `FAMILIES` in the
     lower-cased name), a name no family matches -> 'other'.
     """
-    if name.startswith("random:"):
+    if ModelSpec.stored(name).is_random:
         return RANDOM_FAMILY
     low = name.lower()
     return next((family for key, family in FAMILIES if key in low), "other")

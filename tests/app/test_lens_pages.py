@@ -18,6 +18,7 @@ import pytest
 from apptest_helpers import assert_clean, chart, plain, plotly_array
 from streamlit.testing.v1 import AppTest
 
+from deffcore.inputs.model_spec import Kind
 from deffcore.labs import correlation_lab, lens_tables, pretrain
 from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
 from deffcore.views.measurement_view import MeasurementView
@@ -151,7 +152,7 @@ def test_correlation_lab_geometry_over_cached_runs(monkeypatch):
     at.radio(key="cl_kind").set_value("geometry").run()
     assert_clean(at)  # tiny-llama is random weights, never a point: an info, not an error
     assert any("cached runs of trained weights" in plain(i.value) for i in at.info)
-    monkeypatch.setattr(panels, "RANDOM_WEIGHTS", ("random:",))  # here it counts as trained
+    monkeypatch.setattr(panels, "RANDOM_WEIGHTS", (Kind.RANDOM,))  # here it counts as trained
     at.run()
     assert_clean(at)
     direct = correlation_lab.geometry_correlations()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from deffcore.extraction.atlas_store import read_rows
+from deffcore.inputs.model_spec import Kind
 from deffcore.labs import correlation_lab, panels
 from deffcore.measures.atlas import ATLAS_COLUMNS, columns_of
 
@@ -22,7 +23,7 @@ def tiny_counts_as_trained(monkeypatch):
     are the subject of `test_the_shipped_trained_models_are_in_the_atlas_panel`)."""
     from deffcore.views import snapshot
 
-    monkeypatch.setattr(panels, "RANDOM_WEIGHTS", ("random:",))
+    monkeypatch.setattr(panels, "RANDOM_WEIGHTS", (Kind.RANDOM,))
     monkeypatch.setattr(snapshot, "load_gallery", lambda *a, **k: [])
 
 

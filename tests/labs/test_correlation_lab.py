@@ -9,6 +9,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 
 from deffcore.core.errors import DeffError, InvalidArgumentError
+from deffcore.inputs.model_spec import Kind
 from deffcore.labs import correlation_lab, panels
 from deffcore.labs.scores import read_scores
 from deffcore.measures.correlation import correlate
@@ -195,7 +196,7 @@ def test_sweep_panel_json_and_csv(tmp_path):
 @pytest.fixture
 def tiny_counts_as_trained(monkeypatch):
     """The tiny test models stand in for trained ones here (panels leave them out otherwise)."""
-    monkeypatch.setattr(panels, "RANDOM_WEIGHTS", ("random:",))
+    monkeypatch.setattr(panels, "RANDOM_WEIGHTS", (Kind.RANDOM,))
 
 
 def test_random_weights_are_never_in_a_panel(tiny_dataset):

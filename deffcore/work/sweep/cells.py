@@ -38,7 +38,11 @@ class Cell:
     @property
     def model_spec(self) -> str:
         """The model spec `load_model` reads: `random:<model>:<seed>` for a random null."""
-        return self.model if self.seed is None else f"random:{self.model}:{self.seed}"
+        if self.seed is None:
+            return self.model
+        from deffcore.inputs.model_spec import RANDOM_PREFIX
+
+        return f"{RANDOM_PREFIX}{self.model}:{self.seed}"  # its base is checked with the cell
 
     def label(self) -> str:
         parts = [self.model_spec]
@@ -53,10 +57,10 @@ class Cell:
 
 def _split_random(model: str) -> tuple[str, int | None]:
     """'random:tiny-llama:3' -> ('tiny-llama', 3); a trained model -> (model, None)."""
-    from deffcore.inputs.catalog import parse_random
+    from deffcore.inputs.model_spec import split_random
 
-    rnd = parse_random(model)
-    return (model, None) if rnd is None else (rnd[0], int(rnd[1]))
+    rnd = split_random(model)  # the base is checked with its cell (one cell's error)
+    return (model, None) if rnd is None else rnd
 
 
 def _check_interventions(names: Iterable[str]) -> None:

@@ -168,15 +168,10 @@ def _gpu(c: CellCost) -> str:
 
 def _calibratable(model: str) -> bool:
     """Models this machine loads without a network (packaged, tiny, random nulls, paths)."""
-    from deffcore.inputs import catalog
+    from deffcore.inputs.model_spec import Kind, ModelSpec
 
-    inner = catalog.parse_random(model)
-    spec = inner[0] if inner else model
-    return (
-        spec in catalog.PACKAGED_MODELS
-        or spec in catalog.TINY_MODELS
-        or Path(spec).expanduser().exists()
-    )
+    spec = ModelSpec.stored(model).trained  # a malformed one: its cell reports it
+    return spec.kind in (Kind.PACKAGED, Kind.TINY) or spec.path.exists()
 
 
 def _reference(plan: Any, calibrate: str) -> str | None:
