@@ -71,6 +71,10 @@ class _GGUFCorrupt(Exception):
     """Internal: the bytes do not form a GGUF file."""
 
 
+class _GGUFRefused(_GGUFCorrupt):
+    """Internal: a header value out of its bounds (its message ends the sentence)."""
+
+
 #: Deepest nesting of arrays in a GGUF header (real files nest none: a token list is one array
 #: of strings); deeper is refused as corrupt, never a RecursionError.
 MAX_ARRAY_DEPTH = 8
@@ -90,6 +94,7 @@ GGUF_SIZES: dict[str, tuple[int, int]] = {
     "context_length": (1, 2**24),
     "vocab_size": (1, 2**24),
 }
+
 
 def gguf_invalid(path: Path, why: str = "truncated or corrupt") -> UnknownModelError:
     return UnknownModelError(f"The file {path} is not a valid GGUF file ({why}).")
@@ -111,9 +116,9 @@ def gguf_metadata(path: Path) -> dict[str, Any]:
         try:
             with path.open("rb") as f:
                 meta = _read_gguf(f, st.st_size)
-        except _GGUFCorrupt as err:
+        except _GGUFRefused as err:
             raise gguf_invalid(path, str(err)) from None
-        except (struct.error, OverflowError, MemoryError, UnicodeDecodeError) as err:
+        except (_GGUFCorrupt, struct.error, OverflowError, MemoryError, UnicodeDecodeError) as err:
             raise gguf_invalid(path) from err
         _GGUF_MEMO[memo_key] = meta
     return _GGUF_MEMO[memo_key]
@@ -140,7 +145,7 @@ def _read_gguf(f: Any, size: int) -> dict[str, Any]:
             return string()
         if kind == _GGUF_ARRAY:  # skipped: only scalars are needed (tokenizer vocab is here)
             if depth >= MAX_ARRAY_DEPTH:
-                raise _GGUFCorrupt(f"its metadata nests arrays deeper than {MAX_ARRAY_DEPTH}")
+                raise _GGUFRefused(f"its metadata nests arrays deeper than {MAX_ARRAY_DEPTH}")
             inner, count = scalar("<I"), scalar("<Q")
             if inner in _GGUF_SCALARS:
                 take(count * struct.calcsize(_GGUF_SCALARS[inner]))
@@ -189,17 +194,17 @@ def _check_typed(meta: dict[str, Any]) -> None:
     blocks would reach transformers' model builder)."""
     arch = meta.get("general.architecture")
     if arch is not None and not isinstance(arch, str):
-        raise _GGUFCorrupt("its general.architecture is not a string")
+        raise _GGUFRefused("its general.architecture is not a string")
     alignment = meta.get("general.alignment", 32)
     if not _whole(alignment, 1, MAX_ALIGNMENT) or alignment & (alignment - 1):
-        raise _GGUFCorrupt(
+        raise _GGUFRefused(
             f"its general.alignment is {str(alignment)[:20]!r}, not a power of two from 1 to "
             f"{MAX_ALIGNMENT:,}"
         )
     for name, (low, high) in GGUF_SIZES.items():
         key = f"{arch}.{name}"
         if key in meta and not _whole(meta[key], low, high):
-            raise _GGUFCorrupt(
+            raise _GGUFRefused(
                 f"its {key} is {str(meta[key])[:20]!r}, not a whole number from {low:,} to {high:,}"
             )
 
