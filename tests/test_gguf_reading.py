@@ -4,12 +4,14 @@ reports its four parts; the patches are gone afterwards."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from deffcore.core.errors import UnknownModelError
 from deffcore.inputs import load_stages
 from deffcore.inputs.gguf_reading import reads_once
 from deffcore.inputs.loading import load_model
@@ -126,3 +128,104 @@ def test_a_changed_file_is_read_again(tiny_gguf, tmp_path):
         first = gguf.GGUFReader(str(copy))
         write_tiny_gguf(copy, d=16)
         assert gguf.GGUFReader(str(copy)) is not first
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile headers: bounded in depth and typed (deffcore.inputs.gguf.gguf_metadata)
+
+_U32, _F32, _STRING, _ARRAY, _U64 = 4, 6, 8, 9, 10
+
+
+def _kv(key: str, kind: int, payload: bytes) -> bytes:
+    name = key.encode()
+    return struct.pack("<Q", len(name)) + name + struct.pack("<I", kind) + payload
+
+
+def _string(text: str) -> bytes:
+    return struct.pack("<Q", len(text.encode())) + text.encode()
+
+
+def _nested_array(depth: int) -> bytes:
+    """An array value `depth` arrays deep: [[[...[]...]]] (the innermost an empty u32 array)."""
+    payload = struct.pack("<IQ", _U32, 0)
+    for _ in range(depth - 1):
+        payload = struct.pack("<IQ", _ARRAY, 1) + payload
+    return payload
+
+
+def _write_header(path: Path, *kvs: bytes) -> Path:
+    """A GGUF file of no tensors whose header holds `kvs` (after general.architecture)."""
+    kvs = (_kv("general.architecture", _STRING, _string("llama")), *kvs)
+    blob = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
+    path.write_bytes(blob + b"\0" * 64)  # the (empty) data section starts aligned
+    return path
+
+
+HOSTILE = [
+    ("nested", _kv("x.deep", _ARRAY, _nested_array(5_000)), "nests arrays deeper than 8"),
+    ("align-text", _kv("general.alignment", _STRING, _string("abc")),
+     "general.alignment is 'abc', not a power of two"),
+    ("align-3", _kv("general.alignment", _U32, struct.pack("<I", 3)), "general.alignment is '3'"),
+    ("align-0", _kv("general.alignment", _U32, struct.pack("<I", 0)), "general.alignment is '0'"),
+    ("align-huge", _kv("general.alignment", _U64, struct.pack("<Q", 2**40)),
+     "general.alignment is '1099511627776'"),
+    ("blocks-float", _kv("llama.block_count", _F32, struct.pack("<f", 4.0)),
+     "llama.block_count is '4.0', not a whole number from 1 to 1,000"),
+    ("blocks-1e9", _kv("llama.block_count", _U32, struct.pack("<I", 10**9)),
+     "llama.block_count is '1000000000'"),
+    ("width-text", _kv("llama.embedding_length", _STRING, _string("wide")),
+     "llama.embedding_length is 'wide'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "kv", "why"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_a_hostile_gguf_header_is_one_sentence(tmp_path, name, kv, why):
+    from deffcore.inputs.gguf import gguf_metadata
+
+    path = _write_header(tmp_path / f"{name}.gguf", kv)
+    with pytest.raises(UnknownModelError) as err:  # never a RecursionError or a ValueError
+        gguf_metadata(path)
+    text = str(err.value)
+    assert text.startswith(f"The file {path} is not a valid GGUF file (its ")
+    assert why in text and str(path) in text and "\n" not in text, text
+    with pytest.raises(UnknownModelError, match="not a valid GGUF file"):
+        load_model(str(path))
+
+
+def test_a_header_within_the_bounds_reads(tmp_path):
+    from deffcore.inputs.gguf import MAX_ARRAY_DEPTH, gguf_metadata
+
+    path = _write_header(
+        tmp_path / "fine.gguf",
+        _kv("x.deep", _ARRAY, _nested_array(MAX_ARRAY_DEPTH)),
+        _kv("general.alignment", _U32, struct.pack("<I", 64)),
+        _kv("llama.block_count", _U32, struct.pack("<I", 30)),
+    )
+    meta = gguf_metadata(path)
+    assert meta["general.alignment"] == 64 and meta["llama.block_count"] == 30
+    assert "x.deep" not in meta  # arrays are skipped
+
+
+def test_the_gguf_ranges_are_the_config_ranges():
+    from deffcore.inputs.gguf import GGUF_SIZES
+    from deffcore.inputs.model_config import MAX_LAYERS, SIZE_FIELDS
+
+    assert GGUF_SIZES["block_count"] == (1, MAX_LAYERS)
+    assert GGUF_SIZES["embedding_length"] == SIZE_FIELDS["hidden_size"]
+    assert GGUF_SIZES["vocab_size"] == SIZE_FIELDS["vocab_size"]
+    assert GGUF_SIZES["context_length"] == SIZE_FIELDS["max_position_embeddings"]
+    pairs = {"feed_forward_length": "intermediate_size", "attention.head_count":
+             "num_attention_heads", "attention.head_count_kv": "num_key_value_heads",
+             "attention.key_length": "head_dim", "attention.value_length": "head_dim"}  # fmt: skip
+    for gguf_key, field in pairs.items():
+        assert GGUF_SIZES[gguf_key][1] == SIZE_FIELDS[field][1]
+
+
+def test_the_cli_exits_2_for_a_gguf_nested_5000_deep(tmp_path, tiny_dataset, capsys):
+    from deffcore.cli.main import main
+
+    path = _write_header(tmp_path / "deep.gguf", HOSTILE[0][1])
+    code = main(["measure", "--model", str(path), "--dataset", tiny_dataset, "--n", "4",
+                 "--max-tokens", "8", "--no-progress", "--no-cache"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "nests arrays deeper than 8" in err[0], err

@@ -174,31 +174,43 @@ def _device_memory_bytes(device: str) -> int | None:
 
 
 def check_fits(spec: str | ModelSpec, device: str, dtype: str, *, spread: bool = False) -> None:
-    """Refuse a random-weight shape that cannot fit, before a byte is allocated (one sentence).
+    """Refuse a model that cannot fit, before a byte is allocated (one sentence).
 
-    Its weights are drawn on the CPU (so a seed gives the same weights everywhere): they need
-    `param_count x bytes per value` of host memory, and as much on a GPU unless the model is
-    spread over several (`spread`). Other specs are not checked here (their size is not known
-    before their config is read; a bare shape is refused by `load_model` as weightless).
+    Its size comes from its config alone: a random-weight shape's (`shapes.param_count`), or a
+    local folder's config.json (`model_config.parameters`, the folder's config checked first;
+    also for `random:<folder>:<seed>`). A random model's weights are drawn on the CPU (so a seed
+    gives the same weights everywhere) and a folder's are read there unless the model is
+    spread: they need `parameters x bytes per value` of host memory, and as much on a GPU
+    unless the model is spread over several (`spread`). Other specs are not checked here
+    (their size is not known before their config is read; a bare shape is refused by
+    `load_model` as weightless).
     """
+    from deffcore.inputs.model_config import folder_config, parameters
     from deffcore.inputs.shapes import param_count
 
     spec = ModelSpec.parse(spec)
-    if spec.base is None or spec.base.kind is not Kind.SHAPE:
+    name = spec.trained
+    if spec.is_random and name.kind is Kind.SHAPE:
+        params = param_count(name.text)
+        advice = "use a smaller shape or bfloat16 (--dtype bfloat16)"
+    elif name.kind is not Kind.FOLDER:
         return
-    name = spec.base.text
-    need = param_count(name) * getattr(torch, dtype).itemsize
+    else:
+        config = folder_config(name.path)
+        if config is None:
+            return
+        params, advice = parameters(config), "its config.json asks for too large a model"
+    need = params * getattr(torch, dtype).itemsize
     gib = 1024**3
     host = host_memory_bytes()
-    if host is not None and need > host:
+    if host is not None and need > host and (spec.is_random or not spread):
         raise InvalidArgumentError(
-            f"{spec.text!r} needs about {need / gib:.1f} GiB of host memory to draw its {dtype} "
-            f"weights, and this machine has {host / gib:.1f} GiB available; use a smaller "
-            "shape or bfloat16 (--dtype bfloat16)."
+            f"{spec.text!r} needs about {need / gib:,.1f} GiB of host memory for its {params:,} "
+            f"{dtype} weights, and this machine has {host / gib:.1f} GiB available; {advice}."
         )
     on_gpu = _device_memory_bytes(device)
     if not spread and on_gpu is not None and need > 0.95 * on_gpu:
         raise InvalidArgumentError(
-            f"{spec.text!r} needs about {need / gib:.1f} GiB on {device} for its {dtype} weights, "
+            f"{spec.text!r} needs about {need / gib:,.1f} GiB on {device} for its {dtype} weights, "
             f"which has {on_gpu / gib:.1f} GiB; spread it over several GPUs with --device auto."
         )

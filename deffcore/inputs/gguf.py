@@ -71,8 +71,33 @@ class _GGUFCorrupt(Exception):
     """Internal: the bytes do not form a GGUF file."""
 
 
-def gguf_invalid(path: Path) -> UnknownModelError:
-    return UnknownModelError(f"The file {path} is not a valid GGUF file (truncated or corrupt).")
+class _GGUFRefused(_GGUFCorrupt):
+    """Internal: a header value out of its bounds (its message ends the sentence)."""
+
+
+#: Deepest nesting of arrays in a GGUF header (real files nest none: a token list is one array
+#: of strings); deeper is refused as corrupt, never a RecursionError.
+MAX_ARRAY_DEPTH = 8
+#: Largest `general.alignment` (a power of two; files use 32, the default).
+MAX_ALIGNMENT = 2**16
+#: Header sizes read as numbers (`<arch>.<key>`), with their range: each, when present, must be
+#: a whole number in it (the ranges of `deffcore.inputs.model_config.SIZE_FIELDS`, which
+#: tests/test_model_folders.py checks; 0 heads or MLP width is a state-space model's).
+GGUF_SIZES: dict[str, tuple[int, int]] = {
+    "block_count": (1, 1_000),
+    "embedding_length": (1, 2**20),
+    "feed_forward_length": (0, 2**24),
+    "attention.head_count": (0, 2**14),
+    "attention.head_count_kv": (0, 2**14),
+    "attention.key_length": (0, 2**16),
+    "attention.value_length": (0, 2**16),
+    "context_length": (1, 2**24),
+    "vocab_size": (1, 2**24),
+}
+
+
+def gguf_invalid(path: Path, why: str = "truncated or corrupt") -> UnknownModelError:
+    return UnknownModelError(f"The file {path} is not a valid GGUF file ({why}).")
 
 
 def gguf_metadata(path: Path) -> dict[str, Any]:
@@ -80,7 +105,9 @@ def gguf_metadata(path: Path) -> dict[str, Any]:
 
     Reads the header and the tensor table, and checks that the file holds every tensor's bytes
     (so a file cut short anywhere is refused here, not as a `struct.error` or a reshape error
-    inside transformers). Memoised on (path, size, mtime). Raises UnknownModelError.
+    inside transformers), that arrays nest at most `MAX_ARRAY_DEPTH` deep, and that the values
+    deffcore reads are typed (`_check_typed`). Memoised on (path, size, mtime). Raises
+    UnknownModelError (one sentence saying what is wrong).
     """
     path = Path(path)
     st = path.stat()
@@ -89,6 +116,8 @@ def gguf_metadata(path: Path) -> dict[str, Any]:
         try:
             with path.open("rb") as f:
                 meta = _read_gguf(f, st.st_size)
+        except _GGUFRefused as err:
+            raise gguf_invalid(path, str(err)) from None
         except (_GGUFCorrupt, struct.error, OverflowError, MemoryError, UnicodeDecodeError) as err:
             raise gguf_invalid(path) from err
         _GGUF_MEMO[memo_key] = meta
@@ -109,18 +138,20 @@ def _read_gguf(f: Any, size: int) -> dict[str, Any]:
     def string() -> str:
         return take(scalar("<Q")).decode("utf-8")
 
-    def value(kind: int) -> Any:
+    def value(kind: int, depth: int = 0) -> Any:
         if kind in _GGUF_SCALARS:
             return scalar(_GGUF_SCALARS[kind])
         if kind == _GGUF_STRING:
             return string()
         if kind == _GGUF_ARRAY:  # skipped: only scalars are needed (tokenizer vocab is here)
+            if depth >= MAX_ARRAY_DEPTH:
+                raise _GGUFRefused(f"its metadata nests arrays deeper than {MAX_ARRAY_DEPTH}")
             inner, count = scalar("<I"), scalar("<Q")
             if inner in _GGUF_SCALARS:
                 take(count * struct.calcsize(_GGUF_SCALARS[inner]))
             else:
                 for _ in range(count):
-                    value(inner)
+                    value(inner, depth + 1)
             return None
         raise _GGUFCorrupt(f"unknown value type {kind}")
 
@@ -149,11 +180,37 @@ def _read_gguf(f: Any, size: int) -> dict[str, Any]:
         for d in dims:
             count *= d
         end = max(end, offset + count // block * type_size)
-    alignment = int(meta.get("general.alignment", 32)) or 32
+    _check_typed(meta)
+    alignment = meta.get("general.alignment", 32)
     data_start = -(-f.tell() // alignment) * alignment
     if data_start + end > size:
         raise _GGUFCorrupt(f"needs {data_start + end} bytes, has {size}")
     return meta
+
+
+def _check_typed(meta: dict[str, Any]) -> None:
+    """The header values deffcore reads, typed: the architecture a string, the alignment a power
+    of two, each size of `GGUF_SIZES` a whole number in its range (a float, a string or 10^9
+    blocks would reach transformers' model builder)."""
+    arch = meta.get("general.architecture")
+    if arch is not None and not isinstance(arch, str):
+        raise _GGUFRefused("its general.architecture is not a string")
+    alignment = meta.get("general.alignment", 32)
+    if not _whole(alignment, 1, MAX_ALIGNMENT) or alignment & (alignment - 1):
+        raise _GGUFRefused(
+            f"its general.alignment is {str(alignment)[:20]!r}, not a power of two from 1 to "
+            f"{MAX_ALIGNMENT:,}"
+        )
+    for name, (low, high) in GGUF_SIZES.items():
+        key = f"{arch}.{name}"
+        if key in meta and not _whole(meta[key], low, high):
+            raise _GGUFRefused(
+                f"its {key} is {str(meta[key])[:20]!r}, not a whole number from {low:,} to {high:,}"
+            )
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def packaged_gguf(spec: str) -> Path:

@@ -11,10 +11,13 @@ reuse a model (the app) keep the `LoadedModel`.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 import struct
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,11 @@ from urllib.parse import urlparse
 
 import torch
 
-from deffcore.core.errors import HubUnavailableError, UnknownModelError
+from deffcore.core.errors import (
+    HubUnavailableError,
+    UnknownModelError,
+    UnsupportedArchitectureError,
+)
 from deffcore.inputs.architecture import architecture_of
 from deffcore.inputs.catalog import (
     TINY_SEED,
@@ -35,7 +42,8 @@ from deffcore.inputs.gguf import check_gguf_tokenizer, gguf_invalid, gguf_metada
 from deffcore.inputs.gguf_reading import reads_once
 from deffcore.inputs.identity import model_identity
 from deffcore.inputs.load_stages import mark
-from deffcore.inputs.model_files import check_model_folder
+from deffcore.inputs.model_config import refusal_by_design
+from deffcore.inputs.model_files import check_loaded_weights, check_model_folder
 from deffcore.inputs.model_spec import Kind, ModelSpec
 from deffcore.inputs.shapes import SHAPES, shape_config
 from deffcore.inputs.special_tokens import adds_bos
@@ -179,8 +187,12 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
     kwargs = {**kwargs, "trust_remote_code": False}
     if no_hub:
         kwargs = {**kwargs, "local_files_only": True}
+    weights = kind == "model" and "gguf_file" not in kwargs  # a GGUF's names are converted
+    if weights:
+        kwargs = {**kwargs, "output_loading_info": True}
     try:
-        loaded = cls.from_pretrained(source, **kwargs)
+        with _held_load_report() as report:
+            loaded = cls.from_pretrained(source, **kwargs)
     except OSError as err:
         if not is_hub:
             raise UnknownModelError(f"Could not load model {spec!r} from {source}: {err}") from err
@@ -208,9 +220,63 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
         if "gguf_file" in kwargs:
             raise gguf_invalid(Path(source) / kwargs["gguf_file"]) from err
         raise UnknownModelError(f"Model {spec!r} could not be loaded: {err}") from err
+    except RuntimeError as err:
+        if "mismatch" not in str(err):
+            raise
+        # weights of other shapes than the config's (transformers' "size mismatch" report)
+        raise UnknownModelError(
+            f"{_where(spec, source, is_hub)} holds weights whose shapes do not match its "
+            "config.json (transformers reports a size mismatch), so it cannot be loaded."
+        ) from None
     if kind == "tokenizer" and "gguf_file" in kwargs:
         check_gguf_tokenizer(loaded, Path(source) / kwargs["gguf_file"])
+    if weights:
+        loaded, info = loaded
+        check_loaded_weights(loaded, info, _where(spec, source, is_hub))
+    for record in report:  # weights kept: transformers' report of what they lacked is shown
+        logging.getLogger(record.name).handle(record)
+    if kind in ("model", "config"):
+        _refuse_by_design(loaded if kind == "config" else loaded.config, spec)
     return loaded
+
+
+@contextlib.contextmanager
+def _held_load_report() -> Iterator[list[logging.LogRecord]]:
+    """transformers' report of the keys a load missed or did not expect ("... LOAD REPORT"),
+    held back while the load runs: weights that do not fill their model are refused in one
+    sentence (`check_loaded_weights`), and the report is shown only for weights that are kept."""
+    held: list[logging.LogRecord] = []
+
+    class _Hold(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if "LOAD REPORT" in str(record.msg):
+                held.append(record)
+                return False
+            return True
+
+    logger, hold = logging.getLogger("transformers.modeling_utils"), _Hold()
+    logger.addFilter(hold)
+    try:
+        yield held
+    finally:
+        logger.removeFilter(hold)
+
+
+def _where(spec: str, source: str, is_hub: bool) -> str:
+    """How a refusal names what was loaded: the folder, or the hub id."""
+    return f"Model {spec!r}" if is_hub else f"The model folder {source}"
+
+
+def _refuse_by_design(config: Any, spec: str) -> None:
+    """A hub model (or GGUF) of a type refused by design (a local folder's config was refused
+    before anything was built: `deffcore.inputs.model_config`)."""
+    kind = getattr(config, "model_type", None) or ""
+    reason = refusal_by_design(kind, bool(getattr(config, "is_encoder_decoder", False)))
+    if reason is not None:
+        raise UnsupportedArchitectureError(
+            f"Model {spec!r} is a {kind!r} model, which is refused by design: {reason} "
+            "(docs/support.md)."
+        )
 
 
 def _load_pretrained(

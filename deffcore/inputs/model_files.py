@@ -16,21 +16,24 @@ Two ways a folder could hurt the machine that loads it, both refused here with o
   range, which must lie inside the file.
 
 Only JSON is read (at most `MAX_CONFIG_BYTES` per config file); nothing is imported or run.
+The config's own types, sizes and model type are checked by `deffcore.inputs.model_config`;
+weights that do not fill the model their config builds are refused after transformers reads
+them (`check_loaded_weights`).
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from deffcore.core.errors import UnknownModelError
+from deffcore.inputs.model_config import MAX_CONFIG_BYTES, folder_config
 
 #: The safetensors library refuses larger headers too (100 MB).
 MAX_HEADER_BYTES = 100_000_000
-#: A config.json larger than this is not a config (they are a few kB).
-MAX_CONFIG_BYTES = 16 * 2**20
 #: Config files whose `auto_map` would make transformers import the folder's Python files.
 CODE_CONFIGS = ("config.json", "tokenizer_config.json", "processor_config.json",
                 "preprocessor_config.json", "generation_config.json")  # fmt: skip
@@ -48,12 +51,16 @@ class _Bad(Exception):
 
 
 def check_model_folder(folder: Path) -> None:
-    """Refuse a model folder that asks to run its own code or holds an invalid safetensors file.
+    """Refuse a model folder that asks to run its own code, whose config.json is not a
+    decoder-only language model of sane sizes (`deffcore.inputs.model_config.folder_config`), or
+    that holds an invalid safetensors file.
 
-    Raises UnknownModelError (one sentence naming the file and why)."""
+    Raises UnknownModelError or UnsupportedArchitectureError (one sentence naming the file and
+    why)."""
     folder = Path(folder)
     for name in CODE_CONFIGS:
         _refuse_code(folder / name)
+    folder_config(folder)
     for path in sorted(folder.glob("*.safetensors")):
         check_safetensors(path)
 
@@ -160,3 +167,44 @@ def _check_tensor(name: str, info: Any, data: int) -> None:
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+#: Share of a model's parameters that may be missing from its weights files (and so newly
+#: initialised by transformers) before the weights are refused as not the model's.
+MAX_NEW_SHARE = 0.5
+
+
+def check_loaded_weights(model: Any, info: Mapping[str, Any], where: str) -> None:
+    """Refuse weights that do not fill the model their config builds (SPEC section 1: the
+    measured states are a trained model's): transformers' `output_loading_info` lists the
+    parameters missing from the weights files, which it initialised afresh and only reports on
+    stderr (a llama config.json over GPT-2 weights builds a llama of random weights). Refused
+    when a block's parameter or the input embeddings (h_0 itself) are missing, or more than
+    `MAX_NEW_SHARE` of all parameters (an untied head, never run by extraction, may be); `where`
+    starts the sentence ("The model folder /x"). Raises UnknownModelError."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    missing = sorted(k for k in info.get("missing_keys") or () if k in params)
+    if not missing:
+        return
+    total = sum(p.numel() for p in model.parameters()) or 1
+    fresh = {id(params[k]): params[k] for k in missing}  # a tied tensor counted once
+    share = sum(p.numel() for p in fresh.values()) / total
+    embed = getattr(model, "get_input_embeddings", lambda: None)()
+    embed_ids = {id(p) for p in embed.parameters()} if embed is not None else set()
+    # a block's parameter (a numbered module on its path), or the embeddings (h_0 itself)
+    vital = [
+        k
+        for k in missing
+        if id(params[k]) in embed_ids or any(part.isdigit() for part in k.split("."))
+    ]
+    if not vital and share <= MAX_NEW_SHARE:
+        return
+    kind = getattr(getattr(model, "config", None), "model_type", None)
+    whose = f"the {kind!r} model's" if kind else "the model's"
+    example = (vital or missing)[0]
+    raise UnknownModelError(
+        f"{where} holds weights that do not match its config.json: {len(missing):,} of "
+        f"{whose} parameter tensors ({share:.0%} of its parameters, e.g. {example}) "
+        "are not in its weights files and would be newly initialised, so it is refused rather "
+        "than measured as if trained."
+    )

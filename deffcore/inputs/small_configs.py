@@ -13,8 +13,10 @@ built-in byte tokenizer (`deffcore.inputs.byte_tokenizer`), so its texts feed ev
 
 `BY_DESIGN` lists the causal-LM types that are not decoder-only language models (encoders used
 as decoders, decoders of encoder-decoder models, a permutation LM): they are refused, each with
-its reason, before anything is built. The support table (`deffcore.lenses.support`, docs/support.md)
-is the record of which types build, measure and match `output_hidden_states`.
+its reason, before anything is built, here and when a model folder of the type is loaded
+(`deffcore.inputs.model_config.refusal_by_design`, the one source of both). The support table
+(`deffcore.lenses.support`, docs/support.md) is the record of which types build, measure and
+match `output_hidden_states`.
 """
 
 from __future__ import annotations
@@ -110,11 +112,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 #: Causal-LM types that are not decoder-only language models, each with why it is refused.
-_ENCODER = (
+ENCODER_REASON = (
     "an encoder (bidirectional attention) that transformers can also run as a decoder; "
     "effective depth is defined on decoder-only language models"
 )
-_ENC_DEC = (
+ENC_DEC_REASON = (
     "the decoder of an encoder-decoder model, whose states depend on an encoder's output; "
     "effective depth is defined on decoder-only language models"
 )
@@ -125,7 +127,7 @@ BY_DESIGN: dict[str, str] = {
             "ernie", "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert",
             "roformer", "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod",
         ),
-        _ENCODER,
+        ENCODER_REASON,
     ),
     **dict.fromkeys(
         (
@@ -133,7 +135,7 @@ BY_DESIGN: dict[str, str] = {
             "mvp", "pegasus", "plbart", "prophetnet", "trocr", "whisper", "musicgen",
             "musicgen_melody", "moss_transcribe_diarize",
         ),
-        _ENC_DEC,
+        ENC_DEC_REASON,
     ),
     "xlnet": (
         "a permutation language model (two attention streams, no causal residual stream); "

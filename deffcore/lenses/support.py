@@ -6,7 +6,9 @@
     markdown = support_markdown(rows) # docs/support.md (scripts/support_table.py writes it)
 
 For each type of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`: a type refused by design
-(`small_configs.BY_DESIGN`: encoders, encoder-decoder decoders) is refused with its reason.
+(`deffcore.inputs.model_config.refusal_by_design`, from `small_configs.BY_DESIGN`: encoders,
+encoder-decoder decoders) is refused with its reason, the reason a model folder of the type is
+refused with when it loads.
 Every other type is built from its small config (`small_configs.small_config`, seeded weights,
 float32) and measured with `dc.measure(model, tokenizer, texts)` on `TEXTS` (the byte
 tokenizer, with a BOS when the family's convention has one). The run is *verified* when
@@ -251,13 +253,13 @@ def verify_type(model_type: str, model_class: str | None = None) -> SupportRow:
     """Build, measure and check one causal-LM type (module docstring)."""
     from deffcore.inputs.architecture import architecture_of
     from deffcore.inputs.interventions import supported_interventions
-    from deffcore.inputs.small_configs import BY_DESIGN, causal_lm_types
+    from deffcore.inputs.model_config import refusal_by_design
+    from deffcore.inputs.small_configs import causal_lm_types
 
     cls_name = model_class or causal_lm_types().get(model_type, "")
-    if model_type in BY_DESIGN:
-        return SupportRow(
-            model_type, cls_name, "refused", f"Refused by design: {BY_DESIGN[model_type]}."
-        )
+    by_design = refusal_by_design(model_type)  # the same refusal as a model folder's load
+    if by_design is not None:
+        return SupportRow(model_type, cls_name, "refused", f"Refused by design: {by_design}.")
     try:
         model, tokenizer = build_small(model_type)
         arch = architecture_of(model)
