@@ -81,20 +81,14 @@ _SAME_RUN = ("model", "revision", "dataset", "max_tokens", "seed", "passages", "
 
 def check_snapshot_output(args: argparse.Namespace) -> None:
     """`--snapshot PATH`: writable, not an input (`--dataset`, `--model`), not a link, and
-    not an existing file other than this run's own snapshot (`checks.check_output_file`)."""
-    from deffcore.core.checks import check_output_file
-    from deffcore.core.errors import InvalidArgumentError
-    from deffcore.core.paths import cache_dir
+    not an existing file other than this run's own snapshot (`core.files.check_output`)."""
+    from deffcore.core.files import SNAPSHOT, check_output
 
-    root, target = cache_dir().resolve(), Path(args.snapshot).expanduser().resolve()
-    if root in target.parents and target.parent != root:  # a run entry, .shared/, .uploads/
-        raise InvalidArgumentError(
-            f"--snapshot {args.snapshot} is inside the cache's own folder {target.parent.name}, "
-            "which only deffcore writes; give a path outside it."
-        )
-    check_output_file(
+    check_output(
         args.snapshot,
         "--snapshot",
+        marks=(SNAPSHOT,),
+        kind="run snapshot",
         inputs={"--dataset": getattr(args, "dataset", None), "--model": args.model},
         replaceable=lambda path: another_runs_snapshot(path, args),
     )

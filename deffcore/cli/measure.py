@@ -225,7 +225,7 @@ def _write_snapshot(
     (`run_extras`); `paired`: the run's paired bootstrap (every difference the pages show gets
     its interval from it); `supply`: what the run's data can give (`tokens.WindowSource`)."""
     from deffcore.cli._common import check_snapshot_output
-    from deffcore.core.checks import write_output
+    from deffcore.core.files import write_output
     from deffcore.lenses.run_extras import with_extras
     from deffcore.views.run_report import remake_command
     from deffcore.views.snapshot import snapshot

@@ -379,7 +379,7 @@ def run_carry_sweep(
         stage=lambda run: f"gamma={run[0]:g} seed={run[1]}",
     )  # fmt: skip
     if s.checkpoint_dir:
-        from deffcore.core.checks import write_output  # whole or not at all; an OSError a sentence
+        from deffcore.core.files import write_output  # whole or not at all; an OSError a sentence
 
         records = json.dumps(result.to_dict(), indent=1).encode()
         write_output(Path(s.checkpoint_dir) / "records.json", records, "--checkpoint-dir")
