@@ -118,3 +118,50 @@ def test_a_scores_file_with_a_200000_character_cell_exits_2(tmp_path, capsys):
     code = main(["correlate", "--scores", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and "more than 1,000 characters" in err and "Traceback" not in err
+
+
+# --- Every DEFF_* number: finite, positive, bounded, one sentence (`core.checks.env_gib`)
+
+BAD_GIB = ["nan", "inf", "-inf", "-1", "abc", "1e400", str(2**20 + 1)]
+
+
+@pytest.mark.parametrize("value", BAD_GIB)
+def test_a_host_memory_override_out_of_range_is_one_sentence(monkeypatch, value):
+    from deffcore.inputs.devices import host_memory_bytes
+
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", value)
+    with pytest.raises(InvalidArgumentError, match="DEFF_HOST_MEMORY_GIB must be a number of GiB"):
+        host_memory_bytes()
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "0")  # no memory at all is no override either
+    with pytest.raises(InvalidArgumentError, match="above 0"):
+        host_memory_bytes()
+
+
+@pytest.mark.parametrize("value", BAD_GIB)
+def test_a_model_cache_budget_out_of_range_is_one_sentence(monkeypatch, value):
+    from deffcore.inputs.loaded_models import default_budget
+
+    monkeypatch.setenv("DEFF_MODEL_CACHE_GIB", value)
+    with pytest.raises(InvalidArgumentError, match="DEFF_MODEL_CACHE_GIB must be a number of GiB"):
+        default_budget("cpu")
+
+
+def test_the_edges_of_a_deff_number_are_accepted(monkeypatch):
+    from deffcore.inputs.devices import host_memory_bytes
+    from deffcore.inputs.loaded_models import default_budget
+
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", f"{2**20}")
+    assert host_memory_bytes() == 2**50
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", " 0.5 ")
+    assert host_memory_bytes() == 2**29
+    monkeypatch.setenv("DEFF_MODEL_CACHE_GIB", "0")  # keep no idle model
+    assert default_budget("cpu") == 0
+
+
+@pytest.mark.parametrize("name", ["DEFF_HOST_MEMORY_GIB", "DEFF_MODEL_CACHE_GIB"])
+def test_a_bad_deff_number_on_the_command_line_exits_2(monkeypatch, capsys, tiny_dataset, name):
+    monkeypatch.setenv(name, "inf")
+    argv = ["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "8"]
+    assert main([*argv, "--max-tokens", "16", "--no-progress", "--no-cache"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{name} must be" in err and "\n" not in err and "Traceback" not in err, err

@@ -9,6 +9,8 @@ sentence. Model-specific checks live beside what they check: the device in
 
 from __future__ import annotations
 
+import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -28,6 +30,33 @@ def check_int(value: object, name: str, minimum: int) -> int:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise InvalidArgumentError(f"{name} must be {what}, got {value!r}.")
     return value
+
+
+#: The largest memory size any `DEFF_*_GIB` variable may give: 1 PiB in GiB (beyond any
+#: machine, far inside an int64 of bytes; `runs.planner.MAX_BYTES` is the same bound).
+MAX_GIB = 2**20
+
+
+def env_gib(name: str, *, zero: bool = False) -> int | None:
+    """Bytes the environment variable `name` gives in GiB (e.g. DEFF_HOST_MEMORY_GIB=40), or
+    None when unset or blank. Every `DEFF_*` number is read here: a finite number above 0
+    (0 too when `zero`) and at most `MAX_GIB`, else one sentence naming the variable
+    (InvalidArgumentError) -- never a ValueError or OverflowError from `nan`, `inf`, `1e400`."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    low = value >= 0 if zero else value > 0
+    if not (math.isfinite(value) and low and value <= MAX_GIB):
+        least = "from 0 to" if zero else "above 0 and at most"
+        raise InvalidArgumentError(
+            f"{name} must be a number of GiB {least} {MAX_GIB:,} (1 PiB), got {text!r}; set it "
+            "to e.g. 16, or unset it."
+        )
+    return int(value * 1024**3)
 
 
 def check_seed(value: object, name: str = "seed") -> int:
