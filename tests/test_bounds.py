@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from deffcore.cli.main import main
@@ -165,3 +166,99 @@ def test_a_bad_deff_number_on_the_command_line_exits_2(monkeypatch, capsys, tiny
     assert main([*argv, "--max-tokens", "16", "--no-progress", "--no-cache"]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{name} must be" in err and "\n" not in err and "Traceback" not in err, err
+
+
+# --- Bootstrap replicates bounded before anything is drawn (`core.checks.check_replicates`)
+
+TINY_RUN = ["--model", "tiny-llama", "--n", "16", "--max-tokens", "16", "--no-progress"]
+
+
+@pytest.mark.parametrize("command", ["measure", "bos", "atlas"])
+def test_a_billion_replicates_on_the_command_line_exits_2(capsys, no_model, command):
+    assert main([command, *TINY_RUN, "--bootstrap", str(10**9)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--bootstrap must be at most 100,000 bootstrap replicates" in err, err
+    assert "\n" not in err and "Traceback" not in err and not no_model
+
+
+def test_replicates_beyond_the_machines_memory_exit_2(capsys, monkeypatch, no_model):
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "1")  # 16 bytes a draw: 1 GiB holds 2**26 draws
+    argv = ["measure", *TINY_RUN[:2], "--n", "100000", "--bootstrap", "1000", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--bootstrap = 1,000 replicates of 100,000 passages need 1.5 GiB" in err, err
+    assert "use --bootstrap <= 671." in err and "\n" not in err and not no_model
+
+
+def test_the_library_bounds_b_before_drawing(monkeypatch):
+    import deffcore as dc
+    from deffcore.statistics import bootstrap, paired
+
+    def drawn(*args, **kwargs):
+        raise AssertionError("replicates were drawn")
+
+    monkeypatch.setattr(bootstrap, "resample_indices", drawn)
+    monkeypatch.setattr(paired, "resample_indices", drawn)
+    with pytest.raises(InvalidArgumentError, match="at most 100,000 bootstrap replicates"):
+        dc.atlas("tiny-llama", n=16, max_tokens=16, B=10**9)
+    states = np.random.default_rng(0).normal(size=(3, 64, 4))
+    for run in (
+        lambda B: bootstrap.bootstrap_deff_over_L(states, B=B),
+        lambda B: paired.paired_bootstrap({"default": states}, B=B),
+        lambda B: dc.atlas_states([np.ones((64, 4, 2))] * 3, B=B),
+    ):
+        with pytest.raises(InvalidArgumentError, match="at most 100,000"):
+            run(10**9)
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "0.0001")  # ~105 kB: 64 passages x 100 > that
+    with pytest.raises(InvalidArgumentError, match="of memory, more than this machine can give"):
+        bootstrap.bootstrap_deff_over_L(states, B=100)
+
+
+def test_the_edges_of_b_are_accepted():
+    from deffcore.core.checks import MAX_REPLICATES, check_replicates
+
+    assert check_replicates(MAX_REPLICATES, "B") == MAX_REPLICATES
+    assert check_replicates(2, "B", n=10**6, memory=32 * 10**6) == 2
+    with pytest.raises(InvalidArgumentError, match="use B <= 2"):
+        check_replicates(3, "B", n=10**6, memory=32 * 10**6)
+
+
+# --- n bounded before anything is sized by it (`core.checks.check_passages`, `check_rows_fit`)
+
+
+@pytest.mark.parametrize("n", [10**7 + 1, 10**12, 10**30])
+def test_any_n_beyond_the_bound_is_one_sentence_before_anything_loads(capsys, no_model, n):
+    argv = ["measure", "--model", "tiny-llama", "--max-tokens", "16", "--no-progress"]
+    assert main([*argv, "--n", str(n)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--n must be at most 10,000,000 passages, got {n:,}" in err.replace(
+        " (more than a dataset file gives and their states fit in memory)", ""
+    ), err
+    assert "\n" not in err and "Traceback" not in err and not no_model
+
+
+def test_the_library_bounds_n_too(no_model):
+    import deffcore as dc
+
+    with pytest.raises(InvalidArgumentError, match="n must be at most 10,000,000 passages"):
+        dc.measure("tiny-llama", n=10**12)
+
+
+def test_the_live_rows_wait_for_the_data_and_check_memory(monkeypatch):
+    """`PrefixRows` allocates nothing for n until a batch lands (the dataset has given n
+    passages by then), and then checks the rows fit before allocating them."""
+    from deffcore.core.constants import EXTRACTED_POOLINGS
+    from deffcore.core.errors import OutOfMemoryError
+    from deffcore.extraction.batches import SavedBatch
+    from deffcore.extraction.prefix import PrefixRows
+
+    rows = PrefixRows(10**12)  # was a 931 GiB bool array at once
+    assert rows.filled is None and rows.rows == {}
+    parts = {p: np.zeros((3, 2, 8), dtype=np.float32) for p in EXTRACTED_POOLINGS}
+    batch = SavedBatch(np.arange(2), {**parts, "pos0_ratio": np.zeros((3, 2))}, None)
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "1")
+    with pytest.raises(OutOfMemoryError, match="The pooled states of 1,000,000,000,000 passages"):
+        rows.add(batch)
+    fine = PrefixRows(4)
+    fine.add(batch)
+    assert fine.done == 2

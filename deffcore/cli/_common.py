@@ -47,7 +47,12 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
     not read) and `--max-tokens` against the model's context length (read from its config).
     Raises a DeffError subclass: the CLI prints its one sentence and exits 2.
     """
-    from deffcore.core.checks import check_cache_dir, check_int, check_writable_dir
+    from deffcore.core.checks import (
+        check_cache_dir,
+        check_int,
+        check_passages,
+        check_writable_dir,
+    )
     from deffcore.inputs.context import check_max_tokens
     from deffcore.inputs.devices import check_device
     from deffcore.inputs.texts import check_dataset
@@ -56,6 +61,8 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
         value = getattr(args, attr, None)
         if value is not None:
             check_int(value, flag, minimum)
+    if getattr(args, "n", None) is not None:  # any magnitude: one sentence, nothing allocated
+        check_passages(args.n, "--n")
     for attr, flag in (("random_seeds", "--random-seeds"), ("seeds", "--seeds"), ("ks", "--ks")):
         text = getattr(args, attr, None)
         if text:

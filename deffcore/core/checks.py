@@ -59,6 +59,73 @@ def env_gib(name: str, *, zero: bool = False) -> int | None:
     return int(value * 1024**3)
 
 
+#: The most bootstrap replicates anything draws: a 95% interval settles within a few thousand
+#: (SPEC section 8), and B beyond this is an error of the hand, not a wish.
+MAX_REPLICATES = 100_000
+#: Bytes one replicate holds per passage: its drawn index (int64) and its multiplicity (float64).
+DRAW_BYTES = 16
+
+
+def check_replicates(
+    B: object,
+    name: str,
+    *,
+    minimum: int = 2,
+    n: int | None = None,
+    per_replicate: int = 0,
+    memory: int | None = None,
+) -> int:
+    """`B` bootstrap replicates, checked before anything is drawn: an integer from `minimum`
+    to `MAX_REPLICATES` and, when the passages `n` and the machine's `memory` (bytes) are
+    known, B x (`DRAW_BYTES` n + `per_replicate`) bytes within that memory. One sentence
+    (InvalidArgumentError) naming `name` and the largest B that would do."""
+    B = check_int(B, name, minimum)
+    if B > MAX_REPLICATES:
+        raise InvalidArgumentError(
+            f"{name} must be at most {MAX_REPLICATES:,} bootstrap replicates (a 95% interval "
+            f"settles within a few thousand), got {B:,}."
+        )
+    if n is not None and memory is not None and n > 0:
+        each = DRAW_BYTES * n + per_replicate
+        if B * each > memory:
+            raise InvalidArgumentError(
+                f"{name} = {B:,} replicates of {n:,} passages need {B * each / 2**30:,.1f} GiB "
+                f"of memory, more than this machine can give ({memory / 2**30:,.1f} GiB); use "
+                f"{name} <= {max(memory // each, minimum - 1):,}."
+            )
+    return B
+
+
+#: The most passages a run may ask for: more than any dataset deffcore reads whole gives, and
+#: more than one model's pooled states (n x (L+1) x d floats per pooling) fit in a machine.
+MAX_PASSAGES = 10_000_000
+
+
+def check_passages(n: object, name: str = "n", minimum: int = 1) -> int:
+    """`n` passages: an integer from `minimum` to `MAX_PASSAGES`, else one sentence
+    (InvalidArgumentError); the dataset's own supply is checked where it is read and the
+    memory of its states where they are allocated (`check_memory`)."""
+    n = check_int(n, name, minimum)
+    if n > MAX_PASSAGES:
+        raise InvalidArgumentError(
+            f"{name} must be at most {MAX_PASSAGES:,} passages (more than a dataset file gives "
+            f"and their states fit in memory), got {n:,}; ask for fewer passages."
+        )
+    return n
+
+
+def check_memory(need: int, memory: int | None, what: str, advice: str) -> None:
+    """OutOfMemoryError (one sentence) before allocating `need` bytes for `what` when the
+    machine cannot give them (`memory`: `inputs.devices.host_memory_bytes()`, None: unknown)."""
+    from deffcore.core.errors import OutOfMemoryError
+
+    if memory is not None and need > memory:
+        raise OutOfMemoryError(
+            f"{what} need {need / 2**30:,.1f} GiB of memory, more than this machine can give "
+            f"({memory / 2**30:,.1f} GiB); {advice}."
+        )
+
+
 def check_seed(value: object, name: str = "seed") -> int:
     """A sampling seed: numpy's generators take only non-negative integers."""
     return check_int(value, name, 0)
