@@ -262,3 +262,74 @@ def test_the_live_rows_wait_for_the_data_and_check_memory(monkeypatch):
     fine = PrefixRows(4)
     fine.add(batch)
     assert fine.done == 2
+
+
+# --- Data files read lazily: batches of rows, never whole (`inputs.texts._read_file`)
+
+
+def test_a_parquet_of_a_million_rows_is_refused_before_a_row_is_read(tmp_path, monkeypatch):
+    import tracemalloc
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from deffcore.inputs import texts
+
+    path = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"text": pa.array(["a b"] * 10**6).dictionary_encode()}), path)
+    assert path.stat().st_size < 100_000  # tiny on disk, a million rows inside
+    monkeypatch.setattr(texts, "MAX_FILE_ROWS", 10**5)
+    read = []
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda *a, **k: read.append(1) or iter(()))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DeffError, match="has 1,000,000 rows or more, beyond the 100,000"):
+            texts.all_passages(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not read and peak < 5 * 2**20, peak  # the old read_parquet: ~60 MB of Python strings
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".txt"])
+def test_a_text_file_is_read_in_batches_and_refused_past_the_bound(tmp_path, monkeypatch, suffix):
+    from deffcore.inputs import texts
+
+    monkeypatch.setattr(texts, "MAX_FILE_ROWS", 1000)
+    monkeypatch.setattr(texts, "_BATCH_ROWS", 100)
+    path = tmp_path / f"many{suffix}"
+    rows = [f"passage {i}" for i in range(10**5)]
+    if suffix == ".csv":
+        path.write_text("text\n" + "\n".join(rows) + "\n")
+    elif suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
+    else:
+        path.write_text("\n\n".join(rows) + "\n")
+    seen = "1,001" if suffix == ".txt" else "1,100"  # a block at a time; a batch of 100 rows
+    with pytest.raises(DeffError, match=f"has {seen} rows or more, beyond the 1,000"):
+        texts.all_passages(str(path))
+    monkeypatch.setattr(texts, "MAX_FILE_ROWS", 10**5)
+    assert texts.all_passages(str(path)) == rows  # within the bound: every row, in order
+
+
+def test_one_endless_block_of_text_is_refused_past_the_character_bound(tmp_path, monkeypatch):
+    from deffcore.inputs import texts
+
+    monkeypatch.setattr(texts, "MAX_FILE_CHARS", 10_000)
+    path = tmp_path / "one.txt"
+    path.write_text("word " * 100_000)  # no newline at all: read 1 MiB of a line at a time
+    with pytest.raises(DeffError, match="holds more than 10,000 characters of text"):
+        texts.all_passages(str(path))
+
+
+def test_a_dataset_file_beyond_the_bound_exits_2_before_the_model(tmp_path, capsys, no_model):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"text": pa.array(["a b"] * (10**6 + 1)).dictionary_encode()}), path)
+    argv = ["measure", "--model", "tiny-llama", "--dataset", str(path), "--n", "8"]
+    assert main([*argv, "--max-tokens", "16", "--no-progress", "--no-cache"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has 1,000,001 rows or more, beyond the 1,000,000" in err, err
+    assert "\n" not in err and "Traceback" not in err and not no_model
