@@ -213,3 +213,17 @@ def test_the_write_looks_again_at_what_is_there(tmp_path):
     with pytest.raises(InvalidArgumentError, match="symbolic link"):
         files.write_output(link, b"page", "--output")
     assert link.is_symlink() and not (tmp_path / "target.html").exists()
+
+
+def test_the_carry_labs_records_follow_the_same_rule(capsys, tmp_path, deff_cache_dir):
+    """`carry --checkpoint-dir`: its records.json replaces only a lab's records, never a file
+    of the user's, and never lands in a cache entry or the package (refused before training)."""
+    base = ["carry", "--preset", "tiny", "--no-progress", "--checkpoint-dir"]
+    (tmp_path / "records.json").write_text("my records")
+    _refused(capsys, [*base, str(tmp_path)], "is not a lab's records file deffcore wrote")
+    assert (tmp_path / "records.json").read_text() == "my records"
+    entry = deff_cache_dir / ("b" * 20)
+    entry.mkdir(parents=True)
+    _refused(capsys, [*base, str(entry)], "is inside the cache's own folder")
+    _refused(capsys, [*base, str(DATA_DIR / "ck")], "is inside the deffcore package")
+    assert not (DATA_DIR / "ck").exists() and list(entry.iterdir()) == []

@@ -73,6 +73,7 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
     if getattr(args, "snapshot", None) is not None:
         check_snapshot_output(args)
     if getattr(args, "checkpoint_dir", None):
+        check_records_output(args.checkpoint_dir)
         check_writable_dir(args.checkpoint_dir, "--checkpoint-dir")
     if uses_cache:
         check_cache_dir()
@@ -98,6 +99,19 @@ def check_snapshot_output(args: argparse.Namespace) -> None:
         kind="run snapshot",
         inputs={"--dataset": getattr(args, "dataset", None), "--model": args.model},
         replaceable=lambda path: another_runs_snapshot(path, args),
+    )
+
+
+def check_records_output(folder: str | Path) -> Path:
+    """`--checkpoint-dir`'s records.json under the one output rule (`core.files.check_output`):
+    never in a cache entry or the package, never replacing a file that is not a lab's records."""
+    from deffcore.core.files import LAB_RECORDS, check_output
+
+    return check_output(
+        Path(folder).expanduser() / "records.json",
+        "--checkpoint-dir",
+        marks=(LAB_RECORDS,),
+        kind="lab's records file",
     )
 
 

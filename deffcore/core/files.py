@@ -276,6 +276,8 @@ REPORT_MARK = '<meta name="generator" content="deffcore report">'
 #: `views.snapshot.snapshot`; the snapshot's own check then reads the whole of it).
 REPORT = re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*><head>" + re.escape(REPORT_MARK.encode()))
 SNAPSHOT = re.compile(rb'\A\s*\{\s*"format"\s*:\s*\d')
+#: A lab's records (`labs.residual_carry`'s records.json: a JSON object whose first key is "lab").
+LAB_RECORDS = re.compile(rb'\A\s*\{\s*"lab"\s*:')
 #: Bytes of an existing file read to recognise it as ours (its mark sits at its start).
 MARK_PREFIX = 4096
 
