@@ -14,7 +14,7 @@ other field stays as it was, so the file's `command` still remakes it whole
 The run must be the file's own: its key, and every similarity matrix of the fresh snapshot,
 must equal the file's (to the file's rounding), else the file is left alone and the script
 exits 1. The result is checked by the one schema (`views.run_schema.check_snapshot`) and
-replaced atomically (`core.checks.write_output`).
+replaced atomically (`core.files.write_output`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _same_run(fresh: dict, shipped: dict) -> str | None:
 
 
 def add_atlas(path: Path, *, skip_effect: bool = True) -> None:
-    from deffcore.core.checks import write_output
+    from deffcore.core.files import write_output
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.lenses.atlas import atlas_of
     from deffcore.runs.measure import measure_spec

@@ -14,7 +14,7 @@ Both depend on the spec alone, not on the run's states, so the
 run itself is not re-extracted: the file's key must be its spec's key, else the file is left
 alone and the script exits 1. The file's `command` gains `--diagnostics --bos-on-off`, so it
 still remakes the file whole (scripts/make_default_run.sh). The result is checked by the one
-schema (`views.run_schema.check_snapshot`) and replaced atomically (`core.checks.write_output`).
+schema (`views.run_schema.check_snapshot`) and replaced atomically (`core.files.write_output`).
 
 `--random-seeds S`: the file's random-weight band also comes to hold exactly the seeds S
 (`measure --random-seeds`): a seed the file holds keeps its stored values, each other seed's
@@ -90,7 +90,7 @@ def _stored(band: dict, seed: str) -> float:
 
 def add_extras(path: Path, seeds: list[int] | None = None) -> None:
     from deffcore.cli._output import Progress
-    from deffcore.core.checks import write_output
+    from deffcore.core.files import write_output
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.lenses.bos_answer import bos_on_off
     from deffcore.lenses.diagnostics_store import diagnose

@@ -40,7 +40,7 @@ def _why_not_the_files(pb, shipped: dict, metric: str) -> str | None:
 
 
 def add_paired(path: Path, poolings: tuple[str, ...]) -> None:
-    from deffcore.core.checks import write_output
+    from deffcore.core.files import write_output
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.runs.measure import measure_spec
     from deffcore.views.run_schema import check_snapshot

@@ -47,7 +47,12 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
     not read) and `--max-tokens` against the model's context length (read from its config).
     Raises a DeffError subclass: the CLI prints its one sentence and exits 2.
     """
-    from deffcore.core.checks import check_cache_dir, check_int, check_writable_dir
+    from deffcore.core.checks import (
+        check_cache_dir,
+        check_int,
+        check_passages,
+        check_writable_dir,
+    )
     from deffcore.inputs.context import check_max_tokens
     from deffcore.inputs.devices import check_device
     from deffcore.inputs.texts import check_dataset
@@ -56,6 +61,8 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
         value = getattr(args, attr, None)
         if value is not None:
             check_int(value, flag, minimum)
+    if getattr(args, "n", None) is not None:  # any magnitude: one sentence, nothing allocated
+        check_passages(args.n, "--n")
     for attr, flag in (("random_seeds", "--random-seeds"), ("seeds", "--seeds"), ("ks", "--ks")):
         text = getattr(args, attr, None)
         if text:
@@ -66,6 +73,7 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
     if getattr(args, "snapshot", None) is not None:
         check_snapshot_output(args)
     if getattr(args, "checkpoint_dir", None):
+        check_records_output(args.checkpoint_dir)
         check_writable_dir(args.checkpoint_dir, "--checkpoint-dir")
     if uses_cache:
         check_cache_dir()
@@ -81,27 +89,33 @@ _SAME_RUN = ("model", "revision", "dataset", "max_tokens", "seed", "passages", "
 
 def check_snapshot_output(args: argparse.Namespace) -> None:
     """`--snapshot PATH`: writable, not an input (`--dataset`, `--model`), not a link, and
-    not an existing file other than this run's own snapshot (`checks.check_output_file`)."""
-    from deffcore.core.checks import check_output_file
-    from deffcore.core.errors import InvalidArgumentError
-    from deffcore.core.paths import cache_dir
-
-    root, target = cache_dir().resolve(), Path(args.snapshot).expanduser().resolve()
-    if root in target.parents and target.parent != root:  # a run entry, .shared/, .uploads/
-        raise InvalidArgumentError(
-            f"--snapshot {args.snapshot} is inside the cache's own folder {target.parent.name}, "
-            "which only deffcore writes; give a path outside it."
-        )
+    not an existing file other than this run's own snapshot (`core.files.check_output`)."""
+    from deffcore.core.files import SNAPSHOT, check_output
     from deffcore.inputs.model_spec import ModelSpec
 
     # the file a model spec reads (a random null: its base's); the run's own check refuses a
     # malformed spec, after the arguments checked before it
     model = ModelSpec.stored(args.model).trained.text if args.model else None
-    check_output_file(
+    check_output(
         args.snapshot,
         "--snapshot",
+        marks=(SNAPSHOT,),
+        kind="run snapshot",
         inputs={"--dataset": getattr(args, "dataset", None), "--model": model},
         replaceable=lambda path: another_runs_snapshot(path, args),
+    )
+
+
+def check_records_output(folder: str | Path) -> Path:
+    """`--checkpoint-dir`'s records.json under the one output rule (`core.files.check_output`):
+    never in a cache entry or the package, never replacing a file that is not a lab's records."""
+    from deffcore.core.files import LAB_RECORDS, check_output
+
+    return check_output(
+        Path(folder).expanduser() / "records.json",
+        "--checkpoint-dir",
+        marks=(LAB_RECORDS,),
+        kind="lab's records file",
     )
 
 

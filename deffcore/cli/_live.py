@@ -83,10 +83,11 @@ def check_live_args(args: argparse.Namespace) -> None:
     """The live options' own checks (cheap, before anything loads)."""
     from deffcore.core.checks import check_int
     from deffcore.runs.planner import parse_bytes
+    from deffcore.statistics.bootstrap import check_b
     from deffcore.statistics.stopping import parse_until
 
     if args.estimate_bootstrap:
-        check_int(args.estimate_bootstrap, "--estimate-bootstrap", 2)
+        check_b(args.estimate_bootstrap, "--estimate-bootstrap", n=getattr(args, "n", None))
     elif args.estimate_bootstrap is not None:
         check_int(args.estimate_bootstrap, "--estimate-bootstrap", 0)
     if args.max_memory is not None:

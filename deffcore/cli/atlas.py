@@ -100,9 +100,10 @@ def atlas_table(a: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from deffcore.core.checks import check_int
     from deffcore.lenses.atlas import atlas, check_atlas_options
+    from deffcore.statistics.bootstrap import check_b
 
     check_int(args.skip_passages, "--skip-passages", 1)
-    check_int(args.bootstrap, "--bootstrap", 10)
+    check_b(args.bootstrap, "--bootstrap", minimum=10, n=args.n)  # bounded before any draw
     check_args(args)
     check_atlas_options(args.bootstrap, args.boot_seed, 0.95, args.skip_passages)
     options = run_kwargs(args)

@@ -152,10 +152,10 @@ def gu_lines(d: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deffcore.core.checks import check_int
+    from deffcore.statistics.bootstrap import check_b
 
-    if args.bootstrap is not None:
-        check_int(args.bootstrap, "--bootstrap", 2)
+    if args.bootstrap is not None:  # bounded (and against memory) before anything is drawn
+        check_b(args.bootstrap, "--bootstrap", n=args.n)
     _paired.check_paired_args(args)
     check_args(args)  # every argument, cheaply, before anything loads
     return answer(args, "passage", lambda bar: compute(args, progress=bar), _table)

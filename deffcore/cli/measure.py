@@ -143,12 +143,12 @@ def trust_lines(trust: dict, bootstrap: dict | None = None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deffcore.core.checks import check_int
     from deffcore.runs.measure import measure
+    from deffcore.statistics.bootstrap import check_b
     from deffcore.statistics.trust_rule import measurement_trust
 
-    if args.bootstrap is not None:
-        check_int(args.bootstrap, "--bootstrap", 2)
+    if args.bootstrap is not None:  # bounded (and against memory) before anything is drawn
+        check_b(args.bootstrap, "--bootstrap", n=args.n)
     check_paired_args(args)
     check_args(args)
     check_live_args(args)
@@ -225,7 +225,7 @@ def _write_snapshot(
     (`run_extras`); `paired`: the run's paired bootstrap (every difference the pages show gets
     its interval from it); `supply`: what the run's data can give (`tokens.WindowSource`)."""
     from deffcore.cli._common import check_snapshot_output
-    from deffcore.core.checks import write_output
+    from deffcore.core.files import write_output
     from deffcore.lenses.run_extras import with_extras
     from deffcore.views.run_report import remake_command
     from deffcore.views.snapshot import snapshot

@@ -65,12 +65,14 @@ def open_run(ref: str) -> Any:
 
 
 def check_output(output: Path, run_path: Path | None) -> Path:
-    """The output path, refused when it is a folder, a link or RUN itself (an output never
-    overwrites an input; `core.checks.check_output_file`); an earlier report is replaced."""
-    from deffcore.core.checks import check_output_file
+    """The output path (`core.files.check_output`, the one rule of every output): refused
+    when it is a folder, a link, a FIFO or a device, inside a cache entry or the package, RUN
+    itself, or an existing file that is not a report deffcore wrote; an earlier report is
+    replaced."""
+    from deffcore.core.files import REPORT, check_output
 
     inputs = {"RUN": run_path} if run_path is not None else None
-    return check_output_file(output, "--output", inputs=inputs, replaceable=lambda _path: None)
+    return check_output(output, "--output", marks=(REPORT,), kind="report", inputs=inputs)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,12 +93,13 @@ def run(args: argparse.Namespace) -> int:
 
 def write_report(view: Any, output: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The page of `view` written to `output`, and what was written (the JSON summary)."""
-    from deffcore.core.checks import write_output
+    from deffcore.core.files import write_output
     from deffcore.lenses.run_extras import report_parts
     from deffcore.views.run_report import report_html
 
     parts = report_parts(view, args.metric, args.K, args.pooling)
     page = report_html(view, **parts, pooling=args.pooling, metric=args.metric, K=args.K)
+    check_output(output, getattr(view, "path", None))  # again now: nothing took the name since
     write_output(output, page.encode("utf-8"), "--output")
     return {
         "output": str(output),

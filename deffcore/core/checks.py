@@ -9,13 +9,13 @@ sentence. Model-specific checks live beside what they check: the device in
 
 from __future__ import annotations
 
-import errno
+import math
 import os
 import tempfile
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from deffcore.core.errors import DeffError, InvalidArgumentError
+from deffcore.core.files import reason
 
 
 def check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
@@ -32,103 +32,103 @@ def check_int(value: object, name: str, minimum: int) -> int:
     return value
 
 
+#: The largest memory size any `DEFF_*_GIB` variable may give: 1 PiB in GiB (beyond any
+#: machine, far inside an int64 of bytes; `runs.planner.MAX_BYTES` is the same bound).
+MAX_GIB = 2**20
+
+
+def env_gib(name: str, *, zero: bool = False) -> int | None:
+    """Bytes the environment variable `name` gives in GiB (e.g. DEFF_HOST_MEMORY_GIB=40), or
+    None when unset or blank. Every `DEFF_*` number is read here: a finite number above 0
+    (0 too when `zero`) and at most `MAX_GIB`, else one sentence naming the variable
+    (InvalidArgumentError) -- never a ValueError or OverflowError from `nan`, `inf`, `1e400`."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    low = value >= 0 if zero else value > 0
+    if not (math.isfinite(value) and low and value <= MAX_GIB):
+        least = "from 0 to" if zero else "above 0 and at most"
+        raise InvalidArgumentError(
+            f"{name} must be a number of GiB {least} {MAX_GIB:,} (1 PiB), got {text!r}; set it "
+            "to e.g. 16, or unset it."
+        )
+    return int(value * 1024**3)
+
+
+#: The most bootstrap replicates anything draws: a 95% interval settles within a few thousand
+#: (SPEC section 8), and B beyond this is an error of the hand, not a wish.
+MAX_REPLICATES = 100_000
+#: Bytes one replicate holds per passage: its drawn index (int64) and its multiplicity (float64).
+DRAW_BYTES = 16
+
+
+def check_replicates(
+    B: object,
+    name: str,
+    *,
+    minimum: int = 2,
+    n: int | None = None,
+    per_replicate: int = 0,
+    memory: int | None = None,
+) -> int:
+    """`B` bootstrap replicates, checked before anything is drawn: an integer from `minimum`
+    to `MAX_REPLICATES` and, when the passages `n` and the machine's `memory` (bytes) are
+    known, B x (`DRAW_BYTES` n + `per_replicate`) bytes within that memory. One sentence
+    (InvalidArgumentError) naming `name` and the largest B that would do."""
+    B = check_int(B, name, minimum)
+    if B > MAX_REPLICATES:
+        raise InvalidArgumentError(
+            f"{name} must be at most {MAX_REPLICATES:,} bootstrap replicates (a 95% interval "
+            f"settles within a few thousand), got {B:,}."
+        )
+    if n is not None and memory is not None and n > 0:
+        each = DRAW_BYTES * n + per_replicate
+        if B * each > memory:
+            raise InvalidArgumentError(
+                f"{name} = {B:,} replicates of {n:,} passages need {B * each / 2**30:,.1f} GiB "
+                f"of memory, more than this machine can give ({memory / 2**30:,.1f} GiB); use "
+                f"{name} <= {max(memory // each, minimum - 1):,}."
+            )
+    return B
+
+
+#: The most passages a run may ask for: more than any dataset deffcore reads whole gives, and
+#: more than one model's pooled states (n x (L+1) x d floats per pooling) fit in a machine.
+MAX_PASSAGES = 10_000_000
+
+
+def check_passages(n: object, name: str = "n", minimum: int = 1) -> int:
+    """`n` passages: an integer from `minimum` to `MAX_PASSAGES`, else one sentence
+    (InvalidArgumentError); the dataset's own supply is checked where it is read and the
+    memory of its states where they are allocated (`check_memory`)."""
+    n = check_int(n, name, minimum)
+    if n > MAX_PASSAGES:
+        raise InvalidArgumentError(
+            f"{name} must be at most {MAX_PASSAGES:,} passages (more than a dataset file gives "
+            f"and their states fit in memory), got {n:,}; ask for fewer passages."
+        )
+    return n
+
+
+def check_memory(need: int, memory: int | None, what: str, advice: str) -> None:
+    """OutOfMemoryError (one sentence) before allocating `need` bytes for `what` when the
+    machine cannot give them (`memory`: `inputs.devices.host_memory_bytes()`, None: unknown)."""
+    from deffcore.core.errors import OutOfMemoryError
+
+    if memory is not None and need > memory:
+        raise OutOfMemoryError(
+            f"{what} need {need / 2**30:,.1f} GiB of memory, more than this machine can give "
+            f"({memory / 2**30:,.1f} GiB); {advice}."
+        )
+
+
 def check_seed(value: object, name: str = "seed") -> int:
     """A sampling seed: numpy's generators take only non-negative integers."""
     return check_int(value, name, 0)
-
-
-def check_output_file(
-    path: str | Path,
-    name: str,
-    *,
-    inputs: Mapping[str, object] | None = None,
-    replaceable: Callable[[Path], str | None] | None = None,
-) -> Path:
-    """Refuse an output file that cannot be written, before hours of work are spent on it.
-
-    An output never overwrites an input: `inputs` maps what each input is ("--dataset") to
-    its spec (a path, possibly with `:column`, or any other spec); a path naming the same file
-    (through a link or a hard link too) is refused. An existing file is replaced only when
-    `replaceable(path)` returns None (e.g. a snapshot of the same run); otherwise its sentence
-    says why not. A link is never written through. Creates the missing parent folders
-    (writing would create them anyway) and writes and removes one temporary file there:
-    permissions alone cannot tell (root ignores them, /proc refuses everything).
-    """
-    path = Path(path).expanduser()
-    if path.is_symlink():
-        raise InvalidArgumentError(
-            f"{name} {path} is a symbolic link; nothing is written through one: give the file "
-            "itself, or another name."
-        )
-    if path.is_dir():
-        raise InvalidArgumentError(f"{name} {path} is a folder; give a file name.")
-    for what, spec in (inputs or {}).items():
-        source = local_input(spec)
-        if source is not None and _same_file(path, source):
-            raise InvalidArgumentError(
-                f"{name} {path} is the {what} file; an output never overwrites an input, so "
-                "nothing was run: give another file name."
-            )
-    if path.exists():
-        why = replaceable(path) if replaceable is not None else "it is not an output of this"
-        if why is not None:
-            raise InvalidArgumentError(
-                f"{name} {path} already exists and {why}; nothing was run or replaced: give "
-                "another file name, or delete that file first."
-            )
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".deff-write-test-"):
-            pass
-    except OSError as err:
-        raise InvalidArgumentError(
-            f"{name} {path} cannot be written ({_reason(err, path.parent)})."
-        ) from err
-    return path
-
-
-def local_input(spec: object) -> Path | None:
-    """The local file or folder an input spec names (`path`, `path:column`, `hf:path`; a random
-    model's caller passes its base, `ModelSpec.trained`), or None for anything else (a packaged
-    or hub name, a file that is not there)."""
-    text = str(spec or "").removeprefix("hf:")
-    for candidate in (text, text.rpartition(":")[0]):
-        if candidate and Path(candidate).expanduser().exists():
-            return Path(candidate).expanduser()
-    return None
-
-
-def _same_file(output: Path, source: Path) -> bool:
-    """Whether writing `output` would replace `source` (the same file through any link)."""
-    try:
-        if output.exists() and os.path.samefile(output, source):
-            return True
-    except OSError:
-        return False
-    return output.resolve() == source.resolve()
-
-
-def write_output(path: str | Path, data: bytes, name: str, *, then: str = "") -> Path:
-    """Write an output file whole or not at all (`cache_files.replace_file`: a temp file
-    renamed into place, so a full disk or a crash leaves the old file, never half a new one);
-    an OSError is one sentence (InvalidArgumentError) naming `name`, ending with `then`."""
-    from deffcore.core.files import replace_file
-
-    path = Path(path).expanduser()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        replace_file(path, data)
-    except OSError as err:
-        advice = {
-            errno.ENOSPC: "the disk is full",
-            errno.EDQUOT: "the disk quota is exceeded",
-            errno.EROFS: "the disk is read-only",
-        }.get(err.errno or -1) or _reason(err, path.parent)
-        raise InvalidArgumentError(
-            f"{name} {path} could not be written ({advice}); nothing half-written was left "
-            f"and any file there is unchanged{then}."
-        ) from err
-    return path
 
 
 #: Longest field of a user's CSV table (a model, task or family name; a number).
@@ -184,16 +184,6 @@ def check_cache_dir() -> Path:
     return path
 
 
-def _reason(err: OSError, folder: Path) -> str:
-    """A short reason; a path whose parent is a file gets the plain explanation."""
-    for parent in (folder, *folder.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                return f"{parent} is a file, not a folder"
-            break
-    return err.strerror or type(err).__name__
-
-
 def check_writable_dir(path: str | Path, name: str) -> Path:
     """A folder that exists or can be created, and can be written (checked by writing)."""
     path = Path(path).expanduser()
@@ -205,6 +195,6 @@ def check_writable_dir(path: str | Path, name: str) -> Path:
             pass
     except OSError as err:
         raise InvalidArgumentError(
-            f"{name} {path} cannot be written ({_reason(err, path)})."
+            f"{name} {path} cannot be written ({reason(err, path)})."
         ) from err
     return path

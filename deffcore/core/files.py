@@ -17,6 +17,13 @@ locks) and of the BOS diagnostics beside a run:
   (a rename replaces the name, never a link's target); a failed write leaves no temp file.
 - `os_errors(...)` turns every OSError of the cache (disk full, permissions, a read-only disk,
   links) into CacheWriteError, one sentence naming the cache folder and what to do.
+
+The same rule holds for every file a command writes for the user (`report -o`, `measure
+--snapshot`, a checkpoint's records): `check_output` is the one check and `write_output` the one
+write. A path may be replaced only when it does not exist or is a regular file this tool wrote
+(its first bytes say so: `REPORT`, `SNAPSHOT`); never a link, a folder, a FIFO, a device or a
+socket, never anything inside a cache entry's folder or inside the installed package (its
+shipped runs and data), never the run's input.
 """
 
 from __future__ import annotations
@@ -27,12 +34,17 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from deffcore.core.errors import CacheWriteError, DeffError, ForeignCacheEntryError
+from deffcore.core.errors import (
+    CacheWriteError,
+    DeffError,
+    ForeignCacheEntryError,
+    InvalidArgumentError,
+)
 
 TMP_RE = re.compile(r"\..+\.tmp")
 #: Files of a complete entry.
@@ -48,7 +60,7 @@ def _mode(path: Path) -> int | None:
     """`st_mode` of `path` itself (a link is not followed); None when nothing is there."""
     try:
         return os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file where a folder is: nothing there
         return None
 
 
@@ -252,3 +264,194 @@ def os_errors(folder: Path, what: str) -> Iterator[None]:
             f"{what} could not be written in the cache folder {folder}: {why}. Nothing "
             "half-written was left."
         ) from err
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's outputs (module docstring): one check, one write.
+
+#: What every HTML report deffcore writes carries in its <head> (`views.run_report`).
+REPORT_MARK = '<meta name="generator" content="deffcore report">'
+#: The recognisers of our outputs' first bytes: a report (its mark, first in its <head>) and a
+#: run snapshot (a JSON object whose first key is "format", compact or indented:
+#: `views.snapshot.snapshot`; the snapshot's own check then reads the whole of it).
+REPORT = re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*><head>" + re.escape(REPORT_MARK.encode()))
+SNAPSHOT = re.compile(rb'\A\s*\{\s*"format"\s*:\s*\d')
+#: A lab's records (`labs.residual_carry`'s records.json: a JSON object whose first key is "lab").
+LAB_RECORDS = re.compile(rb'\A\s*\{\s*"lab"\s*:')
+#: Bytes of an existing file read to recognise it as ours (its mark sits at its start).
+MARK_PREFIX = 4096
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind_refusal(path: Path, name: str) -> InvalidArgumentError | None:
+    """Why `path` itself (never followed) can be no output: a link, a folder, a special file."""
+    mode = _mode(path)
+    if mode is None or stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return InvalidArgumentError(
+            f"{name} {path} is a symbolic link; nothing is written through one: give the file "
+            "itself, or another name."
+        )
+    if stat.S_ISDIR(mode):
+        return InvalidArgumentError(f"{name} {path} is a folder; give a file name.")
+    what = next((w for test, w in _SPECIAL if test(mode)), "not a regular file")
+    return InvalidArgumentError(
+        f"{name} {path} is {what}, not a file; deffcore writes only regular files, so nothing "
+        "was run or replaced: give a file name."
+    )
+
+
+def has_mark(path: Path, marks: tuple[re.Pattern[bytes], ...]) -> bool:
+    """Whether the regular file `path` begins (its first `MARK_PREFIX` bytes) as one of
+    `marks` says (`REPORT`, `SNAPSHOT`). Opened with O_NOFOLLOW | O_NONBLOCK: a link or a FIFO
+    put there meanwhile is no mark, never a hang."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, MARK_PREFIX)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return any(m.match(head) for m in marks)
+
+
+def _inside(target: Path, folder: Path) -> bool:
+    return folder == target or folder in target.parents
+
+
+def _same_file(output: Path, source: Path) -> bool:
+    """Whether writing `output` would replace `source` (the same file through any link)."""
+    try:
+        if output.exists() and os.path.samefile(output, source):
+            return True
+    except OSError:
+        return False
+    return output.resolve() == source.resolve()
+
+
+def local_input(spec: object) -> Path | None:
+    """The local file or folder an input spec names (`path`, `path:column`, `hf:path`; a random
+    model's caller passes its base, `ModelSpec.trained`), or None for anything else (a packaged
+    or hub name, a file that is not there)."""
+    text = str(spec or "").removeprefix("hf:")
+    for candidate in (text, text.rpartition(":")[0]):
+        if candidate and Path(candidate).expanduser().exists():
+            return Path(candidate).expanduser()
+    return None
+
+
+def check_output(
+    path: str | Path,
+    name: str,
+    *,
+    marks: tuple[re.Pattern[bytes], ...] = (),
+    kind: str = "file",
+    inputs: Mapping[str, object] | None = None,
+    replaceable: Callable[[Path], str | None] | None = None,
+) -> Path:
+    """The one check of every output file a command writes (module docstring), run before
+    hours of work are spent on it and again just before writing. Returns the path.
+
+    Refused, one sentence each (InvalidArgumentError, nothing touched): a symbolic link, a
+    folder, a FIFO, a device or a socket (`lstat`: nothing is followed); a path inside a cache
+    entry's folder (its meta.json, states, the shared and uploaded runs) or inside the
+    installed package (its shipped runs and data); an input of the run (`inputs` maps what it
+    is, e.g. "--dataset", to its spec; the same file through any link too); an existing file
+    that does not begin as one of `marks` says (a `kind` this tool wrote), or that
+    `replaceable(path)` gives a reason not to replace (e.g. the snapshot of another run).
+    Creates the missing parent folders and writes and removes one temporary file there:
+    permissions alone cannot tell (root ignores them, /proc refuses everything).
+    """
+    from deffcore.core.paths import PACKAGE_DIR, cache_dir
+
+    path = Path(path).expanduser()
+    refusal = _kind_refusal(path, name)
+    if refusal is not None:
+        raise refusal
+    target = Path(os.path.abspath(path))
+    target = target.parent.resolve() / target.name  # the folder's links resolved, not the name
+    root = cache_dir().resolve()
+    if root in target.parents and target.parent != root:  # a run entry, .shared/, .uploads/
+        raise InvalidArgumentError(
+            f"{name} {path} is inside the cache's own folder {target.parent.name}, which only "
+            "deffcore writes; give a path outside it."
+        )
+    if _inside(target, PACKAGE_DIR.resolve()):
+        raise InvalidArgumentError(
+            f"{name} {path} is inside the deffcore package (its shipped runs and data), which "
+            "no command writes; give a path outside it."
+        )
+    for what, spec in (inputs or {}).items():
+        source = local_input(spec)
+        if source is not None and _same_file(path, source):
+            raise InvalidArgumentError(
+                f"{name} {path} is the {what} file; an output never overwrites an input, so "
+                "nothing was run: give another file name."
+            )
+    if _mode(path) is not None:
+        why = None if has_mark(path, marks) else f"is not a {kind} deffcore wrote"
+        if why is None and replaceable is not None:
+            why = replaceable(path)
+        if why is not None:
+            raise InvalidArgumentError(
+                f"{name} {path} already exists and {why}; nothing was run or replaced: give "
+                "another file name, or delete that file first."
+            )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".deff-write-test-"):
+            pass
+    except OSError as err:
+        raise InvalidArgumentError(
+            f"{name} {path} cannot be written ({reason(err, path.parent)})."
+        ) from err
+    return path
+
+
+def write_output(path: str | Path, data: bytes, name: str, *, then: str = "") -> Path:
+    """Write an output file whole or not at all (`replace_file`: a temp file renamed into
+    place, so a full disk or a crash leaves the old file, never half a new one). What is at
+    `path` now is looked at again first: a link, folder or special file put there since
+    `check_output` is refused, never written through or replaced. An OSError is one sentence
+    (InvalidArgumentError) naming `name`, ending with `then`."""
+    path = Path(path).expanduser()
+    refusal = _kind_refusal(path, name)
+    if refusal is not None:
+        raise refusal
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        replace_file(path, data)
+    except OSError as err:
+        advice = {
+            errno.ENOSPC: "the disk is full",
+            errno.EDQUOT: "the disk quota is exceeded",
+            errno.EROFS: "the disk is read-only",
+        }.get(err.errno or -1) or reason(err, path.parent)
+        raise InvalidArgumentError(
+            f"{name} {path} could not be written ({advice}); nothing half-written was left "
+            f"and any file there is unchanged{then}."
+        ) from err
+    return path
+
+
+def reason(err: OSError, folder: Path) -> str:
+    """A short reason; a path whose parent is a file gets the plain explanation."""
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is a file, not a folder"
+            break
+    return err.strerror or type(err).__name__

@@ -53,6 +53,7 @@ from deffcore.extraction.batches import (
     token_ids_sha256,
 )
 from deffcore.extraction.pooling import POOLED_MEANS, PooledStates
+from deffcore.extraction.prefix import check_rows_fit
 from deffcore.extraction.stage import LayerPooler, Shipped, pipeline_depth, raise_if_nonfinite
 from deffcore.inputs.architecture import Architecture
 from deffcore.inputs.loading import LoadedModel
@@ -159,6 +160,7 @@ class _Run:
         self.sizes: list[int] = []
         self.halvings = self.launched = self.finished = 0
         L1, n, d = loaded.layers + 1, len(ids), loaded.d_model
+        check_rows_fit(n, L1, d)  # the machine's memory, before the rows are allocated
         # host results; every row is written exactly once (by its batch or by a resume)
         self.pooled = {p: torch.empty((L1, n, d), dtype=torch.float32) for p in EXTRACTED_POOLINGS}
         self.ratio = torch.empty((L1, n), dtype=torch.float32)

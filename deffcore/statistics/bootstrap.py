@@ -163,6 +163,26 @@ class BootstrapResult:
         }
 
 
+def check_b(
+    B: Any,
+    name: str = "B",
+    *,
+    minimum: int = 2,
+    n: int | None = None,
+    layers: int = 0,
+    matrices: int = 1,
+) -> int:
+    """`B` replicates of `n` passages (each keeping `matrices` (L, L) similarities of `layers`)
+    checked before anything is drawn (`core.checks.check_replicates`): at most
+    `MAX_REPLICATES`, and within the memory this machine can give (`host_memory_bytes`)."""
+    from deffcore.core.checks import check_replicates
+    from deffcore.inputs.devices import host_memory_bytes
+
+    memory = host_memory_bytes() if n is not None else None
+    per = 8 * matrices * (layers + 1) ** 2
+    return check_replicates(B, name, minimum=minimum, n=n, per_replicate=per, memory=memory)
+
+
 def resample_indices(n: int, B: int, seed: int = 0) -> np.ndarray:
     """(B, n) passage indices drawn with replacement; the same seed gives the same draws."""
     return np.random.default_rng(seed).integers(0, n, size=(B, n))
@@ -545,12 +565,11 @@ def bootstrap_deff_over_L(
     pass over the Gram matrices, see the module docstring) or "recompute" (resample the
     stack and call `similarity_matrix`); both give the same numbers.
     """
-    if isinstance(B, bool) or not isinstance(B, int) or B < 2:
-        raise DeffError(f"The number of bootstrap replicates B must be an integer >= 2; got {B!r}.")
     if not 0 < ci < 1:
         raise DeffError(f"The confidence level must lie strictly between 0 and 1; got {ci}.")
     x = _as_tensor(states)
     n_layers = x.shape[0] if x.ndim == 3 else 0
+    B = check_b(B, n=int(x.shape[1]) if x.ndim == 3 else None, layers=n_layers)
     point = effective_depth(similarity_matrix(x, metric), K) / n_layers
     indices = resample_indices(x.shape[1], B, seed)
     mats = bootstrap_similarities(x, indices, metric, method)

@@ -60,6 +60,7 @@ from deffcore.statistics.bootstrap import (
     _linear_replicates,
     _unbiased_replicates,
     bootstrap_costs,
+    check_b,
     resample_indices,
 )
 
@@ -70,12 +71,6 @@ METHODS = ("basic", "percentile")
 _DECIMALS = 6
 #: The most replicates a stored (possibly shared) paired bootstrap may hold.
 MAX_STORED_B = 2000
-
-
-def _check_b(B: Any) -> int:
-    if isinstance(B, bool) or not isinstance(B, int) or B < 2:
-        raise DeffError(f"The number of bootstrap replicates B must be an integer >= 2; got {B!r}.")
-    return B
 
 
 def replicate_similarities(
@@ -407,8 +402,9 @@ def paired_bootstrap(
             + "."
         )
     layers, n = int(first[0]), int(first[1])
-    if indices is None:
-        indices = resample_indices(n, _check_b(B), seed)
+    if indices is None:  # bounded before it is drawn: (B, N) indices, B (L, L) per stack
+        B = check_b(B, n=n, layers=layers, matrices=len(stacks) * len(metrics))
+        indices = resample_indices(n, B, seed)
     B = len(indices)
     points: dict[Key, np.ndarray] = {}
     profiles: dict[Key, np.ndarray] = {}

@@ -24,6 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from deffcore.core.files import REPORT_MARK
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
@@ -279,7 +281,8 @@ def report_html(
     page.code(getattr(view, "command", "") or remake_command(view.spec))
     title = html.escape(f"Effective depth: {view.label}")
     return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<!DOCTYPE html>\n<html lang="en"><head>'
+        f'{REPORT_MARK}<meta charset="utf-8">'  # how `report -o` knows its own file
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{title}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{title}</h1>{''.join(page.parts)}</body></html>\n"
