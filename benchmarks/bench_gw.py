@@ -8,7 +8,7 @@ d = 640; N = 512 random-walk states, so neighbouring layers are alike as in a mo
 drawn once; in the same process, for each n_gw:
 
   cka       `similarity_matrix(states, "cka")` over all N passages: the baseline
-  exact     `gw_matrix` with the default init "both" (product and identity starts)
+  exact     `gw_matrix` with the default init "both" (the lower of the product and identity starts)
   product   the same with only POT's product-coupling start
   entropic  the entropic solver (epsilon 0.01)
 

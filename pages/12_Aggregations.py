@@ -27,8 +27,8 @@ from explorer.tables import show_table
 APP_N_GW = 128
 #: The starting couplings as the page names them (`deffcore.measures.gw.INITS`).
 START_LABELS = {
-    "product": "product (POT's default, the paper's)",
     "both": "both (product and identity, smaller kept)",
+    "product": "product (POT's default, the paper's)",
     "identity": "identity (passage a with passage a)",
 }
 
@@ -93,10 +93,11 @@ def gw_section(view: RunView, pooling: str) -> None:
     seed = c2.number_input("Subsample seed", 0, 2**31 - 1, 0, key="ag_gw_seed")
     init = c3.selectbox("Starting coupling", INITS, key="ag_gw_init",
                         format_func=lambda v: START_LABELS[v],
-                        help="Product: POT's default and the paper's (only it is compared "
-                        "with Table S22). Both: product and identity, the smaller GW² kept "
-                        "(the identity start aligns passage a with passage a, as CKA "
-                        "does).")  # fmt: skip
+                        help="Both (the default): product and identity, the smaller GW² "
+                        "kept, since GW is a minimum over couplings (the identity start aligns "
+                        "passage a with passage a, as CKA does); the product start's own "
+                        "figures are shown beside it. Product: POT's default and the paper's "
+                        "(compared with Table S22).")  # fmt: skip
     if m is None:
         st.button("Compute Gromov–Wasserstein (minutes)", disabled=True, key="ag_gw_run")
         st.info(

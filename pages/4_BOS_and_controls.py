@@ -285,12 +285,14 @@ def sinks_section(view: RunView, diag: dict[str, Any] | None, metric: str) -> No
             pooling="default", metric=metric,
         )  # fmt: skip
     where = (
-        md_escape(extras_source(view))
+        extras_source(view)
         if diag.get("shipped")
         else f"{'stored' if diag.get('cached') else 'computed now'} beside the run"
     )
-    st.caption(
-        f"From one eager-attention pass over the first {diag['n_passages']} passages ({where})."
+    st.caption(  # stored values: shown as text (safe_text), never as Markdown
+        md_escape(
+            f"From one eager-attention pass over the first {diag['n_passages']} passages ({where})."
+        )
     )
 
 
@@ -337,10 +339,12 @@ def gu_section(view: RunView, diag: dict[str, Any], metric: str) -> None:
     )
     if gu is not None:
         st.caption(
-            f"Gu et al.'s Sink₀.₃ over all blocks, {GU_WINDOW_LABELS[prefix]}: "
-            f"{diag[f'{prefix}sink_metric']:.1%} of heads, on {diag['gu_passages']} passages of "
-            f"≥ {diag['gu_min_length']} tokens (uniform attention scores "
-            f"{diag[f'{prefix}baseline']:.3f} there)."
+            md_escape(
+                f"Gu et al.'s Sink₀.₃ over all blocks, {GU_WINDOW_LABELS[prefix]}: "
+                f"{diag[f'{prefix}sink_metric']:.1%} of heads, on {diag['gu_passages']} passages "
+                f"of ≥ {diag['gu_min_length']} tokens (uniform attention scores "
+                f"{diag[f'{prefix}baseline']:.3f} there)."
+            )
         )
 
 

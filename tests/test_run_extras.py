@@ -88,6 +88,16 @@ def _broken(data: dict, section: str, path: tuple, value) -> dict:
     [
         (("format",), DIAG_FORMAT + 1),  # another diagnostics format: stale
         (("key",), "0" * 20),  # another run's
+    ],
+)
+def test_a_stale_or_foreign_diagnostics_section_is_ignored(shipped_run, path, value):
+    view = shipped_view(_broken(shipped_run["data"], "diagnostics", path, value), "shared")
+    assert rx.snapshot_diagnostics(view) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
         (("massive_ratio",), [1.0]),  # too short
         (("massive_position",), ["0"] * 31),
         (("sink_fraction",), "lots"),
@@ -98,9 +108,12 @@ def _broken(data: dict, section: str, path: tuple, value) -> dict:
         (("inspector", "max_value"), [["big"]]),
     ],
 )
-def test_an_unsound_diagnostics_section_is_ignored(shipped_run, path, value):
-    view = shipped_view(_broken(shipped_run["data"], "diagnostics", path, value), "shared")
-    assert rx.snapshot_diagnostics(view) is None
+def test_an_unsound_diagnostics_section_is_one_sentence(shipped_run, path, value):
+    """The one schema (SPEC 11 fields): the whole file is refused, never half-shown."""
+    from deffcore.views.run_schema import SnapshotError
+
+    with pytest.raises(SnapshotError, match="diagnostics"):
+        shipped_view(_broken(shipped_run["data"], "diagnostics", path, value), "shared")
 
 
 @pytest.mark.parametrize(

@@ -169,6 +169,113 @@ ISSUE_CASES = {
 }
 
 
+def _paired_key_twice(d: dict) -> None:
+    for name in ("keys", "points", "profiles"):
+        d["paired"][name][1] = d["paired"][name][0]
+
+
+_IMAGE = "![x](http://example.com/x.png)"
+_SCRIPT = "[click](javascript:alert(1))"
+
+#: The stored sections no check covered (SPEC 11, 15, 16): each is one sentence now.
+SECTION_CASES = {
+    "atlas: gromov not an object": (lambda d: d["atlas"].update(gromov="x"), "'atlas.gromov'"),
+    "atlas: gromov curve of another length": (
+        lambda d: d["atlas"]["gromov"].update(best_distance=[0.1, 0.2]),
+        "gromov.best_distance is not of shape (30,)",
+    ),
+    "atlas: gromov drop a string": (
+        lambda d: d["atlas"]["gromov"].update(n_drop="2"),
+        "'atlas.gromov.n_drop' is not a whole number",
+    ),
+    "atlas: gromov drop past the last block": (
+        lambda d: d["atlas"]["gromov"].update(first_dropped_block=29, n_drop=5),
+        "drops blocks past its last",
+    ),
+    "atlas: intervals a list": (lambda d: d["atlas"].update(intervals=[]), "atlas.intervals"),
+    "atlas: an interval of the wrong shape": (
+        lambda d: d["atlas"]["intervals"]["alignment"].update(low=[0.1], high=[0.2]),
+        "intervals.alignment is not of shape (30,)",
+    ),
+    "atlas: an interval of text": (
+        lambda d: d["atlas"]["intervals"]["phase_point"].update(low="30"),
+        "'atlas.intervals.phase_point.low' is not a number",
+    ),
+    "atlas: no phase-point interval": (
+        lambda d: d["atlas"]["intervals"].pop("phase_point"),
+        "no phase-point interval",
+    ),
+    "atlas: sublayers without the MLP": (
+        lambda d: d["atlas"]["sublayers"].pop("mlp"),
+        "'atlas.sublayers.mlp' is missing",
+    ),
+    "atlas: a sublayer measure of another length": (
+        lambda d: d["atlas"]["sublayers"]["attention"].update(alignment=[0.5]),
+        "sublayers.attention.alignment is not of shape (30,)",
+    ),
+    "atlas: of another N": (lambda d: d["atlas"].update(n=17), "not of this run's L = 30"),
+    "atlas: a skip effect of another shape": (
+        lambda d: d["atlas"]["skip_effect"].update(kl=[0.1]),
+        "skip effect's kl",
+    ),
+    "diagnostics: Gu et al.'s metric a string": (
+        lambda d: d["diagnostics"].update(gu_sink_metric="0.6"),
+        "'diagnostics.gu_sink_metric' is not a number",
+    ),
+    "diagnostics: Gu et al.'s passages an image link": (
+        lambda d: d["diagnostics"].update(gu_passages=_IMAGE),
+        "'diagnostics.gu_passages' is not a whole number",
+    ),
+    "diagnostics: Gu et al.'s length a javascript link": (
+        lambda d: d["diagnostics"].update(gu_min_length=_SCRIPT),
+        "'diagnostics.gu_min_length' is not a whole number",
+    ),
+    "diagnostics: Gu et al.'s shares of another length": (
+        lambda d: d["diagnostics"].update(gu64_sink_fraction=[0.1]),
+        "gu64_sink_fraction is not 30 values",
+    ),
+    "diagnostics: Gu et al.'s shares without their metric": (
+        lambda d: d["diagnostics"].pop("gu64_sink_metric"),
+        "without gu64_sink_metric",
+    ),
+    "diagnostics: Sun et al.'s share a string": (
+        lambda d: d["diagnostics"]["sun_share"].__setitem__(3, "lots"),
+        "'diagnostics.sun_share.3' is not a number",
+    ),
+    "diagnostics: Sun et al.'s share above 1": (
+        lambda d: d["diagnostics"]["sun_share"].__setitem__(3, 2.0),
+        "out of range",
+    ),
+    "diagnostics: Sun et al.'s positions of another length": (
+        lambda d: d["diagnostics"].update(sun_position=[0]),
+        "sun_position is not 31 values",
+    ),
+    "diagnostics: Gu et al.'s rates ragged": (
+        lambda d: d["diagnostics"]["gu_sink_rate"][4].pop(),
+        "gu_sink_rate is not 30 blocks of one head count",
+    ),
+    "paired: of another L": (
+        lambda d: d["paired"].update(layers=29),
+        "paired bootstrap is not of this run's L = 30 and N = 4096",
+    ),
+    "paired: of another N": (
+        lambda d: d["paired"].update(n=100),
+        "paired bootstrap is not of this run's L = 30 and N = 4096",
+    ),
+    "paired: a key twice": (_paired_key_twice, "names a pooling and metric twice"),
+    "paired: L a string": (lambda d: d["paired"].update(layers="30"), "'paired.layers'"),
+    "a random-weight seed of Markdown": (
+        lambda d: _band(d).update(seeds=["<b>1</b>", "2", "3", "4", "5"]),
+        "expected form",
+    ),
+    "a random-weight seed of text": (
+        lambda d: _band(d)["seeds"].__setitem__(0, "one"),
+        "expected form",
+    ),
+}
+ISSUE_CASES.update(SECTION_CASES)
+
+
 @pytest.mark.parametrize("case", list(ISSUE_CASES))
 def test_every_hostile_case_of_the_issue_is_one_sentence(case):
     edit, said = ISSUE_CASES[case]
@@ -292,6 +399,64 @@ def read_everything(view: SnapshotView) -> None:
     row = model_row(view, "shared")
     pa.Table.from_pandas(pd.DataFrame([{k: v for k, v in row.items() if k != "spec"}]))
     position0_answer_for(view)  # the BOS report's position-0 answer
+    read_sections(view)
+
+
+def read_sections(view: SnapshotView) -> None:
+    """What the Depth use page, the BOS page and the report read of the stored atlas, paired
+    bootstrap and diagnostics (raises if any cannot)."""
+    from deffcore.figures import atlas as atlas_figures
+    from deffcore.figures import bos as bos_figures
+    from deffcore.figures import paper_lenses
+    from deffcore.lenses.run_extras import report_parts, snapshot_diagnostics
+    from deffcore.statistics.control_effects import control_effects, regime_intervals
+    from deffcore.statistics.verdict import bos_verdict, verdict_inputs
+    from deffcore.views.run_report import report_html
+
+    atlas = view.atlas()
+    if atlas is not None:  # the Depth use page's numbers, figures and table
+        band, g = atlas.intervals["phase_point"], atlas.gromov
+        f"{band[0]:.0f}–{band[1]:.0f} {g['budget']:.0%} {g['n_drop']} of {atlas.layers}"
+        first = g["first_dropped_block"]
+        if first:
+            f"blocks {first}–{first + g['n_drop'] - 1}"
+        cols = atlas.columns()
+        f"{cols['phase_share']:.0%} {cols['bi_second_half']:.4f}"
+        atlas.frame().to_json()
+        atlas_figures.contribution_figure(atlas).to_json()
+        atlas_figures.block_influence_figure(atlas).to_json()
+        atlas_figures.angular_figure(atlas).to_json()
+        if atlas.skip_effect is not None:
+            atlas_figures.skip_figure(atlas.skip_effect).to_json()
+    pb = view.paired_bootstrap()
+    if pb is not None:  # the BOS page's regimes and control effects
+        for metric in METRICS:
+            if all(pb.has(p, metric) for p in ("default", "no_pos0")):
+                spans = regime_intervals(pb, metric, None)
+                control_effects(pb, metric, None) if spans else None
+    diag = snapshot_diagnostics(view)
+    if diag is not None:  # the BOS page's figures and captions
+        bos_verdict({"default": 1.0, "no_pos0": 2.0}, **verdict_inputs(diag)).sentence.encode()
+        bos_figures.massive_ratio_figure(
+            diag["massive_ratio"], diag["massive_position"], diag["massive_dim"]
+        ).to_json()
+        bos_figures.sink_scores_heatmap(np.asarray(diag["sink_scores"], dtype=float)).to_json()
+        if diag.get("sun_share") is not None:
+            paper_lenses.sun_share_figure(diag["sun_share"]).to_json()
+        for prefix in ("gu_", "gu64_"):
+            gu = diag.get(f"{prefix}sink_fraction")
+            paper_lenses.sink_shares_figure(diag["sink_fraction"], gu).to_json()
+            if gu is not None:
+                f"{diag[f'{prefix}sink_metric']:.1%} {diag['gu_passages']} "
+                f"{diag['gu_min_length']} {diag[f'{prefix}baseline']:.3f}"
+        f"{diag['n_passages']}"
+        ins = diag.get("inspector")
+        for i in range(len(ins["tokens"]) if ins else 0):
+            bos_figures.token_norm_heatmap(
+                ins["token_norms"][i], ins["tokens"][i], max_position=ins["max_position"][i],
+                max_dim=ins["max_dim"][i], max_value=ins["max_value"][i],
+            ).to_json()  # fmt: skip
+    report_html(view, **report_parts(view)).encode("utf-8")
 
 
 def test_the_shipped_run_is_read_by_every_reader():
@@ -389,3 +554,24 @@ def test_text_keeps_its_tabs_and_line_feeds_and_refuses_other_control_characters
         data["diagnostics"]["inspector"]["tokens"][0][0] = bad
         with pytest.raises(SnapshotError, match="control character"):
             check_snapshot(data)
+
+
+def test_a_key_named_twice_in_one_object_is_one_sentence(tmp_path):
+    """`json.loads` keeps the last of two equal keys silently: a shared file, the shipped
+    default and a gallery file are parsed refusing them (`parse_snapshot_json`)."""
+    from deffcore.views.run_schema import parse_snapshot_json
+    from deffcore.views.sharing import read_snapshot
+    from deffcore.views.snapshot import load_snapshot
+
+    text = json.dumps(GOOD)
+    twice = text.replace('"paired": {', '"paired": {"layers": 29, ', 1)
+    assert json.loads(twice)["paired"]["layers"] == 30  # what json.loads alone would read
+    with pytest.raises(SnapshotError) as err:
+        read_snapshot(twice.encode(), name="run.json")
+    assert "names the key 'layers' twice" in _one_sentence(err.value)
+    path = tmp_path / "run.json"
+    path.write_text(twice)
+    with pytest.raises(SnapshotError, match="twice"):
+        load_snapshot(path)
+    assert parse_snapshot_json(text) == GOOD
+    assert read_snapshot(text.encode(), name="run.json").layers == 30

@@ -37,8 +37,9 @@ def add_gw_args(p: argparse.ArgumentParser) -> None:
         "--init",
         choices=INITS,
         default=INITS[0],
-        help="starting coupling of the exact solver: product (POT's default and the paper's; "
-        "the default), both (product and identity, the smaller kept), identity",
+        help="starting coupling of the exact solver: both (product and identity, the smaller "
+        "GW^2 kept; the default, shown beside the product start's figures), product (POT's "
+        "default and the paper's), identity",
     )
 
 

@@ -39,3 +39,9 @@ REGIME_TOLERANCE: float = 1.0
 
 #: Bump when a change alters extracted numbers; it is part of every cache key.
 CODE_VERSION = "2"
+
+#: Format of a run's BOS diagnostics (`lenses.diagnostics_store`, SPEC 11); the snapshot
+#: schema checks the current format's fields. 2: sink scores on passages long enough to beat
+#: uniform attention; 3: Sun et al.'s criterion per activation (sun_share; the old sun_massive
+#: applied it to mean_b m_b), Gu et al.'s metric.
+DIAG_FORMAT = 3

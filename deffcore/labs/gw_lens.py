@@ -7,11 +7,12 @@ keyed by the run's cache key, the pooling, the similarity metric and every GW op
 (`GwOptions.identity`), so the app and a repeated command read it back (a GW matrix costs
 minutes; see BENCHMARKS.md).
 
-The solver's start (`GwOptions.init`, `deffcore.measures.gw.INITS`; POT's product coupling by
-default) is part of the key and of every result, with `paper_start` (whether it is the
-paper's start, `deffcore.measures.gw.PAPER_INIT`, the only one compared with Table S22).
-`GW_FORMAT` is in the key too: results stored before it (when the default start was "both"
-and a failed solve could be stored as zeros) are never read back.
+The solver's start (`GwOptions.init`, `deffcore.measures.gw.INITS`; by default "both", the lower
+GW^2 of the product and identity starts, SPEC 13.1) is part of the key and of every result, with
+`paper_start` (whether it is the paper's start, `deffcore.measures.gw.PAPER_INIT`, POT's product
+coupling). A default result also carries the paper's start's own figures (`paper`: its
+matrix and Spearman correlations, from the same solves), shown beside it where Table S22 is
+compared. `GW_FORMAT` is in the key too: results stored before it are never read back.
 """
 
 from __future__ import annotations
@@ -23,12 +24,21 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.measures.gw import EPSILON, INITS, N_GW, PAPER_INIT, gw_matrix, pair_spearman
+from deffcore.measures.gw import (
+    EPSILON,
+    INITS,
+    N_GW,
+    PAPER_INIT,
+    gw_matrix,
+    gw_start_matrices,
+    pair_spearman,
+)
 
 #: Bump when a stored GW result's meaning changes. 2: the default start is the product
-#: coupling (was the better of product and identity), the start is recorded, failed solves
-#: are refused.
-GW_FORMAT = 2
+#: coupling, the start is recorded, failed solves are refused. 3: the default start is the
+#: lower of the product and identity starts ("both"), whose results carry the product
+#: start's figures (`paper`).
+GW_FORMAT = 3
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -37,7 +47,7 @@ ProgressFn = Callable[[int, int, str], None]
 class GwOptions:
     """How a GW lens is computed: the run's pooling and every option of
     `deffcore.measures.gw.gw_matrix` (its defaults are the library's; the start `init`
-    defaults to the paper's, POT's product coupling)."""
+    defaults to "both", the lower of the product and identity starts)."""
 
     pooling: str = "default"
     n_gw: int = N_GW
@@ -86,6 +96,7 @@ def gw_lens(
 ) -> dict[str, Any]:
     """{"gw": (L, L) lists, "similarity": (L, L), "spearman_gw_cka", "spearman_lag_gw",
     "spearman_lag_cka", "n_gw" (passages used), "init" (the start), "paper_start",
+    "paper" (with init "both": the product start's "gw" and Spearman correlations, else None),
     "seconds", "cached", options...}. Raises GWSolverError (nothing stored) when a solve
     fails.
 
@@ -101,12 +112,21 @@ def gw_lens(
     states = m.states(o.pooling)
     S = m.similarity(o.pooling)
     start = time.perf_counter()
-    G = gw_matrix(
-        states, n=o.n_gw, seed=o.seed, metric=o.gw_metric, solver=o.solver, epsilon=o.epsilon,
-        init=o.init, progress=progress,
-    )  # fmt: skip
-    seconds = time.perf_counter() - start
     identity = o.identity(m.spec.key(), m.metric)
+    paper = None
+    if identity["init"] == "both":  # both starts solved once: the paper's is kept beside
+        by_start = gw_start_matrices(
+            states, n=o.n_gw, seed=o.seed, metric=o.gw_metric, progress=progress
+        )
+        G = np.minimum(by_start["product"], by_start["identity"])
+        P = by_start[PAPER_INIT]
+        paper = {"init": PAPER_INIT, "gw": P.tolist(), **pair_spearman(P, S)}
+    else:
+        G = gw_matrix(
+            states, n=o.n_gw, seed=o.seed, metric=o.gw_metric, solver=o.solver,
+            epsilon=o.epsilon, init=o.init, progress=progress,
+        )  # fmt: skip
+    seconds = time.perf_counter() - start
     result = {
         "lab": "gw",
         "model": m.spec.model,
@@ -122,6 +142,7 @@ def gw_lens(
         "epsilon": identity["epsilon"],
         "init": identity["init"],
         "paper_start": identity["init"] == PAPER_INIT,
+        "paper": paper,
         "gw": np.asarray(G).tolist(),
         "similarity": np.asarray(S, dtype=np.float64).tolist(),
         **pair_spearman(G, S),

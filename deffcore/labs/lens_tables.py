@@ -168,14 +168,27 @@ def geometry_frame(table: Mapping[str, Any]) -> pd.DataFrame:
 GW_STATS: tuple[str, ...] = ("spearman_gw_cka", "spearman_lag_gw", "spearman_lag_cka")
 
 
-def gw_paper_note(gw: Mapping[str, Any]) -> str | None:
-    """None when `gw` may stand beside Table S22 (computed from the paper's start, POT's
-    product coupling), else the sentence saying why it is not compared."""
+def _paper_start(gw: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The figures of `gw` from the paper's start (POT's product coupling): `gw` itself when
+    computed from it, its `paper` part when it carries one (the default start, SPEC 13.1),
+    else None."""
     from deffcore.measures.gw import PAPER_INIT
 
-    init = gw.get("init")
-    if init == PAPER_INIT:
+    if gw.get("init") == PAPER_INIT:
+        return gw
+    paper = gw.get("paper")
+    return paper if isinstance(paper, Mapping) and paper.get("init") == PAPER_INIT else None
+
+
+def gw_paper_note(gw: Mapping[str, Any]) -> str | None:
+    """None when `gw` may stand beside Table S22 (it has figures from the paper's start, POT's
+    product coupling: its own or, for the default start, beside them), else the sentence
+    saying why it is not compared."""
+    from deffcore.measures.gw import PAPER_INIT
+
+    if _paper_start(gw) is not None:
         return None
+    init = gw.get("init")
     start = "an unrecorded start" if init is None else f"the start {init!r}"
     return (
         f"Not compared with Table S22: this GW matrix comes from {start}, the paper's numbers "
@@ -195,15 +208,22 @@ def _paper_gw_rows() -> list[dict[str, Any]]:
 
 def gw_beside_paper(gw: Mapping[str, Any]) -> pd.DataFrame:
     """A `gw_lens` result's Spearman correlations over layer pairs (first row, with its
-    start), above the paper's Table S22 models when it comes from the paper's start
+    start); a default-start result's figures from the paper's start (the product coupling)
+    below it; then the paper's Table S22 models, when there are figures from the paper's start
     (`gw_paper_note` says why not otherwise)."""
+    from deffcore.measures.gw import PAPER_INIT
+
     ours = {
         "model": f"{gw['model']} (this run, n_gw = {gw['n_gw']})",
         "starting coupling": gw.get("init"),
         "layers": gw["layers"],
     }
     rows = [{**ours, **{k: gw[k] for k in GW_STATS}}]
-    if gw_paper_note(gw) is None:
+    paper_start = _paper_start(gw)
+    if paper_start is not None and paper_start is not gw:
+        rows.append({**ours, "starting coupling": f"{PAPER_INIT} (the paper's start)",
+                     **{k: paper_start[k] for k in GW_STATS}})  # fmt: skip
+    if paper_start is not None:
         rows += [
             {**r, "starting coupling": "product (assumed; not stated)"} for r in _paper_gw_rows()
         ]
@@ -212,16 +232,27 @@ def gw_beside_paper(gw: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def gw_paper_lines(gw: Mapping[str, Any]) -> list[str]:
-    """The CLI's lines under a GW result: Table S22's three figures per model (a result from
-    the paper's start), or the note why it is not compared."""
+    """The CLI's lines under a GW result: the paper's start's figures of this run (a
+    default-start result) and Table S22's three figures per model, or the note why it is not
+    compared."""
     note = gw_paper_note(gw)
     if note is not None:
         return [f"  {note}"]
-    lines = ["  Table S22 (paper): rho(GW, CKA) / rho(|i-j|, GW) / rho(|i-j|, CKA)"]
+    lines = []
+    paper_start = _paper_start(gw)
+    if paper_start is not gw and paper_start is not None:
+        values = " / ".join(fmt_rho(paper_start.get(k)) for k in GW_STATS)
+        lines.append(f"  this run from the paper's start (product): {values}")
+    lines.append("  Table S22 (paper): rho(GW, CKA) / rho(|i-j|, GW) / rho(|i-j|, CKA)")
     for r in _paper_gw_rows():
-        values = " / ".join("—" if r[k] is None else f"{r[k]:+.2f}" for k in GW_STATS)
+        values = " / ".join(fmt_rho(r[k]) for k in GW_STATS)
         lines.append(f"    {r['model'].removesuffix(' (paper)')}: {values}")
     return lines
+
+
+def fmt_rho(value: Any) -> str:
+    """A Spearman rho as the CLI prints it beside Table S22 (a dash when undefined)."""
+    return "—" if value is None or value != value else f"{value:+.2f}"
 
 
 #: Table S8's columns as the page names them.

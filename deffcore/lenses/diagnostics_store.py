@@ -16,15 +16,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from deffcore.core.constants import DIAG_FORMAT
 from deffcore.core.errors import NonFiniteActivationsError, fit_advice
 from deffcore.lenses.diagnostics import DIAG_PASSAGES, Progress, bos_diagnostics
 
 #: Name of the file inside a run's cache entry; bump the format when its content changes.
 DIAG_FILE = "diagnostics.json"
-
-# 2: sink scores on passages long enough to beat uniform attention; 3: Sun et al.'s criterion
-# per activation (sun_share; the old sun_massive applied it to mean_b m_b), Gu et al.'s metric
-DIAG_FORMAT = 3
 
 
 def spec_from_fields(fields: Mapping[str, Any]) -> Any:

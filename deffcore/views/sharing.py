@@ -12,13 +12,17 @@ cached runs, and `deffcore app --run FILE` opens one in every new session (`APP_
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deffcore.views.run_schema import MAX_LAYERS, SnapshotError, check_snapshot
+from deffcore.views.run_schema import (
+    MAX_LAYERS,
+    SnapshotError,
+    check_snapshot,
+    parse_snapshot_json,
+)
 from deffcore.views.snapshot import SnapshotView
 
 #: Largest snapshot file read (a 30-layer run is ~150 kB; L = 100 is ~1.5 MB).
@@ -53,7 +57,9 @@ def read_snapshot(data: bytes, *, name: str = "The file") -> SnapshotView:
             f"{MAX_SNAPSHOT_BYTES // 2**20} MiB."
         )
     try:
-        parsed = json.loads(bytes(data).decode("utf-8"))
+        parsed = parse_snapshot_json(bytes(data).decode("utf-8"), where)
+    except SnapshotError:
+        raise
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         reason = "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else "not valid JSON"
         raise SnapshotError(f"{where} is {reason}, so it is not a run snapshot.") from None

@@ -12,7 +12,6 @@ run is whole: `deffcore.lenses.run_extras`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.notebook import NotebookDisplay
 
 # the one schema of a snapshot file (and its format number, named here too)
-from deffcore.views.run_schema import SNAPSHOT_FORMAT, check_snapshot
+from deffcore.views.run_schema import SNAPSHOT_FORMAT, check_snapshot, parse_snapshot_json
 from deffcore.views.run_view import RunView
 
 DEFAULT_RUN_PATH = DATA_DIR / "default_run.json"
@@ -181,7 +180,7 @@ def load_snapshot(path: Path | str = DEFAULT_RUN_PATH) -> SnapshotView | None:
     path = Path(path)
     if not path.is_file():
         return None
-    return SnapshotView(json.loads(path.read_text()))
+    return SnapshotView(parse_snapshot_json(path.read_text(), path.name))
 
 
 def load_gallery(
@@ -204,7 +203,7 @@ def load_gallery(
         if not path.is_file():
             continue
         try:
-            data = json.loads(path.read_text())
+            data = parse_snapshot_json(path.read_text(), path.name)
             view = SnapshotView(data, path.name) if isinstance(data, dict) else None
         except (OSError, ValueError, KeyError, TypeError) as err:
             warnings.warn(f"Skipped gallery snapshot {path.name}: {err}", stacklevel=2)

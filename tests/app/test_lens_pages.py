@@ -195,20 +195,24 @@ def test_aggregations_geometry_and_gw_of_a_measured_run(view, measurement, no_mo
     heat = chart(at, "ρ(GW, cka)")
     np.testing.assert_allclose(plotly_array(heat["data"][1]["z"]), stored["gw"], rtol=1e-12)
     assert "Pythia-410M (paper)" in set(tables_with(at, "ρ(GW, CKA)")[0]["Model"])
-    assert stored["init"] == "product" and not at.info  # the paper's start: compared
+    # the default (the lower of two starts), with the paper's start's figures beside it
+    assert stored["init"] == "both" and not at.info
+    table = tables_with(at, "ρ(GW, CKA)")[0]
+    assert list(table["starting coupling"][:2]) == ["both", "product (the paper's start)"]
+    assert table["ρ(GW, CKA)"][1] == pytest.approx(stored["paper"]["spearman_gw_cka"])
     at.run()  # a later visit: shown from the store, the button off
     assert at.button(key="ag_gw_run").disabled
     assert any("Read from the lab store" in c.value for c in at.caption)
     # another start is a result of its own, never put beside Table S22
-    at.selectbox(key="ag_gw_init").set_value("both").run()
+    at.selectbox(key="ag_gw_init").set_value("identity").run()
     assert not at.button(key="ag_gw_run").disabled  # nothing stored for this start
     at.button(key="ag_gw_run").click().run()
     assert_clean(at)
-    both = gw_lens(measurement, GwOptions(n_gw=8, init="both"))
-    assert both["cached"] and both["init"] == "both"
+    ident = gw_lens(measurement, GwOptions(n_gw=8, init="identity"))
+    assert ident["cached"] and ident["init"] == "identity"
     table = tables_with(at, "ρ(GW, CKA)")[0]
-    assert list(table["Model"]) == [f"{both['model']} (this run, n_gw = 8)"]
-    assert list(table["starting coupling"]) == ["both"]
+    assert list(table["Model"]) == [f"{ident['model']} (this run, n_gw = 8)"]
+    assert list(table["starting coupling"]) == ["identity"]
     assert any("Not compared with Table S22" in plain(i.value) for i in at.info)
 
 

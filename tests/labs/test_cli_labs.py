@@ -132,14 +132,17 @@ def test_gw_json(capsys):
                              "1"])["cached"] is True  # fmt: skip
     assert main(["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--gw-seed", "1"]) == 0
     text = capsys.readouterr().out
-    assert "Spearman rho(|i-j|, GW)" in text and "start=product" in text
-    assert "Pythia-410M: -0.86 / +0.45 / -0.48" in text  # beside Table S22: the paper's start
-    assert out["init"] == "product" and out["paper_start"] is True
+    assert "Spearman rho(|i-j|, GW)" in text and "start=both" in text
+    # the default (the lower of two starts) with the paper's start's figures beside Table S22
+    assert "this run from the paper's start (product): " in text
+    assert "Pythia-410M: -0.86 / +0.45 / -0.48" in text
+    assert out["init"] == "both" and out["paper_start"] is False
+    assert out["paper"]["init"] == "product"
 
 
 def test_gw_from_another_start_is_not_put_beside_table_s22(capsys):
-    argv = ["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--init", "both"]
-    assert run_json(capsys, argv)["init"] == "both"
+    argv = ["gw", "--model", "tiny-llama", *TINY, "--n-gw", "6", "--init", "identity"]
+    assert run_json(capsys, argv)["init"] == "identity"
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "Not compared with Table S22" in text and "Pythia-410M" not in text

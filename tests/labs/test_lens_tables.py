@@ -173,6 +173,26 @@ def test_gw_beside_the_paper():
     assert "Pythia-410M: -0.86 / +0.45 / -0.48" in "\n".join(lens_tables.gw_paper_lines(gw))
 
 
+def test_a_default_start_result_shows_the_papers_start_beside_it():
+    """SPEC 13.1: the default's figures, then the same run's from the paper's start, then
+    Table S22."""
+    paper = {"init": "product", "spearman_gw_cka": -0.2, "spearman_lag_gw": 0.3,
+             "spearman_lag_cka": -0.5}  # fmt: skip
+    gw = {"model": "m", "n_gw": 64, "layers": 4, "spearman_gw_cka": -0.99,
+          "spearman_lag_gw": 0.95, "spearman_lag_cka": -0.5, "init": "both",
+          "paper": paper}  # fmt: skip
+    frame = lens_tables.gw_beside_paper(gw)
+    rows = frame.to_dict("records")
+    assert [r["starting coupling"] for r in rows[:2]] == ["both", "product (the paper's start)"]
+    assert [r["ρ(GW, CKA)"] for r in rows[:2]] == [-0.99, -0.2]
+    assert rows[0]["Model"] == rows[1]["Model"] == "m (this run, n_gw = 64)"
+    assert "Pythia-410M (paper)" in set(frame["Model"])
+    assert lens_tables.gw_paper_note(gw) is None
+    lines = lens_tables.gw_paper_lines(gw)
+    assert lines[0] == "  this run from the paper's start (product): -0.20 / +0.30 / -0.50"
+    assert any("Pythia-410M: -0.86 / +0.45 / -0.48" in line for line in lines)
+
+
 @pytest.mark.parametrize("init", ["both", "identity", None])
 def test_gw_from_another_start_stands_alone(init):
     """Table S22 is compared only with numbers from the paper's start."""
