@@ -31,6 +31,14 @@ BOUNDS = "tests/test_bounds.py"
 SAFE = "tests/test_safe_text.py"
 HOSTILE = "tests/app/test_hostile_labels.py"
 ISOLATION = "tests/app/test_runs_isolation.py"
+LOADED = "tests/test_loaded_models.py"
+GENERIC = "tests/test_generic_adapter.py tests/test_architecture.py"
+ATLAS = "tests/test_atlas_summary.py tests/test_atlas.py tests/test_atlas_skip.py"
+ATLAS_SKIP = "tests/test_atlas_skip.py"
+REPORT = "tests/test_run_report.py"
+PAIRED = "tests/test_paired_difference.py tests/test_bos_answer.py"
+POS0 = "tests/test_position0.py tests/test_bos_answer.py"
+ANYTIME = "tests/test_anytime_paired.py"
 
 #: (name, file, old snippet, new snippet, pytest arguments)
 MUTATIONS: list[tuple[str, str, str, str, str]] = [
@@ -312,6 +320,174 @@ MUTATIONS: list[tuple[str, str, str, str, str]] = [
      "tests/test_correlation.py -k boundary"),
     ("correlation: exact up to 8", "deffcore/measures/correlation.py",
      "EXACT_MAX_N = 9", "EXACT_MAX_N = 8", "tests/test_correlation.py -k boundary"),
+    # --- reliability round 4 (BENCHMARKS.md "the mutation run of reliability round 4"): one
+    # section per module, the fast hand-made tests first (-x stops at the first failure); the
+    # names start "r4 " (`--only "r4 "`). Mutants found equivalent are comments, not entries,
+    # each with its reason (the 5 "EQUIVALENT" lines below); they are not counted.
+    # -- the loaded-model cache (deffcore/inputs/loaded_models.py)
+    ("r4 loaded_models: key without the weights id", "deffcore/inputs/loaded_models.py",
+     'key = (spec, revision, model_identity(spec, revision)["weights_id"], device, dtype)',
+     "key = (spec, revision, None, device, dtype)", LOADED),
+    ("r4 loaded_models: key without the device", "deffcore/inputs/loaded_models.py",
+     'key = (spec, revision, model_identity(spec, revision)["weights_id"], device, dtype)',
+     'key = (spec, revision, model_identity(spec, revision)["weights_id"], "cpu", dtype)',
+     LOADED),
+    ("r4 loaded_models: key without the dtype", "deffcore/inputs/loaded_models.py",
+     'key = (spec, revision, model_identity(spec, revision)["weights_id"], device, dtype)',
+     'key = (spec, revision, model_identity(spec, revision)["weights_id"], device, None)',
+     LOADED),
+    ("r4 loaded_models: stale weights kept", "deffcore/inputs/loaded_models.py",
+     "                    if self._entries[k].users == 0:\n", "                    if False:\n",
+     LOADED),
+    ("r4 loaded_models: stale means any device", "deffcore/inputs/loaded_models.py",
+     "k[:2] == key[:2] and k[3:] == key[3:]", "k[:2] == key[:2]", LOADED),
+    ("r4 loaded_models: budget bound off by one", "deffcore/inputs/loaded_models.py",
+     "used + need <= budget", "used + need < budget", LOADED),
+    ("r4 loaded_models: leased model evicted", "deffcore/inputs/loaded_models.py",
+     "                if e.users == 0:\n                    del self._entries[e.key]",
+     "                if True:\n                    del self._entries[e.key]", LOADED),
+    ("r4 loaded_models: most recent evicted first", "deffcore/inputs/loaded_models.py",
+     "for e in sorted(mine, key=lambda e: e.last_used):",
+     "for e in sorted(mine, key=lambda e: -e.last_used):", LOADED),
+    ("r4 loaded_models: other devices evicted", "deffcore/inputs/loaded_models.py",
+     "if k[3] == device and k != keep]", "if k != keep]", LOADED),
+    # EQUIVALENT (r4 loaded_models: failed load kept, `if entry.loaded is None and
+    # entry.users == 0:` -> `if False:`): the kept entry holds no model, so the next lease of the
+    # key loads again exactly as a new entry would, held() lists loaded entries only, and the
+    # next eviction on its device drops it; only the private dict holds it meanwhile.
+    # -- the generic adapter (deffcore/inputs/adapters/generic.py)
+    ("r4 generic: BOS even when it is the EOS", "deffcore/inputs/adapters/generic.py",
+     "return isinstance(bos, int) and bos not in eos_ids", "return isinstance(bos, int)",
+     GENERIC),
+    ("r4 generic: zero is a layer count", "deffcore/inputs/adapters/generic.py",
+     "and value > 0:", "and value >= 0:", GENERIC),
+    ("r4 generic: deepest block list", "deffcore/inputs/adapters/generic.py",
+     "return min(same, key=lambda item: (_depth(item[0]), not self._named(item[0])))[1]",
+     "return max(same, key=lambda item: (_depth(item[0]), not self._named(item[0])))[1]",
+     GENERIC),
+    ("r4 generic: list output loses its tail", "deffcore/inputs/adapters/generic.py",
+     "            return [hidden, *output[1:]]", "            return hidden", GENERIC),
+    ("r4 generic: a 1-wide conv is recurrent", "deffcore/inputs/adapters/generic.py",
+     "max(sub.kernel_size) > 1", "max(sub.kernel_size) >= 1", GENERIC),
+    ("r4 generic: every block has attention", "deffcore/inputs/adapters/generic.py",
+     "            if any(isinstance(sub, recorded) for sub in block.modules())\n", "", GENERIC),
+    # -- the depth-use atlas (deffcore/measures/atlas.py)
+    ("r4 atlas: a 90% interval", "deffcore/measures/atlas.py",
+     "    ci: float = 0.95,\n    budget: float = GROMOV_BUDGET,",
+     "    ci: float = 0.90,\n    budget: float = GROMOV_BUDGET,", ATLAS),
+    ("r4 atlas: one tail at (1-ci)", "deffcore/measures/atlas.py",
+     "    tail = (1 - ci) / 2\n", "    tail = (1 - ci)\n", ATLAS),
+    ("r4 atlas: integer interval rounded inwards", "deffcore/measures/atlas.py",
+     "return np.floor(lo), np.ceil(hi)", "return np.ceil(lo), np.floor(hi)", ATLAS),
+    ("r4 atlas: phase threshold a third", "deffcore/measures/atlas.py",
+     "r[: first_half(len(r))])) / 2", "r[: first_half(len(r))])) / 3", ATLAS),
+    ("r4 atlas: first half rounded up", "deffcore/measures/atlas.py",
+     "return max(1, L // 2)", "return max(1, (L + 1) // 2)", ATLAS),
+    ("r4 atlas: gromov takes the smallest n", "deffcore/measures/atlas.py",
+     "n = int(ok[-1]) + 1", "n = int(ok[0]) + 1", ATLAS),
+    ("r4 atlas: bi second half from one early", "deffcore/measures/atlas.py",
+     "float(np.mean(bi[half:])) if half < L", "float(np.mean(bi[half - 1 :])) if half < L",
+     ATLAS),
+    ("r4 atlas: skip diagonal kept", "deffcore/measures/atlas.py",
+     "upper = np.triu(np.ones((L, L), dtype=bool), k=1)",
+     "upper = np.triu(np.ones((L, L), dtype=bool), k=0)", ATLAS),
+    ("r4 atlas: later_max is a mean", "deffcore/measures/atlas.py",
+     "np.nan_to_num(later_max, nan=0.0).max(0)", "np.nan_to_num(later_max, nan=0.0).mean(0)",
+     ATLAS),
+    ("r4 atlas: file's angular distance up to 2", "deffcore/measures/atlas.py",
+     '"angular distance", 0, 1)', '"angular distance", 0, 2)', ATLAS),
+    ("r4 atlas: file's phase point past L", "deffcore/measures/atlas.py",
+     "not 0 <= p <= L:", "not 0 <= p <= L + 1:", ATLAS),
+    ("r4 atlas: file's skip effect of other blocks", "deffcore/measures/atlas.py",
+     'if not isinstance(skip, dict) or skip.get("layers") != L:',
+     "if not isinstance(skip, dict):", ATLAS),
+    # -- the skip effect (deffcore/lenses/atlas_skip.py)
+    # EQUIVALENT (r4 atlas_skip: padding in the max, drop `rel = torch.where(keep, rel,
+    # 0.0)`): the captured updates are zeroed at padding in both passes, so rel there is
+    # 0 / EPS = 0 already, and the max of values >= 0 with some zeros added is unchanged.
+    ("r4 atlas_skip: later_max is the mean", "deffcore/lenses/atlas_skip.py",
+     "top[:, s, j] = rel.max(-1).values.double().cpu()",
+     "top[:, s, j] = (rel.double() * w).sum(-1).cpu()", ATLAS_SKIP),
+    ("r4 atlas_skip: the diagonal is measured", "deffcore/lenses/atlas_skip.py",
+     "for j in range(s + 1, L):", "for j in range(s, L):", ATLAS_SKIP),
+    ("r4 atlas_skip: KL reversed", "deffcore/lenses/atlas_skip.py",
+     "per_t = (logp.exp() * (logp - logq)).sum(-1)",
+     "per_t = (logq.exp() * (logq - logp)).sum(-1)", ATLAS_SKIP),
+    # EQUIVALENT (r4 atlas_skip: KL of padding, drop the keep mask before the weights): w
+    # is 0 at padding, so the mask only guards a NaN or infinite log-probability at a padded
+    # position, which a right-padded causal batch (each row attends its own real tokens) never has.
+    # -- the report (deffcore/views/run_report.py)
+    ("r4 run_report: paragraph unescaped", "deffcore/views/run_report.py",
+     'self.parts.append(f"<p{attr}>{html.escape(text)}</p>")',
+     'self.parts.append(f"<p{attr}>{text}</p>")', REPORT),
+    # EQUIVALENT (r4 run_report: heading unescaped, `<h2>{html.escape(text)}` -> `<h2>{text}`):
+    # every heading is a literal of the module with no character html.escape changes.
+    ("r4 run_report: box text unescaped", "deffcore/views/run_report.py",
+     "<b>{html.escape(title)}</b> {html.escape(text)}</div>",
+     "<b>{html.escape(title)}</b> {text}</div>", REPORT),
+    # EQUIVALENT (r4 run_report: table cells unescaped, `e(_cell(v))` -> `_cell(v)`): the
+    # report's tables hold numbers formatted by the module, the POOLINGS names and literals
+    # (the random null's seeds reach only their count); nothing a file says reaches a cell.
+    ("r4 run_report: code unescaped", "deffcore/views/run_report.py",
+     'self.parts.append(f"<pre><code>{html.escape(text)}</code></pre>")',
+     'self.parts.append(f"<pre><code>{text}</code></pre>")', REPORT),
+    ("r4 run_report: plotly.js in the second figure", "deffcore/views/run_report.py",
+     "first=self.figures == 0", "first=self.figures == 1", REPORT),
+    # -- the paired bootstrap (deffcore/statistics/paired.py)
+    ("r4 paired: duplicated stored key", "deffcore/statistics/paired.py",
+     "if not ok or len(set(keys)) != len(keys):", "if not ok:", PAIRED),
+    ("r4 paired: stored B unbounded", "deffcore/statistics/paired.py",
+     "2 <= B <= MAX_STORED_B and", "2 <= B and", PAIRED),
+    ("r4 paired: basic interval ends swapped", "deffcore/statistics/paired.py",
+     "(2 * point - q_hi, 2 * point - q_lo)", "(2 * point - q_lo, 2 * point - q_hi)", PAIRED),
+    ("r4 paired: quantile 0.05", "deffcore/statistics/paired.py",
+     "    alpha = (1.0 - ci) / 2.0\n    q_lo, q_hi", "    alpha = 1.0 - ci\n    q_lo, q_hi",
+     PAIRED),
+    ("r4 paired: stored difference of one replicate", "deffcore/statistics/paired.py",
+     "2 <= B <= 100_000)", "1 <= B <= 100_000)", PAIRED),
+    ("r4 paired: gap without the +1", "deffcore/statistics/paired.py",
+     "np.asarray(x, dtype=np.float64) * (layers + 1) / 2.0",
+     "np.asarray(x, dtype=np.float64) * layers / 2.0", PAIRED),
+    ("r4 paired: stored profile beyond 1", "deffcore/statistics/paired.py",
+     "(np.abs(values) <= 1 + 1e-6).all()", "(np.abs(values) <= 2).all()", PAIRED),
+    # -- a snapshot's paired bootstrap is of its run (deffcore/views/run_schema.py)
+    ("r4 run_schema: paired of another L or N", "deffcore/views/run_schema.py",
+     'if (pb.layers, pb.n) != (data["layers"], data["n"]):', "if False:",
+     "tests/test_paired_difference.py tests/test_run_schema.py"),
+    # -- the position-0 test (deffcore/statistics/position0.py)
+    ("r4 position0: _worse is the better", "deffcore/statistics/position0.py",
+     "return max(known, key=order.index) if known else None",
+     "return min(known, key=order.index) if known else None", POS0),
+    ("r4 position0: unpaired need quadruples", "deffcore/statistics/position0.py",
+     "        m *= 2\n        scaled", "        m *= 4\n        scaled", POS0),
+    ("r4 position0: unpaired bias as sqrt", "deffcore/statistics/position0.py",
+     "band * (bias_share * n / m + ", "band * (bias_share * math.sqrt(n / m) + ", POS0),
+    ("r4 position0: paired need linear", "deffcore/statistics/position0.py",
+     "((point - bound) / point) ** 2)", "((point - bound) / point))", POS0),
+    ("r4 position0: paired need at least n", "deffcore/statistics/position0.py",
+     "return max(m, 2 * n) if m == n else", "return m if m == n else", POS0),
+    ("r4 position0: unsettled side asks n", "deffcore/statistics/position0.py",
+     "action = passages_action(2 * n, spec, source) if n else",
+     "action = passages_action(n, spec, source) if n else", POS0),
+    ("r4 position0: lower bound at the low quantile", "deffcore/statistics/position0.py",
+     "return 2.0 * point - float(np.quantile(reps, 1.0 - alpha))",
+     "return 2.0 * point - float(np.quantile(reps, alpha))", POS0),
+    ("r4 position0: unpaired artefact sign", "deffcore/statistics/position0.py",
+     "and delta * gap_default < 0:", "and delta * gap_default > 0:", POS0),
+    ("r4 position0: paired tolerance without its floor", "deffcore/statistics/position0.py",
+     "Tr = np.maximum(POS0_MIN_POINTS, POS0_SHARE * np.abs(rd))",
+     "Tr = POS0_SHARE * np.abs(rd)", POS0),
+    # -- the live paired answer (deffcore/statistics/anytime_paired.py)
+    ("r4 anytime_paired: the noise action of no_pos0", "deffcore/statistics/anytime_paired.py",
+     'noisy = "default" if levels["default"] == "noise" else "no_pos0"', 'noisy = "no_pos0"',
+     ANYTIME),
+    ("r4 anytime_paired: h_0 in the stacks", "deffcore/statistics/anytime_paired.py",
+     "stacks = {p: states[p][1:] for p in", "stacks = {p: states[p] for p in", ANYTIME),
+    ("r4 anytime_paired: no stand-in", "deffcore/statistics/anytime_paired.py",
+     "used = other if other and all(paired.has(p, other) for p in ANSWER_POOLINGS) else metric",
+     "used = metric", ANYTIME),
+    ("r4 anytime_paired: linear CKA's own delta unsaid", "deffcore/statistics/anytime_paired.py",
+     "        a = stood_in(a, used, float(asked))\n", "", ANYTIME),
 ]  # fmt: skip
 
 

@@ -45,14 +45,15 @@ def _updates_and_logp(loaded, ids, skip):
 def naive_skip(loaded, ids):
     L = loaded.layers
     later, kl = np.full((L, L), np.nan), np.empty(L)
+    top = np.full((L, L), np.nan)
     base_u, logp = _updates_and_logp(loaded, ids, [])
     for s in range(L):
         u, logq = _updates_and_logp(loaded, ids, [s])
         kl[s] = (np.exp(logp) * (logp - logq)).sum(-1).mean()
         for j in range(s + 1, L):
             rel = np.linalg.norm(u[j] - base_u[j], axis=1) / np.linalg.norm(base_u[j], axis=1)
-            later[s, j] = rel.mean()
-    return later, kl
+            later[s, j], top[s, j] = rel.mean(), rel.max()
+    return later, top, kl
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "gptneox"])
@@ -61,8 +62,9 @@ def test_skip_effect_matches_a_whole_model_pass_through(tiny_model, tiny_passage
     ids = _ids(loaded, tiny_passages[:5])
     rows = skip_rows(loaded, ids, batch_size=2)
     for p, seq in enumerate(ids):
-        later, kl = naive_skip(loaded, seq)
+        later, top, kl = naive_skip(loaded, seq)
         np.testing.assert_allclose(rows.later[p], later, atol=1e-6)
+        np.testing.assert_allclose(rows.later_max[p], top, atol=1e-6)  # Csordás et al.'s max
         np.testing.assert_allclose(rows.kl[p], kl, atol=1e-6)
     assert np.isnan(
         rows.later[:, np.tril_indices(loaded.layers)[0], np.tril_indices(loaded.layers)[1]]

@@ -191,3 +191,98 @@ def test_a_job_times_each_load_part_and_the_next_plan_has_a_time():
     after = plan_run(replace(spec, n=24), "cpu", calibrate="cached")
     assert after.seconds is not None and "this machine's run of tiny-qwen3" in after.time_source
     assert after.time_parts["load"] == total
+
+
+# ---------------------------------------------------------------------------------------------
+# The key and the budget on plain loads (a stand-in loader: no model is built, so these run in
+# milliseconds). Devices are plain names here: a GPU's key is checked without a GPU.
+
+
+class _Loaded:
+    """What a loader returns, as far as the cache reads it: a `.model` whose bytes it counts."""
+
+    def __init__(self, spec: str, device: str, dtype: str, number: int) -> None:
+        import torch
+
+        self.model = torch.nn.Linear(2, 2)  # 24 bytes of float32 weights and bias
+        self.spec, self.device, self.dtype, self.number = spec, device, dtype, number
+
+
+@pytest.fixture
+def plain(monkeypatch):
+    """(a loader counting its loads, the bytes of one load); devices taken as named."""
+    import deffcore.inputs.devices
+
+    monkeypatch.setattr(deffcore.inputs.devices, "resolve_device_dtype", lambda d, t: (d, t))
+    loads: list[tuple[str, str, str]] = []
+
+    def loader(spec, *, revision, device, dtype):
+        loads.append((spec, device, dtype))
+        return _Loaded(spec, device, dtype, len(loads))
+
+    loader.loads = loads
+    return loader
+
+
+def _weights_folder(path, content: bytes):
+    path.mkdir(exist_ok=True)
+    (path / "model.safetensors").write_bytes(content)
+    return str(path)
+
+
+def test_a_changed_weights_file_is_loaded_again_and_its_stale_model_goes(
+    plain, tmp_path, monkeypatch
+):
+    """The key holds the weights' identity (a folder's file sizes and mtimes): after the file
+    changed, a lease loads the new weights instead of serving the stale model, and the stale
+    entry of the same spec, device and dtype is dropped (not evicted for room: both fit)."""
+    monkeypatch.setattr(loaded_models, "expected_bytes", lambda spec, dtype: 24)
+    cache = loaded_models.ModelCache(budget=lambda device: None)
+    spec = _weights_folder(tmp_path / "m", b"old weights")
+    with cache.lease(spec, device="cpu", dtype="float32", loader=plain) as first:
+        pass
+    _weights_folder(tmp_path / "m", b"the new, longer weights")
+    with cache.lease(spec, device="cpu", dtype="float32", loader=plain) as second:
+        assert second is not first and second.number == 2
+    assert len(plain.loads) == 2 and cache.loads == 2
+    assert len(cache.held()) == 1  # the stale model is not kept beside the new one
+
+
+def test_one_spec_on_two_devices_is_two_models_and_neither_pushes_out_the_other(plain):
+    """The key holds the device: a model leased on a GPU is not the CPU's (each is loaded on
+    its own device), and leasing one never drops the other."""
+    cache = loaded_models.ModelCache(budget=lambda device: None)
+    for device in ("cpu", "cuda:1", "cpu", "cuda:1"):
+        with cache.lease("some/model", device=device, dtype="float32", loader=plain) as lm:
+            assert lm.device == device
+    assert plain.loads == [("some/model", "cpu", "float32"), ("some/model", "cuda:1", "float32")]
+    assert sorted(h["device"] for h in cache.held()) == ["cpu", "cuda:1"]
+    assert cache.hits == 2
+
+
+def test_a_model_that_fits_the_budget_exactly_evicts_nothing(plain, monkeypatch):
+    """Room is `used + need <= budget`: two 24-byte models fit a 48-byte budget."""
+    monkeypatch.setattr(loaded_models, "expected_bytes", lambda spec, dtype: 24)
+    cache = _budget_cache(48)
+    for spec in ("a/model", "b/model"):
+        with cache.lease(spec, device="cpu", dtype="float32", loader=plain):
+            pass
+    assert [h["model"] for h in cache.held()] == ["a/model", "b/model"]
+    with cache.lease("c/model", device="cpu", dtype="float32", loader=plain):
+        pass  # 72 > 48: the least recently used goes
+    assert [h["model"] for h in cache.held()] == ["b/model", "c/model"]
+
+
+def test_a_budget_is_per_device(plain, monkeypatch):
+    """A load on one device never evicts a model held on another: each device's budget counts
+    only its own models."""
+    monkeypatch.setattr(loaded_models, "expected_bytes", lambda spec, dtype: 24)
+    cache = _budget_cache(24)
+    with cache.lease("a/model", device="cpu", dtype="float32", loader=plain):
+        pass
+    with cache.lease("b/model", device="cuda:0", dtype="float32", loader=plain):
+        pass
+    assert {(h["model"], h["device"]) for h in cache.held()} == {
+        ("a/model", "cpu"),
+        ("b/model", "cuda:0"),
+    }

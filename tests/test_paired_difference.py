@@ -87,3 +87,92 @@ def test_a_stored_paired_bootstrap_is_checked_whole():
         with pytest.raises(DeffError, match=said) as err:
             PairedBootstrap.from_dict(bad)
         assert str(err.value).count(". ") == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# a stored paired bootstrap (SPEC section 15): of its run's L and N, one profile per key
+
+
+def _stored_paired() -> dict:
+    import json
+
+    from deffcore.views.snapshot import DEFAULT_RUN_PATH
+
+    return json.loads(DEFAULT_RUN_PATH.read_text())
+
+
+def _small_paired(B: int, L: int = 3) -> dict:
+    """A well-formed stored paired bootstrap of B replicates (lag profiles of 0.5)."""
+    return {
+        "layers": L, "n": 8, "B": B, "seed": 0, "ci": 0.95,
+        "keys": [["default", "cka"]], "points": [[0.5] * (L - 1)],
+        "profiles": [[[0.5] * (L - 1)] * B],
+    }  # fmt: skip
+
+
+def test_a_stored_paired_bootstrap_with_a_key_twice_is_refused():
+    from deffcore.core.errors import DeffError
+    from deffcore.statistics.paired import PairedBootstrap
+
+    good = _stored_paired()["paired"]
+    twice = {
+        **good,
+        "keys": [good["keys"][0], *good["keys"]],
+        "points": [good["points"][0], *good["points"]],
+        "profiles": [good["profiles"][0], *good["profiles"]],
+    }
+    with pytest.raises(DeffError, match="shapes"):
+        PairedBootstrap.from_dict(twice)
+
+
+def test_a_stored_paired_bootstrap_holds_at_most_max_stored_b_replicates():
+    from deffcore.core.errors import DeffError
+    from deffcore.statistics.paired import MAX_STORED_B, PairedBootstrap
+
+    assert PairedBootstrap.from_dict(_small_paired(MAX_STORED_B)).B == MAX_STORED_B
+    with pytest.raises(DeffError, match="shapes"):
+        PairedBootstrap.from_dict(_small_paired(MAX_STORED_B + 1))
+
+
+def test_a_stored_profile_is_a_similarity_at_most_1():
+    """|rho| <= 1 (+1e-6 for the file's rounding): 1.5 is no similarity."""
+    from deffcore.core.errors import DeffError
+    from deffcore.statistics.paired import PairedBootstrap
+
+    edge = _small_paired(4)
+    edge["points"] = [[1.0, 1.0 + 1e-7]]
+    assert PairedBootstrap.from_dict(edge).B == 4
+    beyond = _small_paired(4)
+    beyond["profiles"][0][2] = [0.5, 1.5]
+    with pytest.raises(DeffError, match="not readable"):
+        PairedBootstrap.from_dict(beyond)
+
+
+@pytest.mark.parametrize("field", ["layers", "n"])
+def test_a_snapshots_paired_bootstrap_of_another_run_is_refused(field):
+    """A snapshot whose paired bootstrap is not of its own L and N is one sentence (a stored N
+    changed alone, or L with every shape made to agree with it)."""
+    from deffcore.views.run_schema import SnapshotError, check_snapshot
+
+    data = _stored_paired()
+    pb = data["paired"]
+    if field == "n":
+        pb["n"] += 1
+    else:
+        pb["layers"] -= 1
+        pb["points"] = [p[:-1] for p in pb["points"]]
+        pb["profiles"] = [[r[:-1] for r in prof] for prof in pb["profiles"]]
+    with pytest.raises(SnapshotError, match="not of this run's L and N"):
+        check_snapshot(data, "run.json")
+
+
+def test_the_basic_interval_reflects_the_replicates_about_the_point():
+    """basic = [2Δ - q_0.975, 2Δ - q_0.025], percentile = [q_0.025, q_0.975] of the Δ_r."""
+    from deffcore.statistics.paired import difference_of
+
+    samples = np.linspace(0.0, 1.0, 101) ** 3  # skewed: the two intervals differ
+    d = difference_of(0.2, samples)
+    q = np.quantile(samples, [0.025, 0.975])
+    assert d.percentile == pytest.approx(tuple(q))
+    assert d.basic == pytest.approx((0.4 - q[1], 0.4 - q[0]))
+    assert d.interval == d.basic and d.B == 101
