@@ -29,16 +29,16 @@ class RunSpec:
     bos: str = "default"
 
     def __post_init__(self) -> None:
-        # The door: `model` is parsed once (a malformed spec is its one sentence here) and kept
-        # as its text, so the key and a stored run hold the same string as before.
-        parsed = ModelSpec.parse(self.model)
-        object.__setattr__(self, "model", parsed.text)
-        object.__setattr__(self, "_model_spec", parsed)
+        # The door: `model` is parsed here (a malformed spec is its one sentence here) and kept
+        # as its text, so the key and a stored run hold the same string as before. The parsed
+        # value is not kept in the instance: `spec.__dict__` is the run's plain fields
+        # (snapshots, job records, labels read it).
+        object.__setattr__(self, "model", ModelSpec.parse(self.model).text)
 
     @property
     def model_spec(self) -> ModelSpec:
         """`model`, parsed (`deffcore.inputs.model_spec`)."""
-        return self._model_spec  # type: ignore[attr-defined]
+        return ModelSpec.parse(self.model)
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """What the model and the dataset are, in plain values: {"model_identity": ...,
