@@ -1,0 +1,199 @@
+"""scripts/build_shipped.py: a shipped snapshot is built whole from its own run, reusing the
+cache: what `measure --snapshot` writes with every extra (diagnostics, BOS on/off check, paired
+bootstrap, random-weight band, atlas), plus the atlas's skip effect; a file that is not its
+run's is left alone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from shipped_helpers import SEEDS, measure_args, run_script, write_shipped
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = "build_shipped.py"
+EXTRAS = ("diagnostics", "bos_on_off")
+
+
+def _without(made: dict, *fields: str) -> dict:
+    return {k: v for k, v in made.items() if k not in fields}
+
+
+@pytest.fixture
+def shipped(tmp_path):
+    """The fixture snapshot (its runs, diagnostics and BOS variants in this test's cache)."""
+    path = tmp_path / "shipped.json"
+    made = write_shipped(path)
+    assert all(made.get(k) is not None for k in (*EXTRAS, "paired", "atlas"))
+    assert made["atlas"]["skip_effect"] is None
+    return path, made
+
+
+# ---------------------------------------------------------------------------------------------
+# The diagnostics and the BOS on/off check
+
+
+def test_a_file_without_extras_gains_what_measure_writes_and_its_command_is_whole(shipped):
+    path, made = shipped
+    bare = _without(made, *EXTRAS)
+    bare["command"] = made["command"].replace(" --diagnostics", "").replace(" --bos-on-off", "")
+    path.write_text(json.dumps(bare))
+    done = run_script(SCRIPT, path, "--no-skip-effect")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(path.read_text())
+    assert sorted(got["command"].split()) == sorted(made["command"].split())
+    assert "--diagnostics" in got["command"] and "--bos-on-off" in got["command"]
+    assert got == made  # as `measure` writes it, command included
+    from deffcore.views.snapshot import SnapshotView
+
+    assert SnapshotView(got).data["diagnostics"]["key"] == got["key"]
+
+
+def test_a_file_whose_key_is_not_its_specs_is_left_alone(shipped):
+    path, _ = shipped
+    data = json.loads(path.read_text())
+    data["spec"]["seed"] = 1  # another run's spec under this file's key
+    path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    done = run_script(SCRIPT, path)
+    assert done.returncode == 1 and "not the file's run" in done.stderr
+    assert "Traceback" not in done.stderr and path.read_bytes() == before
+
+
+def test_measure_args_appends_only_what_is_missing_and_sets_what_is_given():
+    sys.path.insert(0, str(REPO / "scripts"))
+    from build_shipped import measure_args as completed
+
+    assert completed("python -m deffcore measure --n 4") == [
+        "measure", "--n", "4", "--diagnostics", "--bos-on-off",
+    ]  # fmt: skip
+    assert completed("deffcore measure --bos-on-off") == [
+        "measure", "--bos-on-off", "--diagnostics",
+    ]  # fmt: skip
+    assert completed("m measure --random-seeds 1,2 --model 'a b'", seeds="1,2,3") == [
+        "measure", "--random-seeds", "1,2,3", "--model", "a b", "--diagnostics", "--bos-on-off",
+    ]  # fmt: skip
+    assert completed("deffcore measure --n 4", extras=False) == ["measure", "--n", "4"]
+    assert completed("measure", poolings="default,no_pos0")[-2:] == [
+        "--bootstrap-poolings", "default,no_pos0",
+    ]  # fmt: skip
+
+
+def test_random_seeds_make_the_file_a_fresh_measure_of_those_seeds(shipped, tmp_path):
+    """The whole file is what `measure --random-seeds 1,2,3 ...` writes: the band over the
+    three seeds, and every other section read back from the run (a number the file holds that
+    its run does not give is not kept)."""
+    path, made = shipped
+    assert SEEDS == (1, 2)
+    made["diagnostics"]["massive_ratio"][0] += 0.5
+    path.write_text(json.dumps(made))
+    done = run_script(SCRIPT, path, "--random-seeds", "1,2,3", "--no-skip-effect")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(path.read_text())
+    from deffcore.cli.main import main
+
+    fresh_path = tmp_path / "fresh.json"
+    argv = measure_args(fresh_path)
+    argv[argv.index("--random-seeds") + 1] = "1,2,3"
+    assert main(argv) == 0
+    fresh = json.loads(fresh_path.read_text())
+    a, b = got["measurement"]["random_null"], fresh["measurement"]["random_null"]
+    assert a["models"] == b["models"] == [f"random:tiny-llama:{s}" for s in (1, 2, 3)]
+    for pooling, band in b["results"].items():
+        assert a["results"][pooling]["seeds"] == ["1", "2", "3"]
+        for field in ("deff_over_L", "mean", "sd", "low", "high"):
+            assert a["results"][pooling][field] == pytest.approx(band[field], abs=2e-6), field
+    assert "--random-seeds 1,2,3" in got["command"]
+    took = ("elapsed_s", "cached", "random_null")  # what the file's run took when it was made
+    assert [got["measurement"][k] for k in took[:2]] == [made["measurement"][k] for k in took[:2]]
+    was = made["measurement"]["random_null"]["cached"]  # seeds 1, 2 read back, 3 measured
+    assert got["measurement"]["random_null"]["cached"] == [*was, False]
+    for data in (got, fresh):
+        data["measurement"] = _without(data["measurement"], *took)
+    assert got == fresh
+
+
+def test_null_band_is_the_mean_and_two_sample_sds():
+    from deffcore.runs.measurement import null_band
+
+    band = null_band(["1", "2", "3"], [1.0, 2.0, 3.0])  # mean 2, sd (ddof 1) 1
+    assert (band["mean"], band["sd"], band["low"], band["high"]) == (2.0, 1.0, 0.0, 4.0)
+    assert null_band(["7"], [0.5])["sd"] == 0.0
+
+
+def test_a_bad_seed_list_is_one_sentence_and_the_file_is_left_alone(shipped):
+    path, _ = shipped
+    before = path.read_bytes()
+    done = run_script(SCRIPT, path, "--random-seeds", "1,x")
+    assert done.returncode == 1 and "--random-seeds must be comma-separated integers" in done.stderr
+    assert "Traceback" not in done.stderr and path.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# The paired bootstrap
+
+
+def test_the_paired_bootstrap_is_the_one_measure_draws_and_nothing_else_changes(shipped):
+    path, made = shipped
+    poolings = list(dict.fromkeys(pooling for pooling, _ in made["paired"]["keys"]))
+    command = made["command"].split(" --bootstrap-poolings ")[0]
+    older = _without(made, "paired")  # as an older CLI wrote it
+    path.write_text(json.dumps({**older, "command": command}))
+    done = run_script(SCRIPT, path, "--poolings", ",".join(poolings), "--no-skip-effect")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(path.read_text())
+    assert got["paired"] == made["paired"]
+    assert f"--bootstrap-poolings {','.join(poolings)}" in got["command"]
+    assert _without(got, "paired", "command") == _without(older, "command")
+    assert got == made  # the command that remakes it included
+
+
+def test_a_file_whose_bootstrap_is_another_is_left_alone(shipped):
+    path, made = shipped
+    data = _without(made, "paired")
+    data["measurement"]["bootstrap"]["samples"][0] += 0.001  # not these passage multisets
+    path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    done = run_script(SCRIPT, path)
+    assert done.returncode == 1 and "not the file's bootstrap" in done.stderr
+    assert "Traceback" not in done.stderr and path.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# The depth-use atlas and its skip effect
+
+
+@pytest.mark.parametrize("skip_effect", [True, False])
+def test_the_file_gains_its_runs_atlas_and_skip_effect_and_nothing_else(shipped, skip_effect):
+    path, made = shipped
+    path.write_text(json.dumps({**made, "atlas": None}))
+    done = run_script(SCRIPT, path, *([] if skip_effect else ["--no-skip-effect"]))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(path.read_text())
+    assert _without(got, "atlas") == _without(made, "atlas")
+    skip = got["atlas"].pop("skip_effect")
+    if skip_effect:
+        assert skip["passages"] == made["n"] and len(skip["kl"]) == made["layers"]
+    else:
+        assert skip is None
+    assert got["atlas"] == _without(made["atlas"], "skip_effect")
+
+
+def test_a_file_that_is_not_of_its_run_is_left_alone(shipped):
+    path, made = shipped
+    data = {**made, "atlas": None}
+    sim = data["similarity"]["top1_pc"]["unbiased_cka"]  # no longer the run's own numbers
+    sim[0][1] = sim[1][0] = sim[0][1] + 0.01  # (a matrix the schema cannot tie to the rest)
+    path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    done = run_script(SCRIPT, path)
+    assert done.returncode == 1 and "not the file's run" in done.stderr
+    assert "top1_pc unbiased_cka" in done.stderr
+    assert path.read_bytes() == before
+    data["similarity"]["default"]["cka"][0][1] += 0.01  # one the schema refuses: one sentence
+    path.write_text(json.dumps(data))
+    done = run_script(SCRIPT, path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "left alone" in done.stderr and path.read_text() == json.dumps(data)
