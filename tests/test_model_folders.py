@@ -102,6 +102,29 @@ def test_a_bad_config_is_one_sentence_before_anything_is_built(
     assert size is None or size.layers <= 1_000
 
 
+def test_a_hub_config_of_random_weights_is_checked_before_its_model_is_built(monkeypatch):
+    """`random:<hub id>:<seed>` reads the config from the hub (here: a stand-in) and builds
+    it: 10^9 blocks would build for hours."""
+    import transformers
+
+    from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
+
+    deep = transformers.GPT2Config(n_layer=10**9, n_embd=64, n_head=4, vocab_size=320)
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *a, **k: deep)
+    monkeypatch.setattr(
+        transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: byte_level_tokenizer()
+    )
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM, "from_config", lambda *a, **k: pytest.fail("built")
+    )
+    with pytest.raises(UnknownModelError) as err:
+        loading.load_model("random:org/deep:0")
+    assert str(err.value) == (
+        "The config.json of model 'org/deep' has n_layer = 1000000000; it must be a whole "
+        "number from 1 to 1,000."
+    )
+
+
 def test_kv_heads_must_divide_the_heads(gpt2_folder, tmp_path, nothing_built):
     llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
              "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 320}  # fmt: skip

@@ -47,7 +47,7 @@ from deffcore.inputs.gguf import check_gguf_tokenizer, gguf_invalid, gguf_metada
 from deffcore.inputs.gguf_reading import reads_once
 from deffcore.inputs.identity import model_identity
 from deffcore.inputs.load_stages import mark
-from deffcore.inputs.model_config import refusal_by_design
+from deffcore.inputs.model_config import check_config, refusal_by_design
 from deffcore.inputs.model_files import check_loaded_weights, check_model_folder
 from deffcore.inputs.shapes import SHAPES, is_shape, shape_config
 from deffcore.inputs.special_tokens import adds_bos
@@ -308,6 +308,8 @@ def _load_random(inner: str, seed: int, revision: str | None, dtype: torch.dtype
     if revision is not None:
         kwargs["revision"] = revision
     config = _from_pretrained("config", inner, source, dict(kwargs))
+    # a hub config's types and ranges, before its modules are built (a folder's: in _source)
+    check_config(config.to_dict(), f"model {inner!r}")
     tokenizer = _from_pretrained("tokenizer", inner, source, dict(kwargs))
     return init_from_config(config, seed, dtype), tokenizer
 
