@@ -314,6 +314,18 @@ MUTATIONS: list[tuple[str, str, str, str, str]] = [
      "    for sub in config.values():\n        if isinstance(sub, dict) and (found := "
      "_auto_map(sub)):\n            return found\n", "",
      "tests/test_model_files.py -k nested"),
+    ("model_files: a missing block allowed", "deffcore/inputs/model_files.py",
+     'if id(params[k]) in embed_ids or any(part.isdigit() for part in k.split("."))',
+     "if id(params[k]) in embed_ids", "tests/test_model_folders.py -k more_blocks"),
+    ("model_config: no refusal by design", "deffcore/inputs/model_config.py",
+     '    if model_type in BY_DESIGN:\n        return BY_DESIGN[model_type]\n', "",
+     "tests/test_model_folders.py -k encoder"),
+    ("devices: folders not sized", "deffcore/inputs/devices.py",
+     "        params, advice = parameters(config),", "        return\n        params, advice = "
+     "parameters(config),", "tests/test_model_folders.py -k larger_than"),
+    ("gguf: arrays of any depth", "deffcore/inputs/gguf.py",
+     "            if depth >= MAX_ARRAY_DEPTH:", "            if False:",
+     "tests/test_gguf_reading.py -k hostile"),
     ("correlation: exact p below 9", "deffcore/measures/correlation.py",
      "    exact = spearman_exact_p(x, y) if n <= EXACT_MAX_N else None",
      "    exact = spearman_exact_p(x, y) if n < EXACT_MAX_N else None",

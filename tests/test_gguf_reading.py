@@ -175,6 +175,8 @@ HOSTILE = [
      "llama.block_count is '1000000000'"),
     ("width-text", _kv("llama.embedding_length", _STRING, _string("wide")),
      "llama.embedding_length is 'wide'"),
+    ("bos-text", _kv("tokenizer.ggml.add_bos_token", _STRING, _string("no")),
+     "tokenizer.ggml.add_bos_token is 'no', not a bool"),
 ]  # fmt: skip
 
 

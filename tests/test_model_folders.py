@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from deffcore.core.errors import (
 from deffcore.inputs import context, loading
 from deffcore.inputs.model_config import parameters, refusal_by_design
 from deffcore.inputs.model_files import check_loaded_weights
+from deffcore.inputs.model_size import model_size
 from deffcore.inputs.small_configs import BY_DESIGN
 
 
@@ -95,6 +98,31 @@ def test_a_bad_config_is_one_sentence_before_anything_is_built(
     assert time.perf_counter() - start < 5  # no model of 10^9 blocks was started
     with pytest.raises(UnknownModelError, match=r"config\.json"):  # the cheap checks, too
         context.context_length(str(folder))
+    size = model_size(str(folder))  # the planner's estimate: unknown, never a traceback
+    assert size is None or size.layers <= 1_000
+
+
+def test_a_hub_config_of_random_weights_is_checked_before_its_model_is_built(monkeypatch):
+    """`random:<hub id>:<seed>` reads the config from the hub (here: a stand-in) and builds
+    it: 10^9 blocks would build for hours."""
+    import transformers
+
+    from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
+
+    deep = transformers.GPT2Config(n_layer=10**9, n_embd=64, n_head=4, vocab_size=320)
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *a, **k: deep)
+    monkeypatch.setattr(
+        transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: byte_level_tokenizer()
+    )
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM, "from_config", lambda *a, **k: pytest.fail("built")
+    )
+    with pytest.raises(UnknownModelError) as err:
+        loading.load_model("random:org/deep:0")
+    assert str(err.value) == (
+        "The config.json of model 'org/deep' has n_layer = 1000000000; it must be a whole "
+        "number from 1 to 1,000."
+    )
 
 
 def test_kv_heads_must_divide_the_heads(gpt2_folder, tmp_path, nothing_built):
@@ -161,9 +189,10 @@ def test_an_encoder_folder_is_refused_on_load_as_the_support_table_says(
     folder = _bert_folder(tmp_path)
     import transformers
 
-    monkeypatch.setattr(
-        transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("read")
-    )
+    for name in ("from_pretrained", "from_config"):
+        monkeypatch.setattr(
+            transformers.AutoModelForCausalLM, name, lambda *a, **k: pytest.fail("built")
+        )
     spec = f"random:{folder}:0" if random else str(folder)
     with pytest.raises(UnsupportedArchitectureError) as err:
         loading.load_model(spec)
@@ -294,3 +323,27 @@ def test_the_cli_exits_2_with_one_sentence(gpt2_folder, tmp_path, tiny_dataset, 
     # transformers' own "Loading weights" progress bar is on every folder load; nothing else
     err = [line for line in lines if not line.startswith("Loading weights")]
     assert code == 2 and len(err) == 1 and why in err[0], lines
+
+
+def test_a_refused_foreign_folder_prints_only_its_sentence(gpt2_folder, tmp_path, tiny_dataset):
+    """transformers' LOAD REPORT (a table of missing and unexpected keys on stderr, the only sign
+    before) is held back for weights that are refused: the process prints the one sentence."""
+    import transformers
+
+    llama = transformers.LlamaConfig(num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
+                                     vocab_size=259)  # fmt: skip
+    folder = _copy(gpt2_folder, tmp_path / "foreign", llama.to_json_string())
+    argv = ["measure", "--model", str(folder), "--dataset", tiny_dataset, "--n", "4",
+            "--max-tokens", "8", "--no-progress", "--no-cache"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "deffcore", *argv],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    err = [line for line in lines if not line.startswith("Loading weights")]
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr
+    assert err[0].startswith(f"error: The model folder {folder} holds weights that do not match")

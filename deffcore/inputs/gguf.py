@@ -189,12 +189,15 @@ def _read_gguf(f: Any, size: int) -> dict[str, Any]:
 
 
 def _check_typed(meta: dict[str, Any]) -> None:
-    """The header values deffcore reads, typed: the architecture a string, the alignment a power
-    of two, each size of `GGUF_SIZES` a whole number in its range (a float, a string or 10^9
-    blocks would reach transformers' model builder)."""
+    """The header values deffcore reads, typed: the architecture a string, the BOS flag a bool,
+    the alignment a power of two, each size of `GGUF_SIZES` a whole number in its range (a
+    float, a string or 10^9 blocks would reach transformers' model builder)."""
     arch = meta.get("general.architecture")
     if arch is not None and not isinstance(arch, str):
         raise _GGUFRefused("its general.architecture is not a string")
+    bos = meta.get("tokenizer.ggml.add_bos_token")
+    if bos is not None and not isinstance(bos, bool):  # `check_gguf_tokenizer` reads it
+        raise _GGUFRefused(f"its tokenizer.ggml.add_bos_token is {str(bos)[:20]!r}, not a bool")
     alignment = meta.get("general.alignment", 32)
     if not _whole(alignment, 1, MAX_ALIGNMENT) or alignment & (alignment - 1):
         raise _GGUFRefused(

@@ -42,7 +42,7 @@ from deffcore.inputs.gguf import check_gguf_tokenizer, gguf_invalid, gguf_metada
 from deffcore.inputs.gguf_reading import reads_once
 from deffcore.inputs.identity import model_identity
 from deffcore.inputs.load_stages import mark
-from deffcore.inputs.model_config import refusal_by_design
+from deffcore.inputs.model_config import check_config, refusal_by_design
 from deffcore.inputs.model_files import check_loaded_weights, check_model_folder
 from deffcore.inputs.model_spec import Kind, ModelSpec
 from deffcore.inputs.shapes import SHAPES, shape_config
@@ -303,6 +303,8 @@ def _load_random(inner: ModelSpec, seed: int, revision: str | None, dtype: torch
     if revision is not None:
         kwargs["revision"] = revision
     config = _from_pretrained("config", inner.text, source, dict(kwargs))
+    # a hub config's types and ranges, before its modules are built (a folder's: in _source)
+    check_config(config.to_dict(), f"model {inner.text!r}")
     tokenizer = _from_pretrained("tokenizer", inner.text, source, dict(kwargs))
     return init_from_config(config, seed, dtype), tokenizer
 

@@ -12,8 +12,8 @@ of 2^30 end in its tracebacks (a TypeError, a ZeroDivisionError, a storage overf
 - the config is a JSON object; `model_type` a string, `architectures` a list of strings;
 - every size field it has (`SIZE_FIELDS`: layers, width, heads, KV heads, MLP width, head
   width, vocabulary, positions), at the top and in a nested `*_config`, is a whole number in
-  its range (None: the family's default); the heads divide the width when no `head_dim` is
-  given, and the KV heads divide the heads;
+  its range (None: the family's default); in the decoder's config (the top or `text_config`)
+  the heads divide the width when no `head_dim` is given, and the KV heads divide the heads;
 - its type is a decoder-only language model: an encoder or the decoder of an encoder-decoder
   model is refused with the reason the support table gives (`refusal_by_design`, the one source
   of `deffcore.lenses.support` and docs/support.md);
@@ -102,7 +102,9 @@ def check_config(config: Any, where: str) -> None:
             f"The config.json of {where} has architectures that are not a list of class names."
         )
     for label, cfg in _configs(config):
-        _check_sizes(cfg, f"The config.json of {where}{label}")
+        # how heads split the width: a decoder's rule (a vision or audio tower may differ)
+        text = label in ("", " (its text_config)")
+        _check_sizes(cfg, f"The config.json of {where}{label}", relations=text)
     reason = refusal_by_design(kind or "", bool(config.get("is_encoder_decoder")))
     if reason is not None:
         raise UnsupportedArchitectureError(
@@ -156,7 +158,7 @@ def parameters(config: Mapping[str, Any]) -> int:
                 "num_hidden_layers": layers,
                 "hidden_size": width,
                 "num_attention_heads": heads,
-                "num_key_value_heads": cfg.get("num_key_value_heads") or heads,
+                "num_key_value_heads": min(cfg.get("num_key_value_heads") or heads, heads),
                 "head_dim": cfg.get("head_dim") or max(width // heads, 1),
                 "intermediate_size": mlp or 4 * width,
                 "vocab_size": cfg.get("vocab_size") or 1,
@@ -184,7 +186,7 @@ def _whole(value: Any, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _check_sizes(cfg: Mapping[str, Any], where: str) -> None:
+def _check_sizes(cfg: Mapping[str, Any], where: str, relations: bool = True) -> None:
     for name, (low, high) in SIZE_FIELDS.items():
         value = cfg.get(name)
         if value is None:
@@ -197,6 +199,8 @@ def _check_sizes(cfg: Mapping[str, Any], where: str) -> None:
                 f"{where} has {name} = {_short(value)}; it must be a whole number from {low:,} "
                 f"to {high:,}."
             )
+    if not relations:
+        return
     width, heads = _first(cfg, _WIDTH), _first(cfg, _HEADS)
     no_head_dim = cfg.get("head_dim") is None
     if width is not None and heads is not None and no_head_dim and width % heads:

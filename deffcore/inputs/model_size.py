@@ -204,9 +204,11 @@ def model_size(
 
 
 def _from_json(path: Path, source: str) -> ModelSize | None:
+    """None for a config that is not a mapping of sizes (a JSON list, "four" layers): the load
+    refuses it in one sentence (`deffcore.inputs.model_config`)."""
     try:
         return from_config(json.loads(path.read_text()), source)
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
 
 

@@ -328,7 +328,8 @@ def support_markdown(rows: list[SupportRow]) -> str:
         "(`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`). **"
         f"{verified} verified**, {design} refused by design (encoders and the decoders of "
         f"encoder-decoder models), {len(rows) - verified - design} refused for the reason "
-        "given.",
+        "given. A model folder, hub id or GGUF file of a type refused by design is refused on "
+        "load with the same reason (`deffcore.inputs.model_config.refusal_by_design`).",
         "",
         "*Verified*: a tiny random model of the type (`deffcore.inputs.small_configs`: 2 blocks, "
         "d = 32, seeded) is measured with `dc.measure(model, tokenizer, texts)`, and its pooled "
