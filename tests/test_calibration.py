@@ -12,7 +12,11 @@ from calibrated_similarity import calibrate
 from deffcore.core.errors import InvalidArgumentError
 from deffcore.measures.depth import effective_depth
 from deffcore.measures.similarity_measures import MEASURES, measure_matrix
-from deffcore.statistics.calibration import calibrated_similarity, permutations_for
+from deffcore.statistics.calibration import (
+    calibrate_scores,
+    calibrated_similarity,
+    permutations_for,
+)
 
 
 def _states(n=50, d=6, layers=3, seed=0):
@@ -53,6 +57,24 @@ def test_matches_calibrated_similarity_on_the_same_permutations(measure):
     assert np.all(np.diag(res.S_cal) == 1.0)
     assert res.deff_cal == pytest.approx(effective_depth(res.S_cal))
     assert res.deff == pytest.approx(effective_depth(res.S))
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.5])
+def test_ties_and_order_statistic_as_calibrated_similarity(alpha):
+    """Scores with ties (a discrete measure such as mutual kNN): threshold, p-value (ties
+    count against the observation) and S_cal as the reference computes them."""
+    obs, null = 0.5, [0.5, 0.25, 0.5, 0.75, 0.125, 0.5, 0.25, 0.375, 0.5]
+    values = iter([obs, *null])
+    x = torch.zeros(4, 1)
+    scal, p, tau = calibrate(x, x, lambda a, b: next(values), K=len(null), alpha=alpha)
+    s = np.full((2, 2), obs)
+    got_tau, got_p, got_scal = calibrate_scores(
+        s, np.array(null)[:, None, None] * np.ones((2, 2)), alpha
+    )
+    assert got_tau[0, 1] == pytest.approx(float(tau))
+    assert got_p[0, 1] == pytest.approx(float(p))
+    assert got_p[0, 1] == pytest.approx((1 + 5) / 10)
+    assert got_scal[0, 1] == pytest.approx(float(scal))
 
 
 @pytest.mark.parametrize("measure", MEASURES)

@@ -298,9 +298,10 @@ def _pair(measure: str, pi: Any, pj: Any, perm: Permutation | None, opts: Measur
             return float(np.sum(cross**2) / (np.linalg.norm(zi.T @ zi) * np.linalg.norm(zj.T @ zj)))
         if measure == "procrustes":
             return float(np.linalg.svd(zi.T @ zj, compute_uv=False).sum())
-        a, rho, b = _cca_pair(zi, zj)
-        if measure == "svcca":
+        if measure == "svcca":  # canonical correlations only: no singular vectors
+            rho = np.clip(np.linalg.svd(zi.T @ zj, compute_uv=False), 0.0, 1.0)
             return float(rho.mean() if opts.cca_summary == "mean" else np.sum(rho**2) / rho.size)
+        a, rho, b = _cca_pair(zi, zj)
         # pwcca: weights alpha_k = sum over neurons |<h_k, x_m>|, h = canonical variates
         wi = np.abs(a.T @ pi[1]).sum(axis=1)
         wj = np.abs(b.T @ pj[1]).sum(axis=1)
