@@ -115,6 +115,17 @@ def test_independent_layers_calibrate_to_zero_and_deff_to_l():
     assert res.deff < res.deff_cal
 
 
+@pytest.mark.parametrize("measure", MEASURES)
+def test_independent_gaussian_layers_sit_in_their_null(measure):
+    """Five independent Gaussian layers: each of the 10 pairs exceeds its null's 95% threshold
+    with probability 5%, so S_cal is 0 for nearly all of them (seeded)."""
+    st = np.random.default_rng(11).standard_normal((5, 120, 6))
+    res = calibrated_similarity(st, measure, permutations=39, seed=3, k=5)
+    off = ~np.eye(5, dtype=bool)
+    assert np.sum(res.S_cal[off] == 0.0) >= 2 * 7  # at most 3 of the 10 pairs above
+    assert np.all(np.abs(res.S[off] - res.null_mean[off]) < 0.1)
+
+
 def test_bad_arguments():
     st = _states()
     with pytest.raises(InvalidArgumentError, match="permutations"):

@@ -27,7 +27,7 @@ rsa 31 x N(N-1)/2 x 4 B = 1.04 GB (Pearson: x 8 B, 2.1 GB).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -238,8 +238,8 @@ class Permutation:
     permuted layer is row pi[a]); caches what each measure derives from it."""
 
     pi: np.ndarray
-    _inv: np.ndarray | None = None
-    _tri: np.ndarray | None = None
+    _inv: np.ndarray | None = field(default=None, init=False, repr=False)
+    _tri: np.ndarray | None = field(default=None, init=False, repr=False)
 
     @property
     def inv(self) -> np.ndarray:
