@@ -12,7 +12,11 @@ from calibrated_similarity import calibrate
 from deffcore.core.errors import InvalidArgumentError
 from deffcore.measures.depth import effective_depth
 from deffcore.measures.similarity_measures import MEASURES, measure_matrix
-from deffcore.statistics.calibration import calibrated_similarity, permutations_for
+from deffcore.statistics.calibration import (
+    calibrate_scores,
+    calibrated_similarity,
+    permutations_for,
+)
 
 
 def _states(n=50, d=6, layers=3, seed=0):
@@ -55,6 +59,24 @@ def test_matches_calibrated_similarity_on_the_same_permutations(measure):
     assert res.deff == pytest.approx(effective_depth(res.S))
 
 
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.5])
+def test_ties_and_order_statistic_as_calibrated_similarity(alpha):
+    """Scores with ties (a discrete measure such as mutual kNN): threshold, p-value (ties
+    count against the observation) and S_cal as the reference computes them."""
+    obs, null = 0.5, [0.5, 0.25, 0.5, 0.75, 0.125, 0.5, 0.25, 0.375, 0.5]
+    values = iter([obs, *null])
+    x = torch.zeros(4, 1)
+    scal, p, tau = calibrate(x, x, lambda a, b: next(values), K=len(null), alpha=alpha)
+    s = np.full((2, 2), obs)
+    got_tau, got_p, got_scal = calibrate_scores(
+        s, np.array(null)[:, None, None] * np.ones((2, 2)), alpha
+    )
+    assert got_tau[0, 1] == pytest.approx(float(tau))
+    assert got_p[0, 1] == pytest.approx(float(p))
+    assert got_p[0, 1] == pytest.approx((1 + 5) / 10)
+    assert got_scal[0, 1] == pytest.approx(float(scal))
+
+
 @pytest.mark.parametrize("measure", MEASURES)
 def test_threshold_exceeded_at_most_alpha_under_independence(measure):
     """200 seeded trials of two independent layers: the null's 95% threshold is exceeded in
@@ -91,6 +113,17 @@ def test_independent_layers_calibrate_to_zero_and_deff_to_l():
     np.testing.assert_allclose(res.null_mean[off], 8 / 208, rtol=0.2)
     assert res.deff_cal > 0.9 * 5
     assert res.deff < res.deff_cal
+
+
+@pytest.mark.parametrize("measure", MEASURES)
+def test_independent_gaussian_layers_sit_in_their_null(measure):
+    """Five independent Gaussian layers: each of the 10 pairs exceeds its null's 95% threshold
+    with probability 5%, so S_cal is 0 for nearly all of them (seeded)."""
+    st = np.random.default_rng(11).standard_normal((5, 120, 6))
+    res = calibrated_similarity(st, measure, permutations=39, seed=3, k=5)
+    off = ~np.eye(5, dtype=bool)
+    assert np.sum(res.S_cal[off] == 0.0) >= 2 * 7  # at most 3 of the 10 pairs above
+    assert np.all(np.abs(res.S[off] - res.null_mean[off]) < 0.1)
 
 
 def test_bad_arguments():

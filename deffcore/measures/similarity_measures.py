@@ -27,7 +27,7 @@ rsa 31 x N(N-1)/2 x 4 B = 1.04 GB (Pearson: x 8 B, 2.1 GB).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -238,8 +238,8 @@ class Permutation:
     permuted layer is row pi[a]); caches what each measure derives from it."""
 
     pi: np.ndarray
-    _inv: np.ndarray | None = None
-    _tri: np.ndarray | None = None
+    _inv: np.ndarray | None = field(default=None, init=False, repr=False)
+    _tri: np.ndarray | None = field(default=None, init=False, repr=False)
 
     @property
     def inv(self) -> np.ndarray:
@@ -298,9 +298,10 @@ def _pair(measure: str, pi: Any, pj: Any, perm: Permutation | None, opts: Measur
             return float(np.sum(cross**2) / (np.linalg.norm(zi.T @ zi) * np.linalg.norm(zj.T @ zj)))
         if measure == "procrustes":
             return float(np.linalg.svd(zi.T @ zj, compute_uv=False).sum())
-        a, rho, b = _cca_pair(zi, zj)
-        if measure == "svcca":
+        if measure == "svcca":  # canonical correlations only: no singular vectors
+            rho = np.clip(np.linalg.svd(zi.T @ zj, compute_uv=False), 0.0, 1.0)
             return float(rho.mean() if opts.cca_summary == "mean" else np.sum(rho**2) / rho.size)
+        a, rho, b = _cca_pair(zi, zj)
         # pwcca: weights alpha_k = sum over neurons |<h_k, x_m>|, h = canonical variates
         wi = np.abs(a.T @ pi[1]).sum(axis=1)
         wj = np.abs(b.T @ pj[1]).sum(axis=1)
