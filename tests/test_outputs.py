@@ -215,9 +215,15 @@ def test_the_write_looks_again_at_what_is_there(tmp_path):
     assert link.is_symlink() and not (tmp_path / "target.html").exists()
 
 
-def test_the_carry_labs_records_follow_the_same_rule(capsys, tmp_path, deff_cache_dir):
+def test_the_carry_labs_records_follow_the_same_rule(capsys, tmp_path, deff_cache_dir, monkeypatch):
     """`carry --checkpoint-dir`: its records.json replaces only a lab's records, never a file
     of the user's, and never lands in a cache entry or the package (refused before training)."""
+    from deffcore.labs import residual_carry
+
+    def train(*args, **kwargs):
+        pytest.fail("the lab trained although its output is refused")
+
+    monkeypatch.setattr(residual_carry, "train_run", train)
     base = ["carry", "--preset", "tiny", "--no-progress", "--checkpoint-dir"]
     (tmp_path / "records.json").write_text("my records")
     _refused(capsys, [*base, str(tmp_path)], "is not a lab's records file deffcore wrote")

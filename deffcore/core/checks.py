@@ -85,7 +85,7 @@ def check_replicates(
             f"{name} must be at most {MAX_REPLICATES:,} bootstrap replicates (a 95% interval "
             f"settles within a few thousand), got {B:,}."
         )
-    if n is not None and memory is not None and n > 0:
+    if n is not None and memory is not None and 0 < n <= MAX_PASSAGES:  # else n's own sentence
         each = DRAW_BYTES * n + per_replicate
         if B * each > memory:
             raise InvalidArgumentError(
