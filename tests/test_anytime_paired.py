@@ -173,3 +173,42 @@ def test_the_page_asks_only_what_the_runs_data_can_give_as_the_live_answer_does(
     live = live_answer(pb, states, dict.fromkeys(stacks), "cka", None, 24, spec=spec)
     assert page.verdict == live["verdict"] == "cannot_tell" and page.trust == "noise"
     assert page.action == live["action"] and "tiny_passages.txt gives" in page.action
+
+
+def _live_parts(n: int = 64):
+    """(states {pooling: (L+1, N, d) h_0 .. h_L}, estimates, L) of a small construction."""
+    c = position0_construction(n, 8, 4, h0=1.0, pos0=3.0, onset=2, seed=1)
+    states = _pooled(c).pooled
+    return states, {p: object() for p in ("default", "no_pos0")}, c.default.shape[0]
+
+
+def test_the_shared_bootstrap_pairs_h_1_to_h_l():
+    """The states hold h_0 .. h_L; the bootstrap (like the run's) is of h_1 .. h_L: L layers."""
+    from deffcore.statistics.anytime_paired import shared_bootstrap
+
+    states, _, L = _live_parts()
+    pb = shared_bootstrap(states, ("default", "no_pos0"), "cka", B=4)
+    assert pb.layers == L and pb.n == 64
+    assert pb.has("default", "unbiased_cka") and pb.has("no_pos0", "cka")
+    assert shared_bootstrap(states, ("default", "no_pos0"), "cka", B=1) is None
+
+
+@pytest.mark.parametrize("noisy", ["default", "no_pos0"])
+def test_a_noisy_number_gives_its_own_action(noisy, monkeypatch):
+    """When one of the two numbers is noise, the live answer cannot tell and asks what that
+    number's trust rule asks (whichever pooling it is)."""
+    from types import SimpleNamespace
+
+    from deffcore.statistics import anytime_paired
+
+    states, estimates, _ = _live_parts()
+    pb = anytime_paired.shared_bootstrap(states, ("default", "no_pos0"), "cka", B=8)
+
+    def trust(paired, pooling, metric, d, spec=None):
+        level = "noise" if pooling == noisy else "solid"
+        return SimpleNamespace(level=level, action=f"use ≥ {len(pooling)} passages")
+
+    monkeypatch.setattr(anytime_paired, "answer_trust", trust)
+    a = anytime_paired.live_answer(pb, states, estimates, "cka", None, 64)
+    assert a["verdict"] == "cannot_tell" and a["trust"] == "noise"
+    assert a["action"] == f"use ≥ {len(noisy)} passages" and a["action"] in a["sentence"]

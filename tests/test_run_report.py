@@ -211,28 +211,3 @@ def test_the_command_says_what_it_wrote(in_cache, tmp_path, capsys):
     assert main(["report", str(in_cache["path"]), "-o", str(out), "--no-progress"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith(f"wrote {out} (") and line.endswith(f"MB): {said['run']}")
-
-
-def test_plotly_js_is_inlined_once_in_the_first_figure(shipped_run):
-    """The library comes with the first figure's div, before any figure is drawn; every later
-    figure only calls it."""
-    page = report_html(shipped_view(shipped_run["data"]))
-    banners = [m.start() for m in re.finditer(r"plotly\.js v\d", page)]
-    plots = [m.start() for m in re.finditer(r"Plotly\.newPlot\(", page)]
-    divs = [m.start() for m in re.finditer(r'<div class="fig">', page)]
-    assert len(banners) == 1 and len(plots) == len(divs) >= 2
-    assert divs[0] < banners[0] < plots[0] < divs[1]
-
-
-def test_a_stored_text_in_a_paragraph_or_a_box_is_escaped(shipped_run):
-    """A snapshot's random-null seeds reach a paragraph and the BOS answer's sentence a box:
-    a colleague's markup in either is shown as text, never parsed."""
-    data = copy.deepcopy(shipped_run["data"])
-    band = data["measurement"]["random_null"]["results"]["default"]
-    seed = "<img src=x onerror=alert(1)>"  # a seed may be text of up to 40 characters
-    band["seeds"] = [seed, *band["seeds"][1:]]
-    view = shipped_view(data)
-    assert view.random_band("default", "cka")["seeds"][0] == seed
-    page = report_html(view, answer={"verdict": "cannot_tell", "sentence": f"Δ {HOSTILE}"})
-    assert "<script>alert" not in page and "<img src=x" not in page
-    assert html.escape(seed) in page and html.escape(HOSTILE) in page
