@@ -16,12 +16,12 @@ from typing import Any
 import streamlit as st
 
 from deffcore.core.safe_text import md_escape
-from deffcore.statistics.anytime_paired import ANSWER_POOLINGS
-from deffcore.statistics.position0 import answer_metrics
+from deffcore.statistics.position0 import ANSWER_B
+from deffcore.views.run_answer import held
 from deffcore.work import jobs
 
-#: Replicates of the page's paired bootstrap.
-PAGE_B = 50
+#: Replicates of the page's paired bootstrap: the one B of every surface's answer.
+PAGE_B = ANSWER_B
 
 
 def _name(view: Any, metric: str) -> str:
@@ -32,9 +32,7 @@ def ensure_paired(view: Any, metric: str) -> str | None:
     """The background task's name while the view's run lacks a paired bootstrap under
     `metric` (started here when needed); None when it has one or is not a live run."""
     m = view.measurement
-    pb, metrics = view.paired_bootstrap(), answer_metrics(metric)  # the stand-in too (SPEC 15)
-    held = pb is not None and all(pb.has(p, x) for p in ANSWER_POOLINGS for x in metrics)
-    if m is None or held:
+    if m is None or held(view.paired_bootstrap(), metric, stand_in=True):  # SPEC 15
         return None
     name = _name(view, metric)
     last = jobs.task_job(name)

@@ -21,14 +21,16 @@ from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import UndefinedSimilarityError
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.lenses import diagnostics, diagnostics_store
-from deffcore.lenses.bos_answer import bos_on_off, position0_answer_for
+from deffcore.lenses.bos_answer import bos_on_off
 from deffcore.lenses.run_extras import extras_source, snapshot_bos_on_off, snapshot_diagnostics
 from deffcore.runs import preflight
 from deffcore.runs.action_costs import diagnostics_cost, runs_cost, with_variants
 from deffcore.statistics.control_effects import control_effects, effect_sentence, regime_intervals
+from deffcore.statistics.position0 import answer_method
 from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
 from deffcore.views.labels import run_label
 from deffcore.views.paper import paper_controls, paper_table
+from deffcore.views.run_answer import run_answer, trust_line
 from deffcore.views.run_view import Headline, RunView
 from deffcore.work import jobs
 from explorer.cards import show_run_figure
@@ -59,23 +61,13 @@ def answer_section(view: RunView, settings: Settings) -> None:
     """The page's one answer, from what is already computed (no model, no diagnostics): paired
     when the run has its bootstrap (a live run draws one in the background meanwhile)."""
     pairing = ensure_paired(view, settings.metric)
-    answer = position0_answer_for(view, settings.metric, settings.K)
+    answer = run_answer(view, settings.metric, settings.K, draw=False)  # drawn in the background
     say = getattr(st, ANSWER_BOX.get(answer.verdict, "info"))
     say(f"**Is the gap a position-0 artefact?** {answer.sentence}")
-    row = st.container(horizontal=True, vertical_alignment="center")
     if answer.trust:
-        row.badge(f"Trust of the two numbers: {answer.trust}")
-    how = (
-        f"Δ's interval is paired: both gaps are evaluated on the same {answer.B} bootstrap "
-        "multisets of this run's passages, so their shared errors cancel"
-        if answer.paired
-        else "Δ's interval is unpaired: it adds both numbers' estimated errors (bias + spread), "
-        "which overstates it, since the two share their passages"
-    )
-    row.caption(
-        f"{how}; the tolerance is half the gap (at least 2 points), with its own uncertainty. "
-        "The claim is checked on constructions with a known answer (glossary: position-0 test)."
-    )
+        st.badge(trust_line(answer.trust).rstrip("."))
+    with st.expander("How this was decided"):
+        st.caption(md_escape(answer_method(answer)))
     if pairing is not None:
         paired_progress(pairing)
 

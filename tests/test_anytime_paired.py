@@ -40,7 +40,7 @@ def test_an_estimate_carries_the_paired_answer_from_unbiased_replicates():
     # linear CKA's Δ is answered by unbiased CKA's replicates (position0.STAND_IN), as the page
     # answers it, whichever estimator the mark shows
     assert used == "unbiased_cka" and a["answered_with"] == "unbiased_cka"
-    assert "Answered with unbiased CKA" in a["sentence"]
+    assert "unbiased CKA's numbers, on the same replicates" in a["sentence"]
     # the same answer as the decision on the same replicates, computed directly
     pb = paired_bootstrap(
         {p: _pooled(c).pooled[p][1:] for p in two}, metrics=("cka", "unbiased_cka"), B=40, seed=3

@@ -54,14 +54,23 @@ def test_within_the_tolerance_is_not_an_artefact():
     a = position0_answer(9.5, 11.25, band_default=1.0, band_no_pos0=1.0, trust_default="solid")
     assert a.verdict == "not_artefact" and a.delta == pytest.approx(1.75)
     assert a.interval == pytest.approx((-0.25, 3.75)) and a.tolerance == 4.75
-    assert "Δ = +1.75 ± 2.00 pts" in a.sentence and "not a position-0 artefact" in a.sentence
+    # verdict first, then the numbers it was decided on (the method: `how`)
+    assert a.sentence == (
+        "Not a BOS artefact: removing position 0 moves the gap by +1.8 ± 2.0 points (unpaired: "
+        "its two errors added), less than half of the 9.5% gap."
+    )
+    assert "adds the two numbers' estimated errors" in a.to_dict()["how"]
 
 
 def test_a_shrinking_gap_beyond_the_tolerance_is_an_artefact():
     a = position0_answer(40.5, 9.5, band_default=1.0, band_no_pos0=1.0)
-    assert a.verdict == "artefact" and "a position-0 artefact" in a.sentence
+    assert a.verdict == "artefact" and a.sentence.startswith("A BOS artefact: removing position")
+    assert "more than half of the 40% gap: without position 0 the gap shrinks" in a.sentence
     grows = position0_answer(9.5, 40.5, band_default=1.0, band_no_pos0=1.0)
-    assert grows.verdict == "masks" and "hides part of the gap" in grows.sentence
+    assert grows.verdict == "masks" and grows.sentence.startswith(
+        "Not a BOS artefact, but position 0 hides part of the gap: removing position 0 moves the "
+        "gap by +31.0 ± 2.0 points"
+    )
     flips = position0_answer(-20.0, 5.0, band_default=1.0, band_no_pos0=1.0)
     assert flips.verdict == "artefact"  # towards F_L and across it
 
@@ -79,13 +88,15 @@ def test_noise_never_gets_a_verdict_and_carries_the_trust_action():
         trust_default="noise", noise_action="use ≥ 600 passages",
     )  # fmt: skip
     assert a.verdict == "cannot_tell" and a.trust == "noise"
-    assert "cannot tell yet" in a.sentence and "use ≥ 600 passages" in a.sentence
+    assert a.sentence.startswith("Cannot tell yet: removing position 0 moves the gap by +0.1")
+    assert a.sentence.endswith("but the two numbers' trust is noise; use ≥ 600 passages.")
 
 
 def test_identical_controls_are_certain_and_said_as_such():
     a = position0_answer(-15.7, -15.7, identical="every passage has 128 tokens ...")
     assert a.verdict == "not_artefact" and a.interval is None
-    assert "the same control for this run" in a.sentence
+    assert a.sentence.startswith("Not a BOS artefact: removing position 0 cannot move the gap")
+    assert "the same control as default for this run" in a.sentence
 
 
 def test_without_the_control_the_test_is_missing():
@@ -102,7 +113,7 @@ def test_shipped_run_gets_the_issue_answer():
         # a snapshot made before SPEC 15 holds no paired bootstrap: the unpaired rule (both
         # errors added, about +-2.2 points each) reaches past the tolerance, and says so
         assert a.trust == "indicative" and a.verdict == "cannot_tell"
-        assert "cannot tell yet" in a.sentence and "unpaired" in a.sentence
+        assert "Cannot tell yet" in a.sentence and "unpaired" in a.sentence
     else:  # regenerated with `measure --bootstrap 100 --snapshot`: the goal is a definite answer
         assert a.verdict == "not_artefact" and a.B >= 100, a.sentence
         # from unbiased CKA's replicates of the same passages, as the CLI and the page draw
@@ -129,7 +140,7 @@ def test_paired_answer_uses_the_replicates_difference_not_the_summed_bands():
     assert a.paired and a.method == "basic" and a.B == 200
     q = np.quantile(rn - rd, [0.025, 0.975])
     assert a.interval == pytest.approx((2 * 1.85 - q[1], 2 * 1.85 - q[0]))
-    assert a.verdict == "not_artefact" and "paired" in a.sentence
+    assert a.verdict == "not_artefact" and a.paired and "paired bootstrap" in a.to_dict()["how"]
     # the same numbers unpaired (bands 4.4 each): the summed errors straddle T = 4.75
     assert position0_answer(9.5, 11.35, band_default=4.4, band_no_pos0=4.4).verdict == "cannot_tell"
 
@@ -214,7 +225,11 @@ def test_the_stand_in_answer_says_which_metric_answered():
     own = position0_answer_for(view, "cka", paired=both, stand_in=False)
     assert a.answered_with == "unbiased_cka" and own.answered_with is None
     assert a.delta_asked == pytest.approx(own.delta) and a.delta != pytest.approx(own.delta)
-    assert "Answered with unbiased CKA" in a.sentence and f"{own.delta:+.2f}" in a.sentence
+    # one clause when the numbers are another metric's than the headline's; the why: `how`
+    clause = "; unbiased CKA's numbers, on the same replicates: linear CKA's own Δ is "
+    clause += f"{own.delta:+.1f})"
+    assert clause in a.sentence and a.sentence.count(";") <= 2
+    assert "linear CKA's finite-sample bias" in a.to_dict()["how"]
     assert a.to_dict()["answered_with"] == "unbiased_cka"
     # a bootstrap of linear CKA alone keeps linear CKA's own answer (nothing to stand in)
     alone = paired_bootstrap(stacks, metrics=("cka",), B=60, seed=3)

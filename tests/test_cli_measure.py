@@ -167,14 +167,19 @@ def test_snapshot_command_remakes_a_windows_run(capsys, tiny_dataset, tmp_path):
 def test_measure_reports_trust_and_bootstrap_adds_the_interval(capsys, tiny_dataset):
     import deffcore as dc
     from deffcore.runs.measure import measure
+    from deffcore.statistics.position0 import ANSWER_B
 
     d = _measure_json(capsys, tiny_dataset)
     t = d["trust"]
-    assert t["level"] in ("solid", "indicative", "noise") and t["interval"] is None
+    # without --bootstrap the run is given the BOS answer's paired bootstrap (ANSWER_B, the
+    # run's seed), and its trust the interval of those replicates: the page's, the report's
+    m = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32)
+    res = m.bootstrap("default", B=ANSWER_B, seed=0)
+    assert t["interval"] == pytest.approx([res.low, res.high], rel=1e-9)
+    assert d["bootstrap"]["B"] == ANSWER_B
     assert t["point"] == d["results"]["default"]["deff_over_L"] and t["metric"] == "cka"
     assert t["level"] == "noise" and "far too few" in t["sentence"]  # N = 8
-    m = measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=32)
-    want = dc.trust(m.states_with_h0("default"), "cka")
+    want = dc.trust(m.states_with_h0("default"), "cka", bootstrap=res)
     assert (t["level"], t["reasons"]) == (want.level, list(want.reasons))
     # the action asks what the data can give: 12 documents cannot give thousands (SPEC 15)
     assert t["action"].startswith(want.action + ": tiny_passages.txt gives 12 documents here")
@@ -202,14 +207,20 @@ def test_bad_bootstrap_is_one_line_before_loading(capsys, tiny_dataset):
 def test_measure_json_carries_the_page_answer_paired_with_a_bootstrap(capsys, tiny_dataset):
     from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.runs.measure import measure
+    from deffcore.statistics.position0 import ANSWER_B
+    from deffcore.views.run_answer import run_answer
 
     opts = ("--passages", "windows", "--bos", "none", "--n", "24", "--max-tokens", "16")
     plain = _measure_json(capsys, tiny_dataset, *opts)["position0_answer"]
     assert {"verdict", "delta", "interval", "tolerance", "paired", "sentence"} <= set(plain)
     m = measure(model="tiny-llama", dataset=tiny_dataset, n=24, max_tokens=16,
                 passages="windows", bos="none")  # fmt: skip
-    assert plain == position0_answer_for(m.view(), "cka").to_dict()
-    assert plain["paired"] is False and "unpaired" in plain["sentence"]
+    # without --bootstrap: paired all the same (ANSWER_B), and kept with the run, so the run
+    # read back gives the very same answer (every number, not only its words)
+    assert plain == run_answer(m.view(), "cka").to_dict()
+    assert (
+        plain["paired"] is True and plain["B"] == ANSWER_B and "unpaired" not in plain["sentence"]
+    )
     d = _measure_json(capsys, tiny_dataset, *opts, "--bootstrap", "20")
     a = d["position0_answer"]
     # linear CKA's answer is the calibrated one: from unbiased CKA's replicates of the same
@@ -220,15 +231,13 @@ def test_measure_json_carries_the_page_answer_paired_with_a_bootstrap(capsys, ti
     own = m.paired_bootstrap(("default", "no_pos0"), ("cka",), B=20, seed=0)
     assert a != position0_answer_for(m.view(), "cka", paired=own).to_dict()
     assert a["paired"] is True and a["B"] == 20 and a["method"] == "basic"
-    assert "paired: one bootstrap of the same passages" in a["sentence"]
+    assert "of one paired bootstrap: both gaps on the same B = 20 multisets" in a["how"]
     # the run's one bootstrap: the default pooling's interval is that of a bootstrap alone
     res = m.bootstrap("default", B=20, seed=0)
     assert d["bootstrap"]["samples"] == pytest.approx(res.samples.tolist(), rel=1e-9)
     assert main(["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, *opts,
                  "--no-progress", "--bootstrap", "20"]) == 0  # fmt: skip
-    assert "BOS answer (is the gap a position-0 artefact?): default vs no_pos0" in (
-        capsys.readouterr().out
-    )
+    assert "BOS answer (is the gap a position-0 artefact?): " in (capsys.readouterr().out)
 
 
 def test_bad_bootstrap_poolings_are_one_line(capsys, tiny_dataset):
@@ -257,6 +266,6 @@ def test_a_live_run_answers_and_judges_from_the_bootstrap_it_already_drew(capsys
     assert live["position0_answer"] == asked["position0_answer"]
     assert live["trust"]["interval"] is not None and live["trust"] == asked["trust"]
     assert live["bootstrap"]["samples"] == asked["bootstrap"]["samples"]
+    # the same run again without live estimates: the paired bootstrap kept with it answers
     off = _measure_json(capsys, tiny_dataset, *opts, "--no-anytime")
-    assert off["position0_answer"]["paired"] is False and off["trust"]["interval"] is None
-    assert "bootstrap" not in off
+    assert off["position0_answer"] == live["position0_answer"] and off["trust"] == live["trust"]

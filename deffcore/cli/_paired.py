@@ -4,9 +4,11 @@ Stage: cli (the arguments and JSON fields; the numbers are `deffcore.statistics.
 `deffcore.lenses.bos_answer`).
 
     python -m deffcore measure ... --bootstrap 100 --json     # position0_answer, paired
-    python -m deffcore bos ... --json                          # the same answer, unpaired
+    python -m deffcore bos ... --json                          # the same answer
 
-`--bootstrap B` draws one bootstrap for the run (`Measurement.paired_bootstrap`): the
+Without `--bootstrap` the answer is paired all the same: from the bootstrap the run holds, else
+one of `ANSWER_B` replicates drawn now and kept with the run (the BOS page's). `--bootstrap B`
+draws one bootstrap for the run (`Measurement.paired_bootstrap`): the
 poolings of `--bootstrap-poolings` (default: default and no_pos0, what the answer compares)
 under the run's metric, those of `--bootstrap-metrics` and, beside linear CKA, unbiased CKA,
 whose replicates answer linear CKA's BOS question (`Measurement.answer_bootstrap`), all on
@@ -68,23 +70,26 @@ def check_paired_args(args: argparse.Namespace) -> None:
     _names(args.bootstrap_metrics, METRICS, "--bootstrap-metrics")
 
 
-def paired_of(m: Any, args: argparse.Namespace) -> Any | None:
+def paired_of(m: Any, args: argparse.Namespace) -> Any:
     """The run's paired bootstrap under the options; the run's metric and its BOS answer's
     stand-in are always among its metrics (SPEC 15). Without --bootstrap, the one the run
-    already holds (its live estimates', on its own passages: `Measurement.paired_latest`),
-    else None."""
+    already holds (drawn before and kept with its cache entry, or its live estimates'), else
+    the page's: `ANSWER_B` replicates (`run_answer.answer_bootstrap_of`), kept with the run."""
     if getattr(args, "bootstrap", None) is None:
-        return m.paired_latest()
+        from deffcore.views.run_answer import answer_bootstrap_of
+
+        return answer_bootstrap_of(m, args.metric)
     poolings = _names(args.bootstrap_poolings, POOLINGS, "--bootstrap-poolings")
     also = _names(args.bootstrap_metrics, METRICS, "--bootstrap-metrics") or ()
     return m.answer_bootstrap(poolings, args.metric, also=also, B=args.bootstrap, seed=args.seed)
 
 
-def answer_of(m: Any, metric: str, pb: Any | None) -> dict[str, Any]:
-    """`position0_answer` of the run as the page gives it (paired when `pb` holds both)."""
-    from deffcore.lenses.bos_answer import position0_answer_for
+def answer_of(m: Any, metric: str) -> dict[str, Any]:
+    """The run's BOS answer as every surface gives it (`run_answer.run_answer`: from the
+    paired bootstrap it holds, `paired_of`'s)."""
+    from deffcore.views.run_answer import run_answer
 
-    return position0_answer_for(m.view(), metric, paired=pb).to_dict()
+    return run_answer(m.view(), metric).to_dict()
 
 
 def answer_line(answer: dict[str, Any]) -> str:

@@ -74,7 +74,7 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
     held = pb is not None and pb.has("default", kw["metric"])
     boot = pb.result("default", kw["metric"]) if held else None
     report = bos_report(m, diag, kw["metric"], bootstrap=boot)
-    report["position0_answer"] = _paired.answer_of(m, kw["metric"], pb)
+    report["position0_answer"] = _paired.answer_of(m, kw["metric"])
     return report
 
 

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         boot = pb.result("default", args.metric)
         d["bootstrap"] = boot.to_dict()
     d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
-    d["position0_answer"] = answer_of(m, args.metric, pb)
+    d["position0_answer"] = answer_of(m, args.metric)
     if args.snapshot is not None:
         extra = {k: d[k] for k in ("trust", "bootstrap", "position0_answer") if k in d}
         _write_snapshot(m, args, seeds, extra, extras, pb)
@@ -233,7 +233,7 @@ def _write_snapshot(
     fields = {**m.spec.__dict__, "model": args.model, "dataset": args.dataset}
     flags = [f for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off",
              args.bos_on_off)) if on]  # fmt: skip
-    if pb is not None:  # the paired bootstrap's poolings and metrics remake it too
+    if pb is not None and args.bootstrap is not None:  # its poolings and metrics remake it too
         flags.append(f"--bootstrap-poolings {','.join(dict.fromkeys(p for p, _ in pb.profiles))}")
         metrics = ",".join(dict.fromkeys(mt for _, mt in pb.profiles))
         flags += [f"--bootstrap-metrics {metrics}"] if metrics != args.metric else []

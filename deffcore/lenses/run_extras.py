@@ -274,12 +274,13 @@ def report_parts(
     view: Any, metric: str = "cka", K: int | None = None, pooling: str = "default"
 ) -> dict[str, Any]:
     """What `run_report.report_html` shows that the views stage cannot compute or check: the
-    BOS answer (`answer`, a dict), the diagnostics, the BOS on/off check and the snapshot's
+    BOS answer (`answer`, a dict: `run_answer.run_answer`, paired wherever the run's states are
+    at hand, as on every surface), the diagnostics, the BOS on/off check and the snapshot's
     bootstrap (None when absent)."""
-    from deffcore.lenses.bos_answer import position0_answer_for
+    from deffcore.views.run_answer import run_answer
 
     return {
-        "answer": position0_answer_for(view, metric, K).to_dict(),
+        "answer": run_answer(view, metric, K).to_dict(),  # first: a live run pairs it here
         "diagnostics": run_diagnostics(view),
         "bos_on_off": snapshot_bos_on_off(view, metric, K),
         "bootstrap": snapshot_bootstrap(view, pooling, metric),

@@ -16,7 +16,10 @@ deviations (ddof=1) of D_eff/L over seeds.
 
 from __future__ import annotations
 
+import json
+import warnings
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -197,6 +200,7 @@ class Measurement:
         poolings = tuple(p for p in (poolings or POOLINGS) if self.undefined(p) is None)
         metrics = metrics or tuple(dict.fromkeys((self.metric, "unbiased_cka")))
         key = (poolings, tuple(metrics), B, seed)
+        self._read_stored()
         if key not in self._paired:
             self._paired[key] = self._covering(poolings, metrics, B, seed)
         if self._paired[key] is None:
@@ -204,6 +208,7 @@ class Measurement:
             self._paired[key] = paired_bootstrap(
                 stacks, metrics=metrics, B=B, seed=seed, progress=progress
             )
+            self._keep(self._paired[key])
         self._paired["latest"] = self._paired[key]
         return self._paired[key]
 
@@ -240,7 +245,7 @@ class Measurement:
         """A memoised paired bootstrap with this B and seed that holds every (pooling, metric)
         asked, restricted to them (the same multisets, so the same numbers), or None."""
         for key, pb in self._paired.items():
-            if key != "latest" and pb is not None and (pb.B, pb.seed) == (B, seed):
+            if key not in ("latest", "stored") and pb is not None and (pb.B, pb.seed) == (B, seed):
                 found = pb.restricted(poolings, metrics)
                 if found is not None:
                     return found
@@ -266,15 +271,37 @@ class Measurement:
             if not np.array_equal(lag_profile(self.similarity(pooling, metric)), pb.points[
                     (pooling, metric)]):  # fmt: skip
                 return False
+        self._read_stored()
+        self._hold(pb)
+        self._keep(pb)
+        return True
+
+    def _hold(self, pb: Any) -> None:
         poolings = tuple(dict.fromkeys(p for p, _ in pb.points))
         metrics = tuple(dict.fromkeys(m for _, m in pb.points))
         self._paired[(poolings, metrics, pb.B, pb.seed)] = pb
         self._paired.setdefault("latest", pb)
-        return True
+
+    def _read_stored(self) -> None:
+        """Once: the paired bootstraps kept with the run's cache entry (`paired_store`), the
+        newest its `paired_latest`, so a run read back answers from the replicates drawn for
+        it before, in whatever process (SPEC section 15)."""
+        if "stored" in self._paired:
+            return
+        self._paired["stored"] = None
+        found = stored_paired(self.spec, self.layers, self.n)
+        for pb in found:
+            self._hold(pb)
+        if found:
+            self._paired["latest"] = found[-1]
+
+    def _keep(self, pb: Any) -> None:
+        keep_paired(self.spec, pb, self.layers, self.n)
 
     def paired_latest(self):
-        """The last `paired_bootstrap` computed for this run, else the one it adopted (the
-        live estimates' on its own passages), or None (never computes)."""
+        """The last `paired_bootstrap` computed for this run, else the one kept with its cache
+        entry or adopted (the live estimates' on its own passages), or None (never computes)."""
+        self._read_stored()
         return self._paired.get("latest")
 
     def random_band(self, pooling: str = "default", metric: str | None = None) -> dict[str, Any]:
@@ -384,3 +411,80 @@ def null_band(seeds: list[str], values: list[float]) -> dict[str, Any]:
         "low": mean - 2 * sd,
         "high": mean + 2 * sd,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's paired bootstraps kept beside its cache entry (SPEC section 15)
+#
+#     <cache>/<key>/paired.json   {"format", "key", "bootstraps": [PairedBootstrap.to_dict()...]}
+#
+# A paired bootstrap drawn for a run anywhere (the BOS page's background draw, `measure` or `bos`
+# with `--bootstrap` or without, `--until verdict`'s live estimates) is kept here, and a
+# `Measurement` read back adopts them, so a report, a command or a notebook made later answers
+# from the replicates the page answered from. The newest `KEEP_PAIRED` are kept, newest last; a
+# file not of this format, not this run's, or whose bootstraps are not of this run's L and N
+# reads as absent. A run without a cache entry keeps its bootstraps in memory only.
+# ---------------------------------------------------------------------------------------------
+
+PAIRED_FILE = "paired.json"
+#: Bump when what the file holds changes (older files then read as absent).
+PAIRED_FORMAT = 1
+#: Paired bootstraps kept per run (each is B x (L - 1) numbers per pooling and metric).
+KEEP_PAIRED = 4
+
+
+def _paired_file(spec: Any) -> Path | None:
+    """The run's side file, or None when the run has no cache entry of ours."""
+    from deffcore.core.paths import cache_dir
+    from deffcore.extraction.entries import is_run_entry
+
+    folder = cache_dir() / spec.key()
+    return folder / PAIRED_FILE if is_run_entry(folder) else None
+
+
+def stored_paired(spec: Any, layers: int, n: int) -> list[Any]:
+    """The run's kept `paired.PairedBootstrap`s, oldest first ([] when none is readable)."""
+    from deffcore.core.errors import DeffError
+    from deffcore.statistics.paired import PairedBootstrap
+
+    path = _paired_file(spec)
+    if path is None or not path.is_file() or path.is_symlink():
+        return []
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []
+    if not isinstance(data, dict) or data.get("format") != PAIRED_FORMAT:
+        return []
+    if data.get("key") != spec.key() or not isinstance(data.get("bootstraps"), list):
+        return []
+    found = []
+    for d in data["bootstraps"]:
+        try:
+            pb = PairedBootstrap.from_dict(d)
+        except (DeffError, TypeError, AttributeError):
+            continue
+        if (pb.layers, pb.n) == (layers, n):
+            found.append(pb)
+    return found
+
+
+def keep_paired(spec: Any, pb: Any, layers: int, n: int) -> None:
+    """Keep `pb` with the run's entry (newest last, at most `KEEP_PAIRED`); a run without an
+    entry keeps nothing here. A failed write warns and loses only the file, never the run."""
+    from deffcore.core.errors import DeffError
+    from deffcore.core.files import atomic_write
+
+    path = _paired_file(spec)
+    if path is None:
+        return
+    mine = pb.to_dict()  # at full precision here (a snapshot rounds): the same numbers back
+    mine["points"] = [np.asarray(pb.points[k], dtype=np.float64).tolist() for k in pb.profiles]
+    mine["profiles"] = [np.asarray(pb.profiles[k], dtype=np.float64).tolist() for k in pb.profiles]
+    kept = [b.to_dict() for b in stored_paired(spec, layers, n)]
+    kept = [*[b for b in kept if b != mine][-(KEEP_PAIRED - 1) :], mine]
+    body = {"format": PAIRED_FORMAT, "key": spec.key(), "bootstraps": kept}
+    try:
+        atomic_write(path, json.dumps(body, separators=(",", ":")).encode())
+    except DeffError as err:
+        warnings.warn(f"The paired bootstrap was not kept with the run: {err}", stacklevel=2)

@@ -71,6 +71,10 @@ POS0_SHARE = 0.5
 #: The most passages "cannot tell yet" ever asks for.
 MAX_PASSAGES_ASKED = 1_000_000
 
+#: Replicates of the paired bootstrap a run's BOS answer is drawn with when it holds none: the
+#: BOS page's background draw, `measure`, `bos` and `report` alike (SPEC section 15).
+ANSWER_B = 50
+
 #: The metric whose paired replicates answer for linear CKA when a bootstrap holds it: the same
 #: population similarity without linear CKA's finite-sample bias, about d/(N + d), which sits in
 #: every replicate (SPEC section 15, "Linear CKA's Δ, answered by unbiased CKA").
@@ -116,10 +120,16 @@ class Position0Answer:
     #: answered by unbiased CKA: `position0.STAND_IN`), and the asked metric's own Δ
     answered_with: str | None = None
     delta_asked: float | None = None
+    #: the interval's coverage
+    ci: float = 0.95
+    #: linear CKA's bias on the default gap (points), which a bootstrap cannot see
+    bias_points: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with `how`: the method in words (`answer_method`)."""
         out = asdict(self)
         out["interval"] = list(self.interval) if self.interval is not None else None
+        out["how"] = answer_method(self)
         return out
 
 
@@ -128,13 +138,102 @@ def stood_in(answer: Position0Answer, answered_with: str, delta_asked: float) ->
     linear CKA, whose own Δ was `delta_asked` points. An identical control is returned as is."""
     if answer.identical is not None:
         return answer
-    note = (
-        f" Answered with unbiased CKA on the same replicates: linear CKA's Δ here is "
-        f"{delta_asked:+.2f} points, and its finite-sample bias (about d/(N + d)) is in every "
-        "replicate, so its own interval would not hold the population Δ."
-    )
-    sentence = answer.sentence + note
+    said, name = answer.sentence, _metric_name(answered_with)
+    at = said.index(")", said.index(_MOVES))  # the clause goes inside the interval's brackets
+    clause = f"; {name}'s numbers, on the same replicates: linear CKA's own Δ is {delta_asked:+.1f}"
+    sentence = said[:at] + clause + said[at:]
     return replace(answer, sentence=sentence, answered_with=answered_with, delta_asked=delta_asked)
+
+
+def no_states(answer: Position0Answer) -> Position0Answer:
+    """`answer` (unpaired) said as the answer of a file without states: nothing could pair it."""
+    if answer.paired or answer.identical is not None or answer.verdict == "missing":
+        return answer
+    note = (
+        " This file holds no states and no paired bootstrap, so the interval is unpaired "
+        "(the run measured, or shared made with --bootstrap, pairs it)."
+    )
+    return replace(answer, sentence=answer.sentence + note)
+
+
+def _metric_name(metric: str) -> str:
+    return {"cka": "linear CKA", "unbiased_cka": "unbiased CKA"}.get(metric, metric)
+
+
+#: How every answer's sentence says Δ (after its verdict).
+_MOVES = "removing position 0 moves the gap by"
+
+
+def _half(T: float, gap: float) -> str:
+    """The tolerance in words: half the gap, or its floor."""
+    g = abs(gap)
+    if T > POS0_MIN_POINTS:
+        return f"half of the {g:.0f}% gap" if g >= 10 else f"half of the {g:.1f}% gap"
+    return f"the tolerance's {POS0_MIN_POINTS:.0f}-point floor"
+
+
+def _said(verdict: str, moves: str, T: float, gap: float, tail: str = "") -> str:
+    """The answer's sentence, verdict first, then the numbers it was decided on."""
+    half = _half(T, gap)
+    lead, rest = {
+        "not_artefact": ("Not a BOS artefact", f"less than {half}"),
+        "artefact": ("A BOS artefact", f"more than {half}: without position 0 the gap "
+                     "shrinks towards F_L"),
+        "masks": ("Not a BOS artefact, but position 0 hides part of the gap",
+                  f"more than {half}: without position 0 the gap is further from F_L"),
+        "noise": ("Cannot tell yet", "but the two numbers' trust is noise"),
+        "straddles": ("Cannot tell yet", f"an interval that straddles {half}"),
+        "side": ("Cannot tell yet", f"more than {half}, but the default gap's side of F_L is "
+                 "not settled"),
+    }[verdict]  # fmt: skip
+    return f"{lead}: {_MOVES} {moves}, {rest}{tail}."
+
+
+def answer_method(a: Position0Answer) -> str:
+    """How the answer was decided, in words (the page's "How this was decided", the report's,
+    the CLI JSON's `how`): Δ, the tolerance, the interval and its method, the stand-in."""
+    if a.identical:
+        return (
+            "no_pos0 pools every token after position 0; for this run it is the same control "
+            f"as default ({a.identical}), so Δ is 0 by construction and the answer is certain."
+        )
+    if a.delta is None or a.gap_no_pos0 is None or a.gap_default is None:
+        return "The position-0 test compares the default pooling with no_pos0: this run has none."
+    said = (
+        f"Δ = gap(no_pos0) − gap(default) = {a.gap_no_pos0:+.2f}% − ({a.gap_default:+.2f}%) = "
+        f"{a.delta:+.2f} points. The tolerance T = {a.tolerance:.2f} points is half the gap, at "
+        f"least {POS0_MIN_POINTS:.0f}: position 0 may carry less than half of the gap."
+    )
+    if a.paired and a.interval is not None:
+        lo, hi = a.interval
+        said += (
+            f" Δ's {a.ci:.0%} interval [{lo:+.2f}, {hi:+.2f}] is the {a.method} interval of one "
+            f"paired bootstrap: both gaps on the same B = {a.B} multisets of the run's passages, "
+            "so their shared errors cancel. T is uncertain too (half an estimated gap), so each "
+            "replicate has its own, and a verdict is said only when the one-sided lower bound of "
+            "every margin it needs is above 0 (T − Δ and T + Δ for not an artefact, Δ − T or "
+            "−Δ − T beyond)."
+        )
+        if a.bias_points > 0:
+            said += (
+                f" Linear CKA's bias, about {a.bias_points:.1f} points on the default gap, is not "
+                "in the replicates: the default gap's side of F_L must clear it."
+            )
+    else:
+        said += (
+            " Without a paired bootstrap Δ's interval adds the two numbers' estimated errors "
+            "(bias + spread, from the trust rule): they share their passages, so this overstates "
+            "it, and a verdict is said only when the whole interval lies on one side of T."
+        )
+    if a.answered_with and a.delta_asked is not None:
+        said += (
+            f" The numbers are {_metric_name(a.answered_with)}'s on the same replicates, in "
+            f"place of linear CKA's (whose own Δ is {a.delta_asked:+.2f}): linear CKA's "
+            "finite-sample bias, about d/(N + d), sits in every replicate, so its own paired "
+            "interval covered the population Δ in 38% of the calibration's cases, against 98% "
+            "for unbiased CKA."
+        )
+    return said + " The rule is checked on constructions with a known answer (glossary)."
 
 
 def tolerance(gap_default: float) -> float:
@@ -172,7 +271,7 @@ def _passages_to_tell(n: int, delta: float, band: float, bias_share: float, T: f
 
 
 def _fmt(x: float) -> str:
-    return f"{x:+.2f}"
+    return f"{x:+.1f}"
 
 
 def position0_answer(
@@ -208,18 +307,17 @@ def position0_answer(
     spec: the run (a RunSpec or its fields), so an action asks only what its data can give
     (`source`: its `tokens.WindowSource` when held, see `supply.passages_action`).
     """
-    head = "default vs no_pos0"
     if identical:
         return Position0Answer(
             "not_artefact", gap_default, gap_default, 0.0, None, None, identical,
             _worse(trust_default, trust_no_pos0), None,
-            f"{head}: the same control for this run, so position 0 cannot move the gap "
-            f"({gap_default:+.2f}%) → not a position-0 artefact ({identical}).",
+            f"Not a BOS artefact: removing position 0 cannot move the gap ({gap_default:+.1f}%),"
+            f" as no_pos0 is the same control as default for this run ({identical}).",
         )  # fmt: skip
     if gap_no_pos0 is None or not math.isfinite(gap_no_pos0):
         return Position0Answer(
             "missing", gap_default, None, None, None, None, None, trust_default, None,
-            f"{head}: this run has no no_pos0 control, so the position-0 test cannot be "
+            "Cannot answer: this run has no no_pos0 control, so the position-0 test cannot be "
             "made; press Run to measure it with every control.",
         )  # fmt: skip
     if replicates is not None:
@@ -250,49 +348,28 @@ def _unpaired_answer(
 ) -> Position0Answer:
     """The unpaired rule (no bootstrap of both poolings): Delta +- the two errors added
     (`band`, gap points), said "unpaired" in the sentence."""
-    head = "default vs no_pos0"
     delta = gap_no_pos0 - gap_default
     T = tolerance(gap_default)
     lo, hi = delta - band, delta + band
-    pm = f" ± {band:.2f}" if math.isfinite(band) else ""
-    moves = (
-        f"Δ = {_fmt(delta)}{pm} pts (unpaired: the two errors added; gap {gap_default:+.2f}% → "
-        f"{gap_no_pos0:+.2f}%)"
-    )
-    why = "half the gap" if T > POS0_MIN_POINTS else "its floor"
-    tol = f"the {T:.2f}-point tolerance ({why})"
+    pm = f" ± {band:.1f}" if math.isfinite(band) else ""
+    moves = f"{_fmt(delta)}{pm} points (unpaired: its two errors added)"
     parts = (gap_default, gap_no_pos0, delta, (lo, hi) if math.isfinite(band) else None, T)
+
+    def said(verdict: str, action: str | None = None) -> Position0Answer:
+        kind = verdict if verdict in VERDICTS else "cannot_tell"
+        tail = f"; {action}" if action else ""
+        text = _said(verdict, moves, T, gap_default, tail)
+        return Position0Answer(kind, *parts, None, trust, action, text)
+
     if trust == "noise":
-        action = noise_action or "use more passages"
-        return Position0Answer(
-            "cannot_tell", *parts, None, trust, action,
-            f"{head}: {moves}, but the headline's trust is noise → cannot tell yet whether "
-            f"position 0 makes the gap; {action}.",
-        )  # fmt: skip
+        return said("noise", noise_action or "use more passages")
     if lo >= -T and hi <= T:
-        return Position0Answer(
-            "not_artefact", *parts, None, trust, None,
-            f"{head}: {moves}, within {tol} → not a position-0 artefact: position 0 "
-            "carries less than half of the gap.",
-        )  # fmt: skip
+        return said("not_artefact")
     if lo > T or hi < -T:
-        if abs(gap_default) > REGIME_TOLERANCE and delta * gap_default < 0:
-            return Position0Answer(
-                "artefact", *parts, None, trust, None,
-                f"{head}: {moves}, beyond {tol} → a position-0 artefact: without position 0 "
-                "the gap shrinks towards F_L, so position 0 makes much of it.",
-            )  # fmt: skip
-        return Position0Answer(
-            "masks", *parts, None, trust, None,
-            f"{head}: {moves}, beyond {tol} → not an artefact, but position 0 hides part "
-            "of the gap: without it the gap is further from F_L.",
-        )  # fmt: skip
+        towards = abs(gap_default) > REGIME_TOLERANCE and delta * gap_default < 0
+        return said("artefact" if towards else "masks")
     need = _passages_to_tell(n or 0, delta, band, bias_share, T) if n else None
-    action = passages_action(need, spec, source) if need else "use more passages"
-    return Position0Answer(
-        "cannot_tell", *parts, None, trust, action,
-        f"{head}: {moves}; the interval straddles {tol} → cannot tell yet; {action}.",
-    )  # fmt: skip
+    return said("straddles", passages_action(need, spec, source) if need else "use more passages")
 
 
 def _lower_bound(point: float, reps: np.ndarray, ci: float, method: str) -> float:
@@ -304,19 +381,10 @@ def _lower_bound(point: float, reps: np.ndarray, ci: float, method: str) -> floa
     return float(np.quantile(reps, alpha))
 
 
-def _paired_moves(
-    delta: float, interval: tuple[float, float], ci: float, method: str, B: int,
-    gaps: tuple[float, float], bias: float,
-) -> str:  # fmt: skip
-    """What the paired answer says of Delta, its interval and the two gaps."""
+def _paired_moves(delta: float, interval: tuple[float, float], ci: float) -> str:
+    """What the paired answer says of Delta and its interval (the method: `answer_method`)."""
     lo, hi = interval
-    said = (
-        f"Δ = {_fmt(delta)} pts, {ci:.0%} [{_fmt(lo)}, {_fmt(hi)}] (paired: one bootstrap of the "
-        f"same passages, {method}, B = {B}; gap {gaps[0]:+.2f}% → {gaps[1]:+.2f}%"
-    )
-    if bias > 0:
-        said += f"; linear CKA's bias, about {bias:.1f} points on the default gap, is not in it"
-    return said + ")"
+    return f"{_fmt(delta)} points ({ci:.0%} {_fmt(lo)} to {_fmt(hi)})"
 
 
 def _settled_side(
@@ -379,58 +447,31 @@ def _paired_answer(
     bound = {k: _lower_bound(p, r, ci, method) for k, (p, r) in
              {"w0": within[0], "w1": within[1], "up": up, "down": down}.items()}  # fmt: skip
     lo, hi = diff.interval
-    head = "default vs no_pos0"
-    moves = _paired_moves(delta, (lo, hi), ci, method, diff.B, (gap_default, gap_no_pos0), bias)
-    why = "half the gap" if T > POS0_MIN_POINTS else "its floor"
-    tol = f"the {T:.2f}-point tolerance ({why})"
+    moves = _paired_moves(delta, (lo, hi), ci)
     parts = (gap_default, gap_no_pos0, delta, (lo, hi), T)
-    extra = {"paired": True, "method": method, "B": diff.B}
+    extra = {"paired": True, "method": method, "B": diff.B, "ci": ci, "bias_points": bias}
+
+    def said(verdict: str, action: str | None = None) -> Position0Answer:
+        kind = verdict if verdict in VERDICTS else "cannot_tell"
+        tail = f"; {action}" if action else ""
+        text = _said(verdict, moves, T, gap_default, tail)
+        return Position0Answer(kind, *parts, None, trust, action, text, **extra)
+
     if trust == "noise":
-        return Position0Answer(
-            "cannot_tell", *parts, None, trust, noise_action,
-            f"{head}: {moves}, but the headline's trust is noise → cannot tell yet whether "
-            f"position 0 makes the gap; {noise_action}.", **extra,
-        )  # fmt: skip
+        return said("noise", noise_action)
     if bound["w0"] > 0 and bound["w1"] > 0:
-        return Position0Answer(
-            "not_artefact", *parts, None, trust, None,
-            f"{head}: {moves}, within {tol} → not a position-0 artefact: position 0 "
-            "carries less than half of the gap.", **extra,
-        )  # fmt: skip
+        return said("not_artefact")
     if bound["up"] > 0 or bound["down"] > 0:
         side = _settled_side(gap_default, delta, rd, ci, method, bias)
         if side is None:
-            action = passages_action(2 * n, spec, source) if n else "use more passages"
-            return Position0Answer(
-                "cannot_tell", *parts, None, trust, action,
-                f"{head}: {moves}, beyond {tol}, but the default gap's side of F_L is not "
-                "settled → cannot tell yet whether position 0 makes much of the gap or hides "
-                f"part of it; {action}.", **extra,
-            )  # fmt: skip
-        towards = side == "artefact"
-        verdict = "artefact" if towards else "masks"
-        text = (
-            "a position-0 artefact: without position 0 the gap shrinks towards F_L, so "
-            "position 0 makes much of it."
-            if towards
-            else "not an artefact, but position 0 hides part of the gap: without it the gap is "
-            "further from F_L."
-        )
-        return Position0Answer(
-            verdict, *parts, None, trust, None, f"{head}: {moves}, beyond {tol} → {text}",
-            **extra,
-        )  # fmt: skip
+            return said("side", passages_action(2 * n, spec, source) if n else "use more passages")
+        return said(side)
     if abs(delta) <= T:
         need = _paired_need(n, [(within[0][0], bound["w0"]), (within[1][0], bound["w1"])])
     else:
         side = up if delta > 0 else down
         need = _paired_need(n, [(side[0], bound["up" if delta > 0 else "down"])])
-    action = passages_action(need, spec, source) if need else "use more passages"
-    return Position0Answer(
-        "cannot_tell", *parts, None, trust, action,
-        f"{head}: {moves}; the interval (with the tolerance's own uncertainty) straddles {tol} "
-        f"→ cannot tell yet; {action}.", **extra,
-    )  # fmt: skip
+    return said("straddles", passages_action(need, spec, source) if need else "use more passages")
 
 
 def answer_trust(

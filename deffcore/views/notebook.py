@@ -228,9 +228,13 @@ def headline_rows(
 
 
 def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") -> str:
-    """The run as a small HTML block: headline numbers, trust level, heatmap (escaped)."""
+    """The run as a small HTML block: headline numbers, trust level, the BOS answer
+    (`run_answer`, as every surface says it), heatmap (escaped)."""
+    from deffcore.views.run_answer import answer_lines
+
     e = html.escape
     h = view.headline(pooling, metric)
+    answer = answer_lines(view, metric)  # first: a live run pairs it (and the trust) here
     trust = view.trust(pooling, metric)
     rows = headline_rows(view, pooling=pooling, metric=metric)
     table = "".join(
@@ -245,6 +249,8 @@ def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") ->
         f" · {e(view.source)}</div>"
         f"<table>{table}</table>"
         f'<div style="margin-top:.5em"><b>Trust: {e(trust.badge)}</b> — {e(trust.sentence())}</div>'
+        f'<div style="margin-top:.5em;max-width:40em"><b>{e(answer[0])}</b> {e(answer[1])} '
+        f"<i>{e(answer[2])}</i></div>"
         "</div>"
         f"<div>{heatmap_svg(view.similarity(pooling, metric), metric=metric)}"
         f'<div style="color:#555">S(i, j), layers 1..{h.layers}</div></div>'

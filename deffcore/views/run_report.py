@@ -155,8 +155,16 @@ def _answer_section(page: _Page, answer: Mapping[str, Any] | None) -> None:
     if not answer:
         page.p("The BOS answer was not computed for this report.")
         return
+    from deffcore.views.run_answer import trust_line
+
     cls = {"not_artefact": "solid", "artefact": "noise"}.get(answer.get("verdict"), "")
-    page.box("The BOS answer:", str(answer.get("sentence", "")), cls)
+    said = f"{answer.get('sentence', '')} {trust_line(answer.get('trust'))}"
+    page.box("The BOS answer:", said, cls)
+    if answer.get("how"):
+        e = html.escape
+        page.parts.append(
+            f"<details><summary>How this was decided</summary><p>{e(answer['how'])}</p></details>"
+        )
 
 
 def _figures_section(page: _Page, view: RunView, pooling: str, metric: str, K: Any) -> None:

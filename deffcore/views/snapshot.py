@@ -172,6 +172,8 @@ def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
         "measurement": json_ready(measurement.to_dict()),
         # the depth-use atlas stored beside the run (SPEC 16), when it has one
         "atlas": json_ready(atlas.to_dict()) if (atlas := view.atlas()) is not None else None,
+        # the paired bootstrap the run's BOS answer and trust were given from, when it has one
+        **({"paired": pb.to_dict()} if (pb := measurement.paired_latest()) is not None else {}),
     }
 
 

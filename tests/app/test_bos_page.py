@@ -136,7 +136,7 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
         unpaired = position0_answer_for(MeasurementView(run), "cka")
         assert not unpaired.paired
         assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(unpaired.sentence)}"]
-        assert any("interval is unpaired" in c.value for c in at.caption)
+        assert any("Without a paired bootstrap" in c.value for c in at.caption)
         bars = [p.proto.text for p in at.get("progress")]
         assert any("Pairing the interval" in t and f"B = {PAGE_B}" in t for t in bars), bars
     finally:
@@ -149,7 +149,7 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
     paired = position0_answer_for(MeasurementView(run), "cka")
     assert paired.paired and paired.B == PAGE_B and paired.answered_with == "unbiased_cka"
     assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(paired.sentence)}"]
-    words = f"paired: both gaps are evaluated on the same {PAGE_B} bootstrap multisets"
+    words = f"both gaps on the same B = {PAGE_B} multisets"  # "How this was decided"
     assert any(words in c.value for c in at.caption)
     assert not [p for p in at.get("progress") if "Pairing" in p.proto.text]
 
