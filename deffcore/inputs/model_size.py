@@ -196,8 +196,9 @@ def model_size(
         return from_config(catalog.tiny_config(parsed.tiny_arch).to_dict(), "tiny config")
     path = parsed.path
     if parsed.kind in (Kind.PACKAGED, Kind.GGUF):
-        file = gguf.packaged_gguf(spec) if parsed.kind is Kind.PACKAGED else path
-        return from_gguf(gguf.gguf_metadata(file)) if file.is_file() else None
+        if parsed.kind is Kind.PACKAGED:  # read in place: a size never assembles a file
+            return from_gguf(gguf.packaged_metadata(spec))
+        return from_gguf(gguf.gguf_metadata(path)) if path.is_file() else None
     if path.is_dir():
         return _from_json(path / "config.json", "config.json")
     return _from_hub_cache(spec, revision)

@@ -13,7 +13,9 @@ would give n: shorter windows (the longest length that gives n, halving from the
 packed windows (a window may span two documents: more windows of long lengths), windows
 instead of whole documents, or a larger corpus such as an `hf:` dataset. The counts come from
 the tokenizer alone (`tokens.window_source`: one tokenisation, memoised, serves every length
-and mode); a streamed `hf:` dataset cannot be counted offline, so its action is n alone.
+and mode); a streamed `hf:` dataset cannot be counted offline, nor a packaged model's data
+before its file is assembled by a run (the count never writes that file), so its action is n
+alone.
 """
 
 from __future__ import annotations
@@ -51,8 +53,14 @@ def _fields(spec: Any) -> dict[str, Any]:
 
 
 def _source(f: Mapping[str, Any]) -> Any:
+    from deffcore.inputs.gguf import needs_assembly
+    from deffcore.inputs.model_spec import ModelSpec
     from deffcore.inputs.tokens import window_source
 
+    if needs_assembly(ModelSpec.parse(str(f["model"])).trained.text):
+        # its tokenizer lies in a packaged file not yet assembled: an action is never worth
+        # writing that file into the cache (hundreds of MB), so the data is not counted here
+        raise LookupError(f"{f['model']}'s packaged file is not assembled")
     return window_source(
         str(f["model"]), str(f["dataset"]), str(f.get("bos") or "default"), f.get("revision")
     )

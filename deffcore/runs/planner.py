@@ -379,7 +379,9 @@ def _file_bytes(model: str) -> int:
     if spec.kind not in (Kind.PACKAGED, Kind.GGUF):
         return 0  # a random null is built from the config, not read from the file
     try:
-        path = gguf.packaged_gguf(spec.text) if spec.kind is Kind.PACKAGED else Path(spec.text)
+        if spec.kind is Kind.PACKAGED:  # its parts, never assembled to be measured
+            return gguf.packaged_bytes(spec.text)
+        path = Path(spec.text)
         return path.stat().st_size if path.is_file() else 0
     except OSError:
         return 0
