@@ -17,6 +17,7 @@ repository file a page names exists.
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 import subprocess
@@ -30,10 +31,6 @@ from docs_pages import KNOWN_LANGUAGES, REPO, all_blocks, blocks, own_pages, pag
 NOT_RUN: dict[str, list[str]] = {
     "README.md": ["the setup commands themselves (CI runs the second: .ci/run)"],
     "docs/install.md": ["installs packages into your environment"],
-    "docs/notebook.md": [
-        "TransformerLens is not installed here",
-        "nnsight is not installed here",
-    ],
     "docs/sharing.md": ["starts the explorer (a server that runs until stopped)"],
     "docs/serving.md": ["starts the explorer for everyone on the network"],
     "docs/sweeps.md": ["needs a Ray cluster of several machines"],
@@ -87,6 +84,9 @@ def test_every_example_of_the_page_runs(page, docs_cache, tmp_path, monkeypatch)
         if block.language not in ("python", "bash") or block.not_run:
             continue
         if block.language == "python":
+            # its source readable by name, as a notebook cell's is (nnsight's trace reads it)
+            lines = block.code.splitlines(keepends=True)
+            linecache.cache[block.where] = (len(block.code), None, lines, block.where)
             exec(compile(block.code, block.where, "exec"), namespace)
         else:
             _run_shell(block.code, block.where, tmp_path, docs_cache)

@@ -45,23 +45,23 @@ it for most architectures, so replace that entry by the final norm's input:
     hook.remove()
     m = dc.measure_states([*out.hidden_states[:-1], captured["h_L"]], batch["attention_mask"])
 
-    # TransformerLens (from_pretrained_no_processing keeps the model's own residual stream;
-    # the default from_pretrained folds and centres weights, which changes it)
-    tokens = model.to_tokens(texts)                       # BOS prepended, right padding
-    _, cache = model.run_with_cache(tokens)
-    mask = transformer_lens.utils.get_attention_mask(model.tokenizer, tokens, True)  # 2.x
-    m = dc.measure_states(cache, mask)    # blocks.0.hook_resid_pre, blocks.{l}.hook_resid_post
+    # TransformerLens 4.x (TransformerBridge wraps a transformers model and keeps its own
+    # residual stream; enable_compatibility_mode() would fold and centre the weights)
+    bridge = TransformerBridge.boot_transformers("gpt2")   # or hf_model=model, tokenizer=...
+    _, cache = bridge.run_with_cache(batch["input_ids"], attention_mask=batch["attention_mask"])
+    m = dc.measure_states(cache, batch["attention_mask"])  # blocks.0.hook_resid_pre, ..._post
 
-    # nnsight (0.4+: a saved value is the tensor itself)
-    with model.trace(batch["input_ids"], attention_mask=batch["attention_mask"]):
-        h0 = model.model.layers[0].input.save()
-        hs = [layer.output.save() for layer in model.model.layers]  # .output[0] if a tuple
+    # nnsight (0.8: a saved value is the tensor itself; a list is saved with nnsight.save)
+    traced = nnsight.NNsight(model)
+    with traced.trace(batch["input_ids"], attention_mask=batch["attention_mask"]):
+        h0 = traced.model.layers[0].input.save()
+        hs = nnsight.save([layer.output for layer in traced.model.layers])
     m = dc.measure_states([h0, *hs], batch["attention_mask"])
 
 Rows with fewer than 2 real tokens are dropped and counted (`n_dropped`), as in extraction.
 Padding: right padding (or explicit `position_ids = cumsum(mask) - 1`), so every real token
-sits at the position the extraction gives it. The TransformerLens and nnsight examples are not
-run by the tests (neither library is installed here); the transformers one is.
+sits at the position the extraction gives it. All three routes run in the tests
+(tests/test_peers.py, and docs/notebook.md's examples) against `measure` on the same weights.
 """
 
 from __future__ import annotations
@@ -437,15 +437,24 @@ def _as_tensor(x: Any, what: str) -> torch.Tensor:
     raise InvalidStatesError(f"{what} is a {type(value).__name__}, not a tensor or array.")
 
 
-def _layers_from_cache(cache: Mapping[str, Any]) -> list[Any]:
+def _is_cache(states: Any) -> bool:
+    """A mapping of hook names: a dict, or a TransformerLens ActivationCache (which has keys()
+    and [] but is no `Mapping` subclass)."""
+    return isinstance(states, Mapping) or (
+        callable(getattr(states, "keys", None)) and hasattr(states, "__getitem__")
+    )
+
+
+def _layers_from_cache(cache: Any) -> list[Any]:
     """h_0 .. h_L from a TransformerLens ActivationCache (or any mapping of its hook names)."""
-    if "blocks.0.hook_resid_pre" not in cache:
+    names = set(cache.keys())  # an ActivationCache has keys() but no `in`
+    if "blocks.0.hook_resid_pre" not in names:
         raise InvalidStatesError(
             "A mapping of states must hold TransformerLens' 'blocks.0.hook_resid_pre' and "
             "'blocks.{l}.hook_resid_post' (model.run_with_cache); pass a list otherwise."
         )
     L = 0
-    while f"blocks.{L}.hook_resid_post" in cache:
+    while f"blocks.{L}.hook_resid_post" in names:
         L += 1
     return [
         cache["blocks.0.hook_resid_pre"],
@@ -455,7 +464,7 @@ def _layers_from_cache(cache: Mapping[str, Any]) -> list[Any]:
 
 def _check_states(states: Any) -> list[torch.Tensor]:
     """L+1 tensors (N, T, d) of one shape (InvalidStatesError otherwise)."""
-    if isinstance(states, Mapping):
+    if _is_cache(states):
         states = _layers_from_cache(states)
     elif isinstance(states, np.ndarray | torch.Tensor):
         if states.ndim != 4:
