@@ -21,7 +21,7 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 
 import deffcore as dc
-from deffcore.core.errors import InvalidStatesError
+from deffcore.core.errors import InvalidArgumentError, InvalidStatesError
 
 MAX_TOKENS = 32
 N = 16
@@ -102,3 +102,16 @@ def test_a_cache_without_the_residual_hooks_is_one_sentence():
 
     with pytest.raises(InvalidStatesError, match="hook_resid_pre"):
         dc.measure_states(Cache())
+
+
+def test_measure_takes_a_transformer_lens_bridge_as_the_model_it_wraps(texts):
+    model, tokenizer, _, mine = _setup("llama", texts)
+    tokenizer.init_kwargs.setdefault("name_or_path", "tiny-llama")
+    tokenizer.init_kwargs["add_bos_token"] = True
+    bridge = TransformerBridge.boot_transformers("tiny-llama", hf_model=model, tokenizer=tokenizer)
+    theirs = dc.measure(bridge, dataset=texts, max_tokens=MAX_TOKENS)  # its tokenizer
+    # the same extraction; float32 rounding apart, as booting switched attention to eager
+    _same(theirs, mine)
+    bridge.compatibility_mode = True  # what enable_compatibility_mode() sets after folding
+    with pytest.raises(InvalidArgumentError, match="compatibility mode"):
+        dc.measure(bridge, dataset=texts, max_tokens=MAX_TOKENS)

@@ -374,6 +374,24 @@ def pin(
     return run, replace(loaded, model=module, spec=name, weights_id=run.revision)
 
 
+def unwrap_bridge(model: Any, tokenizer: Any) -> tuple[Any, Any]:
+    """A TransformerLens `TransformerBridge` -> the transformers model it wraps and its tokenizer
+    (unless one is given), so `measure(bridge, dataset=texts)` runs deffcore's extraction on the
+    bridge's weights; anything else is returned as it is. A bridge in compatibility mode
+    (folded and centred weights: not the model's own residual stream, SPEC section 1) is refused
+    (InvalidArgumentError)."""
+    inner = getattr(model, "original_model", None)
+    if not isinstance(inner, torch.nn.Module) or not hasattr(model, "run_with_cache"):
+        return model, tokenizer
+    if getattr(model, "compatibility_mode", False):
+        raise InvalidArgumentError(
+            "This TransformerBridge is in compatibility mode (folded, centred weights), whose "
+            "residual stream is not the model's own; measure a bridge without "
+            "enable_compatibility_mode(), or its original_model."
+        )
+    return inner, tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+
+
 def check_in_memory_args(
     model: Any, tokenizer: Any, revision: str | None, device: str | None, dtype: str | None
 ) -> None:

@@ -322,7 +322,8 @@ def _measure_in_memory(
 ) -> Measurement:
     """`measure` for what is not a (model spec, dataset spec) pair: a loaded model with its
     tokenizer, or a model spec with a list of strings (loaded here, cached under its identity
-    unless `use_cache` is False)."""
+    unless `use_cache` is False). A TransformerLens bridge stands for the model it wraps."""
+    model, tokenizer = external.unwrap_bridge(model, tokenizer)
     external.check_in_memory_args(model, tokenizer, revision, device, dtype)
     if isinstance(model, str):
         if cache_id is not None:
