@@ -107,17 +107,27 @@ def test_split_random_leaves_the_base_unread():
 def test_a_stored_spec_never_raises():
     assert ModelSpec.stored("tiny-renamed") == ModelSpec("tiny-renamed", Kind.HUB)
     assert ModelSpec.stored("random:tiny-llama:2").seed == 2
+    renamed = ModelSpec.stored("random:tiny-renamed:2")  # the base as the old code took it
+    assert renamed.base == ModelSpec("tiny-renamed", Kind.HUB) and renamed.seed == 2
+    assert ModelSpec.stored("random:x") == ModelSpec("random:x", Kind.HUB)
 
 
-def test_run_spec_parses_its_model_at_the_door_and_keeps_the_text():
+def test_run_spec_keeps_the_text_and_its_door_parses_it(tiny_dataset):
+    from deffcore.runs.preflight import run_spec
+
     fields = dict(revision=None, dataset="bbc-news", n=4, max_tokens=8, seed=0, dtype="float32")
     spec = RunSpec(model=ModelSpec.parse("random:tiny-llama:3"), **fields)
     assert spec.model == "random:tiny-llama:3" and isinstance(spec.model, str)
     assert asdict(spec)["model"] == "random:tiny-llama:3"  # the key hashes the same string
+    assert spec.__dict__ == asdict(spec)  # a stored run's fields (`{**spec.__dict__}`): no more
     assert spec == RunSpec(model="random:tiny-llama:3", **fields)
     assert spec.model_spec.kind is Kind.RANDOM and spec.model_spec.seed == 3
+    # a stored run (a colleague's snapshot) opens whatever its model says
+    assert RunSpec(model="tiny-renamed", **fields).model_spec.kind is Kind.HUB
+    made, _ = run_spec(ModelSpec.parse("tiny-llama"), tiny_dataset, 4, 8, 0, "cka")
+    assert made.model == "tiny-llama"
     with pytest.raises(UnknownModelError, match="Unknown tiny model 'tiny-nope'"):
-        RunSpec(model="tiny-nope", **fields)
+        run_spec("tiny-nope", tiny_dataset, 4, 8, 0, "cka")  # a new run: refused at its door
 
 
 def test_the_identity_of_each_kind_is_unchanged(tmp_path):
@@ -138,6 +148,9 @@ def test_the_identity_of_each_kind_is_unchanged(tmp_path):
     }
     assert model_identity("org/name", "v1")["weights_id"] == "revision:v1"
     assert model_identity("loaded:abc")["source"] == "hub"
+    # a stored run's unknown tiny name keys as the hub id the string-reading code made of it
+    assert model_identity("tiny-llama<script>")["source"] == "hub"
+    assert model_identity("random:tiny-nope:1")["base"]["source"] == "hub"
     assert model_identity("/no/such.gguf")["source"] == "hub"  # a missing file: as before
     folder = tmp_path / "x.gguf"
     folder.mkdir()

@@ -45,7 +45,7 @@ def model_identity(spec: str | ModelSpec, revision: str | None = None) -> dict[s
     Keys: `model` (the spec), `source` ("packaged", "tiny", "random", "gguf", "folder", "hub"),
     `weights_id`, and for random nulls `seed` and `base` (the base model's identity).
     """
-    parsed = ModelSpec.parse(spec)
+    parsed = ModelSpec.stored(spec)  # a stored run's key, whatever its model says
     spec = parsed.text
     if parsed.kind is Kind.RANDOM:
         assert parsed.base is not None and parsed.seed is not None

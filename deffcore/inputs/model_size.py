@@ -188,7 +188,7 @@ def model_size(
     """The size of `spec` from what this machine holds (module docstring), None if unknown."""
     from deffcore.inputs import catalog, gguf
 
-    parsed = ModelSpec.parse(spec).trained  # a random null has its base's size
+    parsed = ModelSpec.stored(spec).trained  # a random null has its base's size
     spec = parsed.text
     if known and spec in known:
         return known[spec]

@@ -70,15 +70,35 @@ class ModelSpec:
         sentence naming the form, for a malformed one."""
         if isinstance(text, ModelSpec):
             return text
+        return cls._read(str(text), strict=True)
+
+    @classmethod
+    def stored(cls, text: object) -> ModelSpec:
+        """The spec a stored run holds, never an error: what no longer parses (a tiny model
+        since renamed, a hand-edited or hostile file) reads as a hub id of that text, as the
+        string-reading code took it (so its cache key is the one it had)."""
+        if isinstance(text, ModelSpec):
+            return text
+        return cls._read(str(text), strict=False)
+
+    @classmethod
+    def _read(cls, text: str, *, strict: bool) -> ModelSpec:
         from deffcore.inputs.catalog import PACKAGED_MODELS, TINY_MODELS
         from deffcore.inputs.shapes import is_shape
 
-        text = str(text)
         if not text.strip():
+            if not strict:
+                return cls(text, Kind.HUB)
             raise UnknownModelError("The model spec is empty; name a model.")
-        random = split_random(text)
+        try:
+            random = split_random(text)
+        except UnknownModelError:
+            if strict:
+                raise
+            return cls(text, Kind.HUB)
         if random is not None:
-            return cls(text, Kind.RANDOM, base=cls.parse(random[0]), seed=random[1])
+            base = cls._read(random[0], strict=strict)
+            return cls(text, Kind.RANDOM, base=base, seed=random[1])
         if text.startswith(LOADED_PREFIX):
             return cls(text, Kind.LOADED)
         if text.startswith(STATES_PREFIX):
@@ -89,7 +109,7 @@ class ModelSpec:
             return cls(text, Kind.SHAPE)
         if text in TINY_MODELS:
             return cls(text, Kind.TINY)
-        if text.startswith(TINY_PREFIX):
+        if text.startswith(TINY_PREFIX) and strict:
             raise UnknownModelError(
                 f"Unknown tiny model {text!r}; tiny models are: {', '.join(TINY_MODELS)}."
             )
@@ -99,15 +119,6 @@ class ModelSpec:
         if path.is_dir():
             return cls(text, Kind.FOLDER)
         return cls(text, Kind.HUB)
-
-    @classmethod
-    def stored(cls, text: object) -> ModelSpec:
-        """The spec a stored run holds, never an error: one that no longer parses (a tiny
-        model since renamed, a hand-edited file) reads as a hub id of that text."""
-        try:
-            return cls.parse(str(text))
-        except UnknownModelError:
-            return cls(str(text), Kind.HUB)
 
     @classmethod
     def random(cls, base: str | ModelSpec, seed: int) -> ModelSpec:

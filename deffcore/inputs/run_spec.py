@@ -29,16 +29,17 @@ class RunSpec:
     bos: str = "default"
 
     def __post_init__(self) -> None:
-        # The door: `model` is parsed here (a malformed spec is its one sentence here) and kept
-        # as its text, so the key and a stored run hold the same string as before. The parsed
-        # value is not kept in the instance: `spec.__dict__` is the run's plain fields
-        # (snapshots, job records, labels read it).
-        object.__setattr__(self, "model", ModelSpec.parse(self.model).text)
+        # `model` may be given parsed; it is kept as its text, so the key, `asdict` and
+        # `__dict__` (stored runs) hold the same string and fields as before. A new run's spec
+        # is parsed, strictly, at its door (`runs.preflight.run_spec`); one read back from a
+        # stored run is taken as it was written (a colleague's snapshot still opens).
+        object.__setattr__(self, "model", str(self.model))
 
     @property
     def model_spec(self) -> ModelSpec:
-        """`model`, parsed (`deffcore.inputs.model_spec`)."""
-        return ModelSpec.parse(self.model)
+        """`model`, parsed (`deffcore.inputs.model_spec`; `ModelSpec.stored`: never an
+        error)."""
+        return ModelSpec.stored(self.model)
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """What the model and the dataset are, in plain values: {"model_identity": ...,

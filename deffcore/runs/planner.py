@@ -375,7 +375,7 @@ def _file_bytes(model: str) -> int:
     from deffcore.inputs import gguf
     from deffcore.inputs.model_spec import Kind, ModelSpec
 
-    spec = ModelSpec.parse(model)
+    spec = ModelSpec.stored(model)
     if spec.kind not in (Kind.PACKAGED, Kind.GGUF):
         return 0  # a random null is built from the config, not read from the file
     try:
