@@ -1,0 +1,59 @@
+"""Figures and words of the explorer walk read right: the atlas's log axis names its decades,
+a phase point at the last block is "none found"."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from deffcore.figures import atlas as atlas_figures
+from deffcore.views.atlas_read import phase_words
+
+
+def _atlas_dict(r: list[float], phase_point: int) -> dict:
+    L = len(r)
+    return {
+        "layers": L,
+        "relative_contribution": r,
+        "alignment": [0.1] * L,
+        "phase_point": phase_point,
+        "intervals": {},
+        "sublayers": None,
+    }
+
+
+def test_contribution_log_axis_labels_decades_as_powers():
+    fig = atlas_figures.contribution_figure(_atlas_dict([20.0, 3.0, 0.5, 0.2, 0.15, 0.1], 6))
+    y = fig.layout.yaxis
+    assert y.type == "log"
+    assert y.dtick == 1 and y.exponentformat == "power" and y.showexponent == "all"
+    assert y.minor.dtick == "D2"  # 2 and 5 as unlabelled grid lines, never bare digits
+    within = atlas_figures.contribution_figure(_atlas_dict([0.9, 0.5, 0.3, 0.2], 4)).layout.yaxis
+    assert within.dtick is None  # within a decade plotly's labels are whole numbers (0.2, 0.5)
+
+
+def _fake_atlas(L: int, p: int, band: tuple[float, float]) -> SimpleNamespace:
+    return SimpleNamespace(
+        layers=L,
+        phase_point=p,
+        intervals={"phase_point": (np.float64(band[0]), np.float64(band[1]))},
+        columns=lambda: {"phase_share": (L - p) / L},
+    )
+
+
+def test_a_phase_point_at_the_last_block_is_none_found():
+    words = phase_words(_fake_atlas(30, 30, (28, 30)))
+    assert words["value"] == "none found" and words["share"] == "none found"
+    assert "after block 30" not in " ".join(words.values())
+    assert "0%" not in " ".join(words.values())
+    assert "no block is past a phase point" in words["help"]
+
+
+def test_a_phase_point_inside_the_model_is_said_with_its_share():
+    words = phase_words(_fake_atlas(30, 21, (19, 24)))
+    assert words == {
+        "value": "after block 21",
+        "help": "95% interval: blocks 19–24; 9 of 30 blocks past it",
+        "share": "30%",
+    }
