@@ -23,14 +23,15 @@ def _atlas_dict(r: list[float], phase_point: int) -> dict:
     }
 
 
-def test_contribution_log_axis_labels_decades_as_powers():
-    fig = atlas_figures.contribution_figure(_atlas_dict([20.0, 3.0, 0.5, 0.2, 0.15, 0.1], 6))
+def test_contribution_log_axis_labels_its_ticks_whole():
+    fig = atlas_figures.contribution_figure(_atlas_dict([10.0, 3.0, 0.5, 0.2, 0.15, 0.1], 6))
     y = fig.layout.yaxis
     assert y.type == "log"
-    assert y.dtick == 1 and y.exponentformat == "power" and y.showexponent == "all"
-    assert y.minor.dtick == "D2"  # 2 and 5 as unlabelled grid lines, never bare digits
-    within = atlas_figures.contribution_figure(_atlas_dict([0.9, 0.5, 0.3, 0.2], 4)).layout.yaxis
-    assert within.dtick is None  # within a decade plotly's labels are whole numbers (0.2, 0.5)
+    # every tick written out with its decade (plotly's own labels read "2, 10, 5, 2, 1, 0.1")
+    assert list(y.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5", "10"]
+    np.testing.assert_allclose(y.tickvals, [0.1, 0.2, 0.5, 1, 2, 5, 10])
+    wide = atlas_figures.contribution_figure(_atlas_dict([3000.0, 1.0, 0.01], 3)).layout.yaxis
+    assert "10<sup>3</sup>" in wide.ticktext or "1,000" in wide.ticktext
 
 
 def _fake_atlas(L: int, p: int, band: tuple[float, float]) -> SimpleNamespace:
