@@ -70,3 +70,25 @@ def test_the_projector_legend_of_step_6_sits_above_the_plot_area():
     legend = figures.story_projector_legend(fig).layout.legend
     assert legend.orientation == "h" and legend.yanchor == "bottom" and legend.y >= 1
     # above the plot area (paper y > 1), so no curve of the step can lie under it
+
+
+def test_the_bias_floor_note_sits_above_the_plot_area():
+    from deffcore.figures import for_display, lag_decay
+
+    L = 12
+    rho = np.linspace(0.9, 0.3, L - 1)  # at N = 16, d = 64 the floor 0.8 lies above most of it
+    fig = lag_decay(rho, n=16, d=64)
+    (note,) = [a for a in fig.layout.annotations if "rough bound" in a.text]
+    assert note.yref == "paper" and note.y >= 1 and note.yanchor == "bottom"
+    before = fig.layout.margin.t or 0
+    assert for_display(fig).layout.margin.t > before  # room made for its lines
+
+
+def test_a_heatmap_keeps_its_colour_bar_beside_the_map():
+    from deffcore.figures import similarity_heatmap
+
+    fig = similarity_heatmap(np.eye(5))
+    assert fig.layout.xaxis.constrain == "domain" and fig.layout.xaxis.constraintoward == "right"
+    assert fig.layout.yaxis.constraintoward == "top"
+    (bar,) = [t.colorbar for t in fig.data if t.type == "heatmap"]
+    assert bar.x is None or bar.x >= 1  # the bar right of the plot area, which hugs it
