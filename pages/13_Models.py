@@ -19,7 +19,7 @@ from deffcore.labs import lens_figures, lens_tables
 from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
 from deffcore.runs.tables import cached_model_row, model_row, models_table
 from deffcore.views.comparisons import comparison_caveats
-from deffcore.views.models_overview import paper_models
+from deffcore.views.models_overview import paper_models, with_config_depth
 from deffcore.work import job_state, jobs
 from deffcore.work.sweep.cells import Cell, grid_cells
 from explorer.cards import download_table, show_figure
@@ -36,7 +36,7 @@ GAP_COLUMNS = [f"gap_{p}" for p in POOLINGS]
 SOURCES = ["paper", "precomputed", "shared", "cached"]
 #: The table's columns, in order (the rest of a row stays in the export).
 COLUMNS = [
-    *("label", "trust", "n", "bias", "layers", "deff_over_L", "gap_default"),
+    *("label", "trust", "n", "bias", "layers", "deff_over_L", "table", "gap_default"),
     *("source", "model", "family", "weights"),
     *(c for c in GAP_COLUMNS if c != "gap_default"),
     *("random_mean", "max_tokens", "passages", "bos", "dataset", "intervention", "key"),
@@ -57,7 +57,7 @@ def precomputed_rows(metric: str) -> list[dict[str, Any]]:
 
 @st.cache_data(show_spinner=False)
 def paper_rows() -> list[dict[str, Any]]:
-    return paper_models()
+    return with_config_depth(paper_models())  # Gemma-3: L from its config (the paper gives none)
 
 
 def measured_rows(metric: str) -> list[dict[str, Any]]:
@@ -136,6 +136,9 @@ def table_section(shown: pd.DataFrame, metric: str) -> None:
             ),
             "bias": st.column_config.NumberColumn("CKA bias d/(N+d)", format="%.3f"),
             "deff_over_L": st.column_config.NumberColumn("D_eff/L", format="%.4f"),
+            "table": st.column_config.TextColumn(
+                "D_eff/L from", help="the paper's table, or how it was derived"
+            ),
             "random_mean": st.column_config.NumberColumn("random null D_eff/L", format="%.4f"),
             **{
                 c: st.column_config.NumberColumn(f"gap % {c[4:]}", format="%.1f")
@@ -164,6 +167,16 @@ def charts_section(shown: pd.DataFrame, metric: str) -> None:
     show_figure(figures.models_depth_scatter(shown), "depth_scatter", tag)
     gap_table = shown.assign(model=shown["label"]).drop_duplicates("model")
     show_figure(figures.models_gap_by_pooling(gap_table, POOLINGS), "gap_by_pooling", tag)
+    left_out = sorted(
+        set(gap_table["model"]) - set(figures.with_a_gap(gap_table, POOLINGS)["model"])
+    )
+    if left_out:
+        st.caption(
+            md_escape(
+                f"Not in this chart (no gap published or measured for any pooling): "
+                f"{', '.join(left_out)}."
+            )
+        )
 
 
 def sweep_form(settings: Settings) -> None:

@@ -10,6 +10,7 @@ import streamlit as st
 from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.measures.atlas import Atlas
+from deffcore.views.atlas_read import phase_words
 from deffcore.views.glossary import glossary_markdown, human_columns
 from deffcore.views.labels import run_identity
 from deffcore.views.run_view import RunView
@@ -88,16 +89,11 @@ def missing_section(view: RunView) -> None:
 
 
 def numbers_section(atlas: Atlas) -> None:
-    L, band = atlas.layers, atlas.intervals["phase_point"]
-    g, cols = atlas.gromov, atlas.columns()
+    L, g, cols = atlas.layers, atlas.gromov, atlas.columns()
+    phase = phase_words(atlas)  # p = L: "none found", never "after block L … 0% past it"
     c = st.columns(4)
-    c[0].metric(
-        "Phase point",
-        f"after block {atlas.phase_point}",
-        help=f"95% interval: blocks {band[0]:.0f}–{band[1]:.0f}; "
-        f"{L - atlas.phase_point} of {L} blocks past it",
-    )
-    c[1].metric("Blocks past the phase point", f"{cols['phase_share']:.0%}")
+    c[0].metric("Phase point", phase["value"], help=phase["help"])
+    c[1].metric("Blocks past the phase point", phase["share"])
     c[2].metric("Mean BI, second half", f"{cols['bi_second_half']:.4f}")
     first = g["first_dropped_block"]
     c[3].metric(

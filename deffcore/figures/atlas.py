@@ -23,7 +23,14 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from deffcore.figures.base import COLOR_MEASURED, COLOR_REFERENCE, LAYOUT, OKABE_ITO, integer_ticks
+from deffcore.figures.base import (
+    COLOR_MEASURED,
+    COLOR_REFERENCE,
+    LAYOUT,
+    OKABE_ITO,
+    integer_ticks,
+    log_axis,
+)
 
 COLOR_ATTENTION = OKABE_ITO["orange"]
 COLOR_MLP = OKABE_ITO["bluish green"]
@@ -87,6 +94,22 @@ def _phase(fig: go.Figure, d: dict[str, Any], rows: int) -> None:
         )
 
 
+def _r_axis(d: dict[str, Any]) -> dict[str, Any]:
+    """r_l's log axis (`log_axis`: 1-2-5 labels written whole, or powers of ten, never plotly's
+    bare first digits "2, 10, 5, 2, 1"), fitted to every r drawn and its interval."""
+    drawn: list[Any] = list(d["relative_contribution"])
+    names = ["relative_contribution"]
+    sub = d.get("sublayers") or {}
+    for part in ("attention", "mlp"):
+        if part in sub:
+            drawn += list(sub[part]["relative_contribution"])
+            names.append(f"{part}_relative_contribution")
+    for name in names:
+        band = (d.get("intervals") or {}).get(name) or {}
+        drawn += list(band.get("low") or []) + list(band.get("high") or [])
+    return log_axis(drawn, pad=1.3)
+
+
 def contribution_figure(atlas: Any) -> go.Figure:
     """r_l (attention and MLP beside it where known) and c_l per block, with intervals."""
     d = _d(atlas)
@@ -129,7 +152,7 @@ def contribution_figure(atlas: Any) -> go.Figure:
     _series(d, "alignment", d["alignment"], "block c_l", COLOR_MEASURED, 2, fig)
     fig.add_hline(y=0, line={"color": COLOR_REFERENCE, "width": 1}, row=2, col=1)
     # log scale: the first blocks can write many times the stream they read (small embeddings)
-    fig.update_yaxes(type="log", title_text="r_l (log)", row=1, col=1)
+    fig.update_yaxes(title_text="r_l (log)", row=1, col=1, **_r_axis(d))
     fig.update_yaxes(title_text="c_l", row=2, col=1)
     _phase(fig, d, 2)
     fig.update_layout(

@@ -3,7 +3,13 @@ gap to F_L per pooling control (colour = family or pooling, shape = where a valu
 
 from __future__ import annotations
 
-__all__ = ["FAMILY_COLORS", "MODEL_SYMBOLS", "models_depth_scatter", "models_gap_by_pooling"]
+__all__ = [
+    "FAMILY_COLORS",
+    "MODEL_SYMBOLS",
+    "models_depth_scatter",
+    "models_gap_by_pooling",
+    "with_a_gap",
+]
 
 from collections.abc import Sequence
 from typing import Any
@@ -177,13 +183,21 @@ def models_depth_scatter(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def with_a_gap(table: pd.DataFrame, poolings: Sequence[str]) -> pd.DataFrame:
+    """The rows of `table` with a gap for at least one of `poolings` (published or measured)."""
+    cols = [f"gap_{p}" for p in poolings if f"gap_{p}" in table]
+    return table[table[cols].notna().any(axis=1)] if cols else table.iloc[:0]
+
+
 def models_gap_by_pooling(table: pd.DataFrame, poolings: Sequence[str]) -> go.Figure:
     """Gap to F_L (%) per pooling control, one row of markers per model (colour = pooling).
 
     `table` columns: model (unique labels), and `gap_<pooling>` for each pooling in `poolings`
-    (NaN where not measured/published). A positive gap: more redundant than orthogonal updates.
+    (NaN where not measured/published); a row with none of them is left out (`with_a_gap`: the
+    page names them). A positive gap: more redundant than orthogonal updates.
     """
     fig = go.Figure()
+    table = with_a_gap(table, poolings)  # a row with no gap at all would be an empty line
     labels = list(table["model"]) if len(table) else []
     for p in poolings:
         col = f"gap_{p}"

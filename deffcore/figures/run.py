@@ -67,8 +67,10 @@ def similarity_heatmap(
         height=520,
         **LAYOUT,
     )
-    fig.update_xaxes(constrain="domain")
-    fig.update_yaxes(scaleanchor="x", constrain="domain")
+    # square cells: the axis with room to spare shrinks towards the colour bar (right) and
+    # the title (top), so a wide download keeps the bar beside the map, not at the far edge
+    fig.update_xaxes(constrain="domain", constraintoward="right")
+    fig.update_yaxes(scaleanchor="x", constrain="domain", constraintoward="top")
     integer_ticks(fig, S.shape[0], "xy")
     if selectable:
         L = S.shape[0]
@@ -178,10 +180,11 @@ def lag_decay(
             )
         )
         if above:
-            # bottom left of the plot: empty for decaying profiles (both curves start high)
+            # above the plot area, under the title (`for_display` makes room for its lines):
+            # inside it, at small N, it hid part of the F_L curve
             fig.add_annotation(
-                x=0.01,
-                y=0.02,
+                x=0,
+                y=1.0,
                 xref="paper",
                 yref="paper",
                 xanchor="left",

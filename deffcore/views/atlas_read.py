@@ -59,3 +59,24 @@ def stored_atlas(
     out.run = run_info(m)
     out.skip_effect = stored_skip(m, skip_passages, B=B, seed=seed, ci=ci)
     return out
+
+
+def phase_words(atlas: Any) -> dict[str, str]:
+    """The phase point in words for a reader (SPEC section 16.1, item 6): `value` and `help` of
+    the phase point, `share` of the blocks past it. p = L means r_l never stays below its
+    threshold: nothing was found, said as such (never "after block L", "0% past it")."""
+    L, p = int(atlas.layers), int(atlas.phase_point)
+    lo, hi = atlas.intervals["phase_point"]
+    band = f"95% interval: blocks {lo:.0f}–{hi:.0f}"
+    if p >= L:
+        return {
+            "value": "none found",
+            "help": "r_l does not stay below half its first-half median up to the last block, "
+            f"so no block is past a phase point ({band})",
+            "share": "none found",
+        }
+    return {
+        "value": f"after block {p}",
+        "help": f"{band}; {L - p} of {L} blocks past it",
+        "share": f"{atlas.columns()['phase_share']:.0%}",
+    }

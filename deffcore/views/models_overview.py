@@ -116,3 +116,32 @@ def paper_models() -> list[dict[str, Any]]:
         m["n"], m["dataset"], m["trust"] = PAPER_N, PAPER_DATASET, "published"
         m["bias"] = m["d_model"] / (PAPER_N + m["d_model"]) if m.get("d_model") else None
     return sorted(rows, key=lambda m: (m["family"], m.get("layers") or 0, m["model"]))
+
+
+#: Depth of the paper's models whose rows give no L (Gemma-3: Tables S5 and S6 publish gaps
+#: alone): `num_hidden_layers` of each model's published config.
+CONFIG_LAYERS: dict[str, int] = {"Gemma-3-4B": 34, "Gemma-3-12B": 48, "Gemma-3-27B": 62}
+
+#: What `table` says for a D_eff/L derived by `with_config_depth`.
+DERIVED_FROM = "derived: L from the model's config, D_eff/L = F_L(1 − gap/100)/L"
+
+
+def with_config_depth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`paper_models` rows for display, a paper model without a published L given its config's
+    (`CONFIG_LAYERS`) and, without a published D_eff/L, the one its published default gap
+    implies (SPEC section 4: gap = 100(1 − D_eff/F_L), F_L = 2L/(L+1)), marked in `table`
+    (`DERIVED_FROM`). Copies; the published rows themselves stay as the paper gives them."""
+    from deffcore.measures.depth import reference_depth
+
+    out = []
+    for m in rows:
+        m = dict(m)
+        if m.get("layers") is None and m.get("model") in CONFIG_LAYERS:
+            m["layers"] = CONFIG_LAYERS[m["model"]]
+            gap = m.get("gap_default")
+            if m.get("deff_over_L") is None and gap is not None:
+                L = m["layers"]
+                m["deff_over_L"] = reference_depth(L) * (1 - gap / 100) / L
+                m["table"] = DERIVED_FROM
+        out.append(m)
+    return out
