@@ -205,10 +205,10 @@ def test_a_snapshot_carries_the_atlas_and_a_shared_file_is_checked(tiny_dataset)
     shared = read_snapshot(json.dumps(data).encode())
     assert shared.atlas().layers == m.layers
     for bad, words in (
-        ({"angular_distance": [[0.0]]}, "angular distance"),
+        ({"angular_distance": [[0.0]]}, "angular_distance is not of shape"),
         ({"phase_point": 99}, "phase point"),
         ({"alignment": ["x"] * m.layers}, "alignment"),
-        ({"format": 7}, "not a depth-use atlas"),
+        ({"format": 7}, "'atlas.format'"),
         ({"relative_contribution": [float("inf")] * m.layers}, "relative_contribution"),
     ):
         hostile = {**data, "atlas": {**data["atlas"], **bad}}
