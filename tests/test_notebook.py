@@ -136,9 +136,7 @@ def test_unknown_figure_or_option_gets_one_sentence(run):
 def test_a_shared_snapshot_shows_and_plots_like_the_live_run(run):
     live = MeasurementView(run)._repr_html_()  # pairs the BOS answer; the snapshot carries it
     view = SnapshotView(json.loads(json.dumps(snapshot(run))))
-    assert view._repr_html_() == live.replace(
-        "· measured", "· precomputed"
-    )
+    assert view._repr_html_() == live.replace("· measured", "· precomputed")
     for name in FIGURE_NAMES:
         a, b = view.figure(name), run.figure(name)
         assert [t.name for t in a.data] == [t.name for t in b.data], name
