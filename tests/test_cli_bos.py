@@ -69,7 +69,9 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
     assert d["gu64_sink_metric"] == d["gu_sink_metric"]  # 24 < 64 tokens: the same window
     t = d["trust"]
     assert t["point"] == d["results"]["default"]["deff_over_L"] and t["level"] == "noise"
-    assert t == measurement_trust(m, "default").to_dict()
+    # the trust reads the BOS answer's paired bootstrap, kept with the run (SPEC 11.6)
+    boot = m.paired_latest().result("default", "cka")
+    assert t == measurement_trust(m, "default", bootstrap=boot).to_dict()
     assert d["bos"] == "default" and d["adds_bos"] is True
     # the page's answer: no_pos0 is default here, so it is certain (and says why)
     from deffcore.lenses.bos_answer import position0_answer_for

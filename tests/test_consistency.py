@@ -140,12 +140,12 @@ def test_the_shipped_default_says_one_answer_everywhere(tmp_path):
 
 
 def test_a_fresh_run_says_one_paired_answer_everywhere(tmp_path, capsys):
-    """measure --json pairs the answer (the run's states are at hand) and keeps the bootstrap
-    with the run: bos --json, the page, the report and the notebook read the same."""
+    """measure --bootstrap 20 --json pairs the answer and keeps its bootstrap with the run:
+    bos --json (no --bootstrap), the page, the report and the notebook, each reading the run
+    back from the cache, answer from the same 20 replicates, not from a draw of their own."""
     from deffcore.extraction import entries
 
-    surfaces = {"measure": _cli("measure", capsys, "--no-anytime")}
-
+    surfaces = {"measure": _cli("measure", capsys, "--no-anytime", "--bootstrap", "20")}
     (key,) = [r["key"] for r in entries.list_runs() if r.get("status") == "complete"]
     surfaces["bos"] = _cli("bos", capsys)
     surfaces["page"] = _page(f"cached:{key}")
@@ -153,6 +153,23 @@ def test_a_fresh_run_says_one_paired_answer_everywhere(tmp_path, capsys):
     surfaces["notebook"] = _notebook(_cached_view(key))
     _same(surfaces)
     assert surfaces["measure"]["paired"] and "the same control" not in surfaces["bos"]["sentence"]
+    assert any("same B = 20 multisets" in t for t in surfaces["page"]["text"])
+
+
+def test_a_run_nobody_paired_says_one_paired_answer_everywhere(tmp_path, capsys):
+    """A cached run without a paired bootstrap: the report (the first to ask) draws the
+    answer's (ANSWER_B) and keeps it; bos --json, the page and the notebook say the same."""
+    from deffcore.runs.measure import measure
+    from deffcore.statistics.position0 import ANSWER_B
+
+    key = measure(**RUN, seed=0).spec.key()
+    surfaces = {"report": _report(key, tmp_path)}
+    surfaces["bos"] = _cli("bos", capsys)
+    surfaces["page"] = _page(f"cached:{key}")
+    surfaces["notebook"] = _notebook(_cached_view(key))
+    _same(surfaces)
+    assert surfaces["report"]["paired"]
+    assert any(f"same B = {ANSWER_B} multisets" in t for t in surfaces["page"]["text"])
 
 
 def test_a_run_paired_by_the_page_keeps_its_answer(tmp_path, capsys):

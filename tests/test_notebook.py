@@ -71,6 +71,10 @@ def test_heatmap_svg_colours_follow_the_values():
 def test_trust_is_the_badge_of_the_headline(run):
     unbiased = run.summary("default", "unbiased_cka").deff_over_L
     band = run.random_band()
+    # the notebook repr pairs the run's BOS answer (SPEC 11.6), and the trust reads the spread
+    # of that paired bootstrap once the run holds one
+    pb = run.paired_latest()
+    res = pb.result("default", "cka") if pb is not None and pb.has("default", "cka") else None
     want = trust_badge(
         run.n,
         run.d_model,
@@ -80,6 +84,8 @@ def test_trust_is_the_badge_of_the_headline(run):
         null_band=(band["low"], band["high"]),
         null_seeds=3,
         layers=run.layers,  # the regime is part of the claim
+        ci=None if res is None else (res.low, res.high),
+        bootstrap_mean=None if res is None else res.mean,
     )
     assert run.trust() == want
     assert run.trust(metric="cosine") == MeasurementView(run).trust("default", "cosine")
@@ -128,10 +134,9 @@ def test_unknown_figure_or_option_gets_one_sentence(run):
 
 
 def test_a_shared_snapshot_shows_and_plots_like_the_live_run(run):
+    live = MeasurementView(run)._repr_html_()  # pairs the BOS answer; the snapshot carries it
     view = SnapshotView(json.loads(json.dumps(snapshot(run))))
-    assert view._repr_html_() == MeasurementView(run)._repr_html_().replace(
-        "· measured", "· precomputed"
-    )
+    assert view._repr_html_() == live.replace("· measured", "· precomputed")
     for name in FIGURE_NAMES:
         a, b = view.figure(name), run.figure(name)
         assert [t.name for t in a.data] == [t.name for t in b.data], name

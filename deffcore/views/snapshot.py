@@ -121,9 +121,13 @@ class SnapshotView(NotebookDisplay, RunView):
         if K not in (None, self.layers - 1):
             return None
         point = self.headline(pooling, metric).deff_over_L
-        return stored_bootstrap(
+        found = stored_bootstrap(
             self.data.get("measurement"), pooling=pooling, metric=metric, point=point
         )
+        pb = self.paired_bootstrap() if found is None else None
+        if pb is not None and pb.has(pooling, metric):  # the run's paired one, as live (SPEC 15)
+            return pb.result(pooling, metric, K).to_dict()
+        return found
 
     def atlas(self) -> Any | None:
         """The atlas the snapshot carries (`snapshot()` writes it when the run has one)."""
