@@ -85,7 +85,7 @@ def test_a_stopped_run_shows_the_spread_and_the_paired_answer_of_its_last_estima
 ):
     """SPEC 15: the kept run of a stop holds its last estimate's paired bootstrap, so
     its displayed trust reads that measured spread (not the prior) and its BOS answer is paired
-    without a second draw; a run measured without estimates has neither."""
+    without a second draw; the same run measured again reads that kept bootstrap back."""
     from deffcore.lenses.bos_answer import position0_answer_for
 
     spec = replace(window_spec(windows_dataset, 512), bos="none")  # no_pos0 its own control
@@ -100,8 +100,12 @@ def test_a_stopped_run_shows_the_spread_and_the_paired_answer_of_its_last_estima
     assert m.view().stored_bootstrap("top1_pc", "cka") is None  # not among the pairs: prior
     answer = position0_answer_for(m.view(), "cka")
     assert answer.paired and answer.B == 20
+    # the same run measured again, without estimates, reads the bootstrap kept with the run
+    # (SPEC 11.6, "one run, one answer"): the same spread and the same paired answer
     plain = measure_spec(replace(spec, n=m.n), device="cpu", batch_size=32)
-    assert plain.paired_latest() is None and plain.trust().interval is None
+    kept = plain.paired_latest()
+    assert kept is not None and kept.B == 20
+    assert plain.trust().interval == pytest.approx(shown.interval, rel=1e-12)
 
 
 def test_documents_runs_show_estimates_before_the_end(windows_dataset, every_batch):
