@@ -355,6 +355,27 @@ def local_input(spec: object) -> Path | None:
     return None
 
 
+#: A run entry's folder name: its key, 20 lowercase hex digits (`extraction.cache.is_key`).
+RUN_KEY = re.compile(r"[0-9a-f]{20}")
+
+
+def _in_cache_records(target: Path, root: Path) -> bool:
+    """Whether `target` lies in what the cache keeps of runs: a folder that holds a run (its
+    meta.json, states, partial/), a key-named folder, or one of the app's dot folders
+    (`.shared/`, `.uploads/`).
+    A lab's own folder under the cache (the Residual carry page's `carry/<preset>/`) is not
+    one: its records file is written under the output rule like any other."""
+    if root not in target.parents:
+        return False
+    between = [p for p in target.parents if root in p.parents]
+    top = target.relative_to(root).parts[0]
+    return (
+        top.startswith(".")
+        or RUN_KEY.fullmatch(top) is not None
+        or any(marked(folder) for folder in between)
+    )
+
+
 def check_output(
     path: str | Path,
     name: str,
@@ -369,7 +390,7 @@ def check_output(
 
     Refused, one sentence each (InvalidArgumentError, nothing touched): a symbolic link, a
     folder, a FIFO, a device or a socket (`lstat`: nothing is followed); a path inside a cache
-    entry's folder (its meta.json, states, the shared and uploaded runs) or inside the
+    entry's folder (its meta.json, states) or the app's shared and uploaded runs, or inside the
     installed package (its shipped runs and data); an input of the run (`inputs` maps what it
     is, e.g. "--dataset", to its spec; the same file through any link too); an existing file
     that does not begin as one of `marks` says (a `kind` this tool wrote), or that
@@ -386,7 +407,7 @@ def check_output(
     target = Path(os.path.abspath(path))
     target = target.parent.resolve() / target.name  # the folder's links resolved, not the name
     root = cache_dir().resolve()
-    if root in target.parents and target.parent != root:  # a run entry, .shared/, .uploads/
+    if _in_cache_records(target, root):  # a run entry, .shared/, .uploads/
         raise InvalidArgumentError(
             f"{name} {path} is inside the cache's own folder {target.parent.name}, which only "
             "deffcore writes; give a path outside it."

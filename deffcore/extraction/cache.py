@@ -62,7 +62,7 @@ from deffcore.inputs.run_spec import RunSpec
 
 FORMAT_VERSION = 1
 
-_KEY_RE = re.compile(r"[0-9a-f]{20}")
+_KEY_RE = files.RUN_KEY
 
 
 class UnknownRunError(DeffError):
