@@ -81,18 +81,8 @@ def apply_preset() -> None:
             st.session_state[key] = getattr(knobs, field)
 
 
-#: The story's step and layout in the URL (`?step=h0&layout=projector`): a reload, a bookmark
-#: or a link shows the same step in the same layout.
-URL_STEP, URL_LAYOUT, PROJECTOR = "step", "layout", "projector"
-
-
 def init_defaults() -> None:
     defaults = teaching.Knobs()
-    url_step, url_layout = st.query_params.get(URL_STEP), st.query_params.get(URL_LAYOUT)
-    if "syn_step" not in st.session_state and url_step in teaching.STEP_KEYS:
-        st.session_state["syn_step"] = url_step
-    if "syn_projector" not in st.session_state and url_layout is not None:
-        st.session_state["syn_projector"] = url_layout == PROJECTOR
     st.session_state.setdefault("syn_step", teaching.STEP_KEYS[0])
     for field, key in KNOB_KEYS.items():
         st.session_state.setdefault(key, getattr(defaults, field))
@@ -130,11 +120,7 @@ def story_knobs(step: str, per_row: int = 6) -> teaching.Knobs:
     """The story's sliders (those the step does not use are greyed out) -> its knobs; rows of
     `per_row` (the projector's large labels need 3)."""
     active = teaching.active_knobs(step)
-    c = (
-        [st] * 6
-        if per_row == 1
-        else [col for _ in range(6 // per_row) for col in st.columns(per_row)]
-    )
+    c = [col for _ in range(6 // per_row) for col in st.columns(per_row)]
     L = c[0].slider("L (layers)", 2, 64, key=KNOB_KEYS["L"])
     h0, growth, rho = (
         col.slider(
@@ -162,14 +148,6 @@ def story_knobs(step: str, per_row: int = 6) -> teaching.Knobs:
     return teaching.Knobs(
         L=int(L), h0=float(h0), growth=float(growth), rho=float(rho), n=int(n), d=int(d)
     )
-
-
-def write_story_url(step: str, projector: bool) -> None:
-    """The shown step and layout into the URL (`URL_STEP`, `URL_LAYOUT`), when they changed."""
-    wanted = {URL_STEP: step, URL_LAYOUT: PROJECTOR if projector else "standard"}
-    for name, value in wanted.items():
-        if st.query_params.get(name) != value:
-            st.query_params[name] = value
 
 
 def knobs_from_state() -> teaching.Knobs:
@@ -267,8 +245,11 @@ def story_figures(res: teaching.StepResult, samples: Any, projector: bool) -> di
     if projector:  # every text large: readable from the back of a room
         for fig in out.values():
             figures.projector(fig, PROJECTOR_FONT_PX)
-        # above the fold at 1280 x 720; the legend above the plot area, never on a curve
-        figures.story_projector_legend(out["lag"].update_layout(height=PROJECTOR_CHART_PX))
+        out["lag"].update_layout(  # above the fold at 1280 x 720; the legend in the plot's
+            height=PROJECTOR_CHART_PX,  # empty top right, clear of the axis title
+            legend={"x": 0.99, "y": 0.98, "xanchor": "right", "yanchor": "top",
+                    "orientation": "v", "bgcolor": "rgba(255,255,255,0.85)"},
+        )  # fmt: skip
     return out
 
 
@@ -290,7 +271,6 @@ def story_tab() -> None:
         horizontal=True,
         format_func=lambda s: teaching.STEPS[s][0],
     )
-    write_story_url(step, False)
     knobs = story_knobs(step)
     with guarded("The story step"):
         res = teaching.story_step(step, knobs)
@@ -316,10 +296,10 @@ def preset_box(where: Any) -> None:
 
 
 def projector_view() -> None:
-    """For the back of a room at 1400 x 900 and 1280 x 720: the steps (by name) and the
-    toggle, the step's title and one-sentence lesson, then its chart with its sliders and its
-    numbers beside it, all above the fold, so a slider moves the chart in view; below, the
-    preset and the step's text, every text at projector size (PROJECTOR_CSS, scoped)."""
+    """For the back of a room at 1400 x 900 and 1280 x 720: the step (by number) and the
+    toggle on one line, the step's title and one-sentence lesson, then its chart with its
+    numbers beside it, all above the fold; below, the sliders, the preset and the step's
+    text, every text at projector size (PROJECTOR_CSS, scoped to this view)."""
     st.html(PROJECTOR_CSS)  # our own constant style sheet: no user text in it
     with st.container(key="syn_projector_view"):
         top = st.columns([5, 2], vertical_alignment="bottom")
@@ -328,23 +308,21 @@ def projector_view() -> None:
             teaching.STEP_KEYS,
             key="syn_step",
             horizontal=True,
-            format_func=lambda s: teaching.STEPS[s][0],
+            format_func=lambda s: teaching.STEPS[s][0].split(" · ")[0],
         )
         top[1].toggle("Projector layout", key="syn_projector", help=PROJECTOR_HELP)
-        write_story_url(step, True)
         with guarded("The story step"):
             res = teaching.story_step(step, knobs_from_state())
             samples = sampled_for(step, res)
             figs = story_figures(res, samples, True)
             ident = story_identity(res)
             st.markdown(f"**{res.title}.** {res.lesson}")
-            left, middle, right = st.columns([5, 2, 2])
+            left, right = st.columns([3, 1])
             with left:
                 show_figure(figs["lag"], "lag_profile", ident)
-            with middle:  # beside the chart: a slider moved, the chart answers in view
-                story_knobs(step, per_row=1)
             with right:
                 story_metrics(res, columns=1)
+            story_knobs(step, per_row=3)
             preset_box(st)
             story_text(res)
             story_more(res, step, figs, ident, True)

@@ -60,18 +60,6 @@ def test_a_phase_point_inside_the_model_is_said_with_its_share():
     }
 
 
-def test_the_projector_legend_of_step_6_sits_above_the_plot_area():
-    from deffcore import figures
-    from deffcore.measures import teaching
-
-    res = teaching.story_step("finite_sample", teaching.Knobs())
-    curves, _ = teaching.story_curves(res, None)
-    fig = figures.projector(figures.story_lag_profiles(curves, L=res.knobs.L, bias=res.bias))
-    legend = figures.story_projector_legend(fig).layout.legend
-    assert legend.orientation == "h" and legend.yanchor == "bottom" and legend.y >= 1
-    # above the plot area (paper y > 1), so no curve of the step can lie under it
-
-
 def test_the_bias_floor_note_sits_above_the_plot_area():
     from deffcore.figures import for_display, lag_decay
 

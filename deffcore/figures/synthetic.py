@@ -10,7 +10,6 @@ __all__ = [
     "states_vs_updates",
     "story_depth_bars",
     "story_lag_profiles",
-    "story_projector_legend",
     "synthetic_sweep",
 ]
 
@@ -295,17 +294,4 @@ def story_depth_bars(values: Mapping[str, float], *, F_L: float, L: int) -> go.F
         showlegend=False,
         **LAYOUT,
     )
-    return fig
-
-
-def story_projector_legend(fig: go.Figure) -> go.Figure:
-    """A story chart's legend for the projector layout: one horizontal block above the plot
-    area, under the title (inside the plot it covered step 6's curves, which fill the top
-    right: the bias floor and the biased profiles stay high). Returns `fig`, changed."""
-    fig.update_layout(
-        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom",
-                "bgcolor": "rgba(0,0,0,0)"},
-        title={"y": 0.98, "yanchor": "top"},
-        margin={"t": 150},
-    )  # fmt: skip
     return fig
