@@ -236,6 +236,20 @@ def test_the_stand_in_answer_says_which_metric_answered():
     assert position0_answer_for(view, "cka", paired=alone).answered_with is None
 
 
+def test_an_identical_control_stays_certain_where_a_stand_in_is_held():
+    """A run whose no_pos0 is the same control as default is answered as such (certain, no
+    interval), never from the stand-in's replicates, even when the bootstrap holds them."""
+    c = position0_construction(64, 96, 8, h0=1.0, pos0=8.0, onset=1, seed=3)
+    stacks = {"default": c.default, "no_pos0": c.no_pos0}
+    S = {(p, m): similarity_matrix(x, m) for p, x in stacks.items() for m in ("cka",)}
+    view = pooled_view(S, 8, 64, 96)
+    both = paired_bootstrap(stacks, metrics=("cka", "unbiased_cka"), B=60, seed=3)
+    why = "every passage has 96 tokens"
+    a = position0_answer_for(view, "cka", identical=why, paired=both)
+    assert a.verdict == "not_artefact" and a.identical == why and a.answered_with is None
+    assert "the same control as default for this run" in a.sentence
+
+
 def test_the_paired_answer_judges_each_number_by_its_replicates_percentile_interval():
     """Each pooling's trust level reads the paired replicates' 95% percentile interval of its
     D_eff/L (computed here independently): at N = 1,024 unbiased CKA's spread fits 2% and the
