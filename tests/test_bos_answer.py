@@ -404,3 +404,31 @@ def test_on_off_kinds(with_ratio, without_ratio, kind):
     )
     assert c.kind == kind and c.delta_gap == 10.0
     assert "beyond the 5.0-point tolerance" in c.sentence
+
+
+def test_an_unpaired_answer_asks_passages_for_its_bias_share_too():
+    """Without a paired bootstrap, the passages a "cannot tell" asks for count the part of the
+    two errors that is bias (`_bias_part`, which more passages shrink as 1/N, not 1/sqrt(N)):
+    the view's numbers are handed on whole."""
+    from types import SimpleNamespace as NS
+
+    from deffcore.statistics.position0 import gap_error_points, position0_answer
+
+    heads = {"default": NS(gap_pct=-10.0, layers=12, deff_over_L=0.60, n=256),
+             "no_pos0": NS(gap_pct=-7.0, layers=12, deff_over_L=0.65, n=256)}  # fmt: skip
+
+    def trust(pooling, metric, K, ci):
+        point = heads[pooling].deff_over_L
+        return NS(level="indicative", error=0.005, action=None, corrected_by="unbiased_cka",
+                  bias_corrected=point * 0.97)  # fmt: skip
+
+    view = NS(measurement=None, spec=None, headline=lambda p, m, K=None: heads[p], trust=trust)
+    a = position0_answer_for(view, "cka", identical=None, paired=None, stand_in=False)
+    bands = [gap_error_points(0.005, h.deff_over_L, 12) for h in heads.values()]
+    bias = sum(abs(1 - 1 / 0.97) for _ in heads)
+    args = dict(band_default=bands[0], band_no_pos0=bands[1], trust_default="indicative",
+                trust_no_pos0="indicative", n=256, identical=None,
+                bias_default=gap_error_points(abs(1 - 1 / 0.97), 0.60, 12))  # fmt: skip
+    said = position0_answer(-10.0, -7.0, bias_share=min(1.0, bias / 0.01), **args)
+    assert a.verdict == said.verdict == "cannot_tell" and a.action == said.action, a.sentence
+    assert a.action != position0_answer(-10.0, -7.0, bias_share=0.0, **args).action
