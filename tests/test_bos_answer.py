@@ -236,6 +236,20 @@ def test_the_stand_in_answer_says_which_metric_answered():
     assert position0_answer_for(view, "cka", paired=alone).answered_with is None
 
 
+def test_an_identical_control_stays_certain_where_a_stand_in_is_held():
+    """A run whose no_pos0 is the same control as default is answered as such (certain, no
+    interval), never from the stand-in's replicates, even when the bootstrap holds them."""
+    c = position0_construction(64, 96, 8, h0=1.0, pos0=8.0, onset=1, seed=3)
+    stacks = {"default": c.default, "no_pos0": c.no_pos0}
+    S = {(p, m): similarity_matrix(x, m) for p, x in stacks.items() for m in ("cka",)}
+    view = pooled_view(S, 8, 64, 96)
+    both = paired_bootstrap(stacks, metrics=("cka", "unbiased_cka"), B=60, seed=3)
+    why = "every passage has 96 tokens"
+    a = position0_answer_for(view, "cka", identical=why, paired=both)
+    assert a.verdict == "not_artefact" and a.identical == why and a.answered_with is None
+    assert "the same control as default for this run" in a.sentence
+
+
 def test_the_paired_answer_judges_each_number_by_its_replicates_percentile_interval():
     """Each pooling's trust level reads the paired replicates' 95% percentile interval of its
     D_eff/L (computed here independently): at N = 1,024 unbiased CKA's spread fits 2% and the
@@ -390,3 +404,31 @@ def test_on_off_kinds(with_ratio, without_ratio, kind):
     )
     assert c.kind == kind and c.delta_gap == 10.0
     assert "beyond the 5.0-point tolerance" in c.sentence
+
+
+def test_an_unpaired_answer_asks_passages_for_its_bias_share_too():
+    """Without a paired bootstrap, the passages a "cannot tell" asks for count the part of the
+    two errors that is bias (`_bias_part`, which more passages shrink as 1/N, not 1/sqrt(N)):
+    the view's numbers are handed on whole."""
+    from types import SimpleNamespace as NS
+
+    from deffcore.statistics.position0 import gap_error_points, position0_answer
+
+    heads = {"default": NS(gap_pct=-10.0, layers=12, deff_over_L=0.60, n=256),
+             "no_pos0": NS(gap_pct=-7.0, layers=12, deff_over_L=0.65, n=256)}  # fmt: skip
+
+    def trust(pooling, metric, K, ci):
+        point = heads[pooling].deff_over_L
+        return NS(level="indicative", error=0.005, action=None, corrected_by="unbiased_cka",
+                  bias_corrected=point * 0.97)  # fmt: skip
+
+    view = NS(measurement=None, spec=None, headline=lambda p, m, K=None: heads[p], trust=trust)
+    a = position0_answer_for(view, "cka", identical=None, paired=None, stand_in=False)
+    bands = [gap_error_points(0.005, h.deff_over_L, 12) for h in heads.values()]
+    bias = sum(abs(1 - 1 / 0.97) for _ in heads)
+    args = dict(band_default=bands[0], band_no_pos0=bands[1], trust_default="indicative",
+                trust_no_pos0="indicative", n=256, identical=None,
+                bias_default=gap_error_points(abs(1 - 1 / 0.97), 0.60, 12))  # fmt: skip
+    said = position0_answer(-10.0, -7.0, bias_share=min(1.0, bias / 0.01), **args)
+    assert a.verdict == said.verdict == "cannot_tell" and a.action == said.action, a.sentence
+    assert a.action != position0_answer(-10.0, -7.0, bias_share=0.0, **args).action

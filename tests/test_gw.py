@@ -223,3 +223,19 @@ def test_coupling_problem_on_hand_made_plans():
     off = np.eye(4) / 4 * 1.02  # 2% too much mass everywhere: beyond the 1% tolerance
     assert "not sum" in coupling_problem(off, p, q, 0.1)
     assert coupling_problem(np.eye(4) / 4 * 1.005, p, q, 0.1) is None  # Sinkhorn's slack
+
+
+def test_a_round_off_negative_value_is_stored_as_zero(monkeypatch):
+    """POT can return -1e-17 for identical clouds; a GW^2 is never below 0 (`_solve`'s floor),
+    so the default keeps 0, not the negative round-off of either start."""
+    import ot
+
+    C = distance_matrix(_cloud(12, 4, seed=5))
+    n = C.shape[0]
+
+    def solver(C1, C2, p, q, **kwargs):
+        return -1e-17, {"T": np.full((n, n), 1.0 / n**2)}
+
+    monkeypatch.setattr(ot.gromov, "gromov_wasserstein2", solver)
+    for init in ("both", "product", "identity"):
+        assert gw_distance(C, C, init=init) == 0.0

@@ -229,6 +229,16 @@ def test_one_source_for_the_load_and_the_support_table():
         assert refusal_by_design(kind) is None
 
 
+def test_a_config_that_says_encoder_decoder_is_refused_whatever_its_type():
+    """`is_encoder_decoder` alone refuses: a type transformers does not know, a causal-LM type
+    and no type at all get the encoder-decoder reason (t5's own refusal comes from its type)."""
+    from deffcore.inputs.small_configs import ENC_DEC_REASON
+
+    for kind in ("my-new-seq2seq", "llama", ""):
+        assert refusal_by_design(kind, encoder_decoder=True) == ENC_DEC_REASON
+        assert refusal_by_design(kind) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # weights that do not fill their config
 

@@ -233,3 +233,13 @@ def test_the_carry_labs_records_follow_the_same_rule(capsys, tmp_path, deff_cach
     _refused(capsys, [*base, str(entry)], "is inside the cache's own folder")
     _refused(capsys, [*base, str(DATA_DIR / "ck")], "is inside the deffcore package")
     assert not (DATA_DIR / "ck").exists() and list(entry.iterdir()) == []
+
+
+def test_an_hf_prefixed_input_is_the_file_it_names(dataset, tmp_path):
+    """`hf:path` names the local file `path` (the dataset spec's prefix), so an output at that
+    path is the input itself and is refused like the bare path."""
+    assert files.local_input(f"hf:{dataset}") == dataset
+    assert files.local_input(f"hf:{dataset}:text") == dataset
+    with pytest.raises(InvalidArgumentError, match="is the --dataset file"):
+        files.check_output(dataset, "--snapshot", inputs={"--dataset": f"hf:{dataset}"})
+    assert files.local_input(f"hf:{tmp_path / 'absent.jsonl'}") is None

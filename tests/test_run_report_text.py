@@ -35,9 +35,9 @@ def test_plotly_js_is_inlined_once_in_the_first_figure(default_run):
 
 
 def test_a_stored_text_in_a_paragraph_or_a_box_is_escaped(default_run):
-    """A snapshot's random-null seeds are whole numbers (the schema refuses text there, so no
-    colleague's markup reaches the band's paragraph), and the BOS answer's sentence in its box
-    is shown as text, never parsed."""
+    """A snapshot's random-null seeds are digits (markup in one is refused when the file is
+    read), so the text that reaches a paragraph is the view's source name and the BOS
+    answer's sentence a box: markup in either is shown as text, never parsed."""
     from deffcore.views.run_schema import SnapshotError
 
     data = copy.deepcopy(default_run)
@@ -45,7 +45,7 @@ def test_a_stored_text_in_a_paragraph_or_a_box_is_escaped(default_run):
     band["seeds"] = ["<img src=x onerror=alert(1)>", *band["seeds"][1:]]
     with pytest.raises(SnapshotError, match="seeds"):
         shipped_view(data)
-    view = shipped_view(copy.deepcopy(default_run))
+    view = shipped_view(copy.deepcopy(default_run), source=f"run {HOSTILE}")
     page = report_html(view, answer={"verdict": "cannot_tell", "sentence": f"Δ {HOSTILE}"})
     assert "<script>alert" not in page and "<img src=x" not in page
-    assert html.escape(HOSTILE) in page
+    assert page.count(html.escape(HOSTILE)) == 2
