@@ -280,6 +280,10 @@ REPORT = re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*><head>" + re.escape(REPORT
 SNAPSHOT = re.compile(rb'\A\s*\{\s*"format"\s*:\s*\d')
 #: A lab's records (`labs.residual_carry`'s records.json: a JSON object whose first key is "lab").
 LAB_RECORDS = re.compile(rb'\A\s*\{\s*"lab"\s*:')
+#: A carry-lab checkpoint: its sidecar (a JSON object whose first key is "kind", ours), and the
+#: checkpoint itself (torch.save's zip archive), replaced only beside such a sidecar.
+CARRY_SIDECAR = re.compile(rb'\A\s*\{\s*"kind"\s*:\s*"deffcore-carry-gpt"')
+CARRY_CHECKPOINT = re.compile(rb"\APK\x03\x04")
 #: Bytes of an existing file read to recognise it as ours (its mark sits at its start).
 MARK_PREFIX = 4096
 

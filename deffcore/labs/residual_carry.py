@@ -28,6 +28,7 @@ Decisions:
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -213,9 +214,24 @@ def save_checkpoint(
     tokens: int,
     settings: CarrySettings | None = None,
 ) -> None:
-    """Model weights, config, vocabulary, step/tokens and the sweep settings (for re-probing)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    """Model weights, config, vocabulary, step/tokens and the sweep settings (for re-probing).
+
+    Written under the one output rule (`core.files.check_output`, `write_output`): whole or not
+    at all, never through a link, and an existing file is replaced only when it is one of our
+    checkpoints (its sidecar says so) -- never a file of the user's that shares its name."""
+    from deffcore.core.files import CARRY_CHECKPOINT, CARRY_SIDECAR, check_output, write_output
+
+    side = checkpoint_sidecar(path)
+    check_output(side, "--checkpoint-dir", marks=(CARRY_SIDECAR,), kind="carry checkpoint")
+    ours = has_our_sidecar(side)
+    check_output(
+        path,
+        "--checkpoint-dir",
+        marks=(CARRY_CHECKPOINT,),
+        kind="carry checkpoint",
+        replaceable=lambda _: None if ours else "has no carry-lab sidecar beside it",
+    )
+    buffer = io.BytesIO()
     torch.save(
         {
             "kind": "deffcore-carry-gpt",
@@ -226,14 +242,19 @@ def save_checkpoint(
             "tokens": tokens,
             "settings": settings.to_dict() if settings is not None else None,
         },
-        tmp,
+        buffer,
     )
-    tmp.replace(path)  # atomic: a reader never sees half a checkpoint
+    write_output(path, buffer.getvalue(), "--checkpoint-dir")
     # A plain-JSON sidecar lets a folder listing show step and tokens without opening the .pt.
-    side = checkpoint_sidecar(path)
-    side_tmp = side.with_suffix(".json.tmp")
-    side_tmp.write_text(json.dumps({"kind": "deffcore-carry-gpt", "step": step, "tokens": tokens}))
-    side_tmp.replace(side)
+    sidecar = {"kind": "deffcore-carry-gpt", "step": step, "tokens": tokens}
+    write_output(side, json.dumps(sidecar).encode(), "--checkpoint-dir")
+
+
+def has_our_sidecar(side: Path) -> bool:
+    """Whether `side` is a carry-lab checkpoint's sidecar deffcore wrote."""
+    from deffcore.core.files import CARRY_SIDECAR, has_mark
+
+    return has_mark(side, (CARRY_SIDECAR,))
 
 
 def checkpoint_sidecar(path: str | Path) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -161,3 +163,29 @@ def test_bad_settings_refuse():
         run_carry_sweep(settings_from("tiny", n_embd=30, n_head=4), data=char_data(text=TEXT))
     with pytest.raises(DeffError, match="gamma"):
         run_carry_sweep(settings_from("tiny", gammas=()), data=char_data(text=TEXT))
+
+
+def test_a_checkpoint_replaces_only_its_own_earlier_self(tmp_path):
+    """The one output rule (core.files.check_output) for the lab's checkpoints: a user's file
+    that shares a checkpoint's name is never replaced, a link is never written through, and
+    the lab's own earlier checkpoint (its sidecar says so) is replaced whole."""
+    from deffcore.core.errors import InvalidArgumentError
+    from deffcore.labs.residual_carry import checkpoint_path, checkpoint_sidecar, save_checkpoint
+
+    model = CarryGPT(CarryConfig(vocab_size=20, block_size=8, n_layer=2, n_embd=16, n_head=2))
+    data = char_data(text=TEXT)
+    path = checkpoint_path(tmp_path, 1.0, 0, 10)
+    save_checkpoint(path, model, data, 10, 80)
+    save_checkpoint(path, model, data, 10, 90)  # ours: replaced
+    assert json.loads(checkpoint_sidecar(path).read_text())["tokens"] == 90
+    mine = checkpoint_path(tmp_path, 1.0, 0, 20)
+    mine.write_bytes(b"PK\x03\x04 a zip of the user's, no sidecar beside it")
+    with pytest.raises(InvalidArgumentError, match="carry-lab sidecar"):
+        save_checkpoint(mine, model, data, 20, 160)
+    assert mine.read_bytes().startswith(b"PK\x03\x04 a zip of the user's")
+    target = tmp_path / "elsewhere.pt"
+    link = checkpoint_path(tmp_path, 1.0, 0, 30)
+    link.symlink_to(target)
+    with pytest.raises(InvalidArgumentError, match="symbolic link"):
+        save_checkpoint(link, model, data, 30, 240)
+    assert not target.exists()
