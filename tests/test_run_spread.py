@@ -56,13 +56,29 @@ def test_the_shipped_default_trust_uses_its_stored_bootstrap(snap):
     [("no_pos0", "cka", None), ("default", "unbiased_cka", None), ("default", "cka", 5)],
 )
 def test_a_bootstrap_of_another_headline_is_never_used(snap, pooling, metric, K):
-    assert snap.stored_bootstrap(pooling, metric, K) is None
-    t = snap.trust(pooling, metric, K)
+    bare = _without_paired(snap)  # the run's one stored bootstrap: the default's, linear CKA
+    assert bare.stored_bootstrap(pooling, metric, K) is None
+    t = bare.trust(pooling, metric, K)
     assert t.interval is None and "the prior 1.5/√N" in t.sentence()
+    # with the run's paired bootstrap kept (SPEC 11.6), a headline it holds reads its own
+    # replicates, never the default's interval
+    own = snap.stored_bootstrap(pooling, metric, K)
+    if own is not None:
+        assert own["point"] == pytest.approx(snap.headline(pooling, metric).deff_over_L)
+        default = bare.stored_bootstrap("default", "cka")
+        assert (own["low"], own["high"]) != (default["low"], default["high"])
+
+
+def _without_paired(snap: SnapshotView) -> SnapshotView:
+    data = copy.deepcopy(snap.data)
+    data.pop("paired", None)
+    return SnapshotView(data)
 
 
 def _with(snap: SnapshotView, **changes) -> SnapshotView:
+    """The snapshot with its stored bootstrap changed and no paired bootstrap to fall back on."""
     data = copy.deepcopy(snap.data)
+    data.pop("paired", None)
     data["measurement"]["bootstrap"].update(changes)
     return SnapshotView(data)
 
