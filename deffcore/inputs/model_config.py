@@ -59,6 +59,22 @@ SIZE_FIELDS: dict[str, tuple[int, int]] = {
 _PER_BLOCK = frozenset(_MLP)
 
 
+def read_config_file(path: Path) -> Any:
+    """A model folder's JSON file, read only when at most `MAX_CONFIG_BYTES`; UnknownModelError
+    (one sentence naming the file) when too large, unreadable or not JSON."""
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UnknownModelError(
+                f"The model file {path} is {path.stat().st_size:,} bytes, too large for a "
+                "config file; it is not read."
+            )
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as err:
+        if isinstance(err, UnknownModelError):
+            raise
+        raise UnknownModelError(f"The model file {path} is not readable JSON ({err}).") from None
+
+
 def folder_config(folder: Path) -> dict[str, Any] | None:
     """The checked config.json of a model folder (module docstring), None when it has none
     (transformers then says what is missing). Raises UnknownModelError or
@@ -66,17 +82,7 @@ def folder_config(folder: Path) -> dict[str, Any] | None:
     path = Path(folder) / "config.json"
     if not path.is_file():
         return None
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise UnknownModelError(
-                f"The model file {path} is {path.stat().st_size:,} bytes, too large for a "
-                "config file; it is not read."
-            )
-        config = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError) as err:
-        if isinstance(err, UnknownModelError):
-            raise
-        raise UnknownModelError(f"The model file {path} is not readable JSON ({err}).") from None
+    config = read_config_file(path)
     check_config(config, f"the model folder {path.parent}")
     return config
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from deffcore.core.errors import UnknownModelError
-from deffcore.inputs.model_config import MAX_CONFIG_BYTES, folder_config
+from deffcore.inputs.model_config import folder_config, read_config_file
 
 #: The safetensors library refuses larger headers too (100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -68,17 +68,7 @@ def check_model_folder(folder: Path) -> None:
 def _refuse_code(path: Path) -> None:
     if not path.is_file():
         return
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise UnknownModelError(
-                f"The model file {path} is {path.stat().st_size:,} bytes, too large for a "
-                "config file; it is not read."
-            )
-        config = json.loads(path.read_bytes())
-    except (OSError, ValueError) as err:
-        if isinstance(err, UnknownModelError):
-            raise
-        raise UnknownModelError(f"The model file {path} is not readable JSON ({err}).") from err
+    config = read_config_file(path)
     found = _auto_map(config)
     if found:
         raise UnknownModelError(
