@@ -24,7 +24,7 @@ UPLOAD_KEY = "_deff_upload"
 
 
 def _upload_folder() -> Path:
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     return Path(cache_dir()) / ".uploads"  # dot: never listed as a run
 

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 from deffcore.labs import figures
 from deffcore.labs.residual_carry import PRESETS, paper_carry_rows, run_carry_sweep, settings_from
 from deffcore.views.glossary import human_columns

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.inputs.serving import check_local_path
 from deffcore.labs import figures

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 from deffcore.extraction.forward import extract_pooled
 from deffcore.extraction.pooling import pool_states
 from deffcore.inputs.architecture import decoder_layers, final_norm

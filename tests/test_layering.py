@@ -69,7 +69,7 @@ def test_the_checker_finds_cycles_levels_and_imports_up_a_stage():
 
 def test_known_edges_are_found():
     graph = import_graph(MODULES)
-    assert "deffcore.core.paths" in graph["deffcore.inputs.gguf"]  # gemma3_gguf's local import
+    assert "deffcore.core.files" in graph["deffcore.inputs.gguf"]  # gemma3_gguf's local import
     assert "deffcore.extraction.atlas_store" in graph["deffcore.runs.measure"]  # measure_spec's
 
 
@@ -108,7 +108,7 @@ def test_deffcore_never_imports_streamlit_the_explorer_or_a_page(name):
 
 def test_paths_and_errors_are_leaves():
     graph = import_graph(MODULES)
-    assert graph["deffcore.core.paths"] <= {"deffcore.core.errors"}
+    assert graph["deffcore.core.files"] <= {"deffcore.core.errors"}
     assert graph["deffcore.core.errors"] == set()
 
 

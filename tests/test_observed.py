@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs import observed
 from deffcore.runs.planner import plan_run

@@ -23,7 +23,7 @@ import pytest
 from deffcore.cli.main import main
 from deffcore.core import files
 from deffcore.core.errors import InvalidArgumentError
-from deffcore.core.paths import DATA_DIR
+from deffcore.core.files import DATA_DIR
 
 RUN = ["--model", "tiny-llama", "--n", "8", "--max-tokens", "16", "--no-progress"]
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 from deffcore.runs import stage_times
 from deffcore.work import jobs
 

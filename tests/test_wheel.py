@@ -97,7 +97,7 @@ def test_every_pin_lies_in_the_declared_range_and_every_dependency_is_pinned():
 
 
 def test_installed_package_caches_in_the_users_cache_not_site_packages(tmp_path, monkeypatch):
-    from deffcore.core import paths
+    from deffcore.core import files as paths
 
     monkeypatch.delenv("DEFF_CACHE_DIR")
     assert paths.cache_dir() == REPO / "cache"  # a source checkout keeps <repo>/cache

@@ -170,7 +170,7 @@ def check_cache_dir() -> Path:
 
     `paths.cache_dir` refuses a file or a folder it cannot create; this also writes there.
     """
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     path = cache_dir()
     try:

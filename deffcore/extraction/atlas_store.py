@@ -55,7 +55,7 @@ _TOL = 1e-6
 
 
 def _folder(spec: Any) -> Path:
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     return cache_dir() / spec.key()
 

@@ -56,7 +56,7 @@ import numpy as np
 from deffcore.core import files
 from deffcore.core.constants import CODE_VERSION, EXTRACTED_POOLINGS
 from deffcore.core.errors import CacheCorruptError, DeffError, ForeignCacheEntryError
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 from deffcore.extraction.pooling import PooledStates
 from deffcore.inputs.run_spec import RunSpec
 

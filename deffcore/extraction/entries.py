@@ -17,7 +17,7 @@ from filelock import FileLock, Timeout
 
 from deffcore.core import files
 from deffcore.core.errors import CacheCorruptError, DeffError
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 from deffcore.extraction.cache import (
     RunInUseError,
     UnknownRunError,

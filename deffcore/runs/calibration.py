@@ -112,7 +112,7 @@ def calibration_key(
 
 
 def _folder() -> Path:
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     folder = cache_dir() / _FOLDER
     if folder.is_symlink():

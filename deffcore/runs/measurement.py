@@ -435,7 +435,7 @@ KEEP_PAIRED = 4
 
 def _paired_file(spec: Any) -> Path | None:
     """The run's side file, or None when the run has no cache entry of ours."""
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
     from deffcore.extraction.entries import is_run_entry
 
     folder = cache_dir() / spec.key()

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 
 OBSERVED_FILE = "observed_runs.json"
 JOBS_LOCK = threading.Lock()

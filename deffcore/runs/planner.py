@@ -437,7 +437,7 @@ def plan_run(
 
 
 def _disk_free() -> int | None:
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     folder = cache_dir()
     while not folder.exists() and folder != folder.parent:

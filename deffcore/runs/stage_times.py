@@ -18,7 +18,7 @@ import json
 import math
 import threading
 
-from deffcore.core.paths import cache_dir
+from deffcore.core.files import cache_dir
 from deffcore.inputs.model_spec import Kind, ModelSpec
 
 STAGE_FILE = "stage_times.json"

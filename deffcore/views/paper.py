@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deffcore.core.errors import DeffError
-from deffcore.core.paths import DATA_DIR
+from deffcore.core.files import DATA_DIR
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -123,7 +123,7 @@ def share_file(path: Path | str) -> SnapshotView:
 
 def shared_dir() -> Path:
     """The cache's `.shared/` folder (a dot folder: never listed or deleted as a run)."""
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     return cache_dir() / ".shared"
 

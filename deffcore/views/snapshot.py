@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from deffcore.core.constants import METRICS, POOLINGS
-from deffcore.core.paths import DATA_DIR
+from deffcore.core.files import DATA_DIR
 from deffcore.views.labels import SPEC_DEFAULTS, run_label
 from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.notebook import NotebookDisplay

@@ -126,7 +126,7 @@ def test_pruning_page(app):
 
 
 def test_carry_then_dynamics_pages(app):
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     at = goto(app, "pages/10_Residual_carry.py")
     assert_clean(at)

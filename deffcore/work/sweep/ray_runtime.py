@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from deffcore.core.paths import PACKAGE_DIR
+from deffcore.core.files import PACKAGE_DIR
 from deffcore.work.sweep import checks
 from deffcore.work.sweep.cells import one_sentence
 from deffcore.work.sweep.checks import SweepError
