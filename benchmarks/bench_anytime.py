@@ -192,7 +192,7 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
 
 def _read_batches(entry: Path):
     """Landed batches of an entry: its partial/ batch files in order, or its states.npz."""
-    from deffcore.extraction.batches import SavedBatch
+    from deffcore.extraction.forward import SavedBatch
 
     partial = entry / "partial"
     if partial.is_dir():
@@ -201,8 +201,8 @@ def _read_batches(entry: Path):
                 rows = {k: z[k] for k in z.files if k not in ("slots", "cap")}
                 yield SavedBatch(z["slots"], rows, None)
         return
-    from deffcore.extraction.pooling import PooledStates
-    from deffcore.extraction.prefix import finished_rows
+    from deffcore.extraction.cache import finished_rows
+    from deffcore.extraction.forward import PooledStates
 
     with np.load(entry / "states.npz", allow_pickle=False) as z:
         pooled = PooledStates(
@@ -217,7 +217,7 @@ def _read_batches(entry: Path):
 
 def replay(args: argparse.Namespace) -> dict[str, Any]:
     """The trajectory of a stored run's prefixes and where each rule stops (no model)."""
-    from deffcore.extraction.prefix import PrefixRows, schedule
+    from deffcore.extraction.cache import PrefixRows, schedule
     from deffcore.statistics.anytime import estimate
     from deffcore.statistics.stopping import StopRule
 

@@ -57,7 +57,7 @@ def extraction_ratio(loaded, texts, max_tokens: int, blocks: int, wall: bool) ->
 
 
 def _one_forward(loaded, seqs, batch: int, clock) -> float:
-    from deffcore.extraction.batches import pad_batch
+    from deffcore.extraction.forward import pad_batch
 
     pad = loaded.tokenizer.pad_token_id or 0
     start = clock()

@@ -4,7 +4,7 @@
         [--n 1024,4096] [--B 100] [--marks] [--live-B 50]
 
 `--entry`: a cache entry, complete or still extracting (its checkpointed batches: a window
-run's first k rows are the k-run, bit for bit, `deffcore.extraction.prefix`). For each N in
+run's first k rows are the k-run, bit for bit, `deffcore.extraction.cache`). For each N in
 `--n` (at most what has landed) the run of N windows is read from those rows, and the BOS
 page's answer is computed as `measure --bootstrap B --json` computes it: the unpaired rule
 (both errors added) and the paired one (`Measurement.paired_bootstrap` of default and no_pos0,
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_anytime import _read_batches  # noqa: E402
 
-from deffcore.extraction.prefix import PrefixRows, schedule  # noqa: E402
+from deffcore.extraction.cache import PrefixRows, schedule  # noqa: E402
 from deffcore.inputs.run_spec import RunSpec  # noqa: E402
 from deffcore.lenses.bos_answer import position0_answer_for  # noqa: E402
 from deffcore.runs.measurement import Measurement  # noqa: E402

@@ -62,10 +62,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deffcore.extraction import forward, stage
-from deffcore.extraction.batches import pad_batch
-from deffcore.extraction.forward import extract_pooled
-from deffcore.extraction.pooling import pool_states
+from deffcore.extraction import forward
+from deffcore.extraction import forward as stage
+from deffcore.extraction.forward import extract_pooled, pad_batch, pool_states
 from deffcore.inputs.architecture import base_model
 from deffcore.inputs.loading import load_model
 from deffcore.inputs.texts import load_passages

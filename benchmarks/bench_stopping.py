@@ -8,7 +8,7 @@ the first time the rule is met, so it stops exactly when chance made the number 
 Here every dataset is one growing run: states sampled once at N_max from a teaching
 construction (`deffcore.measures.teaching.sample_states`, population S in closed form via
 `teaching.population_similarity`), its prefixes measured at the run's marks
-(`deffcore.extraction.prefix.schedule`) with the product's own estimator
+(`deffcore.extraction.cache.schedule`) with the product's own estimator
 (`anytime.pooling_estimate`:
 the shown estimator, unbiased CKA where linear CKA's bias is material, and `deffcore.trust`).
 
@@ -53,7 +53,7 @@ sys.path.insert(0, str(HERE))  # calibration_kit
 import calibration_kit as kit  # noqa: E402
 
 from deffcore.core.constants import REGIME_TOLERANCE  # noqa: E402
-from deffcore.extraction.prefix import schedule  # noqa: E402
+from deffcore.extraction.cache import schedule  # noqa: E402
 from deffcore.measures import teaching  # noqa: E402
 from deffcore.statistics.anytime import gap_of, pooling_estimate  # noqa: E402
 
@@ -241,7 +241,7 @@ def answer_grid(size: str) -> list[dict[str, Any]]:
 def run_answer_case(case: dict[str, Any], B: int) -> dict[str, Any]:
     """One growing run of a position-0 construction: the answer at every mark."""
     from deffcore.core.constants import EXTRACTED_POOLINGS
-    from deffcore.extraction.pooling import PooledStates
+    from deffcore.extraction.forward import PooledStates
     from deffcore.measures.depth import effective_depth, gap_percent
     from deffcore.measures.synthetic import position0_construction
     from deffcore.statistics.anytime import estimate

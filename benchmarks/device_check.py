@@ -111,7 +111,8 @@ def _before(path: str | None):
 def hooks_and_pipeline_check(device: str, model: str, quick: bool, before) -> dict[str, Any]:
     """No synchronising call inside any hook (on CUDA: the driver's sync debug mode raises),
     and the pipelined extraction equal to the unpipelined one and to the code before."""
-    from deffcore.extraction import forward, stage
+    from deffcore.extraction import forward
+    from deffcore.extraction import forward as stage
     from deffcore.inputs.loading import load_model
 
     loaded = load_model(model, device=device)

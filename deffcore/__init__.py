@@ -86,7 +86,7 @@ _LAZY: dict[str, str] = {
     "measure_states": "deffcore.runs.measure",
     "Measurement": "deffcore.runs.measurement",
     "RunSpec": "deffcore.inputs.run_spec",
-    "list_runs": "deffcore.extraction.entries",
+    "list_runs": "deffcore.extraction.cache",
     # shared runs
     "open_snapshot": "deffcore.views.sharing",
     "read_snapshot": "deffcore.views.sharing",
@@ -105,7 +105,7 @@ _LAZY: dict[str, str] = {
     "norm_intervention": "deffcore.inputs.interventions",
     # extraction
     "extract_pooled": "deffcore.extraction.forward",
-    "PooledStates": "deffcore.extraction.pooling",
+    "PooledStates": "deffcore.extraction.forward",
     # further lenses and the labs
     "correlate": "deffcore.measures.correlation",
     "Correlation": "deffcore.measures.correlation",

@@ -20,7 +20,7 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.core.safe_text import md_escape
-from deffcore.extraction.prefix import FIRST_ESTIMATE, prefix_refusal, schedule
+from deffcore.extraction.cache import FIRST_ESTIMATE, prefix_refusal, schedule
 from deffcore.statistics.stopping import CONFIRM, MIN_STOP_N
 from deffcore.work import job_state, jobs
 from explorer.cards import show_run_figure
@@ -32,7 +32,7 @@ def next_look(status: job_state.JobStatus, est: dict[str, Any]) -> str:
     """When the next estimate lands, in words: the estimates come at the marks of
     `extraction.prefix.schedule` (64, 128, 256, ... passages), so the cards stay at the last
     mark while the bar moves on, and the verdict can change (or settle) only at a mark."""
-    from deffcore.extraction.prefix import batch_rows, schedule
+    from deffcore.extraction.cache import batch_rows, schedule
     from deffcore.inputs.devices import resolve_device_dtype
     from deffcore.runs.planner import human_time
 

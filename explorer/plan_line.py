@@ -84,7 +84,7 @@ def plan_caption(settings: Any) -> None:
 
 
 def _calibrate(fields: tuple, device: str) -> None:
-    from deffcore.extraction.prefix import batch_rows
+    from deffcore.extraction.cache import batch_rows
     from deffcore.runs import calibration
 
     model, revision, _, _, max_tokens, _, dtype = fields[:7]

@@ -31,8 +31,8 @@ _RUN_ENV_DONE = "_deff_run_env_opened"
 
 
 def cached_runs() -> list[dict[str, Any]]:
-    """Meta of every complete cached run, newest first (`deffcore.extraction.entries.list_runs`)."""
-    from deffcore.extraction import entries
+    """Meta of every complete cached run, newest first (`deffcore.extraction.cache.list_runs`)."""
+    from deffcore.extraction import cache as entries
 
     return [
         m

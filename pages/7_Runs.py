@@ -70,7 +70,7 @@ class Runs:
 
 
 def cache_entries() -> list[dict[str, Any]]:
-    from deffcore.extraction import entries as cache
+    from deffcore.extraction import cache
 
     entries = []
     with guarded("Listing the cache"):
@@ -481,7 +481,7 @@ def confirm_delete(runs: Runs, pending: str) -> None:
     c1, c2, _ = st.columns([1, 1, 4])
     if c1.button("Yes, delete", type="primary", key="runs_delete_confirm"):
         with guarded("Deleting the run"):
-            from deffcore.extraction import entries as cache
+            from deffcore.extraction import cache
 
             key = runs.by_id[pending]["key"]
             cache.delete(key)

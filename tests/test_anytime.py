@@ -10,9 +10,10 @@ from run_helpers import window_spec
 
 from deffcore.core.constants import EXTRACTED_POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
-from deffcore.extraction import batches, prefix
-from deffcore.extraction.pooling import PooledStates
-from deffcore.extraction.prefix import PrefixRows, batch_rows, prefix_refusal, schedule
+from deffcore.extraction import cache as prefix
+from deffcore.extraction import forward as batches
+from deffcore.extraction.cache import PrefixRows, batch_rows, prefix_refusal, schedule
+from deffcore.extraction.forward import PooledStates
 from deffcore.statistics import anytime
 from deffcore.statistics.anytime import estimate, pooling_estimate, regime_fixed
 

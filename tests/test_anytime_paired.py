@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
-from deffcore.extraction.pooling import PooledStates
+from deffcore.extraction.forward import PooledStates
 from deffcore.lenses.bos_calibration import claim_is_right
 from deffcore.measures.depth import effective_depth, gap_percent
 from deffcore.measures.synthetic import position0_construction

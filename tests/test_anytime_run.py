@@ -11,7 +11,8 @@ from run_helpers import assert_same_pooled, window_spec
 
 import deffcore.runs.measure
 from deffcore.core.errors import DeffError
-from deffcore.extraction import cache, entries
+from deffcore.extraction import cache
+from deffcore.extraction import cache as entries
 from deffcore.runs.anytime_run import measure_live
 from deffcore.runs.measure import measure_spec
 from deffcore.statistics.stopping import CONFIRM, MIN_STOP_N, StopRule

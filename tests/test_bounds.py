@@ -249,8 +249,8 @@ def test_the_live_rows_wait_for_the_data_and_check_memory(monkeypatch):
     passages by then), and then checks the rows fit before allocating them."""
     from deffcore.core.constants import EXTRACTED_POOLINGS
     from deffcore.core.errors import OutOfMemoryError
-    from deffcore.extraction.batches import SavedBatch
-    from deffcore.extraction.prefix import PrefixRows
+    from deffcore.extraction.cache import PrefixRows
+    from deffcore.extraction.forward import SavedBatch
 
     rows = PrefixRows(10**12)  # was a 931 GiB bool array at once
     assert rows.filled is None and rows.rows == {}

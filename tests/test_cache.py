@@ -14,9 +14,11 @@ import pytest
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import CacheCorruptError, DeffError
-from deffcore.extraction import cache, entries, partial
+from deffcore.extraction import cache
+from deffcore.extraction import cache as entries
+from deffcore.extraction import cache as partial
 from deffcore.extraction.cache import UnknownRunError
-from deffcore.extraction.pooling import PooledStates
+from deffcore.extraction.forward import PooledStates
 from deffcore.inputs import run_spec
 from deffcore.inputs.run_spec import RunSpec
 
@@ -402,7 +404,8 @@ def test_bos_diagnostics_beside_a_run_keep_it_listed_and_deletable(tmp_path):
     and a folder holding only diagnostics is not listed as a run."""
     import json as _json
 
-    from deffcore.extraction import cache, entries
+    from deffcore.extraction import cache
+    from deffcore.extraction import cache as entries
     from deffcore.inputs import run_spec
 
     spec = run_spec.RunSpec("tiny-llama", None, "bbc-news", 4, 8, 0, "float32")

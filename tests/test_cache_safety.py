@@ -26,7 +26,9 @@ from deffcore.core.errors import (
     ForeignCacheEntryError,
     NonFiniteActivationsError,
 )
-from deffcore.extraction import cache, entries, partial
+from deffcore.extraction import cache
+from deffcore.extraction import cache as entries
+from deffcore.extraction import cache as partial
 from deffcore.inputs.run_spec import RunSpec
 
 

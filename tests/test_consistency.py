@@ -143,7 +143,7 @@ def test_a_fresh_run_says_one_paired_answer_everywhere(tmp_path, capsys):
     """measure --bootstrap 20 --json pairs the answer and keeps its bootstrap with the run:
     bos --json (no --bootstrap), the page, the report and the notebook, each reading the run
     back from the cache, answer from the same 20 replicates, not from a draw of their own."""
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     surfaces = {"measure": _cli("measure", capsys, "--no-anytime", "--bootstrap", "20")}
     (key,) = [r["key"] for r in entries.list_runs() if r.get("status") == "complete"]
@@ -205,7 +205,7 @@ def _shared(data: dict, tmp_path: Path) -> dict:
 def _snapshot(tmp_path: Path, capsys: pytest.CaptureFixture) -> dict:
     """A tiny run's snapshot made with a paired bootstrap (`measure --bootstrap 20 --snapshot`),
     its cache entry deleted: the app and the report know it only from the file."""
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     path = tmp_path / "made.json"
     args = ["--seed", "1", "--bootstrap", "20", "--no-anytime", "--snapshot", str(path)]

@@ -80,7 +80,7 @@ def test_bos_command_leaves_the_undefined_control_out_of_the_verdict(same_start,
 
 def test_a_degenerate_default_is_still_the_runs_error():
     from deffcore.core.constants import EXTRACTED_POOLINGS
-    from deffcore.extraction.pooling import PooledStates
+    from deffcore.extraction.forward import PooledStates
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.runs.measurement import Measurement
 

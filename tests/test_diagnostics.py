@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from deffcore.core.files import cache_dir
-from deffcore.extraction.forward import extract_pooled
-from deffcore.extraction.pooling import pool_states
+from deffcore.extraction.forward import extract_pooled, pool_states
 from deffcore.inputs.architecture import decoder_layers, final_norm
 from deffcore.inputs.loading import load_model
 from deffcore.inputs.run_spec import RunSpec

@@ -10,7 +10,8 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-from deffcore.extraction import cache, entries
+from deffcore.extraction import cache
+from deffcore.extraction import cache as entries
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.lenses.diagnostics import bos_diagnostics
 from deffcore.lenses.diagnostics_store import diagnose, diagnostics_path, read_diagnostics

@@ -8,10 +8,9 @@ import torch
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import NonFiniteActivationsError, OutOfMemoryError, TooFewPassagesError
-from deffcore.extraction import batches
+from deffcore.extraction import forward as batches
 from deffcore.extraction import forward as forward_mod
-from deffcore.extraction.forward import extract_pooled
-from deffcore.extraction.pooling import pool_states
+from deffcore.extraction.forward import extract_pooled, pool_states
 from deffcore.inputs.architecture import decoder_layers, final_norm
 from deffcore.inputs.tokens import tokenize
 

@@ -12,8 +12,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import NonFiniteActivationsError, RunCancelled
-from deffcore.extraction import batches, pooling, stage
+from deffcore.extraction import forward as batches
 from deffcore.extraction import forward as forward_mod
+from deffcore.extraction import forward as pooling
+from deffcore.extraction import forward as stage
 from deffcore.extraction.forward import extract_pooled
 from deffcore.inputs.architecture import architecture_of, decoder_layers
 from deffcore.inputs.loading import load_model

@@ -12,7 +12,8 @@ import pytest
 import deffcore.extraction.forward
 import deffcore.runs.measure
 from deffcore.core.errors import DeffError, TooFewPassagesError
-from deffcore.extraction import cache, entries
+from deffcore.extraction import cache
+from deffcore.extraction import cache as entries
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs import preflight
 from deffcore.runs.measure import measure

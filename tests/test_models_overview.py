@@ -33,7 +33,7 @@ def test_every_family_label_is_distinct():
 
 
 def test_a_cached_random_run_is_in_the_random_family():
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
     from deffcore.runs.measure import measure
     from deffcore.runs.tables import cached_model_row
 

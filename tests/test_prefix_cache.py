@@ -1,4 +1,4 @@
-"""A window run from a cached run of another N (deffcore.extraction.prefix): bit-identical."""
+"""A window run from a cached run of another N (deffcore.extraction.cache): bit-identical."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from run_helpers import assert_same_pooled, window_spec
 
 import deffcore.inputs.run_inputs
 import deffcore.runs.measure
-from deffcore.extraction import cache, prefix
+from deffcore.extraction import cache
+from deffcore.extraction import cache as prefix
 from deffcore.runs.measure import measure_spec
 
 

@@ -20,7 +20,8 @@ import torch
 from deffcore.cli.main import main
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import RunCancelled
-from deffcore.extraction import cache, entries
+from deffcore.extraction import cache
+from deffcore.extraction import cache as entries
 from deffcore.extraction import forward as extract
 from deffcore.runs.measure import measure
 

@@ -154,7 +154,7 @@ def test_a_large_file_is_refused_by_its_size_before_it_is_read(tmp_path):
 
 def test_the_runs_listing_never_prints_a_control_character(monkeypatch, capsys):
     """A name with a terminal escape (a file named so, a model id) is printed as text."""
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     row = {"key": "a" * 20, "status": "complete", "created": "2026-01-01T00:00:00",
            "spec": {"model": "evil\x1b[2Jmodel", "dataset": "data\x07.txt", "max_tokens": 8},

@@ -206,7 +206,7 @@ def measure_with_estimates(args: argparse.Namespace, bar: Any, seeds: tuple[int,
     N that was kept; (Measurement, None) when the estimates are off or impossible."""
     from dataclasses import replace
 
-    from deffcore.extraction.prefix import prefix_refusal
+    from deffcore.extraction.cache import prefix_refusal
     from deffcore.runs.anytime_run import measure_live
     from deffcore.runs.measure import measure_spec
     from deffcore.statistics.stopping import estimate_bootstrap, parse_until

@@ -50,7 +50,7 @@ def open_run(ref: str) -> Any:
 
         return open_snapshot(path)
     if _KEY.fullmatch(ref):
-        from deffcore.extraction import entries
+        from deffcore.extraction import cache as entries
         from deffcore.work import jobs
 
         if any(r.get("key") == ref and r.get("status") == "complete" for r in entries.list_runs()):

@@ -53,7 +53,8 @@ def shared_rows() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deffcore.extraction import cache, entries
+    from deffcore.extraction import cache
+    from deffcore.extraction import cache as entries
 
     if args.delete is not None:
         shared = _SHARED_ID.fullmatch(args.delete)

@@ -62,7 +62,7 @@ def _folder(spec: Any) -> Path:
 
 def _in_cache(folder: Path) -> bool:
     """The run's folder is a cache entry of ours (else its files live in memory only)."""
-    from deffcore.extraction.entries import is_run_entry
+    from deffcore.extraction.cache import is_run_entry
 
     return is_run_entry(folder)
 

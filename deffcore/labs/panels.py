@@ -67,7 +67,7 @@ def _family(name: str) -> str:
 
 
 def _complete_runs() -> list[dict[str, Any]]:
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     return [r for r in entries.list_runs() if r.get("status") == "complete"]
 

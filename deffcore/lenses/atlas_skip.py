@@ -142,7 +142,7 @@ def _batch_size(loaded: Any, T: int) -> int:
 
 def _skip_batch(loaded: Any, seqs: list[list[int]], on_step: Callable[[], None]):
     """One batch's (later, later_max, kl): (B, L, L), (B, L, L), (B, L) float64 numpy."""
-    from deffcore.extraction.batches import pad_batch
+    from deffcore.extraction.forward import pad_batch
     from deffcore.inputs.architecture import decoder_layers
 
     model, layers, L = loaded.model, decoder_layers(loaded.model), loaded.layers

@@ -325,8 +325,7 @@ def _diagnostic_passes(
 ) -> tuple[np.ndarray, np.ndarray, GuCounts]:
     """The eager forward passes: sums of a_{l,h} (L, H) over the passages long enough for the
     sink test, the (L+1,) medians of |h| and Gu et al.'s counts; the collector keeps the rest."""
-    from deffcore.extraction.batches import pad_batch
-    from deffcore.extraction.forward import register_hooks
+    from deffcore.extraction.forward import pad_batch, register_hooks
     from deffcore.inputs.architecture import architecture_of
 
     model, L = loaded.model, loaded.layers

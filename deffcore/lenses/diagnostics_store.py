@@ -52,7 +52,7 @@ def _memory_key(spec: Any) -> tuple[str, str]:
 
 def _in_cache(spec: Any) -> bool:
     """Whether `spec` has a run entry (complete or partial) to keep its diagnostics in."""
-    from deffcore.extraction.entries import is_run_entry
+    from deffcore.extraction.cache import is_run_entry
 
     return is_run_entry(diagnostics_path(spec).parent)
 

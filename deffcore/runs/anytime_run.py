@@ -38,15 +38,16 @@ from typing import Any
 
 from deffcore.core.constants import EXTRACTED_POOLINGS, WINDOW_MODES
 from deffcore.core.errors import DeffError, RunCancelled
-from deffcore.extraction import cache, entries
-from deffcore.extraction.batches import SavedBatch
-from deffcore.extraction.prefix import (
+from deffcore.extraction import cache
+from deffcore.extraction import cache as entries
+from deffcore.extraction.cache import (
     PrefixRows,
     batch_rows,
     finished_rows,
     prefix_refusal,
     schedule,
 )
+from deffcore.extraction.forward import SavedBatch
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.statistics.anytime import Estimate, estimate
 from deffcore.statistics.stopping import ANSWER_POOLINGS, StopRule
@@ -218,7 +219,7 @@ def _fill_from_states(watch: _Watch, m: Any) -> None:
 
 def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) -> LiveRun:
     """Keep the first `stop_at` passages as a complete run of that N (module docstring)."""
-    from deffcore.extraction import prefix
+    from deffcore.extraction import cache as prefix
     from deffcore.runs.measurement import Measurement
 
     spec, k = watch.spec, int(watch.stop_at)

@@ -252,7 +252,7 @@ def _time_estimates(walk: np.ndarray, layers: int, d: int) -> tuple[float, float
     """(fixed seconds, seconds per multiply-add) of a live estimate, from one at each of
     EST_PASSAGES passages of `walk` (L, >= max(EST_PASSAGES), d) random states."""
     from deffcore.core.constants import EXTRACTED_POOLINGS
-    from deffcore.extraction.pooling import PooledStates
+    from deffcore.extraction.forward import PooledStates
     from deffcore.measures.similarity import route_costs
     from deffcore.statistics.anytime import estimate
 

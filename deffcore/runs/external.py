@@ -86,7 +86,7 @@ from deffcore.core.errors import (
     NonFiniteActivationsError,
     TooFewPassagesError,
 )
-from deffcore.extraction.pooling import PooledStates, pool_states
+from deffcore.extraction.forward import PooledStates, pool_states
 from deffcore.inputs.architecture import architecture_of, decoder_layers
 from deffcore.inputs.interventions import INTERVENTIONS
 from deffcore.inputs.loading import LoadedModel

@@ -6,7 +6,7 @@
 
 The forward pass happens once per `RunSpec` and is cached on disk (`deffcore.extraction.cache`);
 an interrupted run resumes from its last finished batch, and a window run reuses a cached run
-of the same settings with another N (`deffcore.extraction.prefix`).
+of the same settings with another N (`deffcore.extraction.cache`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from deffcore.core.errors import (
     fit_advice,
 )
 from deffcore.extraction import cache
-from deffcore.extraction.batches import BatchCheckpoint, SavedBatch
-from deffcore.extraction.forward import extract_run
-from deffcore.extraction.pooling import PooledStates
+from deffcore.extraction.forward import BatchCheckpoint, PooledStates, SavedBatch, extract_run
 from deffcore.inputs.devices import resolve_device_dtype
 from deffcore.inputs.loading import LoadedModel
 from deffcore.inputs.model_spec import ModelSpec
@@ -61,7 +59,7 @@ def extract_spec(
     `spec.intervention` is applied around the extraction; `documents` are the run's texts when
     they are not `spec.dataset`'s), then `deffcore.extraction.forward.extract_run` runs it.
     `checkpoint` keeps finished batches and resumes them
-    (`deffcore.extraction.partial.PartialRun(spec)`);
+    (`deffcore.extraction.cache.PartialRun(spec)`);
     `should_stop()` is asked before the model loads and before every batch (RunCancelled).
     `taps` see the captured states too (`deffcore.extraction.forward.ExtractionTap`: the
     depth-use atlas).
@@ -112,12 +110,12 @@ def measure_spec(
     (`Measurement.resumed_passages` says how many passages were resumed).
     `use_cache=False` recomputes without reading or writing the cache at all.
     Window runs also reuse a cached run of the same settings with another N, bit-identically
-    (`deffcore.extraction.prefix`: a larger run resumes from a smaller one's batches, a
+    (`deffcore.extraction.cache`: a larger run resumes from a smaller one's batches, a
     smaller one is a larger one's first rows); `tap(batch)` sees every finished chunk of
     batches (`deffcore.runs.anytime_run`: the live estimates). `atlas`: the depth-use atlas is
     taken in the same extraction and kept beside the run if it ran every passage (SPEC 16).
     """
-    from deffcore.extraction import prefix
+    from deffcore.extraction import cache as prefix
     from deffcore.extraction.atlas_store import atlas_taps, keep_atlas
 
     taps, start = (atlas_taps() if atlas and use_cache else ()), time.perf_counter()

@@ -27,8 +27,7 @@ import numpy as np
 from deffcore.core.checks import check_choice
 from deffcore.core.constants import METRICS, PC_CONTROLS, POOLINGS
 from deffcore.core.errors import DeffError, InvalidStatesError, UndefinedSimilarityError
-from deffcore.extraction.forward import Progress
-from deffcore.extraction.pooling import PooledStates
+from deffcore.extraction.forward import PooledStates, Progress
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.measures.controls import apply_pc_control
 from deffcore.measures.depth import (
@@ -436,7 +435,7 @@ KEEP_PAIRED = 4
 def _paired_file(spec: Any) -> Path | None:
     """The run's side file, or None when the run has no cache entry of ours."""
     from deffcore.core.files import cache_dir
-    from deffcore.extraction.entries import is_run_entry
+    from deffcore.extraction.cache import is_run_entry
 
     folder = cache_dir() / spec.key()
     return folder / PAIRED_FILE if is_run_entry(folder) else None

@@ -407,7 +407,7 @@ def plan_run(
     window modes). known: model sizes for models this machine has no config of.
     live_bootstrap: (B, poolings) bootstrap replicates of the live estimates at each mark.
     """
-    from deffcore.extraction.prefix import batch_rows, prefix_refusal, schedule
+    from deffcore.extraction.cache import batch_rows, prefix_refusal, schedule
 
     if calibrate not in ("auto", "cached", "never"):
         raise DeffError(f"calibrate must be 'auto', 'cached' or 'never', got {calibrate!r}.")

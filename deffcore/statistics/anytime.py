@@ -5,7 +5,7 @@
     est.poolings["default"].gap_pct, est.poolings["default"].level, est.verdict_settled
 
 Each estimate at k is the k-run's own numbers, not an approximation: a prefix of a window run
-is that run (`deffcore.extraction.prefix`).
+is that run (`deffcore.extraction.cache`).
 
 **Which estimator is shown.** Linear CKA's finite-sample bias (about d/(N+d)) is large at small
 N (N = 64 with d = 576: 0.9), so a linear-CKA number at small N says more about N than about the
@@ -35,8 +35,8 @@ import numpy as np
 
 from deffcore.core.constants import NOISE_MIN_N, PC_CONTROLS, POOLINGS, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError, UndefinedSimilarityError
-from deffcore.extraction.pooling import PooledStates
-from deffcore.extraction.prefix import PrefixRows, finished_rows
+from deffcore.extraction.cache import PrefixRows, finished_rows
+from deffcore.extraction.forward import PooledStates
 
 #: Linear CKA's bias (relative, by the trust rule's own check) above which unbiased CKA is
 #: the estimate shown (the trust rule calls a bias above 2% material).

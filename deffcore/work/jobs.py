@@ -215,7 +215,7 @@ def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
     keeping
     what it extracted as a run of that N. False when the job is unknown, finished, or not a
     run whose estimates can stop it (`anytime.prefix_refusal`)."""
-    from deffcore.extraction.prefix import prefix_refusal
+    from deffcore.extraction.cache import prefix_refusal
     from deffcore.statistics.stopping import TARGETS
 
     if target not in TARGETS:
@@ -282,7 +282,8 @@ def load_result(key: str) -> Any:
 
 def partial_spec(key: str) -> RunSpec:
     """The spec of the partial (interrupted) entry `key`, to resume it with `start`."""
-    from deffcore.extraction import cache, entries
+    from deffcore.extraction import cache
+    from deffcore.extraction import cache as entries
 
     for info in entries.list_runs():
         if info.get("key") == key and info.get("status") == "partial" and info.get("spec"):
@@ -292,7 +293,7 @@ def partial_spec(key: str) -> RunSpec:
 
 def kept_passages(spec: RunSpec) -> int:
     """Passages a partial (interrupted or cancelled) entry of `spec` holds, 0 when none."""
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     key = spec.key()
     for info in entries.list_runs():

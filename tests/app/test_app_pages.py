@@ -272,7 +272,8 @@ def test_baselines_null_bootstrap_and_references(app, measurement):
 
 
 def test_runs_page_compare_open_and_delete(app, cache_dir):
-    from deffcore.extraction import cache, entries
+    from deffcore.extraction import cache
+    from deffcore.extraction import cache as entries
 
     at = goto(app, "pages/7_Runs.py")
     assert_clean(at)
@@ -375,7 +376,7 @@ def test_missing_model_path_is_a_clear_error(app, tmp_path):
 def test_pipeline_failures_are_messages_and_the_cache_is_kept(app, monkeypatch, error):
     import deffcore.core.errors
     import deffcore.runs.measure
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     name, text = error.split(":", 1)
     exc = getattr(deffcore.core.errors, name, None) or RuntimeError

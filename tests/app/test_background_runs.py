@@ -18,7 +18,8 @@ from streamlit.testing.v1 import AppTest
 
 import deffcore.extraction.forward
 import deffcore.runs.measure
-from deffcore.extraction import cache, entries
+from deffcore.extraction import cache
+from deffcore.extraction import cache as entries
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.views.run_view import RunView
 from deffcore.work import jobs

@@ -37,7 +37,7 @@ def _status(estimates, **kw):
 
 def _estimates():
     from deffcore.core.constants import EXTRACTED_POOLINGS
-    from deffcore.extraction.pooling import PooledStates
+    from deffcore.extraction.forward import PooledStates
     from deffcore.statistics.anytime import estimate
 
     rng = np.random.default_rng(0)

@@ -61,7 +61,7 @@ def test_one_entry_that_cannot_be_drawn_leaves_the_rest_of_the_page(measurement,
     """A listed entry whose fields no reader expects (a spec without a dataset, a size that is
     text): its row says so, the other rows, the open, share and delete controls are all
     there, and a section that cannot use it is one sentence."""
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     real = entries.list_runs
     odd = {"key": "f" * 20, "status": "complete", "spec": {"model": 5}, "size_bytes": "x"}

@@ -34,7 +34,7 @@ RUNS = "pages/7_Runs.py"
 @pytest.fixture(scope="module")
 def shared(measurement):
     """(the bytes of a tiny-gpt2 run's snapshot, the Measurement it was made from)."""
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
     from deffcore.runs.measure import measure
 
     m = measure(model="tiny-gpt2", dataset="bbc-news", n=16, max_tokens=32)

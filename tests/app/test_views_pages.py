@@ -31,7 +31,7 @@ RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, 
 @pytest.fixture(scope="module")
 def runs(cache_dir):
     """The trained run (with its two null seeds), a windows variant and a partial entry."""
-    from deffcore.extraction import partial
+    from deffcore.extraction import cache as partial
     from deffcore.inputs import run_spec
     from deffcore.runs.measure import measure
 
@@ -63,7 +63,7 @@ def app(runs):
 
 def complete_keys(model: str | None = None) -> list[str]:
     """Keys of the complete cached runs (of one model when given), newest first."""
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     return [
         m["key"]
@@ -193,7 +193,7 @@ def test_resume_and_delete_only_list_cache_entries(app, runs):
 
 
 def test_resume_finishes_an_interrupted_run(app, runs):
-    from deffcore.extraction import entries
+    from deffcore.extraction import cache as entries
 
     key = runs["partial"].key()
     at = goto(app, "pages/7_Runs.py")

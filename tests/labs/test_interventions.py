@@ -153,7 +153,7 @@ def test_intervention_table_refuses_before_measuring(lab_cache):
 
     with pytest.raises(UnsupportedArchitectureError, match="post"):
         intervention_table("tiny-llama", n=8, max_tokens=24, device="cpu")
-    from deffcore.extraction.entries import list_runs
+    from deffcore.extraction.cache import list_runs
 
     assert list_runs() == []  # nothing was measured (not even the "none" run)
 

@@ -176,7 +176,7 @@ def _calibratable(model: str) -> bool:
 
 def _reference(plan: Any, calibrate: str) -> str | None:
     """Calibrate the packaged reference model when this device has no calibration at all."""
-    from deffcore.extraction.prefix import batch_rows
+    from deffcore.extraction.cache import batch_rows
     from deffcore.runs import calibration
 
     s = plan.settings
