@@ -34,9 +34,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from deffcore.extraction.forward import extract_pooled
-    from deffcore.inputs.loading import load_model
-    from deffcore.inputs.texts import all_documents
-    from deffcore.inputs.tokens import cut_windows, sample_windows
+    from deffcore.inputs.model import load_model
+    from deffcore.inputs.texts import all_documents, cut_windows, sample_windows
     from deffcore.lenses.diagnostics import bos_diagnostics
     from deffcore.runs.action_costs import EAGER_FACTOR
 

@@ -69,7 +69,7 @@ def _one_forward(loaded, seqs, batch: int, clock) -> float:
 
 
 def skip_ratio(loaded, texts, max_tokens: int, passages: int, wall: bool) -> dict:
-    from deffcore.inputs.tokens import tokenize
+    from deffcore.inputs.texts import tokenize
     from deffcore.lenses.atlas_skip import _batch_size, skip_rows
 
     clock = _clock(wall)
@@ -107,7 +107,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
     from deffcore.inputs.texts import load_passages
 
     texts = load_passages("bbc-news", args.n, seed=0)

@@ -66,9 +66,8 @@ from deffcore.extraction import forward
 from deffcore.extraction import forward as stage
 from deffcore.extraction.forward import extract_pooled, pad_batch, pool_states
 from deffcore.inputs.architecture import base_model
-from deffcore.inputs.loading import load_model
-from deffcore.inputs.texts import load_passages
-from deffcore.inputs.tokens import tokenize
+from deffcore.inputs.model import load_model
+from deffcore.inputs.texts import load_passages, tokenize
 
 MB = 1024**2
 

@@ -40,7 +40,7 @@ PY = sys.executable
 _CLI = """
 import time, json, sys
 sys.path.insert(0, {repo!r})
-from deffcore.inputs.loading import load_model
+from deffcore.inputs.model import load_model
 import deffcore.runs.measure  # what the CLI has imported before it loads
 start = time.perf_counter()
 load_model({spec!r}, device="cpu")
@@ -51,8 +51,8 @@ _PLAIN = """
 import time, json, sys
 sys.path.insert(0, {repo!r})
 import torch, transformers
-from deffcore.inputs.catalog import PACKAGED_MODELS
-from deffcore.inputs.gguf import packaged_gguf
+from deffcore.inputs.model import PACKAGED_MODELS
+from deffcore.inputs.model import packaged_gguf
 import deffcore.runs.measure
 spec = {spec!r}
 path = packaged_gguf(spec) if spec in PACKAGED_MODELS else __import__("pathlib").Path(spec)
@@ -82,7 +82,7 @@ busy = threading.Thread(target=rerun_loop, daemon=True)
 busy.start()
 st = jobs.wait(jobs.start(spec), timeout=3600)
 done.set()
-from deffcore.inputs import loaded_models
+from deffcore.inputs import model as loaded_models
 assert st.state == "done" and loaded_models.MODELS.loads == 1, (st.state, st.error)  # it loaded
 # the job recorded its own load: what this machine just took
 print(json.dumps({{"seconds": stage_times.estimate("loading model", {spec!r}), "state": st.state}}))
@@ -92,7 +92,7 @@ _SECOND = """
 import json, sys, time
 sys.path.insert(0, {repo!r})
 from dataclasses import replace
-from deffcore.inputs import loaded_models
+from deffcore.inputs import model as loaded_models
 from deffcore.work import jobs
 from deffcore.lenses.bos_answer import bos_on_off
 from deffcore.inputs.run_spec import RunSpec

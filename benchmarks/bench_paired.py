@@ -117,7 +117,7 @@ def memory_table(args: argparse.Namespace) -> None:
 
 def run_table(args: argparse.Namespace) -> None:
     """A real run's extraction against its bootstrap of one and of two poolings."""
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
     from deffcore.runs.measure import measure_spec
     from deffcore.runs.preflight import run_spec
 

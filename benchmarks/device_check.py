@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_extract & co.
 
 from deffcore.core.constants import EXTRACTED_POOLINGS, METRICS, POOLINGS
-from deffcore.inputs.identity import dist_version
+from deffcore.inputs.model import dist_version
 from deffcore.measures.similarity import similarity_matrix
 
 PACKAGED = ("smollm2-135m", "gemma3-270m")
@@ -113,7 +113,7 @@ def hooks_and_pipeline_check(device: str, model: str, quick: bool, before) -> di
     and the pipelined extraction equal to the unpipelined one and to the code before."""
     from deffcore.extraction import forward
     from deffcore.extraction import forward as stage
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     loaded = load_model(model, device=device)
     n, tokens = (32, 16) if quick else (2048, 64)
@@ -194,7 +194,7 @@ def cka_section(device: str, quick: bool) -> list[dict[str, Any]]:
 def scale_section(device: str, quick: bool, before_path: str | None, budget: Budget):
     import bench_extract
 
-    from deffcore.inputs.shapes import param_count
+    from deffcore.inputs.model import param_count
 
     before = _before(before_path)
     models = ("random:smollm2-135m-shape:0",) if quick else SCALE_MODELS

@@ -17,7 +17,7 @@ import streamlit as st
 
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.inputs.model_spec import Kind, ModelSpec
+from deffcore.inputs.model import Kind, ModelSpec
 from deffcore.views.run_view import RunView
 from deffcore.views.snapshot import SnapshotView
 from explorer import settings as sidebar
@@ -100,7 +100,7 @@ def sidebar_values(spec: dict[str, Any]) -> dict[str, Any]:
     """The sidebar widgets' values (by key) that choose the run `spec`: model source and
     model, dataset source and dataset, N, max tokens, passages, BOS, seed. A field the
     sidebar cannot express (a notebook's model or texts, an uploaded file) is left out."""
-    from deffcore.inputs import catalog
+    from deffcore.inputs import model as catalog
 
     out: dict[str, Any] = {}
     model, choices = str(spec.get("model", "")), sidebar.offline_models()

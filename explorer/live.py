@@ -33,7 +33,7 @@ def next_look(status: job_state.JobStatus, est: dict[str, Any]) -> str:
     `extraction.prefix.schedule` (64, 128, 256, ... passages), so the cards stay at the last
     mark while the bar moves on, and the verdict can change (or settle) only at a mark."""
     from deffcore.extraction.cache import batch_rows, schedule
-    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.model import resolve_device_dtype
     from deffcore.runs.planner import human_time
 
     spec = status.spec

@@ -28,7 +28,7 @@ def _plan(fields: tuple, device: str) -> dict[str, Any] | None:
 
 
 def _spec_fields(settings: Any) -> tuple[tuple, str] | None:
-    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.model import resolve_device_dtype
 
     if not settings.model or not settings.dataset:
         return None

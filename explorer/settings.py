@@ -17,7 +17,7 @@ from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, POOLING
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.inputs import serving
-from deffcore.inputs.model_spec import ModelSpec
+from deffcore.inputs.model import ModelSpec
 from deffcore.runs import preflight
 from explorer.plan_line import plan_caption
 from explorer.uploads import upload_names, upload_widget
@@ -99,7 +99,7 @@ class Settings:
 
 def offline_models() -> dict[str, str]:
     """Packaged models first, then the tiny random-init demo models: spec -> description."""
-    from deffcore.inputs import catalog
+    from deffcore.inputs import model as catalog
 
     choices = dict(catalog.PACKAGED_MODELS)
     tiny = catalog.TINY_MODELS
@@ -110,7 +110,7 @@ def offline_models() -> dict[str, str]:
 
 def model_choice_label(spec: str, description: str) -> str:
     """How a model appears in the list: tiny test models are marked as the demo group."""
-    from deffcore.inputs import catalog
+    from deffcore.inputs import model as catalog
 
     if spec in catalog.TINY_MODELS:
         return f"demo · {spec} — {description}"
@@ -149,7 +149,7 @@ def _model_spec() -> tuple[str, str | None]:
     source = persisted(st.radio, "Model source", "model_source", MODEL_SOURCES[0], options=sources)
     choices = offline_models()
     if source == MODEL_SOURCES[0]:
-        from deffcore.inputs import catalog
+        from deffcore.inputs import model as catalog
 
         all_demo = persisted(
             st.checkbox,
@@ -241,9 +241,9 @@ def windows_available(
     revision: str | None,
     passages: str = "windows",
 ) -> int | None:
-    """How many token windows this choice yields (`deffcore.inputs.tokens.count_windows`, tokenizer
+    """How many token windows this choice yields (`deffcore.inputs.texts.count_windows`, tokenizer
     only), None when it cannot be told here (hub data, a tokenizer that does not load)."""
-    from deffcore.inputs.tokens import count_windows
+    from deffcore.inputs.texts import count_windows
 
     if not model or not dataset or dataset.startswith("hf:"):
         return None

@@ -234,7 +234,7 @@ def controls_section(view: RunView, headlines: dict[str, Headline], settings: Se
 
 def device_here() -> str:
     """The device a background task of this server runs on (CUDA when present)."""
-    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.model import resolve_device_dtype
 
     return resolve_device_dtype(None, None)[0]
 

@@ -74,7 +74,7 @@ def random_null_section(b: Baselines) -> None:
 
 def null_cost(b: Baselines) -> str:
     """What measuring the random-weight nulls of this run will take here, in words."""
-    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.model import resolve_device_dtype
 
     spec = b.view.measurement.spec
     specs = with_variants(spec, "model", [f"random:{spec.model}:{s}" for s in RANDOM_SEEDS])

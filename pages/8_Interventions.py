@@ -60,7 +60,7 @@ def variants_cost(
 ) -> str:
     """What measuring `model` under each chosen intervention will take here (cached runs are
     read), in words."""
-    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.model import resolve_device_dtype
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.runs.action_costs import runs_cost, with_variants
 

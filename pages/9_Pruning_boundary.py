@@ -50,7 +50,7 @@ def run_form(settings: Settings) -> None:
 
 def check_cost(model: str, settings: Settings, n: int, n_heldout: int, max_tokens: int) -> str:
     """The check's estimate here, in words (before it starts)."""
-    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.model import resolve_device_dtype
     from deffcore.labs.pruning import pruning_cost
 
     try:

@@ -8,12 +8,12 @@ Fixtures:
     deff_cache_dir     (autouse) a fresh, empty cache folder per test: `DEFF_CACHE_DIR` points at
                        `tmp_path/cache`, so no test reads or writes the repo's cache/.
     loaded_models      (autouse) a fresh, empty process cache of loaded models per test
-                       (`deffcore.inputs.loaded_models.MODELS`; its `.MODELS.loads` counts loads).
+                       (`deffcore.inputs.model.MODELS`; its `.MODELS.loads` counts loads).
     tiny_model         factory `tiny_model(arch="llama", bos=True) -> LoadedModel`: a tiny
                        from_config model (4 blocks, d=64, seeded weights, CPU float32) with the
                        built-in byte tokenizer; `bos=False` gives the tokenizer that adds no BOS
                        (same weights). Memoised per session: do not change its weights; use
-                       `deffcore.inputs.loading.load_model("tiny-<arch>")` for a private copy.
+                       `deffcore.inputs.model.load_model("tiny-<arch>")` for a private copy.
     tiny_arch          parametrised over TINY_ARCHS (every tested architecture): a test taking
                        it runs once per architecture.
     tiny_passages      12 short English passages of different lengths (6 to 30 words).
@@ -79,8 +79,8 @@ def deff_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def loaded_models():
     """Each test starts with an empty process cache of loaded models (a test that patches the
     loader or a model's weights never leaks into the next); yields
-    `deffcore.inputs.loaded_models`."""
-    import deffcore.inputs.loaded_models as held
+    `deffcore.inputs.model`."""
+    import deffcore.inputs.model as held
 
     held.MODELS = held.ModelCache()
     yield held
@@ -92,7 +92,7 @@ _TINY_MEMO: dict[tuple[str, bool], object] = {}
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     def factory(arch: str = "llama", bos: bool = True):
         key = (arch, bos)
@@ -151,7 +151,7 @@ def shipped_run(tmp_path_factory):
 @pytest.fixture
 def no_model(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """A model loader that must not be called: the checks run before any model loads."""
-    import deffcore.inputs.run_inputs
+    import deffcore.inputs.run_spec
     import deffcore.runs.measure
 
     calls: list[tuple] = []
@@ -160,7 +160,7 @@ def no_model(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         calls.append(args)
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", loader)
     return calls
 
 
@@ -170,18 +170,18 @@ def gate(monkeypatch: pytest.MonkeyPatch):
     whatever happens, then the jobs still running are waited for)."""
     import threading
 
-    import deffcore.inputs.run_inputs
+    import deffcore.inputs.run_spec
     import deffcore.runs.measure
     from deffcore.work import jobs
 
     event = threading.Event()
-    real = deffcore.inputs.run_inputs.load_model
+    real = deffcore.inputs.run_spec.load_model
 
     def loader(*args, **kwargs):
         assert event.wait(600), "the test never opened the gate"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", loader)
     yield event
     event.set()
     for job in jobs.active_jobs():
@@ -222,7 +222,7 @@ def cancel_after_first_batch(monkeypatch: pytest.MonkeyPatch):
     """Every background job is cancelled as soon as its first batch is extracted; every batch
     is checkpointed, so the cancelled run leaves a partial entry. Returns `stop()`."""
     import deffcore.extraction.forward
-    import deffcore.inputs.run_inputs
+    import deffcore.inputs.run_spec
     import deffcore.runs.measure
     from deffcore.work import jobs
 
@@ -248,14 +248,14 @@ def planted(monkeypatch: pytest.MonkeyPatch):
     is h_0 plus a little, so its numbers settle at small N (the model every load returns)."""
     import torch
 
-    import deffcore.inputs.run_inputs
+    import deffcore.inputs.run_spec
     import deffcore.runs.measure
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     model = load_model("tiny-llama", device="cpu", dtype="float32")
     with torch.no_grad():
         for block in model.model.model.layers:
             block.self_attn.o_proj.weight.mul_(0.02)
             block.mlp.down_proj.weight.mul_(0.02)
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", lambda *a, **k: model)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", lambda *a, **k: model)
     return model

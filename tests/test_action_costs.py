@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from deffcore.inputs.model_size import model_size
+from deffcore.inputs.model import model_size
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs import action_costs as ac
 from deffcore.runs.stage_times import estimate

@@ -1,4 +1,4 @@
-"""The architecture adapters (deffcore.inputs.architecture, deffcore.inputs.adapters): each family
+"""The architecture adapters (deffcore.inputs.architecture): each family
 adapter does what its docstring says, checked against the model's own computation, and a named model
 (a saved folder) goes through the same adapters as a model in memory."""
 
@@ -13,7 +13,7 @@ from deffcore.core.errors import UnsupportedArchitectureError
 from deffcore.extraction.forward import extract_pooled
 from deffcore.inputs.architecture import architecture_of
 from deffcore.inputs.interventions import supported_interventions
-from deffcore.inputs.tokens import tokenize
+from deffcore.inputs.texts import tokenize
 from deffcore.lenses.support import TEXTS, build_small
 from deffcore.runs.external import wrap_loaded
 
@@ -132,7 +132,7 @@ def test_a_glm4_intervention_changes_its_states():
     [("llama", True), ("gpt2", False), ("gpt_neox", False), ("opt", True), ("mamba", False)],
 )
 def test_the_bos_convention_of_each_family(model_type, bos):
-    from deffcore.inputs.adapters import adapter_for
+    from deffcore.inputs.architecture import adapter_for
     from deffcore.inputs.small_configs import default_special_ids
 
     assert adapter_for(model_type).adds_bos(default_special_ids(model_type)) is bos

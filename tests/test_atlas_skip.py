@@ -88,7 +88,7 @@ def test_the_model_is_whole_again_after_the_skip_effect(tiny_model, tiny_passage
 def test_a_block_that_writes_nothing_has_no_effect(tiny_passages):
     """Block 2 with zero output projections writes u_2 = 0: skipping it changes nothing later
     and nothing in the output (the closed form), while skipping block 1 does."""
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     loaded = load_model("tiny-llama", device="cpu", dtype="float32")
     block = decoder_layers(loaded.model)[1]

@@ -17,7 +17,7 @@ from deffcore.core.errors import DeffError, RunCancelled
 from deffcore.extraction import atlas_store, cache
 from deffcore.extraction import cache as entries
 from deffcore.inputs.architecture import base_model
-from deffcore.inputs.loading import load_model
+from deffcore.inputs.model import load_model
 from deffcore.lenses.atlas import atlas, atlas_of
 from deffcore.runs.measure import measure, measure_spec
 from deffcore.runs.preflight import run_spec
@@ -29,11 +29,11 @@ RUN = {"n": 10, "max_tokens": 24, "seed": 0}
 @pytest.fixture
 def forwards(monkeypatch):
     """Count base-model forward passes of every model loaded from here on."""
-    import deffcore.inputs.run_inputs
+    import deffcore.inputs.run_spec
     import deffcore.runs.measure
 
     count = [0]
-    real = deffcore.inputs.run_inputs.load_model
+    real = deffcore.inputs.run_spec.load_model
 
     def counted(*args, **kwargs):
         loaded = real(*args, **kwargs)
@@ -42,8 +42,8 @@ def forwards(monkeypatch):
         )
         return loaded
 
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", counted)
-    monkeypatch.setattr("deffcore.inputs.loading.load_model", counted)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", counted)
+    monkeypatch.setattr("deffcore.inputs.model.load_model", counted)
     return count
 
 

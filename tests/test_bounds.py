@@ -12,7 +12,7 @@ import pytest
 from deffcore.cli.main import main
 from deffcore.core.checks import MAX_CSV_FIELD, csv_rows
 from deffcore.core.errors import DeffError, InvalidArgumentError
-from deffcore.inputs.model_size import ModelSize, from_config, from_mapping
+from deffcore.inputs.model import ModelSize, from_config, from_mapping
 from deffcore.runs.planner import MAX_BYTES, parse_bytes
 
 SIZE = {"layers": 30, "d_model": 576, "d_ff": 1536, "heads": 9, "kv_heads": 3, "vocab": 49152}
@@ -128,7 +128,7 @@ BAD_GIB = ["nan", "inf", "-inf", "-1", "abc", "1e400", str(2**20 + 1)]
 
 @pytest.mark.parametrize("value", BAD_GIB)
 def test_a_host_memory_override_out_of_range_is_one_sentence(monkeypatch, value):
-    from deffcore.inputs.devices import host_memory_bytes
+    from deffcore.inputs.model import host_memory_bytes
 
     monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", value)
     with pytest.raises(InvalidArgumentError, match="DEFF_HOST_MEMORY_GIB must be a number of GiB"):
@@ -140,7 +140,7 @@ def test_a_host_memory_override_out_of_range_is_one_sentence(monkeypatch, value)
 
 @pytest.mark.parametrize("value", BAD_GIB)
 def test_a_model_cache_budget_out_of_range_is_one_sentence(monkeypatch, value):
-    from deffcore.inputs.loaded_models import default_budget
+    from deffcore.inputs.model import default_budget
 
     monkeypatch.setenv("DEFF_MODEL_CACHE_GIB", value)
     with pytest.raises(InvalidArgumentError, match="DEFF_MODEL_CACHE_GIB must be a number of GiB"):
@@ -148,8 +148,7 @@ def test_a_model_cache_budget_out_of_range_is_one_sentence(monkeypatch, value):
 
 
 def test_the_edges_of_a_deff_number_are_accepted(monkeypatch):
-    from deffcore.inputs.devices import host_memory_bytes
-    from deffcore.inputs.loaded_models import default_budget
+    from deffcore.inputs.model import default_budget, host_memory_bytes
 
     monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", f"{2**20}")
     assert host_memory_bytes() == 2**50

@@ -241,7 +241,7 @@ def test_states_that_overflow_float32_are_one_sentence_and_never_stored(
 ):
     import torch
 
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
     from deffcore.runs.measure import measure_spec
 
     spec = _spec(tiny_dataset)
@@ -302,7 +302,7 @@ def test_the_nan_advice_fits_the_runs_dtype(tiny_dataset, dtype):
     """A float32 run is never told to "try float32"."""
     import torch
 
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
     from deffcore.runs.measure import measure_spec
     from deffcore.runs.preflight import run_spec
 

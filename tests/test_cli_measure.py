@@ -105,7 +105,7 @@ def test_windows_mode_through_measure(capsys, tiny_dataset, tiny_passages, tiny_
     import numpy as np
 
     from deffcore.extraction.forward import extract_pooled
-    from deffcore.inputs.tokens import cut_windows, sample_windows
+    from deffcore.inputs.texts import cut_windows, sample_windows
     from deffcore.runs.measure import measure
 
     windows_run = _measure_json(capsys, tiny_dataset, "--passages", mode)

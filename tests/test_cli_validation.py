@@ -28,12 +28,12 @@ def _refuse_to_load(*args, **kwargs):
 
 @pytest.fixture(autouse=True)
 def no_model_loads(monkeypatch):
-    import deffcore.inputs.loading
-    import deffcore.inputs.run_inputs
+    import deffcore.inputs.model
+    import deffcore.inputs.run_spec
     import deffcore.runs.measure
 
-    monkeypatch.setattr(deffcore.inputs.loading, "load_model", _refuse_to_load)
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", _refuse_to_load)
+    monkeypatch.setattr(deffcore.inputs.model, "load_model", _refuse_to_load)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", _refuse_to_load)
     # the CUDA cases must not depend on whether this machine has a GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 

@@ -15,7 +15,7 @@ import torch
 from deffcore.core.files import cache_dir
 from deffcore.extraction.forward import extract_pooled, pool_states
 from deffcore.inputs.architecture import decoder_layers, final_norm
-from deffcore.inputs.loading import load_model
+from deffcore.inputs.model import load_model
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.lenses.diagnostics import bos_diagnostics
 from deffcore.lenses.diagnostics_store import diagnose, diagnostics_path, read_diagnostics
@@ -386,7 +386,7 @@ def _spec(dataset: str, **kw) -> RunSpec:
 
 
 def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, monkeypatch):
-    from deffcore.inputs import loading
+    from deffcore.inputs import model as loading
     from deffcore.inputs.texts import load_passages
     from deffcore.runs import measure as measurement
 
@@ -414,9 +414,8 @@ def test_diagnose_uses_the_runs_passages_and_caches_in_its_entry(tiny_dataset, m
 
 
 def test_diagnose_windows_and_bos_add(tiny_dataset):
-    from deffcore.inputs.loading import load_model as load
-    from deffcore.inputs.texts import all_documents
-    from deffcore.inputs.tokens import cut_windows, sample_windows
+    from deffcore.inputs.model import load_model as load
+    from deffcore.inputs.texts import all_documents, cut_windows, sample_windows
 
     spec = _spec(tiny_dataset, model="tiny-llama-nobos", passages="windows", bos="add", n=6)
     got = diagnose(spec)

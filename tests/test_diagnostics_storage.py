@@ -25,8 +25,8 @@ def _spec(dataset: str, **kw) -> RunSpec:
 
 def test_diagnose_applies_the_runs_norm_intervention(tiny_dataset):
     from deffcore.inputs.interventions import norm_intervention
-    from deffcore.inputs.loading import load_model
-    from deffcore.inputs.tokens import run_texts, run_token_ids
+    from deffcore.inputs.model import load_model
+    from deffcore.inputs.texts import run_texts, run_token_ids
 
     plain = diagnose(_spec(tiny_dataset, model="tiny-gemma3"))
     spec = _spec(tiny_dataset, model="tiny-gemma3", intervention="no_post")
@@ -41,7 +41,7 @@ def test_diagnose_applies_the_runs_norm_intervention(tiny_dataset):
 
 
 def test_a_run_never_measured_gets_no_cache_folder(tiny_dataset, monkeypatch):
-    from deffcore.inputs import loading
+    from deffcore.inputs import model as loading
 
     spec = _spec(tiny_dataset)
     first = diagnose(spec)

@@ -20,10 +20,8 @@ import deffcore as dc
 from deffcore.core.constants import EXTRACTED_POOLINGS, METRICS, POOLINGS
 from deffcore.core.errors import DeffError, InvalidStatesError, NonFiniteActivationsError
 from deffcore.inputs.architecture import final_norm
-from deffcore.inputs.catalog import tiny_config
-from deffcore.inputs.loading import load_model
-from deffcore.inputs.texts import load_passages
-from deffcore.inputs.tokens import tokenize
+from deffcore.inputs.model import load_model, tiny_config
+from deffcore.inputs.texts import load_passages, tokenize
 
 
 def _same_numbers(a, b) -> None:

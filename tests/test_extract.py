@@ -12,7 +12,7 @@ from deffcore.extraction import forward as batches
 from deffcore.extraction import forward as forward_mod
 from deffcore.extraction.forward import extract_pooled, pool_states
 from deffcore.inputs.architecture import decoder_layers, final_norm
-from deffcore.inputs.tokens import tokenize
+from deffcore.inputs.texts import tokenize
 
 TOL = 1e-5
 
@@ -289,7 +289,7 @@ PRECISION_TOL = {"bfloat16": 2e-2, "float16": 3e-3}
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_reduced_precision_pooled_states_match_float32(tiny_model, tiny_passages, arch):
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     ref = extract_pooled(tiny_model(arch), tiny_passages, max_tokens=48)
     worst = {}
@@ -313,7 +313,7 @@ def test_reduced_precision_pooled_states_match_float32(tiny_model, tiny_passages
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_nan_weights_name_the_block(tiny_passages, dtype):
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     loaded = load_model("tiny-llama", device="cpu", dtype=dtype)  # a private copy: poisoned
     with torch.no_grad():

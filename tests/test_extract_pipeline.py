@@ -18,8 +18,8 @@ from deffcore.extraction import forward as pooling
 from deffcore.extraction import forward as stage
 from deffcore.extraction.forward import extract_pooled
 from deffcore.inputs.architecture import architecture_of, decoder_layers
-from deffcore.inputs.loading import load_model
-from deffcore.inputs.tokens import tokenize
+from deffcore.inputs.model import load_model
+from deffcore.inputs.texts import tokenize
 
 # ----------------------------------------------------------------------------------------------
 # No host-device synchronisation inside the hooks
@@ -385,7 +385,7 @@ def test_device_map_auto_on_one_device_is_the_plain_model(tiny_model, tiny_passa
 )
 def test_inputs_go_to_the_embeddings_execution_device(tiny_model, device_map, inputs_go_to):
     """accelerate runs a block offloaded to "cpu" or "disk" on the map's first GPU."""
-    from deffcore.inputs import devices
+    from deffcore.inputs import model as devices
 
     model = tiny_model("llama").model
     model.hf_device_map = device_map

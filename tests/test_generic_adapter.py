@@ -1,4 +1,4 @@
-"""The generic adapter's rules on small hand-built modules (deffcore.inputs.adapters.generic):
+"""The generic adapter's rules on small hand-built modules (deffcore.inputs.architecture):
 the layer count from a config, which block list is the model's, a block's output rebuilt,
 which blocks are recurrent and which hold attention. No model is built: these run in
 milliseconds, beside tests/test_architecture.py's checks against real families."""
@@ -11,7 +11,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from deffcore.inputs.adapters.generic import LAYER_COUNT_FIELDS, Adapter, config_int
+from deffcore.inputs.architecture import LAYER_COUNT_FIELDS, Adapter, config_int
 
 
 def test_a_bos_shared_with_the_eos_is_not_put_in_front():

@@ -1,4 +1,4 @@
-"""One read of a GGUF file per load (deffcore.inputs.gguf_reading): a load inside `reads_once`
+"""One read of a GGUF file per load (deffcore.inputs.model): a load inside `reads_once`
 parses the file once instead of three times and gives bit-identical weights and tokenizer; the load
 reports its four parts; the patches are gone afterwards."""
 
@@ -12,9 +12,8 @@ import pytest
 import torch
 
 from deffcore.core.errors import UnknownModelError
-from deffcore.inputs import load_stages
-from deffcore.inputs.gguf_reading import reads_once
-from deffcore.inputs.loading import load_model
+from deffcore.inputs import model as load_stages
+from deffcore.inputs.model import load_model, reads_once
 
 gguf = pytest.importorskip("gguf")
 
@@ -131,7 +130,7 @@ def test_a_changed_file_is_read_again(tiny_gguf, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# hostile headers: bounded in depth and typed (deffcore.inputs.gguf.gguf_metadata)
+# hostile headers: bounded in depth and typed (deffcore.inputs.model.gguf_metadata)
 
 _U32, _F32, _STRING, _ARRAY, _U64 = 4, 6, 8, 9, 10
 
@@ -182,7 +181,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("name", "kv", "why"), HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_a_hostile_gguf_header_is_one_sentence(tmp_path, name, kv, why):
-    from deffcore.inputs.gguf import gguf_metadata
+    from deffcore.inputs.model import gguf_metadata
 
     path = _write_header(tmp_path / f"{name}.gguf", kv)
     with pytest.raises(UnknownModelError) as err:  # never a RecursionError or a ValueError
@@ -195,7 +194,7 @@ def test_a_hostile_gguf_header_is_one_sentence(tmp_path, name, kv, why):
 
 
 def test_a_header_within_the_bounds_reads(tmp_path):
-    from deffcore.inputs.gguf import MAX_ARRAY_DEPTH, gguf_metadata
+    from deffcore.inputs.model import MAX_ARRAY_DEPTH, gguf_metadata
 
     path = _write_header(
         tmp_path / "fine.gguf",
@@ -209,8 +208,7 @@ def test_a_header_within_the_bounds_reads(tmp_path):
 
 
 def test_the_gguf_ranges_are_the_config_ranges():
-    from deffcore.inputs.gguf import GGUF_SIZES
-    from deffcore.inputs.model_config import MAX_LAYERS, SIZE_FIELDS
+    from deffcore.inputs.model import GGUF_SIZES, MAX_LAYERS, SIZE_FIELDS
 
     assert GGUF_SIZES["block_count"] == (1, MAX_LAYERS)
     assert GGUF_SIZES["embedding_length"] == SIZE_FIELDS["hidden_size"]

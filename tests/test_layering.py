@@ -45,12 +45,12 @@ def _imports_of(path: Path, name: str) -> list[str]:
 def test_the_checker_sees_local_relative_and_type_checking_imports():
     code = (
         "from typing import TYPE_CHECKING\n"
-        "def f():\n    from deffcore.inputs.loading import load_model\n"
+        "def f():\n    from deffcore.inputs.model import load_model\n"
         "from . import cache\n"
         "if TYPE_CHECKING:\n    import deffcore.views.run_view\n"
     )
     names = imported_names(ast.parse(code), "deffcore.labs.x", is_package=False)
-    assert "deffcore.inputs.loading" in names and "deffcore.labs.cache" in names
+    assert "deffcore.inputs.model" in names and "deffcore.labs.cache" in names
     assert "deffcore.views.run_view" in names
 
 
@@ -69,7 +69,7 @@ def test_the_checker_finds_cycles_levels_and_imports_up_a_stage():
 
 def test_known_edges_are_found():
     graph = import_graph(MODULES)
-    assert "deffcore.core.files" in graph["deffcore.inputs.gguf"]  # gemma3_gguf's local import
+    assert "deffcore.core.files" in graph["deffcore.inputs.model"]  # gemma3_gguf's local import
     assert "deffcore.extraction.atlas_store" in graph["deffcore.runs.measure"]  # measure_spec's
 
 

@@ -1,4 +1,4 @@
-"""Models load once per process (deffcore.inputs.loaded_models): every page action reuses a loaded
+"""Models load once per process (deffcore.inputs.model): every page action reuses a loaded
 model, the cache stays within its budget by evicting the least recently used idle model, a
 model in use is lent to one thread at a time, and a load reports its parts."""
 
@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from deffcore.inputs import loaded_models
-from deffcore.inputs.loading import load_model
+from deffcore.inputs import model as loaded_models
+from deffcore.inputs.model import load_model
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.labs.interventions import intervention_table
 from deffcore.lenses.bos_answer import bos_on_off
@@ -35,19 +35,19 @@ def _spec(**overrides) -> RunSpec:
 @pytest.fixture
 def counted(monkeypatch):
     """Every call of the model loader, by spec (the cache's own count is checked beside it)."""
-    import deffcore.inputs.loading
-    import deffcore.inputs.run_inputs
+    import deffcore.inputs.model
+    import deffcore.inputs.run_spec
     import deffcore.runs.measure
 
     calls: list[str] = []
-    real = deffcore.inputs.loading.load_model
+    real = deffcore.inputs.model.load_model
 
     def loader(spec, **kwargs):
         calls.append(spec)
         return real(spec, **kwargs)
 
-    monkeypatch.setattr(deffcore.inputs.loading, "load_model", loader)
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.model, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", loader)
     return calls
 
 
@@ -211,9 +211,9 @@ class _Loaded:
 @pytest.fixture
 def plain(monkeypatch):
     """(a loader counting its loads, the bytes of one load); devices taken as named."""
-    import deffcore.inputs.devices
+    import deffcore.inputs.model
 
-    monkeypatch.setattr(deffcore.inputs.devices, "resolve_device_dtype", lambda d, t: (d, t))
+    monkeypatch.setattr(deffcore.inputs.model, "resolve_device_dtype", lambda d, t: (d, t))
     loads: list[tuple[str, str, str]] = []
 
     def loader(spec, *, revision, device, dtype):

@@ -13,7 +13,7 @@ from deffcore.core.errors import (
     UnknownDatasetError,
     UnknownModelError,
 )
-from deffcore.inputs import run_inputs as run_inputs_mod
+from deffcore.inputs import run_spec as run_inputs_mod
 from deffcore.measures.controls import apply_pc_control
 from deffcore.measures.depth import depth_summary, effective_depth
 from deffcore.measures.references import matched_references, update_depth

@@ -1,6 +1,6 @@
 """A model folder never runs its own code, and a lying safetensors header is one sentence:
-`deffcore.inputs.model_files` and its use in
-`deffcore.inputs.loading`."""
+`deffcore.inputs.model` and its use in
+`deffcore.inputs.model`."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 
 from deffcore.cli.main import main
 from deffcore.core.errors import UnknownModelError
-from deffcore.inputs import context, loading
-from deffcore.inputs.model_files import check_model_folder, check_safetensors
+from deffcore.inputs import model as context
+from deffcore.inputs import model as loading
+from deffcore.inputs.model import check_model_folder, check_safetensors
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -231,6 +232,6 @@ def test_an_auto_map_nested_in_a_sub_config_is_refused(saved_folder, where, monk
     assert not marker.exists()
     node["auto_map"] = {}  # an empty one names nothing: the folder is plain again
     path.write_text(json.dumps(config))
-    from deffcore.inputs.model_files import check_model_folder
+    from deffcore.inputs.model import check_model_folder
 
     check_model_folder(saved_folder)

@@ -1,5 +1,5 @@
 """A model folder is checked before anything is built, and its weights must fill its config
-(`deffcore.inputs.model_config`, `deffcore.inputs.model_files.check_loaded_weights`): a bad
+(`deffcore.inputs.model`, `deffcore.inputs.model.check_loaded_weights`): a bad
 config, a model too large for the machine, an encoder, or a config over foreign weights is one
 sentence (a DeffError; exit 2 on the CLI), for a folder and for `random:<folder>:<seed>`."""
 
@@ -21,17 +21,16 @@ from deffcore.core.errors import (
     UnknownModelError,
     UnsupportedArchitectureError,
 )
-from deffcore.inputs import context, loading
-from deffcore.inputs.model_config import parameters, refusal_by_design
-from deffcore.inputs.model_files import check_loaded_weights
-from deffcore.inputs.model_size import model_size
+from deffcore.inputs import model as context
+from deffcore.inputs import model as loading
+from deffcore.inputs.model import check_loaded_weights, model_size, parameters, refusal_by_design
 from deffcore.inputs.small_configs import BY_DESIGN
 
 
 @pytest.fixture(scope="module")
 def gpt2_folder(tmp_path_factory) -> Path:
     """A tiny GPT-2 (4 blocks, d = 64) saved with save_pretrained, with the byte tokenizer."""
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     lm = load_model("tiny-gpt2")
     folder = tmp_path_factory.mktemp("folders") / "gpt2"
@@ -107,7 +106,7 @@ def test_a_hub_config_of_random_weights_is_checked_before_its_model_is_built(mon
     it: 10^9 blocks would build for hours."""
     import transformers
 
-    from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
+    from deffcore.inputs.model import byte_level_tokenizer
 
     deep = transformers.GPT2Config(n_layer=10**9, n_embd=64, n_head=4, vocab_size=320)
     monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *a, **k: deep)
@@ -148,7 +147,7 @@ def test_a_config_larger_than_the_machine_is_refused_before_allocation(
     assert "GiB of host memory" in text and "16.0 GiB available" in text and "\n" not in text
     assert f"{parameters(json.loads((folder / 'config.json').read_text())):,}" in text
     monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "1000")
-    from deffcore.inputs.devices import check_fits
+    from deffcore.inputs.model import check_fits
 
     check_fits(spec, "cpu", "float32")  # the same config fits a machine with 1,000 GiB
 
@@ -166,7 +165,7 @@ def test_the_parameter_estimate_is_the_models_size(arch):
 def _bert_folder(tmp_path: Path) -> Path:
     import transformers
 
-    from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
+    from deffcore.inputs.model import byte_level_tokenizer
 
     config = transformers.BertConfig(
         num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,

@@ -1,4 +1,4 @@
-"""The model spec, parsed once (`deffcore.inputs.model_spec`, SPEC section 8): every form reads
+"""The model spec, parsed once (`deffcore.inputs.model`, SPEC section 8): every form reads
 back to its own text, a malformed one is one sentence naming its form, and no module but the
 parser tests a spec's prefix."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from deffcore.core.errors import DeffError, UnknownModelError
-from deffcore.inputs.model_spec import Kind, ModelSpec, split_random
+from deffcore.inputs.model import Kind, ModelSpec, split_random
 from deffcore.inputs.run_spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-PARSER = "deffcore/inputs/model_spec.py"
+PARSER = "deffcore/inputs/model.py"
 
 
 def _forms(tmp_path: Path) -> list[tuple[str, Kind]]:
@@ -132,7 +132,7 @@ def test_run_spec_keeps_the_text_and_its_door_parses_it(tiny_dataset):
 
 def test_the_identity_of_each_kind_is_unchanged(tmp_path):
     """The cache keys' weights ids, pinned to what the string-reading code gave."""
-    from deffcore.inputs.identity import model_identity
+    from deffcore.inputs.model import model_identity
 
     assert model_identity("tiny-llama")["weights_id"] == "tiny-seed0:33f4cd2be07231be"
     assert model_identity(ModelSpec.parse("random:tiny-llama:3")) == {

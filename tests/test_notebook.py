@@ -29,7 +29,7 @@ def run(tmp_path_factory):
     """A run with a random-weight null, named by a hostile cache_id (it must never render)."""
     import os
 
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     old = os.environ.get("DEFF_CACHE_DIR")
     os.environ["DEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("nb_cache"))
@@ -112,7 +112,7 @@ def test_figures_draw_this_runs_numbers(run):
 
 
 def test_a_control_undefined_for_the_run_is_named_on_the_figure():
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     lm = load_model("tiny-llama")
     alike = [f"The same start, then passage {i} about {w}." for i, w in enumerate("abcdefgh")]

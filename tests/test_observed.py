@@ -25,7 +25,7 @@ def test_the_same_model_is_priced_at_its_observed_rate():
 
 
 def test_another_model_is_scaled_by_block_parameters():
-    from deffcore.inputs.model_size import model_size
+    from deffcore.inputs.model import model_size
 
     observed.record_run(_spec("tiny-llama"), "cpu", tokens_per_s=1000.0, numbers_s=1.0)
     plan = plan_run(_spec("tiny-gpt2"), "cpu", calibrate="cached")

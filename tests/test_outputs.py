@@ -42,13 +42,13 @@ def _refused(capsys, argv: list[str], said: str) -> str:
 
 @pytest.fixture
 def no_model(monkeypatch):
-    import deffcore.inputs.run_inputs
+    import deffcore.inputs.run_spec
     import deffcore.runs.measure
 
     def refuse(*args, **kwargs):
         pytest.fail("a model was loaded although the output is refused")
 
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", refuse)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", refuse)
 
 
 def test_the_dataset_file_is_never_the_snapshot(capsys, dataset, tmp_path, no_model):

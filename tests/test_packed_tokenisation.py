@@ -16,7 +16,7 @@ import itertools
 
 import pytest
 
-from deffcore.inputs.tokens import PACKED_SEPARATOR, cut_windows
+from deffcore.inputs.texts import PACKED_SEPARATOR, cut_windows
 
 DOCS = ["one two.", "three four.", "five six."]
 
@@ -57,7 +57,7 @@ def test_packed_stream_differs_from_the_joined_text_by_one_token_per_boundary():
 @pytest.mark.parametrize(("model", "differs"), [("smollm2-135m", True), ("gemma3-270m", False)])
 def test_packaged_tokenizers_at_bbc_document_boundaries(model, differs):
     """SmolLM2: every boundary differs (id 1116 "\\n\\n" against "\\n" "\\n"); Gemma-3: none."""
-    from deffcore.inputs.loading import load_tokenizer
+    from deffcore.inputs.model import load_tokenizer
     from deffcore.inputs.texts import all_documents
 
     tok = load_tokenizer(model, None)

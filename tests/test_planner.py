@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from run_helpers import window_spec
 
-import deffcore.inputs.loading
-import deffcore.inputs.run_inputs
+import deffcore.inputs.model
+import deffcore.inputs.run_spec
 import deffcore.runs.measure
 from deffcore.core.errors import DeffError
-from deffcore.inputs.model_size import ModelSize, from_config, from_mapping, model_size
+from deffcore.inputs.model import ModelSize, from_config, from_mapping, model_size
 from deffcore.runs import calibration, planner
 from deffcore.runs.planner import (
     device_bytes,
@@ -39,8 +39,8 @@ def no_load(monkeypatch):
         calls.append(args)
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
-    monkeypatch.setattr(deffcore.inputs.loading, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.model, "load_model", loader)
     return calls
 
 

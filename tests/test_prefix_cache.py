@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 from run_helpers import assert_same_pooled, window_spec
 
-import deffcore.inputs.run_inputs
+import deffcore.inputs.run_spec
 import deffcore.runs.measure
 from deffcore.extraction import cache
 from deffcore.extraction import cache as prefix
@@ -40,7 +40,7 @@ def test_a_smaller_run_is_a_larger_ones_first_rows_without_a_model(
     def loader(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(deffcore.inputs.run_inputs, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.run_spec, "load_model", loader)
     served = measure_spec(window_spec(windows_dataset, 128), device="cpu", batch_size=32)
     assert served.resumed_passages == 128 and not served.cached
     assert_same_pooled(served, fresh)

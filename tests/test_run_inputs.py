@@ -1,4 +1,4 @@
-"""A run's inputs (`deffcore.inputs.run_inputs`): ready ids for extraction, released when closed."""
+"""A run's inputs (`deffcore.inputs.run_spec`): ready ids for extraction, released when closed."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from torch import nn
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import DeffError, RunCancelled
 from deffcore.extraction.forward import extract_pooled
-from deffcore.inputs import run_inputs
+from deffcore.inputs import run_spec as run_inputs
 from deffcore.inputs.architecture import architecture_of, decoder_layers
 from deffcore.inputs.interventions import intervention_targets
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.inputs.tokens import cut_windows, prepare_ids, run_texts, sample_windows
+from deffcore.inputs.texts import cut_windows, prepare_ids, run_texts, sample_windows
 from deffcore.runs.measure import extract_spec
 
 

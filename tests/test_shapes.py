@@ -10,13 +10,22 @@ import pytest
 import torch
 
 from deffcore.core.errors import DeviceUnavailableError, InvalidArgumentError, UnknownModelError
-from deffcore.inputs import catalog, devices, gguf, loading
-from deffcore.inputs.catalog import tiny_config
-from deffcore.inputs.context import check_max_tokens, context_length
-from deffcore.inputs.devices import check_fits
-from deffcore.inputs.identity import model_identity
-from deffcore.inputs.loading import load_model
-from deffcore.inputs.shapes import SHAPES, Shape, param_count, shape_config
+from deffcore.inputs import model as catalog
+from deffcore.inputs import model as devices
+from deffcore.inputs import model as gguf
+from deffcore.inputs import model as loading
+from deffcore.inputs.model import (
+    SHAPES,
+    Shape,
+    check_fits,
+    check_max_tokens,
+    context_length,
+    load_model,
+    model_identity,
+    param_count,
+    shape_config,
+    tiny_config,
+)
 
 # ----------------------------------------------------------------------------------------------
 # The typed-in numbers

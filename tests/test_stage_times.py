@@ -90,7 +90,7 @@ def test_a_failing_task_keeps_its_sentence():
 
 @pytest.mark.parametrize("spec", ["gemma3-270m", "smollm2-135m"])
 def test_needs_assembly_only_for_gemma_before_its_file(spec):
-    from deffcore.inputs.gguf import GEMMA3_FILE, needs_assembly
+    from deffcore.inputs.model import GEMMA3_FILE, needs_assembly
 
     assert needs_assembly(spec) == (spec == "gemma3-270m")
     (cache_dir() / "models").mkdir(parents=True, exist_ok=True)

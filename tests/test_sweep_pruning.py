@@ -70,7 +70,7 @@ def test_a_stored_check_is_read_without_loading_the_model(tiny_dataset, monkeypa
     def no_load(*args, **kwargs):
         raise AssertionError("a cached cell with a stored check loads no model")
 
-    monkeypatch.setattr("deffcore.inputs.loading.load_model", no_load)
+    monkeypatch.setattr("deffcore.inputs.model.load_model", no_load)
     result = run_sweep(
         [Cell("tiny-llama", dataset=tiny_dataset)], **SMALL, engine="serial", pruning=PRUNE
     )

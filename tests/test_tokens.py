@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from deffcore.core.errors import DeffError, TooFewPassagesError
-from deffcore.inputs.loading import load_tokenizer
-from deffcore.inputs.texts import all_passages
-from deffcore.inputs.tokens import (
+from deffcore.inputs.model import load_tokenizer
+from deffcore.inputs.texts import (
     adds_bos,
+    all_passages,
     count_windows,
     cut_windows,
     encode_documents,
@@ -138,7 +138,7 @@ def test_window_with_no_room_for_text_is_refused(bos_tok):
 
 
 def test_count_windows_matches_the_closed_form(tiny_dataset, tiny_passages, monkeypatch):
-    from deffcore.inputs import loading
+    from deffcore.inputs import model as loading
 
     # no weights may be built for a count: only the tokenizer
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
@@ -223,7 +223,7 @@ def test_extraction_tokenises_with_the_bos_option(bos_tok, nobos_tok):
 def test_bos_add_without_a_bos_token_is_a_clear_error():
     from transformers import PreTrainedTokenizerFast
 
-    from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
+    from deffcore.inputs.model import byte_level_tokenizer
 
     base = byte_level_tokenizer(add_bos=False)
     no_bos_token = PreTrainedTokenizerFast(tokenizer_object=base.backend_tokenizer)
@@ -275,7 +275,7 @@ class _WithEOS:
 
 
 def test_windows_of_a_tokenizer_with_a_suffix_end_with_it_inside_the_budget(bos_tok, tiny_passages):
-    from deffcore.inputs.tokens import special_tokens
+    from deffcore.inputs.texts import special_tokens
 
     tok = _WithEOS(bos_tok)
     assert special_tokens(tok) == ([BOS], [_WithEOS.EOS])
@@ -329,7 +329,7 @@ def _whole(tok, texts, max_tokens):
 def test_cutting_before_tokenising_gives_the_ids_of_the_whole_text(
     spec, chars_per_token, monkeypatch
 ):
-    from deffcore.inputs import tokens
+    from deffcore.inputs import texts as tokens
 
     monkeypatch.setattr(tokens, "CUT_CHARS_PER_TOKEN", chars_per_token)
     tok = load_tokenizer(spec)
@@ -354,7 +354,7 @@ def test_a_huge_passage_is_never_tokenised_whole(bos_tok, tiny_passages):
 
 def test_a_corpus_is_tokenised_once_per_tokenizer(monkeypatch):
     """A second run's windows come from the kept streams: the same windows, no new encode."""
-    from deffcore.inputs import tokens
+    from deffcore.inputs import texts as tokens
 
     tok = load_tokenizer("tiny-llama")
     docs = ["one two three four five six seven eight nine ten " * 3, "a short one here"]

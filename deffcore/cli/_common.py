@@ -53,8 +53,7 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
         check_passages,
         check_writable_dir,
     )
-    from deffcore.inputs.context import check_max_tokens
-    from deffcore.inputs.devices import check_device
+    from deffcore.inputs.model import check_device, check_max_tokens
     from deffcore.inputs.texts import check_dataset
 
     for attr, (flag, minimum) in _INT_ARGS.items():
@@ -91,7 +90,7 @@ def check_snapshot_output(args: argparse.Namespace) -> None:
     """`--snapshot PATH`: writable, not an input (`--dataset`, `--model`), not a link, and
     not an existing file other than this run's own snapshot (`core.files.check_output`)."""
     from deffcore.core.files import SNAPSHOT, check_output
-    from deffcore.inputs.model_spec import ModelSpec
+    from deffcore.inputs.model import ModelSpec
 
     # the file a model spec reads (a random null: its base's); the run's own check refuses a
     # malformed spec, after the arguments checked before it

@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from deffcore.core.errors import DeffError
-from deffcore.inputs.model_spec import ModelSpec
+from deffcore.inputs.model import ModelSpec
 
 #: Exit code of `--plan` for a run that does not fit.
 REFUSED = 3

@@ -58,8 +58,8 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
     )
     if read_diagnostics(spec) is None or cache.load(spec) is None:
         # the dataset is checked first (fails fast); the model then loads once for both (the
-        # diagnostics find the run's model in the process's cache, deffcore.inputs.loaded_models)
-        from deffcore.inputs.tokens import run_texts
+        # diagnostics find the run's model in the process's cache, deffcore.inputs.model)
+        from deffcore.inputs.texts import run_texts
 
         run_texts(spec)
     m = measure_spec(

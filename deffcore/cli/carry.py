@@ -62,7 +62,7 @@ def _table(d: dict) -> str:
 def _check_settings(settings) -> None:
     """What the preset brings in (its device, its width and heads) is checked like an argument."""
     from deffcore.core.errors import InvalidArgumentError
-    from deffcore.inputs.devices import check_device
+    from deffcore.inputs.model import check_device
 
     if settings.device is not None:
         check_device(settings.device)

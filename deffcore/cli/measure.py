@@ -258,7 +258,7 @@ def _write_snapshot(
 
 def _window_source(m):
     """The run's data as a `tokens.WindowSource` (tokenizer only), None when not countable."""
-    from deffcore.inputs.tokens import window_source
+    from deffcore.inputs.texts import window_source
 
     spec = m.spec
     if spec.dataset.startswith("hf:") or spec.model_spec.external:

@@ -66,7 +66,7 @@ def _table(d: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from deffcore.core.errors import InvalidArgumentError
-    from deffcore.inputs.devices import check_device
+    from deffcore.inputs.model import check_device
     from deffcore.labs.pretrain import check_settings, pretrain_probe, settings_from
 
     check_args(args, uses_cache=False)

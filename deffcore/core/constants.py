@@ -24,7 +24,7 @@ SENSITIVITY_LAGS: tuple[int, ...] = (5, 10, 15, 25)
 #: consecutive non-overlapping token windows of max_tokens tokens cut from each document, or
 #: the same cut from all documents packed into one stream (README "Decisions"; not in the SPEC).
 PASSAGE_MODES: tuple[str, ...] = ("documents", "windows", "packed")
-#: The passage modes that cut token windows (deffcore.inputs.tokens.cut_windows).
+#: The passage modes that cut token windows (deffcore.inputs.texts.cut_windows).
 WINDOW_MODES: tuple[str, ...] = ("windows", "packed")
 #: BOS handling (SPEC section 11.4): the tokenizer's choice, exactly one BOS, or none.
 BOS_OPTIONS: tuple[str, ...] = ("default", "add", "none")

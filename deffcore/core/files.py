@@ -451,7 +451,6 @@ def check_output(
     Creates the missing parent folders and writes and removes one temporary file there:
     permissions alone cannot tell (root ignores them, /proc refuses everything).
     """
-    pass  # PATH-REMOVED
 
     path = Path(path).expanduser()
     refusal = _kind_refusal(path, name)

@@ -47,13 +47,13 @@ from deffcore.core.errors import (
     UnsupportedArchitectureError,
 )
 from deffcore.inputs.architecture import Architecture
-from deffcore.inputs.loading import LoadedModel
-from deffcore.inputs.run_inputs import RunInputs
+from deffcore.inputs.model import LoadedModel
+from deffcore.inputs.run_spec import RunInputs
 
 # ---------------------------------------------------------------------------------------------
 # Ready token ids into batches: the token budget, padding, and how finished batches are kept.
 #
-# The ids come tokenised (`deffcore.inputs.tokens.prepare_ids`: the tokenizer's special tokens
+# The ids come tokenised (`deffcore.inputs.texts.prepare_ids`: the tokenizer's special tokens
 # per the BOS option, truncated to `max_tokens`, passages with fewer than 2 tokens dropped and
 # counted). Kept passages are sorted by length (longest first) so a batch pads little; with
 # `batch_size=None` a batch holds as many passages as fit a token budget. Padding: an attention
@@ -299,7 +299,7 @@ def check_rows_fit(n: int, L1: int, d: int) -> None:
     position-0 ratios; the live estimates keep one more copy) checked against the machine's
     memory before any is allocated: one sentence (OutOfMemoryError), never numpy's."""
     from deffcore.core.checks import check_memory
-    from deffcore.inputs.devices import host_memory_bytes
+    from deffcore.inputs.model import host_memory_bytes
 
     memory = host_memory_bytes()
     each = 4 * L1 * (d * len(EXTRACTED_POOLINGS) + 1)
@@ -763,7 +763,7 @@ def extract_run(
     should_stop: Callable[[], bool] | None = None,
     taps: Sequence[ExtractionTap] = (),
 ) -> PooledStates:
-    """Pooled h_0 .. h_L of a run's ready ids (`deffcore.inputs.run_inputs`) for every
+    """Pooled h_0 .. h_L of a run's ready ids (`deffcore.inputs.run_spec`) for every
     extracted pooling, in one pass per batch.
 
     `batch_size` None adapts to a token budget; an OOM halves it. `progress(done, total,

@@ -22,12 +22,12 @@ Decisions (SPEC section 9 is silent on the mechanics):
   both and apply them to the sub-layer outputs.
 - QK norms are any attention module holding both `q_norm` and `k_norm` (Gemma-3, OLMo-2,
   Qwen3). The intervention applies to every such module in the model.
-- Both rules are the generic rule of the architecture adapters (`deffcore.inputs.adapters.generic`);
+- Both rules are the generic rule of the architecture adapters (`deffcore.inputs.architecture`);
   families that name the same norms otherwise (GLM-4's `post_self_attn_layernorm` and
   `post_mlp_layernorm`, Hunyuan's `query_layernorm` ...) have their names in
-  `deffcore.inputs.adapters.norm_names`.
+  `deffcore.inputs.architecture`.
 
-Part of a run's inputs (`deffcore.inputs.run_inputs.open_run_inputs` applies
+Part of a run's inputs (`deffcore.inputs.run_spec.open_run_inputs` applies
 `RunSpec.intervention` around the forward passes); the lab that tabulates every pooling control
 under each intervention is `deffcore.labs.interventions`, which re-exports these names.
 """
@@ -60,7 +60,7 @@ def post_norm_modules(model: nn.Module) -> list[nn.Module]:
 
     Found by the model's architecture adapter (`deffcore.inputs.architecture`): Gemma's names by the
     generic rule (a block counts only with a `post_feedforward_layernorm`, see the module
-    docstring), other names for the families that use them (`deffcore.inputs.adapters.norm_names`).
+    docstring), other names for the families that use them (`deffcore.inputs.architecture`).
     """
     return adapter_of(model).post_norms(model)
 

@@ -97,8 +97,8 @@ def check_local_path(path: str | Path, *, what: str = "path") -> Path:
 
 def looks_like_path(name: str) -> bool:
     """Whether a name would be read from the local disk rather than the hub (a model spec's
-    rule, `ModelSpec.looks_local`, which mirrors `deffcore.inputs.loading`)."""
-    from deffcore.inputs.model_spec import names_local_path
+    rule, `ModelSpec.looks_local`, which mirrors `deffcore.inputs.model`)."""
+    from deffcore.inputs.model import names_local_path
 
     return names_local_path(name)
 
@@ -119,7 +119,7 @@ def check_model_spec(spec: str) -> str:
     `<inner>` and comes back as `random:<resolved inner>:<seed>`. With local paths on (the
     default), every spec comes back as given.
     """
-    from deffcore.inputs.model_spec import Kind, ModelSpec
+    from deffcore.inputs.model import Kind, ModelSpec
 
     if not spec.strip():
         return spec  # nothing chosen yet

@@ -9,12 +9,12 @@ One builder for every type: the type's own config class (`transformers.CONFIG_MA
 `OVERRIDES` (the few fields a type needs on top: a per-layer pattern of the right length, a
 head size its kernels require, a validator's rule). A multimodal type gets the same small text
 config and a small vision config. The configs name BOS = 1, EOS = 2, PAD = 0: the ids of the
-built-in byte tokenizer (`deffcore.inputs.byte_tokenizer`), so its texts feed every tiny model.
+built-in byte tokenizer (`deffcore.inputs.model`), so its texts feed every tiny model.
 
 `BY_DESIGN` lists the causal-LM types that are not decoder-only language models (encoders used
 as decoders, decoders of encoder-decoder models, a permutation LM): they are refused, each with
 its reason, before anything is built, here and when a model folder of the type is loaded
-(`deffcore.inputs.model_config.refusal_by_design`, the one source of both). The support table
+(`deffcore.inputs.model.refusal_by_design`, the one source of both). The support table
 (`deffcore.lenses.support`, docs/support.md) is the record of which types build, measure and
 match `output_hidden_states`.
 """

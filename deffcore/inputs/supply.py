@@ -53,9 +53,8 @@ def _fields(spec: Any) -> dict[str, Any]:
 
 
 def _source(f: Mapping[str, Any]) -> Any:
-    from deffcore.inputs.gguf import needs_assembly
-    from deffcore.inputs.model_spec import ModelSpec
-    from deffcore.inputs.tokens import window_source
+    from deffcore.inputs.model import ModelSpec, needs_assembly
+    from deffcore.inputs.texts import window_source
 
     if needs_assembly(ModelSpec.parse(str(f["model"])).trained.text):
         # its tokenizer lies in a packaged file not yet assembled: an action is never worth

@@ -85,7 +85,7 @@ def intervention_table(
     replicates, paired by passage (the same token ids: `run_pairs.run_difference`).
     """
     from deffcore.extraction import cache
-    from deffcore.inputs.loaded_models import lease
+    from deffcore.inputs.model import lease
     from deffcore.runs.preflight import run_spec
 
     for name in interventions:

@@ -44,7 +44,7 @@ import numpy as np
 
 from deffcore.core.checks import csv_rows
 from deffcore.core.errors import InvalidArgumentError
-from deffcore.inputs.model_spec import Kind, ModelSpec
+from deffcore.inputs.model import Kind, ModelSpec
 
 SOURCES: tuple[str, ...] = ("cached", "sweep", "paper")
 #: Headline numbers a model panel row may carry (paper rows: deff_over_L and gap_pct only).

@@ -184,10 +184,10 @@ def gemma_config(s: PretrainSettings, vocab_size: int, special: dict[str, int]) 
 
 def probe_tokenizer(name: str) -> Any:
     if name == "byte":
-        from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
+        from deffcore.inputs.model import byte_level_tokenizer
 
         return byte_level_tokenizer(add_bos=True)
-    from deffcore.inputs.loading import load_tokenizer
+    from deffcore.inputs.model import load_tokenizer
 
     return load_tokenizer("gemma3-270m")
 
@@ -202,7 +202,7 @@ class TokenData:
 
 def token_data(tokenizer: Any, block_size: int, documents: list[str] | None = None) -> TokenData:
     """BBC-news (or `documents`) split by document, cut into windows (module docstring)."""
-    from deffcore.inputs.tokens import cut_windows
+    from deffcore.inputs.texts import cut_windows
 
     if documents is None:
         from deffcore.inputs.texts import all_passages
@@ -246,7 +246,7 @@ def build_model(s: PretrainSettings, tokenizer: Any, seed: int) -> torch.nn.Modu
 
 
 def _as_loaded(model: torch.nn.Module, tokenizer: Any, s: PretrainSettings, name: str) -> Any:
-    from deffcore.inputs.loading import LoadedModel
+    from deffcore.inputs.model import LoadedModel
 
     return LoadedModel(
         spec=name,

@@ -158,7 +158,7 @@ def _token_batches(
 
     Right padding with id 0 (masked), so tokenizers without a pad token work.
     """
-    from deffcore.inputs.tokens import tokenize
+    from deffcore.inputs.texts import tokenize
 
     rows, _ = tokenize(tokenizer, list(passages), max_tokens)
     for start in range(0, len(rows), batch_size):
@@ -193,7 +193,7 @@ def block_influence(
     from deffcore.extraction.atlas_tap import AtlasTap
     from deffcore.extraction.forward import register_hooks
     from deffcore.inputs.architecture import architecture_of
-    from deffcore.inputs.tokens import tokenize
+    from deffcore.inputs.texts import tokenize
     from deffcore.measures.atlas import token_weighted_bi
 
     n = len(tokenize(tokenizer, list(passages), max_tokens)[0])
@@ -394,7 +394,7 @@ class PruningSetup:
     ) -> dict[str, Any]:
         """The plain values that determine the check on this device and dtype (its key in the
         lab store); `weights_id` when the loaded model's is known, else the model's own."""
-        from deffcore.inputs.identity import model_identity
+        from deffcore.inputs.model import model_identity
         from deffcore.inputs.texts import dataset_identity
 
         return {
@@ -429,7 +429,7 @@ def pruning_cost(
     passages once per (ranking, k) but one (k = 0 is shared), each with the LM head (its
     vocab x d multiply-adds per token beside the blocks'; skipped blocks are not discounted:
     an upper bound)."""
-    from deffcore.inputs.model_size import model_size
+    from deffcore.inputs.model import model_size
     from deffcore.runs.action_costs import forward_cost
 
     size = model_size(model, revision)
@@ -463,8 +463,7 @@ def pruning_check(
     `store`: read a stored result of the same identity instead of computing, and store a
     computed one (`deffcore.labs.store`, lab "pruning").
     """
-    from deffcore.inputs.devices import resolve_device_dtype
-    from deffcore.inputs.loaded_models import lease_or_given
+    from deffcore.inputs.model import lease_or_given, resolve_device_dtype
     from deffcore.labs import store as lab_store
 
     if loaded is not None:

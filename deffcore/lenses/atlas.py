@@ -58,8 +58,7 @@ class _Model:
 
     def get(self) -> Any:
         if self.loaded is None:
-            from deffcore.inputs.devices import resolve_device_dtype
-            from deffcore.inputs.loading import load_model
+            from deffcore.inputs.model import load_model, resolve_device_dtype
 
             spec = self.m.spec
             if spec.model_spec.external:
@@ -103,7 +102,7 @@ def _staged(progress: Progress | None, what: str) -> Progress | None:
 
 def kept_token_ids(m: Any, tokenizer: Any, documents: list[str] | None = None) -> list[list[int]]:
     """The token ids of the run's kept passages, in the run's order (what its rows are)."""
-    from deffcore.inputs.tokens import keep_long_enough, run_texts, run_token_ids
+    from deffcore.inputs.texts import keep_long_enough, run_texts, run_token_ids
 
     docs = run_texts(m.spec) if documents is None else documents
     ids = run_token_ids(m.spec, tokenizer, docs)

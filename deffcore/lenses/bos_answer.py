@@ -107,7 +107,7 @@ def bos_on_off(
 
     specs = {bos: replace(spec, bos=bos) for bos in ("add", "none")}
     # one load serves both runs: the second finds the first's model in the process's cache
-    # of loaded models (deffcore.inputs.loaded_models)
+    # of loaded models (deffcore.inputs.model)
     out: dict[str, Any] = {}
     runs: dict[str, Any] = {}
     for i, (bos, s) in enumerate(specs.items()):

@@ -293,7 +293,7 @@ def _diagnostic_ids(
     """The ids of the first `max_passages` passages with >= 2 tokens (texts tokenised with
     `max_tokens` and `bos`, or ready `token_ids`)."""
     from deffcore.core.errors import TooFewPassagesError
-    from deffcore.inputs.tokens import keep_long_enough, tokenize
+    from deffcore.inputs.texts import keep_long_enough, tokenize
 
     if token_ids is None:
         if max_tokens is None:

@@ -102,22 +102,21 @@ def diagnose(
     Read from `diagnostics.json` in the run's cache entry when present; else computed on the
     first min(N, 64) passages of the run's sample (the dataset is opened before the model
     loads; `loaded` reuses a model already in memory, else the process's loaded model serves,
-    `deffcore.inputs.loaded_models`) and written there atomically, or kept
+    `deffcore.inputs.model`) and written there atomically, or kept
     in memory for a run with no cache entry. Only that one file is written: a complete
     entry's meta.json/states.npz are never touched, and no folder is ever created.
     """
     from dataclasses import asdict
 
     from deffcore.core.files import locked
-    from deffcore.inputs.devices import resolve_device_dtype
-    from deffcore.inputs.loaded_models import lease
+    from deffcore.inputs.model import lease, resolve_device_dtype
 
     found = read_diagnostics(spec)
     if found is not None:
         if _memory_key(spec) in _IN_MEMORY and _in_cache(spec):
             _keep(spec, found)  # measured since: the diagnostics move beside the run
         return {**found, "cached": True}
-    from deffcore.inputs.tokens import run_texts, run_token_ids
+    from deffcore.inputs.texts import run_texts, run_token_ids
 
     texts = run_texts(spec)
     path = diagnostics_path(spec)
@@ -128,7 +127,7 @@ def diagnose(
             return {**found, "cached": True}
         start = time.perf_counter()
         with contextlib.ExitStack() as stack:
-            if loaded is None:  # the process's loaded model (deffcore.inputs.loaded_models)
+            if loaded is None:  # the process's loaded model (deffcore.inputs.model)
                 device = device or resolve_device_dtype(None, spec.dtype)[0]
                 loaded = stack.enter_context(
                     lease(spec.model, revision=spec.revision, device=device, dtype=spec.dtype,

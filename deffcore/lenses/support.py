@@ -6,7 +6,7 @@
     markdown = support_markdown(rows) # docs/support.md (scripts/support_table.py writes it)
 
 For each type of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`: a type refused by design
-(`deffcore.inputs.model_config.refusal_by_design`, from `small_configs.BY_DESIGN`: encoders,
+(`deffcore.inputs.model.refusal_by_design`, from `small_configs.BY_DESIGN`: encoders,
 encoder-decoder decoders) is refused with its reason, the reason a model folder of the type is
 refused with when it loads.
 Every other type is built from its small config (`small_configs.small_config`, seeded weights,
@@ -87,8 +87,8 @@ def _first_line(err: BaseException) -> str:
 def build_small(model_type: str) -> tuple[Any, Any]:
     """(tiny causal LM of `model_type` in eval mode, the byte tokenizer of its BOS convention);
     `_Refused` when no small model builds."""
-    from deffcore.inputs.adapters import adapter_for
-    from deffcore.inputs.byte_tokenizer import byte_level_tokenizer
+    from deffcore.inputs.architecture import adapter_for
+    from deffcore.inputs.model import byte_level_tokenizer
     from deffcore.inputs.small_configs import causal_lm_class, default_special_ids, small_config
 
     try:
@@ -184,7 +184,7 @@ def _close(ours: np.ndarray, ref: np.ndarray) -> bool:
 
 def _check_states(model: Any, tokenizer: Any, arch: Any) -> None:
     """The measured pooled states against output_hidden_states (module docstring)."""
-    from deffcore.inputs.tokens import tokenize
+    from deffcore.inputs.texts import tokenize
     from deffcore.runs.measure import measure  # dc.measure(model, tokenizer, texts)
 
     m = measure(model, tokenizer, list(TEXTS), max_tokens=MAX_TOKENS)
@@ -253,7 +253,7 @@ def verify_type(model_type: str, model_class: str | None = None) -> SupportRow:
     """Build, measure and check one causal-LM type (module docstring)."""
     from deffcore.inputs.architecture import architecture_of
     from deffcore.inputs.interventions import supported_interventions
-    from deffcore.inputs.model_config import refusal_by_design
+    from deffcore.inputs.model import refusal_by_design
     from deffcore.inputs.small_configs import causal_lm_types
 
     cls_name = model_class or causal_lm_types().get(model_type, "")
@@ -329,7 +329,7 @@ def support_markdown(rows: list[SupportRow]) -> str:
         f"{verified} verified**, {design} refused by design (encoders and the decoders of "
         f"encoder-decoder models), {len(rows) - verified - design} refused for the reason "
         "given. A model folder, hub id or GGUF file of a type refused by design is refused on "
-        "load with the same reason (`deffcore.inputs.model_config.refusal_by_design`).",
+        "load with the same reason (`deffcore.inputs.model.refusal_by_design`).",
         "",
         "*Verified*: a tiny random model of the type (`deffcore.inputs.small_configs`: 2 blocks, "
         "d = 32, seeded) is measured with `dc.measure(model, tokenizer, texts)`, and its pooled "

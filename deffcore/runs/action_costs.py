@@ -58,7 +58,7 @@ class Cost:
 
 
 def _prior(model: str, tokens: int, revision: str | None, factor: float = 1.0) -> Cost:
-    from deffcore.inputs.model_size import model_size
+    from deffcore.inputs.model import model_size
     from deffcore.runs.stage_times import estimate
 
     size, ref = model_size(model, revision), model_size(PRIOR_MODEL)

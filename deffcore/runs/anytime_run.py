@@ -158,7 +158,7 @@ def measure_live(
     run without the prefix property, and what `measure_spec` raises (RunCancelled when
     `should_stop` cancels).
     """
-    from deffcore.inputs.devices import resolve_device_dtype
+    from deffcore.inputs.model import resolve_device_dtype
     from deffcore.runs.measure import measure_spec
 
     refusal = prefix_refusal(spec.passages, spec.dataset)

@@ -93,7 +93,7 @@ def calibration_key(
     import torch
 
     from deffcore.core.constants import CODE_VERSION
-    from deffcore.inputs.identity import model_identity
+    from deffcore.inputs.model import model_identity
 
     return {
         "format": FORMAT,
@@ -194,7 +194,7 @@ def calibrate(
     loaded: Any = None,
 ) -> Calibration:
     """Measure and store this machine's rates for `model` (module docstring)."""
-    from deffcore.inputs.loaded_models import MODELS, lease_or_given
+    from deffcore.inputs.model import MODELS, lease_or_given
 
     key = calibration_key(
         model, revision=revision, device=device, dtype=dtype, max_tokens=max_tokens, batch=batch
@@ -212,7 +212,7 @@ def _measure_rates(key: dict[str, Any], loaded: Any, model: str, max_tokens: int
     A model that was already loaded (the process's cache served it) was not timed here: its
     load time is this machine's last one (`stage_times`), else the measured lease (~0 s)."""
     from deffcore.extraction.forward import extract_pooled
-    from deffcore.inputs.loaded_models import MODELS
+    from deffcore.inputs.model import MODELS
     from deffcore.measures.similarity import route_costs, similarity_matrix
     from deffcore.runs.stage_times import estimate
 

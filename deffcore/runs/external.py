@@ -89,10 +89,9 @@ from deffcore.core.errors import (
 from deffcore.extraction.forward import PooledStates, pool_states
 from deffcore.inputs.architecture import architecture_of, decoder_layers
 from deffcore.inputs.interventions import INTERVENTIONS
-from deffcore.inputs.loading import LoadedModel
+from deffcore.inputs.model import LoadedModel
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.inputs.texts import check_dataset
-from deffcore.inputs.tokens import run_texts, run_token_ids
+from deffcore.inputs.texts import check_dataset, run_texts, run_token_ids
 
 #: Values of each weight tensor that enter a loaded model's fingerprint (strided sample).
 WEIGHT_SAMPLE = 1024
@@ -341,7 +340,7 @@ def plan_loaded_run(
 def check_positions(model: torch.nn.Module, max_tokens: int) -> None:
     """`max_tokens` within the model's position table (its config's context length), as the
     CLI checks a named model's (`models.check_max_tokens`)."""
-    from deffcore.inputs.context import _context_from_config  # the CLI's reading of a config
+    from deffcore.inputs.model import _context_from_config  # the CLI's reading of a config
 
     config = getattr(model, "config", None)
     limit = _context_from_config(config.to_dict()) if hasattr(config, "to_dict") else None
@@ -421,9 +420,7 @@ def load_for_texts(
 ) -> tuple[LoadedModel, str]:
     """A named model to measure on a list of strings -> (it loaded, the cache_id naming it:
     `<spec>@<weights id>`, the identity a named run's key uses)."""
-    from deffcore.inputs.context import check_max_tokens
-    from deffcore.inputs.identity import model_identity
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import check_max_tokens, load_model, model_identity
 
     _check_texts(texts)
     check_int(max_tokens, "max_tokens", 2)
@@ -435,7 +432,7 @@ def load_for_texts(
 def random_twin(model: torch.nn.Module, seed: int, loaded: LoadedModel) -> torch.nn.Module:
     """The same config freshly initialised under `seed` (the paper's null), like
     `random:<model>:<seed>` for a named model, on the model's device and dtype."""
-    from deffcore.inputs.loading import init_from_config
+    from deffcore.inputs.model import init_from_config
 
     twin = init_from_config(model.config, seed)
     twin.requires_grad_(False)

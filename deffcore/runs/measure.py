@@ -26,11 +26,8 @@ from deffcore.core.errors import (
 )
 from deffcore.extraction import cache
 from deffcore.extraction.forward import BatchCheckpoint, PooledStates, SavedBatch, extract_run
-from deffcore.inputs.devices import resolve_device_dtype
-from deffcore.inputs.loading import LoadedModel
-from deffcore.inputs.model_spec import ModelSpec
-from deffcore.inputs.run_inputs import open_run_inputs
-from deffcore.inputs.run_spec import RunSpec
+from deffcore.inputs.model import LoadedModel, ModelSpec, resolve_device_dtype
+from deffcore.inputs.run_spec import RunSpec, open_run_inputs
 from deffcore.runs import external
 from deffcore.runs.measurement import Measurement
 from deffcore.runs.preflight import MIN_PASSAGES, run_spec
@@ -52,7 +49,7 @@ def extract_spec(
 ) -> PooledStates:
     """Compute the pooled states of `spec` (no cache): text, then model, then one extraction.
 
-    `deffcore.inputs.run_inputs.open_run_inputs` makes the run's inputs (the dataset opened
+    `deffcore.inputs.run_spec.open_run_inputs` makes the run's inputs (the dataset opened
     before the model loads; `loaded` reuses a model already in memory, which must be
     `spec.model` at `spec.revision`; without it the model comes from the process's cache of
     loaded models and goes to `device`, None the default device; the intervention named by

@@ -4,7 +4,7 @@
     print(plan.line())          # one line: passages, tokens, time, memory, disk
     plan.refusal                # one sentence when it will not fit, else None
 
-Everything here is computed from shapes (`deffcore.inputs.model_size`: L, d, d_ff, heads, vocab from
+Everything here is computed from shapes (`deffcore.inputs.model`: L, d, d_ff, heads, vocab from
 a config or GGUF header, never the weights) and, for time, from this machine's measured
 throughput (`deffcore.runs.calibration`), so a plan that refuses never loads a model.
 
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deffcore.core.errors import DeffError
-from deffcore.inputs.model_size import ModelSize, model_size
+from deffcore.inputs.model import ModelSize, model_size
 
 #: Similarity passes `measure` makes after extraction: per pooling (6) the headline, the
 #: updates' depth and the matched references' update profile (3), plus the trust badge's
@@ -119,7 +119,7 @@ def human_time(s: float) -> str:
 def available_memory() -> int | None:
     """Bytes of memory this machine can still give (`models.host_memory_bytes`: the
     `$DEFF_HOST_MEMORY_GIB` override, else MemAvailable, else the total), None when unknown."""
-    from deffcore.inputs.devices import host_memory_bytes
+    from deffcore.inputs.model import host_memory_bytes
 
     return host_memory_bytes()
 
@@ -372,8 +372,8 @@ def _file_bytes(model: str) -> int:
     """Bytes of the GGUF file a packaged or .gguf model is read from (0 otherwise)."""
     from pathlib import Path
 
-    from deffcore.inputs import gguf
-    from deffcore.inputs.model_spec import Kind, ModelSpec
+    from deffcore.inputs import model as gguf
+    from deffcore.inputs.model import Kind, ModelSpec
 
     spec = ModelSpec.stored(model)
     if spec.kind not in (Kind.PACKAGED, Kind.GGUF):

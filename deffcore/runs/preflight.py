@@ -2,7 +2,7 @@
 
 `plan(**run)` is `deffcore.runs.preflight.run_spec(**run)` followed by `check(spec)`: the model
 path, the dataset (opened and sampled: an empty, unreadable or too small file fails here) and,
-for token windows, the window count (`deffcore.inputs.tokens.count_windows`). Hub datasets are not
+for token windows, the window count (`deffcore.inputs.texts.count_windows`). Hub datasets are not
 opened here (network): the worker opens them first, still before the model. Errors name the
 user's own file when `names` maps a saved path to it (`display`: uploads are stored under a
 hash name). `deffcore.work.jobs.start` runs `check` before it queues a run.
@@ -22,10 +22,14 @@ from deffcore.core.checks import (
 )
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, WINDOW_MODES
 from deffcore.core.errors import DeffError, TooFewPassagesError, UnknownModelError
-from deffcore.inputs.context import check_max_tokens
-from deffcore.inputs.devices import check_fits, resolve_device_dtype
 from deffcore.inputs.interventions import INTERVENTIONS
-from deffcore.inputs.model_spec import Kind, ModelSpec
+from deffcore.inputs.model import (
+    Kind,
+    ModelSpec,
+    check_fits,
+    check_max_tokens,
+    resolve_device_dtype,
+)
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.inputs.texts import check_dataset
 
@@ -90,7 +94,7 @@ def _check(spec: RunSpec, windows: int | None = None) -> None:
 def _count_windows(spec: RunSpec) -> int | None:
     """The window count of `spec`'s data (tokenizer only); None when the tokenizer cannot load
     here (the worker will say why). A DeffError (bad data, bad option) is the check's answer."""
-    from deffcore.inputs.tokens import count_windows
+    from deffcore.inputs.texts import count_windows
 
     try:
         return int(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from deffcore.inputs.model_spec import ModelSpec
+from deffcore.inputs.model import ModelSpec
 from deffcore.statistics.paired import (
     PairedDifference,
     difference_of,

@@ -19,7 +19,7 @@ import math
 import threading
 
 from deffcore.core.files import cache_dir
-from deffcore.inputs.model_spec import Kind, ModelSpec
+from deffcore.inputs.model import Kind, ModelSpec
 
 STAGE_FILE = "stage_times.json"
 #: Seconds per (stage, model) on the reference machine (2 cores at load 7-8; BENCHMARKS.md).

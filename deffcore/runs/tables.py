@@ -13,7 +13,7 @@ import pandas as pd
 
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError
-from deffcore.inputs.model_spec import ModelSpec
+from deffcore.inputs.model import ModelSpec
 
 if TYPE_CHECKING:
     from deffcore.views.run_view import RunView

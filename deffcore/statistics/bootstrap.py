@@ -176,7 +176,7 @@ def check_b(
     checked before anything is drawn (`core.checks.check_replicates`): at most
     `MAX_REPLICATES`, and within the memory this machine can give (`host_memory_bytes`)."""
     from deffcore.core.checks import check_replicates
-    from deffcore.inputs.devices import host_memory_bytes
+    from deffcore.inputs.model import host_memory_bytes
 
     memory = host_memory_bytes() if n is not None else None
     per = 8 * matrices * (layers + 1) ** 2

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from deffcore.inputs.model_spec import Kind, ModelSpec
+from deffcore.inputs.model import Kind, ModelSpec
 
 #: The `RunSpec` fields a view carries, and the values a snapshot made before a field existed
 #: had (an older snapshot or cache entry without `passages` measured whole documents).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deffcore.inputs.model_spec import ModelSpec
+from deffcore.inputs.model import ModelSpec
 from deffcore.views.comparisons import PAPER_DATASET, PAPER_N
 
 #: Family of a model, from its name (first match wins); the Models page colours by it.

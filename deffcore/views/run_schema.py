@@ -737,7 +737,7 @@ def _check_paired_and_supply(data: dict[str, Any], where: str) -> None:
         if (pb.layers, pb.n) != (data["layers"], data["n"]):
             raise SnapshotError(f"{where}: its paired bootstrap is not of this run's L and N.")
     if "supply" in data:
-        from deffcore.inputs.tokens import WindowSource
+        from deffcore.inputs.texts import WindowSource
 
         try:
             WindowSource.from_dict(data["supply"])

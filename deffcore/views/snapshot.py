@@ -87,7 +87,7 @@ class SnapshotView(NotebookDisplay, RunView):
     def window_source(self) -> Any | None:
         """The stored `tokens.WindowSource` of the run's data (`measure --snapshot` writes it),
         checked; None when the snapshot has none."""
-        from deffcore.inputs.tokens import WindowSource
+        from deffcore.inputs.texts import WindowSource
 
         stored = self.data.get("supply")
         try:

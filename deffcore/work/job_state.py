@@ -62,7 +62,7 @@ class JobStatus:
     until: str | None = None
     stopped_at: int | None = None
     #: the part of the model load going on ("reading", "de-quantising", "building",
-    #: "moving": `deffcore.inputs.load_stages`), its seconds so far and its estimate
+    #: "moving": `deffcore.inputs.model`), its seconds so far and its estimate
     load_part: str = ""
     load_part_elapsed_s: float = 0.0
     load_part_estimate_s: float | None = None

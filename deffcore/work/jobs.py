@@ -30,10 +30,10 @@ Decisions:
   max_tokens long) and an upper bound for documents (`tokens_exact` False); once done, the
   rate x the run's exact mean tokens per passage. ETA = remaining passages / rate.
 - Models load once per server: a run, its diagnostics, the BOS on/off check and
-  the labs get their model from `deffcore.inputs.loaded_models` (identity-keyed, budgeted,
+  the labs get their model from `deffcore.inputs.model` (identity-keyed, budgeted,
   least recently used evicted first), so the second job on a model skips the "loading model"
   stage. That stage shows the part of the load going on (reading, de-quantising, building,
-  moving: `deffcore.inputs.load_stages`) with its estimate and the parts that ended with their
+  moving: `deffcore.inputs.model`) with its estimate and the parts that ended with their
   seconds (`job_state`, `job_worker`); each part and the whole load are timed into
   `deffcore.runs.stage_times`. The stage ends when the load does ("loaded <spec>" ->
   "preparing"), so its time leaves out cutting windows and the first batch. A run that

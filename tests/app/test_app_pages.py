@@ -136,12 +136,12 @@ def test_run_completes_and_headline_matches_measure(app, measurement):
 
 
 def test_switching_pooling_changes_numbers_without_running_the_model(app, measurement, monkeypatch):
-    import deffcore.inputs.loading
+    import deffcore.inputs.model
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded again")
 
-    monkeypatch.setattr(deffcore.inputs.loading, "load_model", no_model)
+    monkeypatch.setattr(deffcore.inputs.model, "load_model", no_model)
     at = goto(app, None)
     before = metric(at, "D_eff")
     at.radio(key="pooling").set_value("first_non_bos").run()

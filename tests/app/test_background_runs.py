@@ -320,7 +320,7 @@ def test_sidebar_run_first_demo_models_grouped_glossary():
     first_button = sidebar.button[0]
     assert first_button.key == "run"  # Run before every setting: visible at 900 px
     options = at.selectbox(key="model_packaged").options
-    from deffcore.inputs.catalog import PACKAGED_MODELS
+    from deffcore.inputs.model import PACKAGED_MODELS
 
     assert options[: len(PACKAGED_MODELS)] == [
         f"{m} — {d}" for m, d in PACKAGED_MODELS.items()
@@ -338,7 +338,7 @@ def test_sidebar_run_first_demo_models_grouped_glossary():
 def test_windows_count_is_shown_before_run(mode):
     at = choose(new_app())
     at.selectbox(key="passages").set_value(mode).run()
-    from deffcore.inputs.tokens import count_windows
+    from deffcore.inputs.texts import count_windows
 
     n = count_windows("tiny-llama", "bbc-news", 32, "default", None, mode=mode)
     assert any(f"this choice yields {n:,} windows" in plain(c.value) for c in at.sidebar.caption)

@@ -73,21 +73,21 @@ def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
 ):
     """The page's first script run draws the answer and the verdict while the diagnostic
     pass is held at its model load: nothing the page shows at once needs a model."""
-    import deffcore.inputs.loading
+    import deffcore.inputs.model
     from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.lenses.diagnostics_store import diagnostics_path
     from deffcore.views.measurement_view import MeasurementView
 
     diagnostics_path(measurement.spec).unlink(missing_ok=True)
     held, release = threading.Event(), threading.Event()
-    real = deffcore.inputs.loading.load_model
+    real = deffcore.inputs.model.load_model
 
     def loader(*args, **kwargs):  # the diagnostic pass's load: held until the test ends
         held.set()
         assert release.wait(120), "the test never released the model load"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(deffcore.inputs.loading, "load_model", loader)
+    monkeypatch.setattr(deffcore.inputs.model, "load_model", loader)
     try:
         at = open_page(f"cached:{measurement.spec.key()}")
         assert not at.exception

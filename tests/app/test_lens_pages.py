@@ -18,7 +18,7 @@ import pytest
 from apptest_helpers import assert_clean, chart, plain, plotly_array
 from streamlit.testing.v1 import AppTest
 
-from deffcore.inputs.model_spec import Kind
+from deffcore.inputs.model import Kind
 from deffcore.labs import correlation_lab, lens_tables, pretrain
 from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
 from deffcore.views.measurement_view import MeasurementView
@@ -34,7 +34,7 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("this view only reads: no model may be loaded")
 
-    monkeypatch.setattr("deffcore.inputs.loading.load_model", refuse)
+    monkeypatch.setattr("deffcore.inputs.model.load_model", refuse)
 
 
 def open_page(page: str, view=None) -> AppTest:
@@ -147,7 +147,7 @@ def test_correlation_lab_geometry_over_cached_runs(monkeypatch):
 
     for n in (8, 10, 12):
         measure(**{**RUN, "n": n})
-    monkeypatch.setattr("deffcore.inputs.loading.load_model", None)  # the page only reads the cache
+    monkeypatch.setattr("deffcore.inputs.model.load_model", None)  # the page only reads the cache
     at = open_page(CORRELATION)
     at.radio(key="cl_kind").set_value("geometry").run()
     assert_clean(at)  # tiny-llama is random weights, never a point: an info, not an error

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deffcore.inputs.loading import load_model
+from deffcore.inputs.model import load_model
 
 
 @pytest.fixture(scope="module")

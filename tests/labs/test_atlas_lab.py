@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from deffcore.extraction.atlas_store import read_rows
-from deffcore.inputs.model_spec import Kind
+from deffcore.inputs.model import Kind
 from deffcore.labs import correlation_lab, panels
 from deffcore.measures.atlas import ATLAS_COLUMNS, columns_of
 

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 
 from deffcore.core.errors import DeffError, InvalidArgumentError
-from deffcore.inputs.model_spec import Kind
+from deffcore.inputs.model import Kind
 from deffcore.labs import correlation_lab, panels
 from deffcore.labs.scores import read_scores
 from deffcore.measures.correlation import correlate

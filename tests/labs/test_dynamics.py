@@ -10,7 +10,7 @@ import torch
 
 from deffcore.core.errors import DeffError
 from deffcore.extraction.forward import extract_pooled
-from deffcore.inputs.loading import load_model
+from deffcore.inputs.model import load_model
 from deffcore.inputs.texts import load_passages
 from deffcore.labs.dynamics import (
     Checkpoint,

@@ -167,7 +167,7 @@ def test_intervention_table_refuses_before_measuring(lab_cache):
     ],
 )
 def test_other_architectures(spec, supported, token_ids):
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     model = load_model(spec, device="cpu", dtype="float32").model
     assert supported_interventions(model) == supported
@@ -179,7 +179,7 @@ def test_other_architectures(spec, supported, token_ids):
 
 
 def test_intervention_table_second_call_reads_the_cache(monkeypatch):
-    import deffcore.inputs.loading
+    import deffcore.inputs.model
     from deffcore.labs.interventions import intervention_table
     from deffcore.runs.measure import measure
 
@@ -188,7 +188,7 @@ def test_intervention_table_second_call_reads_the_cache(monkeypatch):
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded again")
 
-    monkeypatch.setattr(deffcore.inputs.loading, "load_model", no_model)
+    monkeypatch.setattr(deffcore.inputs.model, "load_model", no_model)
     second = intervention_table("tiny-gemma3", n=8, max_tokens=24, interventions=["none", "no_qk"])
     assert second.rows == first.rows
     # the lab's entries are measure()'s entries

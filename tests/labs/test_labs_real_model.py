@@ -12,7 +12,7 @@ from deffcore.core.constants import POOLINGS
 @pytest.mark.slow
 def test_gemma3_270m_interventions():
     from deffcore.inputs.interventions import INTERVENTIONS, norm_intervention
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
     from deffcore.inputs.texts import load_passages
     from deffcore.labs.interventions import intervention_table
     from deffcore.labs.pruning import perplexity

@@ -40,7 +40,7 @@ class Cell:
         """The model spec `load_model` reads: `random:<model>:<seed>` for a random null."""
         if self.seed is None:
             return self.model
-        from deffcore.inputs.model_spec import RANDOM_PREFIX
+        from deffcore.inputs.model import RANDOM_PREFIX
 
         return f"{RANDOM_PREFIX}{self.model}:{self.seed}"  # its base is checked with the cell
 
@@ -57,7 +57,7 @@ class Cell:
 
 def _split_random(model: str) -> tuple[str, int | None]:
     """'random:tiny-llama:3' -> ('tiny-llama', 3); a trained model -> (model, None)."""
-    from deffcore.inputs.model_spec import split_random
+    from deffcore.inputs.model import split_random
 
     rnd = split_random(model)  # the base is checked with its cell (one cell's error)
     return (model, None) if rnd is None else rnd

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from deffcore.core.errors import DeffError
-from deffcore.inputs.model_size import ModelSize, from_mapping
+from deffcore.inputs.model import ModelSize, from_mapping
 from deffcore.runs.planner import (
     H200,
     Plan,
@@ -168,7 +168,7 @@ def _gpu(c: CellCost) -> str:
 
 def _calibratable(model: str) -> bool:
     """Models this machine loads without a network (packaged, tiny, random nulls, paths)."""
-    from deffcore.inputs.model_spec import Kind, ModelSpec
+    from deffcore.inputs.model import Kind, ModelSpec
 
     spec = ModelSpec.stored(model).trained  # a malformed one: its cell reports it
     return spec.kind in (Kind.PACKAGED, Kind.TINY) or spec.path.exists()

@@ -108,7 +108,7 @@ def release_models() -> None:
 
 
 def _loaded(spec: Any, device: str) -> Any:
-    from deffcore.inputs.loading import load_model
+    from deffcore.inputs.model import load_model
 
     key = (spec.model, spec.revision, device, spec.dtype)
     if key not in _SLOT:
