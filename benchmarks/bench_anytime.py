@@ -78,7 +78,7 @@ def same_verdict(regimes: dict[str, str], reference: dict[str, Any] | None) -> b
 
 
 def _spec(model: str, n: int, max_tokens: int, seed: int = 0):
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
 
     return run_spec(model, "bbc-news", n, max_tokens, seed, "cka", passages="windows")
 

@@ -118,8 +118,7 @@ def memory_table(args: argparse.Namespace) -> None:
 def run_table(args: argparse.Namespace) -> None:
     """A real run's extraction against its bootstrap of one and of two poolings."""
     from deffcore.inputs.model import load_model
-    from deffcore.runs.measure import measure_spec
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import measure_spec, run_spec
 
     spec, device = run_spec(args.run, args.dataset, args.n, args.max_tokens, 0, "cka",
                             passages=args.passages)  # fmt: skip

@@ -1,6 +1,6 @@
 """The background run panel: start a run, follow it, settle it when it lands, resume one.
 
-Run checks the settings, the model path and the data (`deffcore.runs.preflight.plan`, before a model
+Run checks the settings, the model path and the data (`deffcore.runs.measure.plan`, before a model
 loads; messages name the user's own file) and hands the run to `deffcore.work.jobs`, whose worker
 thread lives in the server process, so switching pages or reloading does not stop it. The
 session keeps the job id (and the URL's `?job=` query parameter, for a reload); the main area
@@ -16,7 +16,7 @@ import streamlit as st
 
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.runs import preflight
+from deffcore.runs import measure as preflight
 from deffcore.views.labels import run_label
 from deffcore.views.measurement_view import MeasurementView
 from deffcore.work import job_state, jobs

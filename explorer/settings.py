@@ -18,7 +18,7 @@ from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.inputs import serving
 from deffcore.inputs.model import ModelSpec
-from deffcore.runs import preflight
+from deffcore.runs import measure as preflight
 from explorer.plan_line import plan_caption
 from explorer.uploads import upload_names, upload_widget
 from explorer.views import current_view

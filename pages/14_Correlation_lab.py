@@ -13,7 +13,7 @@ from deffcore.core.safe_text import md_escape  # user text shown as text, not Ma
 from deffcore.labs import correlation_lab, lens_figures, lens_tables
 from deffcore.labs.panels import MAX_SWEEP_BYTES, SOURCES, X_QUANTITIES
 from deffcore.labs.scores import MAX_BYTES, check_upload, read_scores
-from deffcore.runs.preflight import display
+from deffcore.runs.measure import display
 from deffcore.views.glossary import human_columns, human_label
 from explorer.cards import show_figure
 from explorer.page import page

@@ -23,7 +23,7 @@ from deffcore.core.safe_text import md_escape  # user text shown as text, not Ma
 from deffcore.lenses import diagnostics, diagnostics_store
 from deffcore.lenses.bos_answer import bos_on_off
 from deffcore.lenses.run_extras import extras_source, snapshot_bos_on_off, snapshot_diagnostics
-from deffcore.runs import preflight
+from deffcore.runs import measure as preflight
 from deffcore.runs.action_costs import diagnostics_cost, runs_cost, with_variants
 from deffcore.statistics.control_effects import control_effects, effect_sentence, regime_intervals
 from deffcore.statistics.position0 import answer_method

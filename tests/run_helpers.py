@@ -18,7 +18,7 @@ def window_spec(
     dataset: str, n: int, passages: str = "windows", model: str = "tiny-llama"
 ) -> RunSpec:
     """The checked spec of a run of `n` passages of 16 tokens (seed 0, CKA, on the CPU)."""
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
 
     return run_spec(model, dataset, n, 16, 0, "cka", passages=passages, device="cpu")[0]
 

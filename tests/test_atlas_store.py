@@ -19,8 +19,7 @@ from deffcore.extraction import cache as entries
 from deffcore.inputs.architecture import base_model
 from deffcore.inputs.model import load_model
 from deffcore.lenses.atlas import atlas, atlas_of
-from deffcore.runs.measure import measure, measure_spec
-from deffcore.runs.preflight import run_spec
+from deffcore.runs.measure import measure, measure_spec, run_spec
 from deffcore.views.atlas_read import stored_atlas
 
 RUN = {"n": 10, "max_tokens": 24, "seed": 0}

@@ -57,7 +57,7 @@ def _run_args(dataset: str) -> dict:
 
 
 def _spec(dataset: str) -> RunSpec:
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
 
     args = _run_args(dataset)
     return run_spec(args["model"], dataset, args["n"], args["max_tokens"], 0, "cka")[0]
@@ -303,8 +303,7 @@ def test_the_nan_advice_fits_the_runs_dtype(tiny_dataset, dtype):
     import torch
 
     from deffcore.inputs.model import load_model
-    from deffcore.runs.measure import measure_spec
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import measure_spec, run_spec
 
     spec, _ = run_spec("tiny-llama", tiny_dataset, 8, 16, 0, "cka", dtype=dtype)
     loaded = load_model("tiny-llama", dtype=dtype)

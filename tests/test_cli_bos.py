@@ -105,7 +105,7 @@ def test_bos_json_answer_is_paired_with_a_bootstrap(capsys, tiny_dataset):
 
 def test_bos_none_and_add_change_the_first_token(capsys, tiny_dataset):
     from deffcore.lenses.diagnostics_store import diagnose
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
 
     cases = (("tiny-llama", "none", False), ("tiny-llama-nobos", "add", True))
     for model, bos, first_is_bos in cases:

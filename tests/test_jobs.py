@@ -15,7 +15,7 @@ from deffcore.core.errors import DeffError, TooFewPassagesError
 from deffcore.extraction import cache
 from deffcore.extraction import cache as entries
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.runs import preflight
+from deffcore.runs import measure as preflight
 from deffcore.runs.measure import measure
 from deffcore.work import job_state, jobs
 

@@ -113,7 +113,7 @@ def test_a_stored_spec_never_raises():
 
 
 def test_run_spec_keeps_the_text_and_its_door_parses_it(tiny_dataset):
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
 
     fields = dict(revision=None, dataset="bbc-news", n=4, max_tokens=8, seed=0, dtype="float32")
     spec = RunSpec(model=ModelSpec.parse("random:tiny-llama:3"), **fields)

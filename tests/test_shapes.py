@@ -211,7 +211,7 @@ def test_memory_is_checked_before_anything_is_allocated(monkeypatch):
     monkeypatch.setattr(loading, "init_from_config", lambda *a: inits.append(a))
     with pytest.raises(InvalidArgumentError, match="host memory"):
         load_model("random:llama-3.1-8b:0", device="cpu", dtype="float32")
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
 
     with pytest.raises(InvalidArgumentError, match="host memory"):
         run_spec("random:llama-3.1-8b:0", "bbc-news", 16, 32, 0, "cka", device="cpu",

@@ -232,7 +232,7 @@ def test_table_s7_rows_mean_and_sample_sd():
 
 def test_worker_result_is_stored_by_the_driver(tiny_dataset):
     """compute_cell returns pooled states and never writes the cache itself."""
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
     from deffcore.work.sweep.runner import compute_cell, release_models
 
     spec, device = run_spec("tiny-llama", tiny_dataset, 8, 24, 0, "cka")

@@ -123,8 +123,7 @@ def test_worker_states_equal_in_process_extraction(local_ray, tiny_dataset):
     import numpy as np
     import ray
 
-    from deffcore.runs.measure import extract_spec
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import extract_spec, run_spec
     from deffcore.work.sweep.runner import compute_cell
 
     spec, device = run_spec("tiny-qwen3", tiny_dataset, 8, 24, 0, "cka", intervention="none")

@@ -106,7 +106,7 @@ def check_live_args(args: argparse.Namespace) -> None:
 def spec_of(args: argparse.Namespace):
     """(RunSpec, device) of the command's run (every argument checked, nothing loaded)."""
     from deffcore.cli._common import run_kwargs
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
 
     return run_spec(**run_kwargs(args), intervention=args.intervention, batch_size=args.batch_size)
 

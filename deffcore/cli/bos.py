@@ -39,8 +39,7 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
     from deffcore.extraction import cache
     from deffcore.lenses.bos_report import bos_report
     from deffcore.lenses.diagnostics_store import diagnose, read_diagnostics
-    from deffcore.runs.measure import measure_spec
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import measure_spec, run_spec
 
     kw = run_kwargs(args)
     spec, device = run_spec(

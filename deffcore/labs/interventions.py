@@ -86,7 +86,7 @@ def intervention_table(
     """
     from deffcore.extraction import cache
     from deffcore.inputs.model import lease
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import run_spec
 
     for name in interventions:
         if name not in INTERVENTIONS:

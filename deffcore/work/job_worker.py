@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from deffcore.core.errors import DeffError, RunCancelled
-from deffcore.runs.preflight import display
+from deffcore.runs.measure import display
 from deffcore.work import job_state
 from deffcore.work.job_state import FINISHED, ONE_OFF_STAGES, Job, model_of, passage_rate
 

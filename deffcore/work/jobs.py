@@ -23,7 +23,7 @@ Decisions:
   worker waits for them: Ray, not this queue, schedules a cluster.
 - Starting a spec that is already queued or running returns that job (two tabs, one run).
 - `start` checks what can be checked cheaply BEFORE anything loads (`check`, from
-  `deffcore.runs.preflight`, re-exported here with `plan` and `display`): the model path and the
+  `deffcore.runs.measure`, re-exported here with `plan` and `display`): the model path and the
   data; errors name the user's own file.
 - Rates: passages per second over the extraction batches seen so far (the model load is not in
   it); tokens per second = that rate x max_tokens, exact for token windows (every window is
@@ -55,7 +55,7 @@ from typing import Any
 
 from deffcore.core.errors import DeffError
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.runs.preflight import check
+from deffcore.runs.measure import check
 from deffcore.work import job_state
 from deffcore.work.job_state import FINISHED, Job, JobStatus, SweepWork, forget_old, status_of
 from deffcore.work.job_worker import ensure_worker

@@ -149,8 +149,7 @@ def test_the_sweep_has_an_atlas_column(tiny_dataset):
 
 
 def test_a_sweep_cell_cached_before_the_atlas_says_missing(tiny_dataset):
-    from deffcore.runs.measure import measure_spec
-    from deffcore.runs.preflight import run_spec
+    from deffcore.runs.measure import measure_spec, run_spec
     from deffcore.work.sweep.cells import Cell
     from deffcore.work.sweep.runner import run_sweep
 

@@ -45,10 +45,10 @@ def cell_specs(
     """(spec or None per cell, its one-sentence error or None, device, dtype).
 
     `shared`: n, max_tokens, seed, metric, device, dtype, passages, bos, batch_size,
-    device_here (as `deffcore.runs.preflight.run_spec` takes them). A bad shared option raises
+    device_here (as `deffcore.runs.measure.run_spec` takes them). A bad shared option raises
     (the whole sweep is malformed); a cell whose model or dataset is refused gets its error.
     """
-    from deffcore.runs.preflight import check_run_options, run_spec
+    from deffcore.runs.measure import check_run_options, run_spec
 
     device_here = shared.pop("device_here", True)
     n, max_tokens, seed, metric = (shared[k] for k in ("n", "max_tokens", "seed", "metric"))
