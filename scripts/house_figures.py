@@ -8,6 +8,10 @@ package's `__init__` is left out of the graph (it only names the package). Figur
     levels             the longest chain of imports + 1 (a module importing nothing is level 1)
     cycles             strongly connected groups of modules (0 is the goal)
     up-stage imports   a deffcore module importing one of a later stage (`STAGES`; 0 is the goal)
+    measure path       the deffcore modules whose functions run in one tiny `dc.measure(...)`
+                       call and its summary (`measure_path`; the package face
+                       `deffcore/__init__.py` is not counted): how many files a reader opens to
+                       follow a measurement to its D_eff (tests/test_layering.py pins it)
     largest modules    the longest files and functions, as information: a module may be long
                        when it holds one idea (no size is a goal; tests/test_layering.py pins
                        only the stages and the cycles)
@@ -172,6 +176,45 @@ def longest_functions(files: dict[str, Path], top: int = 5) -> list[tuple[str, i
     return sorted(out, key=lambda x: -x[1])[:top]
 
 
+def measure_path() -> list[str]:
+    """The deffcore modules (paths under deffcore/) whose functions run while the random-weight
+    tiny-llama (offline, seconds) is measured on 16 passages of 32 tokens and summarised; the
+    package face `deffcore/__init__.py` is left out. Every thread is watched (a profile hook
+    on each), the cache is a fresh temporary folder."""
+    import os
+    import tempfile
+    import threading
+
+    seen: set[str] = set()
+    package = str(ROOT / "deffcore") + os.sep
+
+    def watch(frame, event, arg):  # the profile hook's signature
+        if event == "call" and frame.f_code.co_name != "<module>":
+            path = frame.f_code.co_filename
+            if path.startswith(package):
+                seen.add(path[len(package) :].replace(os.sep, "/"))
+
+    old = os.environ.get("DEFF_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="deff-measure-path-") as folder:
+        os.environ["DEFF_CACHE_DIR"] = folder
+        if str(ROOT) not in sys.path:  # run as a script: this checkout's deffcore
+            sys.path.insert(0, str(ROOT))
+        import deffcore as dc
+
+        threading.setprofile(watch)
+        sys.setprofile(watch)
+        try:
+            dc.measure("tiny-llama", dataset="bbc-news", n=16, max_tokens=32).summary()
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+            if old is None:
+                os.environ.pop("DEFF_CACHE_DIR", None)
+            else:
+                os.environ["DEFF_CACHE_DIR"] = old
+    return sorted(seen - {"__init__.py"})
+
+
 def main() -> int:
     files = source_files()
     graph = import_graph(files)
@@ -181,6 +224,9 @@ def main() -> int:
     print(f"levels             {max(levels(graph).values())}")
     print(f"cycles             {len(cycles(graph))} {cycles(graph) or ''}")
     print(f"up-stage imports   {len(up_stage_imports(graph))} {up_stage_imports(graph) or ''}")
+    path = measure_path()
+    print(f"measure path       {len(path)} modules dc.measure runs through (deffcore/__init__.py")
+    print(f"                   not counted): {path}")
     print(f"largest modules    {largest_modules(app)}")
     print(f"longest functions  {longest_functions({**app, 'app': ROOT / 'app.py'})}")
     return 0

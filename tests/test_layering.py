@@ -174,3 +174,24 @@ def test_the_forward_pass_and_the_store_never_ask_the_inputs_stage_again():
             elif isinstance(node, ast.Import):
                 assert not any(a.name.startswith("deffcore.inputs") for a in node.names), path
         assert named <= allowed, f"{path} calls into inputs/: {sorted(named - allowed)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# One measurement, few files: each concept whole in the module named after it
+
+#: The most deffcore modules one `dc.measure(...)` may run through (deffcore/__init__.py, the
+#: package face, not counted). 14 today: core/{checks,files}, inputs/{model,architecture,texts,
+#: run_spec}, extraction/{forward,cache,atlas_tap,atlas_store}, measures/{similarity,depth},
+#: runs/{measure,measurement}; the atlas pair becoming one module makes it 13; the goal is 12.
+MEASURE_PATH_BUDGET = 14
+
+
+def test_one_measurement_runs_through_few_modules():
+    from scripts.house_figures import measure_path
+
+    path = measure_path()
+    assert "runs/measure.py" in path and "measures/depth.py" in path  # the trace sees the run
+    assert len(path) <= MEASURE_PATH_BUDGET, (
+        f"dc.measure runs through {len(path)} modules (at most {MEASURE_PATH_BUDGET}): {path}; "
+        "keep each concept whole in the module named after it"
+    )
