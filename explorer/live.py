@@ -30,7 +30,7 @@ _LEVEL_ICON = {"solid": "●", "indicative": "◐", "noise": "○"}
 
 def next_look(status: job_state.JobStatus, est: dict[str, Any]) -> str:
     """When the next estimate lands, in words: the estimates come at the marks of
-    `extraction.prefix.schedule` (64, 128, 256, ... passages), so the cards stay at the last
+    `extraction.cache.schedule` (64, 128, 256, ... passages), so the cards stay at the last
     mark while the bar moves on, and the verdict can change (or settle) only at a mark."""
     from deffcore.extraction.cache import batch_rows, schedule
     from deffcore.inputs.model import resolve_device_dtype

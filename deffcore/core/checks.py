@@ -116,7 +116,7 @@ def check_passages(n: object, name: str = "n", minimum: int = 1) -> int:
 
 def check_memory(need: int, memory: int | None, what: str, advice: str) -> None:
     """OutOfMemoryError (one sentence) before allocating `need` bytes for `what` when the
-    machine cannot give them (`memory`: `inputs.devices.host_memory_bytes()`, None: unknown)."""
+    machine cannot give them (`memory`: `inputs.model.host_memory_bytes()`, None: unknown)."""
     from deffcore.core.errors import OutOfMemoryError
 
     if memory is not None and need > memory:

@@ -1,4 +1,5 @@
-"""The cache's files on disk: only what is provably deffcore's is written or deleted.
+"""Files on disk: where deffcore keeps them (`cache_dir`, `DATA_DIR`, first below), and only
+what is provably deffcore's is written or deleted.
 
 One mechanism for every write and delete of `deffcore.extraction.cache` (complete entries, partial
 runs,

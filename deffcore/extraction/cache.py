@@ -1,4 +1,6 @@
-"""Keyed on-disk store of pooled states: atomic, locked, corruption-safe, resumable.
+"""Keyed on-disk store of pooled states: atomic, locked, corruption-safe, resumable; below it,
+in order, an unfinished run's batches (`PartialRun`), the entries (listing, deleting) and a
+run's prefixes (a window run served from, or resumed from, a run of another N).
 
 Layout (under `cache_dir()`, which is `$DEFF_CACHE_DIR` or `<repo>/cache`):
 

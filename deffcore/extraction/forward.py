@@ -1,4 +1,5 @@
-"""The forward pass: passages -> pooled states h_0 .. h_L, one pass of the base model per batch.
+"""The forward pass: passages -> pooled states h_0 .. h_L, one pass of the base model per batch;
+first below, its batches, the pooling arithmetic and the batch stage (in that order).
 
 Hooks (the unembedding is never run) capture
 

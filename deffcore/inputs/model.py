@@ -1,6 +1,18 @@
-"""A model spec, parsed once: the one place that reads a model spec's string form.
+"""A model: which one (its spec, parsed once), what it is before it loads, and its load.
 
-The forms (SPEC section 8; `deffcore.inputs.model` lists the names):
+    spec = ModelSpec.parse("smollm2-135m")      # the one reader of a spec's text
+    model_size(spec), context_length(spec)       # dimensions, parameters, context: no weights
+    lm = load_model(spec, device="cpu")          # weights, tokenizer, eval mode
+    with lease("smollm2-135m", device="cpu") as lm:   # loaded once per process, lent to one user
+        ...
+
+In order below (each section opens with what it is): the byte-level tokenizer of the tiny
+models, a tokenizer's special tokens, the parts of a load (reported as they start), the
+published shapes, the catalog of named models, the spec, the identity of a model's weights, GGUF
+files and their reading, a model's size, a folder's config.json and its files, the context
+length, devices and memory, loading, and the loaded models.
+
+The spec's forms (SPEC section 8; `deffcore.inputs.model` lists the names):
 
     smollm2-135m, gemma3-270m        Kind.PACKAGED  a packaged GGUF
     tiny-<arch>, tiny-<arch>-nobos   Kind.TINY      a tiny test model (`catalog.TINY_MODELS`)
@@ -132,7 +144,7 @@ def adds_bos(tokenizer: Any) -> bool:
 # ---------------------------------------------------------------------------------------------
 # The parts of a model load, reported as each one starts (stage: inputs).
 #
-#     with load_stages.reporting(lambda part: print(part)):
+#     with reporting(lambda part: print(part)):
 #         load_model("smollm2-135m")        # reading, de-quantising, building, moving
 #
 # A load has up to four parts, in this order (`PARTS`):
@@ -2468,7 +2480,7 @@ _TOKENIZER_LOCK = threading.Lock()
 # Models load once per process: a bounded cache of loaded models, lent one user at a time
 # (stage: inputs).
 #
-#     with loaded_models.lease("smollm2-135m", device="cpu", dtype="float32") as lm:
+#     with lease("smollm2-135m", device="cpu", dtype="float32") as lm:
 #         extract_pooled(lm, passages, max_tokens=128)   # a LoadedModel
 #
 # A run, its diagnostics, the BOS on/off check, the baselines and the labs all ask here, so the

@@ -1,4 +1,5 @@
-"""A run's identity: every value that determines its pooled states, and its cache key."""
+"""A run's identity (`RunSpec`: every value that determines its pooled states, and its cache
+key), then its inputs made ready for extraction (`RunInputs`, `open_run_inputs`)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         # `model` may be given parsed; it is kept as its text, so the key, `asdict` and
         # `__dict__` (stored runs) hold the same string and fields as before. A new run's spec
-        # is parsed, strictly, at its door (`runs.preflight.run_spec`); one read back from a
+        # is parsed, strictly, at its door (`runs.measure.run_spec`); one read back from a
         # stored run is taken as it was written (a colleague's snapshot still opens).
         object.__setattr__(self, "model", str(self.model))
 
@@ -57,7 +58,7 @@ class RunSpec:
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """What the model and the dataset are, in plain values: {"model_identity": ...,
-        "dataset_identity": ...} (`inputs.identity.model_identity`, `inputs.texts.dataset_identity`;
+        "dataset_identity": ...} (`inputs.model.model_identity`, `inputs.texts.dataset_identity`;
         a cache entry's meta records both)."""
         from deffcore.inputs.model import model_identity
         from deffcore.inputs.texts import dataset_identity

@@ -1,4 +1,5 @@
-"""Text sources: BBC news (default, offline), Hugging Face datasets (streaming), local files.
+"""Text sources: BBC news (default, offline), Hugging Face datasets (streaming), local files;
+below them, a run's token ids (`prepare_ids`, `run_token_ids`, the BOS option, windows).
 
 Dataset specs:
 

@@ -1,4 +1,5 @@
-"""Model + text -> cached pooled states -> a `Measurement` (`measure`, `measure_spec`).
+"""Model + text -> cached pooled states -> a `Measurement` (`measure`, `measure_spec`); first
+below, the checks a run passes before anything loads (`plan`, `check`, `run_spec`).
 
     m = measure(model="smollm2-135m", dataset="bbc-news", n=512, max_tokens=128)
     m = measure(model, tokenizer, texts)     # a model in memory (deffcore.runs.external)
