@@ -1620,20 +1620,14 @@ def _first(cfg: Mapping[str, Any], names: tuple[str, ...]) -> Any:
     return next((cfg[n] for n in names if cfg.get(n) is not None), None)
 
 
-def _model_config_whole(value: Any, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
 def _check_sizes(cfg: Mapping[str, Any], where: str, relations: bool = True) -> None:
     for name, (low, high) in SIZE_FIELDS.items():
         value = cfg.get(name)
         if value is None:
             continue
-        ok = _model_config_whole(value, low, high)
+        ok = _whole(value, low, high)
         if name in _PER_BLOCK and isinstance(value, list):
-            ok = 0 < len(value) <= MAX_LAYERS and all(
-                _model_config_whole(v, low, high) for v in value
-            )
+            ok = 0 < len(value) <= MAX_LAYERS and all(_whole(v, low, high) for v in value)
         if not ok:
             raise UnknownModelError(
                 f"{where} has {name} = {_short(value)}; it must be a whole number from {low:,} "
