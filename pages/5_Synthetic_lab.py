@@ -146,7 +146,7 @@ def sampled_sweep(n: int, d: int, L_max: int, scale: float, metric: str, seed: i
 
 def story_knobs(step: str, per_row: int = 6) -> teaching.Knobs:
     """The story's sliders (those the step does not use are greyed out) -> its knobs; rows of
-    `per_row` (the projector's large labels need 3)."""
+    `per_row` (six above the projector's chart, two in the column beside the normal chart)."""
     active = teaching.active_knobs(step)
     c = [col for _ in range(6 // per_row) for col in st.columns(per_row)]
     L = c[0].slider("L (layers)", 2, 64, key=KNOB_KEYS["L"])
