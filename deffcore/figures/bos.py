@@ -262,7 +262,7 @@ def token_norm_heatmap(
                 y=oy,
                 mode="lines",
                 name="largest |h_j| (feature j): outlined cell",
-                line={"color": COLOR_SUB, "width": 2},
+                line={"color": COLOR_SUB, "width": 1.5},
                 hoverinfo="skip",
             )
         )
