@@ -38,8 +38,9 @@ STORY_SLIDERS = (
     ("rho", "correlation ρ", 0.0, 0.9, 0.05,
      "Updates k layers apart have correlation ρ^k. Enters at step 5."),
 )  # fmt: skip
-#: The projector layout: chart height and figure font that put the step's chart,
-#: its lesson and its numbers above the fold at 1280 x 720 (browser screenshots, tests/e2e).
+#: The projector layout: chart height and figure font that put the step's sliders, its
+#: lesson, its chart and its numbers above the fold at 1280 x 720 (browser screenshots,
+#: tests/e2e; the page's title is left out there).
 PROJECTOR_CHART_PX = 380
 PROJECTOR_FONT_PX = 20
 PROJECTOR_HELP = (
@@ -53,8 +54,6 @@ STEP_HELP = (
 #: Projector sizes for the step's own text (widgets, metrics, notes), scoped to its container.
 PROJECTOR_CSS = """<style>
 [data-testid="stMainBlockContainer"]:has(.st-key-syn_projector_view) { padding-top: 2rem; }
-[data-testid="stMainBlockContainer"]:has(.st-key-syn_projector_view) h1 { font-size: 1.9rem;
-  padding: 0; }
 .st-key-syn_projector_view p, .st-key-syn_projector_view li { font-size: 1.5rem;
   line-height: 1.35; }
 .st-key-syn_projector_view [data-testid="stWidgetLabel"] p { font-size: 1.2rem; }
