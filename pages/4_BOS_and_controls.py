@@ -454,8 +454,8 @@ def inspector_section(diag: dict[str, Any] | None, spec: dict[str, Any], metric:
     st.caption(
         "Each cell is ‖h_l[t]‖ for one token (column) after block l (row; layer 0 at the top), "
         "log colour; hover for the token. Norms growing down the rows are the residual stream "
-        "accumulating; a bright column at position 0 is the sink token. Crosses: where the "
-        "passage's largest single feature |h_j| sits in each layer (hover for j)."
+        "accumulating; a bright column at position 0 is the sink token. Outlined cells: where "
+        "the passage's largest single feature |h_j| sits in each layer (hover for j)."
     )
 
 

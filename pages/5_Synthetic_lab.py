@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from deffcore import figures
+from deffcore.core.errors import DeffError
 from deffcore.measures import teaching
 from deffcore.measures.depth import lag_profile
 from deffcore.views.glossary import glossary_markdown, human_columns
@@ -30,26 +31,33 @@ KNOB_KEYS = {"L": "syn_t_L", "h0": "syn_t_h0", "growth": "syn_t_growth", "rho": 
 KNOB_KEYS |= {"n": "syn_t_n", "d": "syn_t_d"}
 #: The story's sliders that a step may grey out: (knob, label, low, high, step, help).
 STORY_SLIDERS = (
-    ("h0", "h_0 size (in updates)", 0.0, 10.0, 0.25,
+    ("h0", "h_0 size", 0.0, 10.0, 0.25,
      "‖h_0‖² in units of one update. Enters at step 3."),
-    ("growth", "update growth g", 0.8, 1.5, 0.05,
+    ("growth", "growth g", 0.8, 1.5, 0.05,
      "Update m has squared size g^(m-1). Enters at step 4."),
-    ("rho", "update correlation ρ", 0.0, 0.9, 0.05,
+    ("rho", "correlation ρ", 0.0, 0.9, 0.05,
      "Updates k layers apart have correlation ρ^k. Enters at step 5."),
 )  # fmt: skip
-#: The projector layout: chart height and figure font that put the step's chart,
-#: its lesson and its numbers above the fold at 1280 x 720 (browser screenshots, tests/e2e).
-PROJECTOR_CHART_PX = 390
+#: The projector layout: chart height and figure font that put the step's sliders, its
+#: lesson, its chart and its numbers above the fold at 1280 x 720 (browser screenshots,
+#: tests/e2e; the page's title is left out there).
+PROJECTOR_CHART_PX = 380
 PROJECTOR_FONT_PX = 20
-PROJECTOR_HELP = "The lesson, the chart and its numbers on the first screen, every text large."
+PROJECTOR_HELP = (
+    "Every text large, for the back of a room: the lesson, the sliders, the chart and its "
+    "numbers on the first screen."
+)
+STEP_HELP = (
+    "The story builds one construction a step at a time; each step keeps the knobs of the "
+    "ones before it. The address of this page carries the step and the layout."
+)
 #: Projector sizes for the step's own text (widgets, metrics, notes), scoped to its container.
 PROJECTOR_CSS = """<style>
-[data-testid="stMainBlockContainer"]:has(.st-key-syn_projector_view) { padding-top: 3rem; }
-[data-testid="stMainBlockContainer"]:has(.st-key-syn_projector_view) h1 { font-size: 1.9rem;
-  padding: 0; }
+[data-testid="stMainBlockContainer"]:has(.st-key-syn_projector_view) { padding-top: 2rem; }
 .st-key-syn_projector_view p, .st-key-syn_projector_view li { font-size: 1.5rem;
   line-height: 1.35; }
-.st-key-syn_projector_view [data-testid="stWidgetLabel"] p { font-size: 1.35rem; }
+.st-key-syn_projector_view [data-testid="stWidgetLabel"] p { font-size: 1.2rem; }
+.st-key-syn_projector_view .st-key-syn_step [data-testid="stWidgetLabel"] { display: none; }
 .st-key-syn_projector_view [data-testid="stMetricLabel"] p { font-size: 1.35rem; }
 .st-key-syn_projector_view [data-testid="stMetricValue"] p { font-size: 2.6rem;
   line-height: 1.15; }
@@ -59,9 +67,17 @@ PROJECTOR_CSS = """<style>
 .st-key-syn_projector_view [data-testid="stSliderTickBarMax"] p { font-size: 1.2rem; }
 .st-key-syn_projector_view [data-testid="stSlider"] { padding-top: .5rem; }
 .st-key-syn_projector_view [data-baseweb="select"] * { font-size: 1.3rem; }
+.st-key-syn_projector_view [data-testid="stSelectbox"] input { font-size: 1.3rem; }
+body:has(.st-key-syn_projector_view) [role="listbox"] [role="option"] { font-size: 1.3rem; }
 .st-key-syn_projector_view blockquote { color: inherit; }
 .st-key-syn_projector_view button p { font-size: 1.25rem; }
 </style>"""
+#: The normal layout: a smaller top margin, so the step's chart, its sliders beside it and its
+#: numbers share the first screen at 1280 x 720 (browser screenshots, tests/e2e).
+STORY_CSS = """<style>
+[data-testid="stMainBlockContainer"]:has(.st-key-syn_story_view) { padding-top: 2.5rem; }
+</style>"""
+STORY_CHART_PX = 380
 #: Sweep sampling budget: sum over the depths of L * N * d, three constructions each.
 SWEEP_BUDGET = 4 * teaching.SAMPLE_BUDGET
 
@@ -82,8 +98,19 @@ def apply_preset() -> None:
 
 
 def init_defaults() -> None:
+    """The widgets' first values: the step and the layout from the link when it names them
+    (a reload, a shared address), else step 1 in the normal layout; the default knobs."""
     defaults = teaching.Knobs()
-    st.session_state.setdefault("syn_step", teaching.STEP_KEYS[0])
+    if "syn_step" not in st.session_state:
+        step = teaching.STEP_KEYS[0]
+        if "step" in st.query_params:
+            try:
+                step = teaching.step_for(st.query_params["step"])
+            except DeffError as err:
+                st.info(f"{err} Showing step 1.", icon="ℹ️")
+        st.session_state["syn_step"] = step
+    if "syn_projector" not in st.session_state:
+        st.session_state["syn_projector"] = st.query_params.get("layout") == "projector"
     for field, key in KNOB_KEYS.items():
         st.session_state.setdefault(key, getattr(defaults, field))
 
@@ -118,7 +145,7 @@ def sampled_sweep(n: int, d: int, L_max: int, scale: float, metric: str, seed: i
 
 def story_knobs(step: str, per_row: int = 6) -> teaching.Knobs:
     """The story's sliders (those the step does not use are greyed out) -> its knobs; rows of
-    `per_row` (the projector's large labels need 3)."""
+    `per_row` (six above the projector's chart, two in the column beside the normal chart)."""
     active = teaching.active_knobs(step)
     c = [col for _ in range(6 // per_row) for col in st.columns(per_row)]
     L = c[0].slider("L (layers)", 2, 64, key=KNOB_KEYS["L"])
@@ -150,15 +177,6 @@ def story_knobs(step: str, per_row: int = 6) -> teaching.Knobs:
     )
 
 
-def knobs_from_state() -> teaching.Knobs:
-    """The knobs the sliders hold (projector layout draws the sliders below the picture)."""
-    values = {field: st.session_state[key] for field, key in KNOB_KEYS.items()}
-    return teaching.Knobs(
-        L=int(values["L"]), h0=float(values["h0"]), growth=float(values["growth"]),
-        rho=float(values["rho"]), n=int(values["n"]), d=int(values["d"]),
-    )  # fmt: skip
-
-
 def story_metrics(res: teaching.StepResult, columns: int = 2) -> None:
     """The step's numbers: D_eff, D_eff/L, F_L and the gap, in rows of `columns`."""
     gap_words = figures.regime_label(res.gap_pct) if abs(res.gap_pct) >= 0.05 else "= F_L"
@@ -183,13 +201,6 @@ def story_text(res: teaching.StepResult) -> None:
     if res.deff_previous is not None:
         st.caption(f"Previous step's D_eff: {res.deff_previous:.3f}")
     st.markdown(f"> {res.summary()}")
-
-
-def story_numbers(res: teaching.StepResult) -> None:
-    """Beside the chart: the step's title, its numbers (above the fold), then its text."""
-    st.subheader(res.title)
-    story_metrics(res)
-    story_text(res)
 
 
 def story_sample(step: str, res: teaching.StepResult) -> Any:
@@ -242,47 +253,72 @@ def story_figures(res: teaching.StepResult, samples: Any, projector: bool) -> di
         "depth": figures.story_depth_bars(depths, F_L=res.F_L, L=res.knobs.L),
     }
     out["heatmap"].update_layout(height=420)
+    out["lag"].update_layout(height=STORY_CHART_PX)
     if projector:  # every text large: readable from the back of a room
         for fig in out.values():
             figures.projector(fig, PROJECTOR_FONT_PX)
-        out["lag"].update_layout(  # above the fold at 1280 x 720; the legend in the plot's
-            height=PROJECTOR_CHART_PX,  # empty top right, clear of the axis title
-            legend={"x": 0.99, "y": 0.98, "xanchor": "right", "yanchor": "top",
-                    "orientation": "v", "bgcolor": "rgba(255,255,255,0.85)"},
-        )  # fmt: skip
+        out["lag"].update_layout(height=PROJECTOR_CHART_PX)  # above the fold at 1280 x 720
+    figures.legend_above(out["lag"], short=True)  # never over a curve, two names a row
     return out
 
 
 def story_tab() -> None:
-    """The teaching story: a preset or the sliders, the step's picture first (above the fold),
-    its numbers beside it, more charts and samples below; in the projector layout the lesson
-    and chart fill the first screen and every text of the step is large (`projector_view`)."""
+    """The teaching story: the step (by name), the preset and the layout on one line, the
+    step's sliders, then its chart with its numbers beside it, so the chart and the sliders
+    that move it share the first screen at 1280 x 720; more charts and samples below. The
+    projector layout (`PROJECTOR_CSS`) sets every text of the step large and puts the lesson
+    in one sentence above the chart. The step and the layout live in the link
+    (`link_state`), so a reload or a shared address opens the same view."""
     init_defaults()
-    if st.session_state.get("syn_projector"):
-        projector_view()
-        return
-    top = st.columns([3, 1])
-    preset_box(top[0])
-    top[1].toggle("Projector layout", key="syn_projector", help=PROJECTOR_HELP)
-    step = st.radio(
-        "Story step",
-        teaching.STEP_KEYS,
-        key="syn_step",
-        horizontal=True,
-        format_func=lambda s: teaching.STEPS[s][0],
-    )
-    knobs = story_knobs(step)
-    with guarded("The story step"):
-        res = teaching.story_step(step, knobs)
-        samples = sampled_for(step, res)
-        figs = story_figures(res, samples, False)
-        ident = story_identity(res)
-        left, right = st.columns([3, 2])
-        with left:
-            show_figure(figs["lag"], "lag_profile", ident)
-        with right:
-            story_numbers(res)
-        story_more(res, step, figs, ident, False)
+    projector = bool(st.session_state.get("syn_projector"))
+    st.html(PROJECTOR_CSS if projector else STORY_CSS)  # our own constants: no user text
+    with st.container(key="syn_projector_view" if projector else "syn_story_view"):
+        top = st.columns([5, 2] if projector else [4, 3, 2], vertical_alignment="bottom")
+        step = top[0].selectbox(
+            "Story step",
+            teaching.STEP_KEYS,
+            key="syn_step",
+            format_func=lambda s: teaching.STEPS[s][0],
+            help=STEP_HELP,
+        )
+        if not projector:
+            preset_box(top[1])
+        top[-1].toggle("Projector layout", key="syn_projector", help=PROJECTOR_HELP)
+        link_state(step, projector)
+        with guarded("The story step"):
+            if projector:  # the sliders in one row above the lesson and the chart
+                knobs = story_knobs(step, per_row=6)
+            else:  # the sliders beside the chart, above its numbers
+                left, right = st.columns([3, 2])
+                with right:
+                    knobs = story_knobs(step, per_row=2)
+            res = teaching.story_step(step, knobs)
+            samples = sampled_for(step, res)
+            figs = story_figures(res, samples, projector)
+            ident = story_identity(res)
+            if projector:
+                st.markdown(res.lesson)
+                left, right = st.columns([3, 1])
+            with left:
+                show_figure(figs["lag"], "lag_profile", ident)
+            with right:
+                story_metrics(res, columns=1 if projector else 2)
+                if not projector:
+                    story_text(res)
+            if projector:
+                preset_box(st)
+                story_text(res)
+            story_more(res, step, figs, ident, projector)
+
+
+def link_state(step: str, projector: bool) -> None:
+    """The step and the layout into the link (`?step=3&layout=projector`); other parameters
+    of the link are left as they are."""
+    st.query_params["step"] = str(teaching.step_number(step))
+    if projector:
+        st.query_params["layout"] = "projector"
+    elif "layout" in st.query_params:
+        del st.query_params["layout"]
 
 
 def preset_box(where: Any) -> None:
@@ -293,39 +329,6 @@ def preset_box(where: Any) -> None:
         on_change=apply_preset,
         help="Sets the story step and every slider at once.",
     )
-
-
-def projector_view() -> None:
-    """For the back of a room at 1400 x 900 and 1280 x 720: the step (by number) and the
-    toggle on one line, the step's title and one-sentence lesson, then its chart with its
-    numbers beside it, all above the fold; below, the sliders, the preset and the step's
-    text, every text at projector size (PROJECTOR_CSS, scoped to this view)."""
-    st.html(PROJECTOR_CSS)  # our own constant style sheet: no user text in it
-    with st.container(key="syn_projector_view"):
-        top = st.columns([5, 2], vertical_alignment="bottom")
-        step = top[0].radio(
-            "Story step",
-            teaching.STEP_KEYS,
-            key="syn_step",
-            horizontal=True,
-            format_func=lambda s: teaching.STEPS[s][0].split(" · ")[0],
-        )
-        top[1].toggle("Projector layout", key="syn_projector", help=PROJECTOR_HELP)
-        with guarded("The story step"):
-            res = teaching.story_step(step, knobs_from_state())
-            samples = sampled_for(step, res)
-            figs = story_figures(res, samples, True)
-            ident = story_identity(res)
-            st.markdown(f"**{res.title}.** {res.lesson}")
-            left, right = st.columns([3, 1])
-            with left:
-                show_figure(figs["lag"], "lag_profile", ident)
-            with right:
-                story_metrics(res, columns=1)
-            story_knobs(step, per_row=3)
-            preset_box(st)
-            story_text(res)
-            story_more(res, step, figs, ident, True)
 
 
 def sampled_for(step: str, res: teaching.StepResult) -> Any:
@@ -504,8 +507,9 @@ def words_used() -> None:
 
 def main() -> None:
     _, settings = page("Synthetic lab")
-    st.title("Synthetic lab")
+    init_defaults()  # the link's step and layout, before the title
     if not st.session_state.get("syn_projector"):  # the projector's first screen: the step
+        st.title("Synthetic lab")
         st.caption(
             "Constructions whose effective depth is known exactly, in linear CKA (the paper's "
             "metric): every curve is a closed form, so the sliders answer at once; *Sample* "

@@ -675,6 +675,29 @@ def test_the_uniform_sink_baseline_closed_forms():
         activations.uniform_sink_score(1)
 
 
+def test_the_sun_sentence_says_the_onset_share_and_where_most_passages_have_one():
+    """A walk's table: a first massive activation in 2% of the passages at layer 3, every
+    passage from layer 12 to 28 (most from 10 to 29), half at layer 31: the sentence says all
+    three, never
+    "from layer 3, in 2% of the passages" as if that held from layer 3 on."""
+    share = [0.0] * 3 + [0.02, 0.0, 0.1, 0.3, 0.4, 0.45, 0.49, 0.6, 0.9] + [1.0] * 17
+    share += [0.7, 0.2, 0.5]  # layers 29, 30, 31
+    diag = {
+        "massive_ratio": [5.0] * 3 + [150.0] * 29,
+        "massive_position": [0] * 32,
+        "sun_share": share,
+        "sun_position": [-1] * 3 + [0] * 29,
+    }
+    v = bos_verdict({"default": 5.0}, **verdict_inputs(diag))
+    assert v.sun_onset == 3 and v.sun_onset_share == pytest.approx(0.02)
+    assert v.sun_most == [(10, 29), (31, 31)] and v.sun_peak_share == 1.0
+    assert (
+        "one first appears at layer 3, in 2% of the passages there, at position 0, and most "
+        "passages (≥ 50%) have one at layers 10–29 and layer 31, up to 100%" in v.sentence
+    )
+    assert "from layer 3, in 2% of the passages" not in v.sentence
+
+
 def test_verdict_reports_both_massive_criteria_gu_and_the_uniform_baseline():
     ratio = [5.0, 233.0, 800.0, 13500.0]  # the ratio passes 100 at layer 1 ...
     diag = {
@@ -691,12 +714,18 @@ def test_verdict_reports_both_massive_criteria_gu_and_the_uniform_baseline():
     assert v.massive_onset == 1 and v.massive_layer == 1 and v.sun_onset == 3
     assert v.sun_evaluated and v.sun_onset_position == 1 and v.sun_onset_share == 0.75
     assert "position 0 from layer 1 by the ratio" in v.sentence
-    assert "its state's median) from layer 3, in 75% of the passages, at position 1" in v.sentence
+    assert (
+        "its state's median) one first appears at layer 3, in 75% of the passages there, at "
+        "position 1, and most passages (≥ 50%) have one at layer 3, up to 75%" in v.sentence
+    )
     assert "uniform attention would score 0.06" in v.sentence
     assert v.gu_sink_metric == pytest.approx(0.25) and v.gu_sink_max_layer == 2
     assert (
         "by Gu et al.'s metric" in v.sentence and "25% of heads are sinks on average" in v.sentence
     )
+    few = bos_verdict({"default": 5.0}, **verdict_inputs({**diag, "sun_share": [0, 0.1, 0.3, 0]}))
+    assert few.sun_most == [] and few.sun_peak_share == 0.3
+    assert "no state has one in most passages (at most 30%, at layer 2)" in few.sentence
     none = bos_verdict({"default": 5.0}, **verdict_inputs({**diag, "sun_share": [0.0] * 4}))
     assert none.sun_onset is None and "no passage has one in any state" in none.sentence
     old = bos_verdict({"default": 5.0}, massive_ratio=ratio, massive_position=[0] * 4)
@@ -734,3 +763,30 @@ def test_bos_figures_carry_the_numbers():
     assert list(heat.data[1].x) == [2, 2]
     assert list(heat.data[0].colorbar.ticktext) == ["0.1", "1", "10", "100", "1000"]
     assert figures.POOLING_COLORS["no_pos0"] and figures.POOLING_SYMBOLS["no_pos0"]
+
+
+def test_the_inspector_outlines_the_largest_feature_and_leaves_its_cell_visible():
+    """The caption points at the position-0 column, where the largest |h_j| usually sits: the
+    mark must leave that cell's colour visible, so nothing opaque is drawn on a cell's centre;
+    the cell is outlined on its border instead."""
+    from deffcore import figures
+
+    norms = np.arange(1.0, 13.0).reshape(3, 4)
+    heat = figures.token_norm_heatmap(
+        norms, list("abcd"), max_position=[0, 0, 2], max_dim=[4, 5, 6], max_value=[9, 99, 999]
+    )
+    centres = {(t, layer) for t in range(4) for layer in range(3)}
+    for trace in heat.data[1:]:
+        drawn = trace.mode and "markers" in trace.mode and trace.marker.opacity != 0
+        points = set(zip(trace.x, trace.y, strict=True))
+        assert not (drawn and points & centres), trace.name  # nothing over a cell's colour
+        assert trace.fill in (None, "none")
+    hover = next(t for t in heat.data[1:] if t.hovertemplate)
+    assert list(hover.x) == [0, 0, 2] and list(hover.customdata[:, 0]) == [4, 5, 6]
+    (outline,) = [t for t in heat.data[1:] if t.mode == "lines"]
+    assert outline.showlegend is not False and "largest |h_j|" in outline.name
+    x, y = list(outline.x), list(outline.y)
+    for layer, t in enumerate([0, 0, 2]):  # each cell's four corners, a closed border
+        cell = list(zip(x[6 * layer : 6 * layer + 5], y[6 * layer : 6 * layer + 5], strict=True))
+        assert cell[0] == cell[-1]
+        assert {(abs(a - t), abs(b - layer)) for a, b in cell} == {(0.5, 0.5)}

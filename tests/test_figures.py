@@ -327,6 +327,35 @@ def test_story_figures_hold_the_closed_forms():
     assert bars.layout.xaxis.range[1] < 6  # fitted to the values, not to L
 
 
+def test_the_story_legend_sits_above_the_plot_two_names_a_row():
+    """Step 6 draws four curves: their legend goes between the title and the plot (never over
+    a curve), two names a row, the top margin grown for its rows; short names keep the value
+    of b, and every curve's hover keeps its full name."""
+    from deffcore.measures import teaching
+
+    res = teaching.story_step("finite_sample", teaching.Knobs())
+    curves, _ = teaching.story_curves(res)
+    for size in (None, 20):
+        fig = figures.story_lag_profiles(curves, L=res.knobs.L, bias=res.bias)
+        if size:
+            figures.projector(fig, size)
+        before = [t.hovertemplate for t in fig.data]
+        figures.legend_above(fig, short=True)
+        legend = fig.layout.legend
+        assert legend.y >= 1 and legend.yanchor == "bottom"  # outside the plotting area
+        assert legend.orientation == "h" and legend.entrywidth == 0.5
+        assert [t.name for t in fig.data] == [
+            "this step", "N → ∞", "F_L (orthogonal updates)", "bias floor b = 0.2"
+        ]  # fmt: skip
+        assert [t.hovertemplate for t in fig.data] == before
+        font = size or fig.layout.font.size
+        title = 2.2 * (fig.layout.title.font.size or font + 4)
+        assert fig.layout.margin.t >= title + 2 * 1.6 * font  # two rows of two names
+    few = figures.legend_above(figures.story_lag_profiles(dict(list(curves.items())[:1]), L=24))
+    assert few.layout.margin.t < fig.layout.margin.t  # one row
+    assert few.data[1].name.startswith("orthogonal updates, S = min/max")  # not shortened
+
+
 def test_pruning_plot_caps_exploded_perplexity_and_fits_the_axis():
     from deffcore.labs.figures import PPL_CAP_FACTOR, pruning_plot
 

@@ -120,7 +120,7 @@ def test_lab_story_steps_show_the_closed_forms(lab):
     _clean(at)
     assert any("in linear CKA" in c.value for c in at.caption)
     for step in teaching.STEP_KEYS:
-        at.radio(key="syn_step").set_value(step)
+        at.selectbox(key="syn_step").set_value(step)
         at.run()
         _clean(at)
         res = teaching.story_step(step, teaching.Knobs())
@@ -144,7 +144,8 @@ def test_lab_story_steps_show_the_closed_forms(lab):
     assert all(v["layout"]["font"]["size"] == 20 for v in story.values())
     # the last step explains the bias and draws its floor
     lag = next(v for k, v in charts().items() if k.startswith("Lag profile"))
-    assert any(t["name"].startswith("bias floor b = d/(N+d) = 0.2") for t in lag["data"])
+    (floor,) = [t for t in lag["data"] if t["name"].startswith("bias floor b = 0.2")]
+    np.testing.assert_allclose(plotly_array(floor["y"]), 64 / (256 + 64))  # b = d/(N+d)
     assert any("Why a sampled curve can sit below F_L" in c.value for c in at.caption)
 
 
@@ -156,7 +157,7 @@ def test_lab_presets_and_sampling_on_request(lab):
         at.selectbox(key="syn_preset").set_value(name)
         at.run()
         _clean(at)
-        assert at.radio(key="syn_step").value == step
+        assert at.selectbox(key="syn_step").value == step
         assert at.slider(key="syn_t_L").value == knobs.L
         assert _metric(at, "D_eff") == f"{teaching.story_step(step, knobs).deff:.3f}"
     # extreme preset (N = 16, d = 512, L = 48): a note, no error; sampling is refused politely
@@ -264,3 +265,126 @@ def test_heavy_tails_refuse_bad_options():
         heavy_tailed_states("h0", knobs, 10, 2, "passage", df=2.0)
     with pytest.raises(DeffError, match="scales must be"):
         teaching.sample_states("h0", knobs, 10, 2, scales=np.ones((4, 10)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The story on a projector: step names, the sliders beside or above the chart, the link
+
+
+def _legend_clear_of_the_plot(fig: dict) -> bool:
+    """The legend sits outside the plotting area (above or below it), so no curve is under
+    it: Plotly's legend y is in the plot's own coordinates, 0..1 being the plotting area."""
+    legend = fig["layout"].get("legend", {})
+    y, anchor = legend.get("y", 1.0), legend.get("yanchor", "auto")
+    return (y >= 1 and anchor == "bottom") or (y <= 0 and anchor == "top")
+
+
+KNOB_KEYS = ("syn_t_L", "syn_t_h0", "syn_t_growth", "syn_t_rho", "syn_t_n", "syn_t_d")
+
+
+def _rows(at) -> list[list[str]]:
+    """The story's rows, top to bottom (the children of its keyed container), each as the
+    names of what it holds: sliders by key, charts by title, metrics by label, "text"."""
+    import json
+
+    def story(node):
+        if getattr(node, "type", "") == "flex_container" and getattr(node, "key", None) in (
+            "syn_story_view",
+            "syn_projector_view",
+        ):
+            return node
+        return next(filter(None, map(story, getattr(node, "children", {}).values())), None)
+
+    def leaves(node):
+        kids = getattr(node, "children", None)
+        if kids:
+            for kid in kids.values():
+                yield from leaves(kid)
+        elif node.type in ("slider", "select_slider"):
+            yield f"slider {node.key}"
+        elif node.type == "plotly_chart":
+            yield "chart " + json.loads(node.proto.spec)["layout"]["title"]["text"]
+        elif node.type == "metric":
+            yield f"metric {node.label}"
+        elif node.type == "markdown":
+            yield "text"
+
+    block = story(at._tree[0])
+    return [list(leaves(row)) for row in block.children.values()]
+
+
+@pytest.mark.parametrize("projector", [False, True], ids=["normal", "projector"])
+def test_the_story_names_every_step_and_draws_its_sliders_with_the_chart(lab, projector):
+    from deffcore.measures import teaching
+
+    at, charts = lab
+    if projector:
+        at.toggle(key="syn_projector").set_value(True).run()
+    _clean(at)
+    box = at.selectbox(key="syn_step")  # one compact control, its options by their names
+    assert box.options == [teaching.STEPS[s][0] for s in teaching.STEP_KEYS]
+    for step in teaching.STEP_KEYS:
+        at.selectbox(key="syn_step").set_value(step).run()
+        _clean(at)
+        assert at.selectbox(key="syn_step").value == step
+        rows = _rows(at)
+        where = {name: i for i, row in enumerate(rows) for name in row}
+        lag = next(i for i, row in enumerate(rows) if any("chart Lag profile" in n for n in row))
+        sliders = {where[f"slider {key}"] for key in KNOB_KEYS}
+        assert len(sliders) == 1, rows  # the six sliders together
+        (knobs,) = sliders
+        assert all(f"metric {m}" in rows[lag] for m in ("D_eff", "D_eff / L")), rows
+        if projector:  # the sliders right above the lesson and the chart
+            assert knobs < lag and all(r == ["text"] for r in rows[knobs + 1 : lag]), rows
+        else:  # the sliders beside the chart
+            assert knobs == lag, rows
+        fig = next(v for k, v in charts().items() if k.startswith("Lag profile"))
+        assert _legend_clear_of_the_plot(fig), (step, fig["layout"]["legend"])
+    # step 6 draws the most curves: every one named in the legend, above the plot
+    names = [t["name"] for t in fig["data"] if t.get("showlegend", True)]
+    assert len(names) == 4 and any(n.startswith("bias floor") for n in names)
+
+
+def test_the_link_keeps_the_step_and_the_layout(cache_dir, monkeypatch):
+    """A reload (a new session on the same address) opens the same step and layout; a link
+    to a step that does not exist says so in one sentence and opens step 1."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from deffcore.measures import teaching
+
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(cache_dir))
+    page = str(Path(__file__).resolve().parents[1] / "pages" / "5_Synthetic_lab.py")
+    at = AppTest.from_file(page, default_timeout=120).run()
+    _clean(at)
+    assert at.query_params["step"] == "1" and "layout" not in at.query_params
+    at.selectbox(key="syn_step").set_value("correlated").run()
+    at.toggle(key="syn_projector").set_value(True).run()
+    assert at.query_params["step"] == "5" and at.query_params["layout"] == "projector"
+    again = AppTest.from_file(page, default_timeout=120)  # the reload: the same address
+    again.query_params.update({"step": "5", "layout": "projector"})
+    again.run()
+    _clean(again)
+    assert again.selectbox(key="syn_step").value == "correlated"
+    assert again.toggle(key="syn_projector").value is True
+    assert any(teaching.LESSONS["correlated"] in m.value for m in again.markdown)
+    again.toggle(key="syn_projector").set_value(False).run()
+    assert "layout" not in again.query_params and again.query_params["step"] == "5"
+    wrong = AppTest.from_file(page, default_timeout=120)
+    wrong.query_params["step"] = "9"
+    wrong.run()
+    _clean(wrong)
+    assert wrong.selectbox(key="syn_step").value == "independent"
+    assert [i.value for i in wrong.info if "no step '9'" in i.value]
+
+
+def test_a_link_names_a_step_by_number_or_key():
+    from deffcore.core.errors import DeffError
+    from deffcore.measures import teaching
+
+    assert teaching.step_for("6") == teaching.step_for(" finite_sample ") == "finite_sample"
+    assert [teaching.step_number(s) for s in teaching.STEP_KEYS] == [1, 2, 3, 4, 5, 6]
+    for bad in ("0", "7", "-1", "h_0", ""):
+        with pytest.raises(DeffError, match="give its number, 1 to 6"):
+            teaching.step_for(bad)

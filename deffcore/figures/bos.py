@@ -208,7 +208,9 @@ def token_norm_heatmap(
 
     tokens: the T token strings (shown on hover and under the x axis for short passages).
     max_position/max_dim/max_value (L+1,): where this passage's largest |h_l[t, j]| sits per
-    layer; drawn as markers (the massive feature)."""
+    layer (the massive feature); drawn as an outline around that cell, never over it, so the
+    cell's colour (the position-0 column the caption points to) stays visible, with an
+    invisible marker at the cell's centre carrying the hover (the feature j and |h_j|)."""
     z = np.asarray(norms, dtype=np.float64)
     L1, T = z.shape
     logz = np.log10(np.clip(z, 1e-12, None))
@@ -242,10 +244,26 @@ def token_norm_heatmap(
                 y=list(range(L1)),
                 mode="markers",
                 name="largest |h_j| (feature j)",
-                marker={"symbol": "x", "size": 9, "color": COLOR_SUB, "line": {"width": 1}},
+                marker={"size": 12, "opacity": 0, "color": COLOR_SUB},  # hover only
+                showlegend=False,
                 customdata=np.column_stack([np.asarray(dims, dtype=object), vals]),
                 hovertemplate="layer %{y}: largest |h| at position %{x}<br>feature "
                 "%{customdata[0]}, |h| = %{customdata[1]:.4g}<extra></extra>",
+            )
+        )
+        ox: list[float | None] = []
+        oy: list[float | None] = []
+        for layer, t in enumerate(max_position):  # each cell's border: its colour stays seen
+            ox += [t - 0.5, t + 0.5, t + 0.5, t - 0.5, t - 0.5, None]
+            oy += [layer - 0.5, layer - 0.5, layer + 0.5, layer + 0.5, layer - 0.5, None]
+        fig.add_trace(
+            go.Scatter(
+                x=ox,
+                y=oy,
+                mode="lines",
+                name="largest |h_j| (feature j): outlined cell",
+                line={"color": COLOR_SUB, "width": 1.5},
+                hoverinfo="skip",
             )
         )
     fig.update_layout(

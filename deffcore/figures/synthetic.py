@@ -7,6 +7,7 @@ __all__ = [
     "CONSTRUCTION_COLORS",
     "CONSTRUCTION_SYMBOLS",
     "STORY_STYLES",
+    "legend_above",
     "states_vs_updates",
     "story_depth_bars",
     "story_lag_profiles",
@@ -294,4 +295,39 @@ def story_depth_bars(values: Mapping[str, float], *, F_L: float, L: int) -> go.F
         showlegend=False,
         **LAYOUT,
     )
+    return fig
+
+
+#: A story chart's legend names, shortened for the projector (prefix -> short name); the
+#: hover keeps the full name.
+SHORT_NAMES = {
+    "this step": "this step",
+    "same construction": "N → ∞",
+    "previous step": "previous step",
+    "orthogonal updates": "F_L (orthogonal updates)",
+}
+
+
+def legend_above(fig: go.Figure, *, short: bool = False) -> go.Figure:
+    """The legend between the title and the plot, two entries a row, never over a curve;
+    the top margin made room for it (font `fig.layout.font.size`). short: the legend's names
+    shortened (`SHORT_NAMES`, the bias floor by its value). Returns `fig`."""
+    shown = [t for t in fig.data if t.showlegend is not False]
+    if short:
+        for t in shown:
+            name = t.name or ""
+            match = next((v for k, v in SHORT_NAMES.items() if name.startswith(k)), None)
+            if name.startswith("bias floor"):
+                match = "bias floor b = " + name.rsplit("= ", 1)[-1]
+            t.name = match or name
+    size = fig.layout.font.size or 15
+    rows = max(1, (len(shown) + 1) // 2)
+    title = 2.2 * (fig.layout.title.font.size or size + 4)
+    row = 1.6 * (fig.layout.legend.font.size or size)
+    fig.update_layout(
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1.0, "yanchor": "bottom",
+                "entrywidth": 0.5, "entrywidthmode": "fraction", "bgcolor": "rgba(0,0,0,0)"},
+        title={"y": 1.0, "yanchor": "top", "yref": "container", "pad": {"t": 4}},
+        margin={"t": int(title + rows * row + 12)},
+    )  # fmt: skip
     return fig

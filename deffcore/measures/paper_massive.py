@@ -16,6 +16,8 @@ Reported per state h_0 .. h_L:
     sun_share_l     share of diagnosed passages with at least one massive activation in h_l
     sun_onset       the first state with sun_share_l > 0 (a massive activation in any passage;
                     None when no state has one), reported with its share
+    sun_most        the states where most passages (at least SUN_MOST, half) have one, as runs
+                    of consecutive layers (`sun_most_runs`): where the share's chart is high
     sun_position_l  the most frequent position of the massive activation over the passages
                     that have one (ties: the smaller; -1 where none has one)
 
@@ -34,6 +36,8 @@ import numpy as np
 #: Sun et al.'s criterion: |a| > SUN_MIN_ABS and |a| >= SUN_MIN_RATIO x its state's median.
 SUN_MIN_ABS = 100.0
 SUN_MIN_RATIO = 1000.0
+#: "Most passages": a state where at least this share of passages has a massive activation.
+SUN_MOST = 0.5
 
 
 def sun_flags(passage_max: np.ndarray, median: Sequence[float]) -> np.ndarray:
@@ -70,3 +74,17 @@ def sun_onset(share: Sequence[float | None]) -> int | None:
         if value is not None and np.isfinite(value) and value > 0:
             return layer
     return None
+
+
+def sun_most_runs(share: Sequence[float | None], most: float = SUN_MOST) -> list[tuple[int, int]]:
+    """The states where at least `most` of the passages have a massive activation, as runs
+    (first, last) of consecutive layers, in order; [] when no state reaches `most`."""
+    runs: list[tuple[int, int]] = []
+    for layer, value in enumerate(share):
+        if value is None or not np.isfinite(value) or value < most:
+            continue
+        if runs and runs[-1][1] == layer - 1:
+            runs[-1] = (runs[-1][0], layer)
+        else:
+            runs.append((layer, layer))
+    return runs

@@ -97,6 +97,25 @@ STEPS: dict[str, tuple[str, str, str]] = {
     ),
 }
 STEP_KEYS: tuple[str, ...] = tuple(STEPS)
+
+
+def step_for(text: str) -> str:
+    """A story step from a link's text: its number "1".."6" or its key (`STEP_KEYS`)."""
+    value = str(text).strip()
+    if value in STEPS:
+        return value
+    if value.isdigit() and 1 <= int(value) <= len(STEP_KEYS):
+        return STEP_KEYS[int(value) - 1]
+    raise DeffError(
+        f"The story has no step {value[:40]!r}: give its number, 1 to {len(STEP_KEYS)}."
+    )
+
+
+def step_number(step: str) -> int:
+    """The step's number in the story, 1..6 (what a link carries)."""
+    return STEP_KEYS.index(step_for(step)) + 1
+
+
 #: Each step's lesson in one sentence: what a projector shows beside the step's chart.
 LESSONS: dict[str, str] = {
     "independent": "Unrelated layers all count: D_eff = L.",

@@ -22,7 +22,13 @@ from deffcore.measures.activations import (
     massive_onset,
     sink_min_length,
 )
-from deffcore.measures.paper_massive import SUN_MIN_ABS, SUN_MIN_RATIO, sun_onset
+from deffcore.measures.paper_massive import (
+    SUN_MIN_ABS,
+    SUN_MIN_RATIO,
+    SUN_MOST,
+    sun_most_runs,
+    sun_onset,
+)
 from deffcore.measures.paper_sinks import GU_THRESHOLD
 from deffcore.statistics.trust_rule import REGIME_WORDS as _REGIME_WORDS
 from deffcore.statistics.trust_rule import regime_of
@@ -90,10 +96,12 @@ class BosVerdict:
     by Sun et al.'s criterion per activation (|a| > 100 and >= 1,000x its state's median):
     sun_onset (the first state where a passage has one), sun_onset_share (the share of
     passages that do there), sun_onset_position (None also when not evaluated, see
-    sun_evaluated). Sinks, the project's score: sink_max (its layer) and sink_mean: share of
-    sink heads over blocks 1..L; sink_baseline: uniform attention's score on the diagnosed
-    passages; sink_passages: how many were long enough. Gu et al.'s metric (whole passages):
-    gu_sink_metric (mean over blocks), gu_sink_max (its layer).
+    sun_evaluated), sun_most (the runs (first, last) of states where most passages have one,
+    `paper_massive.sun_most_runs`) and sun_peak_share (the largest share). Sinks, the
+    project's score: sink_max (its layer) and sink_mean: share of sink heads over blocks
+    1..L; sink_baseline: uniform attention's score on the diagnosed passages; sink_passages:
+    how many were long enough. Gu et al.'s metric (whole passages): gu_sink_metric
+    (mean over blocks), gu_sink_max (its layer).
     """
 
     gaps: dict[str, float]
@@ -113,6 +121,8 @@ class BosVerdict:
     sun_onset: int | None = None
     sun_onset_position: int | None = None
     sun_onset_share: float | None = None
+    sun_most: list[tuple[int, int]] = field(default_factory=list)
+    sun_peak_share: float | None = None
     sink_max: float | None = None
     sink_max_layer: int | None = None
     sink_mean: float | None = None
@@ -234,10 +244,30 @@ def _massive_part(
         return text + f"; by {sun} no passage has one in any state"
     v.sun_onset_share = float(share[v.sun_onset])
     v.sun_onset_position = int(sun_position[v.sun_onset])
+    finite = [(float(s), i) for i, s in enumerate(share) if s is not None and np.isfinite(s)]
+    v.sun_peak_share, peak_at = max(finite, key=lambda f: (f[0], -f[1]))
+    v.sun_most = sun_most_runs(share)
+    if v.sun_most:
+        most = (
+            f"most passages (≥ {100 * SUN_MOST:.0f}%) have one at {_layer_runs(v.sun_most)}, "
+            f"up to {100 * v.sun_peak_share:.0f}%"
+        )
+    else:
+        most = (
+            f"no state has one in most passages (at most {100 * v.sun_peak_share:.0f}%, "
+            f"at layer {peak_at})"
+        )
     return text + (
-        f"; by {sun} from layer {v.sun_onset}, in {100 * v.sun_onset_share:.0f}% of the "
-        f"passages, at position {v.sun_onset_position}"
+        f"; by {sun} one first appears at layer {v.sun_onset}, in "
+        f"{100 * v.sun_onset_share:.0f}% of the passages there, at position "
+        f"{v.sun_onset_position}, and {most}"
     )
+
+
+def _layer_runs(runs: Sequence[tuple[int, int]]) -> str:
+    """Runs of consecutive layers in words: "layer 5", "layers 12–28", joined by commas."""
+    words = [f"layer {a}" if a == b else f"layers {a}–{b}" for a, b in runs]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _sink_part(

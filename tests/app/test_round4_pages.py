@@ -200,7 +200,7 @@ def test_the_projector_shows_the_lesson_and_the_numbers_beside_the_chart(shipped
     at = open_page("pages/5_Synthetic_lab.py")
     at.toggle(key="syn_projector").set_value(True).run()
     assert_clean(at)
-    step = at.radio(key="syn_step").value
+    step = at.selectbox(key="syn_step").value
     lesson = [m for m in at.markdown if teaching.LESSONS[step] in plain(m.value)]
     assert len(lesson) == 1
     assert any("st-key-syn_projector_view" in h.proto.body for h in at.get("html"))
@@ -210,7 +210,7 @@ def test_the_projector_shows_the_lesson_and_the_numbers_beside_the_chart(shipped
                                                  "Gap to F_L"]  # fmt: skip
     assert not [c for c in at.caption if "Constructions whose effective depth" in c.value]
     at.toggle(key="syn_projector").set_value(False).run()
-    assert at.radio(key="syn_step").value == step  # the step survives the switch
+    assert at.selectbox(key="syn_step").value == step  # the step survives the switch
 
 
 def test_the_normal_story_puts_the_numbers_before_the_text(shipped):

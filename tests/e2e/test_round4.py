@@ -6,9 +6,12 @@ band, bootstrap, diagnostics and BOS on/off) as the current run (`deffcore app -
 DEFF_APP_RUN), beside one small measured tiny-llama run for the lab pages. Checked as a
 person sees it, with screenshots under test-artifacts/round4/ (gitignored):
 
-- the projector layout at 1400 x 900 and 1280 x 720, every story step: the step's chart (its
-  axis title and legend included), its one-sentence lesson and its four numbers inside the
-  window, the numbers beside the chart, every text of the step at projector size;
+- the projector layout at 1400 x 900 and 1280 x 720, every story step: the step's name, its
+  six sliders, its chart (its axis title and legend included, the legend off the plot), its
+  one-sentence lesson and its four numbers inside the window, the numbers beside the chart,
+  every text of the step at projector size, the step and the layout kept by a reload;
+- the normal story at 1280 x 720, every step: its name, the sliders and the chart together,
+  the chart's first number beside it, the step kept by a reload;
 - the BOS page complete at first visit (diagnostics and BOS on/off from the run's file, nothing
   to compute), a figure download there named by the run;
 - the Overview's run as one HTML file: named by the run, opened with the network cut off, every
@@ -127,6 +130,43 @@ _SMALL_TEXT = """(root) => {
 }"""
 
 
+def choose_step(page, title: str) -> None:
+    """Pick a story step by its name in the step's selectbox."""
+    page.locator(".st-key-syn_step input").click()
+    page.get_by_role("option", name=title, exact=True).click()
+    wait_idle(page)
+
+
+def inside(b: dict, height: int) -> bool:
+    return b["y"] >= 0 and b["y"] + b["height"] <= height
+
+
+def legend_clear_of_the_plot(chart) -> None:
+    """The legend's box and the plotting area's box (Plotly's drag rectangle) do not overlap."""
+    legend = box(chart.locator(".legend").first)
+    plot = box(chart.locator(".nsewdrag").first)
+    apart = legend["y"] + legend["height"] <= plot["y"] + 1 or legend["y"] >= plot["y"] + plot[
+        "height"] - 1  # fmt: skip
+    assert apart, (legend, plot)
+
+
+def story_checks(page, view, step: str, i: int, size: dict) -> dict:
+    """What every layout shows at `size` for story step `step` (number i): its name in the
+    step's box, the six sliders and the whole chart inside the window together, the legend
+    off the plot, the step in the address. Returns the chart's box."""
+    from deffcore.measures import teaching
+
+    bottom = size["height"]
+    assert view.locator(".st-key-syn_step input").input_value() == teaching.STEPS[step][0]
+    chart = box(view.locator('[data-testid="stPlotlyChart"] .main-svg').first)
+    assert inside(chart, bottom), (i, chart)
+    sliders = [box(s) for s in view.locator('[data-testid="stSlider"]').all()]
+    assert len(sliders) == 6 and all(inside(s, bottom) for s in sliders), (i, sliders)
+    legend_clear_of_the_plot(view.locator('[data-testid="stPlotlyChart"]').first)
+    assert f"step={i}" in page.url, page.url
+    return chart
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s['width']}x{s['height']}")
 def test_the_projector_fits_the_window_at_projector_size(server, page, size):
     from deffcore.measures import teaching
@@ -138,27 +178,56 @@ def test_the_projector_fits_the_window_at_projector_size(server, page, size):
     view = page.locator(".st-key-syn_projector_view")
     tag = f"{size['width']}x{size['height']}"
     for i, step in enumerate(teaching.STEP_KEYS, start=1):
-        page.locator('[data-testid="stRadio"]').get_by_text(str(i), exact=True).click()
-        wait_idle(page)
+        choose_step(page, teaching.STEPS[step][0])
         page.screenshot(path=str(SHOTS / f"projector_{tag}_step{i}.png"))
-        chart = box(view.locator('[data-testid="stPlotlyChart"] .main-svg').first)
+        chart = story_checks(page, view, step, i, size)
+        assert "layout=projector" in page.url, page.url
         lesson = box(view.get_by_text(teaching.LESSONS[step][:40]).first)
         numbers = [box(m) for m in view.locator('[data-testid="stMetric"]').all()]
         assert len(numbers) == 4
         bottom = size["height"]
-        assert chart["y"] >= 0 and chart["y"] + chart["height"] <= bottom, (i, chart)
         assert lesson["y"] + lesson["height"] <= chart["y"] + 1, (i, lesson)  # above the chart
         for m in numbers:  # beside the chart, inside the window
             assert m["x"] >= chart["x"] + chart["width"] - 2, (i, m, chart)
             assert m["y"] + m["height"] <= bottom, (i, m)
         small = view.evaluate(_SMALL_TEXT.replace("MIN", str(PROJECTOR_MIN_PX)))
         assert not small, (i, small[:8])
+        inputs = view.locator('[data-testid="stSelectbox"] input').evaluate_all(
+            "(xs) => xs.map(x => parseFloat(getComputedStyle(x).fontSize))"
+        )
+        assert inputs and min(inputs) >= PROJECTOR_MIN_PX, (i, inputs)  # the step's name
         svg_px = view.locator('[data-testid="stPlotlyChart"]').first.evaluate(
             "(c) => [...c.querySelectorAll(SEL)].map(t => parseFloat(getComputedStyle(t).fontSize))"
             .replace("SEL", json.dumps(".xtick text, .ytick text, .legendtext, .g-xtitle text, "
                                        ".g-ytitle text, .gtitle"))
         )  # fmt: skip
         assert svg_px and min(svg_px) >= PROJECTOR_MIN_PX, (i, sorted(svg_px)[:5])
+    # a reload keeps the step and the layout (they are in the address)
+    page.reload()
+    wait_idle(page)
+    assert page.locator(".st-key-syn_projector_view").count() == 1
+    last = teaching.STEPS["finite_sample"][0]
+    assert page.locator(".st-key-syn_step input").input_value() == last
+
+
+def test_the_story_fits_1280x720_with_its_sliders_beside_the_chart(server, page):
+    from deffcore.measures import teaching
+
+    size = SIZES[1]
+    page.set_viewport_size(size)
+    go(page, server["url"], "Synthetic lab")
+    view = page.locator(".st-key-syn_story_view")
+    for i, step in enumerate(teaching.STEP_KEYS, start=1):
+        choose_step(page, teaching.STEPS[step][0])
+        page.screenshot(path=str(SHOTS / f"story_1280x720_step{i}.png"))
+        chart = story_checks(page, view, step, i, size)
+        first = box(view.locator('[data-testid="stMetric"]').first)  # D_eff beside the chart
+        assert first["x"] >= chart["x"] + chart["width"] - 2 and inside(first, size["height"])
+    page.reload()
+    wait_idle(page)
+    last = teaching.STEPS["finite_sample"][0]
+    assert page.locator(".st-key-syn_step input").input_value() == last
+    assert page.locator(".st-key-syn_projector_view").count() == 0
 
 
 # ---------------------------------------------------------------------------------------------
