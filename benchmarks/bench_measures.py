@@ -7,6 +7,8 @@ Random-walk states (L + 1 = 31 states of N passages, d features, float32, seeded
 layers alike as in a model) are drawn once. In the same process:
 
   cka        `similarity_matrix(states, "cka")`: the baseline (its cost model picks the route)
+  unbiased_cka, cosine  `similarity_matrix` under the run's other metrics (the table's rows of
+             section 17.4), as ratios to the same baseline
   <measure>  `measure_matrix(states, measure)` for each measure: prepare every layer once, then
              all L(L+1)/2 pairs; printed as seconds, as a ratio to the baseline, and split into
              the per-layer step and the pair step
@@ -59,7 +61,12 @@ def main() -> None:
     start = time.perf_counter()
     similarity_matrix(states, "cka")
     base = time.perf_counter() - start
-    print(f"{'cka (similarity_matrix)':28s} {base:8.2f} s   1.00x")
+    print(f"{'cka (similarity_matrix)':28s} {base:8.2f} s   1.00x", flush=True)
+    for metric in ("unbiased_cka", "cosine"):
+        start = time.perf_counter()
+        similarity_matrix(states, metric)
+        took = time.perf_counter() - start
+        print(f"{metric + ' (similarity_matrix)':28s} {took:8.2f} s {took / base:6.2f}x", flush=True)
     opts = MeasureOptions()
     for measure in args.measures.split(","):
         start = time.perf_counter()
