@@ -66,7 +66,8 @@ def main() -> None:
         start = time.perf_counter()
         similarity_matrix(states, metric)
         took = time.perf_counter() - start
-        print(f"{metric + ' (similarity_matrix)':28s} {took:8.2f} s {took / base:6.2f}x", flush=True)
+        name = f"{metric} (similarity_matrix)"
+        print(f"{name:28s} {took:8.2f} s {took / base:6.2f}x", flush=True)
     opts = MeasureOptions()
     for measure in args.measures.split(","):
         start = time.perf_counter()

@@ -153,9 +153,7 @@ def _unit_rows(x: np.ndarray, layer: int, what: str) -> np.ndarray:
     return x / norms[:, None]
 
 
-def _knn(
-    x: np.ndarray, k: int, layer: int, cknna: bool, groups: np.ndarray | None = None
-) -> _Knn:
+def _knn(x: np.ndarray, k: int, layer: int, cknna: bool, groups: np.ndarray | None = None) -> _Knn:
     """k nearest neighbours by cosine (self excluded), a block of rows at a time; with `groups`
     (a bootstrap replicate's original passage of each row) a row's copies are excluded too."""
     u = _unit_rows(x, layer, "the cosine neighbourhood")
@@ -170,6 +168,13 @@ def _knn(
             g[groups[r0:r1, None] == groups[None, :]] = -np.inf
         part = np.argpartition(-g, k - 1, axis=1)[:, :k]
         pv = np.take_along_axis(g, part, axis=1)
+        # a tie at the k-th cosine (a bootstrap replicate's copies of one passage are exact
+        # ties): argpartition picks among the tied at random; take the lowest indices instead
+        kth = pv.min(axis=1)
+        for row in np.flatnonzero((g >= kth[:, None]).sum(axis=1) > k):
+            cand = np.flatnonzero(g[row] >= kth[row])
+            cand = cand[np.lexsort((cand, -g[row, cand]))[:k]]
+            part[row], pv[row] = cand, g[row, cand]
         # most similar first; equal cosines by index (a stable order, SPEC 17.2)
         order = np.lexsort((part, -pv), axis=1)
         idx[r0:r1] = np.take_along_axis(part, order, axis=1)
@@ -198,10 +203,13 @@ def _rsa_vector(
     )
     n = u.shape[0]
     iu = np.triu_indices(n, k=1)
-    if groups is not None:
+    if groups is None:
+        rdm = 1.0 - (u @ u.T)[iu]
+    else:  # each distinct passage's row once, so copies' distances are exact ties
+        _, first, inv = np.unique(groups, return_index=True, return_inverse=True)
         keep = groups[iu[0]] != groups[iu[1]]
-        iu = (iu[0][keep], iu[1][keep])
-    rdm = 1.0 - (u @ u.T)[iu]
+        ud = u[first]
+        rdm = 1.0 - (ud @ ud.T)[inv[iu[0][keep]], inv[iu[1][keep]]]
     if method == "spearman":
         rdm = scipy.stats.rankdata(rdm)  # average ranks for ties
     c = rdm - rdm.mean()

@@ -143,8 +143,10 @@ class MeasureTable:
                 if known.get("measure") not in TABLE_MEASURES:
                     raise ValueError
                 rows.append(MeasureRow(**known))
-            table = cls(**{k: (float(v) if k in ("ci", "alpha") else int(v))
-                           for k, v in head.items()}, rows=rows)  # fmt: skip
+            table = cls(
+                **{k: (float(v) if k in ("ci", "alpha") else int(v)) for k, v in head.items()},
+                rows=rows,
+            )
         except (KeyError, TypeError, ValueError) as err:
             raise DeffError(f"Not a measure table: {err!r}.") from None
         return table
@@ -192,9 +194,13 @@ def _matrix(x: Any, measure: str, opts: MeasureOptions, groups: Any = None) -> n
         return similarity_matrix(x, measure)
     if groups is None:
         return measure_matrix(
-            x, measure, k=opts.k, rsa_method=opts.rsa_method, variance=opts.variance,
+            x,
+            measure,
+            k=opts.k,
+            rsa_method=opts.rsa_method,
+            variance=opts.variance,
             cca_summary=opts.cca_summary,
-        )  # fmt: skip
+        )
     return pairs_matrix(prepare_layers(x, measure, opts, groups=groups), measure, opts)
 
 
@@ -226,10 +232,20 @@ def measure_row(
         )
         cal = None
         if measure in MEASURES:
-            cal = calibrated_similarity(
-                x, measure, permutations=permutations, alpha=alpha, seed=seed, k=opts.k,
-                rsa_method=opts.rsa_method, variance=opts.variance, cca_summary=opts.cca_summary,
-            ).deff_cal / n_layers  # fmt: skip
+            cal = (
+                calibrated_similarity(
+                    x,
+                    measure,
+                    permutations=permutations,
+                    alpha=alpha,
+                    seed=seed,
+                    k=opts.k,
+                    rsa_method=opts.rsa_method,
+                    variance=opts.variance,
+                    cca_summary=opts.cca_summary,
+                ).deff_cal
+                / n_layers
+            )
     except DeffError as err:
         return MeasureRow(measure, undefined=str(err), seconds=time.perf_counter() - start)
     tail = (1.0 - ci) / 2.0
@@ -288,8 +304,14 @@ def measure_table(
             progress(measure, i, len(measures))
         table.rows.append(
             measure_row(
-                x, measure, indices, ci=ci, permutations=permutations, alpha=alpha, seed=seed,
+                x,
+                measure,
+                indices,
+                ci=ci,
+                permutations=permutations,
+                alpha=alpha,
+                seed=seed,
                 opts=opts,
-            )  # fmt: skip
+            )
         )
     return table
