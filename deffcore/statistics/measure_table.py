@@ -147,9 +147,75 @@ class MeasureTable:
                 **{k: (float(v) if k in ("ci", "alpha") else int(v)) for k, v in head.items()},
                 rows=rows,
             )
-        except (KeyError, TypeError, ValueError) as err:
+            ok = table.layers >= 2 and table.n >= 4 and table.B >= 2 and table.permutations >= 1
+            if not (ok and 0.0 < table.ci < 1.0 and 0.0 < table.alpha < 1.0):
+                raise ValueError("a setting out of range")
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise DeffError(f"Not a measure table: {err!r}.") from None
         return table
+
+    def head(self) -> tuple[str, ...]:
+        """Column names of `display_rows`."""
+        ci = round(100 * self.ci)
+        return (
+            "measure",
+            "D_eff/L",
+            f"{ci}% interval (B = {self.B})",
+            "gap to F_L (%)",
+            "regime",
+            "sub-reference",
+            f"calibrated D_eff/L ({self.permutations} perm.)",
+        )
+
+    def display_rows(self) -> list[list[str]]:
+        """One row of text per measure (the report, the notebook and the page show these)."""
+        out = []
+        for r in self.rows:
+            name = MEASURE_LABELS.get(r.measure, r.measure)
+            if r.undefined is not None:
+                out.append([name, "undefined", r.undefined, "", "", "", ""])
+                continue
+            out.append(
+                [
+                    name,
+                    f"{r.deff_over_L:.4f}",
+                    f"[{r.low:.4f}, {r.high:.4f}]",
+                    f"{r.gap_pct:+.1f}",
+                    str(r.regime),
+                    "yes" if r.sub_reference else "no",
+                    "—" if r.cal is None else f"{r.cal:.4f}",
+                ]
+            )
+        return out
+
+    def caption(self) -> str:
+        """What the table is, in one paragraph."""
+        return (
+            f"Pooled states h_1..h_L, L = {self.layers}, N = {self.n}, d = {self.d}; "
+            f"F_L/L = {self.reference_FL / self.layers:.4f} (sub-reference: D_eff/L below it, "
+            f"the gap's interval clear of 0). Interval: passage bootstrap, the same "
+            f"{self.B} resamples for every measure (seed {self.seed}). Calibrated: D_eff/L of "
+            f"S_cal against {self.permutations} passage permutations (alpha {self.alpha}; "
+            "SPEC 17.3); none for unbiased CKA and cosine."
+        )
+
+    def frame(self) -> Any:
+        """One row per measure with every number (a pandas DataFrame; None where undefined)."""
+        import pandas as pd
+
+        d = self.to_dict()["rows"]
+        return pd.DataFrame(d).drop(columns=["seconds"])
+
+    def _repr_html_(self) -> str:
+        """The table in a notebook (`display_rows`, every cell escaped)."""
+        import html
+
+        e = html.escape
+        top = "".join(f"<th>{e(h)}</th>" for h in self.head())
+        body = "".join(
+            "<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in self.display_rows()
+        )
+        return f"<table><tr>{top}</tr>{body}</table><p>{e(self.caption())}</p>"
 
     def text(self) -> str:
         """The table as fixed-width text (the CLI prints it)."""
