@@ -288,7 +288,8 @@ def test_measure_table_across_measures_in_json_and_text(capsys, tiny_dataset):
         (d["bootstrap"]["low"], d["bootstrap"]["high"]), rel=1e-9
     )
     args = ["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "8",
-            "--max-tokens", "32", "--no-progress", "--metric", "all", "--measures-b", "2"]  # fmt: skip
+            "--max-tokens", "32", "--no-progress", "--metric", "all",
+            "--measures-b", "2"]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "orthogonal Procrustes" in out and "PWCCA" in out and "calibrated against 19" in out
