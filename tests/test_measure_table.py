@@ -145,3 +145,31 @@ def test_round_trip_and_text(table):
     assert "orthogonal Procrustes" in table.text() and "F_L/L = 0.3333" in table.text()
     with pytest.raises(DeffError, match="Not a measure table"):
         MeasureTable.from_dict({"rows": []})
+
+
+def test_a_runs_table_is_kept_beside_it_and_only_missing_rows_are_computed(
+    tiny_dataset, monkeypatch
+):
+    import deffcore.statistics.measure_table as mt
+    from deffcore.core.paths import cache_dir
+
+    m = dc.measure("tiny-llama", dataset=tiny_dataset, n=12, max_tokens=32)
+    first = m.measure_table(measures=("cka", "procrustes"), B=2)
+    assert (cache_dir() / m.spec.key() / "measures.json").is_file()
+    assert first.row("cka").deff_over_L == pytest.approx(m.summary().deff_over_L, rel=1e-12)
+    again = dc.measure("tiny-llama", dataset=tiny_dataset, n=12, max_tokens=32)
+    assert again.cached and again.stored_measure_table().to_dict() == first.to_dict()
+    asked = []
+    real = mt.measure_table
+    monkeypatch.setattr(
+        mt, "measure_table", lambda x, ms, **kw: asked.append(ms) or real(x, ms, **kw)
+    )
+    both = again.measure_table(measures=("rsa", "cka"), B=2)
+    assert asked == [("rsa",)]
+    assert [r.measure for r in both.rows] == ["rsa", "cka"]
+    assert both.row("cka") == first.row("cka")
+    again.measure_table(measures=("cka",), B=3)  # another B: computed again
+    assert asked[-1] == ("cka",)
+    page = again.measure_table(measures=("cka",), B=3)._repr_html_()
+    assert "<td>linear CKA</td>" in page and "95% interval (B = 3)" in page
+    assert list(again.measure_table(measures=("cka",), B=3).frame()["measure"]) == ["cka"]
