@@ -15,6 +15,7 @@ layers alike as in a model) are drawn once. In the same process:
   null       with --null B: B permutations of the pair step (`pairs_matrix` with a
              `Permutation`), what `calibrated_similarity` adds per permutation
 
+The baseline is timed again at the end (the load of a shared machine moves during a long run).
 The default is the issue's full size (L = 30, N = 4,096, d = 576); on a loaded 2-core machine
 run a reduced size (BENCHMARKS.md, "Similarity measures beside CKA" records which).
 """
@@ -88,6 +89,12 @@ def main() -> None:
             per = (time.perf_counter() - t0) / args.null
             line += f"   null {per:.2f} s per permutation"
         print(line, flush=True)
+    # the baseline again at the end: on a shared machine the load moves during a long run, and
+    # a ratio is only fair against a baseline timed under the same load
+    start, cpu = time.perf_counter(), time.process_time()
+    similarity_matrix(states, "cka")
+    again, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"{'cka again (end of run)':28s} {again:8.2f} s   (process CPU {cpu:.2f} s)", flush=True)
 
 
 if __name__ == "__main__":

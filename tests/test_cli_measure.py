@@ -271,13 +271,20 @@ def test_a_live_run_answers_and_judges_from_the_bootstrap_it_already_drew(capsys
     assert off["position0_answer"] == live["position0_answer"] and off["trust"] == live["trust"]
 
 
-def test_measure_table_across_measures_in_json_and_text(capsys, tiny_dataset):
+def test_measure_table_across_measures_in_json_and_text(capsys, tiny_dataset, tmp_path):
     """--metric <a SPEC 17 measure> measures the run under cka and adds the table (SPEC 17.4),
-    whose linear-CKA interval is the run's own bootstrap (one set of resamples)."""
+    whose linear-CKA interval is the run's own bootstrap (one set of resamples); the snapshot
+    carries it and its command remakes it."""
+    snap = tmp_path / "run.json"
     d = _measure_json(
         capsys, tiny_dataset, "--metric", "procrustes", "--measures", "cka,rsa",
-        "--bootstrap", "3",
+        "--bootstrap", "3", "--snapshot", str(snap),
     )  # fmt: skip
+    data = json.loads(snap.read_text())
+    kept = data["measures"]["default"]["rows"]  # rounded as every number of a snapshot
+    assert [r["measure"] for r in kept] == ["cka", "procrustes", "rsa"]
+    assert kept[1]["deff_over_L"] == pytest.approx(d["measures"]["rows"][1]["deff_over_L"])
+    assert "--measures cka,procrustes,rsa" in data["command"]
     assert d["metric"] == "cka"
     table = d["measures"]
     assert [r["measure"] for r in table["rows"]] == ["cka", "procrustes", "rsa"]

@@ -173,3 +173,13 @@ def test_a_runs_table_is_kept_beside_it_and_only_missing_rows_are_computed(
     page = again.measure_table(measures=("cka",), B=3)._repr_html_()
     assert "<td>linear CKA</td>" in page and "95% interval (B = 3)" in page
     assert list(again.measure_table(measures=("cka",), B=3).frame()["measure"]) == ["cka"]
+
+
+def test_cca_rows_say_when_n_is_too_small_for_them():
+    x = _states(layers=3, n=8, d=10)
+    t = measure_table(x, ("cka", "svcca", "pwcca"), B=2, permutations=19)
+    assert t.row("cka").caveat is None
+    assert "N - 1 = 7 <= d = 10" in t.row("pwcca").caveat and t.row("svcca").caveat
+    assert t.row("pwcca").deff_over_L == pytest.approx(1 / 3)  # every canonical correlation 1
+    assert "PWCCA: N - 1 = 7" in t.caption() and "* SVCCA" in t.text()
+    assert measure_table(_states(), ("pwcca",), B=2).row("pwcca").caveat is None  # N = 40 > d

@@ -91,6 +91,7 @@ class MeasureRow:
     cal: float | None = None
     seconds: float = 0.0
     undefined: str | None = None
+    caveat: str | None = None
 
     @property
     def sub_reference(self) -> bool | None:
@@ -189,14 +190,19 @@ class MeasureTable:
         return out
 
     def caption(self) -> str:
-        """What the table is, in one paragraph."""
+        """What the table is, in one paragraph (each row's caveat last)."""
+        notes = "".join(
+            f" {MEASURE_LABELS.get(r.measure, r.measure)}: {r.caveat}."
+            for r in self.rows
+            if r.caveat
+        )
         return (
             f"Pooled states h_1..h_L, L = {self.layers}, N = {self.n}, d = {self.d}; "
             f"F_L/L = {self.reference_FL / self.layers:.4f} (sub-reference: D_eff/L below it, "
             f"the gap's interval clear of 0). Interval: passage bootstrap, the same "
             f"{self.B} resamples for every measure (seed {self.seed}). Calibrated: D_eff/L of "
             f"S_cal against {self.permutations} passage permutations (alpha {self.alpha}; "
-            "SPEC 17.3); none for unbiased CKA and cosine."
+            "SPEC 17.3); none for unbiased CKA and cosine." + notes
         )
 
     def frame(self) -> Any:
@@ -237,8 +243,10 @@ class MeasureTable:
             cal = "—" if r.cal is None else f"{r.cal:.4f}"
             lines.append(
                 f"{name:<22}{r.deff_over_L:>9.4f}{interval:>20}{r.gap_pct:>8.1f}  "
-                f"{r.regime:<17}{cal:>8}"
+                f"{r.regime:<17}{cal:>8}{'  *' if r.caveat else ''}"
             )
+        lines += [f"* {MEASURE_LABELS.get(r.measure, r.measure)}: {r.caveat}." for r in self.rows
+                  if r.caveat]  # fmt: skip
         return "\n".join(lines)
 
 
@@ -290,7 +298,7 @@ def measure_row(
     """One measure's row from (L, N, d) states and the (B, N) resampling indices (module doc)."""
     opts = opts or MeasureOptions()
     start = time.perf_counter()
-    n_layers = int(x.shape[0])
+    n_layers, n = int(x.shape[0]), int(x.shape[1])
     try:
         deff = effective_depth(_matrix(x, measure, opts))
         samples = np.array(
@@ -314,6 +322,13 @@ def measure_row(
             )
     except DeffError as err:
         return MeasureRow(measure, undefined=str(err), seconds=time.perf_counter() - start)
+    caveat = None
+    if measure in ("svcca", "pwcca") and n - 1 <= int(x.shape[2]):
+        caveat = (
+            f"N - 1 = {n - 1} <= d = {int(x.shape[2])}: two layers spanning (nearly) all N - 1 "
+            "centred directions have canonical correlations of 1 by construction, so this "
+            "row reflects N more than the layers"
+        )
     tail = (1.0 - ci) / 2.0
     low, high = float(np.quantile(samples, tail)), float(np.quantile(samples, 1.0 - tail))
     gap = gap_percent(deff, n_layers)
@@ -330,6 +345,7 @@ def measure_row(
         regime=regime_of(gap, gap_range),
         cal=None if cal is None else float(cal),
         seconds=time.perf_counter() - start,
+        caveat=caveat,
     )
 
 

@@ -746,7 +746,7 @@ def _check_measures(tables: Any, L: int, N: int, where: str) -> None:
         if (table.layers, table.n) != (L, N):
             raise SnapshotError(f"{where}: its {pooling} measure table is not of this run's L, N.")
         for r in table.rows:
-            if not isinstance(r.undefined, str | None):
+            if not isinstance(r.undefined, str | None) or not isinstance(r.caveat, str | None):
                 raise SnapshotError(f"{where}: its {pooling} measure table has a non-text reason.")
             numbers = (r.deff, r.deff_over_L, r.gap_pct, r.low, r.high, r.gap_low, r.gap_high)
             if any(v is not None and not _finite(v) for v in (*numbers, r.cal)):
