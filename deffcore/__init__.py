@@ -87,6 +87,9 @@ _LAZY: dict[str, str] = {
     "Measurement": "deffcore.runs.measurement",
     "RunSpec": "deffcore.inputs.run_spec",
     "list_runs": "deffcore.extraction.cache",
+    # the table across similarity measures (SPEC 17.4)
+    "measure_table": "deffcore.statistics.measure_table",
+    "MeasureTable": "deffcore.statistics.measure_table",
     # shared runs
     "open_snapshot": "deffcore.views.sharing",
     "read_snapshot": "deffcore.views.sharing",

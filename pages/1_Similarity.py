@@ -7,8 +7,15 @@ import streamlit as st
 
 from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
+from deffcore.statistics.measure_table import (
+    DEFAULT_B,
+    DEFAULT_PERMUTATIONS,
+    MEASURE_LABELS,
+    TABLE_MEASURES,
+)
 from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
+from explorer.guard import guarded
 from explorer.page import require_view
 from explorer.settings import Settings
 
@@ -57,6 +64,65 @@ def rows(view: RunView, S: np.ndarray, settings: Settings, picked: list[int]) ->
         )
 
 
+def measures_section(view: RunView, settings: Settings) -> None:
+    """The table across similarity measures (SPEC 17.4): shown when the run holds it, computed
+    through deffcore only when asked (minutes at N in the thousands), never on first view."""
+    pooling = settings.pooling
+    st.subheader("Across similarity measures")
+    table = view.measure_table(pooling)
+    if table is not None:
+        st.dataframe(
+            [dict(zip(table.head(), r, strict=True)) for r in table.display_rows()],
+            hide_index=True,
+            key="sim_measures_table",
+        )
+        st.caption(md_escape(table.caption()))
+    m = view.measurement
+    if m is None:
+        if table is None:
+            st.info(
+                "This run's snapshot carries no table across measures (it needs the run's "
+                "pooled states). Measure the run (press **Run** in the sidebar) to compute it "
+                "here, or make the snapshot with `deffcore measure ... --measures all "
+                "--snapshot PATH`."
+            )
+        return
+    st.caption(
+        "D_eff/L of the same pooled states under other similarity measures (SPEC 17), with a "
+        "passage-bootstrap interval (one set of resamples for every measure), the regime "
+        "against F_L and D_eff/L of the matrix calibrated against a permutation null. "
+        "Computed on request: each SPEC 17 measure costs B + 1 + 19 all-pairs matrices."
+    )
+    picked = st.multiselect(
+        "Measures",
+        TABLE_MEASURES,
+        default=list(TABLE_MEASURES),
+        format_func=lambda name: MEASURE_LABELS.get(name, name),
+        key="sim_measures_pick",
+    )
+    B = int(
+        st.number_input(
+            "Bootstrap replicates B", 2, 1000, DEFAULT_B, key="sim_measures_B",
+            help="the same resamples for every measure (seed 0, as the run's own bootstrap)",
+        )
+    )  # fmt: skip
+    if st.button("Compute the table", key="sim_measures_go", disabled=not picked):
+        bar = st.progress(0.0, text="starting")
+
+        def progress(measure: str, done: int, total: int) -> None:
+            name = MEASURE_LABELS.get(measure, measure)
+            bar.progress(done / total, text=f"{name} ({done + 1}/{total})")
+
+        done = False
+        with st.spinner("Computing the table across measures"), guarded("The table"):
+            m.measure_table(
+                pooling, tuple(picked), B=B, permutations=DEFAULT_PERMUTATIONS, progress=progress
+            )
+            done = True
+        if done:
+            st.rerun()
+
+
 def main() -> None:
     ctx = require_view("Similarity")
     if ctx is None:
@@ -76,6 +142,7 @@ def main() -> None:
         picked = heatmap(view, S, settings)
     with right:
         rows(view, S, settings, picked)
+    measures_section(view, settings)
 
 
 main()

@@ -269,3 +269,50 @@ def test_a_live_run_answers_and_judges_from_the_bootstrap_it_already_drew(capsys
     # the same run again without live estimates: the paired bootstrap kept with it answers
     off = _measure_json(capsys, tiny_dataset, *opts, "--no-anytime")
     assert off["position0_answer"] == live["position0_answer"] and off["trust"] == live["trust"]
+
+
+def test_measure_table_across_measures_in_json_and_text(capsys, tiny_dataset, tmp_path):
+    """--metric <a SPEC 17 measure> measures the run under cka and adds the table (SPEC 17.4),
+    whose linear-CKA interval is the run's own bootstrap (one set of resamples); the snapshot
+    carries it and its command remakes it."""
+    snap = tmp_path / "run.json"
+    d = _measure_json(
+        capsys, tiny_dataset, "--metric", "procrustes", "--measures", "cka,rsa",
+        "--bootstrap", "3", "--snapshot", str(snap),
+    )  # fmt: skip
+    data = json.loads(snap.read_text())
+    kept = data["measures"]["default"]["rows"]  # rounded as every number of a snapshot
+    assert [r["measure"] for r in kept] == ["cka", "procrustes", "rsa"]
+    assert kept[1]["deff_over_L"] == pytest.approx(
+        d["measures"]["rows"][1]["deff_over_L"], abs=1e-6
+    )
+    assert "--measures cka,procrustes,rsa" in data["command"]
+    assert d["metric"] == "cka"
+    table = d["measures"]
+    assert [r["measure"] for r in table["rows"]] == ["cka", "procrustes", "rsa"]
+    assert table["B"] == 3 and table["n"] == d["n"] and table["layers"] == d["layers"]
+    cka = table["rows"][0]
+    assert cka["deff_over_L"] == pytest.approx(d["results"]["default"]["deff_over_L"], rel=1e-9)
+    assert (cka["low"], cka["high"]) == pytest.approx(
+        (d["bootstrap"]["low"], d["bootstrap"]["high"]), rel=1e-9
+    )
+    args = ["measure", "--model", "tiny-llama", "--dataset", tiny_dataset, "--n", "8",
+            "--max-tokens", "32", "--no-progress", "--metric", "all",
+            "--measures-b", "2"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "orthogonal Procrustes" in out and "PWCCA" in out and "calibrated against 19" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--metric", "cca"], "--metric 'cca' is not a similarity measure"),
+        (["--measures", "cka,knn"], "--measures 'knn' is not a similarity measure"),
+        (["--measures", ","], "--measures names no measure"),
+    ],
+)
+def test_unknown_measure_is_exit_2_and_one_sentence(capsys, flags, said):
+    assert main(["measure", "--model", "tiny-llama", "--n", "8", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and err.count("\n") == 1

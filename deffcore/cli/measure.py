@@ -36,6 +36,30 @@ def add_parser(subparsers) -> None:
         "identical call is served from the cache (see `python -m deffcore runs`).",
     )
     add_run_args(p, model="smollm2-135m", n=512)
+    _widen_metric(p)
+    p.add_argument(
+        "--measures",
+        default=None,
+        metavar="LIST",
+        help="also the table across similarity measures (SPEC 17.4): comma-separated names "
+        "of cka, unbiased_cka, cosine, procrustes, mutual_knn, cknna, rsa, svcca, pwcca, or "
+        "`all`; per measure D_eff/L, its passage-bootstrap interval, gap to F_L, regime and "
+        "the calibrated D_eff/L (minutes at N in the thousands; kept with the run)",
+    )
+    p.add_argument(
+        "--measures-b",
+        type=int,
+        default=None,
+        metavar="B",
+        help="bootstrap replicates of the table (default: --bootstrap when given, else 20)",
+    )
+    p.add_argument(
+        "--measures-permutations",
+        type=int,
+        default=None,
+        metavar="P",
+        help="permutations of the table's calibrated column (default 19)",
+    )
     p.add_argument("--batch-size", type=int, default=None, help="fixed batch size (default: auto)")
     p.add_argument(
         "--intervention",
@@ -88,6 +112,49 @@ def add_parser(subparsers) -> None:
     add_live_args(p)
     add_output_args(p)
     p.set_defaults(func=run)
+
+
+def _widen_metric(p: argparse.ArgumentParser) -> None:
+    """`--metric` here also takes the measures of SPEC 17 and `all` (checked in `run`, one
+    sentence for an unknown name): those print the table across measures."""
+    for action in p._actions:
+        if action.dest == "metric":
+            action.choices = None
+            action.help = (
+                "the run's metric: cka (default), unbiased_cka or cosine; or a measure of SPEC "
+                "17 (procrustes, mutual_knn, cknna, rsa, svcca, pwcca) or `all`, which measures "
+                "the run under cka and adds the table across those measures (as --measures)"
+            )
+
+
+def table_measures(args: argparse.Namespace) -> tuple[str, ...]:
+    """The measures of the table across measures this command asks for (none: ()), from
+    `--metric` beyond the run's metrics and `--measures`; `args.metric` becomes the run's
+    metric (cka when --metric named another measure). One sentence for an unknown name."""
+    from deffcore.core.constants import METRICS
+    from deffcore.statistics.measure_table import TABLE_MEASURES
+
+    def names(text: str, flag: str) -> tuple[str, ...]:
+        asked = tuple(s.strip() for s in text.split(",") if s.strip())
+        if "all" in asked:
+            return TABLE_MEASURES
+        for name in asked:
+            if name not in TABLE_MEASURES:
+                raise DeffError(
+                    f"{flag} {name!r} is not a similarity measure; choose from "
+                    f"{', '.join(TABLE_MEASURES)} or all."
+                )
+        if not asked:
+            raise DeffError(f"{flag} names no measure; choose from {', '.join(TABLE_MEASURES)}.")
+        return asked
+
+    wanted: tuple[str, ...] = ()
+    if args.metric not in METRICS:
+        wanted = names(args.metric, "--metric")
+        args.metric = "cka"
+    if args.measures is not None:
+        wanted = (*wanted, *names(args.measures, "--measures"))
+    return tuple(m for m in TABLE_MEASURES if m in wanted)
 
 
 def _table(d: dict) -> str:
@@ -147,8 +214,12 @@ def run(args: argparse.Namespace) -> int:
     from deffcore.statistics.bootstrap import check_b
     from deffcore.statistics.trust_rule import measurement_trust
 
+    measures = args.table_measures = table_measures(args)  # before anything loads
     if args.bootstrap is not None:  # bounded (and against memory) before anything is drawn
         check_b(args.bootstrap, "--bootstrap", n=args.n)
+    measures_b = args.measures_b if args.measures_b is not None else args.bootstrap
+    if measures and measures_b is not None:
+        check_b(measures_b, "--measures-b", n=args.n)
     check_paired_args(args)
     check_args(args)
     check_live_args(args)
@@ -170,7 +241,14 @@ def run(args: argparse.Namespace) -> int:
                 use_cache=not args.no_cache,
             )
         extras = measure_extras(m, args, bar)
+        table = None
+        if measures:  # one set of resamples: --bootstrap's B and seed 0, as the run's bootstrap
+            table = m.measure_table(
+                "default", measures, B=measures_b, permutations=args.measures_permutations
+            )
     d = m.to_dict()
+    if table is not None:
+        d["measures"] = table.to_dict()
     boot = None
     args.bootstrap = verdict_bootstrap(args)  # the answer --until verdict stopped on is paired
     pb = paired_of(m, args)  # one bootstrap for the run: every pooling it pairs, same passages
@@ -187,7 +265,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(d)
     else:
-        print("\n".join([_table(d), *live_lines(live)]))
+        tail = ["", table.text()] if table is not None else []
+        print("\n".join([_table(d), *tail, *live_lines(live)]))
     return 0
 
 
@@ -237,6 +316,11 @@ def _write_snapshot(
         flags.append(f"--bootstrap-poolings {','.join(dict.fromkeys(p for p, _ in pb.profiles))}")
         metrics = ",".join(dict.fromkeys(mt for _, mt in pb.profiles))
         flags += [f"--bootstrap-metrics {metrics}"] if metrics != args.metric else []
+    if args.table_measures:  # the table across measures it carries
+        flags.append(f"--measures {','.join(args.table_measures)}")
+        flags += [f"--measures-b {args.measures_b}"] if args.measures_b is not None else []
+        perms = args.measures_permutations
+        flags += [f"--measures-permutations {perms}"] if perms is not None else []
     command = remake_command(fields, random_seeds=seeds, bootstrap=args.bootstrap, extras=flags)
     from deffcore.lenses.atlas import atlas_of
 

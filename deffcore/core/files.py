@@ -103,6 +103,7 @@ ENTRY_FILES = ("meta.json", "states.npz")
 #: deffcore.extraction.atlas_store, deffcore.runs.measurement), deleted with it.
 SIDE_FILES = (
     "diagnostics.json", ".diagnostics.lock", "atlas.npz", "skip_effect.npz", "paired.json",
+    "measures.json",
 )  # fmt: skip
 PARTIAL = "partial"
 PARTIAL_NAMES = re.compile(r"manifest\.json|batch-\d{6}-\d{6}\.npz")

@@ -153,8 +153,9 @@ def _unit_rows(x: np.ndarray, layer: int, what: str) -> np.ndarray:
     return x / norms[:, None]
 
 
-def _knn(x: np.ndarray, k: int, layer: int, cknna: bool) -> _Knn:
-    """k nearest neighbours by cosine (self excluded), a block of rows at a time."""
+def _knn(x: np.ndarray, k: int, layer: int, cknna: bool, groups: np.ndarray | None = None) -> _Knn:
+    """k nearest neighbours by cosine (self excluded), a block of rows at a time; with `groups`
+    (a bootstrap replicate's original passage of each row) a row's copies are excluded too."""
     u = _unit_rows(x, layer, "the cosine neighbourhood")
     n = u.shape[0]
     idx = np.empty((n, k), dtype=np.int64)
@@ -163,8 +164,17 @@ def _knn(x: np.ndarray, k: int, layer: int, cknna: bool) -> _Knn:
         r1 = min(n, r0 + KNN_ROWS)
         g = u[r0:r1] @ u.T
         g[np.arange(r1 - r0), np.arange(r0, r1)] = -np.inf
+        if groups is not None:
+            g[groups[r0:r1, None] == groups[None, :]] = -np.inf
         part = np.argpartition(-g, k - 1, axis=1)[:, :k]
         pv = np.take_along_axis(g, part, axis=1)
+        # a tie at the k-th cosine (a bootstrap replicate's copies of one passage are exact
+        # ties): argpartition picks among the tied at random; take the lowest indices instead
+        kth = pv.min(axis=1)
+        for row in np.flatnonzero((g >= kth[:, None]).sum(axis=1) > k):
+            cand = np.flatnonzero(g[row] >= kth[row])
+            cand = cand[np.lexsort((cand, -g[row, cand]))[:k]]
+            part[row], pv[row] = cand, g[row, cand]
         # most similar first; equal cosines by index (a stable order, SPEC 17.2)
         order = np.lexsort((part, -pv), axis=1)
         idx[r0:r1] = np.take_along_axis(part, order, axis=1)
@@ -181,16 +191,25 @@ def _knn(x: np.ndarray, k: int, layer: int, cknna: bool) -> _Knn:
     return out
 
 
-def _rsa_vector(x: np.ndarray, layer: int, method: str) -> tuple[np.ndarray, float]:
+def _rsa_vector(
+    x: np.ndarray, layer: int, method: str, groups: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
     """Upper triangle (row-major, a < b) of the correlation-distance RDM, centred (ranked for
-    Spearman), and its sum of squares."""
+    Spearman), and its sum of squares; with `groups` (a bootstrap replicate's original passage
+    of each row) the entries between copies of one passage are left out."""
     xr = x - x.mean(axis=1, keepdims=True)
     u = _unit_rows(
         xr, layer, "the correlation distance (a passage vector constant across features)"
     )
     n = u.shape[0]
     iu = np.triu_indices(n, k=1)
-    rdm = 1.0 - (u @ u.T)[iu]
+    if groups is None:
+        rdm = 1.0 - (u @ u.T)[iu]
+    else:  # each distinct passage's row once, so copies' distances are exact ties
+        _, first, inv = np.unique(groups, return_index=True, return_inverse=True)
+        keep = groups[iu[0]] != groups[iu[1]]
+        ud = u[first]
+        rdm = 1.0 - (ud @ ud.T)[inv[iu[0][keep]], inv[iu[1][keep]]]
     if method == "spearman":
         rdm = scipy.stats.rankdata(rdm)  # average ranks for ties
     c = rdm - rdm.mean()
@@ -205,8 +224,15 @@ def _rsa_vector(x: np.ndarray, layer: int, method: str) -> tuple[np.ndarray, flo
     return c, ss
 
 
-def _prepare(measure: str, x: np.ndarray, layer: int, opts: MeasureOptions) -> Any:
-    """One layer (N, d) float64 -> what the pair step of `measure` needs."""
+def _prepare(
+    measure: str,
+    x: np.ndarray,
+    layer: int,
+    opts: MeasureOptions,
+    groups: np.ndarray | None = None,
+) -> Any:
+    """One layer (N, d) float64 -> what the pair step of `measure` needs (`groups`: see
+    `prepare_layers`)."""
     if measure in ("cka", "procrustes"):
         xc = _centred64(x, layer)
         if xc.shape[0] >= xc.shape[1]:
@@ -224,8 +250,8 @@ def _prepare(measure: str, x: np.ndarray, layer: int, opts: MeasureOptions) -> A
         u, s, vt = _basis(_centred64(x, layer))
         return u, s[:, None] * vt  # U^T X = S V^T: the neurons in the basis
     if measure in ("mutual_knn", "cknna"):
-        return _knn(x, opts.k, layer, measure == "cknna")
-    return _rsa_vector(x, layer, opts.rsa_method)
+        return _knn(x, opts.k, layer, measure == "cknna", groups)
+    return _rsa_vector(x, layer, opts.rsa_method, groups)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,12 +365,35 @@ def prepare_layers(
     opts: MeasureOptions | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    groups: Any = None,
 ) -> list[Any]:
-    """Validate (L, N, d) states and prepare every layer for `measure` (SPEC section 17)."""
+    """Validate (L, N, d) states and prepare every layer for `measure` (SPEC section 17).
+
+    groups: for a passage-bootstrap replicate (SPEC 17.4), the original passage of each of the
+    N resampled rows; copies of one passage are then never each other's neighbours (mutual_knn,
+    cknna) and their RDM entries are left out (rsa). The other measures ignore it.
+    """
     opts = opts or MeasureOptions()
     x = _validated(states, min_passages=2)
     n_states, n, d = x.shape
     _options(measure, n, opts)
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != (n,):
+            raise InvalidArgumentError(
+                f"groups must give one original passage per row (N = {n}); got shape "
+                f"{groups.shape}."
+            )
+        distinct = int(np.unique(groups).size)
+        if measure in ("mutual_knn", "cknna") and distinct - 1 < opts.k:
+            raise InvalidArgumentError(
+                f"A replicate of {distinct} distinct passages has fewer than k + 1 = "
+                f"{opts.k + 1}; use more passages or a smaller k."
+            )
+        if measure in ("rsa", "cknna") and distinct < 4:
+            raise InvalidArgumentError(
+                f"A replicate of {distinct} distinct passages is too few for {measure} (4)."
+            )
     need = prepared_bytes(measure, n_states, n, d, opts)
     if need > max_bytes:
         raise InvalidArgumentError(
@@ -355,7 +404,7 @@ def prepare_layers(
     out = []
     for layer in range(n_states):
         xl = x[layer].cpu().to(torch.float64).numpy()
-        out.append(_prepare(measure, xl, layer, opts))
+        out.append(_prepare(measure, xl, layer, opts, groups))
     return out
 
 

@@ -71,6 +71,8 @@ class Measurement:
     _paired: dict[tuple, Any] = field(default_factory=dict, repr=False)
     #: answer bootstraps whose stand-in metric is undefined on this run's replicates
     _no_stand_in: set[tuple] = field(default_factory=set, repr=False)
+    #: tables across similarity measures, per pooling (SPEC 17.4), computed or read back
+    _tables: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.layers = self.layers or self.pooled.layers
@@ -303,6 +305,67 @@ class Measurement:
         self._read_stored()
         return self._paired.get("latest")
 
+    def measure_table(
+        self,
+        pooling: str = "default",
+        measures: tuple[str, ...] | None = None,
+        *,
+        B: int | None = None,
+        seed: int = 0,
+        permutations: int | None = None,
+        progress: Any = None,
+    ):
+        """The table across similarity measures of this pooling's states (SPEC 17.4,
+        `statistics.measure_table.MeasureTable`): per measure D_eff/L, gap to F_L, the
+        passage-bootstrap interval (B replicates, seed: the same draws as `bootstrap` with that
+        B and seed), the regime and the calibrated D_eff/L. A table with these settings that
+        holds `measures` (default: all) is reused (memoised, or kept beside the run's cache
+        entry, `measures.json`); otherwise it is computed (minutes at N in the thousands) and
+        kept. B, permutations: default `DEFAULT_B`, `DEFAULT_PERMUTATIONS`."""
+        from deffcore.statistics.measure_table import (
+            DEFAULT_B,
+            DEFAULT_PERMUTATIONS,
+            TABLE_MEASURES,
+            measure_table,
+        )
+
+        check_choice(pooling, POOLINGS, "pooling")
+        measures = tuple(measures or TABLE_MEASURES)
+        B = DEFAULT_B if B is None else B
+        permutations = DEFAULT_PERMUTATIONS if permutations is None else permutations
+        held = self.stored_measure_table(pooling)
+        same = held is not None and (held.B, held.seed, held.permutations) == (
+            B,
+            seed,
+            permutations,
+        )
+        have = {r.measure for r in held.rows} if same else set()
+        missing = tuple(m for m in measures if m not in have)
+        if missing:  # rows are independent: the missing ones join the held ones
+            table = measure_table(
+                self.states(pooling),
+                missing,
+                B=B,
+                seed=seed,
+                permutations=permutations,
+                progress=progress,
+            )
+            if same:
+                rows = {r.measure: r for r in (*held.rows, *table.rows)}
+                table.rows = [rows[m] for m in TABLE_MEASURES if m in rows]
+            self._tables[pooling] = table
+            keep_measure_table(self.spec, pooling, table)
+        return _table_of(self._tables[pooling], measures)
+
+    def stored_measure_table(self, pooling: str = "default"):
+        """The last table across measures of this pooling, computed here or kept with the
+        run's cache entry (`measure_table`), or None; never computes."""
+        if pooling not in self._tables:
+            found = stored_measure_tables(self.spec, self.layers, self.n).get(pooling)
+            if found is not None:
+                self._tables[pooling] = found
+        return self._tables.get(pooling)
+
     def random_band(self, pooling: str = "default", metric: str | None = None) -> dict[str, Any]:
         """D_eff/L of each random-weight seed, their mean and the mean +- 2 sigma band."""
         values = [m.summary(pooling, metric).deff_over_L for m in self.random_null]
@@ -487,3 +550,67 @@ def keep_paired(spec: Any, pb: Any, layers: int, n: int) -> None:
         atomic_write(path, json.dumps(body, separators=(",", ":")).encode())
     except DeffError as err:
         warnings.warn(f"The paired bootstrap was not kept with the run: {err}", stacklevel=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's tables across similarity measures, kept beside its cache entry (SPEC 17.4)
+#
+#     <cache>/<key>/measures.json   {"format", "key", "tables": {pooling: MeasureTable.to_dict()}}
+#
+# The newest table per pooling; a file not of this format, not this run's, or whose table is
+# not of this run's L and N reads as absent. A run without a cache entry keeps them in memory.
+# ---------------------------------------------------------------------------------------------
+
+MEASURES_FILE = "measures.json"
+#: Bump when what the file holds changes (older files then read as absent).
+MEASURES_FORMAT = 1
+
+
+def _table_of(table: Any, measures: tuple[str, ...]) -> Any:
+    """`table` with only the rows of `measures`, in that order."""
+    return replace(table, rows=[table.row(m) for m in measures])
+
+
+def stored_measure_tables(spec: Any, layers: int, n: int) -> dict[str, Any]:
+    """The run's kept tables across measures by pooling ({} when none is readable)."""
+    from deffcore.statistics.measure_table import MeasureTable
+
+    path = _paired_file(spec)
+    path = None if path is None else path.with_name(MEASURES_FILE)
+    if path is None or not path.is_file() or path.is_symlink():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != MEASURES_FORMAT:
+        return {}
+    if data.get("key") != spec.key() or not isinstance(data.get("tables"), dict):
+        return {}
+    found = {}
+    for pooling, d in data["tables"].items():
+        try:
+            table = MeasureTable.from_dict(d)
+        except DeffError:
+            continue
+        if pooling in POOLINGS and (table.layers, table.n) == (layers, n):
+            found[pooling] = table
+    return found
+
+
+def keep_measure_table(spec: Any, pooling: str, table: Any) -> None:
+    """Keep `table` with the run's entry (one per pooling, the newest); a run without an entry
+    keeps nothing here. A failed write warns and loses only the file, never the run."""
+    from deffcore.core.files import atomic_write
+
+    path = _paired_file(spec)
+    if path is None:
+        return
+    path = path.with_name(MEASURES_FILE)
+    kept = {p: t.to_dict() for p, t in stored_measure_tables(spec, table.layers, table.n).items()}
+    kept[pooling] = table.to_dict()
+    body = {"format": MEASURES_FORMAT, "key": spec.key(), "tables": kept}
+    try:
+        atomic_write(path, json.dumps(body, separators=(",", ":")).encode())
+    except DeffError as err:
+        warnings.warn(f"The measure table was not kept with the run: {err}", stacklevel=2)

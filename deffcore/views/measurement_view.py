@@ -54,6 +54,10 @@ class MeasurementView(NotebookDisplay, RunView):
     def random_band(self, pooling: str = "default", metric: str = "cka") -> dict[str, Any]:
         return self._m.random_band(pooling, metric)
 
+    def measure_table(self, pooling: str = "default") -> Any | None:
+        """The table computed for the run or kept beside it (read again: it may come later)."""
+        return self._m.stored_measure_table(pooling)
+
     def atlas(self) -> Any | None:
         """The atlas stored beside the run (read again each time: it may be computed later)."""
         from deffcore.views.atlas_read import stored_atlas

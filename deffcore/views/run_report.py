@@ -222,6 +222,16 @@ def _baselines_section(
         )
 
 
+def _measures_section(page: _Page, view: RunView, pooling: str) -> None:
+    """The table across similarity measures (SPEC 17.4), when the run holds one."""
+    table = view.measure_table(pooling)
+    if table is None:
+        return
+    page.h2("Across similarity measures")
+    page.table(table.display_rows(), head=table.head())
+    page.p(table.caption())
+
+
 def _diagnostics_section(page: _Page, diag: Mapping[str, Any] | None) -> None:
     from deffcore import figures
 
@@ -283,6 +293,7 @@ def report_html(
     _answer_section(page, answer)
     _figures_section(page, view, pooling, metric, K)
     _baselines_section(page, view, pooling, metric, bootstrap)
+    _measures_section(page, view, pooling)
     _diagnostics_section(page, diagnostics)
     _on_off_section(page, bos_on_off)
     page.h2("The command that remakes this run")

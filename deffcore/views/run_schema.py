@@ -720,7 +720,39 @@ def check_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
         raise SnapshotError(_sentence(where, err)) from None
     _check_atlas(data.get("atlas"), data["layers"], where)
     _check_paired_and_supply(data, where)
+    _check_measures(data.get("measures"), data["layers"], data["n"], where)
     return data
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_measures(tables: Any, L: int, N: int, where: str) -> None:
+    """The tables across similarity measures a snapshot may carry (SPEC 17.4): per pooling, a
+    `MeasureTable` of this run's L and N whose numbers are finite (or absent) and whose regimes
+    are the three words."""
+    from deffcore.statistics.measure_table import MeasureTable
+
+    if tables is None:
+        return
+    if not isinstance(tables, dict) or not set(tables) <= set(POOLINGS):
+        raise SnapshotError(f"{where}: 'measures' is not a table per pooling.")
+    for pooling, d in tables.items():
+        try:
+            table = MeasureTable.from_dict(d)
+        except DeffError:
+            raise SnapshotError(f"{where}: its {pooling} measure table is unreadable.") from None
+        if (table.layers, table.n) != (L, N):
+            raise SnapshotError(f"{where}: its {pooling} measure table is not of this run's L, N.")
+        for r in table.rows:
+            if not isinstance(r.undefined, str | None) or not isinstance(r.caveat, str | None):
+                raise SnapshotError(f"{where}: its {pooling} measure table has a non-text reason.")
+            numbers = (r.deff, r.deff_over_L, r.gap_pct, r.low, r.high, r.gap_low, r.gap_high)
+            if any(v is not None and not _finite(v) for v in (*numbers, r.cal)):
+                raise SnapshotError(f"{where}: its {pooling} measure table has a non-number.")
+            if r.regime not in (None, "below", "above", "at the reference"):
+                raise SnapshotError(f"{where}: its {pooling} measure table has an unknown regime.")
 
 
 def _check_paired_and_supply(data: dict[str, Any], where: str) -> None:

@@ -87,6 +87,11 @@ class RunView:
         """The run's depth-use atlas (`deffcore.measures.atlas.Atlas`, SPEC 16), or None."""
         return None
 
+    def measure_table(self, pooling: str = "default") -> Any | None:
+        """The run's table across similarity measures of this pooling
+        (`statistics.measure_table.MeasureTable`, SPEC 17.4), or None (never computes one)."""
+        return None
+
     def paired_bootstrap(self) -> Any | None:
         """The run's `paired.PairedBootstrap` (one bootstrap of its poolings and metrics on the
         same passages, SPEC section 15), or None when it has none (never computes one)."""

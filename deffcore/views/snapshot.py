@@ -129,6 +129,13 @@ class SnapshotView(NotebookDisplay, RunView):
             return pb.result(pooling, metric, K).to_dict()
         return found
 
+    def measure_table(self, pooling: str = "default") -> Any | None:
+        """The table across measures the snapshot carries for this pooling (SPEC 17.4)."""
+        from deffcore.statistics.measure_table import MeasureTable
+
+        found = (self.data.get("measures") or {}).get(pooling)
+        return MeasureTable.from_dict(found) if isinstance(found, dict) else None
+
     def atlas(self) -> Any | None:
         """The atlas the snapshot carries (`snapshot()` writes it when the run has one)."""
         from deffcore.measures.atlas import Atlas
@@ -178,7 +185,18 @@ def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
         "atlas": json_ready(atlas.to_dict()) if (atlas := view.atlas()) is not None else None,
         # the paired bootstrap the run's BOS answer and trust were given from, when it has one
         **({"paired": pb.to_dict()} if (pb := measurement.paired_latest()) is not None else {}),
+        # the tables across similarity measures the run holds (SPEC 17.4), per pooling
+        **({"measures": tables} if (tables := _measure_tables(measurement)) else {}),
     }
+
+
+def _measure_tables(measurement: Any) -> dict[str, Any]:
+    out = {}
+    for pooling in POOLINGS:
+        table = measurement.stored_measure_table(pooling)
+        if table is not None:
+            out[pooling] = json_ready(table.to_dict())
+    return out
 
 
 def load_snapshot(path: Path | str = DEFAULT_RUN_PATH) -> SnapshotView | None:
