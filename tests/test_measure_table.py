@@ -151,7 +151,7 @@ def test_a_runs_table_is_kept_beside_it_and_only_missing_rows_are_computed(
     tiny_dataset, monkeypatch
 ):
     import deffcore.statistics.measure_table as mt
-    from deffcore.core.paths import cache_dir
+    from deffcore.core.files import cache_dir
 
     m = dc.measure("tiny-llama", dataset=tiny_dataset, n=12, max_tokens=32)
     first = m.measure_table(measures=("cka", "procrustes"), B=2)
