@@ -9,7 +9,7 @@ from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
-from explorer.page import require_view
+from explorer.page import OVERVIEW_TABS, require_view
 from explorer.settings import Settings
 
 
@@ -58,7 +58,7 @@ def rows(view: RunView, S: np.ndarray, settings: Settings, picked: list[int]) ->
 
 
 def main() -> None:
-    ctx = require_view("Similarity")
+    ctx = require_view("Similarity", tabs=OVERVIEW_TABS)
     if ctx is None:
         st.stop()
     view, settings = ctx
