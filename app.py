@@ -1,13 +1,13 @@
 """Effective Depth Explorer: `streamlit run app.py`.
 
-This file is the router (`st.navigation`): it lists eight pages, grouped by who comes for what
-(people browsing models, teachers, researchers checking BOS sensitivity), and runs the one the
-visitor chose. Each page is its own file in pages/ and starts with `explorer.page.page()` or
-`explorer.page.require_view()`, which draws the shared sidebar (the view controls; values
-persist across pages), shows a background run's progress in the main area, and returns the
-current run: the last run landed in this session, else the shipped snapshot of the default
-run. The run panel (run settings and Run) is on the Runs page only. The first page is
-pages/0_Overview.py, listed as "Overview".
+This file is the router (`st.navigation`): it lists eight pages in one row at the top, grouped
+by who comes for what (people browsing models, teachers, researchers checking BOS sensitivity,
+then About), and runs the one the visitor chose. Each page is its own file in pages/ and
+starts with `explorer.page.page()` or `explorer.page.require_view()`, which draws the shared
+sidebar (the view controls; values persist across pages), shows a background run's progress
+in the main area, and returns the current run: the last run landed in this session, else the
+shipped snapshot of the default run. The run panel (run settings and Run) is on the Runs page
+only. The first page is pages/0_Overview.py, listed as "Overview".
 
 Every other page file is registered hidden (`visibility="hidden"`): its URL (the file name
 without its number, e.g. /Similarity, /Interventions) still opens it, and a listed page links
@@ -25,7 +25,8 @@ import streamlit as st
 
 HERE = Path(__file__).resolve().parent
 
-#: (section, file in pages/, title), in the order the navigation lists them: at most eight.
+#: (who it is for, file in pages/, title), in the order the navigation lists them: at most
+#: eight, each group's pages side by side.
 LISTED: list[tuple[str, str, str]] = [
     ("Browse models", "0_Overview.py", "Overview"),
     ("Browse models", "13_Models.py", "Models"),
@@ -59,15 +60,15 @@ def _title(name: str) -> str:
     return re.sub(r"^\d+_?", "", Path(name).stem).replace("_", " ") or Path(name).stem
 
 
-def navigation() -> dict[str, list[st.Page]]:
-    """Sections -> pages for `st.navigation`: the listed ones, then every other existing file
-    of pages/ registered hidden (its URL keeps working) under the last section."""
-    sections: dict[str, list[st.Page]] = {}
-    for section, file, title in LISTED:
-        if (HERE / "pages" / file).is_file():
-            sections.setdefault(section, []).append(
-                st.Page(f"pages/{file}", title=title, default=file == "0_Overview.py")
-            )
+def navigation() -> list[st.Page]:
+    """The pages for `st.navigation`: the listed ones in their order (one row of links at the
+    top, grouped by who comes for what: LISTED's sections, side by side), then every other
+    existing file of pages/ registered hidden (its URL keeps working)."""
+    pages = [
+        st.Page(f"pages/{file}", title=title, default=file == "0_Overview.py")
+        for _, file, title in LISTED
+        if (HERE / "pages" / file).is_file()
+    ]
     named = {file for _, file, _ in LISTED} | {file for file, _ in HIDDEN}
     hidden = [row for row in HIDDEN if (HERE / "pages" / row[0]).is_file()]
     hidden += sorted(
@@ -75,11 +76,11 @@ def navigation() -> dict[str, list[st.Page]]:
         for path in (HERE / "pages").glob("*.py")
         if path.name not in named and not path.name.startswith("_")
     )
-    last = list(sections)[-1]
-    sections[last] += [
+    return pages + [
         st.Page(f"pages/{file}", title=title, visibility="hidden") for file, title in hidden
     ]
-    return sections
 
 
-st.navigation(navigation(), expanded=False).run()
+# the links in one row at the top (every entry in sight, no menu to open): the sidebar keeps
+# the view controls alone, so it fits the window (tests/e2e/test_navigation.py)
+st.navigation(navigation(), position="top").run()

@@ -90,9 +90,9 @@ def page_links(row: list[tuple[str, str]]) -> None:
     nothing registered) shows the labels as a caption instead."""
     from streamlit.errors import StreamlitAPIException
 
-    cols = st.columns(len(row))
-    for col, (file, label) in zip(cols, row, strict=True):
+    line = st.container(horizontal=True, gap="small")
+    for file, label in row:
         try:
-            col.page_link(file, label=label)
+            line.page_link(file, label=label, width="content")
         except StreamlitAPIException:  # not registered: an AppTest of one page file
-            col.caption(label)
+            line.caption(label)

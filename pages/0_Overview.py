@@ -25,16 +25,17 @@ INTRO = (
     "updates give exactly $F_L = 2L/(L+1)$."
 )
 PAGES_NOTE = (
-    "Pages: Similarity (the matrix; click a layer), Lag decay (ρ(k) and K) and Gap to F_L "
-    "(beside the paper's models) in the row above; Models (every run and the paper's models in "
-    "one table: N, trust, bias); Depth use (other papers' measures of how a model uses its "
-    "depth, beside D_eff); Teach (constructions with known answers); BOS check (is the gap a "
-    "position-0 artefact?); Runs (measure a run, open, compare, resume, delete; Baselines: "
+    "Pages, by who comes for what. Browsing models: Similarity (the matrix; click a layer), "
+    "Lag decay (ρ(k) and K) and Gap to F_L (beside the paper's models) in the row above; "
+    "Models (every run and the paper's models in one table: N, trust, bias); Depth use (other "
+    "papers' measures of how a model uses its depth, beside D_eff). Teaching: Teach "
+    "(constructions with known answers). Checking BOS sensitivity: BOS check (is the gap a "
+    "position-0 artefact?); Runs (measure a run; open, compare, resume, delete; Baselines: "
     "random-weight null, matched references, bootstrap); Labs: Interventions (Gemma norms), "
     "Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training dynamics "
     "(checkpoints over training), Aggregations (other ways to count layers), Correlation lab "
     "(D_eff/L against pruning tolerance and benchmarks), Short pretraining (norm variants "
-    "trained from random weights); About and methods (what D_eff is, where the docs are)."
+    "trained from random weights). For everyone: About and methods (what D_eff is, the docs)."
 )
 
 

@@ -33,13 +33,18 @@ def run_widget_keys(at: AppTest) -> set[str]:
 def test_the_navigation_lists_at_most_eight_entries_and_registers_every_page():
     import app
 
-    sections = app.navigation()
-    pages = [p for section in sections.values() for p in section]
+    pages = app.navigation()
     assert sum(p.visibility == "visible" for p in pages) <= 8
     listed = [title for _, _, title in app.LISTED]
     assert len(listed) <= 8 and len(pages) == len(list((REPO / "pages").glob("[0-9]*.py")))
     assert listed[0] == "Overview" and {"Teach", "BOS check", "Runs", "Labs"} <= set(listed)
-    assert len(sections) <= 4, list(sections)  # grouped by who comes for what
+    # grouped by who comes for what: each group's pages side by side
+    groups = [group for group, _, _ in app.LISTED]
+    assert list(dict.fromkeys(groups)) == [
+        "Browse models", "Teach", "Check BOS sensitivity", "About",
+    ]  # fmt: skip
+    assert all(groups.index(g) + groups.count(g) - 1 == len(groups) - 1 - groups[::-1].index(g)
+               for g in groups)  # fmt: skip
     at = new_app().run()  # what st.navigation registered: every page file, hidden or listed
     files = sorted(Path(str(p["script_path"])).name for p in at._registered_pages.values())
     assert files == sorted(p.name for p in (REPO / "pages").glob("[0-9]*.py"))

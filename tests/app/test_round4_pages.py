@@ -118,7 +118,7 @@ def test_the_overview_offers_the_run_as_one_file_and_lists_every_page(shipped):
     assert "Download this run as one HTML file" in labels
     import app
 
-    note = next(plain(c.value) for c in at.caption if c.value.startswith("Pages:"))
+    note = next(plain(c.value) for c in at.caption if c.value.startswith("Pages, by who"))
     missing = [t for _, _, t in app.PAGES if t != "Overview" and t not in note]
     assert not missing, missing
 
