@@ -4,9 +4,10 @@ The fixture starts the server on a free port with a temporary (empty) DEFF_CACHE
 it. The first test visits every page of the first-time visitor's app (the empty cache: Models
 included) for error elements, then runs the demo model on bbc-news with N and max tokens
 lowered to 16 / 32 in the run panel (the Runs page), checks the headline against `measure` (a
-cache hit in this process), reloads the page (the URL keeps the run: `?run=cached:<key>`), switches the pooling
-control, and visits every page looking for error elements and for any path from the cache; the
-BOS page answers before its diagnostics finish. The second starts another tiny run, switches to
+cache hit in this process), reloads the page (the URL keeps the run: `?run=cached:<key>`),
+switches the pooling control, and visits every page (the hidden ones by their URL) looking
+for error elements and for any path from the cache; the BOS page answers before its
+diagnostics finish. The second starts another tiny run, switches to
 another page at once and comes back: the run must land (whether it was still running at the
 switch or not; the background behaviour itself is tested with a held run in
 tests/app/test_background_runs.py). Screenshots of every page (the 1400 x 900 window; with the
@@ -152,7 +153,8 @@ def visit_every_page(
         else:
             url = urlsplit(page.url)  # the same server, the same run (its `?run=`)
             path = hidden[i - len(names)][0]
-            page.goto(f"{url.scheme}://{url.netloc}/{path}" + (f"?{url.query}" if url.query else ""))
+            query = f"?{url.query}" if url.query else ""
+            page.goto(f"{url.scheme}://{url.netloc}/{path}{query}")
             wait_idle(page, settle_ms=1000)
             page.locator("h1").first.wait_for()
         no_errors(page, f"page {name} ({prefix})")
