@@ -32,9 +32,9 @@ def precomputed_note(view: RunView) -> None:
         # ~600 tokens/s: SmolLM2-135M on a quiet 2-core CPU (BENCHMARKS.md, extraction)
         minutes = max(1, round(tokens / CPU_TOKENS_PER_S / 60))
         st.info(
-            f"Precomputed with {md_code(view.command)}. To compute it here, choose the same "
-            "settings "
-            f"in the sidebar and press **Run** (about {minutes} minutes on a quiet 2-core CPU "
+            f"Precomputed with {md_code(view.command)}. To compute it here, press **Run** on "
+            "the Runs page: its settings start as this run's "
+            f"(about {minutes} minutes on a quiet 2-core CPU "
             f"for {tokens:,} tokens; seconds on a GPU; a smaller N is quicker).",
             icon="ℹ️",
         )
@@ -44,8 +44,8 @@ def shared_note(view: SnapshotView) -> None:
     """Where a shared run comes from; its command is someone else's text, shown as code."""
     st.info(
         "A shared run: the numbers are read from the snapshot file its sender made, never "
-        "re-run here. To measure it yourself, choose the same settings in the sidebar and "
-        "press **Run**." + (" It was made with:" if view.command else ""),
+        "re-run here. To measure it yourself, choose the same settings on the "
+        "Runs page and press **Run**." + (" It was made with:" if view.command else ""),
         icon="ℹ️",
     )
     if view.command:

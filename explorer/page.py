@@ -1,6 +1,10 @@
-"""Start a page: page config, the shared sidebar, the run panel; returns the run and settings.
+"""Start a page: page config, the shared sidebar (the view controls), a background run's
+progress; returns the run and settings.
 
-Every page starts with `page()` (or `require_view()` when it needs a run). Caching: the expensive
+Every page starts with `page()` (or `require_view()` when it needs a run). The run panel (the
+run settings and Run) is drawn by one page only, Runs (`page("Runs", run_panel=True)`); every
+other page reads the run settings as last chosen there. `page_links` draws a tab-like row of
+links to related pages (the pages the navigation lists under one entry). Caching: the expensive
 step (the forward pass) is cached on disk by `deffcore.extraction.cache`, keyed by model, data, N,
 max
 tokens, seed, passages mode and BOS option; everything a page draws from a run is cheap.
@@ -16,12 +20,21 @@ from deffcore.views.run_view import RunView
 from deffcore.views.snapshot import SnapshotView
 from explorer.current_run import start_page, write_url
 from explorer.run_panel import job_panel, settle_job, start_run
-from explorer.settings import PAGE_CHANGED_KEY, Settings, sidebar
+from explorer.settings import PAGE_CHANGED_KEY, Settings, run_panel_settings, sidebar
 from explorer.views import current_view
 
+#: The Overview's tab-like row: the result pages the navigation lists under "Overview".
+OVERVIEW_TABS: list[tuple[str, str]] = [
+    ("pages/0_Overview.py", "Overview"),
+    ("pages/1_Similarity.py", "Similarity"),
+    ("pages/2_Lag_decay.py", "Lag decay"),
+    ("pages/3_Gap_to_F_L.py", "Gap to F_L"),
+]
 
-def page(title: str) -> tuple[RunView | None, Settings]:
-    """Start a page: page config, the shared sidebar, the run box; returns (run, settings)."""
+
+def page(title: str, *, run_panel: bool = False) -> tuple[RunView | None, Settings]:
+    """Start a page: page config, the shared sidebar, the run box (and, with `run_panel`, the
+    run settings and Run at the top of the main area); returns (run, settings)."""
     st.set_page_config(
         page_title=f"{title} · Effective Depth Explorer", page_icon="📐", layout="wide"
     )
@@ -29,21 +42,31 @@ def page(title: str) -> tuple[RunView | None, Settings]:
     st.session_state["_deff_page"] = title
     settle_job()
     start_page()  # the run a link names; the sidebar set to the current run's settings
-    settings, run_clicked = sidebar()
-    if run_clicked:
-        start_run(settings)  # checked and queued before the main area shows its progress
+    settings = sidebar()
+    if run_panel:  # the page's title first, then the panel
+        st.title(title)
+        with st.container(border=True):
+            st.subheader("Measure a run")
+            run_settings, run_clicked = run_panel_settings()
+        if run_clicked:
+            start_run(run_settings)  # checked and queued before the main area shows progress
     job_panel()
     view = current_view()
     write_url(view)  # a reload, a bookmark or a shared link shows this run again
     return view, settings
 
 
-def require_view(title: str) -> tuple[RunView, Settings] | None:
-    """Start a page that needs a run: the run and settings, or a message and None."""
+def require_view(
+    title: str, *, tabs: list[tuple[str, str]] | None = None
+) -> tuple[RunView, Settings] | None:
+    """Start a page that needs a run: the run and settings, or a message and None. `tabs`:
+    a row of links to related pages under the title (`page_links`)."""
     view, settings = page(title)
     st.title(title)
+    if tabs:
+        page_links(tabs)
     if view is None:
-        st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
+        st.warning("No run yet: choose a model and dataset on the Runs page and press Run.")
         return None
     try:  # e.g. a pooling control undefined for this run (no variance): a sentence
         view.similarity(settings.pooling, settings.metric)
@@ -56,6 +79,20 @@ def require_view(title: str) -> tuple[RunView, Settings] | None:
             "numbers are as its sender measured them; press **Run** to measure your own."
             if view.source == "shared"
             else "ℹ️ Showing the shipped precomputed default run (see the first page); press "
-            "**Run** in the sidebar to measure your own model and data."
+            "**Run** on the Runs page to measure your own model and data."
         )
     return view, settings
+
+
+def page_links(row: list[tuple[str, str]]) -> None:
+    """A tab-like row of links at the top of a page: (page file, label) each, e.g. the
+    Overview's Similarity, Lag decay and Gap to F_L. A page file run on its own (no router:
+    nothing registered) shows the labels as a caption instead."""
+    from streamlit.errors import StreamlitAPIException
+
+    line = st.container(horizontal=True, gap="small")
+    for file, label in row:
+        try:
+            line.page_link(file, label=label, width="content")
+        except StreamlitAPIException:  # not registered: an AppTest of one page file
+            line.caption(label)

@@ -1,5 +1,9 @@
-"""The shared sidebar and its settings: what to measure (Run and the run settings at the top)
-and how to look at it (the view controls below), values kept across pages (`persisted`).
+"""The settings: what to measure (the run settings, drawn by the run panel on the Runs page
+only) and how to look at it (the view controls, the shared sidebar of every page), values kept
+across pages (`persisted`). Every other page reads the run settings as last chosen, without
+drawing them (`run_settings(draw=False)`); until anything is chosen they are the shipped run's
+(`run_defaults`: deffcore/data/default_run.json's spec), so a first run compares with the
+headline.
 
 DEFF_LOCAL_PATHS is enforced here, once, for every page: a refused model path or dataset file
 never reaches a page. Pooling, metric and K are *view* settings: changing them only recomputes
@@ -8,6 +12,10 @@ an L x L similarity or a sum over it, never the model.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,15 +28,13 @@ from deffcore.inputs import serving
 from deffcore.inputs.model import ModelSpec
 from deffcore.runs import measure as preflight
 from explorer.plan_line import plan_caption
-from explorer.uploads import upload_names, upload_widget
+from explorer.uploads import UPLOAD_KEY, upload_names, upload_widget
 from explorer.views import current_view
 
 DEFAULT_MODEL = "smollm2-135m"
 #: The one demo model listed by default; the other tiny test models behind a checkbox.
 DEMO_MODEL = "tiny-llama"
 DEFAULT_DATASET = "bbc-news"
-DEFAULT_N = 512
-DEFAULT_MAX_TOKENS = 128
 MODEL_SOURCES = ("Packaged (offline)", "Hugging Face id", "Local path", "Random-weight null")
 DATA_SOURCES = ("BBC news (offline)", "Hugging Face dataset", "Upload a file", "Local file")
 PASSAGES_HELP = (
@@ -53,6 +59,37 @@ POOLING_HELP = {
 PAGE_CHANGED_KEY = "_deff_page_changed"
 #: The sidebar's refusals of this script run (DEFF_LOCAL_PATHS): Run does nothing while any.
 REFUSED_KEY = "_deff_refused"
+#: False while the run settings are read without drawing them (every page but Runs).
+_DRAW: ContextVar[bool] = ContextVar("deff_draw_settings", default=True)
+
+
+@functools.lru_cache(maxsize=1)
+def run_defaults() -> dict[str, Any]:
+    """The run panel's defaults: the shipped default run's spec (deffcore/data/default_run.json,
+    read once), so a visitor's first run measures what the first screen shows. Only a missing
+    snapshot falls back to the packaged model and data, with the library's own defaults."""
+    from deffcore.views.labels import SPEC_DEFAULTS
+    from deffcore.views.snapshot import load_snapshot
+
+    snap = load_snapshot()
+    spec = {**SPEC_DEFAULTS, **(snap.spec if snap is not None else {})}
+    return {
+        "model": spec.get("model") or DEFAULT_MODEL,
+        "n": int(spec.get("n") or 512),
+        "max_tokens": int(spec.get("max_tokens") or 128),
+        "seed": int(spec.get("seed") or 0),
+        "passages": spec.get("passages") or PASSAGE_MODES[0],
+        "bos": spec.get("bos") or BOS_OPTIONS[0],
+    }
+
+
+@contextlib.contextmanager
+def _drawing(draw: bool) -> Iterator[None]:
+    token = _DRAW.set(draw)
+    try:
+        yield
+    finally:
+        _DRAW.reset(token)
 
 
 @dataclass(kw_only=True)
@@ -125,10 +162,14 @@ def persisted(widget: Any, label: str, key: str, default: Any, **kwargs: Any) ->
     mirrored under `_keep_<key>` and restored into the widget's key before it is drawn on the
     first run of a page (the widget gets no `value=`/`index=` of its own, which would conflict
     with the restored state). A kept value that is no longer among `options` falls back to
-    `default` (e.g. a source the server's DEFF_LOCAL_PATHS setting hides).
+    `default` (e.g. a source the server's DEFF_LOCAL_PATHS setting hides). While the run
+    settings are read undrawn (`run_settings(draw=False)`), the kept value is returned as is.
     """
     keep = f"_keep_{key}"
     options = kwargs.get("options")
+    if not _DRAW.get():
+        value = st.session_state.get(keep, default)
+        return default if options is not None and value not in list(options) else value
     if options is not None and st.session_state.get(keep, default) not in list(options):
         st.session_state[keep] = default
         st.session_state.pop(key, None)
@@ -159,17 +200,19 @@ def _model_spec() -> tuple[str, str | None]:
             help="Tiny random-init test models of every architecture (4 blocks, d = 64): "
             "they run in seconds but measure nothing real.",
         )
-        kept = st.session_state.get("_keep_model_packaged", DEFAULT_MODEL)
+        first = run_defaults()["model"]
+        first = first if first in choices else DEFAULT_MODEL
+        kept = st.session_state.get("_keep_model_packaged", first)
         shown = [
             m
             for m in choices
-            if m in catalog.PACKAGED_MODELS or m in (DEMO_MODEL, kept) or all_demo
+            if m in catalog.PACKAGED_MODELS or m in (DEMO_MODEL, kept, first) or all_demo
         ]
         spec = persisted(
             st.selectbox,
             "Model",
             "model_packaged",
-            DEFAULT_MODEL,
+            first,
             options=shown,
             format_func=lambda s: model_choice_label(s, choices[s]),
         )
@@ -222,7 +265,7 @@ def _dataset_spec() -> tuple[str, str | None]:
     )
     typed = None
     if source == DATA_SOURCES[2]:
-        path = upload_widget()
+        path = upload_widget() if _DRAW.get() else _kept_upload()
     else:
         typed = persisted(
             st.text_input, "Path", "data_path", "", placeholder="/data/passages.jsonl"
@@ -230,6 +273,11 @@ def _dataset_spec() -> tuple[str, str | None]:
         path = typed
     spec = f"{path}:{column.strip()}" if path and column.strip() else path
     return spec, typed or None
+
+
+def _kept_upload() -> str:
+    """The stored path of the session's upload ("" without one), read without the uploader."""
+    return (st.session_state.get(UPLOAD_KEY) or {}).get("path", "")
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -288,47 +336,64 @@ def glossary_expander() -> None:
         st.markdown(glossary_markdown())
 
 
-def sidebar() -> tuple[Settings, bool]:
-    """Draw the shared sidebar: Run and the run settings, then the view, then the glossary.
-    Returns the settings and whether Run was pressed (the caller starts the run)."""
+def sidebar() -> Settings:
+    """Draw the shared sidebar: the view controls, then the glossary. The run settings are read
+    as last chosen (the run panel of the Runs page draws them), not drawn."""
+    settings = run_settings(draw=False)
     with st.sidebar:
-        top = st.container()  # Run first: visible without scrolling at 900 px
-        settings = run_settings()
-        with top:
-            run_clicked = st.button("Run", type="primary", key="run", width="stretch")
-            st.caption(md_escape(preflight.display(_run_summary(settings), upload_names())))
-            plan_caption(settings)  # what the run will cost, before Run (SPEC 14)
         view_settings(settings)
         glossary_expander()
+    return settings
+
+
+def run_panel_settings() -> tuple[Settings, bool]:
+    """Draw the run panel (Run, what it will measure and cost, then every run setting) where
+    the caller is; returns the settings and whether Run was pressed (the caller starts it)."""
+    top = st.container()  # Run first: the settings below it, the plan beside the button
+    settings = run_settings(draw=True)
+    with top:
+        run_clicked = st.button("Run", type="primary", key="run")
+        st.caption(md_escape(preflight.display(_run_summary(settings), upload_names())))
+        plan_caption(settings)  # what the run will cost, before Run (SPEC 14)
     return settings, run_clicked
 
 
-def run_settings() -> Settings:
-    """What to measure: model, data, N, max tokens, passages, BOS, seed (view left default)."""
-    model, revision = _model_spec()
-    dataset, local_data = _dataset_spec()
-    c1, c2 = st.columns(2)
+def run_settings(*, draw: bool = True) -> Settings:
+    """What to measure: model, data, N, max tokens, passages, BOS, seed (view left default).
+    `draw=False` reads the values last chosen (or the shipped run's) without drawing them."""
+    with _drawing(draw):
+        return _run_settings()
+
+
+def _run_settings() -> Settings:
+    first = run_defaults()
+    left, right = st.columns(2) if _DRAW.get() else [contextlib.nullcontext()] * 2
+    with left:
+        model, revision = _model_spec()
+    with right:
+        dataset, local_data = _dataset_spec()
+    c1, c2, c3, c4, c5 = st.columns(5) if _DRAW.get() else [contextlib.nullcontext()] * 5
     with c1:
-        n = persisted(st.number_input, "N passages", "n", DEFAULT_N, min_value=4, step=32)
+        n = persisted(st.number_input, "N passages", "n", first["n"], min_value=4, step=32)
     with c2:
         max_tokens = persisted(
-            st.number_input, "Max tokens", "max_tokens", DEFAULT_MAX_TOKENS, min_value=2
+            st.number_input, "Max tokens", "max_tokens", first["max_tokens"], min_value=2
         )
-    c3, c4 = st.container(), st.container()  # one per row: half a sidebar cuts their values
     with c3:
         passages = persisted(
             st.selectbox,
             "Passages",
             "passages",
-            PASSAGE_MODES[0],
+            first["passages"],
             options=list(PASSAGE_MODES),
             help=PASSAGES_HELP,
         )
     with c4:
         bos = persisted(
-            st.selectbox, "BOS", "bos", BOS_OPTIONS[0], options=list(BOS_OPTIONS), help=BOS_HELP
+            st.selectbox, "BOS", "bos", first["bos"], options=list(BOS_OPTIONS), help=BOS_HELP
         )
-    seed = persisted(st.number_input, "Sample seed", "seed", 0, min_value=0)
+    with c5:
+        seed = persisted(st.number_input, "Sample seed", "seed", first["seed"], min_value=0)
     model, dataset = _refuse_paths(model, dataset, local_data)
     return Settings(
         model=model,
@@ -360,7 +425,7 @@ def _refuse_paths(model: str, dataset: str, local_data: str | None) -> tuple[str
     except DeffError as err:
         refused.append(str(err))
         dataset = ""
-    for text in refused:
+    for text in refused if _DRAW.get() else ():  # undrawn: the run panel shows them
         st.error(md_escape(text))
     st.session_state[REFUSED_KEY] = refused
     return model, dataset

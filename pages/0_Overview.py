@@ -11,7 +11,7 @@ from deffcore.runs.tables import metric_comparison, metric_difference
 from deffcore.views.labels import run_identity
 from deffcore.views.run_view import RunView
 from explorer.cards import download_html, headline_cards, precomputed_note, show_run_figure
-from explorer.page import page
+from explorer.page import OVERVIEW_TABS, page, page_links
 from explorer.settings import Settings
 
 #: The two charts side by side share one height, so their download rows line up, and fit
@@ -25,16 +25,17 @@ INTRO = (
     "updates give exactly $F_L = 2L/(L+1)$."
 )
 PAGES_NOTE = (
-    "Pages (sidebar): Similarity (the matrix; click a layer), Lag decay (ρ(k) and K), Gap to "
-    "F_L (beside the paper's models), Depth use (other papers' measures of how a model uses its "
-    "depth, beside D_eff), Models (every run and the paper's models in one table: "
-    "N, trust, bias), BOS & controls (is the gap a position-0 artefact?), Synthetic lab "
-    "(constructions with known answers), Baselines (random-weight null, matched references, "
-    "bootstrap), Runs (open, compare, resume, delete). Labs: Interventions (Gemma norms), "
+    "Pages, by who comes for what. Browsing models: Similarity (the matrix; click a layer), "
+    "Lag decay (ρ(k) and K) and Gap to F_L (beside the paper's models) in the row above; "
+    "Models (every run and the paper's models in one table: N, trust, bias); Depth use (other "
+    "papers' measures of how a model uses its depth, beside D_eff). Teaching: Teach "
+    "(constructions with known answers). Checking BOS sensitivity: BOS check (is the gap a "
+    "position-0 artefact?); Runs (measure a run; open, compare, resume, delete; Baselines: "
+    "random-weight null, matched references, bootstrap); Labs: Interventions (Gemma norms), "
     "Pruning boundary (BI vs ΔD_eff), Residual carry (train γ-carry GPTs), Training dynamics "
     "(checkpoints over training), Aggregations (other ways to count layers), Correlation lab "
     "(D_eff/L against pruning tolerance and benchmarks), Short pretraining (norm variants "
-    "trained from random weights)."
+    "trained from random weights). For everyone: About and methods (what D_eff is, the docs)."
 )
 
 
@@ -99,9 +100,10 @@ def report_button(view: RunView, settings: Settings) -> None:
 def main() -> None:
     view, settings = page("Overview")
     st.title("Effective Depth Explorer")
+    page_links(OVERVIEW_TABS)  # the matrix, ρ(k) and the gap in full, one click away
     st.markdown(INTRO)
     if view is None:
-        st.warning("No run yet: choose a model and dataset in the sidebar and press Run.")
+        st.warning("No run yet: choose a model and dataset on the Runs page and press Run.")
         st.stop()
     st.caption(f"Current run: {md_escape(view.label)}")
     headline_cards(view, settings)

@@ -71,7 +71,7 @@ def geometry_section(view: RunView, table: dict[str, Any], pooling: str) -> None
     if table["trajectory"]["euclidean_efficiency"] is None:
         st.caption(
             "A snapshot holds the similarity matrices, not the pooled states: the Euclidean "
-            "path needs a measured run (press **Run** in the sidebar)."
+            "path needs a measured run (press **Run** on the Runs page)."
         )
 
 
@@ -102,7 +102,7 @@ def gw_section(view: RunView, pooling: str) -> None:
         st.button("Compute Gromov–Wasserstein (minutes)", disabled=True, key="ag_gw_run")
         st.info(
             "This is a snapshot: it holds the similarity matrices, not the pooled states GW "
-            "needs. Measure the run (press **Run** in the sidebar) to compute GW here."
+            "needs. Measure the run (press **Run** on the Runs page) to compute GW here."
         )
         return
     options = GwOptions(pooling=pooling, n_gw=int(n_gw), seed=int(seed), init=init)

@@ -183,8 +183,10 @@ def sweep_form(settings: Settings) -> None:
     """The sweep form; a valid grid of at most MAX_BROWSER_CELLS cells goes to the job queue."""
     st.subheader("Run a sweep")
     st.caption(
-        "Measures every combination below with the sidebar's dataset, N, max tokens and "
-        "passage settings, one cell at a time in this server (engine serial) or as tasks on a "
+        "Measures every combination below with the Runs page's run settings (now "
+        f"{md_escape(settings.dataset or '(no data)')}, N = {settings.n:,}, "
+        f"{settings.max_tokens} tokens, {settings.passages}), one cell at a time in this "
+        "server (engine serial) or as tasks on a "
         "local Ray runtime (engine ray). Cells already cached are read, not recomputed. "
         "Offline models only; for a cluster use `python -m deffcore sweep --address` (README, "
         "Running on a cluster)."

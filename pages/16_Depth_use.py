@@ -75,7 +75,7 @@ def missing_section(view: RunView) -> None:
     if view.measurement is None:
         st.info(
             "This run carries no depth-use atlas (a snapshot made before the atlas existed). "
-            "Measure the run (press **Run** in the sidebar): a new run takes its atlas during "
+            "Measure the run (press **Run** on the Runs page): a new run takes its atlas during "
             "its own extraction."
         )
         return

@@ -16,7 +16,7 @@ from deffcore.statistics.measure_table import (
 from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
-from explorer.page import require_view
+from explorer.page import OVERVIEW_TABS, require_view
 from explorer.settings import Settings
 
 
@@ -82,7 +82,7 @@ def measures_section(view: RunView, settings: Settings) -> None:
         if table is None:
             st.info(
                 "This run's snapshot carries no table across measures (it needs the run's "
-                "pooled states). Measure the run (press **Run** in the sidebar) to compute it "
+                "pooled states). Measure the run (the run panel on the Runs page) to compute it "
                 "here, or make the snapshot with `deffcore measure ... --measures all "
                 "--snapshot PATH`."
             )
@@ -124,7 +124,7 @@ def measures_section(view: RunView, settings: Settings) -> None:
 
 
 def main() -> None:
-    ctx = require_view("Similarity")
+    ctx = require_view("Similarity", tabs=OVERVIEW_TABS)
     if ctx is None:
         st.stop()
     view, settings = ctx

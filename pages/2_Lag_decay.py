@@ -11,7 +11,7 @@ from deffcore.core.constants import SENSITIVITY_LAGS
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
-from explorer.page import require_view
+from explorer.page import OVERVIEW_TABS, require_view
 from explorer.settings import Settings
 
 
@@ -92,7 +92,7 @@ def k_section(view: RunView, settings: Settings) -> None:
 
 
 def main() -> None:
-    ctx = require_view("Lag decay")
+    ctx = require_view("Lag decay", tabs=OVERVIEW_TABS)
     if ctx is None:
         st.stop()
     view, settings = ctx

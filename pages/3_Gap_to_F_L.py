@@ -16,7 +16,7 @@ from deffcore.views.paper import paper_default_gaps, paper_table
 from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
-from explorer.page import require_view
+from explorer.page import OVERVIEW_TABS, require_view
 from explorer.settings import Settings
 from explorer.views import cached_result, cached_runs, precomputed_runs
 
@@ -133,7 +133,7 @@ def gap_table(table: pd.DataFrame) -> None:
 
 
 def main() -> None:
-    ctx = require_view("Gap to F_L")
+    ctx = require_view("Gap to F_L", tabs=OVERVIEW_TABS)
     if ctx is None:
         st.stop()
     view, settings = ctx

@@ -21,7 +21,7 @@ from deffcore.views.models_overview import model_family
 from deffcore.views.run_view import Headline, RunView
 from explorer.cards import show_figure
 from explorer.guard import guarded
-from explorer.page import page
+from explorer.page import page, page_links
 from explorer.run_panel import resume_run
 from explorer.settings import Settings
 from explorer.shared_runs import share_section, shared_entries
@@ -202,7 +202,7 @@ def runs_table(runs: Runs) -> None:
     )
     rows = [safe_row(e, runs) for e in runs.entries]
     if not rows:
-        st.info("No runs yet: press Run in the sidebar; every run is kept in the cache.")
+        st.info("No runs yet: press Run above; every run is kept in the cache.")
         st.stop()
     table = pd.DataFrame(rows)
     # a column every run shares is in the sentence above: the table keeps what differs
@@ -272,7 +272,7 @@ def compare_section(runs: Runs, settings: Settings) -> None:
     complete = runs.complete
     if len(complete) < 2:
         st.caption(
-            "Only one run so far: press Run in the sidebar with another model or setting "
+            "Only one run so far: press Run above with another model or setting "
             "(e.g. Model source → Random-weight null) to have something to compare."
         )
         return
@@ -494,8 +494,8 @@ def confirm_delete(runs: Runs, pending: str) -> None:
 
 
 def main() -> None:
-    view, settings = page("Runs")
-    st.title("Runs")
+    view, settings = page("Runs", run_panel=True)  # the one place the run panel lives
+    page_links([("pages/6_Baselines.py", "Baselines: random-weight null, references, bootstrap")])
     runs = list_runs(view)
     # each section on its own: one that fails is a sentence, and the delete controls are
     # always drawn (a bad entry must be removable from here)

@@ -43,13 +43,16 @@ def new_app() -> AppTest:
 
 
 def press_run(at: AppTest, **overrides) -> AppTest:
+    """Set the run panel (the Runs page: the one place it lives) and press Run."""
     run = {**RUN, **overrides}
+    at.switch_page(RUNS).run()
     at.radio(key="model_source").set_value("Packaged (offline)")
     at.run()
     at.selectbox(key="model_packaged").set_value(run["model"])
     at.number_input(key="n").set_value(run["n"])
     at.number_input(key="max_tokens").set_value(run["max_tokens"])
     at.number_input(key="seed").set_value(run["seed"])
+    at.selectbox(key="passages").set_value("documents")  # the panel starts at the shipped run's
     at.button(key="run").click()
     return at.run()
 
@@ -63,6 +66,7 @@ def app(cache_dir, measurement):
 
 
 OVERVIEW = "pages/0_Overview.py"  # the first page (app.py is the st.navigation router)
+RUNS = "pages/7_Runs.py"  # the run panel's one page
 
 
 def goto(at: AppTest, page: str | None) -> AppTest:
@@ -78,12 +82,15 @@ def goto(at: AppTest, page: str | None) -> AppTest:
 def test_entry_page_has_the_sidebar_and_shows_a_result_before_any_run(cache_dir):
     at = new_app().run()
     assert_clean(at)
-    for key in ("model_source", "data_source", "pooling"):
-        assert at.radio(key=key) is not None
+    assert at.sidebar.radio(key="pooling") is not None
+    assert at.sidebar.selectbox(key="metric").options == ["cka", "unbiased_cka", "cosine"]
+    runs = new_app().run().switch_page(RUNS).run()  # the run panel: on the Runs page
+    assert_clean(runs)
+    for key in ("model_source", "data_source"):
+        assert runs.radio(key=key) is not None
     for key in ("n", "max_tokens", "seed"):
-        assert at.number_input(key=key) is not None
-    assert at.selectbox(key="metric").options == ["cka", "unbiased_cka", "cosine"]
-    assert at.button(key="run").label == "Run"
+        assert runs.number_input(key=key) is not None
+    assert runs.button(key="run").label == "Run"
     from deffcore.views.snapshot import load_snapshot
 
     snap = load_snapshot()
@@ -308,16 +315,26 @@ def test_runs_page_compare_open_and_delete(app, cache_dir):
 
 
 def _errors_then_still_usable(at: AppTest, deff_before: str) -> list[str]:
+    """The Run panel's errors; then the Overview still shows the previous run; back on Runs."""
     errors = [plain(e.value) for e in at.error]
     assert not at.exception
+    goto(at, OVERVIEW)
     assert metric(at, "D_eff") == deff_before  # the previous run is still shown
+    goto(at, RUNS)
     return errors
+
+
+def _before(at: AppTest) -> str:
+    """The Overview's D_eff, then the Runs page (its run panel) opened."""
+    before = metric(goto(at, None), "D_eff")
+    goto(at, RUNS)
+    return before
 
 
 def test_unknown_model_is_a_clear_error(app, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    at = goto(app, None)
-    before = metric(at, "D_eff")
+    at = app
+    before = _before(at)
     at.radio(key="model_source").set_value("Hugging Face id").run()
     at.text_input(key="model_hf").set_value("no-such-org/no-such-model-xyz")
     at.button(key="run").click().run()
@@ -327,8 +344,8 @@ def test_unknown_model_is_a_clear_error(app, monkeypatch):
 
 
 def test_empty_file_and_short_passages_are_clear_errors(app, tmp_path):
-    at = goto(app, None)
-    before = metric(at, "D_eff")
+    at = app
+    before = _before(at)
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     at.radio(key="data_source").set_value("Local file").run()
@@ -354,8 +371,8 @@ def test_empty_file_and_short_passages_are_clear_errors(app, tmp_path):
 
 
 def test_missing_model_path_is_a_clear_error(app, tmp_path):
-    at = goto(app, None)
-    before = metric(at, "D_eff")
+    at = app
+    before = _before(at)
     at.radio(key="model_source").set_value("Local path").run()
     at.text_input(key="model_path").set_value(str(tmp_path / "nothing-here"))
     at.button(key="run").click().run()
@@ -385,8 +402,8 @@ def test_pipeline_failures_are_messages_and_the_cache_is_kept(app, monkeypatch, 
         raise exc(text)
 
     monkeypatch.setattr(deffcore.runs.measure, "measure_spec", failing)  # in the job's thread
-    at = goto(app, None)
-    before, runs = metric(at, "D_eff"), {m["key"] for m in entries.list_runs()}
+    at = app
+    before, runs = _before(at), {m["key"] for m in entries.list_runs()}
     at.button(key="run").click().run()
     errors = _errors_then_still_usable(at, before)
     assert len(errors) == 1 and text in errors[0]

@@ -26,6 +26,7 @@ from deffcore.work import jobs
 
 REPO = Path(__file__).resolve().parents[2]
 OVERVIEW = "pages/0_Overview.py"
+RUNS = "pages/7_Runs.py"  # the run panel's one page
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
 
 
@@ -47,12 +48,15 @@ def new_app(wait_s: float | None = 0) -> AppTest:
 
 
 def choose(at: AppTest, **overrides) -> AppTest:
+    """The run panel (on the Runs page, its one place) set to RUN with `overrides`."""
     run = {**RUN, **overrides}
+    at.switch_page(RUNS).run()
     at.radio(key="model_source").set_value("Packaged (offline)").run()
     at.selectbox(key="model_packaged").set_value(run["model"])
     at.number_input(key="n").set_value(run["n"])
     at.number_input(key="max_tokens").set_value(run["max_tokens"])
     at.number_input(key="seed").set_value(run["seed"])
+    at.selectbox(key="passages").set_value("documents")  # the panel starts at the shipped run's
     return at.run()
 
 
@@ -110,6 +114,7 @@ def test_run_survives_a_page_switch_and_lands(gate):
         at.button(key="job_cancel")
 
     # the same settings again: served from the cache
+    at.switch_page(RUNS).run()
     at.button(key="run").click().run()
     if "_deff_job" in at.session_state:  # not landed within this run: let it finish
         jobs.wait(session_job(at), timeout=600)
@@ -141,7 +146,8 @@ def test_a_reload_finds_the_running_job(gate):
 
 def test_cancel_stops_the_run_and_leaves_no_complete_entry(gate):
     at = choose(new_app(), n=64, max_tokens=64)
-    before = metric(at, "D_eff")
+    before = metric(at.switch_page(OVERVIEW).run(), "D_eff")
+    at.switch_page(RUNS).run()
     at.button(key="run").click().run()
     job_id = session_job(at)
     spec = jobs.status(job_id).spec
@@ -156,7 +162,7 @@ def test_cancel_stops_the_run_and_leaves_no_complete_entry(gate):
     assert not at.exception and not at.error
     shown += texts(at, "info")
     assert sum(i.startswith("Run cancelled") for i in shown) == 1, shown
-    assert metric(at, "D_eff") == before  # the current run is unchanged
+    assert metric(at.switch_page(OVERVIEW).run(), "D_eff") == before  # current run unchanged
     assert cache.load(spec) is None  # nothing loads as a complete run
     runs = [r for r in entries.list_runs() if r["key"] == spec.key()]
     assert all(r["status"] != "complete" for r in runs)
@@ -307,18 +313,19 @@ def test_navigation_overview_first_and_every_page_in_order():
     assert titles[0] == "Overview"
     files = [Path(str(p["script_path"])).name for p in pages if p.get("script_path")]
     numbers = [int(f.split("_")[0]) for f in files]
-    # the results first, Depth use and Models among them (where a visitor looks, not behind
-    # "View more")
-    assert numbers[:7] == [0, 1, 2, 3, 16, 13, 4] and titles[4:6] == ["Depth use", "Models"]
-    assert numbers[7:] == sorted(numbers[7:]) and numbers[7:10] == [5, 6, 7]
+    # the eight listed pages first (browsing, teaching, the BOS check; Models and Depth use
+    # where a visitor looks), then every other page, hidden, by number (tests/app/test_navigation)
+    assert numbers[:8] == [0, 13, 16, 5, 4, 7, 17, 18] and titles[1:3] == ["Models", "Depth use"]
+    assert numbers[8:] == sorted(numbers[8:]) and numbers[8:12] == [1, 2, 3, 6]
     assert len(files) == len(list((REPO / "pages").glob("[0-9]*.py")))
 
 
-def test_sidebar_run_first_demo_models_grouped_glossary():
+def test_run_panel_run_first_demo_models_grouped_glossary():
     at = new_app()
-    sidebar = at.sidebar
-    first_button = sidebar.button[0]
-    assert first_button.key == "run"  # Run before every setting: visible at 900 px
+    assert any("Glossary" in e.proto.label for e in at.sidebar.expander)
+    at.switch_page(RUNS).run()
+    first_button = at.main.button[0]
+    assert first_button.key == "run"  # Run before every setting: visible without scrolling
     options = at.selectbox(key="model_packaged").options
     from deffcore.inputs.model import PACKAGED_MODELS
 
@@ -330,7 +337,6 @@ def test_sidebar_run_first_demo_models_grouped_glossary():
     at.checkbox(key="model_all_demo").check().run()
     assert len(at.selectbox(key="model_packaged").options) > 10
     assert at.selectbox(key="passages").options == ["documents", "windows", "packed"]
-    assert at.selectbox(key="bos").options == ["default", "add", "none"]
     assert any("Glossary" in e.proto.label for e in at.sidebar.expander)
 
 
@@ -341,12 +347,12 @@ def test_windows_count_is_shown_before_run(mode):
     from deffcore.inputs.texts import count_windows
 
     n = count_windows("tiny-llama", "bbc-news", 32, "default", None, mode=mode)
-    assert any(f"this choice yields {n:,} windows" in plain(c.value) for c in at.sidebar.caption)
+    assert any(f"this choice yields {n:,} windows" in plain(c.value) for c in at.main.caption)
 
 
 def test_local_paths_off_hides_and_refuses_them(monkeypatch, no_model):
     monkeypatch.setenv("DEFF_LOCAL_PATHS", "off")
-    at = new_app()
+    at = new_app().switch_page(RUNS).run()
     assert "Local path" not in at.radio(key="model_source").options
     assert "Local file" not in at.radio(key="data_source").options
     at.radio(key="model_source").set_value("Hugging Face id").run()
@@ -362,9 +368,12 @@ def test_local_paths_off_hides_and_refuses_them(monkeypatch, no_model):
     assert no_model == []
 
 
-@pytest.mark.parametrize("page", ["pages/0_Overview.py", "pages/1_Similarity.py"])
+@pytest.mark.parametrize("page", ["pages/0_Overview.py", "pages/1_Similarity.py", RUNS])
 def test_a_page_file_still_runs_on_its_own(page):
-    """AppTest of a single page file (no router): it draws the shared sidebar itself."""
+    """AppTest of a single page file (no router): it draws the shared sidebar itself (and
+    the Runs page its run panel); its row of page links shows as text."""
     at = AppTest.from_file(str(REPO / page), default_timeout=180).run()
     assert not at.exception and not at.error
-    assert at.button(key="run").label == "Run" and at.title
+    assert at.sidebar.radio(key="pooling") is not None and at.title
+    if page == RUNS:
+        assert at.button(key="run").label == "Run"

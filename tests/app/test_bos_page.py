@@ -280,12 +280,14 @@ def test_passage_inspector_heatmap(app, measurement):
 
 
 def test_bos_on_off_acts_on_the_current_run_and_concludes(app, measurement):
-    """The sidebar names another model; the check measures the run on screen."""
+    """The run panel names another model; the check measures the run on screen."""
     from deffcore.runs.measure import measure
 
     at = app
+    at.switch_page("pages/7_Runs.py").run()  # the run panel's one page
     at.selectbox(key="model_packaged").set_value("smollm2-135m")  # not the current run
     at.run()
+    at.switch_page(PAGE).run()
     button = at.button(key="bos_compare")
     assert "tiny-llama" in plain(button.label) and "smollm2" not in button.label
     button.click().run()
@@ -295,7 +297,7 @@ def test_bos_on_off_acts_on_the_current_run_and_concludes(app, measurement):
     assert_clean(at)
     for bos in ("add", "none"):
         m = measure(**RUN, bos=bos)
-        assert m.cached  # the page's runs, read back: tiny-llama, not the sidebar's smollm2
+        assert m.cached  # the page's runs, read back: tiny-llama, not the run panel's smollm2
         gap = m.summary("default").gap_pct
         assert metric(at, f"Gap to F_L, default (bos={bos})") == f"{gap:+.1f}%"
     (conclusion,) = [e.value for e in (*at.success, *at.info) if "Conclusion" in e.value]

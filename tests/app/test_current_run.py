@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from deffcore.views.snapshot import load_gallery
 
 REPO = Path(__file__).resolve().parents[2]
+RUNS = "pages/7_Runs.py"  # the run panel's one page
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 24, "max_tokens": 16, "seed": 3}
 
 
@@ -36,10 +37,11 @@ def test_the_implicit_default_puts_nothing_in_the_url():
 
 
 def test_a_landed_run_is_in_the_url_and_a_reload_restores_it_with_its_settings(measurement):
-    at = new_app()
+    at = new_app().switch_page(RUNS).run()  # the run panel's one page
     at.selectbox(key="model_packaged").set_value(RUN["model"])
     for key in ("n", "max_tokens", "seed"):
         at.number_input(key=key).set_value(RUN[key])
+    at.selectbox(key="passages").set_value("documents")  # the panel starts at the shipped run's
     at.button(key="run").click().run()  # a cache hit: lands at once
     assert_clean(at)
     ref = f"cached:{measurement.spec.key()}"
@@ -50,6 +52,7 @@ def test_a_landed_run_is_in_the_url_and_a_reload_restores_it_with_its_settings(m
     reload = new_app(ref)  # a new session: what a reload, a bookmark or a colleague's link is
     assert_clean(reload)
     assert current(reload) == f"Current run (measured): {measurement_label(measurement)}"
+    reload.switch_page(RUNS).run()  # the run panel shows the run's settings
     assert reload.selectbox(key="model_packaged").value == RUN["model"]
     assert [reload.number_input(key=k).value for k in ("n", "max_tokens", "seed")] == [
         RUN["n"], RUN["max_tokens"], RUN["seed"],
@@ -66,7 +69,7 @@ def measurement_label(m) -> str:
 def test_opening_a_precomputed_run_puts_it_in_the_url_and_sets_the_sidebar():
     gemma = next(v for v in load_gallery() if v.spec["model"] == "gemma3-270m")
     at = new_app()
-    at.switch_page("pages/7_Runs.py").run()
+    at.switch_page(RUNS).run()
     at.selectbox(key="runs_open").set_value(f"precomputed:{gemma.key}")
     at.button(key="runs_open_button").click().run()
     assert_clean(at)

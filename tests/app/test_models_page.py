@@ -123,9 +123,12 @@ def test_filters_apply_to_the_table(app):
 
 def test_sweep_from_the_form_lands_in_the_table(app, measurement):
     at = app
+    at.switch_page("pages/7_Runs.py").run()  # the run settings: on the Runs page
     at.number_input(key="n").set_value(RUN["n"])
     at.number_input(key="max_tokens").set_value(RUN["max_tokens"])
+    at.selectbox(key="passages").set_value("documents")  # the panel starts at the shipped run's
     at.run()
+    at.switch_page(PAGE).run()
     at.multiselect(key="sweep_models").set_value(["tiny-gpt2", "tiny-llama"])
     at.text_input(key="sweep_seeds").set_value("1")
     at.radio(key="sweep_engine").set_value("serial")

@@ -118,7 +118,7 @@ def test_the_overview_offers_the_run_as_one_file_and_lists_every_page(shipped):
     assert "Download this run as one HTML file" in labels
     import app
 
-    note = next(plain(c.value) for c in at.caption if c.value.startswith("Pages (sidebar)"))
+    note = next(plain(c.value) for c in at.caption if c.value.startswith("Pages, by who"))
     missing = [t for _, _, t in app.PAGES if t != "Overview" and t not in note]
     assert not missing, missing
 
@@ -228,7 +228,7 @@ def test_the_normal_story_puts_the_numbers_before_the_text(shipped):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_a_reload_mid_run_shows_the_runs_settings_in_the_sidebar(shipped, gate):
+def test_a_reload_mid_run_shows_the_runs_settings_in_the_run_panel(shipped, gate):
     from deffcore.inputs.run_spec import RunSpec
 
     spec = RunSpec(model="tiny-llama", revision=None, dataset="bbc-news", n=24, max_tokens=16,
@@ -237,6 +237,8 @@ def test_a_reload_mid_run_shows_the_runs_settings_in_the_sidebar(shipped, gate):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
     at.query_params["job"] = job_id  # the URL a reload keeps
     at.run()
+    assert_clean(at)
+    at.switch_page("pages/7_Runs.py").run()  # the run panel's one page
     assert_clean(at)
     assert at.number_input(key="n").value == 24
     assert at.number_input(key="max_tokens").value == 16

@@ -32,6 +32,7 @@ def new_app() -> AppTest:
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
     at.session_state["_deff_run_wait_s"] = 0
     at.run()
+    at.switch_page("pages/7_Runs.py").run()  # the run panel's one page
     at.radio(key="model_source").set_value("Packaged (offline)").run()
     at.selectbox(key="model_packaged").set_value("tiny-llama")
     at.number_input(key="n").set_value(8)
@@ -113,7 +114,7 @@ def test_paths_off_refuses_an_hf_spec_naming_a_local_folder(no_model, tmp_path, 
     at.radio(key="data_source").set_value("Hugging Face dataset").run()
     for spec in (f"hf:{tmp_path / 'data'}:train", "hf:./data:train", "hf:csv:train"):
         at.text_input(key="data_hf").set_value(spec).run()
-        errors = [plain(e.value) for e in at.sidebar.error]
+        errors = [plain(e.value) for e in at.main.error]  # the run panel: on the Runs page
         assert len(errors) == 1 and ("DEFF_LOCAL_PATHS=off" in errors[0] or
                                      "file readers" in errors[0]), errors  # fmt: skip
         at.button(key="run").click().run()

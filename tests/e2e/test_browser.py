@@ -3,10 +3,11 @@
 The fixture starts the server on a free port with a temporary (empty) DEFF_CACHE_DIR and stops
 it. The first test visits every page of the first-time visitor's app (the empty cache: Models
 included) for error elements, then runs the demo model on bbc-news with N and max tokens
-lowered to 16 / 32 in the sidebar, checks the headline against `measure` (a cache hit in this
-process), reloads the page (the URL keeps the run: `?run=cached:<key>`), switches the pooling
-control, and visits every page looking for error elements and for any path from the cache; the
-BOS page answers before its diagnostics finish. The second starts another tiny run, switches to
+lowered to 16 / 32 in the run panel (the Runs page), checks the headline against `measure` (a
+cache hit in this process), reloads the page (the URL keeps the run: `?run=cached:<key>`),
+switches the pooling control, and visits every page (the hidden ones by their URL) looking
+for error elements and for any path from the cache; the BOS page answers before its
+diagnostics finish. The second starts another tiny run, switches to
 another page at once and comes back: the run must land (whether it was still running at the
 switch or not; the background behaviour itself is tested with a held run in
 tests/app/test_background_runs.py). Screenshots of every page (the 1400 x 900 window; with the
@@ -29,6 +30,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from browser_helpers import (
@@ -45,7 +47,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 WINDOW = {"width": 1400, "height": 900}
-RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32}
+#: The run panel starts at the shipped run's settings: token windows (RUN names them).
+RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32,
+       "passages": "windows"}  # fmt: skip
+#: The navigation's links (one row at the top, app.py).
+NAV = '[data-testid="stTopNav"] [data-testid="stTopNavLink"]'
+
 #: A tiny run lands in seconds; minutes without it landing is a failure, even at load 10.
 RUN_TIMEOUT_MS = 240_000
 
@@ -133,10 +140,23 @@ def visit_every_page(
     page, prefix: str, sidebar_text: str | None = None, *, full: bool = True
 ) -> None:
     """Every page: no error element, a title, no path from the cache; screenshots (the window;
-    with `full`, also the whole page and the chart toolbar)."""
+    with `full`, also the whole page and the chart toolbar). The listed pages by their links,
+    then every hidden page (app.py) by its URL, with the current run's `?run=`."""
+    import app
+
     sidebar = page.locator('[data-testid="stSidebar"]')
-    for i, name in enumerate(nav_names(page)):
-        open_page(page, i)
+    names = nav_names(page)
+    hidden = [(re.sub(r"^\d+_", "", Path(f).stem), title) for f, title in app.HIDDEN]
+    for i, name in enumerate([*names, *(title for _, title in hidden)]):
+        if i < len(names):
+            open_page(page, i)
+        else:
+            url = urlsplit(page.url)  # the same server, the same run (its `?run=`)
+            path = hidden[i - len(names)][0]
+            query = f"?{url.query}" if url.query else ""
+            page.goto(f"{url.scheme}://{url.netloc}/{path}{query}")
+            wait_idle(page, settle_ms=1000)
+            page.locator("h1").first.wait_for()
         no_errors(page, f"page {name} ({prefix})")
         assert page.locator("h1").count() >= 1
         if sidebar_text:  # every page keeps the run: the sidebar still names it
@@ -162,7 +182,7 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
     for name, _ in visit_every_page(page, "empty_cache", full=False):
         if name == "Models":
             assert page.get_by_text("precomputed").count() >= 1
-        if name == "BOS & controls":  # the answer at once, from what is computed
+        if name == "BOS check":  # the answer at once, from what is computed
             assert page.get_by_text("Is the gap a position-0 artefact?").count() == 1
     page.goto(server["url"])
     wait_idle(page)
@@ -172,14 +192,15 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
         assert page.get_by_text("Precomputed with").count() == 1
 
     sidebar = page.locator('[data-testid="stSidebar"]')
-    choose_model(page, sidebar, RUN["model"])
-    sidebar.get_by_label("N passages").fill(str(RUN["n"]))
-    sidebar.get_by_label("N passages").press("Enter")
+    panel = open_runs(page)  # the run panel's one place
+    choose_model(page, panel, RUN["model"])
+    panel.get_by_label("N passages").fill(str(RUN["n"]))
+    panel.get_by_label("N passages").press("Enter")
     wait_idle(page)
-    sidebar.get_by_label("Max tokens").fill(str(RUN["max_tokens"]))
-    sidebar.get_by_label("Max tokens").press("Enter")
+    panel.get_by_label("Max tokens").fill(str(RUN["max_tokens"]))
+    panel.get_by_label("Max tokens").press("Enter")
     wait_idle(page)
-    sidebar.get_by_role("button", name="Run", exact=True).click()
+    panel.get_by_role("button", name="Run", exact=True).click()
     done = (
         f"Current run (measured): {RUN['model']} · bbc-news · N={RUN['n']} · T={RUN['max_tokens']}"
     )
@@ -191,8 +212,10 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
     page.reload()  # a new session: the URL keeps the current run
     wait_idle(page)
     sidebar.get_by_text(done).wait_for()
-    assert sidebar.get_by_label("N passages").input_value() == str(RUN["n"])
+    assert panel.get_by_label("N passages").input_value() == str(RUN["n"])
     shot(page, "02b_after_reload")
+    page.locator(NAV).filter(has_text="Overview").first.click()  # the headline
+    wait_idle(page)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DEFF_CACHE_DIR", str(server["cache"]))
@@ -224,28 +247,33 @@ def test_run_switch_pooling_and_visit_every_page(server, page):
     no_errors(page, "after switching pooling")
     shot(page, "03_first_non_bos")
 
-    assert {"Correlation lab", "Short pretraining"} <= set(nav_names(page))  # SPEC 13
+    visited = set()
     for name, _ in visit_every_page(page, "page", done):
+        visited.add(name)
         body = page.locator('[data-testid="stApp"]').inner_text()
         assert str(server["cache"]) not in body, f"page {name} shows a path from the cache"
         assert ".uploads" not in body, name
-        if name == "BOS & controls":  # shown before the background diagnostics finish
+        if name == "BOS check":  # shown before the background diagnostics finish
             assert page.get_by_text("Is the gap a position-0 artefact?").count() == 1
+    assert {"Correlation lab", "Short pretraining"} <= visited  # SPEC 13
+
+
+def open_runs(page):
+    """Open the Runs page; its main area (the run panel at the top)."""
+    page.locator(NAV).filter(has_text="Runs").first.click()
+    wait_idle(page)
+    return page.locator('[data-testid="stMain"]')
 
 
 def nav_names(page) -> list[str]:
-    """The sidebar's page links (all of them: "View more" expanded)."""
-    more = page.locator('[data-testid="stSidebarNavViewButton"]')
-    if more.count() and "more" in more.inner_text().lower():
-        more.click()
-        page.wait_for_timeout(500)
-    names = [t.strip() for t in page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()]
-    assert len(names) >= 8, names  # the entry page and pages 1-7
+    """The navigation's page links (one row at the top: eight, every one in sight)."""
+    names = [t.strip() for t in page.locator(NAV).all_inner_texts()]
+    assert len(names) == 8, names  # app.LISTED
     return names
 
 
 def open_page(page, i: int) -> None:
-    page.locator('[data-testid="stSidebarNav"] a').nth(i).click()
+    page.locator(NAV).nth(i).click()
     wait_idle(page, settle_ms=1000)
     page.locator("h1").first.wait_for()
 
@@ -264,12 +292,13 @@ def test_a_run_survives_a_page_switch_and_lands(server, page):
     page.goto(server["url"])
     wait_idle(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
-    choose_model(page, sidebar, TINY["model"])
+    panel = open_runs(page)
+    choose_model(page, panel, TINY["model"])
     for label, value in (("N passages", TINY["n"]), ("Max tokens", TINY["max_tokens"])):
-        sidebar.get_by_label(label).fill(str(value))
-        sidebar.get_by_label(label).press("Enter")
+        panel.get_by_label(label).fill(str(value))
+        panel.get_by_label(label).press("Enter")
         wait_idle(page)
-    sidebar.get_by_role("button", name="Run", exact=True).click()
+    panel.get_by_role("button", name="Run", exact=True).click()
     # Leave once the app has the job (its progress box, or its notice when it was that quick):
     # a page switch before the click's own script run reaches `jobs.start` cancels the click
     # itself (Streamlit stops that script run), which is not what this test is about; under CI
@@ -277,11 +306,11 @@ def test_a_run_survives_a_page_switch_and_lands(server, page):
     started = re.compile(r"^Running:|^Run finished")
     page.get_by_text(started).first.wait_for(timeout=RUN_TIMEOUT_MS)
     names = nav_names(page)
-    other = next(i for i, n in enumerate(names) if "Similarity" in n)
-    page.locator('[data-testid="stSidebarNav"] a').nth(other).click()
+    other = next(i for i, n in enumerate(names) if "Depth use" in n)
+    page.locator(NAV).nth(other).click()
     page.wait_for_timeout(2000)
     shot(page, "10_page_switch_during_run")
-    page.locator('[data-testid="stSidebarNav"] a').nth(0).click()
+    page.locator(NAV).nth(0).click()
     landed = (
         f"Current run (measured): {TINY['model']} · bbc-news · N={TINY['n']} · "
         f"T={TINY['max_tokens']}"
@@ -293,9 +322,9 @@ def test_a_run_survives_a_page_switch_and_lands(server, page):
     shot(page, "11_run_landed_after_page_switch")
 
 
-def choose_model(page, sidebar, model: str) -> None:
-    """Pick `model` in the sidebar's model selectbox (type to filter, Enter to choose)."""
-    box = sidebar.locator('[data-testid="stSelectbox"]').filter(has_text="Model").first
+def choose_model(page, panel, model: str) -> None:
+    """Pick `model` in the run panel's model selectbox (type to filter, Enter to choose)."""
+    box = panel.locator('[data-testid="stSelectbox"]').filter(has_text="Model").first
     box.click()
     page.keyboard.type(model)
     page.keyboard.press("Enter")

@@ -93,12 +93,13 @@ def page(browser):
 def go(page, url: str, nav: str | None = None) -> None:
     page.goto(url)
     wait_idle(page)
-    if nav:
-        more = page.locator('[data-testid="stSidebarNavViewButton"]')
-        if more.count() and "more" in more.inner_text().lower():
-            more.click()
-            page.wait_for_timeout(500)
-        page.locator('[data-testid="stSidebarNav"] a').filter(has_text=nav).first.click()
+    if nav:  # a listed page by its link at the top, a lab by the Labs page's picker
+        links = page.locator('[data-testid="stTopNav"] [data-testid="stTopNavLink"]')
+        if not links.filter(has_text=nav).count():
+            links.filter(has_text="Labs").first.click()
+            wait_idle(page)
+            links = page.locator('[data-testid="stMain"] [data-testid="stPageLink"] a')
+        links.filter(has_text=nav).first.click()
         wait_idle(page, settle_ms=1000)
     assert page.locator(ERRORS).count() == 0, page.locator(ERRORS).all_inner_texts()
 
@@ -172,7 +173,7 @@ def test_the_projector_fits_the_window_at_projector_size(server, page, size):
     from deffcore.measures import teaching
 
     page.set_viewport_size(size)
-    go(page, server["url"], "Synthetic lab")
+    go(page, server["url"], "Teach")
     page.get_by_text("Projector layout").first.click()
     wait_idle(page)
     view = page.locator(".st-key-syn_projector_view")
@@ -236,7 +237,7 @@ def test_the_story_fits_1280x720_with_its_sliders_beside_the_chart(server, page)
 
 
 def test_the_bos_page_is_whole_at_first_visit(server, page):
-    go(page, server["url"], "BOS & controls")
+    go(page, server["url"], "BOS check")
     page.screenshot(path=str(SHOTS / "bos_first_visit.png"))
     main = page.locator('[data-testid="stMain"]')
     assert main.get_by_text("Massive activations per layer").count() >= 1

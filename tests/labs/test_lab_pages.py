@@ -47,13 +47,16 @@ def deff_cache_dir(cache_dir, monkeypatch):
 
 @pytest.fixture(scope="module")
 def app(cache_dir):
-    """The app with a tiny-llama run pressed in the sidebar (the current run of the session)."""
+    """The app with a tiny-llama run pressed in the run panel (the Runs page; the current run
+    of the session, its settings what the labs read)."""
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
+    at.switch_page("pages/7_Runs.py").run()
     at.radio(key="model_source").set_value("Packaged (offline)")
     at.run()
     at.selectbox(key="model_packaged").set_value(RUN["model"])
     at.number_input(key="n").set_value(RUN["n"])
     at.number_input(key="max_tokens").set_value(RUN["max_tokens"])
+    at.selectbox(key="passages").set_value("documents")  # the panel starts at the shipped run's
     at.button(key="run").click()
     at.run()
     assert_clean(at)
