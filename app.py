@@ -82,5 +82,5 @@ def navigation() -> list[st.Page]:
 
 
 # the links in one row at the top (every entry in sight, no menu to open): the sidebar keeps
-# the view controls alone, so it fits the window (tests/e2e/test_navigation.py)
+# the view controls alone, so it fits the window (tests/e2e/test_navigation_browser.py)
 st.navigation(navigation(), position="top").run()

@@ -2,7 +2,7 @@
 its URL kept, and the run panel in one place (the Runs page) with the shipped run's settings.
 
 The browser's side (the sidebar's height at 1400 x 900, old URLs typed in) is
-tests/e2e/test_navigation.py.
+tests/e2e/test_navigation_browser.py.
 """
 
 from __future__ import annotations
