@@ -28,7 +28,7 @@ import numpy as np
 
 from deffcore.core.checks import check_int, check_seed
 from deffcore.core.errors import DeffError, InvalidStatesError
-from deffcore.extraction import atlas_store
+from deffcore.extraction import atlas as atlas_store
 from deffcore.lenses.atlas_skip import SKIP_PASSAGES, SkipRows, skip_rows
 from deffcore.measures.atlas import Atlas, summarize
 from deffcore.views.atlas_read import run_info, stored_skip
@@ -267,7 +267,7 @@ def atlas_states(
     attention mask (N, T), as `measure_states` takes them (`deffcore.runs.external`; h_L before the
     final norm). No sublayer split (the states do not carry the MLP's write) and no skip effect
     (that needs the model)."""
-    from deffcore.extraction.atlas_tap import rows_from_states
+    from deffcore.extraction.atlas import rows_from_states
     from deffcore.runs import external
 
     check_atlas_options(B, boot_seed, ci, 1)

@@ -1,6 +1,6 @@
 """The depth-use atlas: other papers' measures of how a model uses its depth, with intervals.
 
-Stage: measures (per-passage rows from `deffcore.extraction.atlas_tap` (and the skip effect's
+Stage: measures (per-passage rows from `deffcore.extraction.atlas` (and the skip effect's
 from `deffcore.lenses.atlas_skip`) -> means, passage-bootstrap intervals and the derived numbers;
 SPEC section 16).
 
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.extraction.atlas_tap import SPLIT_QUANTITIES, AtlasRows
+from deffcore.extraction.atlas import SPLIT_QUANTITIES, AtlasRows
 
 ATLAS_FORMAT = 1
 #: Gromov et al.'s angular budget of the correlation lab's column (a share of π).

@@ -1,6 +1,6 @@
 """A measured run's depth-use atlas as stored beside it, summarised (nothing is run here).
 
-Stage: views (reads `deffcore.extraction.atlas_store`, summarises with
+Stage: views (reads `deffcore.extraction.atlas`, summarises with
 `deffcore.measures.atlas`; the views and the correlation lab read a run's atlas through it,
 `deffcore.lenses.atlas` computes one).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from deffcore.extraction import atlas_store
+from deffcore.extraction import atlas as atlas_store
 from deffcore.measures.atlas import Atlas, SkipEffect, summarize, summarize_skip
 from deffcore.measures.depth import lag_profile
 

@@ -94,7 +94,7 @@ def test_the_glossary_names_each_measures_paper(measurement):
 
 
 def test_a_run_without_an_atlas_computes_it_then_the_skip_effect():
-    from deffcore.extraction import atlas_store
+    from deffcore.extraction import atlas as atlas_store
     from deffcore.runs.measure import measure, measure_spec
     from deffcore.runs.preflight import run_spec
 
