@@ -29,6 +29,8 @@ TERMS = (
     "phase point",
     "Gromov et al.'s block",
     "skip effect",
+    "logit lens",
+    "prediction depth",
 )
 
 
@@ -128,6 +130,50 @@ def measures_section(view: RunView, atlas: Atlas) -> None:
         download_table(frame, "atlas_blocks", tag)
 
 
+def lens_section(view: RunView, atlas: Atlas) -> None:
+    """Where predictions form (the logit lens, SPEC 16.2), read beside D_eff above."""
+    st.subheader("Where predictions form (logit lens)")
+    lens = atlas.logit_lens
+    if lens is None:
+        refused = atlas.meta.get("logit_lens_refused")
+        st.caption(
+            str(refused)
+            if refused
+            else "This atlas carries no logit lens (taken before it "
+            "existed); measuring the run again takes it."
+        )
+        return
+    L, depth = atlas.layers, lens["prediction_depth"]
+    band = atlas.intervals.get("prediction_depth")
+    c = st.columns(3)
+    c[0].metric(
+        "Prediction depth",
+        f"{depth:.2f} of {L}",
+        help=None if band is None else f"{atlas.ci:.0%} interval {band[0]:.2f}–{band[1]:.2f}",
+    )
+    half = max(1, L // 2)
+    c[1].metric(f"Top-1 = final at layer {half}", f"{lens['top1_agreement'][half]:.1%}")
+    c[2].metric(f"KL(p_L ‖ p_l) at layer {half}", f"{lens['kl'][half]:.3f} nats")
+    show_figure(figures.lens_figure(atlas), "logit_lens", identity(view))
+    st.caption(
+        "The model's final norm and unembedding applied to each layer's residual stream "
+        "(layer 0: the embeddings); means over the passages' tokens, then over passages, with "
+        f"{atlas.ci:.0%} passage-bootstrap intervals. Read it beside D_eff above: a model whose "
+        "predictions settle early uses its last blocks to refine."
+    )
+    with st.expander("Per layer, with intervals"):
+        import pandas as pd
+
+        frame = pd.DataFrame({"layer": range(L + 1), "kl": lens["kl"]})
+        for name, key in (("kl", "logit_lens_kl"), ("top1_agreement", "logit_lens_top1")):
+            if name != "kl":
+                frame[name] = lens[name]
+            if key in atlas.intervals:
+                frame[f"{name}_low"], frame[f"{name}_high"] = atlas.intervals[key]
+        st.dataframe(human_columns(frame), hide_index=True, key="du_lens_table")
+        download_table(frame, "atlas_logit_lens", identity(view))
+
+
 def skip_section(view: RunView, atlas: Atlas) -> None:
     st.subheader("Skip one block: what changes later (Csordás et al. §3.2)")
     if atlas.skip_effect is not None:
@@ -170,6 +216,7 @@ def main() -> None:
         missing_section(view)
     else:
         measures_section(view, atlas)
+        lens_section(view, atlas)
         skip_section(view, atlas)
     with st.expander("Glossary: the measures and their papers"):
         st.markdown(glossary_markdown(TERMS))

@@ -25,6 +25,10 @@ def test_atlas_json_is_the_librarys(capsys, tiny_dataset):
     assert out["phase_point"] == lib["phase_point"] and out["columns"] == lib["columns"]
     assert out["intervals"]["alignment"] == lib["intervals"]["alignment"]
     assert out["run"]["key"] == lib["run"]["key"] and out["skip_effect"] is None
+    lens = out["logit_lens"]  # where predictions form, over h_0 .. h_L
+    assert len(lens["kl"]) == 5 and lens["top1_agreement"][-1] == 1.0
+    np.testing.assert_allclose(lens["kl"], lib["logit_lens"]["kl"], rtol=1e-12)
+    assert out["intervals"]["prediction_depth"] == lib["intervals"]["prediction_depth"]
     assert (
         main(["atlas", *TINY, "--dataset", tiny_dataset, "--skip-effect", "--skip-passages", "3"])
         == 0
@@ -32,6 +36,7 @@ def test_atlas_json_is_the_librarys(capsys, tiny_dataset):
     text = capsys.readouterr().out
     assert "phase point: block" in text and "skip effect (3 passages)" in text
     assert "r attn" in text and "Gromov et al." in text
+    assert "where predictions form" in text and "prediction depth: " in text
 
 
 @pytest.mark.parametrize(

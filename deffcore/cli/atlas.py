@@ -21,11 +21,12 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "atlas",
         help="depth-use atlas: relative contribution, alignment, Block Influence, angular "
-        "distance, phase point, skip effect, beside D_eff",
+        "distance, phase point, logit lens, skip effect, beside D_eff",
         description="The other papers' measures of how a model uses its depth, on the run's own "
         "passages (SPEC 16): Csordás et al.'s relative contribution and alignment (attention / "
         "MLP where known) and skip effect, ShortGPT's Block Influence, Gromov et al.'s angular "
-        "distance and the block they would drop, the phase point; each with a passage "
+        "distance and the block they would drop, the phase point, where predictions form (logit "
+        "lens KL, top-1 agreement, prediction depth); each with a passage "
         "bootstrap interval. Taken during the run's extraction and kept beside its cache entry.",
     )
     add_run_args(p, model="smollm2-135m", n=512)
@@ -67,6 +68,29 @@ def _row(a: dict, i: int) -> str:
     return line
 
 
+def lens_lines(a: dict) -> list[str]:
+    """Where predictions form (the logit lens, SPEC 16.2): one row per layer h_0 .. h_L and the
+    prediction depth, or the sentence saying why the architecture has none."""
+    lens = a.get("logit_lens")
+    if not lens:
+        refused = (a.get("meta") or {}).get("logit_lens_refused")
+        return ["", f"where predictions form: {refused}"] if refused else []
+    kl_band = a["intervals"].get("logit_lens_kl")
+    depth_band = a["intervals"].get("prediction_depth")
+    lines = [
+        "",
+        "where predictions form (logit lens; layer 0 = the embeddings):",
+        f"{'layer':>5} {'KL(p_L||p_l)':>12} {'95% interval':>20} {'top-1 = final':>13}",
+    ]
+    for i, (kl, top) in enumerate(zip(lens["kl"], lens["top1_agreement"], strict=True)):
+        band = f"[{fmt(kl_band['low'][i])}, {fmt(kl_band['high'][i])}]" if kl_band else ""
+        lines.append(f"{i:>5} {fmt(kl, '.4f'):>12} {band:>20} {fmt(top, '.3f'):>13}")
+    depth = f"prediction depth: {fmt(lens['prediction_depth'], '.2f')}"
+    if depth_band:
+        depth += f" (95% interval {fmt(depth_band['low'], '.2f')}-{fmt(depth_band['high'], '.2f')})"
+    return [*lines, depth + f" of {a['layers']} layers"]
+
+
 def atlas_table(a: dict) -> str:
     """The atlas as text: one row per block, then the derived numbers."""
     run, L = a["run"], a["layers"]
@@ -90,6 +114,7 @@ def atlas_table(a: dict) -> str:
         + f", keep {L - g['n_drop']}",
         "columns: " + "  ".join(f"{k}={fmt(v, '.3f')}" for k, v in cols.items()),
     ]
+    lines += lens_lines(a)
     skip = a.get("skip_effect")
     if skip:
         kl = "  ".join(f"{s + 1}:{fmt(v, '.3g')}" for s, v in enumerate(skip["kl"]))

@@ -34,12 +34,23 @@ run here (resumed from a checkpoint, served from another run's cache entry) has 
 `rows()` then returns None: an atlas is kept only when every passage of the run has its row.
 A token whose norm is 0 gets ratio and cosine 0 (division by `EPS`), never NaN.
 
+The logit lens (SPEC 16, "where predictions form"; `AtlasTap(lens=True)`, what `atlas_taps()`
+takes): where the architecture's head is verified (`LENS_ARCHITECTURES`, `lens_head`: the final
+norm the adapters know, `get_output_embeddings()`, the config's final-logit soft-capping) each
+batch's h_0 .. h_L are held (in the model's dtype) until h_L arrives; then, over the batch's
+real tokens in chunks of at most `LENS_CHUNK_BYTES` of logits, p_l = softmax(W_U norm(h_l))
+for l = 0..L, and per token KL(p_L || p_l), [top1(p_l) = top1(p_L)] and the prediction depth
+(`prediction_depth`), averaged per passage in float64. No token's logits outlive its chunk.
+Another architecture's atlas has no lens (`AtlasRows.lens_refused` says why, one sentence).
+
 The store — a run's atlas kept beside its cache entry (per-passage rows, versioned, checked;
 a side file of `deffcore.extraction.cache`'s run entry, like the BOS diagnostics):
 
     <cache>/<key>/atlas.npz         the run's `AtlasRows`: r, c, bi (N, L), angular (N, L+1, L+1),
-                                    lengths (N,), the split's four (N, L) arrays when known, and
-                                    `meta` (JSON bytes: format, key, spec, split_kind, created)
+                                    lengths (N,), the split's four (N, L) arrays when known, the
+                                    logit lens's lens_kl, lens_top1 (N, L+1), lens_depth (N,) when
+                                    taken, and `meta` (JSON bytes: format, key, spec, split_kind,
+                                    lens_refused, created)
     <cache>/<key>/skip_effect.npz   the skip effect's per-passage rows (`atlas_skip.SkipRows`)
                                     and `meta` (format, key, spec, passages, created)
 
@@ -85,6 +96,13 @@ _WRITE_NAMES: tuple[str, ...] = ("post_feedforward_layernorm", "post_mlp_dropout
 QUANTITIES: tuple[str, ...] = ("r", "c", "bi")
 SPLIT_QUANTITIES: tuple[str, ...] = ("r_attn", "c_attn", "r_mlp", "c_mlp")
 EPS = 1e-12
+#: Architectures whose logits are exactly `lens_head(model).log_probs(h_L)`
+#: (tests/test_atlas_lens.py checks it against the model's own logits on each).
+LENS_ARCHITECTURES: frozenset[str] = frozenset(SPLIT_ARCHITECTURES)
+#: The logit lens's per-passage arrays: kl and top1 (N, L+1) over h_0 .. h_L, depth (N,).
+LENS_QUANTITIES: tuple[str, ...] = ("kl", "top1", "depth")
+#: Bytes of float32 logits one chunk of tokens may hold (per distribution; three are alive).
+LENS_CHUNK_BYTES = 1 << 27
 
 
 @dataclass
@@ -96,6 +114,8 @@ class AtlasRows:
     lengths:   (N,) int64 real tokens per passage (token-weighted means use them)
     split:     {"r_attn", "c_attn", "r_mlp", "c_mlp": (N, L)} or None (architecture not verified)
     split_kind: "sequential" / "parallel" / None
+    lens:      {"kl", "top1": (N, L+1) over h_0 .. h_L, "depth": (N,)} float64, the logit lens's
+               passage means, or None (not taken; `lens_refused`: why, when refused)
     """
 
     r: np.ndarray
@@ -105,6 +125,8 @@ class AtlasRows:
     lengths: np.ndarray
     split: dict[str, np.ndarray] | None = None
     split_kind: str | None = None
+    lens: dict[str, np.ndarray] | None = None
+    lens_refused: str | None = None
 
     @property
     def layers(self) -> int:
@@ -117,6 +139,7 @@ class AtlasRows:
     def subset(self, rows: np.ndarray) -> AtlasRows:
         """The same values for some passages (indices into the rows)."""
         split = None if self.split is None else {k: v[rows] for k, v in self.split.items()}
+        lens = None if self.lens is None else {k: v[rows] for k, v in self.lens.items()}
         return AtlasRows(
             self.r[rows],
             self.c[rows],
@@ -125,6 +148,8 @@ class AtlasRows:
             self.lengths[rows],
             split,
             self.split_kind,
+            lens,
+            self.lens_refused,
         )
 
 
@@ -203,6 +228,103 @@ def angular_matrix(last: torch.Tensor) -> torch.Tensor:
     return d * (1 - torch.eye(d.shape[-1], dtype=d.dtype, device=d.device))
 
 
+# ---------------------------------------------------------------------------------------------
+# The logit lens
+
+
+@dataclass(frozen=True)
+class LensHead:
+    """The model's head as the logit lens applies it to any h_l: final norm, unembedding, then the
+    config's final-logit soft-capping (cap * tanh(z / cap)) when it has one."""
+
+    norm: nn.Module
+    unembed: nn.Module
+    softcap: float | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.unembed.weight.device
+
+    @property
+    def vocab(self) -> int:
+        return int(self.unembed.weight.shape[0])
+
+    def log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """h (n, d) -> (n, V) float32 log-probabilities of the next token (the model's dtype up
+        to the logits, as its own forward; log-softmax in float32)."""
+        x = h.to(device=self.device, dtype=self.unembed.weight.dtype)
+        z = self.unembed(self.norm(x[None]))[0]
+        if self.softcap:
+            z = torch.tanh(z / self.softcap) * self.softcap
+        return torch.log_softmax(z.float(), dim=-1)
+
+
+def lens_head(model: nn.Module) -> LensHead:
+    """The head the logit lens applies (`LensHead`); UnsupportedArchitectureError (one sentence)
+    when the architecture is not one whose logits it is verified to reproduce."""
+    from deffcore.core.errors import UnsupportedArchitectureError
+    from deffcore.inputs.architecture import final_norm, model_type
+
+    kind = model_type(model)
+    get = getattr(model, "get_output_embeddings", None)
+    unembed = get() if callable(get) else None
+    norm = final_norm(model) if kind in LENS_ARCHITECTURES else None
+    weight = getattr(unembed, "weight", None)
+    if norm is None or not isinstance(unembed, nn.Module) or not isinstance(weight, torch.Tensor):
+        raise UnsupportedArchitectureError(
+            f"The logit lens is verified only for {', '.join(sorted(LENS_ARCHITECTURES))} "
+            f"causal LMs with their head, not for a {kind[:60]} model."
+        )
+    config = getattr(model, "config", None)
+    text = getattr(config, "text_config", None) or config
+    cap = getattr(text, "final_logit_softcapping", None)
+    return LensHead(norm, unembed, float(cap) if cap else None)
+
+
+def prediction_depth(top1: torch.Tensor) -> torch.Tensor:
+    """top1 (L+1, n) the top-1 token at h_0 .. h_L per token -> (n,) int64: the first layer l
+    from which top1_k = top1_L for every k = l..L (L when only the last layer agrees)."""
+    agree = (top1 == top1[-1:]).flip(0).long().cumprod(0)  # 1 while every later layer agrees
+    return top1.shape[0] - agree.sum(0)
+
+
+def lens_terms(
+    head: LensHead, states: list[torch.Tensor], keep: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The logit lens of one batch: states h_0 .. h_L (B, T, d) in the model's dtype, keep (B, T)
+    bool real tokens -> per-passage means over real tokens (sums / counts in float64):
+    "kl" (B, L+1) of KL(p_L || p_l), "top1" (B, L+1) of [top1_l = top1_L], "depth" (B,)."""
+    dev = head.device
+    b, t = keep.to(dev).nonzero(as_tuple=True)
+    layers, count = len(states), int(b.shape[0])
+    chunk = max(1, LENS_CHUNK_BYTES // (4 * head.vocab))
+    kl = torch.zeros(layers, count, dtype=torch.float32, device=dev)
+    top = torch.zeros(layers, count, dtype=torch.int64, device=dev)
+    with torch.no_grad():
+        for lo in range(0, count, chunk):
+            rows = slice(lo, min(lo + chunk, count))
+            sel = (b[rows], t[rows])
+            final = head.log_probs(states[-1].to(dev)[sel])
+            p_final = final.exp()
+            for layer in range(layers):
+                logp = final if layer == layers - 1 else head.log_probs(states[layer].to(dev)[sel])
+                kl[layer, rows] = (p_final * (final - logp)).sum(-1).clamp_min(0.0)
+                top[layer, rows] = logp.argmax(-1)
+                del logp
+    B = keep.shape[0]
+    tokens = keep.to(dev).sum(1).double()  # real tokens per passage
+
+    def per_passage(values: torch.Tensor) -> torch.Tensor:  # (..., count) -> (..., B) means
+        out = torch.zeros((*values.shape[:-1], B), dtype=torch.float64, device=dev)
+        return out.index_add_(-1, b, values.double()) / tokens
+
+    return {
+        "kl": per_passage(kl).T,
+        "top1": per_passage((top == top[-1:]).double()).T,
+        "depth": per_passage(prediction_depth(top).double()),
+    }
+
+
 @dataclass
 class _Batch:
     """The batch in flight: token weights and real-token mask on the input device, the last
@@ -213,6 +335,8 @@ class _Batch:
     last: torch.Tensor  # (B,) int64
     terms: dict[str, list[torch.Tensor | None]]
     last_states: list[torch.Tensor | None]
+    lens_states: list[torch.Tensor | None] = field(default_factory=list)
+    lens: dict[str, torch.Tensor] | None = None
     elsewhere: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(
         default_factory=dict
     )
@@ -234,21 +358,31 @@ class AtlasTap:
     forward failed); rows() gives the `AtlasRows` once every passage has its row, else None.
     """
 
-    def __init__(self, *, split: bool = True) -> None:
-        self.want_split = split
+    def __init__(self, *, split: bool = True, lens: bool = False) -> None:
+        self.want_split, self.want_lens = split, lens
         self.kind: str | None = None
+        self.head: LensHead | None = None
+        self.lens_refused: str | None = None
         self.layers = self.n = 0
         self._batch: _Batch | None = None
         self._prev: torch.Tensor | None = None
         self._mlp: dict[int, torch.Tensor] = {}
-        self._done: list[tuple[list[int], dict[str, torch.Tensor], torch.Tensor]] = []
+        self._done: list[tuple[list[int], dict[str, torch.Tensor], torch.Tensor, Any]] = []
 
     def attach(self, model: nn.Module, n: int) -> list[Any]:
         """Start a run of `n` passages on `model`; the handles of the hooks it needs."""
         from deffcore.inputs.architecture import decoder_layers
 
         blocks = decoder_layers(model)
-        self.start(n, len(blocks), split_kind(model) if self.want_split else None)
+        head = None
+        if self.want_lens:
+            from deffcore.core.errors import DeffError
+
+            try:
+                head = lens_head(model)
+            except DeffError as err:
+                self.lens_refused = str(err)
+        self.start(n, len(blocks), split_kind(model) if self.want_split else None, head)
         writes = [mlp_write_module(b) for b in blocks] if self.kind else []
         if self.kind and any(m is None for m in writes):
             self.kind = None
@@ -257,9 +391,12 @@ class AtlasTap:
             handles.append(module.register_forward_hook(self._mlp_hook(layer)))
         return handles
 
-    def start(self, n: int, layers: int, kind: str | None = None) -> None:
-        """Start a run of `n` passages through `layers` blocks (no model: states given by hand)."""
-        self.n, self.layers, self.kind = int(n), int(layers), kind
+    def start(
+        self, n: int, layers: int, kind: str | None = None, head: LensHead | None = None
+    ) -> None:
+        """Start a run of `n` passages through `layers` blocks (no model: states given by hand;
+        `head`: the logit lens's, `lens_head`)."""
+        self.n, self.layers, self.kind, self.head = int(n), int(layers), kind, head
         self._done = []
 
     def _mlp_hook(self, layer: int):
@@ -282,6 +419,7 @@ class AtlasTap:
             last=last.long(),
             terms={q: [None] * self.layers for q in names},
             last_states=[None] * (self.layers + 1),
+            lens_states=[None] * (self.layers + 1) if self.head is not None else [],
         )
         self._prev, self._mlp = None, {}
 
@@ -300,6 +438,11 @@ class AtlasTap:
             for name, value in terms.items():
                 batch.terms[name][layer - 1] = value.to(batch.w.device)
         self._prev = hz
+        if self.head is not None:
+            batch.lens_states[layer] = hidden.detach().clone()  # the model's dtype, as its head
+            if layer == self.layers and all(x is not None for x in batch.lens_states):
+                states, batch.lens_states = batch.lens_states, []
+                batch.lens = lens_terms(self.head, states, batch.keep[..., 0])
 
     def end(self, slots: list[int]) -> None:
         """The batch's forward is queued: keep its values (on the device) for passages `slots`."""
@@ -310,7 +453,8 @@ class AtlasTap:
             q: torch.stack([t for t in v if t is not None], 1) for q, v in batch.terms.items()
         }
         last = torch.stack([s.to(dev) for s in batch.last_states])  # (L+1, B, d)
-        self._done.append((list(slots), stacked, angular_matrix(last)))
+        lens = None if batch.lens is None else {k: v.to(dev) for k, v in batch.lens.items()}
+        self._done.append((list(slots), stacked, angular_matrix(last), lens))
 
     def abandon(self) -> None:
         self._batch, self._prev, self._mlp = None, None, {}
@@ -323,7 +467,11 @@ class AtlasTap:
         names = QUANTITIES + (SPLIT_QUANTITIES if self.kind else ())
         out = {q: np.full((n, L), np.nan) for q in names}
         angular = np.full((n, L + 1, L + 1), np.nan)
-        for slots, stacked, ang in self._done:
+        lens: dict[str, np.ndarray] | None = None
+        if self.head is not None:
+            lens = {"kl": np.full((n, L + 1), np.nan), "top1": np.full((n, L + 1), np.nan)}
+            lens["depth"] = np.full(n, np.nan)
+        for slots, stacked, ang, batch_lens in self._done:
             if any(stacked[q].shape[1] != L for q in names):
                 return None  # a block that never reported (not a decoder stack we know)
             idx = np.asarray(slots, dtype=np.int64)
@@ -331,6 +479,10 @@ class AtlasTap:
                 out[q][idx] = stacked[q].cpu().numpy()
             angular[idx] = ang.cpu().numpy()
             filled[idx] = True
+            if lens is not None and batch_lens is None:
+                lens = None  # a batch without its lens: no lens for the run (never a partial one)
+            for q in lens or ():
+                lens[q][idx] = batch_lens[q].cpu().numpy()
         if n == 0 or not filled.all():
             return None
         split = {q: out[q] for q in SPLIT_QUANTITIES} if self.kind else None
@@ -342,6 +494,8 @@ class AtlasTap:
             lengths=np.asarray(lengths, dtype=np.int64),
             split=split,
             split_kind=self.kind,
+            lens=lens,
+            lens_refused=self.lens_refused,
         )
 
 
@@ -372,7 +526,7 @@ def rows_from_states(
 ROWS_FILE = "atlas.npz"
 SKIP_FILE = "skip_effect.npz"
 #: Bump when what the files hold changes (older files then read as absent).
-ROWS_FORMAT = 1
+ROWS_FORMAT = 2  # 2: the logit lens (lens_kl, lens_top1, lens_depth)
 SKIP_FORMAT = 1
 MEMORY_RUNS = 16
 _MEMORY: OrderedDict[tuple[str, str, str], dict[str, np.ndarray]] = OrderedDict()
@@ -463,7 +617,7 @@ def _load(spec: Any, name: str, fmt: int) -> tuple[dict[str, np.ndarray], dict] 
 
 def atlas_taps() -> tuple[AtlasTap]:
     """The taps an extraction takes the atlas with (`measurement.measure_spec`)."""
-    return (AtlasTap(),)
+    return (AtlasTap(lens=True),)
 
 
 def keep_atlas(spec: Any, taps: tuple, pooled: Any) -> AtlasRows | None:
@@ -492,7 +646,9 @@ def write_rows(spec: Any, rows: AtlasRows) -> None:
     arrays.update(angular=rows.angular, lengths=rows.lengths)
     if rows.split is not None:
         arrays.update(rows.split)
-    meta = _meta(spec, ROWS_FORMAT, split_kind=rows.split_kind)
+    if rows.lens is not None:
+        arrays.update({f"lens_{q}": rows.lens[q] for q in LENS_QUANTITIES})
+    meta = _meta(spec, ROWS_FORMAT, split_kind=rows.split_kind, lens_refused=rows.lens_refused)
     _keep(spec, ROWS_FILE, arrays, meta)
 
 
@@ -502,7 +658,19 @@ def _valid(a: np.ndarray | None, shape: tuple[int, ...], low: float, high: float
     return bool(a.size == 0 or (a.min() >= low - _TOL and a.max() <= high + _TOL))
 
 
-def check_rows(arrays: dict[str, np.ndarray], split_kind: Any) -> AtlasRows | None:
+def _check_lens(arrays: dict[str, np.ndarray], N: int, L: int) -> dict[str, np.ndarray] | None:
+    """The logit lens's stored arrays when valid; None when absent; ValueError when damaged."""
+    if not any(f"lens_{q}" in arrays for q in LENS_QUANTITIES):
+        return None
+    shapes = {"kl": ((N, L + 1), 0.0, 1e6), "top1": ((N, L + 1), 0.0, 1.0), "depth": ((N,), 0, L)}
+    if not all(_valid(arrays.get(f"lens_{q}"), *shapes[q]) for q in LENS_QUANTITIES):
+        raise ValueError("a damaged logit lens")
+    return {q: arrays[f"lens_{q}"].astype(np.float64) for q in LENS_QUANTITIES}
+
+
+def check_rows(
+    arrays: dict[str, np.ndarray], split_kind: Any, lens_refused: Any = None
+) -> AtlasRows | None:
     """`AtlasRows` of stored arrays when every one has its shape, finiteness and range."""
     r, lengths = arrays.get("r"), arrays.get("lengths")
     if r is None or r.ndim != 2 or lengths is None or lengths.shape != (r.shape[0],):
@@ -519,6 +687,10 @@ def check_rows(arrays: dict[str, np.ndarray], split_kind: Any) -> AtlasRows | No
     if np.abs(ang - ang.transpose(0, 2, 1)).max() > _TOL:
         return None
     split = {q: arrays[q].astype(np.float64) for q in SPLIT_QUANTITIES} if kind else None
+    try:
+        lens = _check_lens(arrays, N, L)
+    except ValueError:
+        return None
     return AtlasRows(
         r=r.astype(np.float64),
         c=arrays["c"].astype(np.float64),
@@ -527,6 +699,8 @@ def check_rows(arrays: dict[str, np.ndarray], split_kind: Any) -> AtlasRows | No
         lengths=lengths.astype(np.int64),
         split=split,
         split_kind=kind,
+        lens=lens,
+        lens_refused=lens_refused[:300] if isinstance(lens_refused, str) and lens is None else None,
     )
 
 
@@ -536,7 +710,7 @@ def read_rows(spec: Any) -> AtlasRows | None:
     if found is None:
         return None
     arrays, meta = found
-    rows = check_rows(arrays, meta.get("split_kind"))
+    rows = check_rows(arrays, meta.get("split_kind"), meta.get("lens_refused"))
     if rows is None or (isinstance(spec.n, int) and rows.n > spec.n):
         return None
     return rows

@@ -20,6 +20,14 @@ the per-passage value is a mean over the passage's real tokens (`AtlasRows`):
                                 with r_k < median/2 for every k > p; p = L when the last block is
                                 not below it (then no block is past the phase point)
 
+Where predictions form (the logit lens, SPEC 16.2), over h_0 .. h_L (index 0 = the embeddings):
+
+    logit_lens["kl"] (L+1,)           mean over passages of the passage's mean over real tokens
+                                      of KL(p_L || p_l), p_l = softmax(W_U norm(h_l)) (nats)
+    logit_lens["top1_agreement"]      the same of [argmax p_l = argmax p_L]
+    logit_lens["prediction_depth"]    the same of the first layer from which the top-1 stays the
+                                      final top-1 through layer L (0..L)
+
 Gromov et al.'s choice: to drop n consecutive blocks, drop blocks l*+1 .. l*+n with
 l* = argmin_l d(l, l+n) (ties: the smallest l). At an angular budget β (default 0.10 of π),
 `n_drop` is the largest n whose best block has d <= β (each n judged alone, as k_1.10), and the
@@ -45,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.extraction.atlas import SPLIT_QUANTITIES, AtlasRows
+from deffcore.extraction.atlas import LENS_QUANTITIES, SPLIT_QUANTITIES, AtlasRows
 
 ATLAS_FORMAT = 1
 #: Gromov et al.'s angular budget of the correlation lab's column (a share of π).
@@ -63,6 +71,8 @@ _PER_BLOCK = (
     ("alignment", "c"),
     ("block_influence", "bi"),
 )
+#: The logit lens's stats and intervals, in `LENS_QUANTITIES`'s order.
+_LENS_NAMES = ("logit_lens_kl", "logit_lens_top1", "prediction_depth")
 _SPLIT_NAMES = {
     "r_attn": ("attention", "relative_contribution"),
     "c_attn": ("attention", "alignment"),
@@ -147,6 +157,8 @@ class Atlas:
     {"kind", "attention": {...}, "mlp": {...}} or None; intervals: {name: (low, high)} with the
     arrays' shapes; gromov: the budget, n_drop, first dropped block, the best-block curve.
     skip_effect: a `SkipEffect` when it was computed (on request), else None.
+    logit_lens: {"kl", "top1_agreement": (L+1,) over h_0 .. h_L, "prediction_depth": float} or
+    None (not taken; meta["logit_lens_refused"] says why when the architecture was refused).
     """
 
     layers: int
@@ -164,6 +176,7 @@ class Atlas:
     ci: float = 0.95
     seed: int = 0
     skip_effect: SkipEffect | None = None
+    logit_lens: dict[str, Any] | None = None
     #: the run it belongs to (`deffcore.lenses.atlas.run_info`: key, spec, D_eff, lag profile)
     run: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
@@ -214,6 +227,7 @@ class Atlas:
             },
             "columns": self.columns(),
             "skip_effect": None if self.skip_effect is None else self.skip_effect.to_dict(),
+            "logit_lens": _plain(self.logit_lens),
             "run": _plain(self.run),
             "meta": _plain(self.meta),
         }
@@ -242,9 +256,21 @@ class Atlas:
             ci=float(d.get("ci", 0.95)),
             seed=int(d.get("seed", 0)),
             skip_effect=None if skip is None else SkipEffect.from_dict(skip),
+            logit_lens=_lens_from_dict(d.get("logit_lens")),
             run=d.get("run"),
             meta=dict(d.get("meta") or {}),
         )
+
+
+def _lens_from_dict(d: Any) -> dict[str, Any] | None:
+    if not isinstance(d, dict):
+        return None
+    depth = d.get("prediction_depth")
+    return {
+        "kl": _array(d["kl"]),
+        "top1_agreement": _array(d["top1_agreement"]),
+        "prediction_depth": float("nan") if depth is None else float(depth),
+    }
 
 
 def _array(values: Any) -> np.ndarray:
@@ -339,11 +365,20 @@ def summarize(
     if rows.split is not None:
         for q in SPLIT_QUANTITIES:
             stats[q] = W @ rows.split[q]
+    if rows.lens is not None:
+        for q, name in zip(LENS_QUANTITIES, _LENS_NAMES, strict=True):
+            stats[name] = W @ rows.lens[q]
     intervals = {k: percentile_interval(v[1:], ci) for k, v in stats.items()}
     for k in ("phase_point", "gromov_n_drop"):
         intervals[k] = _integer_interval(stats[k][1:], ci)
     intervals["angular_distance"] = percentile_interval(ang[1:], ci)
-    return _atlas_of(rows, stats, ang[0], intervals, drops[0], B=B, seed=seed, ci=ci, budget=budget)
+    out = _atlas_of(rows, stats, ang[0], intervals, drops[0], B=B, seed=seed, ci=ci, budget=budget)
+    if rows.lens is not None:
+        kl, top1, depth = (stats.pop(name)[0] for name in _LENS_NAMES)
+        out.logit_lens = {"kl": kl, "top1_agreement": top1, "prediction_depth": float(depth)}
+    elif rows.lens_refused:
+        out.meta["logit_lens_refused"] = rows.lens_refused
+    return out
 
 
 def _atlas_of(rows, stats, D, intervals, drop, *, B, seed, ci, budget) -> Atlas:
@@ -519,7 +554,20 @@ def check_atlas_dict(d: Any, layers: int) -> dict[str, Any]:
                 band[side], np.shape(_array(band[side])), f"interval {str(name)[:40]}", -2, 1e6
             )
     _check_skip(d.get("skip_effect"), L)
+    _check_lens(d.get("logit_lens"), L)
     return d
+
+
+def _check_lens(lens: Any, L: int) -> None:
+    if lens is None:
+        return
+    if not isinstance(lens, dict):
+        raise AtlasFileError("its logit lens is not an object.")
+    finite_or_nan(lens.get("kl"), (L + 1,), "logit-lens KL", 0, 1e6)
+    finite_or_nan(lens.get("top1_agreement"), (L + 1,), "logit-lens top-1 agreement", 0, 1)
+    depth = lens.get("prediction_depth")
+    if depth is not None:  # null: undefined (never stored as a number out of range)
+        finite_or_nan(depth, (), "prediction depth", 0, L)
 
 
 def _check_skip(skip: Any, L: int) -> None:

@@ -78,6 +78,17 @@ def test_page_cli_and_library_agree(measurement, capsys):
     np.testing.assert_allclose(plotly_array(heat["data"][0]["z"]), cli["angular_distance"])
     lag = chart(at, "Lag decay")
     np.testing.assert_allclose(plotly_array(lag["data"][0]["y"]), lib["run"]["lag_profile"])
+    # where predictions form (SPEC 16.2): chart, metric and table equal the library's and CLI's
+    lens = chart(at, "Where predictions form")
+    np.testing.assert_allclose(plotly_array(lens["data"][0]["y"]), lib["logit_lens"]["kl"])
+    np.testing.assert_allclose(cli["logit_lens"]["kl"], lib["logit_lens"]["kl"], rtol=1e-12)
+    np.testing.assert_allclose(
+        plotly_array(lens["data"][1]["y"]), lib["logit_lens"]["top1_agreement"]
+    )
+    depth = lib["logit_lens"]["prediction_depth"]
+    assert metrics["Prediction depth"] == f"{depth:.2f} of {lib['layers']}"
+    (table,) = [d.value for d in at.dataframe if "KL(p_L ‖ p_l)" in d.value.columns]
+    np.testing.assert_allclose(table["Top-1 = final top-1"], lib["logit_lens"]["top1_agreement"])
 
 
 def test_the_glossary_names_each_measures_paper(measurement):
