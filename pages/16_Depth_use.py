@@ -174,6 +174,29 @@ def lens_section(view: RunView, atlas: Atlas) -> None:
         download_table(frame, "atlas_logit_lens", identity(view))
 
 
+def geometry_section(view: RunView, atlas: Atlas) -> None:
+    """Consecutive-layer geometry per block (SPEC 16.3)."""
+    geo = atlas.geometry
+    if geo is None:
+        return
+    st.subheader("Consecutive layers: how far and how much each block turns the states")
+    import pandas as pd
+
+    frame = pd.DataFrame({"block": range(1, atlas.layers + 1)})
+    for name in ("displacement", "rotation_angle", "procrustes_residual"):
+        if name in geo:
+            frame[name] = geo[name]
+    st.dataframe(human_columns(frame), hide_index=True, key="du_geometry")
+    download_table(frame, "atlas_geometry", identity(view))
+    st.caption(
+        "Displacement: ‖h_l − h_{l−1}‖ / ‖h_{l−1}‖ per token (the relative contribution above). "
+        "Rotation angle and Procrustes residual: the orthogonal Procrustes fit of layer l−1's "
+        "centred pooled states (default pooling, scaled to unit norm) onto layer l's; the angle "
+        "(degrees) is how far the fitted rotation turns the states, the residual (0 to 2) what "
+        "no rotation explains."
+    )
+
+
 def skip_section(view: RunView, atlas: Atlas) -> None:
     st.subheader("Skip one block: what changes later (Csordás et al. §3.2)")
     if atlas.skip_effect is not None:
@@ -217,6 +240,7 @@ def main() -> None:
     else:
         measures_section(view, atlas)
         lens_section(view, atlas)
+        geometry_section(view, atlas)
         skip_section(view, atlas)
     with st.expander("Glossary: the measures and their papers"):
         st.markdown(glossary_markdown(TERMS))

@@ -29,6 +29,10 @@ def test_atlas_json_is_the_librarys(capsys, tiny_dataset):
     assert len(lens["kl"]) == 5 and lens["top1_agreement"][-1] == 1.0
     np.testing.assert_allclose(lens["kl"], lib["logit_lens"]["kl"], rtol=1e-12)
     assert out["intervals"]["prediction_depth"] == lib["intervals"]["prediction_depth"]
+    geo = out["geometry"]  # consecutive-layer geometry per block (SPEC 16.3)
+    assert geo["displacement"] == out["relative_contribution"]
+    np.testing.assert_allclose(geo["rotation_angle"], lib["geometry"]["rotation_angle"])
+    assert len(geo["procrustes_residual"]) == 4
     assert (
         main(["atlas", *TINY, "--dataset", tiny_dataset, "--skip-effect", "--skip-passages", "3"])
         == 0
@@ -37,6 +41,7 @@ def test_atlas_json_is_the_librarys(capsys, tiny_dataset):
     assert "phase point: block" in text and "skip effect (3 passages)" in text
     assert "r attn" in text and "Gromov et al." in text
     assert "where predictions form" in text and "prediction depth: " in text
+    assert "consecutive-layer geometry" in text and "Procrustes residual" in text
 
 
 @pytest.mark.parametrize(

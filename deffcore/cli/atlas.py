@@ -91,6 +91,24 @@ def lens_lines(a: dict) -> list[str]:
     return [*lines, depth + f" of {a['layers']} layers"]
 
 
+def geometry_lines(a: dict) -> list[str]:
+    """Consecutive-layer geometry (SPEC 16.3): one row per block."""
+    g = a.get("geometry")
+    if not g:
+        return []
+    disp = g.get("displacement") or [None] * a["layers"]
+    lines = [
+        "",
+        "consecutive-layer geometry (pooled states, default pooling; displacement per token):",
+        f"{'block':>5} {'displacement':>12} {'rotation°':>9} {'Procrustes residual':>19}",
+    ]
+    for i, (r, angle, res) in enumerate(
+        zip(disp, g["rotation_angle"], g["procrustes_residual"], strict=True)
+    ):
+        lines.append(f"{i + 1:>5} {fmt(r):>12} {fmt(angle, '.2f'):>9} {fmt(res, '.4f'):>19}")
+    return lines
+
+
 def atlas_table(a: dict) -> str:
     """The atlas as text: one row per block, then the derived numbers."""
     run, L = a["run"], a["layers"]
@@ -114,7 +132,7 @@ def atlas_table(a: dict) -> str:
         + f", keep {L - g['n_drop']}",
         "columns: " + "  ".join(f"{k}={fmt(v, '.3f')}" for k, v in cols.items()),
     ]
-    lines += lens_lines(a)
+    lines += lens_lines(a) + geometry_lines(a)
     skip = a.get("skip_effect")
     if skip:
         kl = "  ".join(f"{s + 1}:{fmt(v, '.3g')}" for s, v in enumerate(skip["kl"]))

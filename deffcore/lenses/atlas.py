@@ -8,6 +8,7 @@ Stage: lenses (on top of `deffcore.runs.measure`).
     a.relative_contribution, a.alignment, a.block_influence    # (L,), block 1 first
     a.angular_distance                                # (L+1, L+1) over h_0 .. h_L
     a.phase_point, a.intervals["alignment"], a.to_dict()
+    a.logit_lens["kl"], a.geometry["rotation_angle"]   # where predictions form, block geometry
     a = dc.atlas("smollm2-135m", skip_effect=True)    # + the skip effect on 64 passages
 
 The run is measured as `measure` measures it (same spec, same cache entry, same key): a run
@@ -30,7 +31,7 @@ from deffcore.core.checks import check_int, check_seed
 from deffcore.core.errors import DeffError, InvalidStatesError
 from deffcore.extraction import atlas as atlas_store
 from deffcore.lenses.atlas_skip import SKIP_PASSAGES, SkipRows, skip_rows
-from deffcore.measures.atlas import Atlas, summarize
+from deffcore.measures.atlas import Atlas, consecutive_geometry, summarize
 from deffcore.views.atlas_read import run_info, stored_skip
 
 Progress = Callable[[int, int, str], None]
@@ -147,6 +148,7 @@ def atlas_of(
     if rows is None or rows.n != m.n:
         rows = _atlas_pass(m, model, documents, progress, should_stop)
     out = summarize(rows, B=B, seed=boot_seed, ci=ci)
+    out.geometry = consecutive_geometry(m.states_with_h0("default"), out.relative_contribution)
     out.run = run_info(m)
     passages = min(skip_passages, m.n)
     if skip_effect and atlas_store.read_skip(m.spec, passages) is None:

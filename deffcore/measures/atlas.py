@@ -28,6 +28,15 @@ Where predictions form (the logit lens, SPEC 16.2), over h_0 .. h_L (index 0 = t
     logit_lens["prediction_depth"]    the same of the first layer from which the top-1 stays the
                                       final top-1 through layer L (0..L)
 
+Consecutive-layer geometry (SPEC 16.3), per block l (h_{l-1} -> h_l), `geometry`:
+
+    displacement (L,)          ||h_l - h_{l-1}|| / ||h_{l-1}||, token-level: the same number as
+                               relative_contribution (the taps' r_l), repeated beside the others
+    rotation_angle (L,)        degrees: arccos <Z_{l-1} R, Z_{l-1}>_F of the orthogonal
+                               Procrustes rotation R of the run's centred pooled states
+                               (Z = X̄ / ||X̄||_F, default pooling)
+    procrustes_residual (L,)   min_R ||Z_{l-1} R - Z_l||_F^2 = 2 - 2 ||Z_{l-1}^T Z_l||_* in [0, 2]
+
 Gromov et al.'s choice: to drop n consecutive blocks, drop blocks l*+1 .. l*+n with
 l* = argmin_l d(l, l+n) (ties: the smallest l). At an angular budget β (default 0.10 of π),
 `n_drop` is the largest n whose best block has d <= β (each n judged alone, as k_1.10), and the
@@ -177,6 +186,7 @@ class Atlas:
     seed: int = 0
     skip_effect: SkipEffect | None = None
     logit_lens: dict[str, Any] | None = None
+    geometry: dict[str, np.ndarray] | None = None
     #: the run it belongs to (`deffcore.lenses.atlas.run_info`: key, spec, D_eff, lag profile)
     run: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
@@ -228,6 +238,7 @@ class Atlas:
             "columns": self.columns(),
             "skip_effect": None if self.skip_effect is None else self.skip_effect.to_dict(),
             "logit_lens": _plain(self.logit_lens),
+            "geometry": _plain(self.geometry),
             "run": _plain(self.run),
             "meta": _plain(self.meta),
         }
@@ -257,6 +268,11 @@ class Atlas:
             seed=int(d.get("seed", 0)),
             skip_effect=None if skip is None else SkipEffect.from_dict(skip),
             logit_lens=_lens_from_dict(d.get("logit_lens")),
+            geometry=(
+                {k: _array(v) for k, v in d["geometry"].items() if k in GEOMETRY}
+                if isinstance(d.get("geometry"), dict)
+                else None
+            ),
             run=d.get("run"),
             meta=dict(d.get("meta") or {}),
         )
@@ -300,6 +316,60 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, float | np.floating):
         return float(obj) if math.isfinite(float(obj)) else None
     return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# Consecutive-layer geometry (SPEC 16.3)
+
+#: The per-block geometry (`Atlas.geometry`), each (L,).
+GEOMETRY: tuple[str, ...] = ("displacement", "rotation_angle", "procrustes_residual")
+#: Each one's range (a ratio >= 0, degrees, the residual of unit-norm matrices).
+GEOMETRY_RANGES = {
+    "displacement": (0, 1e6),
+    "rotation_angle": (0, 180),
+    "procrustes_residual": (0, 2),
+}
+
+
+def _unit_centred(x: np.ndarray) -> np.ndarray | None:
+    xc = np.asarray(x, dtype=np.float64)
+    xc = xc - xc.mean(0)
+    norm = float(np.linalg.norm(xc))
+    return xc / norm if norm > 0 else None
+
+
+def procrustes_step(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Two layers' pooled states (N, d) -> (rotation angle in degrees, Procrustes residual) of
+    the orthogonal Procrustes fit of centred, unit-Frobenius Z_x onto Z_y (module docstring):
+    R = U V^T from Z_x^T Z_y = U S V^T; angle = arccos <Z_x R, Z_x>_F; residual = 2 - 2 sum S.
+    NaN for both when a layer has no variance across passages. When 2N < d the fit is done in
+    an orthonormal basis of the rows' span (the same R on the data, the same numbers)."""
+    a, b = _unit_centred(x), _unit_centred(y)
+    if a is None or b is None:
+        return float("nan"), float("nan")
+    n, d = a.shape
+    if 2 * n < d:
+        q, _ = np.linalg.qr(np.hstack([a.T, b.T]))  # (d, 2N): both layers' rows lie in it
+        a, b = a @ q, b @ q
+    u, sv, vt = np.linalg.svd(a.T @ b)
+    rotated = a @ (u @ vt)
+    cos = float(np.clip(np.sum(rotated * a), -1.0, 1.0))
+    return float(np.degrees(np.arccos(cos))), float(max(0.0, 2.0 - 2.0 * sv.sum()))
+
+
+def consecutive_geometry(
+    pooled: np.ndarray, displacement: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """pooled (L+1, N, d) h_0 .. h_L -> {"rotation_angle", "procrustes_residual"} (L,) per
+    block l = 1..L, with "displacement" (the taps' r_l, token-level) when given."""
+    steps = [procrustes_step(pooled[i - 1], pooled[i]) for i in range(1, len(pooled))]
+    out = {
+        "rotation_angle": np.array([a for a, _ in steps], dtype=np.float64),
+        "procrustes_residual": np.array([r for _, r in steps], dtype=np.float64),
+    }
+    if displacement is not None:
+        out = {"displacement": np.asarray(displacement, dtype=np.float64), **out}
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,6 +625,13 @@ def check_atlas_dict(d: Any, layers: int) -> dict[str, Any]:
             )
     _check_skip(d.get("skip_effect"), L)
     _check_lens(d.get("logit_lens"), L)
+    geometry = d.get("geometry")
+    if geometry is not None:
+        if not isinstance(geometry, dict):
+            raise AtlasFileError("its consecutive-layer geometry is not an object.")
+        for name, (low, high) in GEOMETRY_RANGES.items():
+            if name in geometry:
+                finite_or_nan(geometry[name], (L,), name.replace("_", " "), low, high)
     return d
 
 

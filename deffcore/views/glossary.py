@@ -387,6 +387,9 @@ COLUMN_LABELS: dict[str, str] = {
     "layer": "Layer",
     "kl": "KL(p_L ‖ p_l)",
     "top1_agreement": "Top-1 = final top-1",
+    "displacement": "Displacement ‖h_l − h_{l−1}‖ / ‖h_{l−1}‖",
+    "rotation_angle": "Procrustes rotation (degrees)",
+    "procrustes_residual": "Procrustes residual",
 }
 
 _SNAKE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)+$")

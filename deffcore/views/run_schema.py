@@ -226,6 +226,19 @@ class LogitLens(_Part):
     prediction_depth: NonNegative | None = None
 
 
+Degrees = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=180, allow_inf_nan=False)]
+Residual = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=2, allow_inf_nan=False)]
+
+
+class BlockGeometry(_Part):
+    """Consecutive-layer geometry per block (SPEC 16.3): the token-level displacement, the
+    Procrustes rotation angle (degrees) and residual of the centred pooled states."""
+
+    displacement: list[NonNegative | None] | None = None
+    rotation_angle: list[Degrees | None]
+    procrustes_residual: list[Residual | None]
+
+
 class AtlasRun(_Part):
     """The run an atlas was computed beside (`lenses.atlas.run_info`)."""
 
@@ -288,6 +301,7 @@ class StoredAtlas(_Part):
     columns: dict[Name, Number | None] = Field(default_factory=dict)
     skip_effect: StoredSkip | None = None
     logit_lens: LogitLens | None = None
+    geometry: BlockGeometry | None = None
     run: AtlasRun | None = None
     meta: dict[Name, Text | Number | None] = Field(default_factory=dict)
 
@@ -336,6 +350,11 @@ class StoredAtlas(_Part):
                     raise ValueError(f"the logit lens's {name} is not of shape ({L + 1},)")
             if (lens.prediction_depth or 0) > L:
                 raise ValueError(f"the logit lens's prediction depth is past layer {L}")
+        geo = self.geometry
+        for name in ("displacement", "rotation_angle", "procrustes_residual"):
+            value = None if geo is None else getattr(geo, name)
+            if value is not None and _shape(value) != (L,):
+                raise ValueError(f"the block geometry's {name} is not of shape ({L},)")
         if self.run is not None and (self.run.layers or L, self.run.n or N) != (L, N):
             raise ValueError("the depth-use atlas's run is not of this run's L and N")
         skip = self.skip_effect
