@@ -53,18 +53,22 @@ def identity(view: RunView) -> dict[str, Any]:
     return run_identity(view.spec, pooling="every token", metric="depth use")
 
 
-def compute(view: RunView, *, skip_effect: bool) -> None:
-    """The atlas (one extraction pass) or the skip effect, with a progress bar; both are kept
-    beside the run, so the page reads them from there on every later visit."""
+def compute(view: RunView, *, skip_effect: bool, logit_lens: bool = False) -> None:
+    """The atlas (one extraction pass, with the logit lens when asked) or the skip effect, with
+    a progress bar; all are kept beside the run, so the page reads them on every later visit."""
     from deffcore.lenses.atlas import atlas_of
 
     what = "The skip effect" if skip_effect else "The depth-use atlas"
+    what = "Where predictions form" if logit_lens else what
     with st.status(what, expanded=True) as status:
         bar = st.progress(0.0, text="starting")
         done = None
         with guarded(what):
             done = atlas_of(
-                view.measurement, skip_effect=skip_effect, progress=progress_callback(bar)
+                view.measurement,
+                skip_effect=skip_effect,
+                logit_lens=logit_lens,
+                progress=progress_callback(bar),
             )
         status.update(
             label=f"{what}: {'done' if done else 'failed'}",
@@ -136,12 +140,19 @@ def lens_section(view: RunView, atlas: Atlas) -> None:
     lens = atlas.logit_lens
     if lens is None:
         refused = atlas.meta.get("logit_lens_refused")
-        st.caption(
-            str(refused)
-            if refused
-            else "This atlas carries no logit lens (taken before it "
-            "existed); measuring the run again takes it."
-        )
+        if refused:
+            st.caption(str(refused))
+        elif view.measurement is None:
+            st.caption("The snapshot carries no logit lens; a measured run computes it here.")
+        else:
+            st.caption(
+                "The model's final norm and unembedding applied to every layer's residual "
+                f"stream: one more pass over the run's passages with {atlas.layers + 1} "
+                "unembeddings per token (kept beside the run)."
+            )
+            if st.button("Compute where predictions form", key="du_lens"):
+                compute(view, skip_effect=False, logit_lens=True)
+                st.rerun()
         return
     L, depth = atlas.layers, lens["prediction_depth"]
     band = atlas.intervals.get("prediction_depth")

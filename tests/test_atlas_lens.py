@@ -263,3 +263,10 @@ def test_a_snapshot_with_a_hostile_lens_is_refused_in_one_sentence(edit):
         check_snapshot(_snapshot_with_lens(edit), "run.json")
     text = str(err.value)
     assert text.startswith("run.json") and "\n" not in text and text.endswith("."), text
+
+
+def test_a_default_atlas_does_not_take_the_lens():
+    """The lens costs L + 1 unembeddings per token: taken on request only (SPEC 16.2)."""
+    from deffcore.extraction.atlas import atlas_taps
+
+    assert not atlas_taps()[0].want_lens and atlas_taps(lens=True)[0].want_lens

@@ -44,6 +44,13 @@ def add_parser(subparsers) -> None:
         default=SKIP_PASSAGES,
         help=f"passages of the skip effect: the run's first (default {SKIP_PASSAGES})",
     )
+    p.add_argument(
+        "--logit-lens",
+        action="store_true",
+        help="also where predictions form: the logit lens's KL, top-1 agreement and prediction "
+        "depth per layer (one more extraction pass with L + 1 unembeddings per token, unless "
+        "already kept beside the run)",
+    )
     p.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples (default 100)")
     p.add_argument("--boot-seed", type=int, default=0, help="seed of the bootstrap resamples")
     add_output_args(p)
@@ -160,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             skip_effect=args.skip_effect,
             skip_passages=args.skip_passages,
+            logit_lens=args.logit_lens,
             B=args.bootstrap,
             boot_seed=args.boot_seed,
             progress=bar,

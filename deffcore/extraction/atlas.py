@@ -34,9 +34,10 @@ run here (resumed from a checkpoint, served from another run's cache entry) has 
 `rows()` then returns None: an atlas is kept only when every passage of the run has its row.
 A token whose norm is 0 gets ratio and cosine 0 (division by `EPS`), never NaN.
 
-The logit lens (SPEC 16, "where predictions form"; `AtlasTap(lens=True)`, what `atlas_taps()`
-takes): where the architecture's head is verified (`LENS_ARCHITECTURES`, `lens_head`: the final
-norm the adapters know, `get_output_embeddings()`, the config's final-logit soft-capping) each
+The logit lens (SPEC 16.2, "where predictions form"; `AtlasTap(lens=True)`, what
+`atlas_taps(lens=True)` takes on request): where the architecture's head is verified
+(`LENS_ARCHITECTURES`, `lens_head`: the final norm the adapters know,
+`get_output_embeddings()`, the config's final-logit soft-capping) each
 batch's h_0 .. h_L are held (in the model's dtype) until h_L arrives; then, over the batch's
 real tokens in chunks of at most `LENS_CHUNK_BYTES` of logits, p_l = softmax(W_U norm(h_l))
 for l = 0..L, and per token KL(p_L || p_l), [top1(p_l) = top1(p_L)] and the prediction depth
@@ -526,7 +527,7 @@ def rows_from_states(
 ROWS_FILE = "atlas.npz"
 SKIP_FILE = "skip_effect.npz"
 #: Bump when what the files hold changes (older files then read as absent).
-ROWS_FORMAT = 2  # 2: the logit lens (lens_kl, lens_top1, lens_depth)
+ROWS_FORMAT = 1  # the logit lens's arrays are optional: a file without them has no lens
 SKIP_FORMAT = 1
 MEMORY_RUNS = 16
 _MEMORY: OrderedDict[tuple[str, str, str], dict[str, np.ndarray]] = OrderedDict()
@@ -615,9 +616,10 @@ def _load(spec: Any, name: str, fmt: int) -> tuple[dict[str, np.ndarray], dict] 
 # The atlas rows
 
 
-def atlas_taps() -> tuple[AtlasTap]:
-    """The taps an extraction takes the atlas with (`measurement.measure_spec`)."""
-    return (AtlasTap(lens=True),)
+def atlas_taps(lens: bool = False) -> tuple[AtlasTap]:
+    """The taps an extraction takes the atlas with (`measurement.measure_spec`); `lens`: the
+    logit lens too (on request: L + 1 unembeddings per token, SPEC 16.2)."""
+    return (AtlasTap(lens=lens),)
 
 
 def keep_atlas(spec: Any, taps: tuple, pooled: Any) -> AtlasRows | None:

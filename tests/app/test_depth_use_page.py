@@ -38,7 +38,9 @@ def test_page_cli_and_library_agree(measurement, capsys):
     import deffcore as dc
     from deffcore.cli.main import main
 
-    lib = dc.atlas(RUN["model"], n=RUN["n"], max_tokens=RUN["max_tokens"]).to_dict()
+    lib = dc.atlas(
+        RUN["model"], n=RUN["n"], max_tokens=RUN["max_tokens"], logit_lens=True
+    ).to_dict()
     argv = [
         "atlas",
         "--model",
@@ -49,6 +51,7 @@ def test_page_cli_and_library_agree(measurement, capsys):
         "24",
         "--json",
         "--no-progress",
+        "--logit-lens",
     ]
     assert main(argv) == 0
     cli = json.loads(capsys.readouterr().out)
