@@ -28,10 +28,12 @@ At each passage's last real token T, h_0^T .. h_L^T are kept for the batch and t
 passage's (L+1) x (L+1) angular distance matrix d(i, j) = arccos(cos(h_i^T, h_j^T)) / π
 (Gromov et al.), from float64 unit vectors, exactly symmetric with a zero diagonal.
 
-Nothing here synchronises with the device during the forward pass: each batch's per-passage
-values stay on the device until `rows()` collects them at the end. A passage whose batch did not
-run here (resumed from a checkpoint, served from another run's cache entry) has no row, and
-`rows()` then returns None: an atlas is kept only when every passage of the run has its row.
+Nothing here synchronises with the device during the forward pass (except the logit lens,
+on request, whose gather of the batch's real tokens does once per batch): each batch's
+per-passage values stay on the device until `rows()` collects them at the end. A passage
+whose batch did not run here (resumed from a checkpoint, served from another run's cache entry)
+has no row, and `rows()` then returns None: an atlas is kept only when every passage of the
+run has its row.
 A token whose norm is 0 gets ratio and cosine 0 (division by `EPS`), never NaN.
 
 The logit lens (SPEC 16.2, "where predictions form"; `AtlasTap(lens=True)`, what

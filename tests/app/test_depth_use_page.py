@@ -92,6 +92,12 @@ def test_page_cli_and_library_agree(measurement, capsys):
     assert metrics["Prediction depth"] == f"{depth:.2f} of {lib['layers']}"
     (table,) = [d.value for d in at.dataframe if "KL(p_L ‖ p_l)" in d.value.columns]
     np.testing.assert_allclose(table["Top-1 = final top-1"], lib["logit_lens"]["top1_agreement"])
+    # the consecutive-layer geometry per block (SPEC 16.3)
+    (geo,) = [d.value for d in at.dataframe if "Procrustes residual" in d.value.columns]
+    np.testing.assert_allclose(
+        geo["Procrustes rotation (degrees)"], lib["geometry"]["rotation_angle"], rtol=1e-9
+    )
+    np.testing.assert_allclose(cli["geometry"]["rotation_angle"], lib["geometry"]["rotation_angle"])
 
 
 def test_the_glossary_names_each_measures_paper(measurement):
