@@ -260,7 +260,7 @@ class Atlas:
             n=int(d["n"]),
             **arr,
             phase_point=int(d["phase_point"]),
-            gromov=dict(d.get("gromov") or {}),
+            gromov={"first_dropped_block": None, **(d.get("gromov") or {})},  # optional in files
             intervals=intervals,
             sublayers=d.get("sublayers"),
             B=int(d.get("B", 100)),
