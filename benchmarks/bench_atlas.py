@@ -38,7 +38,7 @@ def _clock(wall: bool):
 
 
 def extraction_ratio(loaded, texts, max_tokens: int, blocks: int, wall: bool) -> dict:
-    from deffcore.extraction.atlas_tap import AtlasTap
+    from deffcore.extraction.atlas import AtlasTap
     from deffcore.extraction.forward import extract_pooled
 
     clock = _clock(wall)

@@ -57,7 +57,7 @@ def population() -> dict[str, np.ndarray]:
 
 
 def sample_rows(rng: np.random.Generator, n: int):
-    from deffcore.extraction.atlas_tap import AtlasRows
+    from deffcore.extraction.atlas import AtlasRows
 
     forms = {s: closed_forms(s) for s in SCALES}
     picks = rng.choice(SCALES, size=n)

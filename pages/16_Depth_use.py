@@ -29,6 +29,8 @@ TERMS = (
     "phase point",
     "Gromov et al.'s block",
     "skip effect",
+    "logit lens",
+    "prediction depth",
 )
 
 
@@ -51,18 +53,22 @@ def identity(view: RunView) -> dict[str, Any]:
     return run_identity(view.spec, pooling="every token", metric="depth use")
 
 
-def compute(view: RunView, *, skip_effect: bool) -> None:
-    """The atlas (one extraction pass) or the skip effect, with a progress bar; both are kept
-    beside the run, so the page reads them from there on every later visit."""
+def compute(view: RunView, *, skip_effect: bool, logit_lens: bool = False) -> None:
+    """The atlas (one extraction pass, with the logit lens when asked) or the skip effect, with
+    a progress bar; all are kept beside the run, so the page reads them on every later visit."""
     from deffcore.lenses.atlas import atlas_of
 
     what = "The skip effect" if skip_effect else "The depth-use atlas"
+    what = "Where predictions form" if logit_lens else what
     with st.status(what, expanded=True) as status:
         bar = st.progress(0.0, text="starting")
         done = None
         with guarded(what):
             done = atlas_of(
-                view.measurement, skip_effect=skip_effect, progress=progress_callback(bar)
+                view.measurement,
+                skip_effect=skip_effect,
+                logit_lens=logit_lens,
+                progress=progress_callback(bar),
             )
         status.update(
             label=f"{what}: {'done' if done else 'failed'}",
@@ -128,6 +134,80 @@ def measures_section(view: RunView, atlas: Atlas) -> None:
         download_table(frame, "atlas_blocks", tag)
 
 
+def lens_section(view: RunView, atlas: Atlas) -> None:
+    """Where predictions form (the logit lens, SPEC 16.2), read beside D_eff above."""
+    st.subheader("Where predictions form (logit lens)")
+    lens = atlas.logit_lens
+    if lens is None:
+        refused = atlas.meta.get("logit_lens_refused")
+        if refused:
+            st.caption(str(refused))
+        elif view.measurement is None:
+            st.caption("The snapshot carries no logit lens; a measured run computes it here.")
+        else:
+            st.caption(
+                "The model's final norm and unembedding applied to every layer's residual "
+                f"stream: one more pass over the run's passages with {atlas.layers + 1} "
+                "unembeddings per token (kept beside the run)."
+            )
+            if st.button("Compute where predictions form", key="du_lens"):
+                compute(view, skip_effect=False, logit_lens=True)
+                st.rerun()
+        return
+    L, depth = atlas.layers, lens["prediction_depth"]
+    band = atlas.intervals.get("prediction_depth")
+    c = st.columns(3)
+    c[0].metric(
+        "Prediction depth",
+        f"{depth:.2f} of {L}",
+        help=None if band is None else f"{atlas.ci:.0%} interval {band[0]:.2f}–{band[1]:.2f}",
+    )
+    half = max(1, L // 2)
+    c[1].metric(f"Top-1 = final at layer {half}", f"{lens['top1_agreement'][half]:.1%}")
+    c[2].metric(f"KL(p_L ‖ p_l) at layer {half}", f"{lens['kl'][half]:.3f} nats")
+    show_figure(figures.lens_figure(atlas), "logit_lens", identity(view))
+    st.caption(
+        "The model's final norm and unembedding applied to each layer's residual stream "
+        "(layer 0: the embeddings); means over the passages' tokens, then over passages, with "
+        f"{atlas.ci:.0%} passage-bootstrap intervals. Read it beside D_eff above: a model whose "
+        "predictions settle early uses its last blocks to refine."
+    )
+    with st.expander("Per layer, with intervals"):
+        import pandas as pd
+
+        frame = pd.DataFrame({"layer": range(L + 1), "kl": lens["kl"]})
+        for name, key in (("kl", "logit_lens_kl"), ("top1_agreement", "logit_lens_top1")):
+            if name != "kl":
+                frame[name] = lens[name]
+            if key in atlas.intervals:
+                frame[f"{name}_low"], frame[f"{name}_high"] = atlas.intervals[key]
+        st.dataframe(human_columns(frame), hide_index=True, key="du_lens_table")
+        download_table(frame, "atlas_logit_lens", identity(view))
+
+
+def geometry_section(view: RunView, atlas: Atlas) -> None:
+    """Consecutive-layer geometry per block (SPEC 16.3)."""
+    geo = atlas.geometry
+    if geo is None:
+        return
+    st.subheader("Consecutive layers: how far and how much each block turns the states")
+    import pandas as pd
+
+    frame = pd.DataFrame({"block": range(1, atlas.layers + 1)})
+    for name in ("displacement", "rotation_angle", "procrustes_residual"):
+        if name in geo:
+            frame[name] = geo[name]
+    st.dataframe(human_columns(frame), hide_index=True, key="du_geometry")
+    download_table(frame, "atlas_geometry", identity(view))
+    st.caption(
+        "Displacement: ‖h_l − h_{l−1}‖ / ‖h_{l−1}‖ per token (the relative contribution above). "
+        "Rotation angle and Procrustes residual: the orthogonal Procrustes fit of layer l−1's "
+        "centred pooled states (default pooling, scaled to unit norm) onto layer l's; the angle "
+        "(degrees) is how far the fitted rotation turns the states, the residual (0 to 2) what "
+        "no rotation explains."
+    )
+
+
 def skip_section(view: RunView, atlas: Atlas) -> None:
     st.subheader("Skip one block: what changes later (Csordás et al. §3.2)")
     if atlas.skip_effect is not None:
@@ -170,6 +250,8 @@ def main() -> None:
         missing_section(view)
     else:
         measures_section(view, atlas)
+        lens_section(view, atlas)
+        geometry_section(view, atlas)
         skip_section(view, atlas)
     with st.expander("Glossary: the measures and their papers"):
         st.markdown(glossary_markdown(TERMS))

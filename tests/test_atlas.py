@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from deffcore.extraction.atlas_tap import AtlasTap, rows_from_states, split_kind
+from deffcore.extraction.atlas import AtlasTap, rows_from_states, split_kind
 from deffcore.extraction.forward import extract_pooled
 from deffcore.inputs.architecture import decoder_layers, final_norm
 from deffcore.measures.atlas import (
@@ -164,7 +164,7 @@ def test_a_sequential_gpt_neox_is_split_as_sequential(tiny_model, tiny_passages)
 
 
 def test_an_architecture_not_verified_has_no_split(tiny_model, tiny_passages, monkeypatch):
-    from deffcore.extraction import atlas_tap
+    from deffcore.extraction import atlas as atlas_tap
 
     monkeypatch.setattr(atlas_tap, "SPLIT_ARCHITECTURES", {})
     rows, _ = _tap_rows(tiny_model("llama"), tiny_passages)
@@ -298,7 +298,7 @@ def test_summary_means_intervals_and_reproducibility(tiny_model, tiny_passages):
 def _mixture_rows(rng, n: int, sizes: np.ndarray) -> tuple:
     """Per-passage rows of exact orthogonal updates whose update scale is 0.5 or 2 (each with
     probability 1/2) per passage: r_l's population mean is the mean of the two closed forms."""
-    from deffcore.extraction.atlas_tap import AtlasRows
+    from deffcore.extraction.atlas import AtlasRows
 
     def r_of(scale):
         a = np.concatenate([[1.0], scale * sizes])

@@ -14,7 +14,7 @@ import torch
 
 import deffcore as dc
 from deffcore.core.errors import DeffError, RunCancelled
-from deffcore.extraction import atlas_store, cache
+from deffcore.extraction import atlas as atlas_store, cache
 from deffcore.extraction import cache as entries
 from deffcore.inputs.architecture import base_model
 from deffcore.inputs.model import load_model
@@ -218,7 +218,7 @@ def test_a_snapshot_carries_the_atlas_and_a_shared_file_is_checked(tiny_dataset)
 
 def test_states_computed_elsewhere_give_the_same_rows(tiny_model, tiny_passages):
     """`rows_from_states` (what a notebook's own states would give) equals the hooks."""
-    from deffcore.extraction.atlas_tap import AtlasTap, rows_from_states
+    from deffcore.extraction.atlas import AtlasTap, rows_from_states
     from deffcore.extraction.forward import extract_pooled
     from deffcore.inputs.architecture import final_norm
 
@@ -250,7 +250,7 @@ def test_atlas_states_of_states_computed_elsewhere(tiny_model, tiny_passages):
     """`dc.atlas_states(states, mask)` (a notebook's own states, h_L before the final norm) gives
     the measures of the hooks, without the split; bad states are one sentence."""
     from deffcore.core.errors import InvalidStatesError
-    from deffcore.extraction.atlas_tap import AtlasTap
+    from deffcore.extraction.atlas import AtlasTap
     from deffcore.extraction.forward import extract_pooled
     from deffcore.measures.atlas import summarize
 

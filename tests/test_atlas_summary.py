@@ -15,7 +15,7 @@ from deffcore.measures.atlas import phase_point, summarize, summarize_skip
 
 
 def _hand_rows(n: int = 40, L: int = 5, seed: int = 0):
-    from deffcore.extraction.atlas_tap import AtlasRows
+    from deffcore.extraction.atlas import AtlasRows
 
     rng = np.random.default_rng(seed)
     r = rng.uniform(0.05, 1.0, size=(n, L)) * np.linspace(1.0, 0.2, L)

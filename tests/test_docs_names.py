@@ -228,7 +228,7 @@ def test_the_design_check_sees_backticked_paths_and_the_route():
     text = "| `inputs/run_spec.py`, `work/sweep/` |\n    runs/measure   the device\n`RunSpec`"
     assert design_paths(text) == ["inputs/run_spec.py", "work/sweep/", "runs/measure.py"]
     assert path_exists("inputs/run_spec.py") and path_exists("work/sweep/")
-    assert path_exists("extraction/atlas_*.py") and path_exists("docs/SPEC.md")
+    assert path_exists("lenses/atlas_*.py") and path_exists("docs/SPEC.md")
     assert not path_exists("inputs/model_names.py") and not path_exists("statistics/paired/")
 
 

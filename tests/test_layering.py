@@ -70,7 +70,7 @@ def test_the_checker_finds_cycles_levels_and_imports_up_a_stage():
 def test_known_edges_are_found():
     graph = import_graph(MODULES)
     assert "deffcore.core.files" in graph["deffcore.inputs.model"]  # gemma3_gguf's local import
-    assert "deffcore.extraction.atlas_store" in graph["deffcore.runs.measure"]  # measure_spec's
+    assert "deffcore.extraction.atlas" in graph["deffcore.runs.measure"]  # measure_spec's
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,11 +21,12 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "atlas",
         help="depth-use atlas: relative contribution, alignment, Block Influence, angular "
-        "distance, phase point, skip effect, beside D_eff",
+        "distance, phase point, logit lens, skip effect, beside D_eff",
         description="The other papers' measures of how a model uses its depth, on the run's own "
         "passages (SPEC 16): Csordás et al.'s relative contribution and alignment (attention / "
         "MLP where known) and skip effect, ShortGPT's Block Influence, Gromov et al.'s angular "
-        "distance and the block they would drop, the phase point; each with a passage "
+        "distance and the block they would drop, the phase point, where predictions form (logit "
+        "lens KL, top-1 agreement, prediction depth); each with a passage "
         "bootstrap interval. Taken during the run's extraction and kept beside its cache entry.",
     )
     add_run_args(p, model="smollm2-135m", n=512)
@@ -42,6 +43,13 @@ def add_parser(subparsers) -> None:
         type=int,
         default=SKIP_PASSAGES,
         help=f"passages of the skip effect: the run's first (default {SKIP_PASSAGES})",
+    )
+    p.add_argument(
+        "--logit-lens",
+        action="store_true",
+        help="also where predictions form: the logit lens's KL, top-1 agreement and prediction "
+        "depth per layer (one more extraction pass with L + 1 unembeddings per token, unless "
+        "already kept beside the run)",
     )
     p.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples (default 100)")
     p.add_argument("--boot-seed", type=int, default=0, help="seed of the bootstrap resamples")
@@ -67,6 +75,47 @@ def _row(a: dict, i: int) -> str:
     return line
 
 
+def lens_lines(a: dict) -> list[str]:
+    """Where predictions form (the logit lens, SPEC 16.2): one row per layer h_0 .. h_L and the
+    prediction depth, or the sentence saying why the architecture has none."""
+    lens = a.get("logit_lens")
+    if not lens:
+        refused = (a.get("meta") or {}).get("logit_lens_refused")
+        return ["", f"where predictions form: {refused}"] if refused else []
+    kl_band = a["intervals"].get("logit_lens_kl")
+    depth_band = a["intervals"].get("prediction_depth")
+    lines = [
+        "",
+        "where predictions form (logit lens; layer 0 = the embeddings):",
+        f"{'layer':>5} {'KL(p_L||p_l)':>12} {'95% interval':>20} {'top-1 = final':>13}",
+    ]
+    for i, (kl, top) in enumerate(zip(lens["kl"], lens["top1_agreement"], strict=True)):
+        band = f"[{fmt(kl_band['low'][i])}, {fmt(kl_band['high'][i])}]" if kl_band else ""
+        lines.append(f"{i:>5} {fmt(kl, '.4f'):>12} {band:>20} {fmt(top, '.3f'):>13}")
+    depth = f"prediction depth: {fmt(lens['prediction_depth'], '.2f')}"
+    if depth_band:
+        depth += f" (95% interval {fmt(depth_band['low'], '.2f')}-{fmt(depth_band['high'], '.2f')})"
+    return [*lines, depth + f" of {a['layers']} layers"]
+
+
+def geometry_lines(a: dict) -> list[str]:
+    """Consecutive-layer geometry (SPEC 16.3): one row per block."""
+    g = a.get("geometry")
+    if not g:
+        return []
+    disp = g.get("displacement") or [None] * a["layers"]
+    lines = [
+        "",
+        "consecutive-layer geometry (pooled states, default pooling; displacement per token):",
+        f"{'block':>5} {'displacement':>12} {'rotation°':>9} {'Procrustes residual':>19}",
+    ]
+    for i, (r, angle, res) in enumerate(
+        zip(disp, g["rotation_angle"], g["procrustes_residual"], strict=True)
+    ):
+        lines.append(f"{i + 1:>5} {fmt(r):>12} {fmt(angle, '.2f'):>9} {fmt(res, '.4f'):>19}")
+    return lines
+
+
 def atlas_table(a: dict) -> str:
     """The atlas as text: one row per block, then the derived numbers."""
     run, L = a["run"], a["layers"]
@@ -90,6 +139,7 @@ def atlas_table(a: dict) -> str:
         + f", keep {L - g['n_drop']}",
         "columns: " + "  ".join(f"{k}={fmt(v, '.3f')}" for k, v in cols.items()),
     ]
+    lines += lens_lines(a) + geometry_lines(a)
     skip = a.get("skip_effect")
     if skip:
         kl = "  ".join(f"{s + 1}:{fmt(v, '.3g')}" for s, v in enumerate(skip["kl"]))
@@ -117,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             skip_effect=args.skip_effect,
             skip_passages=args.skip_passages,
+            logit_lens=args.logit_lens,
             B=args.bootstrap,
             boot_seed=args.boot_seed,
             progress=bar,

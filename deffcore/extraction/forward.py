@@ -820,7 +820,7 @@ def extract_run(
 
 
 class ExtractionTap(Protocol):
-    """A second consumer of the states the hooks capture (`deffcore.extraction.atlas_tap.AtlasTap`).
+    """A second consumer of the states the hooks capture (`deffcore.extraction.atlas.AtlasTap`).
 
     attach(model, n) -> hook handles it needs itself (removed with the extraction's); per batch
     begin(mask (B, T)), tap(layer, hidden) for h_0 .. h_L in order, then end(slots: the batch's

@@ -5,7 +5,8 @@ Stage: figures.
 Every per-block chart has blocks 1..L on x with the passage-bootstrap interval as error bars,
 and the phase point marked; the angular distance is a heatmap over h_0..h_L beside Gromov et
 al.'s best block per size; the skip effect is a heatmap of skipped block x later block and the
-next-token KL per skipped block.
+next-token KL per skipped block; where predictions form (the logit lens, SPEC 16.2) is
+KL(p_L || p_l) and the top-1 agreement over layers 0..L with the prediction depth marked.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ __all__ = [
     "angular_figure",
     "block_influence_figure",
     "contribution_figure",
+    "lens_figure",
     "skip_figure",
 ]
 
@@ -199,6 +201,72 @@ def block_influence_figure(atlas: Any) -> go.Figure:
         **LAYOUT,
     )
     integer_ticks(fig, d["layers"])
+    return fig
+
+
+def lens_figure(atlas: Any) -> go.Figure | None:
+    """Where predictions form: KL(p_L || p_l) and top-1 agreement per layer 0..L (layer 0 = the
+    embeddings), with intervals, and the mean prediction depth; None when the atlas has no lens."""
+    d = _d(atlas)
+    lens = d.get("logit_lens")
+    if not lens:
+        return None
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=(
+            "KL(p_L ‖ p_l): what layer l's lens still misses of the final prediction (nats)",
+            "top-1 agreement with the final layer",
+        ),
+    )
+    layers = list(range(len(lens["kl"])))
+    for row, name, values, label in (
+        (1, "logit_lens_kl", lens["kl"], "KL(p_L ‖ p_l)"),
+        (2, "logit_lens_top1", lens["top1_agreement"], "top-1 = final top-1"),
+    ):
+        y = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+        fig.add_trace(
+            go.Scatter(
+                x=layers,
+                y=y,
+                mode="lines+markers",
+                name=label,
+                line={"color": COLOR_MEASURED},
+                error_y=_errors(d, name, y),
+                hovertemplate=f"layer %{{x}}<br>{label} = %{{y:.4g}}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+    depth = lens.get("prediction_depth")
+    if depth is not None:
+        for row in (1, 2):
+            fig.add_vline(
+                x=depth,
+                line={"color": COLOR_PHASE, "dash": "dot"},
+                row=row,
+                col=1,
+                **(
+                    {
+                        "annotation_text": f"mean prediction depth {depth:.2f}",
+                        "annotation_position": "top left",
+                        "annotation_font_color": COLOR_PHASE,
+                    }
+                    if row == 1
+                    else {}
+                ),
+            )
+    fig.update_yaxes(title_text="KL (nats)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="share of tokens", range=[0, 1.05], row=2, col=1)
+    fig.update_xaxes(title_text="layer l (0 = embeddings)", row=2, col=1)
+    fig.update_layout(
+        title="Where predictions form (logit lens: the model's final norm and unembedding on h_l)",
+        height=560,
+        showlegend=False,
+        **LAYOUT,
+    )
     return fig
 
 

@@ -344,7 +344,7 @@ def _atlas_row(base: dict[str, Any], columns: dict[str, float]) -> dict[str, Any
 
 def cached_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
     """Cached runs of trained weights with a stored atlas, one per model (largest N, newest)."""
-    from deffcore.extraction.atlas_store import read_rows
+    from deffcore.extraction.atlas import read_rows
     from deffcore.lenses.diagnostics_store import spec_from_fields
     from deffcore.measures.atlas import columns_of
 

@@ -17,7 +17,7 @@ Decisions (SPEC section 9 leaves these open):
 - "Mean over tokens" pools every non-padding token of every measured passage (BOS included),
   token-weighted; the cosine is computed in float32 (from h_{l-1} and u_l = h_l - h_{l-1}),
   each passage's mean in float64. It is the depth-use atlas's arithmetic (one function for
-  both, `deffcore.extraction.atlas_tap`), taken during the check's own extraction of its measured
+  both, `deffcore.extraction.atlas`), taken during the check's own extraction of its measured
   passages (no separate pass); the atlas shows it as `block_influence_tokens` beside its
   passage-weighted BI.
 - Low rank = skipped first: the smallest BI (the block changes its input least) and the
@@ -187,10 +187,10 @@ def block_influence(
 ) -> np.ndarray:
     """BI (L,): 1 - token-weighted mean cos(block input, block output) over non-padding tokens.
 
-    The depth-use atlas's arithmetic (`deffcore.extraction.atlas_tap.AtlasTap` on the
+    The depth-use atlas's arithmetic (`deffcore.extraction.atlas.AtlasTap` on the
     extraction's own hooks, `deffcore.measures.atlas.token_weighted_bi`): the atlas shows this
     same number beside its passage-weighted BI."""
-    from deffcore.extraction.atlas_tap import AtlasTap
+    from deffcore.extraction.atlas import AtlasTap
     from deffcore.extraction.forward import register_hooks
     from deffcore.inputs.architecture import architecture_of
     from deffcore.inputs.texts import tokenize
@@ -491,7 +491,7 @@ def _compute(loaded: Any, setup: PruningSetup, progress: ProgressFn | None) -> P
     """The check itself on a loaded model (see `pruning_check`)."""
     from scipy.stats import spearmanr
 
-    from deffcore.extraction.atlas_tap import AtlasTap
+    from deffcore.extraction.atlas import AtlasTap
     from deffcore.extraction.forward import extract_pooled
     from deffcore.inputs.texts import load_passages
     from deffcore.measures.atlas import token_weighted_bi

@@ -8,7 +8,9 @@ Stage: lenses (on top of `deffcore.runs.measure`).
     a.relative_contribution, a.alignment, a.block_influence    # (L,), block 1 first
     a.angular_distance                                # (L+1, L+1) over h_0 .. h_L
     a.phase_point, a.intervals["alignment"], a.to_dict()
+    a.logit_lens["kl"], a.geometry["rotation_angle"]   # where predictions form, block geometry
     a = dc.atlas("smollm2-135m", skip_effect=True)    # + the skip effect on 64 passages
+    a = dc.atlas("smollm2-135m", logit_lens=True)     # + where predictions form (SPEC 16.2)
 
 The run is measured as `measure` measures it (same spec, same cache entry, same key): a run
 extracted now takes its atlas during that extraction; a run already cached with its atlas reads
@@ -28,9 +30,9 @@ import numpy as np
 
 from deffcore.core.checks import check_int, check_seed
 from deffcore.core.errors import DeffError, InvalidStatesError
-from deffcore.extraction import atlas_store
+from deffcore.extraction import atlas as atlas_store
 from deffcore.lenses.atlas_skip import SKIP_PASSAGES, SkipRows, skip_rows
-from deffcore.measures.atlas import Atlas, summarize
+from deffcore.measures.atlas import Atlas, consecutive_geometry, summarize
 from deffcore.views.atlas_read import run_info, stored_skip
 
 Progress = Callable[[int, int, str], None]
@@ -75,11 +77,14 @@ class _Model:
         return self.loaded
 
 
-def _atlas_pass(m: Any, model: _Model, documents: list[str] | None, progress, should_stop):
-    """One extraction that takes only the atlas (a run cached before it existed)."""
+def _atlas_pass(
+    m: Any, model: _Model, documents: list[str] | None, progress, should_stop, lens: bool = False
+):
+    """One extraction that takes only the atlas (a run cached before it existed, or the logit
+    lens asked of a run whose atlas has none)."""
     from deffcore.runs.measure import extract_spec
 
-    taps = atlas_store.atlas_taps()
+    taps = atlas_store.atlas_taps(lens)
     pooled = extract_spec(
         m.spec,
         loaded=model.get(),
@@ -131,6 +136,7 @@ def atlas_of(
     documents: list[str] | None = None,
     skip_effect: bool = False,
     skip_passages: int = SKIP_PASSAGES,
+    logit_lens: bool = False,
     B: int = 100,
     boot_seed: int = 0,
     ci: float = 0.95,
@@ -139,13 +145,16 @@ def atlas_of(
     should_stop: Callable[[], bool] | None = None,
 ) -> Atlas:
     """The atlas of a measured run (`Measurement`): stored rows, else one atlas pass; the skip
-    effect when asked (stored, else computed). `loaded`: the run's model if already in memory."""
+    effect when asked (stored, else computed), the logit lens when asked (stored, else one atlas
+    pass that takes it). `loaded`: the run's model if already in memory."""
     check_atlas_options(B, boot_seed, ci, skip_passages, n=m.n)
     model = _Model(m, loaded, device, progress)
     rows = atlas_store.read_rows(m.spec)
-    if rows is None or rows.n != m.n:
-        rows = _atlas_pass(m, model, documents, progress, should_stop)
+    lacks_lens = rows is not None and rows.lens is None and rows.lens_refused is None
+    if rows is None or rows.n != m.n or (logit_lens and lacks_lens):
+        rows = _atlas_pass(m, model, documents, progress, should_stop, lens=logit_lens)
     out = summarize(rows, B=B, seed=boot_seed, ci=ci)
+    out.geometry = consecutive_geometry(m.states_with_h0("default"), out.relative_contribution)
     out.run = run_info(m)
     passages = min(skip_passages, m.n)
     if skip_effect and atlas_store.read_skip(m.spec, passages) is None:
@@ -162,6 +171,7 @@ def atlas(
     dataset: str = "bbc-news",
     skip_effect: bool = False,
     skip_passages: int = SKIP_PASSAGES,
+    logit_lens: bool = False,
     B: int = 100,
     boot_seed: int = 0,
     ci: float = 0.95,
@@ -184,6 +194,7 @@ def atlas(
             m,
             skip_effect=skip_effect,
             skip_passages=skip_passages,
+            logit_lens=logit_lens,
             B=B,
             boot_seed=boot_seed,
             ci=ci,
@@ -197,6 +208,7 @@ def atlas(
         data,
         skip_effect=skip_effect,
         skip_passages=skip_passages,
+        logit_lens=logit_lens,
         B=B,
         boot_seed=boot_seed,
         ci=ci,
@@ -211,7 +223,8 @@ def _in_memory(model, tokenizer, texts, *, progress, **options) -> Atlas:
     from deffcore.runs.measure import measure_spec
 
     atlas_opts = {
-        k: options.pop(k) for k in ("skip_effect", "skip_passages", "B", "boot_seed", "ci")
+        k: options.pop(k)
+        for k in ("skip_effect", "skip_passages", "logit_lens", "B", "boot_seed", "ci")
     }
     revision, device, dtype = (options.pop(k, None) for k in ("revision", "device", "dtype"))
     use_cache, cache_id = options.pop("use_cache", True), options.pop("cache_id", None)
@@ -266,7 +279,7 @@ def atlas_states(
     attention mask (N, T), as `measure_states` takes them (`deffcore.runs.external`; h_L before the
     final norm). No sublayer split (the states do not carry the MLP's write) and no skip effect
     (that needs the model)."""
-    from deffcore.extraction.atlas_tap import rows_from_states
+    from deffcore.extraction.atlas import rows_from_states
     from deffcore.runs import external
 
     check_atlas_options(B, boot_seed, ci, 1)

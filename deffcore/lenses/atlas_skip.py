@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from deffcore.extraction.atlas_tap import EPS
+from deffcore.extraction.atlas import EPS
 
 #: Passages of the skip effect (the first of the run's kept passages).
 SKIP_PASSAGES = 64

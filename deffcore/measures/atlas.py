@@ -1,6 +1,6 @@
 """The depth-use atlas: other papers' measures of how a model uses its depth, with intervals.
 
-Stage: measures (per-passage rows from `deffcore.extraction.atlas_tap` (and the skip effect's
+Stage: measures (per-passage rows from `deffcore.extraction.atlas` (and the skip effect's
 from `deffcore.lenses.atlas_skip`) -> means, passage-bootstrap intervals and the derived numbers;
 SPEC section 16).
 
@@ -19,6 +19,23 @@ the per-passage value is a mean over the passage's real tokens (`AtlasRows`):
                                 the first half (blocks 1 .. floor(L/2)): the smallest p in 0..L
                                 with r_k < median/2 for every k > p; p = L when the last block is
                                 not below it (then no block is past the phase point)
+
+Where predictions form (the logit lens, SPEC 16.2), over h_0 .. h_L (index 0 = the embeddings):
+
+    logit_lens["kl"] (L+1,)           mean over passages of the passage's mean over real tokens
+                                      of KL(p_L || p_l), p_l = softmax(W_U norm(h_l)) (nats)
+    logit_lens["top1_agreement"]      the same of [argmax p_l = argmax p_L]
+    logit_lens["prediction_depth"]    the same of the first layer from which the top-1 stays the
+                                      final top-1 through layer L (0..L)
+
+Consecutive-layer geometry (SPEC 16.3), per block l (h_{l-1} -> h_l), `geometry`:
+
+    displacement (L,)          ||h_l - h_{l-1}|| / ||h_{l-1}||, token-level: the same number as
+                               relative_contribution (the taps' r_l), repeated beside the others
+    rotation_angle (L,)        degrees: arccos <Z_{l-1} R, Z_{l-1}>_F of the orthogonal
+                               Procrustes rotation R of the run's centred pooled states
+                               (Z = X̄ / ||X̄||_F, default pooling)
+    procrustes_residual (L,)   min_R ||Z_{l-1} R - Z_l||_F^2 = 2 - 2 ||Z_{l-1}^T Z_l||_* in [0, 2]
 
 Gromov et al.'s choice: to drop n consecutive blocks, drop blocks l*+1 .. l*+n with
 l* = argmin_l d(l, l+n) (ties: the smallest l). At an angular budget β (default 0.10 of π),
@@ -45,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.extraction.atlas_tap import SPLIT_QUANTITIES, AtlasRows
+from deffcore.extraction.atlas import LENS_QUANTITIES, SPLIT_QUANTITIES, AtlasRows
 
 ATLAS_FORMAT = 1
 #: Gromov et al.'s angular budget of the correlation lab's column (a share of π).
@@ -63,6 +80,8 @@ _PER_BLOCK = (
     ("alignment", "c"),
     ("block_influence", "bi"),
 )
+#: The logit lens's stats and intervals, in `LENS_QUANTITIES`'s order.
+_LENS_NAMES = ("logit_lens_kl", "logit_lens_top1", "prediction_depth")
 _SPLIT_NAMES = {
     "r_attn": ("attention", "relative_contribution"),
     "c_attn": ("attention", "alignment"),
@@ -147,6 +166,8 @@ class Atlas:
     {"kind", "attention": {...}, "mlp": {...}} or None; intervals: {name: (low, high)} with the
     arrays' shapes; gromov: the budget, n_drop, first dropped block, the best-block curve.
     skip_effect: a `SkipEffect` when it was computed (on request), else None.
+    logit_lens: {"kl", "top1_agreement": (L+1,) over h_0 .. h_L, "prediction_depth": float} or
+    None (not taken; meta["logit_lens_refused"] says why when the architecture was refused).
     """
 
     layers: int
@@ -164,6 +185,8 @@ class Atlas:
     ci: float = 0.95
     seed: int = 0
     skip_effect: SkipEffect | None = None
+    logit_lens: dict[str, Any] | None = None
+    geometry: dict[str, np.ndarray] | None = None
     #: the run it belongs to (`deffcore.lenses.atlas.run_info`: key, spec, D_eff, lag profile)
     run: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
@@ -214,6 +237,8 @@ class Atlas:
             },
             "columns": self.columns(),
             "skip_effect": None if self.skip_effect is None else self.skip_effect.to_dict(),
+            "logit_lens": _plain(self.logit_lens),
+            "geometry": _plain(self.geometry),
             "run": _plain(self.run),
             "meta": _plain(self.meta),
         }
@@ -235,16 +260,33 @@ class Atlas:
             n=int(d["n"]),
             **arr,
             phase_point=int(d["phase_point"]),
-            gromov=dict(d.get("gromov") or {}),
+            gromov={"first_dropped_block": None, **(d.get("gromov") or {})},  # optional in files
             intervals=intervals,
             sublayers=d.get("sublayers"),
             B=int(d.get("B", 100)),
             ci=float(d.get("ci", 0.95)),
             seed=int(d.get("seed", 0)),
             skip_effect=None if skip is None else SkipEffect.from_dict(skip),
+            logit_lens=_lens_from_dict(d.get("logit_lens")),
+            geometry=(
+                {k: _array(v) for k, v in d["geometry"].items() if k in GEOMETRY}
+                if isinstance(d.get("geometry"), dict)
+                else None
+            ),
             run=d.get("run"),
             meta=dict(d.get("meta") or {}),
         )
+
+
+def _lens_from_dict(d: Any) -> dict[str, Any] | None:
+    if not isinstance(d, dict):
+        return None
+    depth = d.get("prediction_depth")
+    return {
+        "kl": _array(d["kl"]),
+        "top1_agreement": _array(d["top1_agreement"]),
+        "prediction_depth": float("nan") if depth is None else float(depth),
+    }
 
 
 def _array(values: Any) -> np.ndarray:
@@ -274,6 +316,60 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, float | np.floating):
         return float(obj) if math.isfinite(float(obj)) else None
     return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# Consecutive-layer geometry (SPEC 16.3)
+
+#: The per-block geometry (`Atlas.geometry`), each (L,).
+GEOMETRY: tuple[str, ...] = ("displacement", "rotation_angle", "procrustes_residual")
+#: Each one's range (a ratio >= 0, degrees, the residual of unit-norm matrices).
+GEOMETRY_RANGES = {
+    "displacement": (0, 1e6),
+    "rotation_angle": (0, 180),
+    "procrustes_residual": (0, 2),
+}
+
+
+def _unit_centred(x: np.ndarray) -> np.ndarray | None:
+    xc = np.asarray(x, dtype=np.float64)
+    xc = xc - xc.mean(0)
+    norm = float(np.linalg.norm(xc))
+    return xc / norm if norm > 0 else None
+
+
+def procrustes_step(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Two layers' pooled states (N, d) -> (rotation angle in degrees, Procrustes residual) of
+    the orthogonal Procrustes fit of centred, unit-Frobenius Z_x onto Z_y (module docstring):
+    R = U V^T from Z_x^T Z_y = U S V^T; angle = arccos <Z_x R, Z_x>_F; residual = 2 - 2 sum S.
+    NaN for both when a layer has no variance across passages. When 2N < d the fit is done in
+    an orthonormal basis of the rows' span (the same R on the data, the same numbers)."""
+    a, b = _unit_centred(x), _unit_centred(y)
+    if a is None or b is None:
+        return float("nan"), float("nan")
+    n, d = a.shape
+    if 2 * n < d:
+        q, _ = np.linalg.qr(np.hstack([a.T, b.T]))  # (d, 2N): both layers' rows lie in it
+        a, b = a @ q, b @ q
+    u, sv, vt = np.linalg.svd(a.T @ b)
+    rotated = a @ (u @ vt)
+    cos = float(np.clip(np.sum(rotated * a), -1.0, 1.0))
+    return float(np.degrees(np.arccos(cos))), float(max(0.0, 2.0 - 2.0 * sv.sum()))
+
+
+def consecutive_geometry(
+    pooled: np.ndarray, displacement: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """pooled (L+1, N, d) h_0 .. h_L -> {"rotation_angle", "procrustes_residual"} (L,) per
+    block l = 1..L, with "displacement" (the taps' r_l, token-level) when given."""
+    steps = [procrustes_step(pooled[i - 1], pooled[i]) for i in range(1, len(pooled))]
+    out = {
+        "rotation_angle": np.array([a for a, _ in steps], dtype=np.float64),
+        "procrustes_residual": np.array([r for _, r in steps], dtype=np.float64),
+    }
+    if displacement is not None:
+        out = {"displacement": np.asarray(displacement, dtype=np.float64), **out}
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,11 +435,20 @@ def summarize(
     if rows.split is not None:
         for q in SPLIT_QUANTITIES:
             stats[q] = W @ rows.split[q]
+    if rows.lens is not None:
+        for q, name in zip(LENS_QUANTITIES, _LENS_NAMES, strict=True):
+            stats[name] = W @ rows.lens[q]
     intervals = {k: percentile_interval(v[1:], ci) for k, v in stats.items()}
     for k in ("phase_point", "gromov_n_drop"):
         intervals[k] = _integer_interval(stats[k][1:], ci)
     intervals["angular_distance"] = percentile_interval(ang[1:], ci)
-    return _atlas_of(rows, stats, ang[0], intervals, drops[0], B=B, seed=seed, ci=ci, budget=budget)
+    out = _atlas_of(rows, stats, ang[0], intervals, drops[0], B=B, seed=seed, ci=ci, budget=budget)
+    if rows.lens is not None:
+        kl, top1, depth = (stats.pop(name)[0] for name in _LENS_NAMES)
+        out.logit_lens = {"kl": kl, "top1_agreement": top1, "prediction_depth": float(depth)}
+    elif rows.lens_refused:
+        out.meta["logit_lens_refused"] = rows.lens_refused
+    return out
 
 
 def _atlas_of(rows, stats, D, intervals, drop, *, B, seed, ci, budget) -> Atlas:
@@ -519,7 +624,27 @@ def check_atlas_dict(d: Any, layers: int) -> dict[str, Any]:
                 band[side], np.shape(_array(band[side])), f"interval {str(name)[:40]}", -2, 1e6
             )
     _check_skip(d.get("skip_effect"), L)
+    _check_lens(d.get("logit_lens"), L)
+    geometry = d.get("geometry")
+    if geometry is not None:
+        if not isinstance(geometry, dict):
+            raise AtlasFileError("its consecutive-layer geometry is not an object.")
+        for name, (low, high) in GEOMETRY_RANGES.items():
+            if name in geometry:
+                finite_or_nan(geometry[name], (L,), name.replace("_", " "), low, high)
     return d
+
+
+def _check_lens(lens: Any, L: int) -> None:
+    if lens is None:
+        return
+    if not isinstance(lens, dict):
+        raise AtlasFileError("its logit lens is not an object.")
+    finite_or_nan(lens.get("kl"), (L + 1,), "logit-lens KL", 0, 1e6)
+    finite_or_nan(lens.get("top1_agreement"), (L + 1,), "logit-lens top-1 agreement", 0, 1)
+    depth = lens.get("prediction_depth")
+    if depth is not None:  # null: undefined (never stored as a number out of range)
+        finite_or_nan(depth, (), "prediction depth", 0, L)
 
 
 def _check_skip(skip: Any, L: int) -> None:

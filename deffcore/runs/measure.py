@@ -306,7 +306,7 @@ def measure_spec(
     taken in the same extraction and kept beside the run if it ran every passage (SPEC 16).
     """
     from deffcore.extraction import cache as prefix
-    from deffcore.extraction.atlas_store import atlas_taps, keep_atlas
+    from deffcore.extraction.atlas import atlas_taps, keep_atlas
 
     taps, start = (atlas_taps() if atlas and use_cache else ()), time.perf_counter()
     resolved = loaded.device if loaded is not None else device

@@ -1,6 +1,6 @@
 """A measured run's depth-use atlas as stored beside it, summarised (nothing is run here).
 
-Stage: views (reads `deffcore.extraction.atlas_store`, summarises with
+Stage: views (reads `deffcore.extraction.atlas`, summarises with
 `deffcore.measures.atlas`; the views and the correlation lab read a run's atlas through it,
 `deffcore.lenses.atlas` computes one).
 """
@@ -10,8 +10,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from deffcore.extraction import atlas_store
-from deffcore.measures.atlas import Atlas, SkipEffect, summarize, summarize_skip
+from deffcore.extraction import atlas as atlas_store
+from deffcore.measures.atlas import (
+    Atlas,
+    SkipEffect,
+    consecutive_geometry,
+    summarize,
+    summarize_skip,
+)
 from deffcore.measures.depth import lag_profile
 
 
@@ -56,6 +62,7 @@ def stored_atlas(
     if rows is None or rows.n != m.n:
         return None
     out = summarize(rows, B=B, seed=seed, ci=ci)
+    out.geometry = consecutive_geometry(m.states_with_h0("default"), out.relative_contribution)
     out.run = run_info(m)
     out.skip_effect = stored_skip(m, skip_passages, B=B, seed=seed, ci=ci)
     return out

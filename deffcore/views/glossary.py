@@ -271,6 +271,13 @@ GLOSSARY: dict[str, str] = {
     "skip effect": "Skip block s (its input passes through) and rerun the later blocks: the mean "
     "relative change of each later block's write and the mean next-token KL divergence of the "
     "output. Csordás, Manning & Potts (2025), §3.2.",
+    "logit lens": "The model's own final norm and unembedding applied to the residual stream "
+    "h_l of an earlier layer, read as a next-token distribution p_l; KL(p_L ‖ p_l) is what "
+    "layer l still misses of the final prediction, and top-1 agreement the share of tokens "
+    "whose most likely next token is already the final one (nostalgebraist 2020; SPEC 16.2).",
+    "prediction depth": "Per token, the first layer from which the logit lens's top-1 stays the "
+    "final top-1 through the last layer, averaged over tokens and passages: where the "
+    "prediction is settled (after Gupta et al. 2025 and Csordás et al. 2025; SPEC 16.2).",
 }
 
 #: snake_case result keys -> column names a person reads (used by `human_columns`).
@@ -377,6 +384,12 @@ COLUMN_LABELS: dict[str, str] = {
     "bi_second_half": "Mean BI, second half",
     "gromov_keep_share": "Depth kept by Gromov et al. (10%) / L",
     "r_late_over_early": "r_l second half / first half",
+    "layer": "Layer",
+    "kl": "KL(p_L ‖ p_l)",
+    "top1_agreement": "Top-1 = final top-1",
+    "displacement": "Displacement ‖h_l − h_{l−1}‖ / ‖h_{l−1}‖",
+    "rotation_angle": "Procrustes rotation (degrees)",
+    "procrustes_residual": "Procrustes residual",
 }
 
 _SNAKE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)+$")

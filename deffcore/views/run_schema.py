@@ -214,6 +214,31 @@ class StoredSkip(_Part):
     meta: dict[Name, Text | Number | None] = Field(default_factory=dict)
 
 
+Share = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class LogitLens(_Part):
+    """Where predictions form (SPEC 16.2): per layer h_0 .. h_L the mean KL(p_L || p_l) (nats,
+    >= 0) and top-1 agreement with the final layer (a share), and the prediction depth."""
+
+    kl: list[NonNegative | None]
+    top1_agreement: list[Share | None]
+    prediction_depth: NonNegative | None = None
+
+
+Degrees = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=180, allow_inf_nan=False)]
+Residual = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=2, allow_inf_nan=False)]
+
+
+class BlockGeometry(_Part):
+    """Consecutive-layer geometry per block (SPEC 16.3): the token-level displacement, the
+    Procrustes rotation angle (degrees) and residual of the centred pooled states."""
+
+    displacement: list[NonNegative | None] | None = None
+    rotation_angle: list[Degrees | None]
+    procrustes_residual: list[Residual | None]
+
+
 class AtlasRun(_Part):
     """The run an atlas was computed beside (`lenses.atlas.run_info`)."""
 
@@ -241,8 +266,11 @@ _PER_BLOCK_INTERVALS = (
         for m in ("relative_contribution", "alignment")
     ),
 )
+#: The logit lens's intervals over h_0 .. h_L (L + 1 values).
+_LAYER_INTERVALS = ("logit_lens_kl", "logit_lens_top1")
 #: The scalar intervals the Depth use page and the correlation lab read.
 _SCALAR_INTERVALS = (
+    "prediction_depth",
     "phase_point",
     "gromov_n_drop",
     "phase_share",
@@ -272,6 +300,8 @@ class StoredAtlas(_Part):
     intervals: dict[Name, Interval]
     columns: dict[Name, Number | None] = Field(default_factory=dict)
     skip_effect: StoredSkip | None = None
+    logit_lens: LogitLens | None = None
+    geometry: BlockGeometry | None = None
     run: AtlasRun | None = None
     meta: dict[Name, Text | Number | None] = Field(default_factory=dict)
 
@@ -299,6 +329,8 @@ class StoredAtlas(_Part):
                 want[f"intervals.{name}"] = ((L,), band.low)
             elif name == "angular_distance":
                 want[f"intervals.{name}"] = ((L + 1, L + 1), band.low)
+            elif name in _LAYER_INTERVALS:
+                want[f"intervals.{name}"] = ((L + 1,), band.low)
             elif name in _SCALAR_INTERVALS:
                 want[f"intervals.{name}"] = ((), band.low)
         if "phase_point" not in self.intervals:
@@ -311,6 +343,18 @@ class StoredAtlas(_Part):
             raise ValueError("the depth-use atlas drops blocks past its last")
         if self.phase_point > L:
             raise ValueError(f"the depth-use atlas's phase point is past block {L}")
+        lens = self.logit_lens
+        if lens is not None:
+            for name in ("kl", "top1_agreement"):
+                if _shape(getattr(lens, name)) != (L + 1,):
+                    raise ValueError(f"the logit lens's {name} is not of shape ({L + 1},)")
+            if (lens.prediction_depth or 0) > L:
+                raise ValueError(f"the logit lens's prediction depth is past layer {L}")
+        geo = self.geometry
+        for name in ("displacement", "rotation_angle", "procrustes_residual"):
+            value = None if geo is None else getattr(geo, name)
+            if value is not None and _shape(value) != (L,):
+                raise ValueError(f"the block geometry's {name} is not of shape ({L},)")
         if self.run is not None and (self.run.layers or L, self.run.n or N) != (L, N):
             raise ValueError("the depth-use atlas's run is not of this run's L and N")
         skip = self.skip_effect

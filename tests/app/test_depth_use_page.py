@@ -38,7 +38,9 @@ def test_page_cli_and_library_agree(measurement, capsys):
     import deffcore as dc
     from deffcore.cli.main import main
 
-    lib = dc.atlas(RUN["model"], n=RUN["n"], max_tokens=RUN["max_tokens"]).to_dict()
+    lib = dc.atlas(
+        RUN["model"], n=RUN["n"], max_tokens=RUN["max_tokens"], logit_lens=True
+    ).to_dict()
     argv = [
         "atlas",
         "--model",
@@ -49,6 +51,7 @@ def test_page_cli_and_library_agree(measurement, capsys):
         "24",
         "--json",
         "--no-progress",
+        "--logit-lens",
     ]
     assert main(argv) == 0
     cli = json.loads(capsys.readouterr().out)
@@ -78,6 +81,23 @@ def test_page_cli_and_library_agree(measurement, capsys):
     np.testing.assert_allclose(plotly_array(heat["data"][0]["z"]), cli["angular_distance"])
     lag = chart(at, "Lag decay")
     np.testing.assert_allclose(plotly_array(lag["data"][0]["y"]), lib["run"]["lag_profile"])
+    # where predictions form (SPEC 16.2): chart, metric and table equal the library's and CLI's
+    lens = chart(at, "Where predictions form")
+    np.testing.assert_allclose(plotly_array(lens["data"][0]["y"]), lib["logit_lens"]["kl"])
+    np.testing.assert_allclose(cli["logit_lens"]["kl"], lib["logit_lens"]["kl"], rtol=1e-12)
+    np.testing.assert_allclose(
+        plotly_array(lens["data"][1]["y"]), lib["logit_lens"]["top1_agreement"]
+    )
+    depth = lib["logit_lens"]["prediction_depth"]
+    assert metrics["Prediction depth"] == f"{depth:.2f} of {lib['layers']}"
+    (table,) = [d.value for d in at.dataframe if "KL(p_L ‖ p_l)" in d.value.columns]
+    np.testing.assert_allclose(table["Top-1 = final top-1"], lib["logit_lens"]["top1_agreement"])
+    # the consecutive-layer geometry per block (SPEC 16.3)
+    (geo,) = [d.value for d in at.dataframe if "Procrustes residual" in d.value.columns]
+    np.testing.assert_allclose(
+        geo["Procrustes rotation (degrees)"], lib["geometry"]["rotation_angle"], rtol=1e-9
+    )
+    np.testing.assert_allclose(cli["geometry"]["rotation_angle"], lib["geometry"]["rotation_angle"])
 
 
 def test_the_glossary_names_each_measures_paper(measurement):
@@ -94,7 +114,7 @@ def test_the_glossary_names_each_measures_paper(measurement):
 
 
 def test_a_run_without_an_atlas_computes_it_then_the_skip_effect():
-    from deffcore.extraction import atlas_store
+    from deffcore.extraction import atlas as atlas_store
     from deffcore.runs.measure import measure, measure_spec, run_spec
 
     spec, _ = run_spec("tiny-llama", "bbc-news", 8, 24, 1, "cka")

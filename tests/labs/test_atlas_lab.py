@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from deffcore.extraction.atlas_store import read_rows
+from deffcore.extraction.atlas import read_rows
 from deffcore.inputs.model import Kind
 from deffcore.labs import correlation_lab, panels
 from deffcore.measures.atlas import ATLAS_COLUMNS, columns_of
@@ -182,7 +182,7 @@ def test_the_pruning_lab_ranks_by_the_atlas_token_weighted_bi(tiny_dataset, tiny
 
 
 def _rows_of(loaded, texts):
-    from deffcore.extraction.atlas_tap import AtlasTap
+    from deffcore.extraction.atlas import AtlasTap
     from deffcore.extraction.forward import extract_pooled
 
     tap = AtlasTap()

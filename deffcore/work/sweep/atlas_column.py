@@ -24,7 +24,7 @@ ATLAS_KEYS: tuple[str, ...] = (*ATLAS_COLUMNS, "atlas_status")
 
 def cell_atlas_taps() -> tuple:
     """The taps a cell's extraction takes its atlas with."""
-    from deffcore.extraction.atlas_store import atlas_taps
+    from deffcore.extraction.atlas import atlas_taps
 
     return atlas_taps()
 
@@ -39,7 +39,7 @@ def cell_rows(taps: tuple, pooled: Any) -> Any:
 
 def keep_cell_rows(spec: Any, rows: Any) -> None:
     """Driver side: keep a worker's atlas rows beside the cell's cache entry just written."""
-    from deffcore.extraction.atlas_store import write_rows
+    from deffcore.extraction.atlas import write_rows
 
     if rows is not None:
         write_rows(spec, rows)
@@ -47,7 +47,7 @@ def keep_cell_rows(spec: Any, rows: Any) -> None:
 
 def atlas_columns(spec: Any, pooled: Any, computed: bool) -> dict[str, Any]:
     """The atlas columns of a landed cell, from the rows kept beside its entry."""
-    from deffcore.extraction.atlas_store import read_rows
+    from deffcore.extraction.atlas import read_rows
     from deffcore.measures.atlas import columns_of
 
     rows = read_rows(spec)
