@@ -14,7 +14,8 @@ import torch
 
 import deffcore as dc
 from deffcore.core.errors import DeffError, RunCancelled
-from deffcore.extraction import atlas as atlas_store, cache
+from deffcore.extraction import atlas as atlas_store
+from deffcore.extraction import cache
 from deffcore.extraction import cache as entries
 from deffcore.inputs.architecture import base_model
 from deffcore.inputs.model import load_model
