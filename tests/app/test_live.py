@@ -90,7 +90,8 @@ def test_live_panel_before_the_first_estimate_and_for_documents():
     captions = [c.value for c in at.caption]
     assert not any("No estimates before the end" in c for c in captions)
     assert any("first estimate appears once 32 passages" in c for c in captions)
-    assert any("Stopping early needs token windows" in c for c in captions)  # why no button
+    # no button, and no paragraph on stopping early: the box speaks of what the user asked for
+    assert not any("Stopping early" in c or "stop early" in c for c in captions), captions
     assert not at.button
     with_estimates = AppTest.from_function(_panel, args=(_status(_estimates(), spec=docs),)).run(
         timeout=60

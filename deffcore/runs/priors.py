@@ -1,0 +1,231 @@
+"""What the packaged models' first run costs on a class of machine, before this machine has
+run anything (SPEC 14.5), and how the first extraction batch refines it.
+
+    machine_class("cpu")                       -> "cpu-2"  (cores this process may use)
+    prior("smollm2-135m", "cpu", "float32")    -> RunPrior | None
+    eta(expected, elapsed_s=..., done=..., total=..., extract_s=...) -> seconds
+
+`deffcore/data/run_priors.json` holds, per machine class ("cpu-<cores>", "cuda-<GPU name>")
+and packaged model, one measured first run of the app's default settings
+(`benchmarks/bench_run_prior.py` measures and writes it): the seconds of reading the data, of
+assembling the packaged file, of loading the model, of preparing (cutting windows up to the
+first batch), the extraction rate (tokens per second over the batches) and the seconds of the
+numbers after the last batch at its N. A CPU class this file lacks is priced from the nearest
+CPU class measured, its rate scaled by the ratio of cores (the load and the reading are not
+scaled); a GPU this file lacks has no prior. A damaged file gives no prior, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from deffcore.core.paths import DATA_DIR
+
+PRIOR_FILE = DATA_DIR / "run_priors.json"
+#: The seconds of one-off stages a prior prices (the job's stage names, in run order).
+ONE_OFF = ("checking data", "assembling", "loading model", "preparing")
+
+
+@dataclass(frozen=True)
+class RunPrior:
+    """One measured first run of a packaged model on a machine class (module docstring)."""
+
+    model: str
+    machine: str  # the class it was measured on
+    read_s: float  # "checking data": reading the dataset before the load
+    assemble_s: float  # joining a packaged GGUF's parts (0 when it ships whole)
+    load_s: float
+    prepare_s: float  # from the end of the load to the first extraction batch's start
+    tokens_per_s: float
+    numbers_s: float  # after the last batch, at N = n
+    n: int
+    max_tokens: int
+    scaled: float = 1.0  # the rate's factor from the measured class to this machine
+
+    def describe(self) -> str:
+        how = "" if self.scaled == 1.0 else f", its rate scaled x{self.scaled:.2g} by cores"
+        return (
+            f"prior for {self.model} measured on a {self.machine} machine "
+            f"({self.tokens_per_s:,.0f} tokens/s{how})"
+        )
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def machine_class(device: str) -> str:
+    """The machine's class: "cpu-<cores>" for a CPU run (the cores this process may use),
+    "cuda-<GPU name>" on a GPU (lowercase, spaces as dashes), "<device>" otherwise."""
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            index = torch.device(device).index or 0
+            name = torch.cuda.get_device_name(index)
+        except Exception:  # no CUDA here: a class no prior is measured for
+            return "cuda"
+        return "cuda-" + re.sub(r"\s+", "-", name.strip().lower())
+    if device == "cpu":
+        return f"cpu-{_cores()}"
+    return device
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, dict[str, dict[str, Any]]]:
+    try:
+        data = json.loads(PRIOR_FILE.read_text())
+        machines = data["machines"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return machines if isinstance(machines, dict) else {}
+
+
+_FIELDS = ("read_s", "assemble_s", "load_s", "prepare_s", "tokens_per_s", "numbers_s")
+
+
+def _row(model: str, machine: str, row: Any, scaled: float) -> RunPrior | None:
+    if not isinstance(row, dict):
+        return None
+    try:
+        values = {k: float(row[k]) for k in _FIELDS}
+        n, max_tokens = int(row["n"]), int(row["max_tokens"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) and v >= 0 for v in values.values()):
+        return None
+    if values["tokens_per_s"] <= 0 or n <= 0 or max_tokens <= 0:
+        return None
+    values["tokens_per_s"] *= scaled
+    return RunPrior(model, machine, **values, n=n, max_tokens=max_tokens, scaled=scaled)
+
+
+def prior(model: str, device: str, dtype: str = "float32") -> RunPrior | None:
+    """The measured first run of `model` for this machine's class (module docstring), None
+    when the table has none (a model it does not list, another dtype, an unmeasured GPU)."""
+    table, here = _table(), machine_class(device)
+    found = table.get(here, {}).get(model)
+    if isinstance(found, dict) and found.get("dtype", "float32") == dtype:
+        return _row(model, here, found, 1.0)
+    if not here.startswith("cpu-"):
+        return None
+    cores = int(here.split("-", 1)[1])
+    measured = []
+    for name, rows in table.items():
+        row = rows.get(model) if isinstance(rows, dict) else None
+        usable = isinstance(row, dict) and row.get("dtype", "float32") == dtype
+        if usable and name.startswith("cpu-") and name[4:].isdigit():
+            measured.append((abs(int(name[4:]) - cores), int(name[4:]), name, row))
+    if not measured:
+        return None
+    _, ref, name, row = min(measured)
+    return _row(model, name, row, cores / ref)
+
+
+def stage_seconds(stage: str, model: str, device: str | None = None) -> float | None:
+    """The prior's seconds of a one-off stage ("assembling", "loading model", ...) on `device`
+    (None: this machine's default device), None when there is no prior or it does not price
+    that stage."""
+    if device is None:
+        from deffcore.inputs.devices import default_device
+
+        device = default_device()
+    found = prior(model, device)
+    if found is None:
+        return None
+    seconds = {
+        "checking data": found.read_s,
+        "assembling": found.assemble_s,
+        "loading model": found.load_s,
+        "preparing": found.prepare_s,
+    }.get(stage)
+    return seconds or None
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A run's expected seconds by part (SPEC 14.5): the stages before the first extraction
+    batch is reported (`ONE_OFF`, in run order; "preparing" holds the first batch), the
+    extraction of the passages after it at `rate` passages per second, the numbers after
+    the last batch."""
+
+    stages: tuple[tuple[str, float], ...]
+    extract_s: float
+    numbers_s: float
+    rate: float  # passages per second expected
+
+    @property
+    def total_s(self) -> float:
+        return sum(s for _, s in self.stages) + self.extract_s + self.numbers_s
+
+    def stage_s(self, stage: str) -> float | None:
+        """The expected seconds of `stage`, None when it is not expected."""
+        return dict(self.stages).get(stage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stages": dict(self.stages), "extract_s": self.extract_s,
+                "numbers_s": self.numbers_s, "rate": self.rate,
+                "total_s": self.total_s}  # fmt: skip
+
+
+def expected_run(found: RunPrior, n: int, max_tokens: int, batch: int, *,
+                 load_s: float | None = None, cached_model: bool = False,
+                 assembled: bool = False) -> Expected:  # fmt: skip
+    """A run of N passages x max_tokens in batches of `batch` priced by a prior: the one-off
+    stages as measured (no load when the model is already in memory, no assembly once the
+    packaged file is whole; `load_s` replaces the prior's load, e.g. what this machine last
+    took), "preparing" = the prior's preparing + the first batch, extraction = the other
+    passages x max_tokens / the prior's tokens per second, the numbers scaled by N / its N."""
+    load = 0.0 if cached_model else (found.load_s if load_s is None else load_s)
+    rate = found.tokens_per_s / max_tokens
+    first = min(max(batch, 1), n)
+    stages = (
+        ("checking data", found.read_s),
+        ("assembling", 0.0 if cached_model or assembled else found.assemble_s),
+        ("loading model", load),
+        ("preparing", found.prepare_s + first / rate),
+    )
+    return Expected(
+        stages=tuple((k, v) for k, v in stages if v > 0),
+        extract_s=(n - first) / rate,
+        numbers_s=found.numbers_s * n / found.n,
+        rate=rate,
+    )
+
+
+def eta(
+    expected: Expected,
+    *,
+    stage: str,
+    stage_elapsed_s: float,
+    done: int,
+    total: int,
+    seen: tuple[int, float] | None = None,
+) -> float:
+    """Seconds left of a run (SPEC 14.5). Before its first batch is reported: the rest of the
+    stage under way (at least 0), the stages after it, the extraction and the numbers, as
+    expected. From then on `seen` = (passages, seconds) extracted so far gives the rate seen,
+    which replaces the expected one: the passages left at the rate seen, plus the numbers
+    scaled by expected rate / rate seen (a machine slower at the forward is slower at the
+    numbers too)."""
+    if seen is not None and seen[0] > 0 and seen[1] > 0:
+        rate = seen[0] / seen[1]
+        return max(total - done, 0) / rate + expected.numbers_s * expected.rate / rate
+    names = [k for k, _ in expected.stages]
+    left = expected.extract_s + expected.numbers_s
+    if stage in names:
+        at = names.index(stage)
+        left += max(expected.stages[at][1] - stage_elapsed_s, 0.0)
+        left += sum(s for _, s in expected.stages[at + 1 :])
+    elif stage == "queued":
+        left += sum(s for _, s in expected.stages)
+    return left
