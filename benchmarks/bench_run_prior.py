@@ -2,15 +2,16 @@
 box price a run by before this machine has run anything (`deffcore.runs.priors`, SPEC 14.5).
 
     .venv/bin/python benchmarks/bench_run_prior.py --write           # measure, write the JSON
-    .venv/bin/python benchmarks/bench_run_prior.py --check           # the ETA against a run
+    .venv/bin/python benchmarks/bench_run_prior.py --models smollm2-135m   # the ETA, checked
 
 Each model runs in a fresh process (nothing loaded, nothing imported beyond what the app has
 imported before Run) on a fresh cache folder, as the app's background job does it
 (`deffcore.work.jobs`), with the app's default settings (bbc-news, N = 512 documents cut at
 128 tokens, seed 0). The job's stages are polled every 50 ms; the job's own clocks give the parts.
 `--write` puts the parts under this machine's class (`priors.machine_class`) in
-deffcore/data/run_priors.json. `--check` prints, per model, the ETA the plan shows before Run
-(from the priors in the file) and at the first batch, against the run's actual time.
+deffcore/data/run_priors.json, after each model. Every run prints the ETA the plan showed
+before Run (from the priors already in the file), the job's ETA at its start and at its first
+batch, against the run's actual time, with the load average before and after.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ while True:
     now = time.monotonic() - t0
     if not stages or stages[-1][0] != st.stage:
         stages.append((st.stage, now))
-    if st.eta_s is not None:
-        etas.append((now, st.stage, st.done, st.eta_s))
+    if st.eta_s is not None and (not etas or st.done > etas[-1][2] or len(etas) < 2):
+        etas.append((now, st.stage, st.done, st.eta_s))  # the first ETA and one per batch
     if st.finished:
         break
     time.sleep(0.05)
@@ -70,7 +71,7 @@ out = {{
     "total_s": job.ended - start,
     "stages": [(name, round(t, 2)) for name, t in stages],
     "extract_from": job.extract_from - start, "first_batch": job.first[0] - start,
-    "first_done": job.first[1], "last_batch": job.last[0] - start,
+    "first_done": job.first[1], "last_batch": job.last[0] - start, "last_done": job.last[1],
     "tokens": spec.n * spec.max_tokens,
     "etas": etas,
 }}
@@ -102,6 +103,10 @@ def parts(run: dict) -> dict:
         return (later[0] if later else run["total_s"]) - marks[stage]
 
     load_end = marks.get("preparing", run["extract_from"])
+    # passages per second after the first batch reported (tokenising and warm-up left out);
+    # "preparing" is the tokenising before the first batch (SPEC 14.5: it ends with it)
+    rate = (run["last_done"] - run["first_done"]) / (run["last_batch"] - run["first_batch"])
+    prepare = run["first_batch"] - load_end - run["first_done"] / rate
     return {
         "dtype": "float32",
         "n": SETTINGS["n"],
@@ -109,46 +114,50 @@ def parts(run: dict) -> dict:
         "read_s": round(span("checking data"), 2),
         "assemble_s": round(span("assembling"), 2),
         "load_s": round(span("loading model"), 2),
-        "prepare_s": round(max(run["extract_from"] - load_end, 0.0), 2),
-        "tokens_per_s": round(run["tokens"] / (run["last_batch"] - run["extract_from"]), 1),
+        "prepare_s": round(max(prepare, 0.0), 2),
+        "tokens_per_s": round(rate * SETTINGS["max_tokens"], 1),
         "numbers_s": round(run["total_s"] - run["last_batch"], 2),
         "total_s": round(run["total_s"], 2),
     }
 
 
+def write(machine: str, rows: dict, load: tuple) -> None:
+    """Put `rows` (model -> parts) under `machine` in deffcore/data/run_priors.json."""
+    path = REPO / "deffcore" / "data" / "run_priors.json"
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    table.setdefault("format", 1)
+    table["measured_by"] = "benchmarks/bench_run_prior.py --write"
+    table["settings"] = SETTINGS
+    entry = table.setdefault("machines", {}).setdefault(machine, {})
+    entry.update(rows)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    entry["_measured"] = f"{when}, load average {load[0]:.2f}"
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true")
-    parser.add_argument("--check", action="store_true")
     parser.add_argument("--models", default=",".join(MODELS))
     args = parser.parse_args()
-    load = os.getloadavg()
-    rows = {}
     for model in args.models.split(","):
+        load = os.getloadavg()
         run = one_run(model)
-        rows[model] = parts(run)
+        row = parts(run)
         first = next((e for e in run["etas"] if e[2] > 0), None)
+        start = run["etas"][0] if run["etas"] else None
         print(json.dumps({"model": model, "machine": run["machine"], "load_avg": load,
                           "plan_s": run["plan_s"], "plan_source": run["plan_source"],
                           "actual_s": run["total_s"], "stages": run["stages"],
-                          "first_batch_eta": first, "parts": rows[model]}))  # fmt: skip
-        machine = run["machine"]
-    if args.write:
-        path = REPO / "deffcore" / "data" / "run_priors.json"
-        try:
-            table = json.loads(path.read_text())
-        except (OSError, ValueError):
-            table = {}
-        table.setdefault("format", 1)
-        table["measured_by"] = "benchmarks/bench_run_prior.py --write"
-        table["settings"] = SETTINGS
-        entry = table.setdefault("machines", {}).setdefault(machine, {})
-        entry.update(rows)
-        entry["_measured"] = (
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load[0]:.2f}"
-        )
-        path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {path}")
+                          "eta_at_start": start, "eta_at_first_batch": first,
+                          "load_after": os.getloadavg(), "parts": row}),
+              flush=True)  # fmt: skip
+        if args.write:
+            write(run["machine"], {model: row}, load)
 
 
 if __name__ == "__main__":

@@ -57,12 +57,13 @@ def _spec_fields(settings: Any) -> tuple[tuple, str] | None:
 
 def short_plan(plan: dict[str, Any]) -> str:
     """The plan in a sidebar's width: time here, peak memory, disk (the full line on hover)."""
-    from deffcore.runs.planner import human_bytes
+    from deffcore.runs.planner import human_bytes, human_time
 
     if not plan["fits"]:
         return f"Will not fit: {plan['refusal']}"
     parts = [f"Plan: {plan['tokens']:,} tokens"]
-    parts.append("time unknown" if plan["seconds"] is None else f"~{plan['seconds']:,.0f} s here")
+    seconds = plan["seconds"]
+    parts.append("time unknown" if seconds is None else f"about {human_time(seconds)} here")
     peaks = [b for b in (plan.get("memory_bytes") or {}).values() if b is not None]
     if peaks and plan.get("disk_bytes") is not None:
         parts += [f"peak {human_bytes(max(peaks))}", f"cache {human_bytes(plan['disk_bytes'])}"]

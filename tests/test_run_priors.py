@@ -37,6 +37,19 @@ def test_the_prior_of_this_machine_class_and_a_scaled_one(table, monkeypatch):
     assert "scaled x4 by cores" in scaled.describe()
 
 
+def test_a_packaged_model_not_measured_is_scaled_by_block_parameters(table):
+    from deffcore.inputs.model_size import model_size
+
+    table["cpu-2"]["smollm2-135m"] = dict(ROW)
+    small, big = model_size("smollm2-135m"), model_size("gemma3-270m")
+    factor = small.block_params / big.block_params
+    found = priors.prior("gemma3-270m", "cpu")
+    assert found.scaled_from == "smollm2-135m" and found.scaled == pytest.approx(factor)
+    assert found.tokens_per_s == pytest.approx(1280.0 * factor)
+    assert (found.load_s, found.numbers_s) == pytest.approx((8.0 / factor, 5.0 / factor))
+    assert "from smollm2-135m's by block parameters" in found.describe()
+
+
 def test_a_damaged_row_is_no_prior(table):
     table["cpu-2"]["m"]["tokens_per_s"] = "fast"
     assert priors.prior("m", "cpu") is None

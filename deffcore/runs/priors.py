@@ -12,7 +12,9 @@ assembling the packaged file, of loading the model, of preparing (cutting window
 first batch), the extraction rate (tokens per second over the batches) and the seconds of the
 numbers after the last batch at its N. A CPU class this file lacks is priced from the nearest
 CPU class measured, its rate scaled by the ratio of cores (the load and the reading are not
-scaled); a GPU this file lacks has no prior. A damaged file gives no prior, never an error.
+scaled); a packaged model the class lacks is priced from another packaged model's row, its
+rate scaled by block parameters (its load and numbers by the inverse); a GPU this file lacks
+has no prior. A damaged file gives no prior, never an error.
 """
 
 from __future__ import annotations
@@ -46,12 +48,17 @@ class RunPrior:
     numbers_s: float  # after the last batch, at N = n
     n: int
     max_tokens: int
-    scaled: float = 1.0  # the rate's factor from the measured class to this machine
+    scaled: float = 1.0  # the rate's factor from what was measured to this machine and model
+    scaled_from: str = ""  # the packaged model measured, when it is not `model`
 
     def describe(self) -> str:
-        how = "" if self.scaled == 1.0 else f", its rate scaled x{self.scaled:.2g} by cores"
+        how = "" if self.scaled == 1.0 else f", its rate scaled x{self.scaled:.2g}"
+        if self.scaled_from:
+            how += f" from {self.scaled_from}'s by block parameters"
+        elif self.scaled != 1.0:
+            how += " by cores"
         return (
-            f"prior for {self.model} measured on a {self.machine} machine "
+            f"prior for {self.model} on a {self.machine} machine "
             f"({self.tokens_per_s:,.0f} tokens/s{how})"
         )
 
@@ -110,8 +117,46 @@ def _row(model: str, machine: str, row: Any, scaled: float) -> RunPrior | None:
 
 
 def prior(model: str, device: str, dtype: str = "float32") -> RunPrior | None:
-    """The measured first run of `model` for this machine's class (module docstring), None
-    when the table has none (a model it does not list, another dtype, an unmeasured GPU)."""
+    """The measured first run of `model` for this machine's class (module docstring), else
+    another packaged model's on this class scaled by block parameters, None when the table
+    has none (another dtype, an unmeasured GPU, a model that is not packaged)."""
+    found = _measured(model, device, dtype)
+    if found is not None:
+        return found
+    return _by_block_params(model, device, dtype)
+
+
+def _by_block_params(model: str, device: str, dtype: str) -> RunPrior | None:
+    """A packaged model this class lacks: another packaged model's prior, its rate x (its
+    block parameters / this model's), its load and numbers / that factor (the planner's rule
+    for a calibration of another model)."""
+    from dataclasses import replace
+
+    from deffcore.inputs.catalog import PACKAGED_MODELS
+    from deffcore.inputs.model_size import model_size
+
+    if model not in PACKAGED_MODELS:
+        return None
+    size = model_size(model)
+    for other in PACKAGED_MODELS:
+        ref = _measured(other, device, dtype) if other != model else None
+        ref_size = model_size(other) if ref is not None else None
+        if ref is None or ref_size is None or size is None or not size.block_params:
+            continue
+        factor = ref_size.block_params / size.block_params
+        return replace(
+            ref,
+            model=model,
+            tokens_per_s=ref.tokens_per_s * factor,
+            load_s=ref.load_s / factor,
+            numbers_s=ref.numbers_s / factor,
+            scaled=ref.scaled * factor,
+            scaled_from=other,
+        )
+    return None
+
+
+def _measured(model: str, device: str, dtype: str) -> RunPrior | None:
     table, here = _table(), machine_class(device)
     found = table.get(here, {}).get(model)
     if isinstance(found, dict) and found.get("dtype", "float32") == dtype:
