@@ -1,5 +1,5 @@
 """The packaged models' first run on this machine: the prior the plan line and the progress
-box price a run by before this machine has run anything (`deffcore.runs.priors`, SPEC 14.5).
+box price a run by before this machine has run anything (`deffcore.runs.priors`, SPEC 14, ETA).
 
     .venv/bin/python benchmarks/bench_run_prior.py --write           # measure, write the JSON
     .venv/bin/python benchmarks/bench_run_prior.py --models smollm2-135m   # the ETA, checked
@@ -104,7 +104,7 @@ def parts(run: dict) -> dict:
 
     load_end = marks.get("preparing", run["extract_from"])
     # passages per second after the first batch reported (tokenising and warm-up left out);
-    # "preparing" is the tokenising before the first batch (SPEC 14.5: it ends with it)
+    # "preparing" is the tokenising before the first batch (SPEC 14, ETA: it ends with it)
     rate = (run["last_done"] - run["first_done"]) / (run["last_batch"] - run["first_batch"])
     prepare = run["first_batch"] - load_end - run["first_done"] / rate
     return {

@@ -1,4 +1,4 @@
-"""A run's time before it starts and while it runs (deffcore.runs.priors, SPEC 14.5): the
+"""A run's time before it starts and while it runs (deffcore.runs.priors, SPEC 14, ETA): the
 packaged models' measured prior per machine class, the expected parts, and the ETA refined by
 the first batch, each against a hand computation."""
 
@@ -22,7 +22,24 @@ def table(monkeypatch):
     machines = {"cpu-2": {"m": dict(ROW), "_measured": "a note, not a model"}}
     monkeypatch.setattr(priors, "_table", lambda: machines)
     monkeypatch.setattr(priors, "_cores", lambda: 2)
+    monkeypatch.setattr(priors, "_load_now", lambda: None)  # no load scaling unless asked
     return machines
+
+
+def test_the_prior_is_priced_for_the_load_now(table, monkeypatch):
+    """Measured at a load average of 16 on 2 cores (a share of 2/16), planned at 0.5 (0.5 + the
+    run's 2 threads: a share of 2/2.5): everything 6.4 times quicker."""
+    table["cpu-2"]["m"]["load_avg"] = 16.0
+    monkeypatch.setattr(priors, "_load_now", lambda: 0.5)
+    found = priors.prior("m", "cpu")
+    assert found.load_factor == pytest.approx(0.8 / 0.125)
+    assert found.tokens_per_s == pytest.approx(1280 * 6.4)
+    assert (found.load_s, found.numbers_s, found.read_s) == pytest.approx((8 / 6.4, 5 / 6.4,
+                                                                            1 / 6.4))  # fmt: skip
+    assert "x6.4 for the load now against 16.0" in found.describe()
+    monkeypatch.setattr(priors, "_load_now", lambda: 14.0)  # as loaded as when measured
+    assert priors.prior("m", "cpu").tokens_per_s == pytest.approx(1280.0)
+    assert priors.cpu_share(1.0, 2) == 1.0 and priors.cpu_share(8.0, 2) == 0.25
 
 
 def test_the_prior_of_this_machine_class_and_a_scaled_one(table, monkeypatch):

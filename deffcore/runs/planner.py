@@ -535,7 +535,7 @@ def model_in_memory(model: str, device: str, dtype: str) -> bool:
 
 def _price_prior(plan: Plan, spec: Any) -> bool:
     """The plan's time from the packaged model's measured prior for this machine's class
-    (`deffcore.runs.priors`, SPEC 14.5): reading the data, assembling its file (only while it
+    (`deffcore.runs.priors`, SPEC 14, ETA): reading the data, assembling its file (only while it
     is still in parts), the load (this machine's last load when it has one, none when the
     model is in memory), preparing, extraction at the prior's rate and its numbers scaled by
     N. False when there is no prior for the model here."""
@@ -575,7 +575,7 @@ def _price_prior(plan: Plan, spec: Any) -> bool:
 
 def expected_of(plan: Plan) -> Any:
     """The plan's time as a run's expected parts (`priors.Expected`) for its progress, None
-    when the plan has no time (SPEC 14.5)."""
+    when the plan has no time (SPEC 14, ETA)."""
     from deffcore.runs.priors import Expected
 
     if plan.seconds is None:

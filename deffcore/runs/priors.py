@@ -1,5 +1,5 @@
 """What the packaged models' first run costs on a class of machine, before this machine has
-run anything (SPEC 14.5), and how the first extraction batch refines it.
+run anything (SPEC 14, ETA), and how the first extraction batch refines it.
 
     machine_class("cpu")                       -> "cpu-2"  (cores this process may use)
     prior("smollm2-135m", "cpu", "float32")    -> RunPrior | None
@@ -14,7 +14,9 @@ numbers after the last batch at its N. A CPU class this file lacks is priced fro
 CPU class measured, its rate scaled by the ratio of cores (the load and the reading are not
 scaled); a packaged model the class lacks is priced from another packaged model's row, its
 rate scaled by block parameters (its load and numbers by the inverse); a GPU this file lacks
-has no prior. A damaged file gives no prior, never an error.
+has no prior. A CPU prior is priced for the load now: its rate x (the CPU share now / the
+share while it was measured), the share = cores / max(cores, the 1-minute load average, the
+run's own threads included). A damaged file gives no prior, never an error.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class RunPrior:
     max_tokens: int
     scaled: float = 1.0  # the rate's factor from what was measured to this machine and model
     scaled_from: str = ""  # the packaged model measured, when it is not `model`
+    measured_load: float | None = None  # the 1-minute load average while it was measured
+    load_factor: float = 1.0  # this machine's CPU share now / the share when measured
 
     def describe(self) -> str:
         how = "" if self.scaled == 1.0 else f", its rate scaled x{self.scaled:.2g}"
@@ -57,6 +61,8 @@ class RunPrior:
             how += f" from {self.scaled_from}'s by block parameters"
         elif self.scaled != 1.0:
             how += " by cores"
+        if self.load_factor != 1.0 and self.measured_load is not None:
+            how += f"; x{self.load_factor:.2g} for the load now against {self.measured_load:.1f}"
         return (
             f"prior for {self.model} on a {self.machine} machine "
             f"({self.tokens_per_s:,.0f} tokens/s{how})"
@@ -113,17 +119,57 @@ def _row(model: str, machine: str, row: Any, scaled: float) -> RunPrior | None:
     if values["tokens_per_s"] <= 0 or n <= 0 or max_tokens <= 0:
         return None
     values["tokens_per_s"] *= scaled
-    return RunPrior(model, machine, **values, n=n, max_tokens=max_tokens, scaled=scaled)
+    load = row.get("load_avg")
+    load = float(load) if isinstance(load, int | float) and math.isfinite(load) else None
+    return RunPrior(model, machine, **values, n=n, max_tokens=max_tokens, scaled=scaled,
+                    measured_load=load if load is not None and load >= 0 else None)  # fmt: skip
+
+
+def _load_now() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def cpu_share(load: float, cores: int) -> float:
+    """The share of `cores` a CPU-bound run gets while `load` threads want to run (the
+    1-minute load average, the run's own included): cores / max(cores, load)."""
+    return cores / max(float(cores), load)
+
+
+def _at_load(found: RunPrior, cores: int) -> RunPrior:
+    """`found` priced for the load now: its seconds / f and its rate x f, with f = the CPU
+    share now (the load average + the run's own `cores` threads) / the share it was measured
+    at (SPEC 14, ETA). Unchanged when either load is unknown."""
+    from dataclasses import replace
+
+    now = _load_now()
+    if found.measured_load is None or now is None:
+        return found
+    f = cpu_share(now + cores, cores) / cpu_share(found.measured_load, cores)
+    if f == 1.0:
+        return found
+    return replace(
+        found,
+        read_s=found.read_s / f,
+        assemble_s=found.assemble_s / f,
+        load_s=found.load_s / f,
+        prepare_s=found.prepare_s / f,
+        tokens_per_s=found.tokens_per_s * f,
+        numbers_s=found.numbers_s / f,
+        load_factor=f,
+    )
 
 
 def prior(model: str, device: str, dtype: str = "float32") -> RunPrior | None:
     """The measured first run of `model` for this machine's class (module docstring), else
     another packaged model's on this class scaled by block parameters, None when the table
     has none (another dtype, an unmeasured GPU, a model that is not packaged)."""
-    found = _measured(model, device, dtype)
-    if found is not None:
+    found = _measured(model, device, dtype) or _by_block_params(model, device, dtype)
+    if found is None or not found.machine.startswith("cpu-"):
         return found
-    return _by_block_params(model, device, dtype)
+    return _at_load(found, _cores())
 
 
 def _by_block_params(model: str, device: str, dtype: str) -> RunPrior | None:
@@ -198,7 +244,7 @@ def stage_seconds(stage: str, model: str, device: str | None = None) -> float | 
 
 @dataclass(frozen=True)
 class Expected:
-    """A run's expected seconds by part (SPEC 14.5): the stages before the first extraction
+    """A run's expected seconds by part (SPEC 14, ETA): the stages before the first extraction
     batch is reported (`ONE_OFF`, in run order; "preparing" holds the first batch), the
     extraction of the passages after it at `rate` passages per second, the numbers after
     the last batch."""
@@ -256,7 +302,7 @@ def eta(
     total: int,
     seen: tuple[int, float] | None = None,
 ) -> float:
-    """Seconds left of a run (SPEC 14.5). Before its first batch is reported: the rest of the
+    """Seconds left of a run (SPEC 14, ETA). Before its first batch is reported: the rest of the
     stage under way (at least 0), the stages after it, the extraction and the numbers, as
     expected. From then on `seen` = (passages, seconds) extracted so far gives the rate seen,
     which replaces the expected one: the passages left at the rate seen, plus the numbers

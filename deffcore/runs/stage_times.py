@@ -8,7 +8,7 @@ GGUF parts are joined once into the cache folder), then loading the model (and c
 token windows). Their estimate is the time this machine last took for the same stage and model
 (`stage_times.json` in the cache folder: plain numbers, written atomically; a damaged or
 foreign file is ignored, never trusted), else the packaged model's prior for this class of
-machine (`deffcore.runs.priors`, SPEC 14.5), else `PRIORS` (measured on the project's
+machine (`deffcore.runs.priors`, SPEC 14, ETA), else `PRIORS` (measured on the project's
 reference machine, a busy 2-core CPU; BENCHMARKS.md), else none (the display then shows the elapsed
 time alone). An estimate is an expectation, not a promise: the bar stops short of full.
 """

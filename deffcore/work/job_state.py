@@ -6,7 +6,7 @@ so far (the model load is not in it); tokens per second = that rate x max_tokens
 token windows (every window is max_tokens long) and an upper bound for documents
 (`tokens_exact` False); once done, the rate x the run's exact mean tokens per passage.
 ETA = remaining passages / rate; a run with expected parts (a plan's time: a calibration, an
-observed run or a packaged model's prior, SPEC 14.5) has an ETA from its first second,
+observed run or a packaged model's prior, SPEC 14, ETA) has an ETA from its first second,
 `priors.eta`, refined by the batches seen.
 """
 
@@ -28,7 +28,7 @@ FINISHED = ("done", "failed", "cancelled")
 ONE_OFF_STAGES = ("assembling", "loading model")
 
 #: Stages of a run before its first batch whose bar is their time against the run's expected
-#: parts (`Job.expected`, SPEC 14.5): "preparing" ends with the first batch.
+#: parts (`Job.expected`, SPEC 14, ETA): "preparing" ends with the first batch.
 TIMED_STAGES = ("checking data", "preparing")
 
 #: What each stage before the first batch does, in words.
@@ -82,7 +82,7 @@ class JobStatus:
     load_part_estimate_s: float | None = None
     #: the parts of this job's load that ended, with their seconds, in order
     load_parts: tuple[tuple[str, float], ...] = ()
-    #: the run's expected seconds in all when it started (SPEC 14.5), None when unknown
+    #: the run's expected seconds in all when it started (SPEC 14, ETA), None when unknown
     expected_s: float | None = None
     prep_part: str = ""
 
@@ -282,7 +282,7 @@ def status_of(job: Job) -> JobStatus:
 
 def seen_extraction(job: Job) -> tuple[int, float] | None:
     """(passages, seconds) extracted here so far: between the first and the last batch
-    reported once two are, else the first batch from the signal before it (SPEC 14.5)."""
+    reported once two are, else the first batch from the signal before it (SPEC 14, ETA)."""
     if job.first is None or job.last is None:
         return None
     if job.last[1] > job.first[1] and job.last[0] > job.first[0]:

@@ -131,7 +131,7 @@ def _measure(job: Job) -> Any:
 
 def _expected(job: Job) -> Any:
     """The run's expected parts from its plan (`planner.expected_of`: a calibration, an observed
-    run or the packaged model's prior; SPEC 14.5), None when the plan has no time. Never loads a
+    run or the packaged model's prior; SPEC 14, ETA), None when the plan has no time. Never loads a
     model; a plan that cannot be made leaves the run without an ETA until its batches."""
     from deffcore.inputs.devices import default_device
     from deffcore.runs.planner import expected_of, plan_run

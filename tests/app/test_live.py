@@ -116,8 +116,11 @@ def _plan(settings):
     plan_caption(settings)
 
 
-def test_plan_line_beside_run_without_loading_a_model():
+def test_plan_line_beside_run_without_loading_a_model(monkeypatch):
+    from deffcore.runs import priors
     from explorer.settings import Settings
+
+    monkeypatch.setattr(priors, "_load_now", lambda: 3.0)  # one load for the app and the test
 
     settings = Settings(
         model="smollm2-135m",
@@ -138,9 +141,8 @@ def test_plan_line_beside_run_without_loading_a_model():
     assert line.startswith("Plan: smollm2-135m on 4,096 passages x 128 tokens")
     assert "peak memory" in line
     # nothing measured in this fresh cache: the packaged model's prior for this class of
-    # machine gives the time before the first run (SPEC 14.5), no button to measure it
+    # machine gives the time before the first run (SPEC 14, ETA), no button to measure it
     from deffcore.inputs.run_spec import RunSpec
-    from deffcore.runs import priors
     from deffcore.runs.planner import human_time, plan_run
 
     found = priors.prior("smollm2-135m", "cpu")
