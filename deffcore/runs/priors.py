@@ -61,7 +61,7 @@ class RunPrior:
             how += f" from {self.scaled_from}'s by block parameters"
         elif self.scaled != 1.0:
             how += " by cores"
-        if self.load_factor != 1.0 and self.measured_load is not None:
+        if abs(self.load_factor - 1.0) > 0.05 and self.measured_load is not None:
             how += f"; x{self.load_factor:.2g} for the load now against {self.measured_load:.1f}"
         return (
             f"prior for {self.model} on a {self.machine} machine "

@@ -71,6 +71,14 @@ def session_job(at: AppTest) -> str:
     return at.session_state["_deff_job"]
 
 
+def browser_switch(at: AppTest, page: str) -> AppTest:
+    """A page switch as the browser makes it: `st.navigation` drops the URL's query parameters
+    (AppTest keeps them), the new page's script run puts back what it keeps."""
+    at.switch_page(page)
+    at.query_params.clear()
+    return at.run()
+
+
 # ---------------------------------------------------------------------------------------------
 # a run survives a page switch, lands, and says so
 # ---------------------------------------------------------------------------------------------
@@ -83,12 +91,12 @@ def test_run_survives_a_page_switch_and_lands(gate):
     job_id = session_job(at)
     # the main area shows the run from the first second: model load included, with Cancel
     assert any(t.startswith("Running:") or "Running:" in t for t in texts(at, "markdown"))
-    assert any("loading model" in t or "checking data" in t or "queued" in t
+    assert any("loading model" in t or "reading the dataset" in t or "queued" in t
                for t in progress_texts(at)), progress_texts(at)  # fmt: skip
     assert at.button(key="job_cancel").label == "Cancel run"
     assert at.query_params.get("job") in (job_id, [job_id])  # a reload finds it again
 
-    at.switch_page("pages/2_Lag_decay.py").run()  # the user goes elsewhere while it runs
+    browser_switch(at, "pages/2_Lag_decay.py")  # the user goes elsewhere while it runs
     assert not at.exception
     assert jobs.status(job_id).state == "running"
     assert at.query_params.get("job") in (job_id, [job_id])  # this page's URL carries it too
@@ -140,7 +148,7 @@ def test_a_reload_of_another_page_finds_the_job_and_lands_it(gate):
     at = choose(new_app(), n=24)
     at.button(key="run").click().run()
     job_id = session_job(at)
-    at.switch_page("pages/2_Lag_decay.py").run()
+    browser_switch(at, "pages/2_Lag_decay.py")
     url = dict(at.query_params)  # what the browser's address bar shows on that page
     assert url.get("job") in (job_id, [job_id]), url
 
