@@ -560,12 +560,13 @@ def _price_prior(plan: Plan, spec: Any) -> bool:
         assembled=not assemble,
     )
     stages = dict(expected.stages)
+    first = min(plan.batch, spec.n) / expected.rate  # in "preparing" there, in "extract" here
     plan.time_parts = {
         "read": stages.get("checking data", 0.0),
         "assemble": stages.get("assembling", 0.0),
         "load": stages.get("loading model", 0.0),
-        "prepare": stages.get("preparing", 0.0),
-        "extract": expected.extract_s,
+        "prepare": max(stages.get("preparing", 0.0) - first, 0.0),
+        "extract": expected.extract_s + first,
         "numbers": expected.numbers_s,
     }
     plan.seconds = expected.total_s
@@ -589,9 +590,9 @@ def expected_of(plan: Plan) -> Any:
     )
     extract = float(parts.get("extract", 0.0))
     rate = plan.n / extract if extract > 0 else 0.0
-    if "prepare" not in parts and rate > 0:  # the first batch is reported at its end
+    if rate > 0:  # the first batch is reported at its end: "preparing" holds it
         first = min(plan.batch, plan.n) / rate
-        stages += (("preparing", first),)
+        stages = (*stages[:3], ("preparing", float(parts.get("prepare", 0.0)) + first))
         extract -= first
     return Expected(
         stages=tuple((k, float(v)) for k, v in stages if v > 0),
