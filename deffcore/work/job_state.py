@@ -35,7 +35,7 @@ TIMED_STAGES = ("checking data", "preparing")
 STAGE_WORDS = {
     "checking data": "reading the dataset",
     "assembling": "assembling the packaged model file (once, kept for later runs)",
-    "loading model": "loading the model",
+    "loading model": "loading model",
     "preparing": "preparing: tokenising the passages, then the first batch",
 }
 
