@@ -46,10 +46,10 @@ def next_look(status: job_state.JobStatus, est: dict[str, Any]) -> str:
     if rate and rate > 0:
         when = f" in about {human_time(max(marks[0] - status.done, 0) / rate)}"
     last = f"; the last, at N = {spec.n:,}" if marks[0] != spec.n else ""
+    settle = ": the verdict can settle only at an estimate" if status.until else ""
     return (
         f"Estimated at N = {est['n']:,} ({status.done:,} passages extracted so far). The next "
-        f"estimate comes at N = {marks[0]:,}{when}{last}: the verdict can settle only at an "
-        "estimate."
+        f"estimate comes at N = {marks[0]:,}{when}{last}{settle}."
     )
 
 
@@ -96,11 +96,10 @@ def _verdict_line(est: dict[str, Any]) -> None:
 
 
 def settle_button(status: job_state.JobStatus) -> None:
-    """Stop when the BOS answer is definite (kept as a run of that N); where the run cannot
-    stop early (documents, a streamed dataset), why not."""
-    refusal = prefix_refusal(status.spec.passages, status.spec.dataset)
-    if refusal is not None:
-        st.caption(md_escape(refusal))
+    """Stop when the BOS answer is definite (kept as a run of that N); nothing where the run
+    cannot stop early (documents, a streamed dataset): the box speaks only of what the user
+    can do or asked for."""
+    if prefix_refusal(status.spec.passages, status.spec.dataset) is not None:
         return
     st.button(
         "Stop when settled" if not status.until else "Stopping when settled",

@@ -1,6 +1,7 @@
 """The planner's line under Run: what the run will cost here, before it starts (SPEC 14).
 
-The sidebar calls `plan_caption(settings)` under Run: the planner's line
+The sidebar calls `plan_caption(settings)` under Run: "cached — opens at once" when this
+machine's cache holds the run already, else the planner's line
 (`deffcore.runs.planner.plan_run` with a cached calibration only: drawing the sidebar never loads
 a model), and a button that measures this machine's speed when no calibration exists yet. User
 text (model names) is shown as plain text, never Markdown.
@@ -13,6 +14,9 @@ from typing import Any
 import streamlit as st
 
 from deffcore.core.safe_text import md_escape
+
+#: The line for settings this machine has measured already.
+CACHED_LINE = "Plan: cached — opens at once"
 
 
 @st.cache_data(ttl=30, show_spinner=False)
@@ -53,12 +57,13 @@ def _spec_fields(settings: Any) -> tuple[tuple, str] | None:
 
 def short_plan(plan: dict[str, Any]) -> str:
     """The plan in a sidebar's width: time here, peak memory, disk (the full line on hover)."""
-    from deffcore.runs.planner import human_bytes
+    from deffcore.runs.planner import human_bytes, human_time
 
     if not plan["fits"]:
         return f"Will not fit: {plan['refusal']}"
     parts = [f"Plan: {plan['tokens']:,} tokens"]
-    parts.append("time unknown" if plan["seconds"] is None else f"~{plan['seconds']:,.0f} s here")
+    seconds = plan["seconds"]
+    parts.append("time unknown" if seconds is None else f"about {human_time(seconds)} here")
     peaks = [b for b in (plan.get("memory_bytes") or {}).values() if b is not None]
     if peaks and plan.get("disk_bytes") is not None:
         parts += [f"peak {human_bytes(max(peaks))}", f"cache {human_bytes(plan['disk_bytes'])}"]
@@ -67,9 +72,28 @@ def short_plan(plan: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def is_cached(fields: tuple) -> bool:
+    """Whether this machine's cache holds the complete run of these settings (read afresh on
+    every draw: a run that just landed says so at once)."""
+    from deffcore.extraction import cache
+    from deffcore.inputs.run_spec import RunSpec
+
+    try:
+        cache.load_meta(RunSpec(*fields).key())
+    except Exception:  # absent, interrupted, damaged or a half-typed field: not cached
+        return False
+    return True
+
+
 def plan_caption(settings: Any) -> None:
     """The planner's line under Run (module docstring)."""
     found = _spec_fields(settings)
+    if found and is_cached(found[0]):
+        st.caption(
+            CACHED_LINE,
+            help="This machine's cache holds this run: Run reads it back, no model loads.",
+        )
+        return
     plan = _plan(*found) if found else None
     if plan is None:
         return

@@ -3,7 +3,8 @@
 Run checks the settings, the model path and the data (`deffcore.runs.measure.plan`, before a model
 loads; messages name the user's own file) and hands the run to `deffcore.work.jobs`, whose worker
 thread lives in the server process, so switching pages or reloading does not stop it. The
-session keeps the job id (and the URL's `?job=` query parameter, for a reload); the main area
+session keeps the job id, and every page's URL carries it (`?job=`, put back after each page
+switch), so a reload or a new tab of any page finds and follows the job; the main area
 polls it with `st.fragment(run_every=...)`: stage, passages, tokens/s, ETA, Cancel. When the job
 lands, its result is read back from the cache by key and becomes the current run, with a notice
 (and "served from the cache" when it was)."""
@@ -31,6 +32,8 @@ from explorer.views import JOB_SYNC_KEY, set_view
 RUN_GRACE_S = 1.5
 POLL_S = 1.0
 JOB_KEY = "_deff_job"
+#: The URL's query parameter naming the session's job (`?job=<id>`), on every page.
+JOB_PARAM = "job"
 _JUST_STARTED = "_deff_job_started"
 _NOTICE = "_deff_notice"
 _RUN_ERROR = "_deff_run_error"
@@ -79,7 +82,7 @@ def follow_job(job_id: str) -> None:
     """Make `job_id` the session's run in progress (shown on every page until it lands)."""
     st.session_state[JOB_KEY] = job_id
     st.session_state[_JUST_STARTED] = True
-    st.query_params["job"] = job_id  # a reload of this URL finds the job again
+    st.query_params[JOB_PARAM] = job_id  # a reload of this URL finds the job again
 
 
 def resume_run(key: str) -> str | None:
@@ -91,22 +94,29 @@ def resume_run(key: str) -> str | None:
 
 
 def _session_job() -> str | None:
+    """The session's run in progress (or landed, not yet settled): the session's own, else the
+    one the URL names (a reload or a new tab of any page). Every page puts it back in the URL:
+    a page switch (`st.navigation`) clears the query parameters."""
     job_id = st.session_state.get(JOB_KEY)
     if job_id is None:
-        from_url = st.query_params.get("job")
+        from_url = st.query_params.get(JOB_PARAM)
         found = jobs.status(from_url) if from_url else None
         if found is not None and found.kind == "run":
             job_id = st.session_state[JOB_KEY] = from_url
             if not found.finished:  # a reload mid-run: the sidebar shows the run's settings
                 st.session_state[JOB_SYNC_KEY] = dict(found.spec.__dict__)
+        elif from_url:  # a job this server does not know (it restarted): the link is stale
+            del st.query_params[JOB_PARAM]
+    if job_id is not None and st.query_params.get(JOB_PARAM) != job_id:
+        st.query_params[JOB_PARAM] = job_id
     return job_id
 
 
 def _drop_job() -> None:
     st.session_state.pop(JOB_KEY, None)
     st.session_state.pop(_JUST_STARTED, None)
-    if "job" in st.query_params:
-        del st.query_params["job"]
+    if JOB_PARAM in st.query_params:
+        del st.query_params[JOB_PARAM]
 
 
 def settle_job() -> None:

@@ -12,6 +12,15 @@ from deffcore.runs import action_costs as ac
 from deffcore.runs.stage_times import estimate
 
 
+@pytest.fixture(autouse=True)
+def no_measured_prior(monkeypatch):
+    """These tests price by this module's own prior: the packaged models' measured priors
+    (`deffcore.runs.priors`, which the planner uses first) are set aside."""
+    from deffcore.runs import priors
+
+    monkeypatch.setattr(priors, "_table", dict)
+
+
 def _spec(**kw) -> RunSpec:
     base = dict(model="smollm2-135m", revision=None, dataset="bbc-news", n=4096, max_tokens=128,
                 seed=0, dtype="float32", passages="windows")  # fmt: skip

@@ -12,8 +12,14 @@ from deffcore.runs import stage_times
 from deffcore.work import jobs
 
 
-def test_estimate_prior_then_this_machines_record():
-    assert stage_times.estimate("loading model", "gemma3-270m") == 49.0  # the prior
+def test_estimate_prior_then_this_machines_record(monkeypatch):
+    from deffcore.runs import priors
+
+    # the packaged model's prior for this class of machine (SPEC 14, ETA)
+    prior = priors.stage_seconds("loading model", "gemma3-270m", "cpu")
+    assert prior is not None and stage_times.estimate("loading model", "gemma3-270m") == prior
+    monkeypatch.setattr(priors, "_table", dict)  # no measured prior: the reference machine's
+    assert stage_times.estimate("loading model", "gemma3-270m") == 49.0
     assert stage_times.estimate("loading model", "tiny-llama") == stage_times.TINY_PRIOR_S
     assert stage_times.estimate("loading model", "EleutherAI/pythia-70m") is None
     stage_times.record("loading model", "gemma3-270m", 12.5)

@@ -16,9 +16,10 @@ estimates' worth at N) + bootstraps (`bootstrap.bootstrap_costs` over the calibr
 similarity rate). Not priced: reading the dataset and cutting windows (about a second for
 bbc-news). Without a calibration of this model, the time comes from this machine's last
 finished run of it (`deffcore.runs.observed`: its extraction rate, its numbers scaled by N, the load
-`stage_times` recorded), else its tokens per second are scaled from another calibration on
-this device by block parameters (a forward costs about 2 multiply-adds per block parameter
-per token); the line says which.
+`stage_times` recorded), else, for a packaged model, from its prior measured on this class of
+machine (`deffcore.runs.priors`: reading, assembling, loading and preparing priced too), else
+its tokens per second are scaled from another calibration on this device by block parameters
+(a forward costs about 2 multiply-adds per block parameter per token); the line says which.
 
 Peak memory (bytes; float32 states; SPEC-independent engineering):
 
@@ -461,7 +462,7 @@ def _price(plan: Plan, spec: Any, marks: list[int], boots: tuple, mode: str, win
         cal, source = calibration.calibrate(spec.model, **setting), "calibrated now"
     if cal is not None:
         plan.time_source = f"{source}: {cal.describe()}"
-    elif _price_observed(plan, spec, windows):
+    elif _price_observed(plan, spec, windows) or _price_prior(plan, spec):
         return
     else:
         scaled = _scaled(plan, spec)
@@ -520,6 +521,85 @@ def _price_observed(plan: Plan, spec: Any, windows: bool) -> bool:
     if not windows:
         plan.notes.append("Documents are truncated to max_tokens: the time is an upper bound.")
     return True
+
+
+def model_in_memory(model: str, device: str, dtype: str) -> bool:
+    """Whether this process holds `model` loaded on `device` in `dtype` (its next run has no
+    load stage: `deffcore.inputs.model`)."""
+    from deffcore.inputs.model import MODELS
+
+    return any(
+        m["model"] == model and m["device"] == device and m["dtype"] == dtype for m in MODELS.held()
+    )
+
+
+def _price_prior(plan: Plan, spec: Any) -> bool:
+    """The plan's time from the packaged model's measured prior for this machine's class
+    (`deffcore.runs.priors`, SPEC 14, ETA): reading the data, assembling its file (only while it
+    is still in parts), the load (this machine's last load when it has one, none when the
+    model is in memory), preparing, extraction at the prior's rate and its numbers scaled by
+    N. False when there is no prior for the model here."""
+    from deffcore.inputs.model import needs_assembly
+    from deffcore.runs import priors
+    from deffcore.runs.stage_times import estimate
+
+    found = priors.prior(spec.model, plan.device, spec.dtype)
+    if found is None:
+        return False
+    try:
+        assemble = needs_assembly(spec.model)
+    except Exception:  # a packaged file that cannot be looked at: priced as if in parts
+        assemble = True
+    expected = priors.expected_run(
+        found,
+        spec.n,
+        spec.max_tokens,
+        plan.batch,
+        load_s=estimate("loading model", spec.model),
+        cached_model=model_in_memory(spec.model, plan.device, spec.dtype),
+        assembled=not assemble,
+    )
+    stages = dict(expected.stages)
+    first = min(plan.batch, spec.n) / expected.rate  # in "preparing" there, in "extract" here
+    plan.time_parts = {
+        "read": stages.get("checking data", 0.0),
+        "assemble": stages.get("assembling", 0.0),
+        "load": stages.get("loading model", 0.0),
+        "prepare": max(stages.get("preparing", 0.0) - first, 0.0),
+        "extract": expected.extract_s + first,
+        "numbers": expected.numbers_s,
+    }
+    plan.seconds = expected.total_s
+    plan.time_source = found.describe()
+    return True
+
+
+def expected_of(plan: Plan) -> Any:
+    """The plan's time as a run's expected parts (`priors.Expected`) for its progress, None
+    when the plan has no time (SPEC 14, ETA)."""
+    from deffcore.runs.priors import Expected
+
+    if plan.seconds is None:
+        return None
+    parts = plan.time_parts
+    stages = (
+        ("checking data", parts.get("read", 0.0)),
+        ("assembling", parts.get("assemble", 0.0)),
+        ("loading model", parts.get("load", 0.0)),
+        ("preparing", parts.get("prepare", 0.0)),
+    )
+    extract = float(parts.get("extract", 0.0))
+    rate = plan.n / extract if extract > 0 else 0.0
+    if rate > 0:  # the first batch is reported at its end: "preparing" holds it
+        first = min(plan.batch, plan.n) / rate
+        stages = (*stages[:3], ("preparing", float(parts.get("prepare", 0.0)) + first))
+        extract -= first
+    return Expected(
+        stages=tuple((k, float(v)) for k, v in stages if v > 0),
+        extract_s=extract,
+        numbers_s=float(parts.get("numbers", 0.0)),
+        rate=rate,
+    )
 
 
 def _scaled(plan: Plan, spec: Any) -> tuple[Any, str] | None:

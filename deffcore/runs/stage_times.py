@@ -7,8 +7,9 @@ A run's first stages move no passage counter: assembling a packaged model's file
 GGUF parts are joined once into the cache folder), then loading the model (and cutting its
 token windows). Their estimate is the time this machine last took for the same stage and model
 (`stage_times.json` in the cache folder: plain numbers, written atomically; a damaged or
-foreign file is ignored, never trusted), else `PRIORS` (measured on the project's reference
-machine, a busy 2-core CPU; BENCHMARKS.md), else none (the display then shows the elapsed
+foreign file is ignored, never trusted), else the packaged model's prior for this class of
+machine (`deffcore.runs.priors`, SPEC 14, ETA), else `PRIORS` (measured on the project's
+reference machine, a busy 2-core CPU; BENCHMARKS.md), else none (the display then shows the elapsed
 time alone). An estimate is an expectation, not a promise: the bar stops short of full.
 """
 
@@ -64,6 +65,11 @@ def estimate(stage: str, model: str) -> float | None:
     found = _read().get(_name(stage, model))
     if found is not None:
         return found
+    from deffcore.runs.priors import stage_seconds
+
+    measured = stage_seconds(stage, model)
+    if measured is not None:
+        return measured
     if (stage, model) in PRIORS:
         return PRIORS[(stage, model)]
     if stage == "loading model" and ModelSpec.stored(model).kind is Kind.TINY:

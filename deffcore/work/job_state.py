@@ -5,7 +5,9 @@ data, safe to read from any thread. Rates: passages per second over the extracti
 so far (the model load is not in it); tokens per second = that rate x max_tokens, exact for
 token windows (every window is max_tokens long) and an upper bound for documents
 (`tokens_exact` False); once done, the rate x the run's exact mean tokens per passage.
-ETA = remaining passages / rate.
+ETA = remaining passages / rate; a run with expected parts (a plan's time: a calibration, an
+observed run or a packaged model's prior, SPEC 14, ETA) has an ETA from its first second,
+`priors.eta`, refined by the batches seen.
 """
 
 from __future__ import annotations
@@ -24,6 +26,18 @@ FINISHED = ("done", "failed", "cancelled")
 
 #: Stages that move no counter; their progress is their time against `stage_times.estimate`.
 ONE_OFF_STAGES = ("assembling", "loading model")
+
+#: Stages of a run before its first batch whose bar is their time against the run's expected
+#: parts (`Job.expected`, SPEC 14, ETA): "preparing" ends with the first batch.
+TIMED_STAGES = ("checking data", "preparing")
+
+#: What each stage before the first batch does, in words.
+STAGE_WORDS = {
+    "checking data": "reading the dataset",
+    "assembling": "assembling the packaged model file (once, kept for later runs)",
+    "loading model": "loading model",
+    "preparing": "preparing: tokenising the passages, then the first batch",
+}
 
 #: Finished jobs kept for `status` (a session that reloads still finds its job).
 KEEP_FINISHED = 200
@@ -68,6 +82,9 @@ class JobStatus:
     load_part_estimate_s: float | None = None
     #: the parts of this job's load that ended, with their seconds, in order
     load_parts: tuple[tuple[str, float], ...] = ()
+    #: the run's expected seconds in all when it started (SPEC 14, ETA), None when unknown
+    expected_s: float | None = None
+    prep_part: str = ""
 
     @property
     def finished(self) -> bool:
@@ -79,16 +96,18 @@ class JobStatus:
         elapsed time against its estimate (`stage_times.fraction`, never full)."""
         from deffcore.runs.stage_times import fraction
 
-        if self.stage in ONE_OFF_STAGES:
+        if self.stage in ONE_OFF_STAGES or self.stage in TIMED_STAGES:
             return fraction(self.stage_elapsed_s, self.stage_estimate_s)
         if self.total and self.stage not in ("queued", "checking data"):
             return min(max(self.done / self.total, 0.0), 1.0)
         return 0.0
 
     def _one_off(self) -> str:
-        """A one-off stage in words: what, how long so far, the estimate, once-only."""
-        what = {"assembling": "assembling the packaged model file (once, kept for later runs)"}
-        text = what.get(self.stage, "loading model")
+        """A stage before the first batch in words: what, how long so far, the estimate, the
+        run's ETA when it is known."""
+        text = STAGE_WORDS.get(self.stage, self.stage)
+        if self.stage == "preparing" and self.prep_part:
+            text = f"preparing: {self.prep_part}, then the first batch"
         if self.stage == "loading model" and self.load_part:
             done = [f"{part} {seconds:.0f} s" for part, seconds in self.load_parts]
             now = f"{self.load_part} {self.load_part_elapsed_s:.0f} s"
@@ -99,8 +118,10 @@ class JobStatus:
         if self.stage_estimate_s:
             left = max(self.stage_estimate_s - self.stage_elapsed_s, 0.0)
             text += f" of about {self.stage_estimate_s:.0f} s" + (
-                f" (ETA {left:.0f} s)" if left else " (taking longer than last time)"
+                "" if left else " (taking longer than expected)"
             )
+        if self.eta_s is not None:
+            text += f" · run ETA {self.eta_s:.0f} s"
         return text
 
     def describe(self) -> str:
@@ -116,12 +137,10 @@ class JobStatus:
             return f"done {how}: {self.done:,} passages{rate}"
         if self.state in ("failed", "cancelled"):
             return self.state
-        if self.stage in ONE_OFF_STAGES:
-            return self._one_off()
-        if self.kind == "task":
+        if self.kind == "task" and self.stage not in ONE_OFF_STAGES:
             return task_line(self)
         if self.stage != "extracting":
-            return f"{self.stage}… {self.stage_elapsed_s:.0f} s"
+            return self._one_off()
         parts = [f"extracting: {self.done:,} / {self.total:,} passages"]
         if self.resumed:
             parts.append(f"{self.resumed:,} resumed")
@@ -193,6 +212,9 @@ class Job:
     load_parts: list[tuple[str, float]] = field(default_factory=list)
     signal: float = 0.0  # the latest progress call
     extract_from: float | None = None  # the signal before the first extraction batch
+    #: the run's expected seconds by part (`deffcore.runs.priors.Expected`), None when unknown
+    expected: Any = None
+    prep_part: str = ""  # what "preparing" is doing ("cutting token windows")
 
 
 JOBS_LOCK = threading.Lock()
@@ -224,7 +246,7 @@ def status_of(job: Job) -> JobStatus:
         tps = rate * spec.max_tokens
     elif tps is not None:
         exact = True
-    eta = (job.total - job.done) / rate if rate and job.state == "running" else None
+    eta = _eta(job, now, rate)
     ahead = sum(1 for j in JOBS.values() if j.state in ("queued", "running") and j.seq < job.seq)
     return JobStatus(
         job_id=job.job_id,
@@ -253,10 +275,45 @@ def status_of(job: Job) -> JobStatus:
         until=job.until,
         stopped_at=job.stopped_at,
         **_load_part(job, now),
+        expected_s=None if job.expected is None else job.expected.total_s,
+        prep_part=job.prep_part,
     )
 
 
+def seen_extraction(job: Job) -> tuple[int, float] | None:
+    """(passages, seconds) extracted here so far: between the first and the last batch
+    reported once two are, else the first batch from the signal before it (SPEC 14, ETA)."""
+    if job.first is None or job.last is None:
+        return None
+    if job.last[1] > job.first[1] and job.last[0] > job.first[0]:
+        return job.last[1] - job.first[1], job.last[0] - job.first[0]
+    if job.extract_from is not None and job.first[0] > job.extract_from:
+        return job.first[1] - job.resumed, job.first[0] - job.extract_from
+    return None
+
+
+def _eta(job: Job, now: float, rate: float | None) -> float | None:
+    """Seconds left of a running job: a run with expected parts from its start
+    (`priors.eta`, refined by the batches seen), else the passages left at the rate seen."""
+    if job.state != "running":
+        return None
+    if job.expected is not None and job.spec is not None and job.task is None:
+        from deffcore.runs.priors import eta
+
+        return eta(
+            job.expected,
+            stage=job.stage,
+            stage_elapsed_s=now - job.stage_started,
+            done=job.done,
+            total=job.total or job.spec.n,
+            seen=seen_extraction(job),
+        )
+    return (job.total - job.done) / rate if rate else None
+
+
 def _stage_estimate(job: Job) -> float | None:
+    if job.stage in TIMED_STAGES:
+        return None if job.expected is None else job.expected.stage_s(job.stage)
     if job.stage not in ONE_OFF_STAGES:
         return None
     from deffcore.runs.stage_times import estimate

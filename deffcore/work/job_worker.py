@@ -74,6 +74,9 @@ def _progress(job: Job):
                     _set_load_part(job, stage.rsplit(": ", 1)[1], now)
             elif stage.startswith("loaded "):  # the load ended: its time is the load's alone
                 _set_stage(job, "preparing")
+            elif stage == "cutting windows" and job.task is None:  # still preparing
+                _set_stage(job, "preparing")
+                job.prep_part = "cutting the token windows"
             elif stage == "resume":
                 job.resumed = int(done)
                 job.done = int(done)
@@ -126,8 +129,27 @@ def _measure(job: Job) -> Any:
     return live.measurement
 
 
+def _expected(job: Job) -> Any:
+    """The run's expected parts from its plan (`planner.expected_of`: a calibration, an observed
+    run or the packaged model's prior; SPEC 14, ETA), None when the plan has no time. Never loads a
+    model; a plan that cannot be made leaves the run without an ETA until its batches."""
+    from deffcore.inputs.model import default_device
+    from deffcore.runs.planner import expected_of, plan_run
+
+    assert job.spec is not None
+    try:
+        plan = plan_run(job.spec, job.device or default_device(), batch_size=job.batch_size,
+                        calibrate="cached")  # fmt: skip
+        return expected_of(plan)
+    except Exception:  # an ETA is a courtesy: the run goes on without one
+        return None
+
+
 def _run(job: Job) -> None:
     state, error = "failed", None
+    expected = _expected(job)
+    with job_state.JOBS_LOCK:
+        job.expected = expected
     try:
         m = _measure(job)
         with job_state.JOBS_LOCK:

@@ -28,7 +28,10 @@ Decisions:
 - Rates: passages per second over the extraction batches seen so far (the model load is not in
   it); tokens per second = that rate x max_tokens, exact for token windows (every window is
   max_tokens long) and an upper bound for documents (`tokens_exact` False); once done, the
-  rate x the run's exact mean tokens per passage. ETA = remaining passages / rate.
+  rate x the run's exact mean tokens per passage. ETA from the first second: the run's plan
+  (a calibration, an observed run, or a packaged model's measured prior for this class of
+  machine, `deffcore.runs.priors`) gives its expected parts, refined by the first batch
+  (SPEC 14, ETA); without a plan time, ETA = remaining passages / rate.
 - Models load once per server: a run, its diagnostics, the BOS on/off check and
   the labs get their model from `deffcore.inputs.model` (identity-keyed, budgeted,
   least recently used evicted first), so the second job on a model skips the "loading model"
@@ -36,7 +39,8 @@ Decisions:
   moving: `deffcore.inputs.model`) with its estimate and the parts that ended with their
   seconds (`job_state`, `job_worker`); each part and the whole load are timed into
   `deffcore.runs.stage_times`. The stage ends when the load does ("loaded <spec>" ->
-  "preparing"), so its time leaves out cutting windows and the first batch. A run that
+  "preparing": tokenising or cutting windows, then the first batch, with its bar by time),
+  so its time leaves out cutting windows and the first batch. A run that
   extracted here leaves its rate to price the next plan (`deffcore.runs.observed`).
 - Window runs show live estimates (SPEC 14): the worker runs them through
   `deffcore.runs.anytime_run.measure_live`, each estimate lands in the job's `estimates` as plain

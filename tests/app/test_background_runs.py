@@ -76,6 +76,14 @@ def session_job(at: AppTest) -> str:
     return at.session_state["_deff_job"]
 
 
+def browser_switch(at: AppTest, page: str) -> AppTest:
+    """A page switch as the browser makes it: `st.navigation` drops the URL's query parameters
+    (AppTest keeps them), the new page's script run puts back what it keeps."""
+    at.switch_page(page)
+    at.query_params.clear()
+    return at.run()
+
+
 # ---------------------------------------------------------------------------------------------
 # a run survives a page switch, lands, and says so
 # ---------------------------------------------------------------------------------------------
@@ -88,14 +96,15 @@ def test_run_survives_a_page_switch_and_lands(gate):
     job_id = session_job(at)
     # the main area shows the run from the first second: model load included, with Cancel
     assert any(t.startswith("Running:") or "Running:" in t for t in texts(at, "markdown"))
-    assert any("loading model" in t or "checking data" in t or "queued" in t
+    assert any("loading model" in t or "reading the dataset" in t or "queued" in t
                for t in progress_texts(at)), progress_texts(at)  # fmt: skip
     assert at.button(key="job_cancel").label == "Cancel run"
     assert at.query_params.get("job") in (job_id, [job_id])  # a reload finds it again
 
-    at.switch_page("pages/2_Lag_decay.py").run()  # the user goes elsewhere while it runs
+    browser_switch(at, "pages/2_Lag_decay.py")  # the user goes elsewhere while it runs
     assert not at.exception
     assert jobs.status(job_id).state == "running"
+    assert at.query_params.get("job") in (job_id, [job_id])  # this page's URL carries it too
     assert at.button(key="job_cancel")  # the run box follows the user to every page
     gate.set()
     assert jobs.wait(job_id, timeout=600).state == "done"
@@ -137,6 +146,43 @@ def test_a_reload_finds_the_running_job(gate):
     jobs.wait(job_id, timeout=600)
     fresh.run()
     assert any("Run finished" in n for n in texts(fresh, "success"))
+
+
+def test_a_reload_of_another_page_finds_the_job_and_lands_it(gate):
+    """Run pressed, a switch to another page, a reload there (a new session with that page's
+    URL): the job, its settings in the sidebar and its progress come back, and it lands."""
+    at = choose(new_app(), n=24)
+    at.button(key="run").click().run()
+    job_id = session_job(at)
+    browser_switch(at, "pages/2_Lag_decay.py")
+    url = dict(at.query_params)  # what the browser's address bar shows on that page
+    assert url.get("job") in (job_id, [job_id]), url
+
+    fresh = AppTest.from_file(str(REPO / "app.py"), default_timeout=600)  # the reload
+    for key, value in url.items():
+        fresh.query_params[key] = value
+    fresh.session_state["_deff_run_wait_s"] = 0
+    fresh.switch_page("pages/2_Lag_decay.py").run()
+    assert not fresh.exception
+    assert fresh.session_state["_deff_job"] == job_id
+    assert fresh.number_input(key="n").value == 24  # the sidebar shows the run's settings
+    assert progress_texts(fresh)  # the progress box is back
+    assert fresh.query_params.get("job") in (job_id, [job_id])
+
+    gate.set()
+    assert jobs.wait(job_id, timeout=600).state == "done"
+    fresh.run()
+    assert any("Run finished" in n for n in texts(fresh, "success")), texts(fresh, "success")
+    assert "job" not in fresh.query_params  # landed: the URL names the run instead
+    assert fresh.query_params["run"] == f"cached:{jobs.status(job_id).result_key}"
+
+
+def test_a_stale_job_link_is_dropped():
+    fresh = AppTest.from_file(str(REPO / "app.py"), default_timeout=600)
+    fresh.query_params["job"] = "0" * 32  # a job of a server that restarted
+    fresh.run()
+    assert not fresh.exception
+    assert "job" not in fresh.query_params and "_deff_job" not in fresh.session_state
 
 
 # ---------------------------------------------------------------------------------------------

@@ -90,7 +90,8 @@ def test_live_panel_before_the_first_estimate_and_for_documents():
     captions = [c.value for c in at.caption]
     assert not any("No estimates before the end" in c for c in captions)
     assert any("first estimate appears once 32 passages" in c for c in captions)
-    assert any("Stopping early needs token windows" in c for c in captions)  # why no button
+    # no button, and no paragraph on stopping early: the box speaks of what the user asked for
+    assert not any("Stopping early" in c or "stop early" in c for c in captions), captions
     assert not at.button
     with_estimates = AppTest.from_function(_panel, args=(_status(_estimates(), spec=docs),)).run(
         timeout=60
@@ -115,8 +116,11 @@ def _plan(settings):
     plan_caption(settings)
 
 
-def test_plan_line_beside_run_without_loading_a_model():
+def test_plan_line_beside_run_without_loading_a_model(monkeypatch):
+    from deffcore.runs import priors
     from explorer.settings import Settings
+
+    monkeypatch.setattr(priors, "_load_now", lambda: 3.0)  # one load for the app and the test
 
     settings = Settings(
         model="smollm2-135m",
@@ -136,10 +140,38 @@ def test_plan_line_beside_run_without_loading_a_model():
     line = plain(caption.proto.help)  # the planner's whole line on hover, a short one shown
     assert line.startswith("Plan: smollm2-135m on 4,096 passages x 128 tokens")
     assert "peak memory" in line
-    assert plain(caption.value).startswith("Plan: 524,288 tokens · time unknown · peak ")
-    # no calibration in this fresh cache: the time is unknown and a button offers to measure
-    assert "time unknown" in line
-    assert at.button(key="plan_calibrate").label == "Measure this machine's speed"
+    # nothing measured in this fresh cache: the packaged model's prior for this class of
+    # machine gives the time before the first run (SPEC 14, ETA), no button to measure it
+    from deffcore.inputs.run_spec import RunSpec
+    from deffcore.runs.planner import human_time, plan_run
+
+    found = priors.prior("smollm2-135m", "cpu")
+    assert found.describe() in line
+    spec = RunSpec("smollm2-135m", None, "bbc-news", 4096, 128, 0, "float32", passages="windows")
+    plan = plan_run(spec, "cpu", calibrate="cached")
+    assert plan.time_source == found.describe()  # test_run_priors checks its parts by hand
+    shown = plain(caption.value)
+    assert shown.startswith(f"Plan: 524,288 tokens · about {human_time(plan.seconds)} here · peak")
+    assert not at.button
+
+
+def test_plan_line_says_cached_for_a_run_the_cache_holds(cache_dir):
+    """Settings already measured open at once: the line says so, not the plan's minutes (it
+    did for 30 s after the run landed: the plan is cached, the cache is read afresh)."""
+    from explorer.settings import Settings
+
+    settings = Settings(model="tiny-llama", revision=None, dataset="bbc-news", n=8,
+                        max_tokens=16, seed=0, pooling="default", metric="cka", K=None,
+                        passages="windows")  # fmt: skip
+    at = AppTest.from_function(_plan, args=(settings,)).run(timeout=60)
+    assert not at.exception
+    assert at.caption and "cached" not in at.caption[0].value
+    from deffcore.runs.measure import measure
+
+    measure(model="tiny-llama", dataset="bbc-news", n=8, max_tokens=16, seed=0,
+            passages="windows")  # fmt: skip
+    at.run(timeout=60)
+    assert [c.value for c in at.caption] == ["Plan: cached — opens at once"]
 
 
 def test_short_plan_of_a_model_of_unknown_size():

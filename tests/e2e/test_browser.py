@@ -322,6 +322,34 @@ def test_a_run_survives_a_page_switch_and_lands(server, page):
     shot(page, "11_run_landed_after_page_switch")
 
 
+def test_a_run_is_found_after_a_page_switch_and_a_reload(server, page):
+    """Run pressed, another page opened, then a reload there: the URL still names the job
+    (`?job=`), so the reloaded page follows it and it becomes the current run when it lands."""
+    page.goto(server["url"])
+    wait_idle(page)
+    panel = open_runs(page)
+    choose_model(page, panel, TINY["model"])
+    n = 96  # not a run the test before measured: this one goes to the model
+    for label, value in (("N passages", n), ("Max tokens", TINY["max_tokens"])):
+        panel.get_by_label(label).fill(str(value))
+        panel.get_by_label(label).press("Enter")
+        wait_idle(page)
+    panel.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text(re.compile(r"^Running:|^Run finished")).first.wait_for(timeout=RUN_TIMEOUT_MS)
+    names = nav_names(page)
+    other = next(i for i, name in enumerate(names) if "Depth use" in name)
+    page.locator(NAV).nth(other).click()
+    page.wait_for_url(re.compile(r"[?&]job=[0-9a-f]{32}"), timeout=RUN_TIMEOUT_MS)
+    page.reload()  # a new session on the other page's URL
+    landed = f"Current run (measured): {TINY['model']} · bbc-news · N={n} · T={TINY['max_tokens']}"
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_text(re.compile(re.escape(landed))).first.wait_for(timeout=RUN_TIMEOUT_MS)
+    wait_idle(page)
+    no_errors(page, "after a reload on another page")
+    assert "job=" not in page.url and "run=cached" in page.url, page.url
+    shot(page, "12_run_landed_after_switch_and_reload")
+
+
 def choose_model(page, panel, model: str) -> None:
     """Pick `model` in the run panel's model selectbox (type to filter, Enter to choose)."""
     box = panel.locator('[data-testid="stSelectbox"]').filter(has_text="Model").first
