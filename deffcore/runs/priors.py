@@ -178,8 +178,7 @@ def _by_block_params(model: str, device: str, dtype: str) -> RunPrior | None:
     for a calibration of another model)."""
     from dataclasses import replace
 
-    from deffcore.inputs.model import PACKAGED_MODELS
-    from deffcore.inputs.model import model_size
+    from deffcore.inputs.model import PACKAGED_MODELS, model_size
 
     if model not in PACKAGED_MODELS:
         return None
