@@ -94,8 +94,9 @@ def _drawing(draw: bool) -> Iterator[None]:
 
 @dataclass(kw_only=True)
 class Settings:
-    """The sidebar's values: what to measure (run settings) and how to look at it (view),
-    in the order the sidebar asks for them (keyword-only, so the order is free to follow it)."""
+    """What to measure (the run settings: the run panel's, on the Runs page) and how to look
+    at it (the view: the sidebar's), in the order they are asked for (keyword-only, so the
+    order is free to follow it)."""
 
     model: str
     revision: str | None
