@@ -293,8 +293,7 @@ def similarity_section(device: str, quick: bool) -> list[dict[str, Any]]:
 
 
 def dtype_section(device: str, quick: bool, models: tuple[str, ...]) -> list[dict[str, Any]]:
-    from deffcore.runs.measure import extract_spec, run_spec
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement, extract_spec, run_spec
 
     n, tokens = (16, 32) if quick else (1024, 128)
     rows = []

@@ -84,7 +84,7 @@ _LAZY: dict[str, str] = {
     # a run, from a named model, a model in memory or states computed elsewhere
     "measure": "deffcore.runs.measure",
     "measure_states": "deffcore.runs.measure",
-    "Measurement": "deffcore.runs.measurement",
+    "Measurement": "deffcore.runs.measure",
     "RunSpec": "deffcore.inputs.run_spec",
     "list_runs": "deffcore.extraction.cache",
     # the table across similarity measures (SPEC 17.4)

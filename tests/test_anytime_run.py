@@ -55,7 +55,7 @@ def test_until_solid_ends_early_and_resumes_to_a_larger_n(windows_dataset, every
     assert_same_pooled(larger, fresh)
     # and the stopped run itself is bit-identical to an uninterrupted run of N = k
     assert_same_pooled(
-        deffcore.runs.measurement.Measurement(spec=replace(spec, n=k), pooled=kept),
+        deffcore.runs.measure.Measurement(spec=replace(spec, n=k), pooled=kept),
         measure_spec(replace(spec, n=k), device="cpu", batch_size=32, use_cache=False),
     )
 

@@ -116,7 +116,7 @@ def test_random_seeds_make_the_file_a_fresh_measure_of_those_seeds(shipped, tmp_
 
 
 def test_null_band_is_the_mean_and_two_sample_sds():
-    from deffcore.runs.measurement import null_band
+    from deffcore.runs.measure import null_band
 
     band = null_band(["1", "2", "3"], [1.0, 2.0, 3.0])  # mean 2, sd (ddof 1) 1
     assert (band["mean"], band["sd"], band["low"], band["high"]) == (2.0, 1.0, 0.0, 4.0)

@@ -287,7 +287,7 @@ def test_a_broken_entry_already_in_the_cache_is_corrupt_and_recomputed(monkeypat
 
 def test_pos0_peak_ignores_nan_and_never_raises_all_nan():
     from deffcore.core.errors import InvalidStatesError
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement
 
     pooled = make_pooled()
     pooled.pos0_norm_ratio = np.array([1.0, np.nan, 3.0, np.inf], dtype=np.float32)

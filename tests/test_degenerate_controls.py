@@ -82,7 +82,7 @@ def test_a_degenerate_default_is_still_the_runs_error():
     from deffcore.core.constants import EXTRACTED_POOLINGS
     from deffcore.extraction.forward import PooledStates
     from deffcore.inputs.run_spec import RunSpec
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement
 
     rng = np.random.default_rng(0)
     states = {p: rng.standard_normal((4, 5, 3)).astype(np.float32) for p in EXTRACTED_POOLINGS}

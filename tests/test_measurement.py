@@ -19,7 +19,7 @@ from deffcore.measures.depth import depth_summary, effective_depth
 from deffcore.measures.references import matched_references, update_depth
 from deffcore.measures.similarity import similarity_matrix
 from deffcore.runs import measure as measure_mod
-from deffcore.runs import measurement as measurement_mod
+from deffcore.runs import measure as measurement_mod
 from deffcore.runs.measure import measure
 
 

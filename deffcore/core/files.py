@@ -100,7 +100,7 @@ TMP_RE = re.compile(r"\..+\.tmp")
 #: Files of a complete entry.
 ENTRY_FILES = ("meta.json", "states.npz")
 #: Files other modules keep inside a run's entry (deffcore.lenses.diagnostics_store,
-#: deffcore.extraction.atlas, deffcore.runs.measurement), deleted with it.
+#: deffcore.extraction.atlas, deffcore.runs.measure), deleted with it.
 SIDE_FILES = (
     "diagnostics.json", ".diagnostics.lock", "atlas.npz", "skip_effect.npz", "paired.json",
     "measures.json",

@@ -76,7 +76,7 @@ def _measurement(meta: dict[str, Any], metric: str) -> Any:
     """The Measurement of a cached run, read by key (None when its states are unreadable)."""
     from deffcore.extraction import cache
     from deffcore.lenses.diagnostics_store import spec_from_fields
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement
 
     found = cache._read_entry(meta["key"])  # by key, as deffcore.work.sweep.cached_model_row
     if found is None:

@@ -220,7 +220,7 @@ def _fill_from_states(watch: _Watch, m: Any) -> None:
 def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) -> LiveRun:
     """Keep the first `stop_at` passages as a complete run of that N (module docstring)."""
     from deffcore.extraction import cache as prefix
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement
 
     spec, k = watch.spec, int(watch.stop_at)
     spec_k = replace(spec, n=k)

@@ -104,7 +104,7 @@ def cached_model_row(meta: dict[str, Any], metric: str = "cka") -> dict[str, Any
     computed from its states. Raises DeffError when the entry cannot be read."""
     from deffcore.extraction import cache
     from deffcore.inputs.run_spec import RunSpec
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement
     from deffcore.views.measurement_view import MeasurementView
 
     spec = RunSpec(**meta["spec"])

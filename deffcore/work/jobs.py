@@ -271,7 +271,7 @@ def forget_finished() -> int:
 def load_result(key: str) -> Any:
     """The `Measurement` of the complete cache entry `key` (no model runs)."""
     from deffcore.extraction import cache
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement
 
     meta = cache.load_meta(key)
     spec = RunSpec(**meta["spec"])

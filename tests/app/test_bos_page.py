@@ -111,8 +111,7 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
     PAGE_B, the run's seed) is drawn in the background; when it lands the page reruns and the
     answer is the library's paired answer on exactly that bootstrap."""
     from deffcore.lenses.bos_answer import position0_answer_for
-    from deffcore.runs.measure import measure
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement, measure
     from deffcore.views.measurement_view import MeasurementView
     from explorer.paired_task import PAGE_B
 

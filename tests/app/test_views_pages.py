@@ -162,7 +162,7 @@ def test_side_by_side_shows_both_maps_their_difference_and_the_changes(app, runs
     assert len(heat) == 3
     from deffcore.extraction import cache
     from deffcore.inputs import run_spec
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import Measurement
 
     meta = cache.load_meta(null_key)
     spec = run_spec.RunSpec(**meta["spec"])

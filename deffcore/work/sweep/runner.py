@@ -208,8 +208,7 @@ def _row(cell: Cell, spec: Any) -> dict[str, Any]:
 
 def _fill_numbers(row: dict[str, Any], spec: Any, pooled: Any, metric: str, pooling: str) -> None:
     """Numbers of a landed cell, from its cache entry, as `measure` computes them."""
-    from deffcore.runs.measure import MIN_PASSAGES
-    from deffcore.runs.measurement import Measurement
+    from deffcore.runs.measure import MIN_PASSAGES, Measurement
 
     if pooled.n < MIN_PASSAGES:
         raise DeffError(
