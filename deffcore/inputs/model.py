@@ -843,12 +843,18 @@ def gemma3_gguf() -> Path:
     folder = cache_dir() / "models"
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / GEMMA3_FILE
-    # assemble() writes in place; the lock keeps a second process from reading a half file.
+    # The lock keeps two processes from assembling at once; the file is assembled beside its
+    # name and renamed into place whole, so a reader that takes no lock (`packaged_parts`: a
+    # plan, a size, the progress box's estimate) never finds a half-written file there.
     with FileLock(str(target) + ".lock"):
-        try:
-            return Path(g.assemble(target))
-        except (FileExistsError, ValueError):
-            return Path(g.assemble(target, overwrite=True))  # a truncated earlier attempt
+        if target.is_file():
+            with contextlib.suppress(FileExistsError, ValueError):  # a damaged earlier file
+                return Path(g.assemble(target))
+        part = target.with_name(target.name + ".part")
+        part.unlink(missing_ok=True)
+        g.assemble(part, overwrite=True)
+        os.replace(part, target)
+        return target
 
 
 # GGUF value types (gguf.constants.GGUFValueType) -> struct format of one scalar

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from deffcore.core.errors import DeffError
 from deffcore.core.files import DATA_DIR
 
 PRIOR_FILE = DATA_DIR / "run_priors.json"
@@ -182,10 +183,16 @@ def _by_block_params(model: str, device: str, dtype: str) -> RunPrior | None:
 
     if model not in PACKAGED_MODELS:
         return None
-    size = model_size(model)
+    try:
+        size = model_size(model)
+    except DeffError:  # its file missing or unreadable: no prior, never an error
+        return None
     for other in PACKAGED_MODELS:
         ref = _measured(other, device, dtype) if other != model else None
-        ref_size = model_size(other) if ref is not None else None
+        try:
+            ref_size = model_size(other) if ref is not None else None
+        except DeffError:
+            continue
         if ref is None or ref_size is None or size is None or not size.block_params:
             continue
         factor = ref_size.block_params / size.block_params
