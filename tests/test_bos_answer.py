@@ -1,4 +1,4 @@
-"""The BOS page's one answer (deffcore.lenses.bos_answer): the decision on plain numbers, the
+"""The BOS page's one answer (deffcore.statistics.bos_answer): the decision on plain numbers, the
 construction whose truth is known, the calibration of every claim, the BOS on/off sentence."""
 
 from __future__ import annotations
@@ -9,24 +9,25 @@ import math
 import numpy as np
 import pytest
 
-from deffcore.lenses.bos_answer import bos_on_off_conclusion, position0_answer_for
 from deffcore.lenses.bos_calibration import (
     calibration_case,
     claim_is_right,
     pooled_view,
     summarise,
 )
+from deffcore.lenses.bos_on_off import bos_on_off_conclusion
 from deffcore.measures.depth import effective_depth, gap_percent
 from deffcore.measures.similarity import similarity_matrix
 from deffcore.measures.synthetic import position0_construction
 from deffcore.statistics.bootstrap import bootstrap_deff_over_L
-from deffcore.statistics.paired import paired_bootstrap
-from deffcore.statistics.position0 import (
+from deffcore.statistics.bos_answer import (
     POS0_MIN_POINTS,
     gap_error_points,
     position0_answer,
+    position0_answer_for,
     tolerance,
 )
+from deffcore.statistics.paired import paired_bootstrap
 from deffcore.views.snapshot import load_snapshot
 
 
@@ -412,7 +413,7 @@ def test_an_unpaired_answer_asks_passages_for_its_bias_share_too():
     the view's numbers are handed on whole."""
     from types import SimpleNamespace as NS
 
-    from deffcore.statistics.position0 import gap_error_points, position0_answer
+    from deffcore.statistics.bos_answer import gap_error_points, position0_answer
 
     heads = {"default": NS(gap_pct=-10.0, layers=12, deff_over_L=0.60, n=256),
              "no_pos0": NS(gap_pct=-7.0, layers=12, deff_over_L=0.65, n=256)}  # fmt: skip

@@ -67,9 +67,9 @@ def _page(ref: str | None, wait_paired: bool = False) -> dict:
     at.run()
     assert_clean(at)
     if wait_paired:
-        from explorer.paired_task import PAGE_B
+        from deffcore.statistics.bos_answer import ANSWER_B
 
-        status = jobs.task_job(f"paired:{ref.split(':', 1)[1]}:cka:{PAGE_B}")
+        status = jobs.task_job(f"paired:{ref.split(':', 1)[1]}:cka:{ANSWER_B}")
         assert status is not None, "the page drew no paired bootstrap"
         done = jobs.wait(status.job_id, timeout=300)
         assert done.state == "done", done.error
@@ -160,7 +160,7 @@ def test_a_run_nobody_paired_says_one_paired_answer_everywhere(tmp_path, capsys)
     """A cached run without a paired bootstrap: the report (the first to ask) draws the
     answer's (ANSWER_B) and keeps it; bos --json, the page and the notebook say the same."""
     from deffcore.runs.measure import measure
-    from deffcore.statistics.position0 import ANSWER_B
+    from deffcore.statistics.bos_answer import ANSWER_B
 
     key = measure(**RUN, seed=0).spec.key()
     surfaces = {"report": _report(key, tmp_path)}

@@ -155,7 +155,7 @@ def _answer_section(page: _Page, answer: Mapping[str, Any] | None) -> None:
     if not answer:
         page.p("The BOS answer was not computed for this report.")
         return
-    from deffcore.views.run_answer import trust_line
+    from deffcore.statistics.bos_answer import trust_line
 
     cls = {"not_artefact": "solid", "artefact": "noise"}.get(answer.get("verdict"), "")
     said = f"{answer.get('sentence', '')} {trust_line(answer.get('trust'))}"
