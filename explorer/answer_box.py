@@ -25,9 +25,9 @@ from deffcore.statistics.bos_answer import (
     Position0Answer,
     answer_bootstrap_of,
     answer_method,
+    answer_trust_line,
     held,
     run_answer,
-    trust_line,
 )
 from deffcore.work import jobs
 
@@ -44,7 +44,7 @@ def answer_box(view: Any, metric: str, K: int | None) -> Position0Answer:
     say = getattr(st, ANSWER_BOX.get(answer.verdict, "info"))
     say(f"**{QUESTION}** {answer.sentence}")
     if answer.trust:
-        st.badge(trust_line(answer.trust).rstrip("."))
+        st.badge(answer_trust_line(answer.trust).rstrip("."))
     with st.expander("How this was decided"):
         st.caption(md_escape(answer_method(answer)))
     if pairing is not None:

@@ -433,3 +433,48 @@ def test_an_unpaired_answer_asks_passages_for_its_bias_share_too():
     said = position0_answer(-10.0, -7.0, bias_share=min(1.0, bias / 0.01), **args)
     assert a.verdict == said.verdict == "cannot_tell" and a.action == said.action, a.sentence
     assert a.action != position0_answer(-10.0, -7.0, bias_share=0.0, **args).action
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the answer lives: at most three modules, and no surface holds its logic
+
+
+def _top_level_names(path) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_the_bos_answer_spans_at_most_three_modules():
+    """`BOS_ANSWER_MODULES` (scripts/house_figures.py) names where the answer's computation and
+    wording live: at most 3 modules, each one that exists; and no other module of deffcore/ or
+    explorer/ (the pages and the CLI call `run_answer`) defines one of the answer's own names
+    (its constants, its decision, its words), so the list cannot drift from the code."""
+    from pathlib import Path
+
+    from scripts.house_figures import BOS_ANSWER_MODULES, source_files
+
+    root = Path(__file__).resolve().parents[1]
+    files = source_files()
+    assert len(BOS_ANSWER_MODULES) <= 3, BOS_ANSWER_MODULES
+    assert set(BOS_ANSWER_MODULES) <= set(files), set(BOS_ANSWER_MODULES) - set(files)
+    own = {
+        n for n in _top_level_names(files["deffcore.statistics.bos_answer"])
+        if not n.startswith("_")
+    }  # fmt: skip
+    assert {"run_answer", "position0_answer", "answer_method", "ANSWER_B"} <= own
+    surfaces = {**files, **{f"pages.{p.stem}": p for p in (root / "pages").glob("*.py")}}
+    defining = {
+        name: sorted(_top_level_names(path) & own)
+        for name, path in surfaces.items()
+        if name not in BOS_ANSWER_MODULES and _top_level_names(path) & own
+    }
+    assert not defining, f"the BOS answer's names defined outside its modules: {defining}"

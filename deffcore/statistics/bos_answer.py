@@ -757,7 +757,7 @@ def answer_method(a: Position0Answer) -> str:
     return said + " The rule is checked on constructions with a known answer (glossary)."
 
 
-def trust_line(level: str | None) -> str:
+def answer_trust_line(level: str | None) -> str:
     """The answer's trust in words: the lower of its two numbers' levels."""
     return f"Trust of the two numbers: {level or 'not rated'}."
 
@@ -766,7 +766,7 @@ def answer_lines(view: Any, metric: str = "cka", K: int | None = None) -> tuple[
     """(the question, the answer's sentence, its trust line) of `run_answer`: what the report
     and the notebook show under the pages' words."""
     a = run_answer(view, metric, K)
-    return QUESTION, a.sentence, trust_line(a.trust)
+    return QUESTION, a.sentence, answer_trust_line(a.trust)
 
 
 def answer_line(sentence: str) -> str:

@@ -110,11 +110,9 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
     interval is unpaired, with the pairing bar while one bootstrap of every pooling (B =
     ANSWER_B, the run's seed) is drawn in the background; when it lands the page reruns and the
     answer is the library's paired answer on exactly that bootstrap."""
-    from deffcore.statistics.bos_answer import ANSWER_B
-
     from deffcore.runs.measure import measure
     from deffcore.runs.measurement import Measurement
-    from deffcore.statistics.bos_answer import position0_answer_for
+    from deffcore.statistics.bos_answer import ANSWER_B, position0_answer_for
     from deffcore.views.measurement_view import MeasurementView
 
     # a run of its own (no other test has paired it), without BOS so position 0 varies
@@ -153,6 +151,36 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
     words = f"both gaps on the same B = {ANSWER_B} multisets"  # "How this was decided"
     assert any(words in plain(c.value) for c in at.caption)
     assert not [p for p in at.get("progress") if "Pairing" in p.proto.text]
+
+
+def test_every_delta_of_the_position0_comparison_is_the_answers(cache_dir):
+    """The page says Δ = gap(no_pos0) − gap(default) once (SPEC 11.6): the answer box, "How
+    this was decided" and the line of each control's paired move all give the run's one
+    answer, its Δ and interval (unbiased CKA's replicates for linear CKA, named so in the line),
+    never linear CKA's own paired move as another Δ of the same comparison."""
+    import re
+
+    from deffcore.runs.measure import measure
+    from deffcore.statistics.bos_answer import ANSWER_B, run_answer
+    from deffcore.views.measurement_view import MeasurementView
+
+    run = measure(**{**RUN, "seed": 5, "bos": "none"})  # position 0 varies: its own control
+    at = open_page(f"cached:{run.spec.key()}")
+    wait_task(f"paired:{run.spec.key()}:cka:{ANSWER_B}")  # every pooling, in the background
+    at.run()
+    assert_clean(at)
+    answer = run_answer(MeasurementView(jobs.load_result(run.spec.key())), "cka")  # as stored
+    assert answer.paired and answer.answered_with == "unbiased_cka", answer
+    lo, hi = answer.interval
+    texts = [plain(e.value) for e in (*at.markdown, *at.caption, *at.success, *at.info)]
+    (line,) = [t for t in texts if "Each control's move of the gap" in t]
+    moves = re.findall(r"no_pos0 ([+-]\d+\.\d+) \[([+-]\d+\.\d+), ([+-]\d+\.\d+)\]", line)
+    assert moves == [(f"{answer.delta:+.2f}", f"{lo:+.2f}", f"{hi:+.2f}")], line
+    assert "(the BOS answer's Δ, unbiased CKA's replicates)" in line
+    (box,) = answers(at)
+    assert f"by {answer.delta:+.1f} points ({answer.ci:.0%} {lo:+.1f} to {hi:+.1f}" in box
+    (how,) = [t for t in texts if "same B = " in t and "multisets" in t]  # "How this was decided"
+    assert f"= {answer.delta:+.2f} points" in how and f"[{lo:+.2f}, {hi:+.2f}]" in how
 
 
 def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch):
