@@ -9,7 +9,8 @@ Stage: statistics. The one module of the answer, read top to bottom as it is mad
     the tolerance   T = max(POS0_MIN_POINTS, POS0_SHARE x |gap(default)|), per replicate too
     the verdict     `position0_answer`: the paired margins, else the unpaired rule
     the sentence    verdict first, then the numbers it was decided on (`_said`); the method
-                    is `answer_method` (the page's "How this was decided")
+                    is `answer_method` (the page's "How this was decided"); no_pos0's move in
+                    the BOS page's controls line is the answer's own (`answer_effect`)
     live            `live_answer`: the same decision at each mark of a live run
 
     a = run_answer(view, "cka")      # the answer every surface shows: pages, report, CLI, repr
