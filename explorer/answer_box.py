@@ -42,7 +42,7 @@ def answer_box(view: Any, metric: str, K: int | None) -> Position0Answer:
     pairing = ensure_paired(view, metric)
     answer = run_answer(view, metric, K, draw=False)  # drawn in the background
     say = getattr(st, ANSWER_BOX.get(answer.verdict, "info"))
-    say(f"**{QUESTION}** {answer.sentence}")
+    say(f"**{QUESTION}** {md_escape(answer.sentence)}")  # a dataset's name may be in it
     if answer.trust:
         st.badge(answer_trust_line(answer.trust).rstrip("."))
     with st.expander("How this was decided"):
