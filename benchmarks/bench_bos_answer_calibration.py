@@ -1,4 +1,4 @@
-"""Calibration of the BOS page's one answer (`deffcore.lenses.bos_answer`) on constructions whose
+"""Calibration of the BOS answer (`deffcore.statistics.bos_answer`) on constructions whose
 truth is known: the paired rule beside the unpaired one.
 
     nice -n 10 .venv/bin/python benchmarks/bench_bos_answer_calibration.py [--size full|tiny]

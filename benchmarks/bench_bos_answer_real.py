@@ -33,10 +33,10 @@ from bench_anytime import _read_batches  # noqa: E402
 
 from deffcore.extraction.cache import PrefixRows, schedule  # noqa: E402
 from deffcore.inputs.run_spec import RunSpec  # noqa: E402
-from deffcore.lenses.bos_answer import position0_answer_for  # noqa: E402
 from deffcore.runs.measure import Measurement  # noqa: E402
 from deffcore.statistics.anytime import estimate  # noqa: E402
-from deffcore.statistics.stopping import ANSWER_POOLINGS, StopRule  # noqa: E402
+from deffcore.statistics.bos_answer import ANSWER_POOLINGS, position0_answer_for  # noqa: E402
+from deffcore.statistics.stopping import StopRule  # noqa: E402
 
 
 def _rows(entry: Path) -> tuple[RunSpec, PrefixRows]:

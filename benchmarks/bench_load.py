@@ -94,7 +94,7 @@ sys.path.insert(0, {repo!r})
 from dataclasses import replace
 from deffcore.inputs import model as loaded_models
 from deffcore.work import jobs
-from deffcore.lenses.bos_answer import bos_on_off
+from deffcore.lenses.bos_on_off import bos_on_off
 from deffcore.inputs.run_spec import RunSpec
 spec = RunSpec(model={spec!r}, revision=None, dataset="bbc-news", n=32, max_tokens=32, seed=0,
                dtype="float32", passages="windows")

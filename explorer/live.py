@@ -21,6 +21,7 @@ import streamlit as st
 from deffcore import figures
 from deffcore.core.safe_text import md_escape
 from deffcore.extraction.cache import FIRST_ESTIMATE, prefix_refusal, schedule
+from deffcore.statistics.bos_answer import QUESTION
 from deffcore.statistics.stopping import CONFIRM, MIN_STOP_N
 from deffcore.work import job_state, jobs
 from explorer.cards import show_run_figure
@@ -83,7 +84,7 @@ def _answer_line(est: dict[str, Any]) -> None:
         return
     definite = answer["verdict"] in ("not_artefact", "artefact", "masks")
     shown = "" if answer.get("metric") == est["run_metric"] else " (unbiased CKA)"
-    text = f"Is the gap a position-0 artefact? At N = {est['n']:,}{shown}: {answer['sentence']}"
+    text = f"{QUESTION} At N = {est['n']:,}{shown}: {answer['sentence']}"
     (st.success if definite else st.info)(md_escape(text))
 
 

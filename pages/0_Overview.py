@@ -1,5 +1,7 @@
 """Overview: the first page (the default of `st.navigation` in app.py): the current run's
-headline numbers with their trust badge, its similarity matrix and lag decay."""
+headline numbers with their trust badge, its similarity matrix and lag decay, and its BOS answer
+(`explorer.answer_box`: the BOS page's box, its paired bootstrap drawn here when the run holds
+none, so the Overview opened first answers as the BOS page does)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from deffcore.core.safe_text import md_escape  # user text shown as text, not Ma
 from deffcore.runs.tables import metric_comparison, metric_difference
 from deffcore.views.labels import run_identity
 from deffcore.views.run_view import RunView
+from explorer.answer_box import answer_box
 from explorer.cards import download_html, headline_cards, precomputed_note, show_run_figure
 from explorer.page import OVERVIEW_TABS, page, page_links
 from explorer.settings import Settings
@@ -108,6 +111,7 @@ def main() -> None:
     st.caption(f"Current run: {md_escape(view.label)}")
     headline_cards(view, settings)
     charts_section(view, settings)  # one picture above the fold
+    answer_box(view, settings.metric, settings.K)  # the BOS page's answer, paired alike
     report_button(view, settings)
     precomputed_note(view)
     metric_section(view, settings)

@@ -1,7 +1,7 @@
 """BOS sensitivity around one answer: is the gap to F_L a position-0 artefact? (SPEC section 11)
 
 The answer (default vs no_pos0, with its uncertainty, tolerance and trust level:
-`deffcore.lenses.bos_answer`) and the pooling controls' verdict are computed from the similarity
+`deffcore.statistics.bos_answer`) and the pooling controls' verdict are computed from the similarity
 matrices alone, so they show at once. The diagnostics of one small eager-attention pass over
 the run's first 64 passages (massive activations, attention sinks) run in the background
 (`deffcore.work.jobs.start_task`) with their progress, and fill in when done. Then: the controls dot
@@ -21,26 +21,23 @@ from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import UndefinedSimilarityError
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.lenses import diagnostics, diagnostics_store
-from deffcore.lenses.bos_answer import bos_on_off
+from deffcore.lenses.bos_on_off import bos_on_off
 from deffcore.lenses.run_extras import extras_source, snapshot_bos_on_off, snapshot_diagnostics
 from deffcore.runs import measure as preflight
 from deffcore.runs.action_costs import diagnostics_cost, runs_cost, with_variants
+from deffcore.statistics.bos_answer import Position0Answer, identical_controls
 from deffcore.statistics.control_effects import control_effects, effect_sentence, regime_intervals
-from deffcore.statistics.position0 import answer_method
-from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
+from deffcore.statistics.verdict import bos_verdict, verdict_inputs
 from deffcore.views.labels import run_label
 from deffcore.views.paper import paper_controls, paper_table
-from deffcore.views.run_answer import run_answer, trust_line
 from deffcore.views.run_view import Headline, RunView
 from deffcore.work import jobs
+from explorer.answer_box import answer_box
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
-from explorer.paired_task import ensure_paired, paired_progress
 from explorer.settings import Settings
 
-#: Answer boxes by verdict: a clear "no" is good news, a "yes" a warning, the rest neutral.
-ANSWER_BOX = {"not_artefact": "success", "artefact": "warning"}
 _ONOFF = "_bos_onoff_job"
 
 
@@ -57,27 +54,13 @@ def control_headlines(view: RunView, settings: Settings) -> tuple[dict[str, Head
     return headlines, missing
 
 
-def answer_section(view: RunView, settings: Settings) -> None:
-    """The page's one answer, from what is already computed (no model, no diagnostics): paired
-    when the run has its bootstrap (a live run draws one in the background meanwhile)."""
-    pairing = ensure_paired(view, settings.metric)
-    answer = run_answer(view, settings.metric, settings.K, draw=False)  # drawn in the background
-    say = getattr(st, ANSWER_BOX.get(answer.verdict, "info"))
-    say(f"**Is the gap a position-0 artefact?** {answer.sentence}")
-    if answer.trust:
-        st.badge(trust_line(answer.trust).rstrip("."))
-    with st.expander("How this was decided"):
-        st.caption(md_escape(answer_method(answer)))
-    if pairing is not None:
-        paired_progress(pairing)
-
-
 def verdict_section(
-    view: RunView, headlines: dict, diag: dict | None, k_max: int, settings: Settings
-) -> None:
+    view: RunView, headlines: dict, diag: dict | None, k_max: int, settings: Settings,
+    answer: Position0Answer | None = None,
+) -> None:  # fmt: skip
     """The pooling controls' verdict (regime, gap move, identical controls; regimes from the
-    run's paired bootstrap when it has one, with each control's paired move) and, once the
-    diagnostics are in, massive activations and sinks."""
+    run's paired bootstrap when it has one, with each control's paired move, no_pos0's the
+    answer's own) and, once the diagnostics are in, massive activations and sinks."""
     m = view.measurement
     identical = identical_controls(m, m.metric) if m is not None else None
     pb, metric, K = view.paired_bootstrap(), settings.metric, settings.K
@@ -92,7 +75,7 @@ def verdict_section(
     st.markdown(f"**Pooling controls and diagnostics:** {verdict.sentence}")
     effects = control_effects(pb, metric, K) if spans else {}
     if effects:  # each control's move of the gap, paired (SPEC 15)
-        st.caption(md_escape(effect_sentence(effects, pb.ci)))
+        st.caption(md_escape(effect_sentence(effects, pb.ci, answer)))
     cols = st.columns(4)
     cols[0].metric(
         "Regime vs control",
@@ -466,7 +449,7 @@ def main() -> None:
     view, settings = ctx
     k_max = settings.K or view.layers - 1
     st.caption(f"{md_escape(view.label)} · {settings.metric} · K = {k_max}")
-    answer_section(view, settings)  # at once: from the similarity matrices alone
+    answer = answer_box(view, settings.metric, settings.K)  # at once: the similarity matrices
     headlines, missing = control_headlines(view, settings)
     m = view.measurement
     spec = m.spec if m is not None else diagnostics_store.spec_from_fields(view.spec)
@@ -475,7 +458,7 @@ def main() -> None:
     with guarded("Reading the diagnostics"):
         diag = run_diagnostics(view, spec)
     with verdict_box:
-        verdict_section(view, headlines, diag, k_max, settings)
+        verdict_section(view, headlines, diag, k_max, settings, answer)
         if missing:
             st.caption(f"Not in this precomputed run: {', '.join(missing)} (press Run to add).")
     controls_section(view, headlines, settings)

@@ -15,6 +15,8 @@ package's `__init__` is left out of the graph (it only names the package). Figur
     largest modules    the longest files and functions, as information: a module may be long
                        when it holds one idea (no size is a goal; tests/test_layering.py pins
                        only the stages and the cycles)
+    BOS answer spans   the modules the BOS answer's computation and wording live in
+                       (`BOS_ANSWER_MODULES`; at most 3, tests/test_bos_answer.py)
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ STAGES: tuple[str, ...] = (
     "labs",
     "work",
     "cli",
+)
+
+#: The modules the BOS answer (is the gap to F_L a position-0 artefact? SPEC 11.6, 15) spans:
+#: its computation and wording, top to bottom; the generic paired bootstrap; its check on
+#: constructions with a known answer. Surfaces (pages, `explorer/answer_box.py`, the CLI, the
+#: report, the notebook) call `run_answer` and hold no answer logic.
+BOS_ANSWER_MODULES: tuple[str, ...] = (
+    "deffcore.statistics.bos_answer",
+    "deffcore.statistics.paired",
+    "deffcore.lenses.bos_calibration",
 )
 
 
@@ -229,6 +241,7 @@ def main() -> int:
     print(f"                   not counted): {path}")
     print(f"largest modules    {largest_modules(app)}")
     print(f"longest functions  {longest_functions({**app, 'app': ROOT / 'app.py'})}")
+    print(f"BOS answer spans   {len(BOS_ANSWER_MODULES)} modules {list(BOS_ANSWER_MODULES)}")
     return 0
 
 

@@ -11,8 +11,8 @@ from deffcore.lenses.bos_calibration import claim_is_right
 from deffcore.measures.depth import effective_depth, gap_percent
 from deffcore.measures.synthetic import position0_construction
 from deffcore.statistics.anytime import estimate
+from deffcore.statistics.bos_answer import answer_trust, position0_answer
 from deffcore.statistics.paired import paired_bootstrap
-from deffcore.statistics.position0 import answer_trust, position0_answer
 
 
 def _pooled(c, k: int | None = None) -> PooledStates:
@@ -65,12 +65,12 @@ def test_an_estimate_carries_the_paired_answer_from_unbiased_replicates():
 
 
 def test_a_live_answer_asks_only_what_the_runs_data_can_give(tiny_dataset):
-    """The live answer judges its numbers as the page does (`position0.answer_trust`), so a
+    """The live answer judges its numbers as the page does (`bos_answer.answer_trust`), so a
     noise-level "use ≥ n passages" is checked against the run's data (`supply`): the tiny
     corpus cannot give the passages asked, and the action says what would."""
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.inputs.supply import passages_action, supply
-    from deffcore.statistics.anytime_paired import live_answer
+    from deffcore.statistics.bos_answer import live_answer
     from deffcore.statistics.trust_rule import assess
 
     spec = RunSpec("tiny-llama", None, tiny_dataset, 24, 16, 0, "float32", passages="windows")
@@ -98,14 +98,13 @@ ALIKE = [(64, 96, 8.0, None, 7), (24, 16, 2.0, None, 7), (96, 16, 6.0, 3, 7), (3
 
 @pytest.mark.parametrize("n, d, pos0, K, seed", ALIKE)
 def test_the_page_and_the_live_estimate_judge_one_bootstrap_alike(n, d, pos0, K, seed):
-    """One judgement of the BOS answer's numbers (`position0.answer_trust`): on the same
+    """One judgement of the BOS answer's numbers (`bos_answer.answer_trust`): on the same
     paired bootstrap the page's answer (`bos_answer.position0_answer_for`, linear CKA stood in
     by unbiased CKA) and the live estimate's are one answer, verdict, Δ, interval, trust and
     action alike; at K < L - 1 both are D_eff(K)'s."""
-    from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.lenses.bos_calibration import pooled_view
     from deffcore.measures.similarity import similarity_matrix
-    from deffcore.statistics.anytime_paired import live_answer
+    from deffcore.statistics.bos_answer import live_answer, position0_answer_for
 
     L = 6
     c = position0_construction(n, d, L, h0=1.0, pos0=pos0, onset=2, seed=seed)
@@ -155,10 +154,9 @@ def test_answer_trust_judges_the_paired_numbers_at_K():
 def test_the_page_asks_only_what_the_runs_data_can_give_as_the_live_answer_does(tiny_dataset):
     """A noise-level answer's action is checked against the run's data on the page as live."""
     from deffcore.inputs.run_spec import RunSpec
-    from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.lenses.bos_calibration import pooled_view
     from deffcore.measures.similarity import similarity_matrix
-    from deffcore.statistics.anytime_paired import live_answer
+    from deffcore.statistics.bos_answer import live_answer, position0_answer_for
 
     spec = RunSpec("tiny-llama", None, tiny_dataset, 24, 16, 0, "float32", passages="windows")
     c = position0_construction(24, 16, 6, h0=1.0, pos0=2.0, onset=2, seed=7)
@@ -184,7 +182,7 @@ def _live_parts(n: int = 64):
 
 def test_the_shared_bootstrap_pairs_h_1_to_h_l():
     """The states hold h_0 .. h_L; the bootstrap (like the run's) is of h_1 .. h_L: L layers."""
-    from deffcore.statistics.anytime_paired import shared_bootstrap
+    from deffcore.statistics.bos_answer import shared_bootstrap
 
     states, _, L = _live_parts()
     pb = shared_bootstrap(states, ("default", "no_pos0"), "cka", B=4)
@@ -199,16 +197,16 @@ def test_a_noisy_number_gives_its_own_action(noisy, monkeypatch):
     number's trust rule asks (whichever pooling it is)."""
     from types import SimpleNamespace
 
-    from deffcore.statistics import anytime_paired
+    from deffcore.statistics import bos_answer
 
     states, estimates, _ = _live_parts()
-    pb = anytime_paired.shared_bootstrap(states, ("default", "no_pos0"), "cka", B=8)
+    pb = bos_answer.shared_bootstrap(states, ("default", "no_pos0"), "cka", B=8)
 
     def trust(paired, pooling, metric, d, spec=None):
         level = "noise" if pooling == noisy else "solid"
         return SimpleNamespace(level=level, action=f"use ≥ {len(pooling)} passages")
 
-    monkeypatch.setattr(anytime_paired, "answer_trust", trust)
-    a = anytime_paired.live_answer(pb, states, estimates, "cka", None, 64)
+    monkeypatch.setattr(bos_answer, "answer_trust", trust)
+    a = bos_answer.live_answer(pb, states, estimates, "cka", None, 64)
     assert a["verdict"] == "cannot_tell" and a["trust"] == "noise"
     assert a["action"] == f"use ≥ {len(noisy)} passages" and a["action"] in a["sentence"]

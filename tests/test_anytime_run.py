@@ -87,7 +87,7 @@ def test_a_stopped_run_shows_the_spread_and_the_paired_answer_of_its_last_estima
     """SPEC 15: the kept run of a stop holds its last estimate's paired bootstrap, so
     its displayed trust reads that measured spread (not the prior) and its BOS answer is paired
     without a second draw; the same run measured again reads that kept bootstrap back."""
-    from deffcore.lenses.bos_answer import position0_answer_for
+    from deffcore.statistics.bos_answer import position0_answer_for
 
     spec = replace(window_spec(windows_dataset, 512), bos="none")  # no_pos0 its own control
     live = measure_live(spec, device="cpu", batch_size=32, until=StopRule("solid"), bootstrap=20)

@@ -1,4 +1,4 @@
-"""The BOS page's one answer (deffcore.lenses.bos_answer): the decision on plain numbers, the
+"""The BOS page's one answer (deffcore.statistics.bos_answer): the decision on plain numbers, the
 construction whose truth is known, the calibration of every claim, the BOS on/off sentence."""
 
 from __future__ import annotations
@@ -9,24 +9,25 @@ import math
 import numpy as np
 import pytest
 
-from deffcore.lenses.bos_answer import bos_on_off_conclusion, position0_answer_for
 from deffcore.lenses.bos_calibration import (
     calibration_case,
     claim_is_right,
     pooled_view,
     summarise,
 )
+from deffcore.lenses.bos_on_off import bos_on_off_conclusion
 from deffcore.measures.depth import effective_depth, gap_percent
 from deffcore.measures.similarity import similarity_matrix
 from deffcore.measures.synthetic import position0_construction
 from deffcore.statistics.bootstrap import bootstrap_deff_over_L
-from deffcore.statistics.paired import paired_bootstrap
-from deffcore.statistics.position0 import (
+from deffcore.statistics.bos_answer import (
     POS0_MIN_POINTS,
     gap_error_points,
     position0_answer,
+    position0_answer_for,
     tolerance,
 )
+from deffcore.statistics.paired import paired_bootstrap
 from deffcore.views.snapshot import load_snapshot
 
 
@@ -412,7 +413,7 @@ def test_an_unpaired_answer_asks_passages_for_its_bias_share_too():
     the view's numbers are handed on whole."""
     from types import SimpleNamespace as NS
 
-    from deffcore.statistics.position0 import gap_error_points, position0_answer
+    from deffcore.statistics.bos_answer import gap_error_points, position0_answer
 
     heads = {"default": NS(gap_pct=-10.0, layers=12, deff_over_L=0.60, n=256),
              "no_pos0": NS(gap_pct=-7.0, layers=12, deff_over_L=0.65, n=256)}  # fmt: skip
@@ -432,3 +433,48 @@ def test_an_unpaired_answer_asks_passages_for_its_bias_share_too():
     said = position0_answer(-10.0, -7.0, bias_share=min(1.0, bias / 0.01), **args)
     assert a.verdict == said.verdict == "cannot_tell" and a.action == said.action, a.sentence
     assert a.action != position0_answer(-10.0, -7.0, bias_share=0.0, **args).action
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the answer lives: at most three modules, and no surface holds its logic
+
+
+def _top_level_names(path) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_the_bos_answer_spans_at_most_three_modules():
+    """`BOS_ANSWER_MODULES` (scripts/house_figures.py) names where the answer's computation and
+    wording live: at most 3 modules, each one that exists; and no other module of deffcore/ or
+    explorer/ (the pages and the CLI call `run_answer`) defines one of the answer's own names
+    (its constants, its decision, its words), so the list cannot drift from the code."""
+    from pathlib import Path
+
+    from scripts.house_figures import BOS_ANSWER_MODULES, source_files
+
+    root = Path(__file__).resolve().parents[1]
+    files = source_files()
+    assert len(BOS_ANSWER_MODULES) <= 3, BOS_ANSWER_MODULES
+    assert set(BOS_ANSWER_MODULES) <= set(files), set(BOS_ANSWER_MODULES) - set(files)
+    own = {
+        n for n in _top_level_names(files["deffcore.statistics.bos_answer"])
+        if not n.startswith("_")
+    }  # fmt: skip
+    assert {"run_answer", "position0_answer", "answer_method", "ANSWER_B"} <= own
+    surfaces = {**files, **{f"pages.{p.stem}": p for p in (root / "pages").glob("*.py")}}
+    defining = {
+        name: sorted(_top_level_names(path) & own)
+        for name, path in surfaces.items()
+        if name not in BOS_ANSWER_MODULES and _top_level_names(path) & own
+    }
+    assert not defining, f"the BOS answer's names defined outside its modules: {defining}"

@@ -23,8 +23,9 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
     from deffcore.lenses.diagnostics_store import diagnose
     from deffcore.measures.activations import uniform_sink_score
     from deffcore.runs.measure import measure
+    from deffcore.statistics.bos_answer import identical_controls
     from deffcore.statistics.trust_rule import measurement_trust
-    from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
+    from deffcore.statistics.verdict import bos_verdict, verdict_inputs
 
     code, out, _ = _run(capsys, "--dataset", tiny_dataset, "--json")
     assert code == 0
@@ -74,7 +75,7 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
     assert t == measurement_trust(m, "default", bootstrap=boot).to_dict()
     assert d["bos"] == "default" and d["adds_bos"] is True
     # the page's answer: no_pos0 is default here, so it is certain (and says why)
-    from deffcore.lenses.bos_answer import position0_answer_for
+    from deffcore.statistics.bos_answer import position0_answer_for
 
     a = d["position0_answer"]
     assert a == position0_answer_for(m.view(), "cka").to_dict()
@@ -85,8 +86,8 @@ def test_bos_json_matches_measure_and_diagnose(capsys, tiny_dataset):
 
 
 def test_bos_json_answer_is_paired_with_a_bootstrap(capsys, tiny_dataset):
-    from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.runs.measure import measure
+    from deffcore.statistics.bos_answer import position0_answer_for
 
     opts = ["--dataset", tiny_dataset, "--passages", "windows", "--bos", "none", "--n", "24"]
     code, out, _ = _run(capsys, *opts, "--max-tokens", "16", "--json", "--bootstrap", "12")

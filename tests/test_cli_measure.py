@@ -167,7 +167,7 @@ def test_snapshot_command_remakes_a_windows_run(capsys, tiny_dataset, tmp_path):
 def test_measure_reports_trust_and_bootstrap_adds_the_interval(capsys, tiny_dataset):
     import deffcore as dc
     from deffcore.runs.measure import measure
-    from deffcore.statistics.position0 import ANSWER_B
+    from deffcore.statistics.bos_answer import ANSWER_B
 
     d = _measure_json(capsys, tiny_dataset)
     t = d["trust"]
@@ -205,10 +205,8 @@ def test_bad_bootstrap_is_one_line_before_loading(capsys, tiny_dataset):
 
 
 def test_measure_json_carries_the_page_answer_paired_with_a_bootstrap(capsys, tiny_dataset):
-    from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.runs.measure import measure
-    from deffcore.statistics.position0 import ANSWER_B
-    from deffcore.views.run_answer import run_answer
+    from deffcore.statistics.bos_answer import ANSWER_B, position0_answer_for, run_answer
 
     opts = ("--passages", "windows", "--bos", "none", "--n", "24", "--max-tokens", "16")
     plain = _measure_json(capsys, tiny_dataset, *opts)["position0_answer"]

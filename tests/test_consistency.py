@@ -1,11 +1,12 @@
 """One run, one answer: every surface says the same BOS answer and trust (SPEC section 11.6).
 
-For five runs (the shipped default, a fresh tiny-model run measured by the CLI, a run whose
-paired bootstrap the BOS page drew, a shared file with a stored bootstrap and one without),
-the BOS page's text, the HTML report (`deffcore report`), `measure --json` / `bos --json`
-(where the run's states are at hand) and the notebook repr carry the same verdict, Δ,
-interval and trust level: each surface's answer sentence and trust are read off what it shows
-and compared, never recomputed here.
+For six runs (the shipped default, a fresh tiny-model run measured by the CLI, a run whose
+paired bootstrap the BOS page drew, one the Overview drew, opened there first, a shared file
+with a stored bootstrap and one without), the BOS page's and the Overview's text, the HTML
+report (`deffcore report`), `measure --json` / `bos --json` (where the run's states are at
+hand) and the notebook repr carry the same verdict, Δ, interval and trust level: each
+surface's answer sentence and trust are read off what it shows and compared, never
+recomputed here.
 """
 
 from __future__ import annotations
@@ -57,19 +58,21 @@ def _facts(sentence: str, trust: str | None) -> dict:
     }
 
 
-def _page(ref: str | None, wait_paired: bool = False) -> dict:
-    """The BOS page's answer box and its trust badge, the run opened by its URL reference."""
+def _page(ref: str | None, wait_paired: bool = False, page: str | None = PAGE) -> dict:
+    """The BOS page's answer box and its trust badge, the run opened by its URL reference
+    (page=None: the Overview's, the app's first page, never switched away from)."""
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
     if ref:
         at.query_params["run"] = ref
     at.run()
-    at.switch_page(PAGE)
-    at.run()
+    if page is not None:
+        at.switch_page(page)
+        at.run()
     assert_clean(at)
     if wait_paired:
-        from explorer.paired_task import PAGE_B
+        from deffcore.statistics.bos_answer import ANSWER_B
 
-        status = jobs.task_job(f"paired:{ref.split(':', 1)[1]}:cka:{PAGE_B}")
+        status = jobs.task_job(f"paired:{ref.split(':', 1)[1]}:cka:{ANSWER_B}")
         assert status is not None, "the page drew no paired bootstrap"
         done = jobs.wait(status.job_id, timeout=300)
         assert done.state == "done", done.error
@@ -160,7 +163,7 @@ def test_a_run_nobody_paired_says_one_paired_answer_everywhere(tmp_path, capsys)
     """A cached run without a paired bootstrap: the report (the first to ask) draws the
     answer's (ANSWER_B) and keeps it; bos --json, the page and the notebook say the same."""
     from deffcore.runs.measure import measure
-    from deffcore.statistics.position0 import ANSWER_B
+    from deffcore.statistics.bos_answer import ANSWER_B
 
     key = measure(**RUN, seed=0).spec.key()
     surfaces = {"report": _report(key, tmp_path)}
@@ -185,6 +188,25 @@ def test_a_run_paired_by_the_page_keeps_its_answer(tmp_path, capsys):
     surfaces["notebook"] = _notebook(_cached_view(key))
     _same(surfaces)
     assert surfaces["page"]["paired"] and "the same control" not in surfaces["page"]["sentence"]
+
+
+def test_a_run_opened_on_the_overview_first_says_one_paired_answer_everywhere(tmp_path, capsys):
+    """A run measured and nobody paired, the Overview opened before the BOS page: the Overview
+    draws the paired bootstrap (ANSWER_B, in the background) as the BOS page does and shows
+    its paired answer; the BOS page, a report, `bos --json` and the notebook made later (from
+    the cache) carry the same answer from the same replicates."""
+    from deffcore.runs.measure import measure
+    from deffcore.statistics.bos_answer import ANSWER_B
+
+    key = measure(**RUN, seed=0).spec.key()
+    surfaces = {"overview": _page(f"cached:{key}", wait_paired=True, page=None)}
+    surfaces["page"] = _page(f"cached:{key}")
+    surfaces["report"] = _report(key, tmp_path)
+    surfaces["bos"] = _cli("bos", capsys)
+    surfaces["notebook"] = _notebook(_cached_view(key))
+    _same(surfaces)
+    assert surfaces["overview"]["paired"], surfaces["overview"]
+    assert any(f"same B = {ANSWER_B} multisets" in t for t in surfaces["overview"]["text"])
 
 
 def _shared(data: dict, tmp_path: Path) -> dict:

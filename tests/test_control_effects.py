@@ -57,3 +57,29 @@ def test_the_metric_comparison_is_paired_when_the_run_has_both_metrics():
     one = paired_bootstrap({"default": c.default}, metrics=("cka",), B=5)
     assert metric_difference(SimpleNamespace(paired_bootstrap=lambda: one)) is None
     assert metric_difference(SimpleNamespace(paired_bootstrap=lambda: None)) is None
+
+
+def test_the_effect_line_says_no_pos0_as_the_bos_answer():
+    """One Δ for one comparison (SPEC 11.6): with the run's BOS answer, the line gives no_pos0's
+    move as the answer's Δ and interval (for linear CKA, unbiased CKA's replicates, named so),
+    not linear CKA's own paired move; without a paired answer, each control's own."""
+    from dataclasses import replace
+
+    from deffcore.statistics.bos_answer import run_answer
+    from deffcore.views.snapshot import load_snapshot
+
+    view = load_snapshot()
+    pb = view.paired_bootstrap()
+    answer = run_answer(view, "cka")
+    assert answer.paired and answer.answered_with == "unbiased_cka"
+    effects = control_effects(pb, "cka")
+    own = effects["no_pos0"]
+    lo, hi = answer.interval
+    line = effect_sentence(effects, pb.ci, answer)
+    said = f"no_pos0 {answer.delta:+.2f} [{lo:+.2f}, {hi:+.2f}] (the BOS answer's Δ, unbiased CKA's"
+    assert said in line
+    assert f"{own.delta:+.2f} [{own.interval[0]:+.2f}, {own.interval[1]:+.2f}]" not in line
+    plain = f"no_pos0 {own.delta:+.2f} [{own.interval[0]:+.2f}, {own.interval[1]:+.2f}]"
+    assert plain in effect_sentence(effects, pb.ci)
+    unpaired = replace(answer, paired=False, interval=None)
+    assert plain in effect_sentence(effects, pb.ci, unpaired)

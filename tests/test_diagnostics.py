@@ -22,13 +22,8 @@ from deffcore.lenses.diagnostics_store import diagnose, diagnostics_path, read_d
 from deffcore.measures import activations
 from deffcore.measures.paper_massive import sun_flags, sun_onset, sun_positions, sun_share
 from deffcore.measures.paper_sinks import GuCounts, gu_min_length, gu_scores_batch, gu_uniform_score
-from deffcore.statistics.verdict import (
-    bos_verdict,
-    identical_controls,
-    no_pos0_identity,
-    verdict_for,
-    verdict_inputs,
-)
+from deffcore.statistics.bos_answer import identical_controls, no_pos0_identity
+from deffcore.statistics.verdict import bos_verdict, verdict_for, verdict_inputs
 
 # ---------------------------------------------------------------------------------------------
 # naive references

@@ -14,7 +14,7 @@ from deffcore.inputs import model as loaded_models
 from deffcore.inputs.model import load_model
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.labs.interventions import intervention_table
-from deffcore.lenses.bos_answer import bos_on_off
+from deffcore.lenses.bos_on_off import bos_on_off
 from deffcore.lenses.diagnostics_store import diagnose
 from deffcore.runs import stage_times
 from deffcore.runs.measure import measure

@@ -1,4 +1,4 @@
-"""The position-0 test on plain numbers (deffcore.statistics.position0, SPEC 11.6 and 15): the
+"""The position-0 test on plain numbers (deffcore.statistics.bos_answer, SPEC 11.6 and 15): the
 trust it carries, the passages a "cannot tell yet" asks for (computed here independently of the
 module), the paired tolerance's floor and the unpaired verdict's side. No model, no run: these
 run in milliseconds, beside tests/test_bos_answer.py's constructions and calibration."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deffcore.statistics.position0 import POS0_MIN_POINTS, position0_answer
+from deffcore.statistics.bos_answer import POS0_MIN_POINTS, position0_answer
 
 
 def _replicates(gd, gn, sd, B=200, seed=0, shared=2.0):

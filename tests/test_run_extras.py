@@ -50,7 +50,7 @@ def test_the_cli_puts_checked_diagnostics_in_the_snapshot(in_cache):
 
 
 def test_the_cli_puts_the_bos_on_off_check_in_the_snapshot(in_cache):
-    from deffcore.lenses.bos_answer import bos_on_off
+    from deffcore.lenses.bos_on_off import bos_on_off
 
     view = shipped_view(in_cache["data"])
     got = rx.snapshot_bos_on_off(view, "cka", None)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.lenses.bos_answer import bos_on_off_conclusion
+from deffcore.lenses.bos_on_off import bos_on_off_conclusion
 from deffcore.measures.synthetic import position0_construction
 from deffcore.runs.run_pairs import run_difference, same_passages
 from deffcore.statistics.paired import paired_bootstrap

@@ -111,8 +111,8 @@ def test_the_report_fetches_nothing_and_holds_plotly_itself(in_cache, tmp_path):
 
 
 def test_the_report_says_what_the_pages_say(in_cache, tmp_path):
-    from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.lenses.run_extras import snapshot_bos_on_off
+    from deffcore.statistics.bos_answer import position0_answer_for
 
     view = shipped_view(in_cache["data"], "shared")
     _, page = _report(tmp_path, str(in_cache["path"]))

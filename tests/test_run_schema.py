@@ -369,8 +369,8 @@ def read_everything(view: SnapshotView) -> None:
     import pandas as pd
     import pyarrow as pa
 
-    from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.runs.tables import model_row
+    from deffcore.statistics.bos_answer import position0_answer_for
     from deffcore.views.notebook import run_html
 
     for pooling in POOLINGS:

@@ -10,7 +10,7 @@ import pytest
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.inputs.supply import LARGER_CORPUS, passages_action, supply
 from deffcore.inputs.texts import WindowSource, count_windows, window_source
-from deffcore.statistics.position0 import position0_answer
+from deffcore.statistics.bos_answer import position0_answer
 from deffcore.statistics.trust_rule import assess, with_supply
 
 

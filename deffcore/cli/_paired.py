@@ -1,7 +1,7 @@
-"""The commands' paired bootstrap and the BOS page's answer (`measure`, `bos`; SPEC 15).
+"""The commands' paired bootstrap options (`measure`, `bos`; SPEC 15).
 
-Stage: cli (the arguments and JSON fields; the numbers are `deffcore.statistics.paired` and
-`deffcore.lenses.bos_answer`).
+Stage: cli (the arguments; the numbers are `deffcore.statistics.paired`, the answer and its
+words `deffcore.statistics.bos_answer`, which the commands call: `run_answer`, `answer_line`).
 
     python -m deffcore measure ... --bootstrap 100 --json     # position0_answer, paired
     python -m deffcore bos ... --json                          # the same answer
@@ -26,9 +26,7 @@ from typing import Any
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.errors import DeffError
-
-#: The poolings a `--bootstrap` pairs by default: those the BOS answer compares.
-ANSWER_POOLINGS = ("default", "no_pos0")
+from deffcore.statistics.bos_answer import ANSWER_POOLINGS, answer_bootstrap_of
 
 
 def add_paired_args(p: argparse.ArgumentParser) -> None:
@@ -74,24 +72,9 @@ def paired_of(m: Any, args: argparse.Namespace) -> Any:
     """The run's paired bootstrap under the options; the run's metric and its BOS answer's
     stand-in are always among its metrics (SPEC 15). Without --bootstrap, the one the run
     already holds (drawn before and kept with its cache entry, or its live estimates'), else
-    the page's: `ANSWER_B` replicates (`run_answer.answer_bootstrap_of`), kept with the run."""
+    the page's: `ANSWER_B` replicates (`bos_answer.answer_bootstrap_of`), kept with the run."""
     if getattr(args, "bootstrap", None) is None:
-        from deffcore.views.run_answer import answer_bootstrap_of
-
         return answer_bootstrap_of(m, args.metric)
     poolings = _names(args.bootstrap_poolings, POOLINGS, "--bootstrap-poolings")
     also = _names(args.bootstrap_metrics, METRICS, "--bootstrap-metrics") or ()
     return m.answer_bootstrap(poolings, args.metric, also=also, B=args.bootstrap, seed=args.seed)
-
-
-def answer_of(m: Any, metric: str) -> dict[str, Any]:
-    """The run's BOS answer as every surface gives it (`run_answer.run_answer`: from the
-    paired bootstrap it holds, `paired_of`'s)."""
-    from deffcore.views.run_answer import run_answer
-
-    return run_answer(m.view(), metric).to_dict()
-
-
-def answer_line(answer: dict[str, Any]) -> str:
-    """The table's line for the answer."""
-    return f"BOS answer (is the gap a position-0 artefact?): {answer['sentence']}"

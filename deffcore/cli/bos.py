@@ -8,6 +8,7 @@ from deffcore.cli import _paired
 from deffcore.cli._common import add_run_args, check_args, run_kwargs
 from deffcore.cli._output import add_output_args, answer, fmt
 from deffcore.core.constants import POOLINGS
+from deffcore.statistics.bos_answer import answer_line, run_answer
 
 
 def add_parser(subparsers) -> None:
@@ -73,7 +74,7 @@ def compute(args: argparse.Namespace, progress=None) -> dict:
     held = pb is not None and pb.has("default", kw["metric"])
     boot = pb.result("default", kw["metric"]) if held else None
     report = bos_report(m, diag, kw["metric"], bootstrap=boot)
-    report["position0_answer"] = _paired.answer_of(m, kw["metric"])
+    report["position0_answer"] = run_answer(m.view(), kw["metric"]).to_dict()  # from `pb`
     return report
 
 
@@ -86,7 +87,7 @@ def _table(d: dict) -> str:
         f"model {d['model']}  layers L={d['layers']}  N={d['n']}  max_tokens={d['max_tokens']}  "
         f"passages={d['passages']}  bos={d['bos']} (tokenizer adds BOS: {d['adds_bos']})",
         "",
-        _paired.answer_line(d["position0_answer"]),
+        answer_line(d["position0_answer"]["sentence"]),
         "",
         d["verdict"],
         "",

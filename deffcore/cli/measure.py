@@ -17,15 +17,10 @@ from deffcore.cli._live import (
     verdict_bootstrap,
 )
 from deffcore.cli._output import Progress, add_output_args, print_json, result_only_stdout
-from deffcore.cli._paired import (
-    add_paired_args,
-    answer_line,
-    answer_of,
-    check_paired_args,
-    paired_of,
-)
+from deffcore.cli._paired import add_paired_args, check_paired_args, paired_of
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError
+from deffcore.statistics.bos_answer import answer_line, run_answer
 
 
 def add_parser(subparsers) -> None:
@@ -188,7 +183,7 @@ def _table(d: dict) -> str:
                 f"trained {d['results'][pooling]['deff_over_L']:.3f}"
             )
     lines += ["", *trust_lines(d["trust"], d.get("bootstrap"))]
-    lines += ["", answer_line(d["position0_answer"])]
+    lines += ["", answer_line(d["position0_answer"]["sentence"])]
     lines += [
         "",
         f"{'cached' if d['cached'] else 'computed'} in {d['elapsed_s']:.1f} s (key {d['key']})",
@@ -256,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
         boot = pb.result("default", args.metric)
         d["bootstrap"] = boot.to_dict()
     d["trust"] = measurement_trust(m, "default", bootstrap=boot).to_dict()
-    d["position0_answer"] = answer_of(m, args.metric)
+    d["position0_answer"] = run_answer(m.view(), args.metric).to_dict()  # from `pb`
     if args.snapshot is not None:
         extra = {k: d[k] for k in ("trust", "bootstrap", "position0_answer") if k in d}
         _write_snapshot(m, args, seeds, extra, extras, pb)
@@ -289,7 +284,7 @@ def measure_extras(m, args: argparse.Namespace, progress) -> dict:
 
         extras["diagnostics"] = diagnose(m.spec, device=args.device, progress=progress)
     if args.bos_on_off:
-        from deffcore.lenses.bos_answer import bos_on_off
+        from deffcore.lenses.bos_on_off import bos_on_off
 
         extras["bos_on_off"] = bos_on_off(m.spec, metric=args.metric, progress=progress)
     return extras

@@ -1,6 +1,7 @@
 """The BOS answer on constructions whose truth is known: how often it is right and answers.
 
-Stage: lenses (beside `bos_answer`, whose claims it judges).
+Stage: lenses (it reads constructions as run views; the claims it judges are
+`deffcore.statistics.bos_answer`'s).
 
     outcomes = calibration_case(1024, 32, 16, pos0=2.0, onset=6, seed=3)
     summarise(outcomes)["unbiased_cka", "paired"]     # answers, claims, wrong, coverage ...
@@ -30,12 +31,16 @@ from typing import Any
 import numpy as np
 
 from deffcore.core.constants import REGIME_TOLERANCE
-from deffcore.lenses.bos_answer import position0_answer_for
-from deffcore.statistics.position0 import POS0_MIN_POINTS, POS0_SHARE, tolerance
+from deffcore.statistics.bos_answer import (
+    POS0_MIN_POINTS,
+    POS0_SHARE,
+    position0_answer_for,
+    tolerance,
+)
 
 #: How far (in replicate sd) Delta_pop must lie from +-T_pop for the truth to be clear.
 CLEAR_SD = 2.0
-#: "paired": as the page answers (linear CKA by unbiased CKA's replicates, `position0.STAND_IN`);
+#: "paired": as the page answers (linear CKA by unbiased CKA's replicates, `bos_answer.STAND_IN`);
 #: "paired_own": each metric by its own replicates (linear CKA's before the stand-in); "unpaired".
 RULES = ("paired", "paired_own", "unpaired")
 

@@ -214,7 +214,7 @@ def snapshot_diagnostics(view: Any) -> dict[str, Any] | None:
 def snapshot_bos_on_off(view: Any, metric: str, K: int | None) -> dict[str, Any] | None:
     """The checked BOS on/off check a snapshot view carries for this metric and K (None: K =
     L-1), its conclusion recomputed from its numbers (never the file's text); else None."""
-    from deffcore.lenses.bos_answer import bos_on_off_conclusion
+    from deffcore.lenses.bos_on_off import bos_on_off_conclusion
 
     section = (getattr(view, "data", None) or {}).get("bos_on_off")
     if section is None or check_bos_on_off(section):
@@ -274,10 +274,10 @@ def report_parts(
     view: Any, metric: str = "cka", K: int | None = None, pooling: str = "default"
 ) -> dict[str, Any]:
     """What `run_report.report_html` shows that the views stage cannot compute or check: the
-    BOS answer (`answer`, a dict: `run_answer.run_answer`, paired wherever the run's states are
+    BOS answer (`answer`, a dict: `bos_answer.run_answer`, paired wherever the run's states are
     at hand, as on every surface), the diagnostics, the BOS on/off check and the snapshot's
     bootstrap (None when absent)."""
-    from deffcore.views.run_answer import run_answer
+    from deffcore.statistics.bos_answer import run_answer
 
     return {
         "answer": run_answer(view, metric, K).to_dict(),  # first: a live run pairs it here

@@ -50,7 +50,8 @@ from deffcore.extraction.cache import (
 from deffcore.extraction.forward import SavedBatch
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.statistics.anytime import Estimate, estimate
-from deffcore.statistics.stopping import ANSWER_POOLINGS, StopRule
+from deffcore.statistics.bos_answer import ANSWER_POOLINGS
+from deffcore.statistics.stopping import StopRule
 
 
 @dataclass

@@ -771,11 +771,11 @@ class Measurement:
     ):
         """The paired bootstrap a BOS answer under `metric` (default: the run's) is given
         from: `metric`, the metrics in `also` and, beside linear CKA, its stand-in unbiased CKA
-        (`position0.answer_metrics`; SPEC 15), all on the same passage multisets. Where the
+        (`bos_answer.answer_metrics`; SPEC 15), all on the same passage multisets. Where the
         stand-in is undefined on this run's replicates (too few distinct passages for the
         U-statistic) it is drawn without it, so linear CKA answers alone, its bias said.
         Memoised like `paired_bootstrap`."""
-        from deffcore.statistics.position0 import answer_metrics
+        from deffcore.statistics.bos_answer import answer_metrics
 
         metric = metric or self.metric
         asked = tuple(dict.fromkeys((metric, *also)))

@@ -103,7 +103,7 @@ class Estimate:
     unsettled: tuple[str, ...]
     elapsed_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    #: the BOS answer on these passages (`position0.Position0Answer.to_dict()` plus its
+    #: the BOS answer on these passages (`bos_answer.Position0Answer.to_dict()` plus its
     #: "metric"), paired when the estimate has a paired bootstrap of default and no_pos0
     position0: dict[str, Any] | None = None
     #: the paired bootstrap these numbers came from (`paired.PairedBootstrap`; not in
@@ -270,11 +270,11 @@ def estimate(
     model is calibrated for that); None: no interval anywhere. The bootstrapped poolings
     share one paired bootstrap (the same B passage multisets: `deffcore.statistics.paired`),
     and when it holds default and no_pos0 the estimate carries the BOS answer with its paired
-    interval (`Estimate.position0`, `deffcore.statistics.anytime_paired`); `spec`: the run, so
-    its action asks only what the data can give.
+    interval (`Estimate.position0`, `deffcore.statistics.bos_answer.live_answer`); `spec`: the
+    run, so its action asks only what the data can give.
     """
-    from deffcore.statistics.anytime_paired import live_answer, shared_bootstrap
-    from deffcore.statistics.verdict import bos_verdict, no_pos0_identity
+    from deffcore.statistics.bos_answer import live_answer, no_pos0_identity, shared_bootstrap
+    from deffcore.statistics.verdict import bos_verdict
 
     if "default" not in poolings:
         raise DeffError("An estimate needs the default pooling (the verdict compares with it).")
@@ -295,7 +295,7 @@ def estimate(
             states[p], pooling=p, metric=metric, bootstrap=B, seed=seed, paired=paired,
             shown=shown[p],
         )  # fmt: skip
-    same = no_pos0_identity(pooled, metric)  # as `diagnostics.identical_controls` decides
+    same = no_pos0_identity(pooled, metric)  # as `bos_answer.identical_controls` decides
     identical = {"no_pos0": same} if same else {}
     answer = live_answer(paired, states, out, metric, same, pooled.n, spec) if paired else None
     verdict = bos_verdict({p: e.gap_pct for p, e in out.items()}, identical=identical)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from deffcore.core.constants import POOLINGS
+from deffcore.statistics.bos_answer import answer_effect
 from deffcore.statistics.trust_rule import regime_of
 
 
@@ -84,12 +85,18 @@ def control_effects(pb: Any, metric: str, K: int | None = None) -> dict[str, Con
     return out
 
 
-def effect_sentence(effects: dict[str, ControlEffect], ci: float = 0.95) -> str:
-    """One line: each control's move of the gap with its paired interval."""
+def effect_sentence(effects: dict[str, ControlEffect], ci: float = 0.95, answer: Any = None) -> str:
+    """One line: each control's move of the gap with its paired interval. answer: the run's
+    BOS answer (`bos_answer.Position0Answer`), whose Δ and interval are no_pos0's here when it
+    is paired (`bos_answer.answer_effect`: one Δ for one comparison on a page, named as the
+    answer's, e.g. unbiased CKA's in place of linear CKA's own)."""
     if not effects:
         return ""
+    said = answer_effect(answer) if answer is not None else None
     parts = [
-        f"{e.pooling} {e.delta:+.2f} [{e.interval[0]:+.2f}, {e.interval[1]:+.2f}]"
+        said
+        if said and e.pooling == "no_pos0"
+        else f"{e.pooling} {e.delta:+.2f} [{e.interval[0]:+.2f}, {e.interval[1]:+.2f}]"
         for e in effects.values()
     ]
     B = next(iter(effects.values())).B

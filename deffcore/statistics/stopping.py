@@ -33,6 +33,7 @@ from typing import Any
 
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError
+from deffcore.statistics.bos_answer import ANSWER_POOLINGS
 
 #: What a run may stop on.
 TARGETS: tuple[str, ...] = ("solid", "verdict")
@@ -52,8 +53,6 @@ DEFAULT_BOOTSTRAP: dict[str, int | None] = {"solid": 30, "verdict": 50}
 #: Replicates of the live estimates' paired bootstrap without a stopping rule (the BOS answer
 #: at every mark; `--estimate-bootstrap 0` turns it off).
 LIVE_BOOTSTRAP = 50
-#: The poolings every live estimate pairs: those the BOS answer compares.
-ANSWER_POOLINGS: tuple[str, ...] = ("default", "no_pos0")
 #: The BOS answer's definite verdicts (a stop on "verdict" needs one).
 DEFINITE = ("not_artefact", "artefact", "masks")
 

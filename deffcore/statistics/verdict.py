@@ -1,8 +1,9 @@
 """The BOS verdict: one sentence from the pooling controls' gaps and the diagnostics (SPEC 11.5).
 
 A control's regime is decided with a tolerance (a gap within ±REGIME_TOLERANCE points is at the
-reference); controls that are the default in disguise for this run (`no_pos0_identity`) are
-counted once.
+reference); controls that are the default in disguise for this run
+(`deffcore.statistics.bos_answer.no_pos0_identity`, where the BOS answer finds it certain) are
+counted once. The BOS answer itself (default vs no_pos0, paired) is `bos_answer.run_answer`.
 """
 
 from __future__ import annotations
@@ -30,55 +31,9 @@ from deffcore.measures.paper_massive import (
     sun_onset,
 )
 from deffcore.measures.paper_sinks import GU_THRESHOLD
+from deffcore.statistics.bos_answer import guess_identical, identical_controls
 from deffcore.statistics.trust_rule import REGIME_WORDS as _REGIME_WORDS
 from deffcore.statistics.trust_rule import regime_of
-
-#: Without the run's structure (`bos_verdict(identical=None)`), controls whose gaps agree to
-#: this many points count as one control.
-IDENTICAL_GAP_POINTS = 1e-3
-
-#: `no_pos0_identity`: the centred default and (n-1)/n times the centred no_pos0 may differ by
-#: this much (relative, per state) and still be one control (float32 pooled means differ by
-#: ~1e-7; a first token that varies over passages differs by far more).
-IDENTICAL_REL = 1e-4
-
-
-def no_pos0_identity(pooled: Any, metric: str = "cka") -> str | None:
-    """Why `no_pos0` is the same control as `default` for this run, or None (SPEC 11.5).
-
-    When every passage has the same length n and h_l[0] is one vector v_l for all passages
-    (one first token id: under causal attention h_l[0] depends on it alone), each passage's
-    default pooling is v_l / n + (n-1)/n times its no_pos0 pooling; centring removes v_l / n,
-    so linear and unbiased CKA (invariant to scale) give exactly the same S. Checked on the
-    pooled states themselves (`PooledStates`: pooled h_0..h_L and lengths):
-    ||centred default - (n-1)/n centred no_pos0|| <= IDENTICAL_REL ||centred default|| at
-    every state. Cosine is not translation invariant: never identical.
-    """
-    lengths = getattr(pooled, "lengths", None)
-    if metric == "cosine" or lengths is None or len(lengths) == 0:
-        return None
-    lengths = np.asarray(lengths)
-    if not (lengths == lengths[0]).all() or "no_pos0" not in pooled.pooled:
-        return None
-    n = int(lengths[0])
-    for layer in range(pooled.pooled["default"].shape[0]):
-        full = np.asarray(pooled.pooled["default"][layer], dtype=np.float64)
-        rest = np.asarray(pooled.pooled["no_pos0"][layer], dtype=np.float64)
-        full = full - full.mean(axis=0)
-        rest = (rest - rest.mean(axis=0)) * (n - 1) / n
-        if np.linalg.norm(full - rest) > IDENTICAL_REL * np.linalg.norm(full):
-            return None
-    return (
-        f"every passage has {n} tokens and starts with the same token, so h_l[0] is one vector "
-        "for all passages and centring removes it"
-    )
-
-
-def identical_controls(measurement: Any, metric: str | None = None) -> dict[str, str]:
-    """{control: why it equals `default`} for this run (so far only `no_pos0`, see
-    `no_pos0_identity`); empty when every control is its own."""
-    reason = no_pos0_identity(measurement.pooled, metric or measurement.metric)
-    return {"no_pos0": reason} if reason else {}
 
 
 @dataclass
@@ -143,18 +98,6 @@ def finite_or_nan(values: Sequence[Any] | None) -> np.ndarray | None:
     if values is None:
         return None
     return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-
-
-def _guess_identical(clean: Mapping[str, float]) -> dict[str, str]:
-    """Without the run's structure: no_pos0 counts as default when their gaps agree to
-    IDENTICAL_GAP_POINTS (see `no_pos0_identity` for when they are exactly equal)."""
-    if "no_pos0" in clean and abs(clean["no_pos0"] - clean["default"]) <= IDENTICAL_GAP_POINTS:
-        return {
-            "no_pos0": f"its gap equals default's to {IDENTICAL_GAP_POINTS:g} points, as when "
-            "every passage has the same length and first token, which makes h_l[0] one vector "
-            "that centring removes"
-        }
-    return {}
 
 
 def _controls_part(v: BosVerdict) -> str:
@@ -327,7 +270,8 @@ def bos_verdict(
     sink_passages: see `BosDiagnostics` (`verdict_inputs(diagnose(...))` gives all of these).
     Any may be None
     (not computed): the sentence then says so. identical: {control: why it equals default
-    for this run} (`identical_controls`); None: guessed from equal gaps (`_guess_identical`).
+    for this run} (`bos_answer.identical_controls`); None: guessed from equal gaps
+    (`bos_answer.guess_identical`).
     intervals: {pooling: (low, high)} gap intervals from the run's one bootstrap
     (`control_effects.regime_intervals`): a regime is then read from its interval (SPEC 11.5),
     so a flip is claimed only when both gaps' intervals say so; None: the ±1-point tolerance.
@@ -335,7 +279,7 @@ def bos_verdict(
     clean = {p: float(g) for p, g in gaps.items() if g is not None and math.isfinite(g)}
     if "default" not in clean:
         raise DeffError("The verdict needs the default pooling's gap to F_L.")
-    same = dict(_guess_identical(clean) if identical is None else identical)
+    same = dict(guess_identical(clean) if identical is None else identical)
     same = {p: why for p, why in same.items() if p in clean and p != "default"}
     spans = intervals or {}
     regimes = {p: regime_of(g, spans.get(p)) for p, g in clean.items()}

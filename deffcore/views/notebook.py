@@ -229,8 +229,8 @@ def headline_rows(
 
 def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") -> str:
     """The run as a small HTML block: headline numbers, trust level, the BOS answer
-    (`run_answer`, as every surface says it), heatmap (escaped)."""
-    from deffcore.views.run_answer import answer_lines
+    (`bos_answer.run_answer`, as every surface says it), heatmap (escaped)."""
+    from deffcore.statistics.bos_answer import answer_lines
 
     e = html.escape
     h = view.headline(pooling, metric)

@@ -151,14 +151,15 @@ def _headline_section(page: _Page, view: RunView, pooling: str, metric: str, K: 
 
 
 def _answer_section(page: _Page, answer: Mapping[str, Any] | None) -> None:
-    page.h2("Is the gap a position-0 artefact?")
+    from deffcore.statistics.bos_answer import QUESTION, answer_trust_line
+
+    page.h2(QUESTION)
     if not answer:
         page.p("The BOS answer was not computed for this report.")
         return
-    from deffcore.views.run_answer import trust_line
 
     cls = {"not_artefact": "solid", "artefact": "noise"}.get(answer.get("verdict"), "")
-    said = f"{answer.get('sentence', '')} {trust_line(answer.get('trust'))}"
+    said = f"{answer.get('sentence', '')} {answer_trust_line(answer.get('trust'))}"
     page.box("The BOS answer:", said, cls)
     if answer.get("how"):
         e = html.escape

@@ -190,7 +190,7 @@ class RunView:
     ) -> Any:
         """The trust rule of `trust` for a D_eff/L of this run's passages; N and d are the
         run's, `layers` the number's (a headline's). The BOS answer judges its numbers with
-        `position0.answer_trust` (a paired bootstrap's, the live estimates' too)."""
+        `bos_answer.answer_trust` (a paired bootstrap's, the live estimates' too)."""
         from deffcore.statistics.trust_rule import trust_badge, with_supply
 
         band = self.random_band(pooling, metric) or {}

@@ -116,25 +116,48 @@ def test_run_completes_and_headline_matches_measure(app, measurement):
     ratio, _ = measurement.pos0_peak()
     assert metric(at, "Pos-0 norm ratio") == f"{ratio:.1f}×"
     assert metric(at, "CKA bias d/(N+d)") == f"{64 / (16 + 64):.3f}"
-    # the trust badge: N = 16 passages is noise; the bias warning only when the bias matters
+    # the trust badge: N = 16 passages is noise; the bias warning only when the bias matters.
+    # The Overview draws the run's paired bootstrap in the background (its BOS answer's, of
+    # every pooling, SPEC 11.6), so once it lands the trust reads the run's measured spread
+    # (SPEC 15): the same replicates, drawn here by the library with the answer's B and seed
+    from deffcore.statistics.bos_answer import ANSWER_B
     from deffcore.statistics.trust_rule import trust_badge
+    from deffcore.work import jobs
 
-    t = trust_badge(
-        measurement.n,
-        64,
-        metric="cka",
-        value=s.deff_over_L,
-        unbiased_value=measurement.summary("default", "unbiased_cka").deff_over_L,
-        layers=measurement.layers,  # the app judges the gap's regime too
-    )
+    status = jobs.task_job(f"paired:{measurement.spec.key()}:cka:{ANSWER_B}")
+    assert status is not None, "the Overview drew no paired bootstrap for its BOS answer"
+    assert jobs.wait(status.job_id, timeout=300).state == "done"
+    at.run()
+    assert_clean(at)
+    pb = measurement.answer_bootstrap(metric="cka", B=ANSWER_B, seed=measurement.spec.seed)
+
+    def badge(pooling: str, metric: str):
+        res = pb.result(pooling, metric)
+        unbiased = measurement.summary(pooling, "unbiased_cka").deff_over_L
+        return trust_badge(
+            measurement.n, 64, metric=metric, value=res.point, ci=(res.low, res.high),
+            bootstrap_mean=res.mean, unbiased_value=unbiased if metric == "cka" else None,
+            layers=measurement.layers,  # the app judges the gap's regime too
+        )  # fmt: skip
+
+    t = badge("default", "cka")
     assert t.level == "noise"
     assert any("Trust: noise" in m.value for m in at.markdown)
-    # the rule's sentence, its action checked against the data (SPEC 15): bbc-news has fewer
-    # documents than the passages asked, so the caption says what would give them
     said = [c.value for c in at.caption if c.value.startswith(t.sentence().removesuffix("."))]
-    assert said and "bbc-news gives 2,225 documents here" in said[0], [c.value for c in at.caption]
+    assert said, [c.value for c in at.caption]
     warned = any("bias matters here" in w.value for w in at.warning)
     assert warned == t.bias_material
+    # the rule's action checked against the data (SPEC 15): where it asks more passages than
+    # bbc-news has (unbiased CKA's top1_pc here), the caption says what would give them
+    at.radio(key="pooling").set_value("top1_pc")
+    at.selectbox(key="metric").set_value("unbiased_cka")
+    at.run()
+    t = badge("top1_pc", "unbiased_cka")
+    said = [c.value for c in at.caption if c.value.startswith(t.sentence().removesuffix("."))]
+    assert said and "bbc-news gives 2,225 documents here" in said[0], [c.value for c in at.caption]
+    at.radio(key="pooling").set_value("default")
+    at.selectbox(key="metric").set_value("cka")
+    at.run()
     assert not any("Precomputed" in i.value for i in at.info)
     fig = chart(at, "Layer similarity")
     np.testing.assert_allclose(

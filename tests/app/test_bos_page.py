@@ -74,8 +74,8 @@ def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
     """The page's first script run draws the answer and the verdict while the diagnostic
     pass is held at its model load: nothing the page shows at once needs a model."""
     import deffcore.inputs.model
-    from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.lenses.diagnostics_store import diagnostics_path
+    from deffcore.statistics.bos_answer import position0_answer_for
     from deffcore.views.measurement_view import MeasurementView
 
     diagnostics_path(measurement.spec).unlink(missing_ok=True)
@@ -108,12 +108,11 @@ def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
 def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
     """A run measured here has no paired bootstrap yet: the page answers at once, saying its
     interval is unpaired, with the pairing bar while one bootstrap of every pooling (B =
-    PAGE_B, the run's seed) is drawn in the background; when it lands the page reruns and the
+    ANSWER_B, the run's seed) is drawn in the background; when it lands the page reruns and the
     answer is the library's paired answer on exactly that bootstrap."""
-    from deffcore.lenses.bos_answer import position0_answer_for
     from deffcore.runs.measure import Measurement, measure
+    from deffcore.statistics.bos_answer import ANSWER_B, position0_answer_for
     from deffcore.views.measurement_view import MeasurementView
-    from explorer.paired_task import PAGE_B
 
     # a run of its own (no other test has paired it), without BOS so position 0 varies
     run = measure(**{**RUN, "seed": 3, "bos": "none"})
@@ -127,7 +126,7 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
         return real(self, *args, progress=progress, **kwargs)
 
     monkeypatch.setattr(Measurement, "paired_bootstrap", drawn)
-    name = f"paired:{run.spec.key()}:cka:{PAGE_B}"
+    name = f"paired:{run.spec.key()}:cka:{ANSWER_B}"
     try:
         at = open_page(f"cached:{run.spec.key()}")
         assert_clean(at)
@@ -137,20 +136,50 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
         assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(unpaired.sentence)}"]
         assert any("Without a paired bootstrap" in c.value for c in at.caption)
         bars = [p.proto.text for p in at.get("progress")]
-        assert any("Pairing the interval" in t and f"B = {PAGE_B}" in t for t in bars), bars
+        assert any("Pairing the interval" in t and f"B = {ANSWER_B}" in t for t in bars), bars
     finally:
         release.set()
     wait_task(name)
     at.run()
     assert_clean(at)
     # the same bootstrap, by hand: linear CKA and its stand-in, unbiased CKA (SPEC 15)
-    real(run, metrics=("cka", "unbiased_cka"), B=PAGE_B, seed=run.spec.seed)
+    real(run, metrics=("cka", "unbiased_cka"), B=ANSWER_B, seed=run.spec.seed)
     paired = position0_answer_for(MeasurementView(run), "cka")
-    assert paired.paired and paired.B == PAGE_B and paired.answered_with == "unbiased_cka"
+    assert paired.paired and paired.B == ANSWER_B and paired.answered_with == "unbiased_cka"
     assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(paired.sentence)}"]
-    words = f"both gaps on the same B = {PAGE_B} multisets"  # "How this was decided"
+    words = f"both gaps on the same B = {ANSWER_B} multisets"  # "How this was decided"
     assert any(words in plain(c.value) for c in at.caption)
     assert not [p for p in at.get("progress") if "Pairing" in p.proto.text]
+
+
+def test_every_delta_of_the_position0_comparison_is_the_answers(cache_dir):
+    """The page says Δ = gap(no_pos0) − gap(default) once (SPEC 11.6): the answer box, "How
+    this was decided" and the line of each control's paired move all give the run's one
+    answer, its Δ and interval (unbiased CKA's replicates for linear CKA, named so in the line),
+    never linear CKA's own paired move as another Δ of the same comparison."""
+    import re
+
+    from deffcore.runs.measure import measure
+    from deffcore.statistics.bos_answer import ANSWER_B, run_answer
+    from deffcore.views.measurement_view import MeasurementView
+
+    run = measure(**{**RUN, "seed": 5, "bos": "none"})  # position 0 varies: its own control
+    at = open_page(f"cached:{run.spec.key()}")
+    wait_task(f"paired:{run.spec.key()}:cka:{ANSWER_B}")  # every pooling, in the background
+    at.run()
+    assert_clean(at)
+    answer = run_answer(MeasurementView(jobs.load_result(run.spec.key())), "cka")  # as stored
+    assert answer.paired and answer.answered_with == "unbiased_cka", answer
+    lo, hi = answer.interval
+    texts = [plain(e.value) for e in (*at.markdown, *at.caption, *at.success, *at.info)]
+    (line,) = [t for t in texts if "Each control's move of the gap" in t]
+    moves = re.findall(r"no_pos0 ([+-]\d+\.\d+) \[([+-]\d+\.\d+), ([+-]\d+\.\d+)\]", line)
+    assert moves == [(f"{answer.delta:+.2f}", f"{lo:+.2f}", f"{hi:+.2f}")], line
+    assert "(the BOS answer's Δ, unbiased CKA's replicates)" in line
+    (box,) = answers(at)
+    assert f"by {answer.delta:+.1f} points ({answer.ci:.0%} {lo:+.1f} to {hi:+.1f}" in box
+    (how,) = [t for t in texts if "same B = " in t and "multisets" in t]  # "How this was decided"
+    assert f"= {answer.delta:+.2f} points" in how and f"[{lo:+.2f}, {hi:+.2f}]" in how
 
 
 def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch):
@@ -185,7 +214,7 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     monkeypatch.setattr(diagnostics_store, "read_diagnostics", lambda spec: fake if calls else None)
     at = open_page()
     assert_clean(at)
-    from deffcore.lenses.bos_answer import position0_answer_for
+    from deffcore.statistics.bos_answer import position0_answer_for
 
     # the shipped default reads "indicative": the calibrated answer is whatever the
     # library says of it, in words (today "cannot tell yet" with the action)
@@ -213,7 +242,8 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
 
 def test_verdict_and_evidence_match_the_library(app, measurement):
     from deffcore.lenses.diagnostics_store import read_diagnostics
-    from deffcore.statistics.verdict import bos_verdict, identical_controls, verdict_inputs
+    from deffcore.statistics.bos_answer import identical_controls
+    from deffcore.statistics.verdict import bos_verdict, verdict_inputs
 
     at = app
     diag = read_diagnostics(measurement.spec)  # computed in the background, stored beside it

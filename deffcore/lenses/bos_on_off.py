@@ -4,9 +4,9 @@ Stage: lenses (it measures two runs).
 
     bos_on_off_conclusion(with_bos, without_bos).sentence   # the BOS on/off check, one line
 
-The run's own BOS answer (default vs no_pos0) is `deffcore.views.run_answer.run_answer`, its
-decision `deffcore.statistics.position0`; `position0_answer_for` is re-exported here for the
-callers that read it from this module.
+A different comparison from the run's own BOS answer (default vs no_pos0 on the same passages,
+`deffcore.statistics.bos_answer`): two runs, one with a BOS token and one without, whose gap
+move is judged against the same tolerance (`bos_answer.tolerance`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deffcore.statistics.position0 import tolerance
-from deffcore.views.run_answer import position0_answer_for
-
-__all__ = ["bos_on_off", "bos_on_off_conclusion", "position0_answer_for"]
+from deffcore.statistics.bos_answer import tolerance
 
 #: A position-0 norm ratio above this is an outlier (the BOS on/off conclusion).
 POS0_OUTLIER_RATIO = 10.0
