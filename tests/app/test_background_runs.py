@@ -150,7 +150,7 @@ def test_a_reload_finds_the_running_job(gate):
 
 def test_a_reload_of_another_page_finds_the_job_and_lands_it(gate):
     """Run pressed, a switch to another page, a reload there (a new session with that page's
-    URL): the job, its settings in the sidebar and its progress come back, and it lands."""
+    URL): the job, its settings in the run panel and its progress come back, and it lands."""
     at = choose(new_app(), n=24)
     at.button(key="run").click().run()
     job_id = session_job(at)
@@ -165,9 +165,10 @@ def test_a_reload_of_another_page_finds_the_job_and_lands_it(gate):
     fresh.switch_page("pages/2_Lag_decay.py").run()
     assert not fresh.exception
     assert fresh.session_state["_deff_job"] == job_id
-    assert fresh.number_input(key="n").value == 24  # the sidebar shows the run's settings
     assert progress_texts(fresh)  # the progress box is back
     assert fresh.query_params.get("job") in (job_id, [job_id])
+    fresh.switch_page(RUNS).run()
+    assert fresh.number_input(key="n").value == 24  # the run panel shows the run's settings
 
     gate.set()
     assert jobs.wait(job_id, timeout=600).state == "done"
