@@ -91,7 +91,7 @@ CASES = [
      "which is 512 tokens; ask for at most 512"),
     (["measure", "--model", "random:tiny-gpt2:1", "--max-tokens", "600", "--no-progress"],
      "which is 512 tokens"),
-    (["measure", "--model", "tiny-llama", *RUN, "--metric", "nope"], "invalid choice: 'nope'"),
+    (["measure", "--model", "tiny-llama", *RUN, "--metric", "nope"], "--metric 'nope' is not a similarity measure"),
     (["measure", "--model", "tiny-llama", *RUN, "--passages", "pages"], "invalid choice"),
     (["measure", "--model", "tiny-llama", *RUN, "--bos", "twice"], "invalid choice"),
     (["measure", "--model", "tiny-llama", *RUN, "--dtype", "int8"], "invalid choice: 'int8'"),

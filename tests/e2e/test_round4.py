@@ -216,7 +216,7 @@ def test_the_story_fits_1280x720_with_its_sliders_beside_the_chart(server, page)
 
     size = SIZES[1]
     page.set_viewport_size(size)
-    go(page, server["url"], "Synthetic lab")
+    go(page, server["url"], "Teach")
     view = page.locator(".st-key-syn_story_view")
     for i, step in enumerate(teaching.STEP_KEYS, start=1):
         choose_step(page, teaching.STEPS[step][0])
