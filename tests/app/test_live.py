@@ -120,7 +120,12 @@ def test_plan_line_beside_run_without_loading_a_model(monkeypatch):
     from deffcore.runs import priors
     from explorer.settings import Settings
 
+    from explorer import plan_line
+
     monkeypatch.setattr(priors, "_load_now", lambda: 3.0)  # one load for the app and the test
+    # a plan of these settings (the run panel's defaults) drawn by an earlier test is kept for
+    # 30 s, priced at that moment's load: this test prices its own
+    plan_line._plan.clear()
 
     settings = Settings(
         model="smollm2-135m",
