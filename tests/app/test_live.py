@@ -118,9 +118,8 @@ def _plan(settings):
 
 def test_plan_line_beside_run_without_loading_a_model(monkeypatch):
     from deffcore.runs import priors
-    from explorer.settings import Settings
-
     from explorer import plan_line
+    from explorer.settings import Settings
 
     monkeypatch.setattr(priors, "_load_now", lambda: 3.0)  # one load for the app and the test
     # a plan of these settings (the run panel's defaults) drawn by an earlier test is kept for
