@@ -83,3 +83,23 @@ def test_the_walk_opens_every_page_file():
     assert sorted(every_page()) == sorted(
         f"pages/{p.name}" for p in (REPO / "pages").glob("[0-9]*.py")
     )
+
+
+def test_choosing_gemma_on_the_runs_page_writes_nothing_and_says_what_run_will(tmp_path):
+    # Gemma-3 ships in parts; counting its windows loaded its tokenizer, which joined the
+    # 253 MB file into the cache as soon as the model was picked, before any button
+    from deffcore.inputs.model import packaged_bytes
+    from deffcore.runs.planner import human_bytes
+
+    cache = Path(os.environ["DEFF_CACHE_DIR"])
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
+    at.switch_page("pages/7_Runs.py")
+    at.run()
+    next(s for s in at.selectbox if s.label == "Model").set_value("gemma3-270m").run()
+    assert_clean(at)
+    written = sum(s for s, _ in files([cache]).values()) if cache.exists() else 0
+    assert written <= LIMIT, f"{written:,} bytes written to the cache by picking a model"
+    size = human_bytes(packaged_bytes("gemma3-270m")).replace(".", "\\.")
+    captions = [c.value for c in at.caption]
+    assert any(f"joins the model\\'s file \\({size}\\)" in c for c in captions), captions
+    assert any(f"\\+ model file {size}" in c for c in captions), captions
