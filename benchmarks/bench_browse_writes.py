@@ -1,6 +1,6 @@
 """Benchmark: bytes the app writes to disk while a visitor browses every page on an empty cache.
 
-    .venv/bin/python benchmarks/bench_browse_writes.py [--settle-ms 800] [--pages Models,About]
+    .venv/bin/python benchmarks/bench_browse_writes.py [--settle-ms 800] [--pages Models,Runs]
 
 Starts `streamlit run app.py` on a free localhost port with every folder the app could write
 to pointed into one fresh temporary folder: `DEFF_CACHE_DIR` (deffcore's cache, empty), `HOME`,
@@ -117,7 +117,7 @@ def main() -> int:
     if args.pages:
         wanted = {t.strip() for t in args.pages.split(",")}
         urls = [u for u in urls if u[0] in wanted]
-    root = Path(tempfile.mkdtemp(prefix="cachewrites_bench_", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="bench_browse_writes_"))  # under $TMPDIR
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     for sub, var in ROOTS.items():
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,8 @@ def main() -> int:
     watched = [root, REPO]
     rows: list[tuple[str, str, float, dict[str, int], str]] = []
     base = snapshot(watched)
-    with streamlit_server(env, root / "server.log") as server:
+    log = root.with_name(root.name + ".log")  # beside the watched folder, not in it
+    with streamlit_server(env, log) as server:
         started = snapshot(watched)
         rows.append(("(server start)", "", 0.0, written(base, started), ""))
         with chromium_browser() as browser:
@@ -160,11 +161,12 @@ def main() -> int:
                 shown = p.replace(str(root), "$TMP").replace(str(REPO), "<repo>")
                 print(f"  {title:<20} {mb(size)}  {shown}")
     if args.keep:
-        print(f"\nkept {root}")
+        print(f"\nkept {root} and {log}")
     else:
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
+        log.unlink(missing_ok=True)
     return 0
 
 
