@@ -9,7 +9,9 @@ to pointed into one fresh temporary folder: `DEFF_CACHE_DIR` (deffcore's cache, 
 system's Chromium (Playwright, as tests/e2e does): the navigation's listed pages (the Overview
 at /), the Overview's tabs and every hidden page URL, one after the other in one browser,
 waits for each to settle, and walks the folders (and the checkout, outside .git) before and
-after each: a page's bytes written are the sizes of the files it created or changed.
+after each: a page's bytes written are the sizes of the files it created or changed. Last, on
+the Runs page, it picks a packaged model (`--pick-model`, Gemma-3 by default, whose file ships
+in parts) and presses nothing: picking must not write either.
 
 Prints one row per page (bytes, files) and the total, then the files each page wrote. Goal:
 browsing every page writes at most a few MB, and nothing large without the page saying so
@@ -109,6 +111,11 @@ def main() -> int:
     ap.add_argument("--settle-ms", type=int, default=800)
     ap.add_argument("--pages", default="", help="comma-separated titles (default: every page)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument(
+        "--pick-model",
+        default="gemma3-270m",
+        help="then pick this packaged model on the Runs page, no button pressed ('' to skip)",
+    )
     args = ap.parse_args()
     if find_chromium() is None:
         print("no chromium or chromium-browser on PATH", file=sys.stderr)
@@ -145,6 +152,22 @@ def main() -> int:
                 errors = page.locator(ERRORS).count()
                 note = f"{shown}" + (f"  {errors} ERROR(S)" if errors else "")
                 rows.append((title, f"/{path}", secs, written(before, after), note))
+            if args.pick_model:
+                before = snapshot(watched)
+                t0 = time.perf_counter()
+                page.goto(f"{server}/Runs")
+                wait_idle(page, args.settle_ms)
+                box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Model").first
+                box.click()
+                page.get_by_role("option").filter(has_text=args.pick_model).first.click(
+                    timeout=30_000
+                )
+                wait_idle(page, args.settle_ms)
+                secs = time.perf_counter() - t0
+                after = snapshot(watched)
+                errors = page.locator(ERRORS).count()
+                note = f"picked {args.pick_model}" + (f"  {errors} ERROR(S)" if errors else "")
+                rows.append(("Runs: pick model", "/Runs", secs, written(before, after), note))
             context.close()
     total_files: dict[str, int] = {}
     for _, _, _, files, _ in rows:
