@@ -103,3 +103,17 @@ def test_choosing_gemma_on_the_runs_page_writes_nothing_and_says_what_run_will(t
     captions = [c.value for c in at.caption]
     assert any(f"joins the model\\'s file \\({size}\\)" in c for c in captions), captions
     assert any(f"\\+ model file {size}" in c for c in captions), captions
+
+
+def test_the_interventions_button_says_what_it_will_write_first():
+    # its default runs a packaged model still in parts: the file joined first and the new
+    # cache entries are named beside the button, before anything is pressed
+    cache = Path(os.environ["DEFF_CACHE_DIR"])
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
+    at.switch_page("pages/8_Interventions.py")
+    at.run()
+    assert_clean(at)
+    said = [c.value for c in at.caption if "into the cache folder" in c.value]
+    assert any("runs\\:" in c and "writes about" in c for c in said), [c.value for c in at.caption]
+    assert any(b.label.startswith("Run interventions") for b in at.button)
+    assert not cache.exists() or sum(s for s, _ in files([cache]).values()) <= LIMIT
