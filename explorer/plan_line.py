@@ -67,6 +67,8 @@ def short_plan(plan: dict[str, Any]) -> str:
     peaks = [b for b in (plan.get("memory_bytes") or {}).values() if b is not None]
     if peaks and plan.get("disk_bytes") is not None:
         parts += [f"peak {human_bytes(max(peaks))}", f"cache {human_bytes(plan['disk_bytes'])}"]
+        if plan.get("assemble_bytes"):  # the packaged file joined into the cache first
+            parts[-1] += f" + model file {human_bytes(plan['assemble_bytes'])}"
     else:  # a model whose size is not known before it loads (a hub id offline, say)
         parts.append("memory unknown")
     return " · ".join(parts)
@@ -87,6 +89,8 @@ def is_cached(fields: tuple) -> bool:
 
 def plan_caption(settings: Any) -> None:
     """The planner's line under Run (module docstring)."""
+    from deffcore.runs.planner import human_bytes
+
     found = _spec_fields(settings)
     if found and is_cached(found[0]):
         st.caption(
@@ -103,6 +107,11 @@ def plan_caption(settings: Any) -> None:
         "Loads the model and times a few small batches (seconds to a minute); the plan then "
         "says how long a run takes here."
     )
+    if plan.get("assemble_bytes"):
+        help_text += (
+            f" It first joins the model's file ({human_bytes(plan['assemble_bytes'])}) "
+            "into the cache folder."
+        )
     if untimed and st.button("Measure this machine's speed", key="plan_calibrate", help=help_text):
         _calibrate(found[0], found[1])
 

@@ -125,10 +125,22 @@ class Settings:
             "bos": self.bos,
         }
 
+    def joins_model_file(self) -> int:
+        """Bytes of the packaged model file a run of these settings first joins into the cache
+        folder (0: none, or the cache folder cannot be told here)."""
+        from deffcore.inputs.model import assembly_bytes
+
+        try:
+            return assembly_bytes(self.model) if self.model else 0
+        except (DeffError, OSError):  # no cache folder, no package: the Run click says which
+            return 0
+
     def windows(self) -> int | None:
         """How many token windows these settings yield (`windows_available`); None when the
-        passages are documents or the count cannot be told here."""
-        if self.passages not in WINDOW_MODES:
+        passages are documents or the count cannot be told here, or when the model is a
+        packaged file still in parts: its tokenizer would join that file into the cache
+        (hundreds of MB) before Run is pressed (SPEC 14, "Writes said first")."""
+        if self.passages not in WINDOW_MODES or self.joins_model_file():
             return None
         return windows_available(
             self.model, self.dataset, self.max_tokens, self.bos, self.revision, self.passages
@@ -317,9 +329,14 @@ def _check_data_input(dataset: str, local_data: str | None) -> str:
 
 
 def _run_summary(settings: Settings) -> str:
+    from deffcore.runs.planner import human_bytes
+
     what = f"{settings.model or '(no model)'} · {settings.dataset or '(no data)'}"
     text = f"{what} · N = {settings.n:,} · {settings.max_tokens} tokens"
     available = settings.windows()
+    joined = settings.joins_model_file()
+    if joined:  # its tokenizer lies in that file: counted once Run has joined it
+        text += f" · Run first joins the model's file ({human_bytes(joined)}) into the cache"
     if available is not None:
         text += f" · this choice yields {available:,} windows"
         if settings.n > available:

@@ -1096,6 +1096,12 @@ def needs_assembly(spec: str) -> bool:
     return spec == "gemma3-270m" and not (cache_dir() / "models" / GEMMA3_FILE).is_file()
 
 
+def assembly_bytes(spec: str) -> int:
+    """Bytes loading `spec` first writes into the cache folder: its packaged file's size while
+    that file still has to be assembled (`needs_assembly`), else 0 (SPEC 14, disk)."""
+    return packaged_bytes(spec) if needs_assembly(spec) else 0
+
+
 def assemble_packaged(spec: str) -> Path:
     """The packaged model's file, assembled now when it has not been (`needs_assembly`)."""
     return packaged_gguf(spec)

@@ -31,6 +31,8 @@ EAGER_FACTOR = 1.75
 DIAG_PASSAGES = 64
 #: An action at or above this many seconds says its estimate before it starts.
 SAY_ABOVE_S = 60.0
+#: An action that writes this many bytes or more into the cache says so before it starts.
+SAY_ABOVE_BYTES = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -40,16 +42,22 @@ class Cost:
     seconds: float | None
     source: str
     cached: bool = False  # everything it needs is already in the cache
+    disk: int = 0  # bytes it writes into the cache folder (SPEC 14, "Writes said first")
 
     def line(self) -> str:
-        """`about 4 min here (calibrated: …)`, `seconds: read from the cache`, or why unknown."""
-        from deffcore.runs.planner import human_time
+        """`about 4 min here (calibrated: …)`, `seconds: read from the cache`, or why unknown;
+        then what it writes into the cache, when that is SAY_ABOVE_BYTES or more."""
+        from deffcore.runs.planner import human_bytes, human_time
 
         if self.cached:
             return "seconds: read from the cache"
         if self.seconds is None:
-            return f"time unknown here ({self.source})"
-        return f"about {human_time(self.seconds)} here ({self.source})"
+            when = f"time unknown here ({self.source})"
+        else:
+            when = f"about {human_time(self.seconds)} here ({self.source})"
+        if self.disk >= SAY_ABOVE_BYTES:
+            when += f"; writes about {human_bytes(self.disk)} into the cache folder"
+        return when
 
     @property
     def long(self) -> bool:
@@ -96,11 +104,37 @@ def forward_cost(
         plan = plan_run(spec, device, live=False, calibrate="cached")
     except Exception:  # a model this machine cannot size: the prior says so
         plan = None
+    disk = _assembly(model)
     if plan is None or plan.seconds is None:
-        return _prior(model, tokens, revision, factor)
+        return replace(_prior(model, tokens, revision, factor), disk=disk)
     parts = plan.time_parts
     seconds = parts.get("load", 0.0) + factor * parts.get("extract", 0.0)
-    return Cost(seconds, plan.time_source)
+    return Cost(seconds, plan.time_source, disk=disk)
+
+
+def _assembly(model: str) -> int:
+    """Bytes of the packaged file loading `model` first joins into the cache (0: none)."""
+    from deffcore.inputs.model import assembly_bytes
+
+    try:
+        return assembly_bytes(model)
+    except Exception:  # a model spec this machine cannot resolve: the action says why
+        return 0
+
+
+def _entries(specs: Sequence[Any]) -> int:
+    """Bytes of the cache entries of the runs `specs` (0 for a model of unknown size)."""
+    from deffcore.inputs.model import model_size
+    from deffcore.runs.planner import entry_bytes
+
+    total = 0
+    for spec in specs:
+        try:
+            size = model_size(spec.model, spec.revision)
+        except Exception:  # not sized before it loads: its time line says so
+            size = None
+        total += 0 if size is None else entry_bytes(size, spec.n)
+    return total
 
 
 def _cached(spec: Any) -> bool:
@@ -120,10 +154,11 @@ def runs_cost(specs: Sequence[Any], device: str) -> Cost:
         return Cost(0.0, "cached", cached=True)
     first = todo[0]
     tokens = sum(s.n * s.max_tokens for s in todo)
-    return forward_cost(
+    cost = forward_cost(
         first.model, tokens, device, revision=first.revision, dtype=first.dtype,
         max_tokens=first.max_tokens,
     )  # fmt: skip
+    return replace(cost, disk=cost.disk + _entries(todo))
 
 
 def diagnostics_cost(spec: Any, device: str) -> Cost:

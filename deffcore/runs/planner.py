@@ -38,7 +38,8 @@ Peak memory (bytes; float32 states; SPEC-independent engineering):
                 (B, L, N) float64 terms twice
 
 Disk: the entry's states.npz, 4 x (L+1) N d x 4 bytes; while it runs its partial batches hold
-as much again (removed when the entry lands).
+as much again (removed when the entry lands); before it, a packaged file still in parts is
+joined into the cache once (`assemble`, its size; SPEC 14, "Writes said first").
 
 Refusal: the largest step above the limit (`--max-memory`, else the memory this machine has
 available now: MemAvailable; on CUDA the device's free memory for extraction), or the entry
@@ -251,6 +252,7 @@ class Plan:
     limit_source: str = ""
     disk: int | None = None
     disk_free: int | None = None
+    assemble: int = 0  # the packaged file joined into the cache first (SPEC 14, writes)
     seconds: float | None = None
     time_parts: dict[str, float] = field(default_factory=dict)
     time_source: str = ""
@@ -292,6 +294,10 @@ class Plan:
                 f"cache entry {human_bytes(self.disk)} ({human_bytes(2 * self.disk)} "
                 f"while it runs{free})"
             )
+        if self.assemble:
+            parts.append(
+                f"first the model's file, {human_bytes(self.assemble)}, joined into the cache"
+            )
         return " · ".join(parts) + "."
 
     def to_dict(self) -> dict[str, Any]:
@@ -309,6 +315,7 @@ class Plan:
             "limit_source": self.limit_source,
             "disk_bytes": self.disk,
             "disk_free_bytes": self.disk_free,
+            "assemble_bytes": self.assemble,
             "seconds": self.seconds,
             "time_parts": dict(self.time_parts),
             "time_source": self.time_source,
@@ -344,10 +351,12 @@ def _refusal(plan: Plan) -> str | None:
                     f"{human_bytes(plan.limit)} {plan.limit_source}; lower N or max tokens"
                     + (", or use a GPU or bfloat16." if step == "extraction" else ".")
                 )
-    if plan.disk is not None and plan.disk_free is not None and 2 * plan.disk > plan.disk_free:
+    need = None if plan.disk is None else 2 * plan.disk + plan.assemble
+    if need is not None and plan.disk_free is not None and need > plan.disk_free:
+        joined = " (with the model's file joined first)" if plan.assemble else ""
         return (
             f"the cache entry of {plan.model} at N = {plan.n:,} needs about "
-            f"{human_bytes(2 * plan.disk)} of disk while it runs, more than the "
+            f"{human_bytes(need)} of disk while it runs{joined}, more than the "
             f"{human_bytes(plan.disk_free)} free in the cache folder; lower N or free space."
         )
     return None
@@ -429,12 +438,23 @@ def plan_run(
     )
     plan.limit, plan.limit_source = _limit(device, limit_bytes)
     plan.disk = entry_bytes(size, spec.n)
+    plan.assemble = _assembly_bytes(spec.model)
     plan.disk_free = _disk_free()
     plan.refusal = _refusal(plan)
     if plan.refusal is None and calibrate != "never":
         marks = schedule(spec.n, batch) if live else []  # N too: `measure` estimates it
         _price(plan, spec, marks, (bootstrap, live_bootstrap), calibrate, windows)
     return plan
+
+
+def _assembly_bytes(model: str) -> int:
+    """Bytes of the packaged file a run of `model` joins into the cache first (0: none)."""
+    from deffcore.inputs.model import assembly_bytes
+
+    try:
+        return assembly_bytes(model)
+    except (DeffError, OSError):  # the package is missing: the run says so when it starts
+        return 0
 
 
 def _disk_free() -> int | None:
