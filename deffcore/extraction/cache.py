@@ -71,6 +71,7 @@ from deffcore.extraction.forward import (
     check_rows_fit,
 )
 from deffcore.inputs.run_spec import RunSpec
+from deffcore.inputs.texts import DatasetSpec
 
 FORMAT_VERSION = 1
 
@@ -751,7 +752,7 @@ def prefix_refusal(passages: str, dataset: str) -> str | None:
             "mode the longest passages are extracted first, so the first k passages are not "
             "extracted as a k-run extracts them."
         )
-    if dataset.startswith("hf:"):
+    if DatasetSpec.stored(dataset).streamed:
         return (
             "Stopping early needs a dataset read whole (bbc-news or a local file): a streamed "
             "hf: dataset cuts its windows from its first N documents, so the first k windows "
