@@ -14,6 +14,12 @@ Dataset specs:
   row; column defaults to `text`). A file is read lazily, in batches of rows (a parquet file
   only its column), and refused in one sentence past `MAX_FILE_ROWS` rows (a parquet file's
   count is read from its footer first) or `MAX_FILE_CHARS` characters, never read whole.
+- `"texts:<16 hex>"`: a notebook's list of strings, named by their content hash
+  (`deffcore.runs.external.texts_dataset_name`); a run's label, never read from here.
+
+A spec is parsed once into a typed `DatasetSpec` (`DatasetSpec.parse`: its `kind`, and `hf`,
+`path`, `column` as fits; `text` is the spec as given, so cache keys do not change); no other
+module tests a spec's prefix (tests/test_dataset_spec.py).
 
 Passages are text (decision): a CSV cell is read as the text written in the file (`"007"` stays
 `007`), while a JSONL, parquet or Hugging Face value that is not a string (a number, a list, a
@@ -183,9 +189,9 @@ class HfDataset:
 class DatasetSpec:
     """A parsed dataset spec (the module docstring's grammar). `text` is the spec as given
     (`str(spec)` returns it unchanged, so cache keys, run identities and snapshots hold the
-    same string); `hf` is set for Kind.HF (None for a stored malformed one), `path` and
-    `column` for Kind.FILE. A path is split from its `:column` as `_split_path` does: a path
-    that exists as written wins."""
+    same string); `hf` is set for DatasetKind.HF (None for a stored malformed one), `path`
+    and `column` for DatasetKind.FILE. A path is split from its `:column` as `_split_path`
+    does: a path that exists as written wins."""
 
     text: str
     kind: DatasetKind
