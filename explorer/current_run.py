@@ -18,6 +18,7 @@ import streamlit as st
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.inputs.model import Kind, ModelSpec
+from deffcore.inputs.texts import DatasetSpec
 from deffcore.views.run_view import RunView
 from deffcore.views.snapshot import SnapshotView
 from explorer import settings as sidebar
@@ -123,7 +124,7 @@ def sidebar_values(spec: dict[str, Any]) -> dict[str, Any]:
     dataset = str(spec.get("dataset", ""))
     if dataset == sidebar.DEFAULT_DATASET:
         out["data_source"] = sidebar.DATA_SOURCES[0]
-    elif dataset.startswith("hf:"):
+    elif DatasetSpec.stored(dataset).streamed:
         out.update(data_source=sidebar.DATA_SOURCES[1], data_hf=dataset)
     for key in ("n", "max_tokens", "seed", "passages", "bos"):
         if spec.get(key) is not None:

@@ -26,6 +26,7 @@ from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.inputs import serving
 from deffcore.inputs.model import ModelSpec
+from deffcore.inputs.texts import DatasetSpec
 from deffcore.runs import measure as preflight
 from explorer.plan_line import plan_caption
 from explorer.uploads import UPLOAD_KEY, upload_names, upload_widget
@@ -306,7 +307,7 @@ def windows_available(
     only), None when it cannot be told here (hub data, a tokenizer that does not load)."""
     from deffcore.inputs.texts import count_windows
 
-    if not model or not dataset or dataset.startswith("hf:"):
+    if not model or not dataset or DatasetSpec.stored(dataset).streamed:
         return None
     try:
         return int(count_windows(model, dataset, max_tokens, bos, revision, mode=passages))
@@ -320,7 +321,7 @@ def _check_data_input(dataset: str, local_data: str | None) -> str:
     ds = serving.check_dataset_spec(dataset, local_data)  # resolved: the checked path is opened
     uploaded = any(ds == p or ds.startswith(f"{p}:") for p in upload_names())
     typed_hf = ds != DEFAULT_DATASET and not local_data and not uploaded
-    if ds and typed_hf and not ds.startswith("hf:"):
+    if ds and typed_hf and not DatasetSpec.stored(ds).streamed:
         raise DeffError(
             f"A Hugging Face dataset spec starts with 'hf:' (got {ds!r}); choose Upload a "
             "file or Local file for a file."

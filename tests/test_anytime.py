@@ -14,6 +14,7 @@ from deffcore.extraction import cache as prefix
 from deffcore.extraction import forward as batches
 from deffcore.extraction.cache import PrefixRows, batch_rows, prefix_refusal, schedule
 from deffcore.extraction.forward import PooledStates
+from deffcore.inputs.texts import DatasetSpec
 from deffcore.statistics import anytime
 from deffcore.statistics.anytime import estimate, pooling_estimate, regime_fixed
 
@@ -46,10 +47,11 @@ def test_batch_rows_is_the_extractions_batch():
 
 
 def test_prefix_refusal_names_documents_and_streamed_data():
-    assert prefix_refusal("windows", "bbc-news") is None
-    assert prefix_refusal("packed", "x.txt") is None
-    assert "documents mode" in prefix_refusal("documents", "bbc-news")
-    assert "streamed" in prefix_refusal("windows", "hf:a/b:train")
+    data = DatasetSpec.parse
+    assert prefix_refusal("windows", data("bbc-news")) is None
+    assert prefix_refusal("packed", data("x.txt")) is None
+    assert "documents mode" in prefix_refusal("documents", data("bbc-news"))
+    assert "streamed" in prefix_refusal("windows", data("hf:a/b:train"))
 
 
 def test_regime_fixed_needs_the_whole_band_in_one_regime():

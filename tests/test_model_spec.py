@@ -165,15 +165,24 @@ _REGEX = re.compile(r"^\^?(random:|states:|loaded:|tiny-|tiny:)\S*(\(\.|\\[dw]|\
 _GGUF = re.compile(r"""endswith\(\s*["']\.gguf["']|suffix\s*[!=]=\s*["']\.gguf["']""")
 
 
-def spec_prefix_tests(root: Path) -> list[str]:
-    """Every model-spec prefix test in deffcore/, explorer/, pages/ and app.py under `root`,
-    outside the parser, as 'path:line: what'."""
+def spec_prefix_tests(
+    root: Path,
+    prefixes: set[str] = _PREFIXES,
+    regex: re.Pattern[str] = _REGEX,
+    parser: str = PARSER,
+    suffix: re.Pattern[str] | None = _GGUF,
+    allowed: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Every model-spec prefix test (or, given a spec's `prefixes`, `regex`, `parser` and
+    `suffix` test, another spec's: tests/test_dataset_spec.py) in deffcore/, explorer/,
+    pages/ and app.py under `root`, outside the parser and the `allowed` files, as
+    'path:line: what'."""
     files = [*root.glob("deffcore/**/*.py"), *root.glob("explorer/**/*.py")]
     files += [*root.glob("pages/*.py"), *root.glob("app.py")]
     found = []
     for path in sorted(files):
         rel = path.relative_to(root).as_posix()
-        if rel == PARSER:
+        if rel == parser or rel in allowed:
             continue
         source = path.read_text(encoding="utf-8")
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -183,10 +192,10 @@ def spec_prefix_tests(root: Path) -> list[str]:
                 value = ast.literal_eval(tok.string)
             except (ValueError, SyntaxError):  # an f-string builds a spec; it tests none
                 continue
-            if isinstance(value, str) and (value in _PREFIXES or _REGEX.match(value)):
+            if isinstance(value, str) and (value in prefixes or regex.match(value)):
                 found.append(f"{rel}:{tok.start[0]}: {value!r}")
         for number, line in enumerate(source.splitlines(), 1):
-            if _GGUF.search(line):
+            if suffix is not None and suffix.search(line):
                 found.append(f"{rel}:{number}: {line.strip()}")
     return found
 

@@ -212,7 +212,7 @@ def measure_with_estimates(args: argparse.Namespace, bar: Any, seeds: tuple[int,
     from deffcore.statistics.stopping import estimate_bootstrap, parse_until
 
     spec, device = spec_of(args)
-    refusal = prefix_refusal(spec.passages, spec.dataset)
+    refusal = prefix_refusal(spec.passages, spec.dataset_spec)
     if args.until is not None and refusal is not None:
         raise DeffError(f"--until cannot stop this run early. {refusal}")
     if args.no_anytime:

@@ -340,7 +340,7 @@ def _window_source(m):
     from deffcore.inputs.texts import window_source
 
     spec = m.spec
-    if spec.dataset.startswith("hf:") or spec.model_spec.external:
+    if spec.dataset_spec.streamed or spec.model_spec.external:
         return None
     try:
         return window_source(spec.model, spec.dataset, spec.bos, spec.revision)

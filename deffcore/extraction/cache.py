@@ -53,7 +53,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -71,6 +71,9 @@ from deffcore.extraction.forward import (
     check_rows_fit,
 )
 from deffcore.inputs.run_spec import RunSpec
+
+if TYPE_CHECKING:
+    from deffcore.inputs.texts import DatasetSpec  # a type only: `RunSpec.dataset_spec`
 
 FORMAT_VERSION = 1
 
@@ -741,17 +744,17 @@ def delete(key: str) -> None:
 FIRST_ESTIMATE = NOISE_MIN_N
 
 
-def prefix_refusal(passages: str, dataset: str) -> str | None:
-    """Why the first k passages of a run of this passages mode and dataset are not a k-run
-    (so it cannot stop early, nor serve or resume another N), or None. Its estimates are made
-    in every mode (`anytime_run`)."""
+def prefix_refusal(passages: str, dataset: DatasetSpec) -> str | None:
+    """Why the first k passages of a run of this passages mode and dataset (parsed:
+    `RunSpec.dataset_spec`) are not a k-run (so it cannot stop early, nor serve or resume
+    another N), or None. Its estimates are made in every mode (`anytime_run`)."""
     if passages not in WINDOW_MODES:
         return (
             "Stopping early needs token windows (--passages windows or packed): in documents "
             "mode the longest passages are extracted first, so the first k passages are not "
             "extracted as a k-run extracts them."
         )
-    if dataset.startswith("hf:"):
+    if dataset.streamed:
         return (
             "Stopping early needs a dataset read whole (bbc-news or a local file): a streamed "
             "hf: dataset cuts its windows from its first N documents, so the first k windows "
@@ -858,7 +861,7 @@ def _same_but_n(a: RunSpec, b: RunSpec) -> bool:
 
 def sources(spec: RunSpec) -> list[tuple[RunSpec, dict[str, Any]]]:
     """Complete cache entries of `spec`'s settings with another N: (their spec, meta)."""
-    if prefix_refusal(spec.passages, spec.dataset) is not None:
+    if prefix_refusal(spec.passages, spec.dataset_spec) is not None:
         return []
     root = cache_dir()
     if not root.is_dir():
@@ -1020,7 +1023,7 @@ class PrefixCheckpoint:
         saved = self.partial.resume(plan, order)
         have = sum(len(b.slots) for b in saved)
         offer = None
-        if prefix_refusal(self.spec.passages, self.spec.dataset) is None:
+        if prefix_refusal(self.spec.passages, self.spec.dataset_spec) is None:
             offer = best_prefix(self.spec, self.device, self.batch_size, larger=False)
         goes_further = offer is not None and len(offer.slots) > have
         if goes_further and order[: len(offer.slots)] == offer.slots.tolist():
@@ -1061,7 +1064,7 @@ def finish(pooled: PooledStates, checkpoint: BatchCheckpoint | None) -> PooledSt
     and, when its batches were uniform (module docstring), `meta["batch_rows"]`."""
     if not isinstance(checkpoint, PrefixCheckpoint):
         return pooled
-    if prefix_refusal(checkpoint.spec.passages, checkpoint.spec.dataset) is not None:
+    if prefix_refusal(checkpoint.spec.passages, checkpoint.spec.dataset_spec) is not None:
         return pooled
     prefix = checkpoint.ratio_prefix(pooled.n)
     if prefix is not None and prefix.shape[1] and RATIO_PREFIX not in pooled.pooled:

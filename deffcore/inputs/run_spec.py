@@ -23,7 +23,7 @@ from deffcore.inputs.model import (
     load_model,
     needs_assembly,
 )
-from deffcore.inputs.texts import prepare_ids, run_texts, run_token_ids
+from deffcore.inputs.texts import DatasetSpec, prepare_ids, run_texts, run_token_ids
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,20 @@ class RunSpec:
         # is parsed, strictly, at its door (`runs.measure.run_spec`); one read back from a
         # stored run is taken as it was written (a colleague's snapshot still opens).
         object.__setattr__(self, "model", str(self.model))
+        # `dataset` likewise (a DatasetSpec given is kept as its text; `dataset_spec` reads it).
+        object.__setattr__(self, "dataset", str(self.dataset))
 
     @property
     def model_spec(self) -> ModelSpec:
         """`model`, parsed (`deffcore.inputs.model`; `ModelSpec.stored`: never an
         error)."""
         return ModelSpec.stored(self.model)
+
+    @property
+    def dataset_spec(self) -> DatasetSpec:
+        """`dataset`, parsed (`deffcore.inputs.texts`; `DatasetSpec.stored`: never an
+        error)."""
+        return DatasetSpec.stored(self.dataset)
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """What the model and the dataset are, in plain values: {"model_identity": ...,

@@ -18,8 +18,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deffcore.core.errors import DeffError, UnknownDatasetError
+
+if TYPE_CHECKING:
+    from deffcore.inputs.texts import DatasetSpec
 
 ENV = "DEFF_LOCAL_PATHS"
 #: Upload suffixes that must be text (parquet is binary by design).
@@ -148,6 +152,8 @@ def check_dataset_spec(dataset: str, local_path: str | None = None) -> str:
     inside the folder and comes back resolved. With local paths on, `dataset` comes back as
     given.
     """
+    from deffcore.inputs.texts import DatasetSpec
+
     policy = local_path_policy()
     if local_path:
         resolved = check_local_path(local_path, what="dataset file")
@@ -155,15 +161,15 @@ def check_dataset_spec(dataset: str, local_path: str | None = None) -> str:
             return dataset
         rest = dataset[len(local_path) :] if dataset.startswith(local_path) else ""
         return f"{resolved}{rest}"
-    if dataset.startswith("hf:") and policy.mode != "on":
-        return _check_hf_spec(dataset, policy)
+    data = DatasetSpec.stored(dataset)
+    if data.streamed and policy.mode != "on":
+        return _check_hf_spec(DatasetSpec.parse(data), policy)  # malformed: its sentence
     return dataset
 
 
-def _check_hf_spec(spec: str, policy: LocalPathPolicy) -> str:
-    from deffcore.inputs.texts import parse_hf
-
-    name = str(parse_hf(spec)["name"])
+def _check_hf_spec(data: DatasetSpec, policy: LocalPathPolicy) -> str:
+    spec = data.text
+    name = data.hf.name  # type: ignore[union-attr]  # parsed by the caller: hf is set
     if name.strip().lower() in _file_builders():
         raise LocalPathRefusedError(
             f"The Hugging Face dataset name {name!r} is one of the datasets library's file "
@@ -178,7 +184,7 @@ def _check_hf_spec(spec: str, policy: LocalPathPolicy) -> str:
             f"The dataset folder {name!r} resolves to a path with ':' in it, which an 'hf:' "
             "spec cannot hold; move it or upload a file."
         )
-    return "hf:" + resolved + spec.removeprefix("hf:")[len(name) :]
+    return data.with_hf_name(resolved).text
 
 
 def _file_builders() -> set[str]:

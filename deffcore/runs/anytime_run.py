@@ -162,7 +162,7 @@ def measure_live(
     from deffcore.inputs.model import resolve_device_dtype
     from deffcore.runs.measure import measure_spec
 
-    refusal = prefix_refusal(spec.passages, spec.dataset)
+    refusal = prefix_refusal(spec.passages, spec.dataset_spec)
     if isinstance(until, StopRule) and refusal is not None:
         raise DeffError(f"--until cannot stop this run early. {refusal}")
     device = device or resolve_device_dtype(None, spec.dtype)[0]

@@ -91,7 +91,7 @@ from deffcore.inputs.architecture import architecture_of, decoder_layers
 from deffcore.inputs.interventions import INTERVENTIONS
 from deffcore.inputs.model import LoadedModel
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.inputs.texts import check_dataset, run_texts, run_token_ids
+from deffcore.inputs.texts import TEXTS_PREFIX, check_dataset, run_texts, run_token_ids
 
 #: Values of each weight tensor that enter a loaded model's fingerprint (strided sample).
 WEIGHT_SAMPLE = 1024
@@ -230,7 +230,7 @@ def texts_dataset_name(texts: Sequence[str]) -> str:
     h = hashlib.sha256()
     for text in texts:
         h.update(text.encode("utf-8", "surrogatepass") + b"\x00")
-    return "texts:" + h.hexdigest()[:16]
+    return TEXTS_PREFIX + h.hexdigest()[:16]
 
 
 def _check_texts(texts: object) -> list[str]:

@@ -64,7 +64,7 @@ from deffcore.inputs.model import (
     resolve_device_dtype,
 )
 from deffcore.inputs.run_spec import RunSpec, open_run_inputs
-from deffcore.inputs.texts import check_dataset
+from deffcore.inputs.texts import DatasetSpec, check_dataset
 from deffcore.measures.controls import apply_pc_control
 from deffcore.measures.depth import (
     DepthSummary,
@@ -137,7 +137,7 @@ def _check(spec: RunSpec, windows: int | None = None) -> None:
             raise UnknownModelError(f"The GGUF file {model} does not exist.")
         if not gguf and not model.path.is_dir() and model.text.startswith((".", "/", "~")):
             raise UnknownModelError(f"The model folder {model} does not exist.")
-    if spec.dataset.startswith("hf:"):
+    if spec.dataset_spec.streamed:
         return
     if spec.passages in WINDOW_MODES:
         all_documents(spec.dataset, spec.n, seed=spec.seed)
@@ -213,7 +213,7 @@ def check_run_options(
 
 def run_spec(
     model: str | ModelSpec,
-    dataset: str,
+    dataset: str | DatasetSpec,
     n: int,
     max_tokens: int,
     seed: int,
@@ -243,11 +243,12 @@ def run_spec(
     if device_here:  # a random shape too large for this machine fails here, not mid-load
         check_fits(parsed, device, dtype, spread=device == "auto")
     check_max_tokens(parsed, max_tokens, revision)
-    check_dataset(dataset)
+    data = DatasetSpec.parse(dataset)  # the door: a malformed hf: spec is its one sentence here
+    check_dataset(data)
     spec = RunSpec(
         model=parsed.text,
         revision=revision,
-        dataset=dataset,
+        dataset=data.text,
         n=n,
         max_tokens=max_tokens,
         seed=seed,

@@ -423,7 +423,7 @@ def plan_run(
         raise DeffError(f"calibrate must be 'auto', 'cached' or 'never', got {calibrate!r}.")
     limit_bytes = parse_bytes(max_memory) if isinstance(max_memory, str) else max_memory
     batch = batch_rows(spec.max_tokens, device, batch_size)
-    windows = prefix_refusal(spec.passages, spec.dataset) is None
+    windows = prefix_refusal(spec.passages, spec.dataset_spec) is None
     live = windows if live is None else live
     size = model_size(spec.model, spec.revision, known)
     plan = Plan(spec.model, spec.n, spec.max_tokens, device, spec.dtype, batch, size)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from deffcore.inputs.model import Kind, ModelSpec
+from deffcore.inputs.texts import DatasetKind, DatasetSpec
 
 #: The `RunSpec` fields a view carries, and the values a snapshot made before a field existed
 #: had (an older snapshot or cache entry without `passages` measured whole documents).
@@ -45,9 +46,10 @@ def _short_dataset(dataset: str) -> str:
     """A dataset spec as a person names it: a local path by its file name (never the folder,
     which can be the cache's upload folder), with its `:column` kept; others as written."""
     text = str(dataset)
-    if re.fullmatch(r"texts:[0-9a-f]{16}", text):  # a notebook's list of strings (content hash)
+    kind = DatasetSpec.stored(text).kind
+    if kind is DatasetKind.TEXTS:  # a notebook's list of strings (content hash)
         return f"texts {text[6:14]}"
-    if text.startswith("hf:") or "/" not in text:
+    if kind is DatasetKind.HF or "/" not in text:
         return text
     path, sep, column = text.rpartition(":")
     if not sep or "/" in column:  # no column suffix (a ':' inside the path is not one)

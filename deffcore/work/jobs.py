@@ -228,7 +228,7 @@ def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
         job = job_state.JOBS.get(job_id)
         if job is None or job.spec is None or job.state in FINISHED:
             return False
-        if prefix_refusal(job.spec.passages, job.spec.dataset) is not None:
+        if prefix_refusal(job.spec.passages, job.spec.dataset_spec) is not None:
             return False
         job.until = target
         return True

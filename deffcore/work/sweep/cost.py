@@ -216,6 +216,7 @@ def planned(cells: list, **options: Any) -> tuple[Any, list[str]]:
     `sweep_checks.cell_specs`, so the hub's refusal arrives as the cells' errors)."""
     from dataclasses import replace
 
+    from deffcore.inputs.texts import DatasetSpec
     from deffcore.work.sweep.cells import check_cells
     from deffcore.work.sweep.runner import plan_sweep
 
@@ -223,7 +224,7 @@ def planned(cells: list, **options: Any) -> tuple[Any, list[str]]:
     plan = plan_sweep(distinct, **options)
     hub = [
         i for i, c in enumerate(distinct)
-        if plan.specs[i] is None and c.dataset.startswith("hf:")
+        if plan.specs[i] is None and DatasetSpec.stored(c.dataset).streamed
         and plan.errors[i] == _hub_refusal(c.dataset)  # that refusal, not another
     ]  # fmt: skip
     stand_in = [replace(c, dataset="bbc-news") if i in hub else c for i, c in enumerate(distinct)]
