@@ -518,6 +518,8 @@ def _delete(data, path) -> None:
 # found by this test in stop 38's CI: a null random-weight null (the schema's optional part)
 # reached `SnapshotView.random_band`, which read it as a dict: kept here so it is always tried
 @example(path=("measurement", "random_null"), action="replace", value=None)
+# found by this test: a null best start of a Gromov block reached the atlas figure's hover
+@example(path=("atlas", "gromov", "best_start", 0), action="replace", value=None)
 def test_a_file_derived_from_a_valid_one_is_read_by_every_reader_or_is_one_sentence(
     path, action, value
 ):

@@ -306,7 +306,11 @@ def angular_figure(atlas: Any) -> go.Figure:
             y=best,
             mode="lines+markers",
             name="min over l of d(l, l+n)",
-            customdata=[[s + 1, s + k] for k, s in zip(n, starts, strict=True)],
+            # a start is None where a file holds no best block for that size (the schema allows it)
+            customdata=[
+                [None, None] if s is None else [s + 1, s + k]
+                for k, s in zip(n, starts, strict=True)
+            ],
             line={"color": COLOR_MEASURED},
             hovertemplate="n = %{x}: drop blocks %{customdata[0]}–%{customdata[1]}"
             "<br>d = %{y:.4f}<extra></extra>",
