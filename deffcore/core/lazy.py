@@ -1,4 +1,4 @@
-"""A module imported on first use: `from deffcore.core.lazy import torch`.
+"""A module imported on first use: `from deffcore.core.lazy import torch` (also `nn`, `pd`).
 
 Importing torch takes a second or more, and a run read back from a snapshot (the app's first
 screen, a shared file) never needs it: the numbers are stored. A module whose functions use
@@ -25,9 +25,12 @@ class LazyModule(types.ModuleType):
         super().__init__(name)
 
     def __getattribute__(self, attr: str) -> Any:  # every read goes to the real module
-        name = types.ModuleType.__getattribute__(self, "__name__")
+        own = types.ModuleType.__getattribute__(self, "__dict__")
+        name = own["__name__"]
         module = sys.modules.get(name) or importlib.import_module(name)
-        _swap(self, module)  # once: no deffcore module reads the stand-in after
+        if not own.get("_swapped"):  # once: no deffcore module reads the stand-in after
+            _swap(self, module)
+            own["_swapped"] = True
         return getattr(module, attr)
 
 
@@ -46,3 +49,5 @@ def _swap(stand_in: LazyModule, module: types.ModuleType) -> None:
 torch: Any = LazyModule("torch")
 #: torch.nn, imported when first used.
 nn: Any = LazyModule("torch.nn")
+#: pandas (about a second with pyarrow), imported when first used: a chart never needs it.
+pd: Any = LazyModule("pandas")
