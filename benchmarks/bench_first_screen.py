@@ -1,6 +1,6 @@
 """Benchmark: the first screen in a real browser, the app beside a one-metric, one-heatmap page.
 
-    .venv/bin/python benchmarks/bench_first_screen.py [--repeats 3] [--app app.py]
+    .venv/bin/python benchmarks/bench_first_screen.py [--repeats 3] [--before DIR]
 
 (also `benchmarks/bench_app.py --browser`). In one run, for each of two apps: the explorer
 (`streamlit run app.py`, its Overview first) and a baseline written to a temporary folder (one
@@ -13,6 +13,9 @@ can be), each repeat:
          launch to that chart;
   warm   the same server, a new browser tab (a new context: a new Streamlit session): from
          the request to the first chart.
+
+`--before DIR`: also the explorer of another checkout (e.g. `git archive <commit> | tar -x -C
+DIR`), in the same interleaved repeats: before and after under the same load.
 
 Chromium is Debian's (`chromium` on PATH, as tests/e2e/browser_helpers.py launches it), driven
 by Playwright. Prints the median and min of each, and the app's medians over the baseline's:
@@ -128,40 +131,46 @@ def measure(browser, script: Path, cwd: Path) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--app", default="app.py", help="the explorer's script (in the repo)")
+    p.add_argument("--before", type=Path, help="another checkout's explorer, measured alike")
     args = p.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         sys.exit("No chromium on PATH (Debian's: scripts/setup.sh --test).")
+    load = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="bench_first_screen_base_"))
     (folder / "baseline.py").write_text(BASELINE)
-    runs: dict[str, list[dict[str, float]]] = {"app": [], "baseline": []}
+    apps = {"app": REPO} | ({"before": args.before.resolve()} if args.before else {})
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in (*apps, "baseline")}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             try:
                 for rep in range(args.repeats):  # interleaved: the same load for both
-                    runs["app"].append(measure(browser, REPO / args.app, REPO))
+                    for name, where in apps.items():
+                        runs[name].append(measure(browser, where / "app.py", where))
                     runs["baseline"].append(measure(browser, folder / "baseline.py", folder))
-                    print(f"repeat {rep + 1}: app {runs['app'][-1]}", file=sys.stderr)
-                    print(f"          baseline {runs['baseline'][-1]}", file=sys.stderr)
+                    for name, got in runs.items():
+                        shown = ", ".join(f"{k} {v:.2f}" for k, v in got[-1].items())
+                        print(f"repeat {rep + 1} {name}: {shown}", file=sys.stderr)
             finally:
                 browser.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"{args.repeats} repeats, load average {os.getloadavg()[0]:.1f} (1 min), "
-          f"{os.cpu_count()} CPUs")  # fmt: skip
-    print(f"{'':<24}{'app median':>12}{'min':>8}{'baseline median':>17}{'min':>8}{'ratio':>8}")
-    for name in runs["app"][0]:
-        a = [r[name] for r in runs["app"]]
-        b = [r[name] for r in runs["baseline"]]
-        ratio = statistics.median(a) / statistics.median(b)
-        print(
-            f"{name:<24}{statistics.median(a):>11.2f}s{min(a):>7.2f}s"
-            f"{statistics.median(b):>16.2f}s{min(b):>7.2f}s{ratio:>7.2f}x"
+    end = os.getloadavg()[0]
+    print(f"{args.repeats} repeats, 1-min load {load:.1f} at the start, {end:.1f} at the end")
+    print(f"{'median (min), s':<24}" + "".join(f"{n:>16}" for n in runs) + "".join(
+        f"{n + '/base':>14}" for n in apps
+    ))  # fmt: skip
+    for what in runs["baseline"][0]:
+        times = {n: [r[what] for r in got] for n, got in runs.items()}
+        cells = "".join(
+            f"{statistics.median(t):>9.2f} ({min(t):.2f})".rjust(16) for t in times.values()
         )
+        base = statistics.median(times["baseline"])
+        ratios = "".join(f"{statistics.median(times[n]) / base:>13.2f}x" for n in apps)
+        print(f"{what:<24}{cells}{ratios}")
 
 
 if __name__ == "__main__":
