@@ -2,6 +2,10 @@
 
     .venv/bin/python benchmarks/bench_app.py [--model smollm2-135m --n 512 --max-tokens 128]
                                             [--repeats 5] [--cold]
+    .venv/bin/python benchmarks/bench_app.py --browser [--repeats 3]
+
+`--browser`: the first screen in Chromium against `streamlit run`, cold server and warm tab,
+beside a one-metric, one-heatmap Streamlit page in the same run (`bench_first_screen.py`).
 
 The run must be in the cache (`$DEFF_CACHE_DIR` or <repo>/cache); it is measured once first if
 not. Then, in one AppTest session, the script times:
@@ -60,6 +64,11 @@ def summary(name: str, times: list[float]) -> str:
 
 
 def main() -> None:
+    if "--browser" in sys.argv[1:]:  # the first screen in a real browser (its own module)
+        from benchmarks.bench_first_screen import main as browser_main
+
+        browser_main([a for a in sys.argv[1:] if a != "--browser"])
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--dataset", default="bbc-news")
@@ -67,6 +76,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--cold", action="store_true", help="also time a run from an empty cache")
+    p.add_argument("--browser", action="store_true", help="the first screen in Chromium")
     args = p.parse_args()
     from deffcore.runs.measure import measure
 

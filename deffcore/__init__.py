@@ -12,9 +12,11 @@
     a = dc.atlas("smollm2-135m", n=512)       # the depth-use atlas beside D_eff (SPEC 16)
 
 Every name users import is listed in `__all__` and imported from here (`dc.<name>`); where it
-is defined is the library's business (docs/DESIGN.md draws the stages). The engine (numpy and
-torch only) is imported eagerly; the pipeline and the labs import transformers (seconds), so
-they load on first use and `import deffcore` stays light.
+is defined is the library's business (docs/DESIGN.md draws the stages). The numpy-only engine
+(depth, trust, synthetic states) is imported eagerly; what imports torch (the similarity
+matrices, references, controls, bootstrap: a second or more) and the pipeline and the labs
+(transformers: seconds) load on first use, so `import deffcore` stays light and the app's first
+screen, drawn from a stored snapshot, imports neither.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from deffcore.core.errors import (
     UnsupportedArchitectureError,
 )
 from deffcore.measures import synthetic
-from deffcore.measures.controls import apply_pc_control, remove_top_pcs
 from deffcore.measures.depth import (
     DepthSummary,
     depth_summary,
@@ -52,35 +53,33 @@ from deffcore.measures.depth import (
     lag_sensitivity,
     reference_depth,
 )
-from deffcore.measures.references import (
-    MatchedReferences,
-    UpdateDepth,
-    accumulated_similarity,
-    iid_reference_depth,
-    matched_references,
-    update_depth,
-    update_states,
-)
-from deffcore.measures.similarity import (
-    cka_finite_sample_bias,
-    naive_similarity_matrix,
-    similarity_matrix,
-    validate_states,
-)
 from deffcore.measures.synthetic import (
     SyntheticStates,
     independent_states,
     orthogonal_states,
     orthogonal_updates,
 )
-from deffcore.statistics.bootstrap import BootstrapResult, bootstrap_deff_over_L
 from deffcore.statistics.trust_rule import Trust, trust, trust_badge
-
-#: The passage bootstrap of D_eff/L (SPEC section 8); `bootstrap_deff_over_L` is its long name.
-bootstrap = bootstrap_deff_over_L
 
 #: Names loaded on first use: {public name: the module that defines it}.
 _LAZY: dict[str, str] = {
+    # the engine's torch part: similarity matrices, references, PC controls, the bootstrap
+    "similarity_matrix": "deffcore.measures.similarity",
+    "naive_similarity_matrix": "deffcore.measures.similarity",
+    "cka_finite_sample_bias": "deffcore.measures.similarity",
+    "validate_states": "deffcore.measures.similarity",
+    "MatchedReferences": "deffcore.measures.references",
+    "UpdateDepth": "deffcore.measures.references",
+    "accumulated_similarity": "deffcore.measures.references",
+    "iid_reference_depth": "deffcore.measures.references",
+    "matched_references": "deffcore.measures.references",
+    "update_depth": "deffcore.measures.references",
+    "update_states": "deffcore.measures.references",
+    "apply_pc_control": "deffcore.measures.controls",
+    "remove_top_pcs": "deffcore.measures.controls",
+    "BootstrapResult": "deffcore.statistics.bootstrap",
+    "bootstrap_deff_over_L": "deffcore.statistics.bootstrap",
+    "bootstrap": "deffcore.statistics.bootstrap",
     # a run, from a named model, a model in memory or states computed elsewhere
     "measure": "deffcore.runs.measure",
     "measure_states": "deffcore.runs.measure",
@@ -141,13 +140,11 @@ __all__ = [
     "METRICS",
     "PC_CONTROLS",
     "POOLINGS",
-    "BootstrapResult",
     "CacheCorruptError",
     "DeffError",
     "DepthSummary",
     "HubUnavailableError",
     "InvalidStatesError",
-    "MatchedReferences",
     "NonFiniteActivationsError",
     "OutOfMemoryError",
     "SyntheticStates",
@@ -156,39 +153,30 @@ __all__ = [
     "UnknownDatasetError",
     "UnknownModelError",
     "UnsupportedArchitectureError",
-    "UpdateDepth",
-    "accumulated_similarity",
-    "apply_pc_control",
-    "bootstrap",
-    "bootstrap_deff_over_L",
-    "cka_finite_sample_bias",
     "depth_summary",
     "effective_depth",
     "gap_percent",
-    "iid_reference_depth",
     "independent_states",
     "lag_profile",
     "lag_sensitivity",
-    "matched_references",
-    "naive_similarity_matrix",
     "orthogonal_states",
     "orthogonal_updates",
     "reference_depth",
-    "remove_top_pcs",
-    "similarity_matrix",
     "synthetic",
     "trust",
     "trust_badge",
-    "update_depth",
-    "update_states",
-    "validate_states",
     *sorted(_LAZY),
 ]
 
 
+#: Public names that are another name of their module: the passage bootstrap of D_eff/L (SPEC
+#: section 8) is `bootstrap`, `bootstrap_deff_over_L` its long name.
+_ALIASES: dict[str, str] = {"bootstrap": "bootstrap_deff_over_L"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), _ALIASES.get(name, name))
         globals()[name] = value
         return value
     raise AttributeError(f"module 'deffcore' has no attribute {name!r}")

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from deffcore import figures
+from deffcore.core.lazy import pd  # imported on first use: a chart never needs it
 from deffcore.core.safe_text import csv_safe, md_code  # user text is text, never markup
 from deffcore.inputs.supply import passages_action
 from deffcore.statistics.trust_rule import Trust

@@ -70,9 +70,9 @@ def run_defaults() -> dict[str, Any]:
     read once), so a visitor's first run measures what the first screen shows. Only a missing
     snapshot falls back to the packaged model and data, with the library's own defaults."""
     from deffcore.views.labels import SPEC_DEFAULTS
-    from deffcore.views.snapshot import load_snapshot
+    from explorer import views
 
-    snap = load_snapshot()
+    snap = views.default_snapshot()  # the first screen's copy: the file is read and checked once
     spec = {**SPEC_DEFAULTS, **(snap.spec if snap is not None else {})}
     return {
         "model": spec.get("model") or DEFAULT_MODEL,

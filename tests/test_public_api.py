@@ -42,9 +42,30 @@ def test_an_unknown_name_is_an_attribute_error():
 
 
 def test_importing_deffcore_stays_light():
-    """The engine only: transformers (seconds to import) loads on first use of the pipeline."""
-    code = "import sys, deffcore; print('transformers' in sys.modules, 'streamlit' in sys.modules)"
+    """The numpy engine only: torch (a second or more) and transformers (seconds) load on first
+    use of what needs them, and a name that needs torch still works when asked for."""
+    code = (
+        "import sys, deffcore; heavy = ('torch', 'transformers', 'streamlit'); "
+        "print(*(m in sys.modules for m in heavy)); "
+        "S = deffcore.similarity_matrix(deffcore.orthogonal_states(32, 8, 5).states); "
+        "print('torch' in sys.modules, S.shape)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
-    assert out.stdout.split() == ["False", "False"]
+    assert out.stdout.splitlines() == ["False False False", "True (5, 5)"]
+
+
+def test_the_lazy_torch_becomes_torch_on_first_use():
+    """`deffcore.core.lazy`: the stand-in imports torch when first read and is then replaced by
+    torch itself in the modules that hold it (a plain global read after)."""
+    code = (
+        "import sys, types; import deffcore.measures.similarity as s; "
+        "print('torch' in sys.modules, type(s.torch).__name__); "
+        "x = s.torch.zeros(2); "
+        "print(s.torch is sys.modules['torch'], isinstance(x, s.torch.Tensor))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.splitlines() == ["False LazyModule", "True True"]

@@ -78,8 +78,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
+
+from deffcore.core.lazy import nn, torch  # imported on first use
 
 #: Architectures (config.model_type) whose sublayer writes are verified against independent hooks
 #: (tests/test_atlas.py): -> how the MLP reads the stream, "sequential" or "parallel".

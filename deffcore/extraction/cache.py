@@ -56,13 +56,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from filelock import FileLock, Timeout
 
 from deffcore.core import files
 from deffcore.core.constants import CODE_VERSION, EXTRACTED_POOLINGS, NOISE_MIN_N, WINDOW_MODES
 from deffcore.core.errors import CacheCorruptError, DeffError, ForeignCacheEntryError
 from deffcore.core.files import cache_dir
+from deffcore.core.lazy import torch  # imported on first use
 from deffcore.extraction.forward import (
     TOKEN_BUDGET,
     BatchCheckpoint,

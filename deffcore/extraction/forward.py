@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from deffcore.core.constants import EXTRACTED_POOLINGS
 from deffcore.core.errors import (
@@ -47,6 +46,7 @@ from deffcore.core.errors import (
     RunCancelled,
     UnsupportedArchitectureError,
 )
+from deffcore.core.lazy import torch  # imported on first use
 from deffcore.inputs.architecture import Architecture
 from deffcore.inputs.model import LoadedModel
 from deffcore.inputs.run_spec import RunInputs

@@ -44,9 +44,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
+from deffcore.core.lazy import pd  # imported on first use: a chart never needs it
 from deffcore.core.safe_text import csv_safe, plotly_text
 
 #: The Okabe-Ito palette: distinguishable with every common colour-vision deficiency.

@@ -16,9 +16,9 @@ __all__ = [
 from collections.abc import Mapping
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
+from deffcore.core.lazy import pd  # imported on first use: a chart never needs it
 from deffcore.core.safe_text import plotly_text
 from deffcore.figures.base import (
     COLOR_ABOVE,

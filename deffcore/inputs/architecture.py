@@ -21,10 +21,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import nn
-
 from deffcore.core.errors import UnsupportedArchitectureError
+from deffcore.core.lazy import nn, torch  # imported on first use: a model's name never needs it
 
 # ---------------------------------------------------------------------------------------------
 # The generic rule for finding a decoder's residual stream (stage: inputs).

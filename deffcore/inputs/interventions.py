@@ -38,10 +38,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-from torch import nn
-
 from deffcore.core.errors import UnsupportedArchitectureError
+from deffcore.core.lazy import nn, torch  # imported on first use: a run's spec never needs it
 from deffcore.inputs.architecture import adapter_of
 
 #: Intervention names, in the order the paper's Table S6 lists them.

@@ -52,12 +52,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
-
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-from torch import nn
 
 from deffcore.core.errors import (
     DeffError,
@@ -67,8 +63,12 @@ from deffcore.core.errors import (
     UnknownModelError,
     UnsupportedArchitectureError,
 )
+from deffcore.core.lazy import torch  # on first use: a model's name never needs it
 from deffcore.inputs.architecture import architecture_of
 from deffcore.inputs.small_configs import BY_DESIGN, ENC_DEC_REASON, ENCODER_REASON
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # ---------------------------------------------------------------------------------------------
 # A byte-level tokenizer built in code, for the tiny test/demo models (no download).
@@ -86,6 +86,7 @@ BYTE_VOCAB_SIZE = len(SPECIAL_TOKENS) + 256
 
 def byte_level_tokenizer(add_bos: bool = True):
     """A `PreTrainedTokenizerFast` over raw bytes; `add_bos`: whether `<bos>` is prepended."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     # ByteLevel maps each byte to a printable unicode character; the BPE with no merges then
@@ -2228,11 +2229,13 @@ def _load_tokenizer(spec: ModelSpec, revision: str | None) -> Any:
     return _from_pretrained("tokenizer", spec.text, source, kwargs)
 
 
-def init_from_config(config, seed: int, dtype: torch.dtype = torch.float32):
+def init_from_config(config, seed: int, dtype: torch.dtype | None = None):
     """The architecture's own default init on the CPU, made reproducible by the seed, drawn
-    directly in `dtype` (the same weights as float32 rounded to it, at a fraction of the memory:
-    an 8B shape takes 16 GB in bfloat16, not 32 GB)."""
+    directly in `dtype` (None: float32; the same weights as float32 rounded to it, at a fraction
+    of the memory: an 8B shape takes 16 GB in bfloat16, not 32 GB)."""
     import transformers
+
+    dtype = torch.float32 if dtype is None else dtype
 
     mark("building")
     cls = transformers.AutoModelForCausalLM
@@ -2243,7 +2246,7 @@ def init_from_config(config, seed: int, dtype: torch.dtype = torch.float32):
         return cls.from_config(config, dtype=dtype, trust_remote_code=False)
 
 
-def _load_tiny(spec: ModelSpec, seed: int = TINY_SEED, dtype: torch.dtype = torch.float32):
+def _load_tiny(spec: ModelSpec, seed: int = TINY_SEED, dtype: torch.dtype | None = None):
 
     model = init_from_config(tiny_config(spec.tiny_arch), seed, dtype)
     return model, byte_level_tokenizer(add_bos=spec.tiny_adds_bos)

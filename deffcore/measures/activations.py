@@ -21,9 +21,12 @@ passage's first real token. Pure functions, tested on hand-made inputs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch loads when a function needs it (a stored run's view never does)
+    import torch
 
 from deffcore.core.errors import DeffError
 
@@ -46,6 +49,8 @@ def passage_maxima(
     Returns (value (B,) float32, position (B,) long counted from the passage's first real
     token, feature (B,) long). Padding never wins, even when it holds NaN or inf.
     """
+    import torch
+
     a = hidden.float().abs()
     a = torch.where(mask.bool()[..., None], a, -1.0)
     B, _, d = a.shape
@@ -81,6 +86,8 @@ def sink_scores_batch(attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     row has >= 2). Position 0 is the passage's first real token and t counts from it.
     Returns (B, H) float64. Query 0 is excluded: it can only attend to itself.
     """
+    import torch
+
     m = mask.bool()
     B, H, T, _ = attn.shape
     first = m.int().argmax(1)  # (B,)

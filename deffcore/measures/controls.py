@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import torch
 
 from deffcore.core.constants import PC_CONTROLS
 from deffcore.core.errors import DeffError, InvalidStatesError
+from deffcore.core.lazy import torch  # imported on first use
 from deffcore.measures.similarity import _as_tensor, _validated
 
 

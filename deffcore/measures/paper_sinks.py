@@ -34,10 +34,12 @@ half of the passages counts fully or not at all.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch loads when a function needs it (a stored run's view never does)
+    import torch
 
 #: Gu et al.'s threshold eps on the importance score.
 GU_THRESHOLD = 0.3
@@ -72,6 +74,8 @@ def gu_scores_batch(
     any padding side, >= 1 per row); position 0 is each passage's first real token.
     Returns (B, H) float64; query 0 included (module docstring).
     """
+    import torch
+
     m = mask.bool()
     B, H, T, _ = attn.shape
     first = m.int().argmax(1)  # (B,)

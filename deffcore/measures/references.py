@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from deffcore.core.errors import DeffError
+from deffcore.core.lazy import torch  # imported on first use
 from deffcore.measures.depth import effective_depth, gap_percent, lag_profile, reference_depth
 from deffcore.measures.similarity import _validated, cka_finite_sample_bias, similarity_matrix
 

@@ -59,10 +59,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from deffcore.core.constants import METRICS
 from deffcore.core.errors import DeffError, InvalidStatesError, UndefinedSimilarityError
+from deffcore.core.lazy import torch  # imported on first use: a stored run never needs it
 
 #: Elements (floats) one streamed block may hold; ~256 MB in float32.
 DEFAULT_BLOCK_ELEMENTS = 64 * 1024 * 1024

@@ -74,7 +74,6 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import torch
 
 from deffcore.core.checks import check_int, check_seed
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, WINDOW_MODES
@@ -86,6 +85,7 @@ from deffcore.core.errors import (
     NonFiniteActivationsError,
     TooFewPassagesError,
 )
+from deffcore.core.lazy import torch  # imported on first use
 from deffcore.extraction.forward import PooledStates, pool_states
 from deffcore.inputs.architecture import architecture_of, decoder_layers
 from deffcore.inputs.interventions import INTERVENTIONS
@@ -101,7 +101,8 @@ MAX_CACHE_ID = 200
 STATES_ROWS_PER_CHUNK = 256
 #: A NaN/inf at any real token reaches these masked means (the extraction checks the same).
 _MEANS_CHECKED = ("default", "token_normed", "no_pos0")
-_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+#: The weight dtypes measured, by their names (`str(dtype)`: no torch at import).
+_DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> None:
@@ -161,7 +162,7 @@ def wrap_loaded(model: Any, tokenizer: Any, name: str) -> LoadedModel:
             "(built under init_empty_weights, or offloaded by a device_map); load its weights "
             "onto a device before measuring it."
         )
-    if param.dtype not in _DTYPES:
+    if str(param.dtype) not in _DTYPES:
         raise DeffError(
             f"The model's weights are {param.dtype}; measure a float32, bfloat16 or float16 "
             "model (e.g. model.float())."
@@ -176,7 +177,7 @@ def wrap_loaded(model: Any, tokenizer: Any, name: str) -> LoadedModel:
         architecture=type(model).__name__,
         weights_id=name,
         device=str(param.device),
-        dtype=_DTYPES[param.dtype],
+        dtype=_DTYPES[str(param.dtype)],
     )
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError
+from deffcore.core.lazy import pd  # imported on first use: a chart never needs it
 from deffcore.inputs.model import ModelSpec
 
 if TYPE_CHECKING:

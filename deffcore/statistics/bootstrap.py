@@ -86,10 +86,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from deffcore.core.constants import METRICS
 from deffcore.core.errors import DeffError, InvalidStatesError
+from deffcore.core.lazy import torch  # imported on first use: a stored run never needs it
 from deffcore.measures.depth import effective_depth
 from deffcore.measures.similarity import (
     CONTRACT_ELEMENTS,

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.errors import DeffError
 from deffcore.core.json_values import finite_number
+from deffcore.core.lazy import torch  # imported on first use: a stored run never needs it
 from deffcore.measures.depth import deff_from_profile, lag_profile
 from deffcore.measures.similarity import (
     DEFAULT_BLOCK_ELEMENTS,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-import pandas as pd
+from deffcore.core.lazy import pd  # imported on first use: a chart never needs it
 
 #: term or symbol -> one or two plain-language sentences. Keys are what a page shows.
 GLOSSARY: dict[str, str] = {

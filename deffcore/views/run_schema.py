@@ -776,10 +776,10 @@ def _check_measures(tables: Any, L: int, N: int, where: str) -> None:
     """The tables across similarity measures a snapshot may carry (SPEC 17.4): per pooling, a
     `MeasureTable` of this run's L and N whose numbers are finite (or absent) and whose regimes
     are the three words."""
+    if tables is None:  # most snapshots: no import of the measures' engine (scipy, torch)
+        return
     from deffcore.statistics.measure_table import MeasureTable
 
-    if tables is None:
-        return
     if not isinstance(tables, dict) or not set(tables) <= set(POOLINGS):
         raise SnapshotError(f"{where}: 'measures' is not a table per pooling.")
     for pooling, d in tables.items():
