@@ -36,7 +36,7 @@ MEASURE_PAGES = ("Overview", "Similarity", "Lag decay", "Gap to F_L")
 def metric_label(name: str) -> str:
     """How a metric reads in the picker: its group, then its name."""
     group = "CKA family" if name in METRICS else "SPEC 17, computed on request"
-    return f"{MEASURE_LABELS.get(name, name)} · {group}"
+    return f"{MEASURE_LABELS.get(name, name)} ({group})"
 
 
 def cka_family(metric: str) -> bool:

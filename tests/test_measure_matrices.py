@@ -114,3 +114,17 @@ def test_the_cost_is_the_benchmarks_at_its_size_and_grows_with_n():
     small = measure_cost("rsa", n=512, d=576, layers=31).seconds
     assert small < MEASURE_BENCH_S["rsa"] / 50  # N^2 log N: 64x fewer pairs, a shorter sort
     assert "BENCHMARKS.md" in measure_cost("procrustes", n=64, d=8, layers=4).line()
+
+
+def test_trust_and_the_bos_answer_refuse_a_measure_in_one_sentence(run):
+    from deffcore.core.errors import DeffError
+    from deffcore.statistics.bos_answer import run_answer
+
+    run.measure_similarity("default", "procrustes")  # held: its headline exists
+    assert run.view().headline("default", "procrustes").deff > 0
+    with pytest.raises(DeffError, match="A trust level is defined for linear CKA, unbiased"):
+        run.trust("default", "procrustes")
+    with pytest.raises(DeffError, match="The BOS answer is defined for linear CKA"):
+        run_answer(run.view(), "procrustes")
+    with pytest.raises(DeffError, match="'hsic'"):
+        run.trust("default", "hsic")
