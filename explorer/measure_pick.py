@@ -63,6 +63,22 @@ def cka_only(settings: Any, *, say: bool = True) -> None:
     settings.metric = "cka"
 
 
+def cached_summary(meta: dict[str, Any], pooling: str, measure: str) -> Any | None:
+    """`DepthSummary` of a cached run's kept `measure` matrix (its measures.json, read without
+    its pooled states), or None when it keeps none."""
+    from deffcore.inputs.run_spec import RunSpec
+    from deffcore.measures.depth import depth_summary
+    from deffcore.runs.measure import stored_measure_matrices
+
+    try:
+        spec = RunSpec(**meta["spec"])
+        kept = stored_measure_matrices(spec, int(meta["layers"]), int(meta["n"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    S = kept.get(pooling, {}).get(measure)
+    return None if S is None else depth_summary(S)
+
+
 def task_name(m: Any, pooling: str, measure: str) -> str:
     return f"measure-matrix:{m.spec.key()}:{pooling}:{measure}"
 

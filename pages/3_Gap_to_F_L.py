@@ -17,10 +17,10 @@ from deffcore.views.paper import paper_default_gaps, paper_table
 from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
-from explorer.measure_pick import cka_family, metric_label
+from explorer.measure_pick import cached_summary, cka_family, metric_label
 from explorer.page import OVERVIEW_TABS, require_view
 from explorer.settings import Settings
-from explorer.views import cached_result, cached_runs, measurement_from_cache, precomputed_runs
+from explorer.views import cached_result, cached_runs, precomputed_runs
 
 
 def run_row(
@@ -89,12 +89,14 @@ def measure_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
         if (key, shipped) in seen:
             continue
         seen.add((key, shipped))
-        try:
+        try:  # read, never computed: a run without the matrix is left out
             if shipped:
                 g, spec = run.headline(pooling, metric), run.spec
             else:
-                g, spec = measurement_from_cache(key).summary(pooling, metric), run["spec"]
-        except (KeyError, DeffError):  # no matrix of this measure: not computed here
+                g, spec = cached_summary(run, pooling, metric), run["spec"]
+        except (KeyError, DeffError):
+            g = None
+        if g is None:
             left_out += 1
             continue
         source = "precomputed" if shipped else "cached"

@@ -114,6 +114,14 @@ def test_a_held_measure_renders_the_tables_point_estimate(app, measurement):
     mine = rows[rows["label"].str.startswith("this run")]
     assert mine["deff_over_L"].iloc[0] == f"{want.deff_over_L:.4f}"
     assert float(mine["gap_pct"].iloc[0]) == pytest.approx(want.gap_pct, abs=1e-9)
+    said = " ".join(c.value for c in app.caption)  # the shipped runs hold no RSA matrix
+    assert "hold no RSA (Spearman) (SPEC 17, computed on request) matrix" in said
+    from deffcore.extraction import cache
+    from explorer.measure_pick import cached_summary
+
+    meta = cache.load_meta(measurement.spec.key())  # another cached run reads it the same way
+    assert cached_summary(meta, "default", "rsa").deff == want.deff
+    assert cached_summary(meta, "default", "svcca") is None
 
 
 def test_a_cka_only_page_says_so_and_shows_linear_cka(app):
