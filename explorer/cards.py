@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from deffcore import figures
+from deffcore.core.constants import METRICS
 from deffcore.core.lazy import pd  # imported on first use: a chart never needs it
 from deffcore.core.safe_text import csv_safe, md_code  # user text is text, never markup
 from deffcore.inputs.supply import passages_action
@@ -91,8 +92,8 @@ def headline_cards(view: RunView, settings: Settings) -> None:
     """D_eff, D_eff/L, gap to F_L, rho_hat(1), position-0 ratio, N, CKA bias (one row), with
     the trust badge of these numbers; the CKA-bias warning only when the bias moves them."""
     h = view.headline(settings.pooling, settings.metric, settings.K)
-    trust = trust_of(view, settings)
-    badge = f"Trust: {trust.badge}. "
+    trust = trust_of(view, settings) if settings.metric in METRICS else None
+    badge = f"Trust: {trust.badge}. " if trust is not None else ""
     cols = st.columns(7)
     cols[0].metric("D_eff", f"{h.deff:.3f}", help=f"{badge}K = {h.K}, L = {h.layers}")
     cols[1].metric("D_eff / L", f"{h.deff_over_L:.4f}", help=badge.strip())
@@ -117,6 +118,9 @@ def headline_cards(view: RunView, settings: Settings) -> None:
     )
     cols[5].metric("N", f"{h.n}", help=f"d = {h.d_model}, L = {h.layers}")
     cols[6].metric("CKA bias d/(N+d)", f"{h.cka_bias:.3f}")
+    if trust is None:  # the trust rule is calibrated for the CKA family (SPEC 8, 17.5)
+        st.caption(measure_spread_line(view, settings.pooling, settings.metric))
+        return
     trust_line(trust)
     if trust.bias_material:
         action = passages_action(trust.solid_n, view.spec or None, view.window_source())
@@ -126,6 +130,30 @@ def headline_cards(view: RunView, settings: Settings) -> None:
             f"{h.cka_bias:.3f}, which inflates similarity and lowers D_eff. "
             f"{action[:1].upper()}{action[1:]} or switch the metric to unbiased_cka."
         )
+
+
+def measure_spread_line(view: RunView, pooling: str, metric: str) -> str:
+    """What stands in for the trust badge under a SPEC 17 measure: the trust rule is the CKA
+    family's, so no level; the interval and regime of the run's table across measures when it
+    holds the row (SPEC 17.4), else where to compute them."""
+    from deffcore.statistics.measure_table import MEASURE_LABELS
+
+    name = MEASURE_LABELS.get(metric, metric)
+    head = f"No trust level: the trust rule is calibrated for the CKA family only, not for {name}."
+    table = view.measure_table(pooling)
+    row = None
+    if table is not None and metric in {r.measure for r in table.rows}:
+        row = table.row(metric)
+    if row is None or row.undefined is not None:
+        return (
+            f"{head} Its passage-bootstrap interval and regime against F_L are in the table "
+            "across measures (Similarity page), computed on request."
+        )
+    return (
+        f"{head} The table across measures gives D_eff/L {row.deff_over_L:.4f}, "
+        f"{round(100 * table.ci)}% interval [{row.low:.4f}, {row.high:.4f}] (B = {table.B}), "
+        f"regime: {row.regime}."
+    )
 
 
 #: Plotly's toolbar without the buttons nobody uses here (a narrower bar covers less).

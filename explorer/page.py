@@ -19,6 +19,7 @@ from deffcore.core.safe_text import md_escape  # user text is shown as text, nev
 from deffcore.views.run_view import RunView
 from deffcore.views.snapshot import SnapshotView
 from explorer.current_run import start_page, write_url
+from explorer.measure_pick import cka_only, measure_ready
 from explorer.run_panel import job_panel, settle_job, start_run
 from explorer.settings import PAGE_CHANGED_KEY, Settings, run_panel_settings, sidebar
 from explorer.views import current_view
@@ -32,9 +33,13 @@ OVERVIEW_TABS: list[tuple[str, str]] = [
 ]
 
 
-def page(title: str, *, run_panel: bool = False) -> tuple[RunView | None, Settings]:
+def page(
+    title: str, *, run_panel: bool = False, measures: bool = False, uses_metric: bool = True
+) -> tuple[RunView | None, Settings]:
     """Start a page: page config, the shared sidebar, the run box (and, with `run_panel`, the
-    run settings and Run at the top of the main area); returns (run, settings)."""
+    run settings and Run at the top of the main area); returns (run, settings). Without
+    `measures` the page is defined for the CKA family only: a SPEC 17 metric in the sidebar
+    is replaced by linear CKA (`measure_pick.cka_only`), said where the page `uses_metric`."""
     st.set_page_config(
         page_title=f"{title} · Effective Depth Explorer", page_icon="📐", layout="wide"
     )
@@ -51,22 +56,32 @@ def page(title: str, *, run_panel: bool = False) -> tuple[RunView | None, Settin
         if run_clicked:
             start_run(run_settings)  # checked and queued before the main area shows progress
     job_panel()
+    if not measures:
+        cka_only(settings, say=uses_metric)
     view = current_view()
     write_url(view)  # a reload, a bookmark or a shared link shows this run again
     return view, settings
 
 
 def require_view(
-    title: str, *, tabs: list[tuple[str, str]] | None = None
+    title: str,
+    *,
+    tabs: list[tuple[str, str]] | None = None,
+    measures: bool = False,
+    uses_metric: bool = True,
 ) -> tuple[RunView, Settings] | None:
     """Start a page that needs a run: the run and settings, or a message and None. `tabs`:
-    a row of links to related pages under the title (`page_links`)."""
-    view, settings = page(title)
+    a row of links to related pages under the title (`page_links`). `measures`: the page draws
+    a SPEC 17 metric (None, with the offer to compute it, while the run holds no matrix of it:
+    `measure_pick.measure_ready`); without, it shows linear CKA and says so."""
+    view, settings = page(title, measures=measures, uses_metric=uses_metric)
     st.title(title)
     if tabs:
         page_links(tabs)
     if view is None:
         st.warning("No run yet: choose a model and dataset on the Runs page and press Run.")
+        return None
+    if not measure_ready(view, settings):  # a SPEC 17 measure the run does not hold yet
         return None
     try:  # e.g. a pooling control undefined for this run (no variance): a sentence
         view.similarity(settings.pooling, settings.metric)

@@ -7,7 +7,8 @@ headline.
 
 DEFF_LOCAL_PATHS is enforced here, once, for every page: a refused model path or dataset file
 never reaches a page. Pooling, metric and K are *view* settings: changing them only recomputes
-an L x L similarity or a sum over it, never the model.
+an L x L similarity or a sum over it, never the model; a SPEC 17 metric is read from the run's
+matrix of it, computed only when asked (`explorer.measure_pick`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from deffcore.inputs import serving
 from deffcore.inputs.model import ModelSpec
 from deffcore.inputs.texts import DatasetSpec
 from deffcore.runs import measure as preflight
+from explorer.measure_pick import PICKER_METRICS, metric_label
 from explorer.plan_line import plan_caption
 from explorer.uploads import UPLOAD_KEY, upload_names, upload_widget
 from explorer.views import current_view
@@ -468,8 +470,12 @@ def view_settings(settings: Settings) -> None:
         "Metric",
         "metric",
         METRICS[0],
-        options=METRICS,
-        help="linear CKA (default), unbiased CKA (no finite-sample bias), mean cosine",
+        options=PICKER_METRICS,
+        format_func=metric_label,
+        help="CKA family: linear CKA (default), unbiased CKA (no finite-sample bias), mean "
+        "cosine. SPEC 17: the similarity measures of the table across measures, drawn on the "
+        "Overview, Similarity, Lag decay and Gap to F_L pages from the run's matrix of that "
+        "measure (computed on request, in the background: minutes at N in the thousands).",
     )
     view = current_view()
     if view is not None and view.layers > 2:

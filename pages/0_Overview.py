@@ -14,6 +14,7 @@ from deffcore.views.labels import run_identity
 from deffcore.views.run_view import RunView
 from explorer.answer_box import answer_box
 from explorer.cards import download_html, headline_cards, precomputed_note, show_run_figure
+from explorer.measure_pick import cka_family, measure_ready, metric_label
 from explorer.page import OVERVIEW_TABS, page, page_links
 from explorer.settings import Settings
 
@@ -101,7 +102,7 @@ def report_button(view: RunView, settings: Settings) -> None:
 
 
 def main() -> None:
-    view, settings = page("Overview")
+    view, settings = page("Overview", measures=True)
     st.title("Effective Depth Explorer")
     page_links(OVERVIEW_TABS)  # the matrix, ρ(k) and the gap in full, one click away
     st.markdown(INTRO)
@@ -109,10 +110,20 @@ def main() -> None:
         st.warning("No run yet: choose a model and dataset on the Runs page and press Run.")
         st.stop()
     st.caption(f"Current run: {md_escape(view.label)}")
+    if not measure_ready(view, settings):  # a SPEC 17 measure the run does not hold yet
+        st.stop()
     headline_cards(view, settings)
     charts_section(view, settings)  # one picture above the fold
-    answer_box(view, settings.metric, settings.K)  # the BOS page's answer, paired alike
-    report_button(view, settings)
+    if cka_family(settings.metric):
+        answer_box(view, settings.metric, settings.K)  # the BOS page's answer, paired alike
+        report_button(view, settings)
+    else:  # the answer's paired rule and the report's trust are the CKA family's (SPEC 15)
+        st.info(
+            "The BOS answer (is the gap a position-0 artefact?) and the run's report are "
+            "decided under the CKA family only (their paired bootstrap and trust rule are "
+            f"calibrated there), not under {metric_label(settings.metric)}: choose linear CKA, "
+            "unbiased CKA or cosine in the sidebar to see them."
+        )
     precomputed_note(view)
     metric_section(view, settings)
     st.caption(PAGES_NOTE)

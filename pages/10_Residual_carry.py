@@ -93,7 +93,7 @@ def results_section(result: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    page("Residual carry")
+    page("Residual carry", uses_metric=False)
     st.title("Residual carry")
     st.markdown(
         "A small character-level GPT whose blocks compute **h_l = γ·h_{l−1} + block(h_{l−1})**, "

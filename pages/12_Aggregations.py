@@ -161,7 +161,7 @@ def paper_section() -> None:
 
 
 def main() -> None:
-    ctx = require_view("Aggregations and metrics")
+    ctx = require_view("Aggregations and metrics", uses_metric=False)
     if ctx is None:
         st.stop()
     view, settings = ctx

@@ -145,7 +145,7 @@ def results_section(result: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    page("Short pretraining")
+    page("Short pretraining", uses_metric=False)
     st.title("Short pretraining (Table S8)")
     st.markdown(
         "Does a Gemma-style model trained briefly from random weights already show the "

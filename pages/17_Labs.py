@@ -20,7 +20,7 @@ LABS: list[tuple[str, str, str]] = [
 
 
 def main() -> None:
-    page("Labs")
+    page("Labs", uses_metric=False)
     st.title("Labs")
     st.caption(
         "Each lab runs its own experiment with the model and data chosen on the Runs page "

@@ -28,7 +28,7 @@ ABOUT = (
 
 
 def main() -> None:
-    page("About and methods")
+    page("About and methods", uses_metric=False)
     st.title("About and methods")
     st.text(ABOUT)
     st.subheader("The docs")

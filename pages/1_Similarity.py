@@ -124,7 +124,7 @@ def measures_section(view: RunView, settings: Settings) -> None:
 
 
 def main() -> None:
-    ctx = require_view("Similarity", tabs=OVERVIEW_TABS)
+    ctx = require_view("Similarity", tabs=OVERVIEW_TABS, measures=True)
     if ctx is None:
         st.stop()
     view, settings = ctx

@@ -92,7 +92,7 @@ def k_section(view: RunView, settings: Settings) -> None:
 
 
 def main() -> None:
-    ctx = require_view("Lag decay", tabs=OVERVIEW_TABS)
+    ctx = require_view("Lag decay", tabs=OVERVIEW_TABS, measures=True)
     if ctx is None:
         st.stop()
     view, settings = ctx

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from deffcore import figures
+from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.views.comparisons import PAPER_N, comparison_caveats
 from deffcore.views.labels import common_label, run_labels
@@ -16,6 +17,7 @@ from deffcore.views.paper import paper_default_gaps, paper_table
 from deffcore.views.run_view import RunView
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
+from explorer.measure_pick import cached_summary, cka_family, metric_label
 from explorer.page import OVERVIEW_TABS, require_view
 from explorer.settings import Settings
 from explorer.views import cached_result, cached_runs, precomputed_runs
@@ -37,8 +39,11 @@ def run_row(
 
 
 def measured_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
-    """This run, then every other complete cached run, then the shipped precomputed runs."""
+    """This run, then every other complete cached run, then the shipped precomputed runs.
+    Under a SPEC 17 measure: only the runs that hold its matrix (`measure_runs`), no trust."""
     pooling, metric = settings.pooling, settings.metric
+    if not cka_family(metric):
+        return measure_runs(view, settings)
     h = view.headline(pooling, metric)
     trust = view.trust(pooling, metric).level
     runs = [run_row(view.spec, "this run", h.gap_pct, h.deff_over_L, view.layers, trust)]
@@ -66,6 +71,41 @@ def measured_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
             g = snap.headline(pooling, metric)
             t = snap.trust(pooling, metric).level
             runs.append(run_row(snap.spec, "precomputed", g.gap_pct, g.deff_over_L, g.layers, t))
+    return runs
+
+
+def measure_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
+    """This run and every cached or precomputed run that holds the SPEC 17 measure's matrix
+    (read, never computed), without a trust level (the rule is the CKA family's); a caption
+    says how many runs were left out for lack of it."""
+    pooling, metric = settings.pooling, settings.metric
+    h = view.headline(pooling, metric)
+    runs = [run_row(view.spec, "this run", h.gap_pct, h.deff_over_L, view.layers, None)]
+    seen, left_out = {(getattr(view, "key", None), view.source == "precomputed")}, 0
+    others = [(meta["key"], False, meta) for meta in cached_runs()
+              if meta.get("status", "complete") == "complete"]  # fmt: skip
+    others += [(snap.key, True, snap) for snap in precomputed_runs()]
+    for key, shipped, run in others:
+        if (key, shipped) in seen:
+            continue
+        seen.add((key, shipped))
+        try:  # read, never computed: a run without the matrix is left out
+            if shipped:
+                g, spec = run.headline(pooling, metric), run.spec
+            else:
+                g, spec = cached_summary(run, pooling, metric), run["spec"]
+        except (KeyError, DeffError):
+            g = None
+        if g is None:
+            left_out += 1
+            continue
+        source = "precomputed" if shipped else "cached"
+        runs.append(run_row(spec, source, g.gap_pct, g.deff_over_L, g.layers, None))
+    if left_out:
+        st.caption(
+            f"{left_out} other run(s) hold no {metric_label(metric)} matrix for pooling "
+            f"{pooling} and are left out (open one and compute it there to add it)."
+        )
     return runs
 
 
@@ -133,7 +173,7 @@ def gap_table(table: pd.DataFrame) -> None:
 
 
 def main() -> None:
-    ctx = require_view("Gap to F_L", tabs=OVERVIEW_TABS)
+    ctx = require_view("Gap to F_L", tabs=OVERVIEW_TABS, measures=True)
     if ctx is None:
         st.stop()
     view, settings = ctx

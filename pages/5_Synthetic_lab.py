@@ -506,7 +506,7 @@ def words_used() -> None:
 
 
 def main() -> None:
-    _, settings = page("Synthetic lab")
+    _, settings = page("Synthetic lab", uses_metric=False)
     init_defaults()  # the link's step and layout, before the title
     if not st.session_state.get("syn_projector"):  # the projector's first screen: the step
         st.title("Synthetic lab")

@@ -78,6 +78,11 @@ class UndefinedSimilarityError(InvalidStatesError):
     matrix is zero), so CKA is undefined for it."""
 
 
+class MeasureNotComputedError(DeffError):
+    """A run holds no matrix of this similarity measure yet (SPEC 17.4): it is computed only
+    on request (minutes at N in the thousands), never as a side effect of reading the run."""
+
+
 class GWSolverError(DeffError):
     """A Gromov–Wasserstein solve gave no valid coupling (e.g. an entropic epsilon so small
     that Sinkhorn underflows): its number is not a GW value and is never stored."""

@@ -173,3 +173,55 @@ def diagnostics_cost(spec: Any, device: str) -> Cost:
 def with_variants(spec: Any, field: str, values: Sequence[Any]) -> list[Any]:
     """`spec` once per value of `field` (the BOS on/off check's bos=add and bos=none)."""
     return [replace(spec, **{field: v}) for v in values]
+
+
+#: Seconds of one all-pairs matrix per SPEC 17 measure at N = 4,096, d = 576, 31 states, one
+#: core of the 2-core sandbox (BENCHMARKS.md "Similarity measures beside CKA", full size; the
+#: RSA, SVCCA and PWCCA cells were measured at load 12-21, so they price a loaded machine).
+MEASURE_BENCH_S: dict[str, float] = {
+    "cka": 5.89,
+    "unbiased_cka": 5.81,
+    "cosine": 0.50,
+    "procrustes": 88.2,
+    "mutual_knn": 80.0,
+    "cknna": 96.7,
+    "rsa": 671.0,
+    "svcca": 572.0,
+    "pwcca": 617.0,
+}
+#: The benchmark's size: passages, width, states.
+MEASURE_BENCH_SIZE = (4096, 576, 31)
+
+
+def _measure_work(measure: str, n: int, d: int, states: int) -> float:
+    """The measure's work up to a constant (BENCHMARKS.md's "where the time goes"): an SVD of
+    a min(N, d)^2 matrix per pair (procrustes, svcca, pwcca), an N x N cosine product per layer
+    (mutual_knn, cknna), a sort of N(N-1)/2 distances per layer (rsa), streamed Gram products
+    (the CKA family)."""
+    import math
+
+    r = min(n, d)
+    pairs = states * (states - 1) / 2
+    if measure in ("procrustes", "svcca", "pwcca"):
+        return pairs * (n * r * r + 10 * r**3)
+    if measure in ("mutual_knn", "cknna"):
+        return states * n * n * d
+    if measure == "rsa":
+        m = n * (n - 1) / 2
+        return states * m * math.log2(max(m, 2.0))
+    return n * n * (states * d + states * states)
+
+
+def measure_cost(measure: str, *, n: int, d: int, layers: int) -> Cost:
+    """One all-pairs matrix of `measure` on L = `layers` states of N = `n` passages, width `d`
+    (`Measurement.measure_similarity`): the benchmark's seconds (`MEASURE_BENCH_S`) scaled by
+    the measure's work at this size against the benchmark's (`_measure_work`). A prior, never
+    measured on this machine; a row of the table across measures costs B + 1 + permutations
+    such passes."""
+    bn, bd, bs = MEASURE_BENCH_SIZE
+    ratio = _measure_work(measure, n, d, layers) / _measure_work(measure, bn, bd, bs)
+    source = (
+        f"scaled from BENCHMARKS.md's {MEASURE_BENCH_S[measure]:.0f} s at N = 4,096, d = 576 "
+        "on one core of a loaded 2-core CPU"
+    )
+    return Cost(MEASURE_BENCH_S[measure] * ratio, source)

@@ -40,6 +40,7 @@ from deffcore.core.constants import (
 from deffcore.core.errors import (
     DeffError,
     InvalidStatesError,
+    MeasureNotComputedError,
     NonFiniteActivationsError,
     TooFewPassagesError,
     UndefinedSimilarityError,
@@ -643,12 +644,69 @@ class Measurement:
         return self.states_with_h0(pooling)[1:]
 
     def similarity(self, pooling: str = "default", metric: str | None = None) -> np.ndarray:
-        """(L, L) similarity of h_1 .. h_L; computed once per (pooling, metric)."""
+        """(L, L) similarity of h_1 .. h_L; computed once per (pooling, metric). A SPEC 17
+        measure (`TABLE_MEASURES` beyond `METRICS`) is read, never computed here: the matrix
+        `measure_similarity` or `measure_table` computed for the run (memoised or kept with its
+        cache entry); MeasureNotComputedError (one sentence, with its cost) when there is none."""
+        from deffcore.statistics.measure_table import TABLE_MEASURES
+
         metric = metric or self.metric
-        check_choice(metric, METRICS, "metric")
+        if metric in TABLE_MEASURES and metric not in METRICS:
+            held = self.stored_measure_similarity(pooling, metric)
+            if held is None:
+                raise MeasureNotComputedError(measure_missing_sentence(self, pooling, metric))
+            return held
+        check_choice(metric, TABLE_MEASURES, "metric")
         if (pooling, metric) not in self._sim:
             self._sim[(pooling, metric)] = similarity_matrix(self.states(pooling), metric)
         return self._sim[(pooling, metric)]
+
+    def measure_similarity(
+        self, pooling: str = "default", measure: str = "procrustes", *, progress: Any = None
+    ) -> np.ndarray:
+        """The (L, L) point-estimate matrix of a SPEC 17 measure on this pooling's states
+        (`statistics.measure_table.measure_similarity`: the matrix of `measure_table`'s row),
+        held or computed (one all-pairs pass; `action_costs.measure_cost` says how long) and
+        kept with the run's cache entry. progress(done, total, stage) before and after."""
+        from deffcore.statistics.measure_table import TABLE_MEASURES, measure_similarity
+
+        check_choice(pooling, POOLINGS, "pooling")
+        check_choice(measure, TABLE_MEASURES, "measure")
+        if measure in METRICS:
+            return self.similarity(pooling, measure)
+        held = self.stored_measure_similarity(pooling, measure)
+        if held is not None:
+            return held
+        if progress is not None:
+            progress(0, 1, f"computing the {measure} matrix")
+        S = np.asarray(measure_similarity(self.states(pooling), measure), dtype=np.float64)
+        self._sim[(pooling, measure)] = S
+        keep_measure_matrices(self.spec, pooling, {measure: S}, self.layers, self.n)
+        if progress is not None:
+            progress(1, 1, f"computing the {measure} matrix")
+        return S
+
+    def held_measures(self, pooling: str = "default") -> dict[str, np.ndarray]:
+        """Every SPEC 17 measure's matrix this run holds for `pooling` (what a snapshot
+        carries beside its metrics' matrices); never computes."""
+        from deffcore.statistics.measure_table import TABLE_MEASURES
+
+        out = {}
+        for measure in TABLE_MEASURES:
+            if measure not in METRICS:
+                S = self.stored_measure_similarity(pooling, measure)
+                if S is not None:
+                    out[measure] = S
+        return out
+
+    def stored_measure_similarity(self, pooling: str, measure: str) -> np.ndarray | None:
+        """The point-estimate matrix of `measure` computed for this run (memoised, or kept with
+        its cache entry by `measure_similarity` or `measure_table`), or None; never computes."""
+        if (pooling, measure) not in self._sim:
+            found = stored_measure_matrices(self.spec, self.layers, self.n).get(pooling, {})
+            if measure in found:
+                self._sim[(pooling, measure)] = found[measure]
+        return self._sim.get((pooling, measure))
 
     def undefined(self, pooling: str = "default", metric: str | None = None) -> str | None:
         """Why `pooling` has no numbers in this run, or None when it has them.
@@ -897,11 +955,17 @@ class Measurement:
                 permutations=permutations,
                 progress=progress,
             )
+            fresh = {m: np.asarray(S, dtype=np.float64) for m, S in table.matrices.items()}
             if same:
                 rows = {r.measure: r for r in (*held.rows, *table.rows)}
                 table.rows = [rows[m] for m in TABLE_MEASURES if m in rows]
             self._tables[pooling] = table
             keep_measure_table(self.spec, pooling, table)
+            new = {m: S for m, S in fresh.items() if m not in METRICS}
+            for m, S in new.items():
+                self._sim[(pooling, m)] = S
+            if new:
+                keep_measure_matrices(self.spec, pooling, new, self.layers, self.n)
         return _table_of(self._tables[pooling], measures)
 
     def stored_measure_table(self, pooling: str = "default"):
@@ -1102,10 +1166,15 @@ def keep_paired(spec: Any, pb: Any, layers: int, n: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # A run's tables across similarity measures, kept beside its cache entry (SPEC 17.4)
 #
-#     <cache>/<key>/measures.json   {"format", "key", "tables": {pooling: MeasureTable.to_dict()}}
+#     <cache>/<key>/measures.json   {"format", "key", "layers", "n",
+#                                    "tables": {pooling: MeasureTable.to_dict()},
+#                                    "matrices": {pooling: {measure: (L, L) point estimate}}}
 #
-# The newest table per pooling; a file not of this format, not this run's, or whose table is
-# not of this run's L and N reads as absent. A run without a cache entry keeps them in memory.
+# The newest table per pooling, and each SPEC 17 measure's point-estimate matrix (the matrix of
+# the table's row, or one `Measurement.measure_similarity` computed alone: what the pages show
+# under that measure); a file not of this format, not this run's, or whose table or matrices
+# are not of this run's L and N reads as absent. A run without a cache entry keeps them in
+# memory.
 # ---------------------------------------------------------------------------------------------
 
 MEASURES_FILE = "measures.json"
@@ -1118,10 +1187,8 @@ def _table_of(table: Any, measures: tuple[str, ...]) -> Any:
     return replace(table, rows=[table.row(m) for m in measures])
 
 
-def stored_measure_tables(spec: Any, layers: int, n: int) -> dict[str, Any]:
-    """The run's kept tables across measures by pooling ({} when none is readable)."""
-    from deffcore.statistics.measure_table import MeasureTable
-
+def _measures_data(spec: Any) -> dict[str, Any]:
+    """The run's measures.json as read ({} when absent, unreadable, not this format or run)."""
     path = _paired_file(spec)
     path = None if path is None else path.with_name(MEASURES_FILE)
     if path is None or not path.is_file() or path.is_symlink():
@@ -1132,7 +1199,15 @@ def stored_measure_tables(spec: Any, layers: int, n: int) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict) or data.get("format") != MEASURES_FORMAT:
         return {}
-    if data.get("key") != spec.key() or not isinstance(data.get("tables"), dict):
+    return data if data.get("key") == spec.key() else {}
+
+
+def stored_measure_tables(spec: Any, layers: int, n: int) -> dict[str, Any]:
+    """The run's kept tables across measures by pooling ({} when none is readable)."""
+    from deffcore.statistics.measure_table import MeasureTable
+
+    data = _measures_data(spec)
+    if not isinstance(data.get("tables"), dict):
         return {}
     found = {}
     for pooling, d in data["tables"].items():
@@ -1145,19 +1220,98 @@ def stored_measure_tables(spec: Any, layers: int, n: int) -> dict[str, Any]:
     return found
 
 
-def keep_measure_table(spec: Any, pooling: str, table: Any) -> None:
-    """Keep `table` with the run's entry (one per pooling, the newest); a run without an entry
-    keeps nothing here. A failed write warns and loses only the file, never the run."""
+def measure_matrix_of(rows: Any, layers: int) -> np.ndarray | None:
+    """`rows` as a kept point-estimate matrix of a SPEC 17 measure, or None when it is not
+    one: (layers, layers) finite numbers in [-1, 1], symmetric, unit diagonal (what
+    `measure_similarity` returns; the snapshot's similarity matrices pass the same check)."""
+    try:
+        S = np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if S.shape != (layers, layers) or not np.all(np.isfinite(S)):
+        return None
+    if np.abs(S).max() > 1 + 1e-6 or np.abs(S - S.T).max() > 1e-6:
+        return None
+    return S if np.abs(np.diag(S) - 1.0).max() <= 1e-6 else None
+
+
+def stored_measure_matrices(spec: Any, layers: int, n: int) -> dict[str, dict[str, np.ndarray]]:
+    """The run's kept point-estimate matrices of SPEC 17 measures, {pooling: {measure: (L, L)}}
+    ({} when none is readable; an entry failing `measure_matrix_of` reads as absent)."""
+    from deffcore.statistics.measure_table import TABLE_MEASURES
+
+    data = _measures_data(spec)
+    kept = data.get("matrices")
+    if not isinstance(kept, dict) or data.get("layers") != layers or data.get("n") != n:
+        return {}
+    found: dict[str, dict[str, np.ndarray]] = {}
+    for pooling, per in kept.items():
+        if pooling not in POOLINGS or not isinstance(per, dict):
+            continue
+        for measure, rows in per.items():
+            S = measure_matrix_of(rows, layers)
+            if measure in TABLE_MEASURES and measure not in METRICS and S is not None:
+                found.setdefault(pooling, {})[measure] = S
+    return found
+
+
+def _write_measures(spec: Any, body: dict[str, Any], what: str) -> None:
     from deffcore.core.files import atomic_write
 
     path = _paired_file(spec)
     if path is None:
         return
-    path = path.with_name(MEASURES_FILE)
-    kept = {p: t.to_dict() for p, t in stored_measure_tables(spec, table.layers, table.n).items()}
-    kept[pooling] = table.to_dict()
-    body = {"format": MEASURES_FORMAT, "key": spec.key(), "tables": kept}
     try:
-        atomic_write(path, json.dumps(body, separators=(",", ":")).encode())
+        atomic_write(
+            path.with_name(MEASURES_FILE), json.dumps(body, separators=(",", ":")).encode()
+        )
     except DeffError as err:
-        warnings.warn(f"The measure table was not kept with the run: {err}", stacklevel=2)
+        warnings.warn(f"The {what} was not kept with the run: {err}", stacklevel=3)
+
+
+def _measures_body(spec: Any, layers: int, n: int) -> dict[str, Any]:
+    """What measures.json holds now (readable parts only), ready to be added to."""
+    tables = {p: t.to_dict() for p, t in stored_measure_tables(spec, layers, n).items()}
+    matrices = {
+        p: {m: S.tolist() for m, S in per.items()}
+        for p, per in stored_measure_matrices(spec, layers, n).items()
+    }
+    body = {"format": MEASURES_FORMAT, "key": spec.key(), "layers": layers, "n": n}
+    return {**body, "tables": tables, "matrices": matrices}
+
+
+def keep_measure_table(spec: Any, pooling: str, table: Any) -> None:
+    """Keep `table` with the run's entry (one per pooling, the newest); a run without an entry
+    keeps nothing here. A failed write warns and loses only the file, never the run."""
+    if _paired_file(spec) is None:
+        return
+    body = _measures_body(spec, table.layers, table.n)
+    body["tables"][pooling] = table.to_dict()
+    _write_measures(spec, body, "measure table")
+
+
+def keep_measure_matrices(
+    spec: Any, pooling: str, matrices: dict[str, np.ndarray], layers: int, n: int
+) -> None:
+    """Keep point-estimate matrices of SPEC 17 measures (full precision) with the run's entry,
+    beside its tables; a run without an entry keeps them in memory only (`Measurement._sim`)."""
+    if _paired_file(spec) is None:
+        return
+    body = _measures_body(spec, layers, n)
+    per = body["matrices"].setdefault(pooling, {})
+    per.update({m: np.asarray(S, dtype=np.float64).tolist() for m, S in matrices.items()})
+    _write_measures(spec, body, "similarity matrix")
+
+
+def measure_missing_sentence(m: Measurement, pooling: str, measure: str) -> str:
+    """Why a run shows no `measure` yet and what computing it would take, in one sentence."""
+    from deffcore.runs.action_costs import measure_cost
+    from deffcore.statistics.measure_table import MEASURE_LABELS
+
+    name = MEASURE_LABELS.get(measure, measure)
+    cost = measure_cost(measure, n=m.n, d=m.d_model, layers=m.layers)
+    return (
+        f"This run holds no {name} matrix for pooling {pooling!r} yet: computing it (one "
+        f"all-pairs pass over L = {m.layers} layers, N = {m.n:,}, d = {m.d_model}) takes "
+        f"{cost.line()}."
+    )

@@ -180,7 +180,13 @@ def run_answer(
     it (`answer_bootstrap_of`), so every later surface answers from the same replicates.
     draw=False: the pages, which draw it in the background (`explorer/answer_box.py`) and
     meanwhile show the unpaired answer, said so. Only a file without states and without a
-    stored bootstrap answers unpaired, and its sentence says so."""
+    stored bootstrap answers unpaired, and its sentence says so. Under a SPEC 17.1 measure:
+    DeffError, one sentence (the answer is the CKA family's, SPEC 17.5)."""
+    from deffcore.core.constants import METRICS
+    from deffcore.statistics.trust_rule import cka_family_only
+
+    if metric not in METRICS:
+        raise DeffError(cka_family_only(metric, "The BOS answer"))
     m = view.measurement
     if m is not None and draw:
         answer_bootstrap_of(m, metric)

@@ -112,6 +112,9 @@ class MeasureTable:
     permutations: int
     alpha: float
     rows: list[MeasureRow] = field(default_factory=list)
+    #: each defined row's (L, L) point-estimate matrix, by measure (not part of `to_dict`:
+    #: a run keeps them beside its tables, `runs.measure.keep_measure_matrix`)
+    matrices: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def reference_FL(self) -> float:
@@ -127,7 +130,9 @@ class MeasureTable:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k != "rows"}
+        out = {
+            k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("rows", "matrices")
+        }
         out["reference_FL"] = self.reference_FL
         out["rows"] = [{**asdict(r), "sub_reference": r.sub_reference} for r in self.rows]
         return out
@@ -278,6 +283,14 @@ def _matrix(x: Any, measure: str, opts: MeasureOptions, groups: Any = None) -> n
     return pairs_matrix(prepare_layers(x, measure, opts, groups=groups), measure, opts)
 
 
+def measure_similarity(states: Any, measure: str, *, k: int = 10) -> np.ndarray:
+    """The (L, L) point-estimate matrix of `measure` on (L, N, d) pooled states h_1 .. h_L: the
+    matrix whose D_eff is the table's row (`measure_table`'s D_eff/L times L, same `k`); SPEC
+    17.4. One all-pairs pass, none of the row's B + `permutations` further ones."""
+    (measure,) = _check_measures(measure)
+    return _matrix(_validated(states, min_passages=4), measure, MeasureOptions(k=k))
+
+
 def _replicates(x: Any, measure: str, indices: np.ndarray, opts: MeasureOptions) -> list[Any]:
     if measure in METRICS:
         return bootstrap_similarities(x, indices, measure)
@@ -294,13 +307,16 @@ def measure_row(
     alpha: float = 0.05,
     seed: int = 0,
     opts: MeasureOptions | None = None,
+    matrices: dict[str, np.ndarray] | None = None,
 ) -> MeasureRow:
-    """One measure's row from (L, N, d) states and the (B, N) resampling indices (module doc)."""
+    """One measure's row from (L, N, d) states and the (B, N) resampling indices (module doc);
+    a defined row's point-estimate matrix goes into `matrices[measure]` when given."""
     opts = opts or MeasureOptions()
     start = time.perf_counter()
     n_layers, n = int(x.shape[0]), int(x.shape[1])
     try:
-        deff = effective_depth(_matrix(x, measure, opts))
+        S = _matrix(x, measure, opts)
+        deff = effective_depth(S)
         samples = np.array(
             [effective_depth(s) / n_layers for s in _replicates(x, measure, indices, opts)]
         )
@@ -322,6 +338,8 @@ def measure_row(
             )
     except DeffError as err:
         return MeasureRow(measure, undefined=str(err), seconds=time.perf_counter() - start)
+    if matrices is not None:  # a defined row's only: an undefined row has no point estimate
+        matrices[measure] = S
     caveat = None
     if measure in ("svcca", "pwcca") and n - 1 <= int(x.shape[2]):
         caveat = (
@@ -394,6 +412,7 @@ def measure_table(
                 alpha=alpha,
                 seed=seed,
                 opts=opts,
+                matrices=table.matrices,
             )
         )
     return table

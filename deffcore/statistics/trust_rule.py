@@ -315,13 +315,25 @@ def _regime(
     return regime, None
 
 
+def cka_family_only(metric: str, what: str) -> str:
+    """The sentence for `what` (the trust level, the BOS answer) asked under `metric`: defined
+    for the section 3 metrics only; a SPEC 17.1 measure is named as one (SPEC 17.5)."""
+    from deffcore.measures.similarity_measures import MEASURES
+
+    if metric in MEASURES:
+        return (
+            f"{what} is defined for linear CKA, unbiased CKA and cosine only (its rule is "
+            f"calibrated there, SPEC 8), not for the SPEC 17 measure {metric!r}: its "
+            "bootstrap interval and regime are in the table across measures (SPEC 17.4)."
+        )
+    return f"Unknown similarity metric {metric!r}; choose one of {', '.join(METRICS)}."
+
+
 def _check(n: Any, d: Any, metric: str, layers: Any) -> None:
     if not isinstance(n, int) or not isinstance(d, int) or n < 1 or d < 1:
         raise DeffError(f"A trust badge needs positive integers N and d, got N={n!r}, d={d!r}.")
     if metric not in METRICS:
-        raise DeffError(
-            f"Unknown similarity metric {metric!r}; choose one of {', '.join(METRICS)}."
-        )
+        raise DeffError(cka_family_only(metric, "A trust level"))
     if layers is not None and (not isinstance(layers, int) or layers < 2):
         raise DeffError(f"A trust badge needs L >= 2 layers, got {layers!r}.")
 

@@ -62,6 +62,18 @@ GLOSSARY: dict[str, str] = {
     "with few passages. It can come out slightly negative.",
     "cosine": "The mean, over passages, of the cosine of the angle between two layers' pooled "
     "vectors. It is not centred, so a shared offset makes everything look alike.",
+    "orthogonal Procrustes": "A SPEC 17 measure: how close one layer's centred, scaled "
+    "passages come to the other's after the best rotation (1: a rotation of each other).",
+    "mutual kNN": "A SPEC 17 measure: the share of each passage's k = 10 nearest passages (by "
+    "cosine) that two layers agree on.",
+    "CKNNA": "A SPEC 17 measure: unbiased CKA restricted to passage pairs that are mutual "
+    "nearest neighbours in both layers.",
+    "RSA": "A SPEC 17 measure: the Spearman correlation of two layers' passage-by-passage "
+    "distance matrices (representational similarity analysis).",
+    "SVCCA": "A SPEC 17 measure: the mean canonical correlation of the two layers' top "
+    "singular directions (99% of their variance).",
+    "PWCCA": "A SPEC 17 measure: canonical correlations of the two layers weighted by how much "
+    "of each layer they account for.",
     "finite-sample bias": "With N passages of d features, linear CKA of unrelated layers is about "
     "b = d/(N+d), not 0. It makes every layer look more alike and lowers D_eff.",
     "b = d/(N+d)": "The finite-sample bias of linear CKA for unrelated, isotropic data.",

@@ -57,6 +57,7 @@ from pydantic import (
 from deffcore.core.constants import BOS_OPTIONS, DIAG_FORMAT, METRICS, PASSAGE_MODES, POOLINGS
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import NOT_TEXT
+from deffcore.statistics.measure_table import TABLE_MEASURES
 
 # --- field types: plain JSON numbers, bounded counts and texts, the run's spec
 
@@ -103,6 +104,8 @@ Name = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_NAME)]
 Text = Annotated[str, Strict(), Field(max_length=MAX_TEXT)]
 Pooling = Literal[POOLINGS]  # type: ignore[valid-type]
 Metric = Literal[METRICS]  # type: ignore[valid-type]
+#: A similarity matrix's name: a metric, or a SPEC 17 measure the run held (SPEC 17.4)
+Similarity = Literal[TABLE_MEASURES]  # type: ignore[valid-type]
 
 
 class _Part(BaseModel):
@@ -662,7 +665,7 @@ class Snapshot(BaseModel):
     n: Count(1, MAX_PASSAGES)
     n_dropped_short: Count(0, MAX_PASSAGES) = 0
     pos0_norm_ratio: list[NonNegative | None]
-    similarity: dict[Pooling, dict[Metric, Matrix]]
+    similarity: dict[Pooling, dict[Similarity, Matrix]]
     measurement: Measurement | None = None
     atlas: StoredAtlas | None = None
     paired: StoredPaired | None = None

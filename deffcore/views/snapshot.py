@@ -178,7 +178,10 @@ def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
         "n": view.n,
         "n_dropped_short": int(getattr(measurement.pooled, "n_dropped_short", 0)),
         "pos0_norm_ratio": _rounded(view.pos0_norm_ratio()),
-        "similarity": {p: {m: _rounded(view.similarity(p, m)) for m in METRICS} for p in POOLINGS},
+        "similarity": {
+            p: {m: _rounded(S) for m, S in _matrices(measurement, view, p).items()}
+            for p in POOLINGS
+        },
         # the CLI's JSON: per pooling, update depth, matched references, random-null band
         "measurement": json_ready(measurement.to_dict()),
         # the depth-use atlas stored beside the run (SPEC 16), when it has one
@@ -188,6 +191,13 @@ def snapshot(measurement: Any, *, command: str = "") -> dict[str, Any]:
         # the tables across similarity measures the run holds (SPEC 17.4), per pooling
         **({"measures": tables} if (tables := _measure_tables(measurement)) else {}),
     }
+
+
+def _matrices(measurement: Any, view: Any, pooling: str) -> dict[str, Any]:
+    """The metrics' matrices, then every SPEC 17 measure's the run holds (never computed)."""
+    held = getattr(measurement, "held_measures", None)
+    extra = held(pooling) if held is not None else {}
+    return {**{m: view.similarity(pooling, m) for m in METRICS}, **extra}
 
 
 def _measure_tables(measurement: Any) -> dict[str, Any]:

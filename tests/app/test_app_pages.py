@@ -83,7 +83,10 @@ def test_entry_page_has_the_sidebar_and_shows_a_result_before_any_run(cache_dir)
     at = new_app().run()
     assert_clean(at)
     assert at.sidebar.radio(key="pooling") is not None
-    assert at.sidebar.selectbox(key="metric").options == ["cka", "unbiased_cka", "cosine"]
+    offered = at.sidebar.selectbox(key="metric").options  # the CKA family first (SPEC 17.5)
+    assert offered[:3] == ["linear CKA (CKA family)", "unbiased CKA (CKA family)",
+                           "cosine (CKA family)"]  # fmt: skip
+    assert at.sidebar.selectbox(key="metric").value == "cka"
     runs = new_app().run().switch_page(RUNS).run()  # the run panel: on the Runs page
     assert_clean(runs)
     for key in ("model_source", "data_source"):
