@@ -16,8 +16,7 @@ import streamlit as st
 
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.views.run_view import RunView
-from deffcore.views.snapshot import SnapshotView
+from deffcore.views.run import Run
 from explorer.current_run import start_page, write_url
 from explorer.run_panel import job_panel, settle_job, start_run
 from explorer.settings import PAGE_CHANGED_KEY, Settings, run_panel_settings, sidebar
@@ -32,7 +31,7 @@ OVERVIEW_TABS: list[tuple[str, str]] = [
 ]
 
 
-def page(title: str, *, run_panel: bool = False) -> tuple[RunView | None, Settings]:
+def page(title: str, *, run_panel: bool = False) -> tuple[Run | None, Settings]:
     """Start a page: page config, the shared sidebar, the run box (and, with `run_panel`, the
     run settings and Run at the top of the main area); returns (run, settings)."""
     st.set_page_config(
@@ -58,7 +57,7 @@ def page(title: str, *, run_panel: bool = False) -> tuple[RunView | None, Settin
 
 def require_view(
     title: str, *, tabs: list[tuple[str, str]] | None = None
-) -> tuple[RunView, Settings] | None:
+) -> tuple[Run, Settings] | None:
     """Start a page that needs a run: the run and settings, or a message and None. `tabs`:
     a row of links to related pages under the title (`page_links`)."""
     view, settings = page(title)
@@ -73,7 +72,7 @@ def require_view(
     except DeffError as err:
         st.warning(md_escape(err))
         return None
-    if isinstance(view, SnapshotView):
+    if view.source in ("shared", "precomputed"):  # a snapshot: a run without its states
         st.caption(
             "ℹ️ Showing a shared run (a snapshot file someone sent, see the Runs page): its "
             "numbers are as its sender measured them; press **Run** to measure your own."

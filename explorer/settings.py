@@ -69,7 +69,7 @@ def run_defaults() -> dict[str, Any]:
     read once), so a visitor's first run measures what the first screen shows. Only a missing
     snapshot falls back to the packaged model and data, with the library's own defaults."""
     from deffcore.views.labels import SPEC_DEFAULTS
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     snap = load_snapshot()
     spec = {**SPEC_DEFAULTS, **(snap.spec if snap is not None else {})}

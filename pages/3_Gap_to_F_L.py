@@ -13,7 +13,7 @@ from deffcore.views.comparisons import PAPER_N, comparison_caveats
 from deffcore.views.labels import common_label, run_labels
 from deffcore.views.models_overview import model_family
 from deffcore.views.paper import paper_default_gaps, paper_table
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import OVERVIEW_TABS, require_view
@@ -36,7 +36,7 @@ def run_row(
     }
 
 
-def measured_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
+def measured_runs(view: Run, settings: Settings) -> list[dict[str, Any]]:
     """This run, then every other complete cached run, then the shipped precomputed runs."""
     pooling, metric = settings.pooling, settings.metric
     h = view.headline(pooling, metric)
