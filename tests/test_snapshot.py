@@ -74,6 +74,28 @@ def test_round_trip_gives_the_same_numbers(tiny_measurement, tmp_path):
     assert snap.random_band("default", "cosine") == {}
 
 
+def test_one_run_with_or_without_its_states(tiny_measurement, monkeypatch):
+    """A live run holds its Measurement; the same run opened from its plain form holds none,
+    gives back exactly that form, and reads the same stored results (matched references
+    memoised on the live run: Measurement recomputes them on every call)."""
+    m = tiny_measurement
+    live = Run.from_measurement(m, label="mine")
+    data = json.loads(json.dumps(live.to_snapshot(command="deffcore measure ...")))
+    snap = Run.from_snapshot(data)
+    assert (live.measurement, live.source, live.label) == (m, "measured", "mine")
+    assert (snap.measurement, snap.source, snap.command) == (None, "precomputed", data["command"])
+    assert snap.to_snapshot() is snap.data and snap.to_snapshot() == data
+    calls = []
+    real = type(m).matched_references
+    monkeypatch.setattr(
+        type(m), "matched_references", lambda self, *a: calls.append(a) or real(self, *a)
+    )
+    first = live.matched_references("default", "cka")
+    assert live.matched_references("default", "cka") is first and len(calls) == 1
+    stored = snap.matched_references("default", "cka")
+    assert stored.keys() == first.keys()
+
+
 def test_headline_is_the_engine_on_S(tiny_measurement):
     view = Run.from_measurement(tiny_measurement)
     S = tiny_measurement.similarity("token_normed", "cosine")
