@@ -17,18 +17,17 @@ from deffcore.core.safe_text import csv_safe, md_code  # user text is text, neve
 from deffcore.inputs.supply import passages_action
 from deffcore.statistics.trust_rule import Trust
 from deffcore.views.labels import identity_stem, run_identity
-from deffcore.views.run_view import RunView
-from deffcore.views.snapshot import SnapshotView
+from deffcore.views.run import Run
 from explorer.settings import Settings
 
 #: Extraction speed used for time estimates (SmolLM2-135M, quiet 2-core CPU, BENCHMARKS.md).
 CPU_TOKENS_PER_S = 600
 
 
-def precomputed_note(view: RunView) -> None:
-    if isinstance(view, SnapshotView) and view.source == "shared":
+def precomputed_note(view: Run) -> None:
+    if view.source == "shared":
         shared_note(view)
-    elif isinstance(view, SnapshotView):
+    elif view.source == "precomputed":
         tokens = view.n * int(view.spec.get("max_tokens", 128))
         # ~600 tokens/s: SmolLM2-135M on a quiet 2-core CPU (BENCHMARKS.md, extraction)
         minutes = max(1, round(tokens / CPU_TOKENS_PER_S / 60))
@@ -41,7 +40,7 @@ def precomputed_note(view: RunView) -> None:
         )
 
 
-def shared_note(view: SnapshotView) -> None:
+def shared_note(view: Run) -> None:
     """Where a shared run comes from; its command is someone else's text, shown as code."""
     st.info(
         "A shared run: the numbers are read from the snapshot file its sender made, never "
@@ -53,8 +52,8 @@ def shared_note(view: SnapshotView) -> None:
         st.code(view.command, language="bash")
 
 
-def trust_of(view: RunView, settings: Settings) -> Trust:
-    """The trust badge of the current headline (`RunView.trust`), with the bootstrap interval
+def trust_of(view: Run, settings: Settings) -> Trust:
+    """The trust badge of the current headline (`Run.trust`), with the bootstrap interval
     when the Baselines page computed one for this view, else the one the run was stored with."""
     pooling, metric, K = settings.pooling, settings.metric, settings.K
     ci = mean = None
@@ -88,7 +87,7 @@ def trust_line(trust: Trust) -> None:
     row.caption(trust.sentence())
 
 
-def headline_cards(view: RunView, settings: Settings) -> None:
+def headline_cards(view: Run, settings: Settings) -> None:
     """D_eff, D_eff/L, gap to F_L, rho_hat(1), position-0 ratio, N, CKA bias (one row), with
     the trust badge of these numbers; the CKA-bias warning only when the bias moves them."""
     h = view.headline(settings.pooling, settings.metric, settings.K)
@@ -132,7 +131,7 @@ def headline_cards(view: RunView, settings: Settings) -> None:
         )
 
 
-def measure_spread_line(view: RunView, pooling: str, metric: str) -> str:
+def measure_spread_line(view: Run, pooling: str, metric: str) -> str:
     """What stands in for the trust badge under a SPEC 17 measure: the trust rule is the CKA
     family's, so no level; the interval and regime of the run's table across measures when it
     holds the row (SPEC 17.4), else where to compute them."""
@@ -170,7 +169,7 @@ def show_figure(
 ) -> Any:
     """THE way a page shows a figure: the chart, laid out for the page
     (`figures.for_display`: its title clear of the toolbar), with HTML and CSV downloads
-    named by `identity` and `what` (`snapshot.identity_stem`: a run's identity gives its
+    named by `identity` and `what` (`labels.identity_stem`: a run's identity gives its
     slug) and a CSV that leads with the identity's columns (`figures.tag_run`). identity: a
     run's `run_identity`, or what else made the figure (a lab's settings, a construction's
     knobs). The downloads are built on click, so reruns stay fast."""
@@ -205,7 +204,7 @@ def show_run_figure(
     identity: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """`show_figure` for a figure of one run and view (`snapshot.run_identity`), plus
+    """`show_figure` for a figure of one run and view (`labels.run_identity`), plus
     `identity`'s extra fields."""
     tag = {**run_identity(dict(spec), pooling=pooling, metric=metric), **(identity or {})}
     return show_figure(fig, what, tag, **kwargs)

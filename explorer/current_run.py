@@ -19,8 +19,7 @@ from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.inputs.model import Kind, ModelSpec
 from deffcore.inputs.texts import DatasetSpec
-from deffcore.views.run_view import RunView
-from deffcore.views.snapshot import SnapshotView
+from deffcore.views.run import Run
 from explorer import settings as sidebar
 from explorer.views import (
     JOB_SYNC_KEY,
@@ -36,18 +35,18 @@ _RESTORED = "_deff_url_restored"
 _REF = re.compile(r"(cached|precomputed|shared):([0-9a-f]{16,64})")
 
 
-def run_ref(view: RunView) -> str:
+def run_ref(view: Run) -> str:
     """Where `view` lives, as the URL says it (module docstring)."""
-    if isinstance(view, SnapshotView) and view.source == "shared":
+    if view.source == "shared":
         return f"shared:{view.sha256[:16]}"
-    if isinstance(view, SnapshotView):
+    if view.source == "precomputed":
         return f"precomputed:{view.key}"
     return f"cached:{view.key}"
 
 
-def open_ref(ref: str) -> RunView:
+def open_ref(ref: str) -> Run:
     """The run a URL reference names; DeffError (a sentence) when it cannot be opened."""
-    from deffcore.views.measurement_view import MeasurementView
+    from deffcore.views.run import Run
     from deffcore.views.sharing import open_shared
     from deffcore.work import jobs
 
@@ -57,7 +56,7 @@ def open_ref(ref: str) -> RunView:
     where, key = found.groups()
     if where == "cached":
         try:
-            return MeasurementView(jobs.load_result(key))
+            return Run.from_measurement(jobs.load_result(key))
         except DeffError:  # its own message names the cache folder: never shown to a visitor
             raise DeffError(
                 f"This machine's cache has no run {key} (the link was made on another machine, "
@@ -87,7 +86,7 @@ def restore_from_url() -> None:
         del st.query_params[URL_KEY]
 
 
-def write_url(view: RunView | None) -> None:
+def write_url(view: Run | None) -> None:
     """Put the session's chosen run in the URL (nothing for the implicit default)."""
     chosen = st.session_state.get(VIEW_KEY)
     ref = run_ref(chosen) if chosen is not None and chosen is view else None

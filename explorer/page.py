@@ -16,8 +16,7 @@ import streamlit as st
 
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
-from deffcore.views.run_view import RunView
-from deffcore.views.snapshot import SnapshotView
+from deffcore.views.run import Run
 from explorer.current_run import start_page, write_url
 from explorer.measure_pick import cka_only, measure_ready
 from explorer.run_panel import job_panel, settle_job, start_run
@@ -35,7 +34,7 @@ OVERVIEW_TABS: list[tuple[str, str]] = [
 
 def page(
     title: str, *, run_panel: bool = False, measures: bool = False, uses_metric: bool = True
-) -> tuple[RunView | None, Settings]:
+) -> tuple[Run | None, Settings]:
     """Start a page: page config, the shared sidebar, the run box (and, with `run_panel`, the
     run settings and Run at the top of the main area); returns (run, settings). Without
     `measures` the page is defined for the CKA family only: a SPEC 17 metric in the sidebar
@@ -69,7 +68,7 @@ def require_view(
     tabs: list[tuple[str, str]] | None = None,
     measures: bool = False,
     uses_metric: bool = True,
-) -> tuple[RunView, Settings] | None:
+) -> tuple[Run, Settings] | None:
     """Start a page that needs a run: the run and settings, or a message and None. `tabs`:
     a row of links to related pages under the title (`page_links`). `measures`: the page draws
     a SPEC 17 metric (None, with the offer to compute it, while the run holds no matrix of it:
@@ -88,7 +87,7 @@ def require_view(
     except DeffError as err:
         st.warning(md_escape(err))
         return None
-    if isinstance(view, SnapshotView):
+    if view.source in ("shared", "precomputed"):  # a snapshot: a run without its states
         st.caption(
             "ℹ️ Showing a shared run (a snapshot file someone sent, see the Runs page): its "
             "numbers are as its sender measured them; press **Run** to measure your own."

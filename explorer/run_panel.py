@@ -19,7 +19,7 @@ from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
 from deffcore.runs import measure as preflight
 from deffcore.views.labels import run_label
-from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.run import Run
 from deffcore.work import job_state, jobs
 from explorer.live import live_panel, stopped_note
 from explorer.settings import REFUSED_KEY, Settings
@@ -131,7 +131,7 @@ def settle_job() -> None:
     _drop_job()
     if status.state == "done":
         try:
-            view = MeasurementView(jobs.load_result(status.result_key))
+            view = Run.from_measurement(jobs.load_result(status.result_key))
         except DeffError as err:
             st.session_state[_NOTICE] = ("error", str(err))
             return

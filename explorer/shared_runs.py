@@ -15,9 +15,9 @@ from typing import Any
 import streamlit as st
 
 from deffcore.core.safe_text import md_escape  # user text is shown as text, never as Markdown
+from deffcore.views.run import Run
 from deffcore.views.sharing import MAX_SNAPSHOT_BYTES, SnapshotError, delete_shared, save_shared
 from deffcore.views.sharing import shared_entries as sharing_entries
-from deffcore.views.snapshot import SnapshotView
 from explorer.guard import guarded
 from explorer.views import VIEW_KEY, set_view
 
@@ -27,7 +27,7 @@ _UPLOADED = "_deff_shared_upload"
 _MESSAGE = "_deff_shared_message"
 
 
-def shared_id(view: SnapshotView) -> str:
+def shared_id(view: Run) -> str:
     """A shared run's id on the Runs page: its content id (two files of one run are two)."""
     return f"shared:{view.sha256[:16]}"
 
@@ -76,7 +76,7 @@ def share_section(entries: list[dict[str, Any]]) -> None:
     st.subheader("Shared runs")
     st.caption(
         "A run someone sent you: the snapshot file (JSON) of `deffcore measure ... --snapshot "
-        "FILE`, `deffcore.views.snapshot.snapshot(m)` in a notebook, or `deffcore app --run FILE`. "
+        "FILE`, `m.view().to_snapshot()` in a notebook, or `deffcore app --run FILE`. "
         "It is checked (data only, at most 16 MiB), kept with your runs, and opened as the "
         "current run; its numbers are as its sender measured them."
     )

@@ -13,10 +13,8 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore.views.measurement_view import MeasurementView
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run, load_gallery, load_snapshot
 from deffcore.views.sharing import APP_RUN_ENV, open_shared
-from deffcore.views.snapshot import SnapshotView, load_gallery, load_snapshot
 from deffcore.work import jobs
 from explorer.guard import guarded
 
@@ -46,16 +44,16 @@ def measurement_from_cache(key: str) -> Any:
     return jobs.load_result(key)
 
 
-def open_run(key: str) -> RunView | None:
+def open_run(key: str) -> Run | None:
     """Make a cached run the session's current run."""
     view = None
     with guarded(f"Opening run {key}"):
-        view = MeasurementView(measurement_from_cache(key))
+        view = Run.from_measurement(measurement_from_cache(key))
         set_view(view)
     return view
 
 
-def set_view(view: RunView) -> None:
+def set_view(view: Run) -> None:
     """Make `view` the session's current run (every page shows it; the URL names it and the
     sidebar shows its settings from the next page start on)."""
     st.session_state[VIEW_KEY] = view
@@ -73,19 +71,19 @@ def forget_run(key: str) -> None:
 def cached_result(key: str, created: str, pooling: str, metric: str) -> dict[str, Any]:
     """Headline numbers, lag profile and trust level of a cached run (memoised: the states are
     read once per (run, pooling, metric); `created` makes a recomputed entry a new cache line)."""
-    view = MeasurementView(measurement_from_cache(key))
+    view = Run.from_measurement(measurement_from_cache(key))
     h = view.headline(pooling, metric)
     trust = view.trust(pooling, metric).level
     return {**h.to_dict(), "rho": view.lag_profile(pooling, metric), "trust": trust}
 
 
 @st.cache_resource(show_spinner=False)
-def default_snapshot() -> SnapshotView | None:
+def default_snapshot() -> Run | None:
     return load_snapshot()
 
 
 @st.cache_resource(show_spinner=False)
-def precomputed_runs() -> list[SnapshotView]:
+def precomputed_runs() -> list[Run]:
     """The precomputed runs shipped with the app (the default first)."""
     return load_gallery()
 
@@ -102,7 +100,7 @@ def requested_run() -> None:
         set_view(open_shared(os.environ[APP_RUN_ENV]))
 
 
-def current_view() -> RunView | None:
+def current_view() -> Run | None:
     """The run landed last in this session, else the shipped default snapshot."""
     requested_run()
     return st.session_state.get(VIEW_KEY) or default_snapshot()

@@ -11,7 +11,7 @@ from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.runs.tables import metric_comparison, metric_difference
 from deffcore.views.labels import run_identity
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run
 from explorer.answer_box import answer_box
 from explorer.cards import download_html, headline_cards, precomputed_note, show_run_figure
 from explorer.measure_pick import cka_family, measure_ready, metric_label
@@ -43,7 +43,7 @@ PAGES_NOTE = (
 )
 
 
-def metric_section(view: RunView, settings: Settings) -> None:
+def metric_section(view: Run, settings: Settings) -> None:
     """Linear vs unbiased CKA side by side: is the headline an artefact of N?"""
     table = metric_comparison(view, settings.pooling, settings.K)
     if table is None:
@@ -64,7 +64,7 @@ def metric_section(view: RunView, settings: Settings) -> None:
         )
 
 
-def charts_section(view: RunView, settings: Settings) -> None:
+def charts_section(view: Run, settings: Settings) -> None:
     pooling, metric = settings.pooling, settings.metric
     left, right = st.columns(2)
     with left:
@@ -82,7 +82,7 @@ def charts_section(view: RunView, settings: Settings) -> None:
         show_run_figure(fig, view.spec, "lag_decay", pooling=pooling, metric=metric)
 
 
-def report_button(view: RunView, settings: Settings) -> None:
+def report_button(view: Run, settings: Settings) -> None:
     """The run as one HTML file to send (`deffcore report`): built when clicked."""
     from deffcore.lenses.run_extras import report_parts
     from deffcore.views.run_report import report_html

@@ -15,7 +15,7 @@ from deffcore.labs.gw_lens import GwOptions, gw_lens, stored_gw
 from deffcore.measures.gw import INITS
 from deffcore.views.glossary import human_columns, human_label
 from deffcore.views.paper import paper_table
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
@@ -33,7 +33,7 @@ START_LABELS = {
 }
 
 
-def aggregations_section(view: RunView, pooling: str) -> dict[str, Any] | None:
+def aggregations_section(view: Run, pooling: str) -> dict[str, Any] | None:
     table = None
     with guarded("The aggregations"):
         table = aggregation_table(view, pooling=pooling)
@@ -51,7 +51,7 @@ def aggregations_section(view: RunView, pooling: str) -> dict[str, Any] | None:
     return table
 
 
-def geometry_section(view: RunView, table: dict[str, Any], pooling: str) -> None:
+def geometry_section(view: Run, table: dict[str, Any], pooling: str) -> None:
     """Geodesic efficiency and turning angles (SPEC 13) beside D_eff/L, from the same table."""
     st.subheader("Trajectory geometry: how straight is the path through the layers?")
     st.markdown(
@@ -75,7 +75,7 @@ def geometry_section(view: RunView, table: dict[str, Any], pooling: str) -> None
         )
 
 
-def gw_section(view: RunView, pooling: str) -> None:
+def gw_section(view: Run, pooling: str) -> None:
     """GW between layers, read from the store or computed on request (it takes minutes)."""
     st.subheader("Gromov–Wasserstein between layers (Table S22)")
     st.markdown(
@@ -130,7 +130,7 @@ def compute_gw(m: Any, options: GwOptions) -> dict[str, Any] | None:
     return result
 
 
-def gw_result_section(view: RunView, result: dict[str, Any]) -> None:
+def gw_result_section(view: Run, result: dict[str, Any]) -> None:
     cols = st.columns(4)
     for col, key in zip(cols, lens_tables.GW_STATS, strict=False):
         col.metric(str(human_label(key)), f"{result[key]:+.2f}")

@@ -13,7 +13,7 @@ from deffcore.measures.atlas import Atlas
 from deffcore.views.atlas_read import phase_words
 from deffcore.views.glossary import glossary_markdown, human_columns
 from deffcore.views.labels import run_identity
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run
 from explorer.cards import download_table, show_figure
 from explorer.guard import guarded
 from explorer.page import require_view
@@ -34,7 +34,7 @@ TERMS = (
 )
 
 
-def beside_section(view: RunView, settings: Settings) -> None:
+def beside_section(view: Run, settings: Settings) -> None:
     """The run's own D_eff and lag profile, the numbers the atlas is read beside."""
     h = view.headline("default", settings.metric)
     cols = st.columns(4)
@@ -49,11 +49,11 @@ def beside_section(view: RunView, settings: Settings) -> None:
     )
 
 
-def identity(view: RunView) -> dict[str, Any]:
+def identity(view: Run) -> dict[str, Any]:
     return run_identity(view.spec, pooling="every token", metric="depth use")
 
 
-def compute(view: RunView, *, skip_effect: bool, logit_lens: bool = False) -> None:
+def compute(view: Run, *, skip_effect: bool, logit_lens: bool = False) -> None:
     """The atlas (one extraction pass, with the logit lens when asked) or the skip effect, with
     a progress bar; all are kept beside the run, so the page reads them on every later visit."""
     from deffcore.lenses.atlas import atlas_of
@@ -77,7 +77,7 @@ def compute(view: RunView, *, skip_effect: bool, logit_lens: bool = False) -> No
         )
 
 
-def missing_section(view: RunView) -> None:
+def missing_section(view: Run) -> None:
     if view.measurement is None:
         st.info(
             "This run carries no depth-use atlas (a snapshot made before the atlas existed). "
@@ -111,7 +111,7 @@ def numbers_section(atlas: Atlas) -> None:
     )
 
 
-def measures_section(view: RunView, atlas: Atlas) -> None:
+def measures_section(view: Run, atlas: Atlas) -> None:
     tag = identity(view)
     numbers_section(atlas)
     show_figure(figures.contribution_figure(atlas), "relative_contribution", tag)
@@ -134,7 +134,7 @@ def measures_section(view: RunView, atlas: Atlas) -> None:
         download_table(frame, "atlas_blocks", tag)
 
 
-def lens_section(view: RunView, atlas: Atlas) -> None:
+def lens_section(view: Run, atlas: Atlas) -> None:
     """Where predictions form (the logit lens, SPEC 16.2), read beside D_eff above."""
     st.subheader("Where predictions form (logit lens)")
     lens = atlas.logit_lens
@@ -185,7 +185,7 @@ def lens_section(view: RunView, atlas: Atlas) -> None:
         download_table(frame, "atlas_logit_lens", identity(view))
 
 
-def geometry_section(view: RunView, atlas: Atlas) -> None:
+def geometry_section(view: Run, atlas: Atlas) -> None:
     """Consecutive-layer geometry per block (SPEC 16.3)."""
     geo = atlas.geometry
     if geo is None:
@@ -208,7 +208,7 @@ def geometry_section(view: RunView, atlas: Atlas) -> None:
     )
 
 
-def skip_section(view: RunView, atlas: Atlas) -> None:
+def skip_section(view: Run, atlas: Atlas) -> None:
     st.subheader("Skip one block: what changes later (Csordás et al. §3.2)")
     if atlas.skip_effect is not None:
         show_figure(figures.skip_figure(atlas.skip_effect), "skip_effect", identity(view))

@@ -13,14 +13,14 @@ from deffcore.statistics.measure_table import (
     MEASURE_LABELS,
     TABLE_MEASURES,
 )
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import OVERVIEW_TABS, require_view
 from explorer.settings import Settings
 
 
-def heatmap(view: RunView, S: np.ndarray, settings: Settings) -> list[int]:
+def heatmap(view: Run, S: np.ndarray, settings: Settings) -> list[int]:
     """The clickable map -> the layers picked on it (a click or a box), sorted."""
     pooling, metric = settings.pooling, settings.metric
     event = show_run_figure(
@@ -40,7 +40,7 @@ def heatmap(view: RunView, S: np.ndarray, settings: Settings) -> list[int]:
 CHART_HEIGHT = 520
 
 
-def rows(view: RunView, S: np.ndarray, settings: Settings, picked: list[int]) -> None:
+def rows(view: Run, S: np.ndarray, settings: Settings, picked: list[int]) -> None:
     """The picked rows S(i, :) as curves; without a pick, the slider's row (the slider sits
     under the chart, so the chart lines up with the map beside it)."""
     L = S.shape[0]
@@ -64,7 +64,7 @@ def rows(view: RunView, S: np.ndarray, settings: Settings, picked: list[int]) ->
         )
 
 
-def measures_section(view: RunView, settings: Settings) -> None:
+def measures_section(view: Run, settings: Settings) -> None:
     """The table across similarity measures (SPEC 17.4): shown when the run holds it, computed
     through deffcore only when asked (minutes at N in the thousands), never on first view."""
     pooling = settings.pooling

@@ -9,13 +9,13 @@ import streamlit as st
 from deffcore import figures
 from deffcore.core.constants import SENSITIVITY_LAGS
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run
 from explorer.cards import show_run_figure
 from explorer.page import OVERVIEW_TABS, require_view
 from explorer.settings import Settings
 
 
-def floor_note(view: RunView, rho: np.ndarray, metric: str) -> str:
+def floor_note(view: Run, rho: np.ndarray, metric: str) -> str:
     """What the drawn bias floor means here (and why none is drawn for other metrics)."""
     floor = view.d_model / (view.n + view.d_model)
     if metric != "cka":
@@ -37,7 +37,7 @@ def floor_note(view: RunView, rho: np.ndarray, metric: str) -> str:
     )
 
 
-def lag_section(view: RunView, settings: Settings) -> None:
+def lag_section(view: Run, settings: Settings) -> None:
     pooling, metric = settings.pooling, settings.metric
     rho = view.lag_profile(pooling, metric)
     # d/(N+d) is linear CKA's finite-sample bias for isotropic data: it means nothing for the
@@ -56,7 +56,7 @@ def lag_section(view: RunView, settings: Settings) -> None:
     )
 
 
-def k_section(view: RunView, settings: Settings) -> None:
+def k_section(view: Run, settings: Settings) -> None:
     """D_eff/L against the maximum lag K, and its values at the usual lags."""
     pooling, metric = settings.pooling, settings.metric
     by_K = view.deff_over_L_by_K(pooling, metric)

@@ -14,7 +14,7 @@ from deffcore.views.comparisons import PAPER_N, comparison_caveats
 from deffcore.views.labels import common_label, run_labels
 from deffcore.views.models_overview import model_family
 from deffcore.views.paper import paper_default_gaps, paper_table
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.measure_pick import cached_summary, cka_family, metric_label
@@ -38,7 +38,7 @@ def run_row(
     }
 
 
-def measured_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
+def measured_runs(view: Run, settings: Settings) -> list[dict[str, Any]]:
     """This run, then every other complete cached run, then the shipped precomputed runs.
     Under a SPEC 17 measure: only the runs that hold its matrix (`measure_runs`), no trust."""
     pooling, metric = settings.pooling, settings.metric
@@ -74,7 +74,7 @@ def measured_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
     return runs
 
 
-def measure_runs(view: RunView, settings: Settings) -> list[dict[str, Any]]:
+def measure_runs(view: Run, settings: Settings) -> list[dict[str, Any]]:
     """This run and every cached or precomputed run that holds the SPEC 17 measure's matrix
     (read, never computed), without a trust level (the rule is the CKA family's); a caption
     says how many runs were left out for lack of it."""

@@ -30,7 +30,7 @@ from deffcore.statistics.control_effects import control_effects, effect_sentence
 from deffcore.statistics.verdict import bos_verdict, verdict_inputs
 from deffcore.views.labels import run_label
 from deffcore.views.paper import paper_controls, paper_table
-from deffcore.views.run_view import Headline, RunView
+from deffcore.views.run import Headline, Run
 from deffcore.work import jobs
 from explorer.answer_box import answer_box
 from explorer.cards import show_run_figure
@@ -41,7 +41,7 @@ from explorer.settings import Settings
 _ONOFF = "_bos_onoff_job"
 
 
-def control_headlines(view: RunView, settings: Settings) -> tuple[dict[str, Headline], list]:
+def control_headlines(view: Run, settings: Settings) -> tuple[dict[str, Headline], list]:
     """The headline of every pooling control, and the controls an older snapshot lacks."""
     headlines, missing = {}, []
     for pooling in POOLINGS:
@@ -55,7 +55,7 @@ def control_headlines(view: RunView, settings: Settings) -> tuple[dict[str, Head
 
 
 def verdict_section(
-    view: RunView, headlines: dict, diag: dict | None, k_max: int, settings: Settings,
+    view: Run, headlines: dict, diag: dict | None, k_max: int, settings: Settings,
     answer: Position0Answer | None = None,
 ) -> None:  # fmt: skip
     """The pooling controls' verdict (regime, gap move, identical controls; regimes from the
@@ -118,7 +118,7 @@ def diagnostics_task(spec: Any) -> str:
     return jobs.start_task(f"diagnostics:{spec.key()}", work, model=spec.model)
 
 
-def run_diagnostics(view: RunView, spec: Any) -> dict[str, Any] | None:
+def run_diagnostics(view: Run, spec: Any) -> dict[str, Any] | None:
     """The run's stored diagnostics, else those its snapshot carries (shipped with the app,
     or in a shared file), else their background pass: started at once for a run measured
     here, on request (its estimate said first) for a snapshot; its progress polls below."""
@@ -163,7 +163,7 @@ def diagnostics_progress(name: str) -> None:
     st.progress(status.stage_fraction, text=f"Diagnostics in the background: {status.describe()}")
 
 
-def controls_section(view: RunView, headlines: dict[str, Headline], settings: Settings) -> None:
+def controls_section(view: Run, headlines: dict[str, Headline], settings: Settings) -> None:
     """The controls dot plot (with the paper's published controls on request) and table."""
     st.subheader("Pooling controls")
     table = pd.DataFrame(
@@ -222,7 +222,7 @@ def device_here() -> str:
     return resolve_device_dtype(None, None)[0]
 
 
-def sinks_section(view: RunView, diag: dict[str, Any] | None, metric: str) -> None:
+def sinks_section(view: Run, diag: dict[str, Any] | None, metric: str) -> None:
     """The two ratios side by side (named apart), then the sink shares."""
     st.subheader("Position 0, massive activations, attention sinks")
     left, right = st.columns(2)
@@ -271,7 +271,7 @@ def sinks_section(view: RunView, diag: dict[str, Any] | None, metric: str) -> No
     )
 
 
-def sun_section(view: RunView, diag: dict[str, Any], metric: str) -> None:
+def sun_section(view: Run, diag: dict[str, Any], metric: str) -> None:
     """Sun et al.'s criterion per activation: the share of passages with one, per state."""
     if diag.get("sun_share") is None:
         return
@@ -291,7 +291,7 @@ def sun_section(view: RunView, diag: dict[str, Any], metric: str) -> None:
 GU_WINDOW_LABELS = {"gu_": "whole passages", "gu64_": "first 64 tokens (Gu et al.'s length)"}
 
 
-def gu_section(view: RunView, diag: dict[str, Any], metric: str) -> None:
+def gu_section(view: Run, diag: dict[str, Any], metric: str) -> None:
     """The sink-head share per block, ours beside Gu et al.'s metric on the chosen window."""
     prefix = "gu_"
     if diag.get("gu_sink_fraction") is not None:
@@ -323,7 +323,7 @@ def gu_section(view: RunView, diag: dict[str, Any], metric: str) -> None:
         )
 
 
-def bos_on_off_section(view: RunView, spec: Any, settings: Settings) -> None:
+def bos_on_off_section(view: Run, spec: Any, settings: Settings) -> None:
     """The current run with bos=add and with bos=none, in the background; one sentence."""
     label = run_label({**view.spec, "bos": "add / none"})
     st.subheader("BOS on or off")

@@ -12,8 +12,7 @@ from deffcore.core.safe_text import md_escape  # user text shown as text, not Ma
 from deffcore.lenses.run_extras import extras_source, snapshot_bootstrap
 from deffcore.runs.action_costs import runs_cost, with_variants
 from deffcore.views.glossary import human_label
-from deffcore.views.measurement_view import MeasurementView
-from deffcore.views.run_view import Headline, RunView
+from deffcore.views.run import Headline, Run
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
@@ -27,7 +26,7 @@ REFERENCES = ("F_L", "F_norm", "F_h0+norm", "F_h0+corr")
 class Baselines:
     """The run and view every section of this page reads."""
 
-    def __init__(self, view: RunView, pooling: str, metric: str) -> None:
+    def __init__(self, view: Run, pooling: str, metric: str) -> None:
         self.view, self.pooling, self.metric = view, pooling, metric
         self.h: Headline = view.headline(pooling, metric)
 
@@ -103,7 +102,7 @@ def compute_random_null(b: Baselines) -> None:
             random_seeds=RANDOM_SEEDS,
             progress=progress_callback(bar),
         )
-        set_view(MeasurementView(m))
+        set_view(Run.from_measurement(m))
         st.rerun()
 
 

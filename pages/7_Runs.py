@@ -16,9 +16,8 @@ from deffcore import figures
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.views.comparisons import comparison_caveats, headline_differences
 from deffcore.views.labels import common_label, label_fields, run_label, run_labels, run_slug
-from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.models_overview import model_family
-from deffcore.views.run_view import Headline, RunView
+from deffcore.views.run import Headline, Run
 from explorer.cards import show_figure
 from explorer.guard import guarded
 from explorer.page import page, page_links
@@ -38,7 +37,7 @@ from explorer.views import (
 @st.cache_data(show_spinner=False, max_entries=64)
 def cached_similarity(key: str, created: str, pooling: str, metric: str) -> np.ndarray:
     """(L, L) similarity of a cached run (the states are read from disk, the model not run)."""
-    return MeasurementView(measurement_from_cache(key)).similarity(pooling, metric)
+    return Run.from_measurement(measurement_from_cache(key)).similarity(pooling, metric)
 
 
 def line_name(i: int) -> str:
@@ -98,7 +97,7 @@ def gallery_entries() -> list[dict[str, Any]]:
     ]
 
 
-def list_runs(view: RunView | None) -> Runs:
+def list_runs(view: Run | None) -> Runs:
     entries = cache_entries() + shared_entries() + gallery_entries()
     for e in entries:
         e.setdefault("id", e["key"] if e["source"] == "cached" else f"precomputed:{e['key']}")

@@ -114,8 +114,8 @@ def build(
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.lenses.atlas import atlas_of
     from deffcore.runs.measure import measure_spec
+    from deffcore.views.run import Run
     from deffcore.views.run_schema import check_snapshot
-    from deffcore.views.snapshot import snapshot
 
     t0 = time.perf_counter()
     shipped = check_snapshot(json.loads(path.read_text()), str(path))
@@ -148,7 +148,7 @@ def build(
     if skip_effect:
         m = measure_spec(RunSpec(**fresh["spec"]), metric=fresh["measurement"]["metric"])
         atlas_of(m, skip_effect=True)
-        fresh["atlas"] = snapshot(m, command=fresh["command"])["atlas"]
+        fresh["atlas"] = Run.from_measurement(m).to_snapshot(command=fresh["command"])["atlas"]
     fresh = check_snapshot(fresh, str(path))
     body = json.dumps(fresh, separators=(",", ":")).encode()
     write_output(path, body, str(path))

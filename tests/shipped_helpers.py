@@ -50,9 +50,9 @@ def run_script(name: str, path: Path, *flags: str) -> subprocess.CompletedProces
 
 
 def shipped_view(data: dict[str, Any], source: str = "precomputed") -> Any:
-    """A `SnapshotView` of `data` as the app holds a shipped (or shared) run."""
-    from deffcore.views.snapshot import SnapshotView
+    """A `Run` of `data` as the app holds a shipped (or shared) run."""
+    from deffcore.views.run import Run
 
-    view = SnapshotView(data)
+    view = Run.from_snapshot(data)
     view.source = source
     return view

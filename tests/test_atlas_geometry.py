@@ -80,7 +80,7 @@ def test_a_layer_without_variance_has_no_geometry():
 def _snapshot(edit=None):
     import json
 
-    from deffcore.views.snapshot import DEFAULT_RUN_PATH
+    from deffcore.views.run import DEFAULT_RUN_PATH
 
     data = json.loads(DEFAULT_RUN_PATH.read_text())
     L = data["layers"]

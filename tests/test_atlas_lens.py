@@ -220,7 +220,7 @@ def _snapshot_with_lens(edit=None):
     import copy
     import json
 
-    from deffcore.views.snapshot import DEFAULT_RUN_PATH
+    from deffcore.views.run import DEFAULT_RUN_PATH
 
     data = json.loads(DEFAULT_RUN_PATH.read_text())
     L = data["layers"]

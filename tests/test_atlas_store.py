@@ -190,13 +190,13 @@ def test_bad_options_are_one_sentence_before_any_model_loads(
 
 
 def test_a_snapshot_carries_the_atlas_and_a_shared_file_is_checked(tiny_dataset):
+    from deffcore.views.run import Run
     from deffcore.views.sharing import SnapshotError, read_snapshot
-    from deffcore.views.snapshot import SnapshotView, snapshot
 
     m = measure("tiny-llama", dataset=tiny_dataset, **RUN)
     atlas_of(m, skip_effect=True, skip_passages=3)
-    data = snapshot(m)
-    view = SnapshotView(data)
+    data = Run.from_measurement(m).to_snapshot()
+    view = Run.from_snapshot(data)
     live = m.view().atlas()
     shipped = view.atlas()
     np.testing.assert_allclose(shipped.relative_contribution, live.relative_contribution, atol=1e-6)

@@ -28,7 +28,7 @@ from deffcore.statistics.bos_answer import (
     tolerance,
 )
 from deffcore.statistics.paired import paired_bootstrap
-from deffcore.views.snapshot import load_snapshot
+from deffcore.views.run import load_snapshot
 
 
 def gap(S: np.ndarray) -> float:

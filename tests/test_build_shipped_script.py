@@ -46,9 +46,9 @@ def test_a_file_without_extras_gains_what_measure_writes_and_its_command_is_whol
     assert sorted(got["command"].split()) == sorted(made["command"].split())
     assert "--diagnostics" in got["command"] and "--bos-on-off" in got["command"]
     assert got == made  # as `measure` writes it, command included
-    from deffcore.views.snapshot import SnapshotView
+    from deffcore.views.run import Run
 
-    assert SnapshotView(got).data["diagnostics"]["key"] == got["key"]
+    assert Run.from_snapshot(got).data["diagnostics"]["key"] == got["key"]
 
 
 def test_a_file_whose_key_is_not_its_specs_is_left_alone(shipped):

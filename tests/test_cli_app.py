@@ -52,13 +52,15 @@ def start(argv: list[str]) -> int:
 @pytest.fixture(scope="module")
 def snapshot_body(tmp_path_factory):
     from deffcore.runs.measure import measure
-    from deffcore.views.snapshot import snapshot
+    from deffcore.views.run import Run
 
     old = os.environ.get("DEFF_CACHE_DIR")
     os.environ["DEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("app_cache"))
     try:
         m = measure(model="tiny-llama", n=8, max_tokens=16)
-        return json.dumps(snapshot(m, command="deffcore measure --model tiny-llama")).encode()
+        return json.dumps(
+            Run.from_measurement(m).to_snapshot(command="deffcore measure --model tiny-llama")
+        ).encode()
     finally:
         os.environ.pop("DEFF_CACHE_DIR") if old is None else os.environ.update(DEFF_CACHE_DIR=old)
 

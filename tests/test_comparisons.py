@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deffcore.views.comparisons import comparison_caveats, headline_differences
-from deffcore.views.run_view import Headline
+from deffcore.views.run import Headline
 
 A = Headline(30, 576, 4096, 29, 1.752, 0.0584, 9.50, 1.935, 0.93, 168.0, 6, 0.123)
 B = Headline(18, 640, 64, 17, 2.5, 0.1389, -31.5, 1.895, 0.80, 12.0, 3, 0.909)

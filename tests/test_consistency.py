@@ -124,13 +124,13 @@ def _same(surfaces: dict[str, dict]) -> None:
 
 
 def _cached_view(key: str):
-    from deffcore.views.measurement_view import MeasurementView
+    from deffcore.views.run import Run
 
-    return MeasurementView(jobs.load_result(key))  # a fresh Measurement: what is stored
+    return Run.from_measurement(jobs.load_result(key))  # a fresh Measurement: what is stored
 
 
 def test_the_shipped_default_says_one_answer_everywhere(tmp_path):
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     view = load_snapshot()
     surfaces = {
@@ -210,8 +210,8 @@ def test_a_run_opened_on_the_overview_first_says_one_paired_answer_everywhere(tm
 
 
 def _shared(data: dict, tmp_path: Path) -> dict:
+    from deffcore.views.run import Run
     from deffcore.views.sharing import save_shared
-    from deffcore.views.snapshot import SnapshotView
 
     body = json.dumps(data).encode()
     path = tmp_path / "shared.json"
@@ -220,7 +220,7 @@ def _shared(data: dict, tmp_path: Path) -> dict:
     return {
         "page": _page(f"shared:{view.sha256[:16]}"),
         "report": _report(str(path), tmp_path),
-        "notebook": _notebook(SnapshotView(data)),
+        "notebook": _notebook(Run.from_snapshot(data)),
     }
 
 

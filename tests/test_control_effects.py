@@ -66,7 +66,7 @@ def test_the_effect_line_says_no_pos0_as_the_bos_answer():
     from dataclasses import replace
 
     from deffcore.statistics.bos_answer import run_answer
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     view = load_snapshot()
     pb = view.paired_bootstrap()

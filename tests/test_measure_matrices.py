@@ -15,8 +15,8 @@ from deffcore.measures.depth import effective_depth
 from deffcore.runs.action_costs import MEASURE_BENCH_S, measure_cost
 from deffcore.runs.measure import MEASURES_FILE, measure, stored_measure_matrices
 from deffcore.statistics.measure_table import measure_similarity
+from deffcore.views.run import Run
 from deffcore.views.run_schema import SnapshotError, check_snapshot
-from deffcore.views.snapshot import SnapshotView, snapshot
 
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
 
@@ -92,10 +92,10 @@ def test_a_kept_matrix_that_is_not_one_reads_as_absent(run, change):
 
 def test_the_snapshot_carries_held_matrices_checked(run):
     run.measure_similarity("default", "svcca")
-    data = json.loads(json.dumps(snapshot(run)))
+    data = json.loads(json.dumps(Run.from_measurement(run).to_snapshot()))
     assert set(data["similarity"]["default"]) == {"cka", "unbiased_cka", "cosine", "svcca"}
     assert set(data["similarity"]["no_pos0"]) == {"cka", "unbiased_cka", "cosine"}
-    view = SnapshotView(data)
+    view = Run.from_snapshot(data)
     want = effective_depth(run.similarity("default", "svcca"))
     assert view.headline("default", "svcca").deff == pytest.approx(want, abs=1e-4)
     bad = json.loads(json.dumps(data))

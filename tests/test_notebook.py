@@ -15,9 +15,8 @@ import deffcore as dc
 from deffcore.core.constants import POOLINGS
 from deffcore.measures.depth import lag_profile
 from deffcore.statistics.trust_rule import trust_badge
-from deffcore.views.measurement_view import MeasurementView
 from deffcore.views.notebook import FIGURE_NAMES, heatmap_svg
-from deffcore.views.snapshot import SnapshotView, snapshot
+from deffcore.views.run import Run
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "docs" / "quickstart.ipynb"
@@ -88,7 +87,7 @@ def test_trust_is_the_badge_of_the_headline(run):
         bootstrap_mean=None if res is None else res.mean,
     )
     assert run.trust() == want
-    assert run.trust(metric="cosine") == MeasurementView(run).trust("default", "cosine")
+    assert run.trust(metric="cosine") == Run.from_measurement(run).trust("default", "cosine")
 
 
 def test_figures_draw_this_runs_numbers(run):
@@ -134,8 +133,8 @@ def test_unknown_figure_or_option_gets_one_sentence(run):
 
 
 def test_a_shared_snapshot_shows_and_plots_like_the_live_run(run):
-    live = MeasurementView(run)._repr_html_()  # pairs the BOS answer; the snapshot carries it
-    view = SnapshotView(json.loads(json.dumps(snapshot(run))))
+    live = Run.from_measurement(run)._repr_html_()  # pairs the BOS answer; the snapshot carries it
+    view = Run.from_snapshot(json.loads(json.dumps(Run.from_measurement(run).to_snapshot())))
     assert view._repr_html_() == live.replace("· measured", "· precomputed")
     for name in FIGURE_NAMES:
         a, b = view.figure(name), run.figure(name)

@@ -74,7 +74,7 @@ def test_a_stored_paired_bootstrap_is_checked_whole():
 
     from deffcore.core.errors import DeffError
     from deffcore.statistics.paired import PairedBootstrap
-    from deffcore.views.snapshot import DEFAULT_RUN_PATH
+    from deffcore.views.run import DEFAULT_RUN_PATH
 
     good = json.loads(DEFAULT_RUN_PATH.read_text())["paired"]
     assert good["B"] == PairedBootstrap.from_dict(good).B
@@ -96,7 +96,7 @@ def test_a_stored_paired_bootstrap_is_checked_whole():
 def _stored_paired() -> dict:
     import json
 
-    from deffcore.views.snapshot import DEFAULT_RUN_PATH
+    from deffcore.views.run import DEFAULT_RUN_PATH
 
     return json.loads(DEFAULT_RUN_PATH.read_text())
 

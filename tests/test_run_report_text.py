@@ -12,8 +12,8 @@ import re
 import pytest
 from shipped_helpers import shipped_view
 
+from deffcore.views.run import DEFAULT_RUN_PATH
 from deffcore.views.run_report import report_html
-from deffcore.views.snapshot import DEFAULT_RUN_PATH
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 

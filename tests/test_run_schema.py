@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.views.labels import run_label
+from deffcore.views.run import DEFAULT_RUN_PATH, Run
 from deffcore.views.run_schema import MAX_LAYERS, SnapshotError, check_snapshot
-from deffcore.views.snapshot import DEFAULT_RUN_PATH, SnapshotView
 
 GOOD: dict = json.loads(DEFAULT_RUN_PATH.read_text())
 REFERENCES = ("F_L", "F_norm", "F_h0+norm", "F_h0+corr")
@@ -283,13 +283,13 @@ def test_every_hostile_case_of_the_issue_is_one_sentence(case):
         check_snapshot(_edit(edit), "run.json")
     assert said in _one_sentence(err.value), (case, str(err.value))
     with pytest.raises(SnapshotError):  # and no view of it is ever made
-        SnapshotView(_edit(edit))
+        Run.from_snapshot(_edit(edit))
 
 
 def test_the_shipped_runs_pass_unchanged():
     data = copy.deepcopy(GOOD)
     assert check_snapshot(data) is data and data == GOOD
-    assert SnapshotView(data).headline().layers == 30
+    assert Run.from_snapshot(data).headline().layers == 30
 
 
 def test_the_bounds_are_where_they_are_said_to_be():
@@ -364,7 +364,7 @@ def test_the_tolerances_are_the_rounding_of_the_file_not_more():
 # Every reader of an accepted file
 
 
-def read_everything(view: SnapshotView) -> None:
+def read_everything(view: Run) -> None:
     """What the pages, the notebook and the report read of a run (raises if any cannot)."""
     import pandas as pd
     import pyarrow as pa
@@ -402,7 +402,7 @@ def read_everything(view: SnapshotView) -> None:
     read_sections(view)
 
 
-def read_sections(view: SnapshotView) -> None:
+def read_sections(view: Run) -> None:
     """What the Depth use page, the BOS page and the report read of the stored atlas, paired
     bootstrap and diagnostics (raises if any cannot)."""
     from deffcore.figures import atlas as atlas_figures
@@ -460,7 +460,7 @@ def read_sections(view: SnapshotView) -> None:
 
 
 def test_the_shipped_run_is_read_by_every_reader():
-    read_everything(SnapshotView(copy.deepcopy(GOOD)))
+    read_everything(Run.from_snapshot(copy.deepcopy(GOOD)))
 
 
 def _paths(node, path=()):
@@ -516,7 +516,7 @@ def _delete(data, path) -> None:
     value=HOSTILE,
 )
 # found by this test in stop 38's CI: a null random-weight null (the schema's optional part)
-# reached `SnapshotView.random_band`, which read it as a dict: kept here so it is always tried
+# reached `Run.random_band`, which read it as a dict: kept here so it is always tried
 @example(path=("measurement", "random_null"), action="replace", value=None)
 # found by this test: a null best start of a Gromov block reached the atlas figure's hover
 @example(path=("atlas", "gromov", "best_start", 0), action="replace", value=None)
@@ -537,7 +537,7 @@ def test_a_file_derived_from_a_valid_one_is_read_by_every_reader_or_is_one_sente
         else:
             parent.append(value)
     try:
-        view = SnapshotView(data, "run.json")
+        view = Run.from_snapshot(data, "run.json")
     except SnapshotError as err:
         event("refused")
         _one_sentence(err)
@@ -561,9 +561,9 @@ def test_text_keeps_its_tabs_and_line_feeds_and_refuses_other_control_characters
 def test_a_key_named_twice_in_one_object_is_one_sentence(tmp_path):
     """`json.loads` keeps the last of two equal keys silently: a shared file, the shipped
     default and a gallery file are parsed refusing them (`parse_snapshot_json`)."""
+    from deffcore.views.run import load_snapshot
     from deffcore.views.run_schema import parse_snapshot_json
     from deffcore.views.sharing import read_snapshot
-    from deffcore.views.snapshot import load_snapshot
 
     text = json.dumps(GOOD)
     twice = text.replace('"paired": {', '"paired": {"layers": 29, ', 1)

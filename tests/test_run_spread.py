@@ -10,12 +10,12 @@ import math
 import pytest
 
 from deffcore.statistics.trust_rule import assess
+from deffcore.views.run import Run, load_snapshot
 from deffcore.views.run_spread import checked_bootstrap, stored_bootstrap
-from deffcore.views.snapshot import SnapshotView, load_snapshot
 
 
 @pytest.fixture(scope="module")
-def snap() -> SnapshotView:
+def snap() -> Run:
     return load_snapshot()
 
 
@@ -69,18 +69,18 @@ def test_a_bootstrap_of_another_headline_is_never_used(snap, pooling, metric, K)
         assert (own["low"], own["high"]) != (default["low"], default["high"])
 
 
-def _without_paired(snap: SnapshotView) -> SnapshotView:
+def _without_paired(snap: Run) -> Run:
     data = copy.deepcopy(snap.data)
     data.pop("paired", None)
-    return SnapshotView(data)
+    return Run.from_snapshot(data)
 
 
-def _with(snap: SnapshotView, **changes) -> SnapshotView:
+def _with(snap: Run, **changes) -> Run:
     """The snapshot with its stored bootstrap changed and no paired bootstrap to fall back on."""
     data = copy.deepcopy(snap.data)
     data.pop("paired", None)
     data["measurement"]["bootstrap"].update(changes)
-    return SnapshotView(data)
+    return Run.from_snapshot(data)
 
 
 @pytest.mark.parametrize(

@@ -70,9 +70,9 @@ def test_metric_comparison_rounds_each_metrics_headline():
 
 def test_metric_comparison_of_a_measured_run():
     from deffcore.runs.measure import measure
-    from deffcore.views.measurement_view import MeasurementView
+    from deffcore.views.run import Run
 
-    view = MeasurementView(measure(model="tiny-llama", n=8, max_tokens=16))
+    view = Run.from_measurement(measure(model="tiny-llama", n=8, max_tokens=16))
     table = metric_comparison(view).set_index("similarity")
     assert isinstance(table, pd.DataFrame)
     for metric, name in (("cka", "linear CKA"), ("unbiased_cka", "unbiased CKA")):

@@ -11,6 +11,7 @@ import pytest
 
 from deffcore.cli.main import main
 from deffcore.views import sharing
+from deffcore.views.run import DEFAULT_RUN_PATH
 from deffcore.views.sharing import (
     MAX_SNAPSHOT_BYTES,
     SnapshotError,
@@ -22,7 +23,6 @@ from deffcore.views.sharing import (
     shared_dir,
     shared_entries,
 )
-from deffcore.views.snapshot import DEFAULT_RUN_PATH
 
 GOOD = DEFAULT_RUN_PATH.read_bytes()
 

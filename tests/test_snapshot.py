@@ -20,14 +20,12 @@ from deffcore.views.labels import (
     run_labels,
     run_slug,
 )
-from deffcore.views.measurement_view import MeasurementView
-from deffcore.views.snapshot import (
+from deffcore.views.run import (
     DEFAULT_RUN_PATH,
     GALLERY_DIR,
-    SnapshotView,
+    Run,
     load_gallery,
     load_snapshot,
-    snapshot,
 )
 
 
@@ -50,8 +48,10 @@ def tiny_measurement(tmp_path_factory):
 
 def test_round_trip_gives_the_same_numbers(tiny_measurement, tmp_path):
     m = tiny_measurement
-    data = json.loads(json.dumps(snapshot(m, command="python -m deffcore measure ...")))
-    snap, live = SnapshotView(data), MeasurementView(m)
+    data = json.loads(
+        json.dumps(Run.from_measurement(m).to_snapshot(command="python -m deffcore measure ..."))
+    )
+    snap, live = Run.from_snapshot(data), Run.from_measurement(m)
     assert snap.layers == live.layers == 4 and snap.d_model == 64 and snap.n == m.n
     assert snap.key == live.key == m.spec.key()
     for pooling in POOLINGS:
@@ -74,8 +74,30 @@ def test_round_trip_gives_the_same_numbers(tiny_measurement, tmp_path):
     assert snap.random_band("default", "cosine") == {}
 
 
+def test_one_run_with_or_without_its_states(tiny_measurement, monkeypatch):
+    """A live run holds its Measurement; the same run opened from its plain form holds none,
+    gives back exactly that form, and reads the same stored results (matched references
+    memoised on the live run: Measurement recomputes them on every call)."""
+    m = tiny_measurement
+    live = Run.from_measurement(m, label="mine")
+    data = json.loads(json.dumps(live.to_snapshot(command="deffcore measure ...")))
+    snap = Run.from_snapshot(data)
+    assert (live.measurement, live.source, live.label) == (m, "measured", "mine")
+    assert (snap.measurement, snap.source, snap.command) == (None, "precomputed", data["command"])
+    assert snap.to_snapshot() is snap.data and snap.to_snapshot() == data
+    calls = []
+    real = type(m).matched_references
+    monkeypatch.setattr(
+        type(m), "matched_references", lambda self, *a: calls.append(a) or real(self, *a)
+    )
+    first = live.matched_references("default", "cka")
+    assert live.matched_references("default", "cka") is first and len(calls) == 1
+    stored = snap.matched_references("default", "cka")
+    assert stored.keys() == first.keys()
+
+
 def test_headline_is_the_engine_on_S(tiny_measurement):
-    view = MeasurementView(tiny_measurement)
+    view = Run.from_measurement(tiny_measurement)
     S = tiny_measurement.similarity("token_normed", "cosine")
     h = view.headline("token_normed", "cosine", K=2)
     assert h.K == 2 and h.deff == effective_depth(S, K=2)
@@ -94,7 +116,7 @@ def test_headline_is_the_engine_on_S(tiny_measurement):
 
 def test_other_format_is_rejected_and_missing_file_is_none(tmp_path):
     with pytest.raises(ValueError, match="format"):
-        SnapshotView({"format": 999})
+        Run.from_snapshot({"format": 999})
     assert load_snapshot(tmp_path / "none.json") is None
 
 
@@ -192,7 +214,7 @@ def test_run_slug_is_a_safe_file_name_with_the_identity():
 def test_headline_differences_are_b_minus_a(tiny_measurement):
     from deffcore.views.comparisons import headline_differences
 
-    view = MeasurementView(tiny_measurement)
+    view = Run.from_measurement(tiny_measurement)
     a, b = view.headline("default", "cka"), view.headline("first_non_bos", "cka")
     rows = {r["quantity"]: r for r in headline_differences(a, b)}
     assert rows["D_eff"]["B − A"] == pytest.approx(b.deff - a.deff)
@@ -202,13 +224,13 @@ def test_headline_differences_are_b_minus_a(tiny_measurement):
 
 
 def test_snapshot_spec_carries_passages_bos_and_intervention(tiny_measurement):
-    data = snapshot(tiny_measurement)
+    data = Run.from_measurement(tiny_measurement).to_snapshot()
     for field in ("intervention", "passages", "bos"):
         assert data["spec"][field] == getattr(tiny_measurement.spec, field)
 
 
 def test_gallery_default_first_one_per_key_and_damaged_files_skipped(tiny_measurement, tmp_path):
-    data = json.loads(json.dumps(snapshot(tiny_measurement)))
+    data = json.loads(json.dumps(Run.from_measurement(tiny_measurement).to_snapshot()))
     folder = tmp_path / "gallery"
     folder.mkdir()
     (folder / "a_run.json").write_text(json.dumps(data))
@@ -246,7 +268,7 @@ def _arg(command: str, flag: str) -> str | None:
     return words[words.index(flag) + 1] if flag in words else None
 
 
-def _check_snapshot(snap: SnapshotView) -> None:
+def _check_snapshot(snap: Run) -> None:
     """The stored spec is the command's, S is a similarity matrix, the CLI numbers agree."""
     assert snap.command.startswith("python -m deffcore measure --model ")
     assert snap.spec["model"] == _arg(snap.command, "--model")
@@ -290,9 +312,13 @@ def test_a_shared_snapshot_reads_back_as_the_run_and_compares_like_one(tiny_meas
     from deffcore.views.sharing import open_snapshot
 
     path = tmp_path / "from a colleague.json"
-    path.write_text(json.dumps(snapshot(tiny_measurement, command="python -m deffcore ...")))
+    path.write_text(
+        json.dumps(
+            Run.from_measurement(tiny_measurement).to_snapshot(command="python -m deffcore ...")
+        )
+    )
     shared = open_snapshot(path)
-    live = MeasurementView(tiny_measurement)
+    live = Run.from_measurement(tiny_measurement)
     assert shared.source == "shared" and shared.path == path.resolve()
     assert len(shared.sha256) == 64 and shared.key == live.key and shared.label == live.label
     from deffcore.views.comparisons import headline_differences
@@ -355,7 +381,7 @@ def _bad_snapshots(good: dict) -> dict[str, object]:
 def test_corrupt_or_foreign_files_get_one_sentence(tiny_measurement, tmp_path):
     from deffcore.views.sharing import SnapshotError, open_snapshot, read_snapshot
 
-    good = json.loads(json.dumps(snapshot(tiny_measurement)))
+    good = json.loads(json.dumps(Run.from_measurement(tiny_measurement).to_snapshot()))
     read_snapshot(json.dumps(good).encode())  # the unbroken one passes
     for name, body in _bad_snapshots(good).items():
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -386,7 +412,7 @@ def test_shared_runs_are_kept_listed_and_deleted_only_when_ours(tiny_measurement
         shared_dir,
     )
 
-    body = json.dumps(snapshot(tiny_measurement)).encode()
+    body = json.dumps(Run.from_measurement(tiny_measurement).to_snapshot()).encode()
     first = save_shared(body, name="run.json")
     again = save_shared(body, name="copy.json")
     assert first.path == again.path and first.path.parent == deff_cache_dir / ".shared"
@@ -421,7 +447,7 @@ def test_a_kept_run_opens_by_its_content_id_only_when_it_is_still_that_file(
         shared_dir,
     )
 
-    body = json.dumps(snapshot(tiny_measurement)).encode()
+    body = json.dumps(Run.from_measurement(tiny_measurement).to_snapshot()).encode()
     sent = tmp_path / "from a colleague.json"
     sent.write_bytes(body)
     kept = share_file(sent)  # read once, checked, kept
@@ -457,7 +483,7 @@ def test_a_run_that_cannot_be_kept_is_one_sentence(tiny_measurement, deff_cache_
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(tempfile, "mkstemp", full_disk)
-    body = json.dumps(snapshot(tiny_measurement)).encode()
+    body = json.dumps(Run.from_measurement(tiny_measurement).to_snapshot()).encode()
     with pytest.raises(
         SnapshotError,
         match=r"run.json is a valid run but cannot be kept in .*"

@@ -218,7 +218,7 @@ import json, pathlib
 import numpy as np
 import deffcore as dc
 from deffcore.views.paper import paper_rows
-from deffcore.views.snapshot import DEFAULT_RUN_PATH, load_gallery
+from deffcore.views.run import DEFAULT_RUN_PATH, load_gallery
 print(json.dumps({
     "file": str(pathlib.Path(dc.__file__).resolve()),
     "default_run": DEFAULT_RUN_PATH.is_file(),

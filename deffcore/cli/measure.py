@@ -301,8 +301,8 @@ def _write_snapshot(
     from deffcore.cli._common import check_snapshot_output
     from deffcore.core.files import write_output
     from deffcore.lenses.run_extras import with_extras
+    from deffcore.views.run import Run
     from deffcore.views.run_report import remake_command
-    from deffcore.views.snapshot import snapshot
 
     fields = {**m.spec.__dict__, "model": args.model, "dataset": args.dataset}
     flags = [f for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off",
@@ -320,7 +320,7 @@ def _write_snapshot(
     from deffcore.lenses.atlas import atlas_of
 
     atlas_of(m)  # the snapshot carries the run's depth-use atlas (one pass if it has none yet)
-    data = snapshot(m, command=command)
+    data = Run.from_measurement(m).to_snapshot(command=command)
     data["measurement"].update(extra)
     with_extras(data, **extras, metric=args.metric)
     if pb is not None:

@@ -40,9 +40,8 @@ def add_parser(subparsers) -> None:
 
 
 def open_run(ref: str) -> Any:
-    """The `RunView` RUN names: a snapshot file, a cached run's key, a shipped run's key."""
-    from deffcore.views.measurement_view import MeasurementView
-    from deffcore.views.snapshot import load_gallery
+    """The `Run` RUN names: a snapshot file, a cached run's key, a shipped run's key."""
+    from deffcore.views.run import Run, load_gallery
 
     path = Path(ref).expanduser()
     if path.exists():
@@ -54,7 +53,7 @@ def open_run(ref: str) -> Any:
         from deffcore.work import jobs
 
         if any(r.get("key") == ref and r.get("status") == "complete" for r in entries.list_runs()):
-            return MeasurementView(jobs.load_result(ref))
+            return Run.from_measurement(jobs.load_result(ref))
         for view in load_gallery():
             if view.key == ref:
                 return view

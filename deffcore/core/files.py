@@ -326,7 +326,7 @@ def os_errors(folder: Path, what: str) -> Iterator[None]:
 REPORT_MARK = '<meta name="generator" content="deffcore report">'
 #: The recognisers of our outputs' first bytes: a report (its mark, first in its <head>) and a
 #: run snapshot (a JSON object whose first key is "format", compact or indented:
-#: `views.snapshot.snapshot`; the snapshot's own check then reads the whole of it).
+#: `views.run.Run.to_snapshot`; the snapshot's own check then reads the whole of it).
 REPORT = re.compile(rb"\A<!DOCTYPE html>\s*<html[^>]*><head>" + re.escape(REPORT_MARK.encode()))
 SNAPSHOT = re.compile(rb'\A\s*\{\s*"format"\s*:\s*\d')
 #: A lab's records (`labs.residual_carry`'s records.json: a JSON object whose first key is "lab").

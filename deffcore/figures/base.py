@@ -175,7 +175,7 @@ def figure_csv(fig: go.Figure) -> str:
 
 
 def tag_run(fig: go.Figure, identity: Mapping[str, object]) -> go.Figure:
-    """Attach a run's identity (`snapshot.run_identity`) to a figure: `figure_csv` then writes
+    """Attach a run's identity (`labels.run_identity`) to a figure: `figure_csv` then writes
     it as leading columns of every row, so a downloaded table says which run it came from."""
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
     fig.update_layout(meta={**meta, "run": dict(identity)})

@@ -202,7 +202,7 @@ def aggregation_table(
 
 def _states_of(measurement: Any, pooling: str) -> np.ndarray | None:
     """The pooled states h_1 .. h_L (L, N, d) behind `measurement`, or None: a Measurement
-    has them, an app view (`deffcore.views.run_view.RunView`) holds one or, for a snapshot, none."""
+    has them, an app view (`deffcore.views.run.Run`) holds one or, for a snapshot, none."""
     if hasattr(measurement, "states"):
         return measurement.states(pooling)
     inner = getattr(measurement, "measurement", None)  # a view's live Measurement (property)

@@ -28,7 +28,7 @@ Point panels (one row per point, both x and y from the same place):
   Figure S6), x = its D_eff/L, y = its geodesic efficiency (`deffcore.measures.geometry`).
 - `atlas_panel`: one row per trained model whose run carries a depth-use atlas (SPEC 16):
   cached runs with their stored atlas (the largest N, then the newest), then the shipped
-  precomputed runs (`deffcore.views.snapshot.load_gallery`) for models not measured here; x = the
+  precomputed runs (`deffcore.views.run.load_gallery`) for models not measured here; x = the
   run's own D_eff/L (gap%, rho1, deff), y = the atlas columns
   (`deffcore.measures.atlas.ATLAS_COLUMNS`) of the same run and passages.
 """
@@ -364,7 +364,7 @@ def cached_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
 def precomputed_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
     """The shipped precomputed runs of trained weights that carry an atlas."""
     from deffcore.measures.depth import depth_summary
-    from deffcore.views.snapshot import load_gallery
+    from deffcore.views.run import load_gallery
 
     rows = []
     for view in load_gallery():

@@ -61,24 +61,17 @@ def claim_is_right(verdict: str, gap_default_pop: float, gap_no_pos0_pop: float)
 
 
 def pooled_view(S: dict, layers: int, n: int, d: int) -> Any:
-    """A construction's two poolings {(pooling, metric): S}, read as a page reads a run."""
-    from deffcore.views.run_view import RunView
+    """A construction's two poolings {(pooling, metric): S}, read as a page reads a run (a
+    `Run` without states: no position-0 ratio, no spec)."""
+    from deffcore.views.run import Run
 
-    class PoolingsView(RunView):
-        """A construction's poolings as a run view (no position-0 ratio, no spec)."""
-
-        source, label = "construction", "construction"
-
-        def __init__(self) -> None:
-            self.spec, self.layers, self.n, self.d_model = {}, layers, n, d
-
-        def similarity(self, pooling: str = "default", metric: str = "cka") -> Any:
-            return S[(pooling, metric)]
-
-        def pos0_norm_ratio(self) -> Any:
-            return np.ones(layers + 1)
-
-    return PoolingsView()
+    similarity: dict[str, dict[str, Any]] = {}
+    for (pooling, metric), matrix in S.items():
+        similarity.setdefault(pooling, {})[metric] = matrix
+    data = {"similarity": similarity, "pos0_norm_ratio": np.ones(layers + 1)}
+    return Run(
+        {}, layers=layers, d_model=d, n=n, source="construction", label="construction", data=data
+    )
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def with_extras(
     metric: str = "cka",
     K: int | None = None,
 ) -> dict[str, Any]:
-    """`data` (a `snapshot.snapshot` dict) with the sections given, changed in place."""
+    """`data` (a `Run.to_snapshot` dict) with the sections given, changed in place."""
     if diagnostics is not None:
         data["diagnostics"] = snapshot_section(diagnostics)
     if bos_on_off is not None:

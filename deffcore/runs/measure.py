@@ -1043,10 +1043,10 @@ class Measurement:
     # ---------------
 
     def view(self, label: str | None = None):
-        """This run as a `snapshot.MeasurementView` (what the explorer's pages read)."""
-        from deffcore.views.measurement_view import MeasurementView
+        """This run as a `deffcore.views.run.Run` (what the explorer's pages read)."""
+        from deffcore.views.run import Run
 
-        return MeasurementView(self, label)
+        return Run.from_measurement(self, label)
 
     def trust(
         self,

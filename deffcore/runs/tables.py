@@ -1,7 +1,6 @@
 """Tables of one run's numbers that the pages show beside their charts (DataFrames, no Streamlit).
 
-A *view* is a `deffcore.views.run_view.RunView`: a measured run or a shipped snapshot, both
-answering
+A *view* is a `deffcore.views.run.Run`: a measured run or a shipped snapshot, both answering
 `headline(pooling, metric, K)`.
 """
 
@@ -15,7 +14,7 @@ from deffcore.core.lazy import pd  # imported on first use: a chart never needs 
 from deffcore.inputs.model import ModelSpec
 
 if TYPE_CHECKING:
-    from deffcore.views.run_view import RunView
+    from deffcore.views.run import Run
 
 #: The two similarity metrics the first page compares, with their names in words.
 METRICS_COMPARED: tuple[tuple[str, str], ...] = (
@@ -25,7 +24,7 @@ METRICS_COMPARED: tuple[tuple[str, str], ...] = (
 
 
 def metric_comparison(
-    view: RunView, pooling: str = "default", K: int | None = None
+    view: Run, pooling: str = "default", K: int | None = None
 ) -> pd.DataFrame | None:
     """D_eff, D_eff/L, gap and rho_hat(1) under linear and unbiased CKA side by side (the first
     screen's answer to "is this the finite-sample bias?"); None when a snapshot lacks one."""
@@ -47,7 +46,7 @@ def metric_comparison(
     return pd.DataFrame(rows)
 
 
-def metric_difference(view: RunView, pooling: str = "default", K: int | None = None) -> Any:
+def metric_difference(view: Run, pooling: str = "default", K: int | None = None) -> Any:
     """The paired difference D_eff/L(linear) - D_eff/L(unbiased) of one pooling (a
     `paired.PairedDifference`, SPEC 15: both metrics on the same bootstrap multisets), or None
     when the run's paired bootstrap lacks either metric for it."""
@@ -57,8 +56,8 @@ def metric_difference(view: RunView, pooling: str = "default", K: int | None = N
     return pb.difference((pooling, "cka"), (pooling, "unbiased_cka"), K, scale="D_eff/L")
 
 
-def model_row(view: RunView, source: str, metric: str = "cka") -> dict[str, Any]:
-    """One run (a `RunView`: cached, precomputed or shared) as a Models-table row.
+def model_row(view: Run, source: str, metric: str = "cka") -> dict[str, Any]:
+    """One run (a `Run`: cached, precomputed or shared) as a Models-table row.
 
     Columns: source, model, family, weights, layers, d_model, n (kept passages), max_tokens,
     dataset, passages, bos, intervention, revision, seed, key; deff_over_L and gap_pct of the
@@ -104,13 +103,13 @@ def cached_model_row(meta: dict[str, Any], metric: str = "cka") -> dict[str, Any
     from deffcore.extraction import cache
     from deffcore.inputs.run_spec import RunSpec
     from deffcore.runs.measure import Measurement
-    from deffcore.views.measurement_view import MeasurementView
+    from deffcore.views.run import Run
 
     spec = RunSpec(**meta["spec"])
     found = cache._read_entry(meta["key"])  # by key: the stored spec's key may predate a change
     if found is None:
         raise DeffError(f"The cached run {meta['key']} has no states.")
-    view = MeasurementView(Measurement(spec=spec, pooled=found[0], metric=metric))
+    view = Run.from_measurement(Measurement(spec=spec, pooled=found[0], metric=metric))
     return {**model_row(view, "cached", metric), "key": meta["key"], "created": meta.get("created")}
 
 
@@ -124,7 +123,7 @@ def models_table(
 ) -> list[dict[str, Any]]:
     """The Models table's rows: every measured run once (by key, `MEASURED_SOURCES` order),
     then the paper's models; each row gets a `label`: measured runs named by what tells them
-    apart (`snapshot.run_labels`: two SmolLM2 runs differing only in their BOS option read
+    apart (`labels.run_labels`: two SmolLM2 runs differing only in their BOS option read
     `... BOS add` / `... BOS default`), the paper's as `<model> (paper)`."""
     from deffcore.views.labels import run_labels
 

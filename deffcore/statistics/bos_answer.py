@@ -23,7 +23,7 @@ bootstrap is `deffcore.statistics.paired`; the rule's check on constructions wit
 answer is `deffcore.lenses.bos_calibration` (`BOS_ANSWER_MODULES` in
 `scripts/house_figures.py` names the three). A view is read by its face (`headline`, `trust`,
 `measurement`, `paired_bootstrap`, `spec`, `window_source`, `d_model`: a
-`deffcore.views.run_view.RunView`), never imported: statistics comes before views.
+`deffcore.views.run.Run`), never imported: statistics comes before views.
 
 **The claim.** `default` pools every token, `no_pos0` the tokens after position 0, so their
 gap difference Delta = gap(no_pos0) - gap(default) (points) is what position 0 does to the
@@ -234,7 +234,7 @@ def position0_answer_for(
     (`identical_controls`); None: read from the measurement when the view has one, else
     guessed from equal gaps (`guess_identical`, for snapshots). paired: a
     `paired.PairedBootstrap` of the run holding default and no_pos0 under `metric` (None: the
-    view's own, `RunView.paired_bootstrap`, when it has one): the paired decision; without one
+    view's own, `Run.paired_bootstrap`, when it has one): the paired decision; without one
     the unpaired rule, said as such.
 
     stand_in: linear CKA's Δ is answered from the same bootstrap's unbiased-CKA replicates

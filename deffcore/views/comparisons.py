@@ -33,7 +33,7 @@ HEADLINE_ROWS: tuple[tuple[str, str, str, str], ...] = (
 
 
 def headline_differences(a: Any, b: Any) -> list[dict[str, Any]]:
-    """One row per headline number of `snapshot.Headline`s a and b: quantity, unit, run A,
+    """One row per headline number of `run.Headline`s a and b: quantity, unit, run A,
     run B, the difference B - A (a float, in the unit) and that difference as text with its
     unit ("+1.75 points", "-4,032 passages")."""
     rows = []

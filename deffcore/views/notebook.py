@@ -4,10 +4,11 @@
     m                              # Jupyter shows run_html(m): headline, trust, small heatmap
     m.figure("heatmap")            # "heatmap", "lag", "gap", "controls" (deffcore.figures)
 
-Both work for any `snapshot.RunView` (a live `Measurement` through `MeasurementView`, a shared
-snapshot through `SnapshotView`), so a run a colleague sent looks the same as one measured
-here. The HTML is self-contained: an inline SVG heatmap (Viridis, like the explorer's), no
-script, no external resource; every user-provided string (model, dataset, labels) is escaped.
+Both work for any `run.Run`, live or opened from a shared snapshot (`Run.figure` and
+`Run._repr_html_` call these; they take the run as an untyped `view`, since `run` imports this
+module), so a run a colleague sent looks the same as one measured here. The HTML is
+self-contained: an inline SVG heatmap (Viridis, like the explorer's), no script, no external
+resource; every user-provided string (model, dataset, labels) is escaped.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from deffcore.core.errors import DeffError
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
-
-    from deffcore.views.run_view import RunView
 
 #: The figures `figure(name)` returns, as the explorer's pages draw them.
 FIGURE_NAMES: tuple[str, ...] = ("heatmap", "lag", "gap", "controls")
@@ -44,7 +43,7 @@ def _check(pooling: str, metric: str) -> None:
 FIGURE_OPTIONS: tuple[str, ...] = ("pooling", "metric", "K", "paper")
 
 
-def figure_of(view: RunView, name: str, options: dict[str, Any]) -> go.Figure:
+def figure_of(view: Any, name: str, options: dict[str, Any]) -> go.Figure:
     """`run_figure(view, name, **options)`, each option checked by name first: an unknown
     one, or a `paper` that is not True/False, is a sentence naming it (not a TypeError)."""
     unknown = [k for k in options if k not in FIGURE_OPTIONS]
@@ -58,7 +57,7 @@ def figure_of(view: RunView, name: str, options: dict[str, Any]) -> go.Figure:
 
 
 def run_figure(
-    view: RunView,
+    view: Any,
     name: str,
     *,
     pooling: str = "default",
@@ -110,7 +109,7 @@ def run_figure(
     return figures.tag_run(fig, view.identity(pooling, metric))
 
 
-def _gap_table(view: RunView, pooling: str, metric: str, K: int | None, paper: bool):
+def _gap_table(view: Any, pooling: str, metric: str, K: int | None, paper: bool):
     import pandas as pd
 
     from deffcore.measures.depth import gap_percent
@@ -140,7 +139,7 @@ def _gap_row(label: str, family: str, source: str, gap: float, layers: Any) -> d
     return {"label": label, "family": family, "source": source, "gap_pct": gap, "layers": layers}
 
 
-def _controls_table(view: RunView, metric: str, K: int | None):
+def _controls_table(view: Any, metric: str, K: int | None):
     """(one row per pooling control, the controls that are undefined for this run and why)."""
     import pandas as pd
 
@@ -198,7 +197,7 @@ def heatmap_svg(S: np.ndarray, *, metric: str = "cka", px: int = HEATMAP_PX) -> 
 
 
 def headline_rows(
-    view: RunView, *, pooling: str = "default", metric: str = "cka", K: int | None = None
+    view: Any, *, pooling: str = "default", metric: str = "cka", K: int | None = None
 ) -> list[tuple[str, str]]:
     """The run's headline numbers as (name, value in words) rows, the random-weight band last
     when the run has one: the notebook's summary and the run report (`run_report`) show these."""
@@ -227,7 +226,7 @@ def headline_rows(
     return rows
 
 
-def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") -> str:
+def run_html(view: Any, *, pooling: str = "default", metric: str = "cka") -> str:
     """The run as a small HTML block: headline numbers, trust level, the BOS answer
     (`bos_answer.run_answer`, as every surface says it), heatmap (escaped)."""
     from deffcore.statistics.bos_answer import answer_lines
@@ -256,17 +255,3 @@ def run_html(view: RunView, *, pooling: str = "default", metric: str = "cka") ->
         f'<div style="color:#555">S(i, j), layers 1..{h.layers}</div></div>'
         "</div>"
     )
-
-
-class NotebookDisplay:
-    """What a run shows in a notebook: `figure(name)` and Jupyter's `_repr_html_` (mixed into
-    the concrete `RunView`s)."""
-
-    def figure(self, name: str = "heatmap", **options: Any) -> Any:
-        """The explorer's Plotly figure `name` ("heatmap", "lag", "gap", "controls") of this
-        run; options: pooling, metric, K, paper (see `run_figure`), each checked by name."""
-        return figure_of(self, name, options)
-
-    def _repr_html_(self) -> str:
-        """Jupyter's view: headline numbers, trust level and a small heatmap."""
-        return run_html(self)

@@ -29,7 +29,7 @@ from deffcore.core.files import REPORT_MARK
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from deffcore.views.run_view import RunView
+    from deffcore.views.run import Run
 
 #: Plotly's toolbar in the file: no logo link, no cloud export.
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -141,7 +141,7 @@ def _cell(v: Any) -> str:
     return f"{v:+.2f}" if isinstance(v, float) else str(v)
 
 
-def _headline_section(page: _Page, view: RunView, pooling: str, metric: str, K: Any) -> None:
+def _headline_section(page: _Page, view: Run, pooling: str, metric: str, K: Any) -> None:
     from deffcore.views.notebook import headline_rows
 
     page.h2("Headline")
@@ -168,7 +168,7 @@ def _answer_section(page: _Page, answer: Mapping[str, Any] | None) -> None:
         )
 
 
-def _figures_section(page: _Page, view: RunView, pooling: str, metric: str, K: Any) -> None:
+def _figures_section(page: _Page, view: Run, pooling: str, metric: str, K: Any) -> None:
     from deffcore.views.notebook import run_figure
 
     page.h2("Similarity between layers and lag decay")
@@ -185,7 +185,7 @@ def _figures_section(page: _Page, view: RunView, pooling: str, metric: str, K: A
     _controls_table(page, view, metric, K)
 
 
-def _controls_table(page: _Page, view: RunView, metric: str, K: Any) -> None:
+def _controls_table(page: _Page, view: Run, metric: str, K: Any) -> None:
     from deffcore.core.constants import POOLINGS
     from deffcore.core.errors import DeffError
 
@@ -200,7 +200,7 @@ def _controls_table(page: _Page, view: RunView, metric: str, K: Any) -> None:
 
 
 def _baselines_section(
-    page: _Page, view: RunView, pooling: str, metric: str, boot: Mapping[str, Any] | None
+    page: _Page, view: Run, pooling: str, metric: str, boot: Mapping[str, Any] | None
 ) -> None:
     from deffcore import figures
 
@@ -223,7 +223,7 @@ def _baselines_section(
         )
 
 
-def _measures_section(page: _Page, view: RunView, pooling: str) -> None:
+def _measures_section(page: _Page, view: Run, pooling: str) -> None:
     """The table across similarity measures (SPEC 17.4), when the run holds one."""
     table = view.measure_table(pooling)
     if table is None:
@@ -268,7 +268,7 @@ def _on_off_section(page: _Page, on_off: Mapping[str, Any] | None) -> None:
 
 
 def report_html(
-    view: RunView,
+    view: Run,
     *,
     answer: Mapping[str, Any] | None = None,
     diagnostics: Mapping[str, Any] | None = None,

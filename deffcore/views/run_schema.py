@@ -1,12 +1,12 @@
 """The one schema of a run snapshot: what every page, the notebook and the report may read.
 
-Stage: views (beside `snapshot` and `sharing`; it imports only core's constants and errors,
+Stage: views (beside `run` and `sharing`; it imports only core's constants and errors,
 `measures.depth` and `views.labels`' spec fields).
 
-A snapshot (`deffcore.views.snapshot.snapshot`, `deffcore measure --snapshot`) is also the file a
-colleague sends, so it is hostile until it passes `check_snapshot`, the single door every
-reader goes through (`SnapshotView`, hence `sharing.read_snapshot`, `open_snapshot`,
-`open_shared`, `list_shared`, `snapshot.load_snapshot` and `load_gallery`). It checks, in
+A snapshot (`deffcore.views.run.Run.to_snapshot`, `deffcore measure --snapshot`) is also the
+file a colleague sends, so it is hostile until it passes `check_snapshot`, the single door every
+reader goes through (`Run.from_snapshot`, hence `sharing.read_snapshot`, `open_snapshot`,
+`open_shared`, `list_shared`, `run.load_snapshot` and `load_gallery`). It checks, in
 this order:
 
 1. Text (`_check_text`): every string and key is valid Unicode text: no lone surrogate (they
@@ -652,7 +652,7 @@ def _current_diagnostics(value: Any) -> Any:
 
 
 class Snapshot(BaseModel):
-    """A whole snapshot file (`deffcore.views.snapshot.snapshot`)."""
+    """A whole snapshot file (`deffcore.views.run.Run.to_snapshot`)."""
 
     model_config = ConfigDict(extra="allow")
 

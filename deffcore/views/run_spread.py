@@ -50,7 +50,7 @@ def stored_bootstrap(
 ) -> dict[str, Any] | None:
     """The bootstrap a run was stored with, when it is this headline's (module docstring).
 
-    measurement: the snapshot's CLI JSON (`SnapshotView.data["measurement"]`); pooling,
+    measurement: the snapshot's CLI JSON (`Run.data["measurement"]`); pooling,
     metric: the headline's; point: its D_eff/L at K = L-1.
     """
     if not isinstance(measurement, Mapping) or pooling != BOOTSTRAP_POOLING:

@@ -3,11 +3,11 @@
 A snapshot is data only: JSON parsed by `json.loads` (never pickle, never eval), its size
 capped before it is parsed, every field the pages read checked for type, shape and range, so
 a corrupt, truncated, foreign or hostile file gets one sentence (`SnapshotError`) and nothing
-else. An accepted run is a `deffcore.views.snapshot.SnapshotView` with `source` "shared". Runs can
-be kept in the cache's `.shared/` folder under their content hash (`save_shared`,
-`share_file`), opened by that id (`open_shared`), listed (`list_shared`) and removed
-(`delete_shared`, only a file provably written there); the Runs page shows them beside the
-cached runs, and `deffcore app --run FILE` opens one in every new session (`APP_RUN_ENV`).
+else. An accepted run is a `deffcore.views.run.Run` with `source` "shared". Runs can be
+kept in the cache's `.shared/` folder under their content hash (`save_shared`, `share_file`),
+opened by that id (`open_shared`), listed (`list_shared`) and removed (`delete_shared`, only a
+file provably written there); the Runs page shows them beside the cached runs, and `deffcore
+app --run FILE` opens one in every new session (`APP_RUN_ENV`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deffcore.views.run import Run
 from deffcore.views.run_schema import (
     MAX_LAYERS,
     SnapshotError,
     check_snapshot,
     parse_snapshot_json,
 )
-from deffcore.views.snapshot import SnapshotView
 
 #: Largest snapshot file read (a 30-layer run is ~150 kB; L = 100 is ~1.5 MB).
 MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024
@@ -42,8 +42,8 @@ def validate_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
     return check_snapshot(data, where)
 
 
-def read_snapshot(data: bytes, *, name: str = "The file") -> SnapshotView:
-    """A shared run from the bytes of a snapshot file (an upload, a download) -> SnapshotView
+def read_snapshot(data: bytes, *, name: str = "The file") -> Run:
+    """A shared run from the bytes of a snapshot file (an upload, a download) -> Run
     with `source` "shared" and `sha256` (of the bytes). SnapshotError when it is too large, not
     UTF-8 JSON, or not a valid snapshot; nothing in it is ever executed."""
     import hashlib
@@ -63,7 +63,7 @@ def read_snapshot(data: bytes, *, name: str = "The file") -> SnapshotView:
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         reason = "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else "not valid JSON"
         raise SnapshotError(f"{where} is {reason}, so it is not a run snapshot.") from None
-    view = SnapshotView(parsed, where)
+    view = Run.from_snapshot(parsed, where)
     view.source = "shared"
     view.sha256 = hashlib.sha256(bytes(data)).hexdigest()
     return view
@@ -103,7 +103,7 @@ def _resolved(path: Path | str, shown: str) -> Path:
         raise SnapshotError(f"{shown} cannot be read ({reason}).") from None
 
 
-def open_snapshot(path: Path | str) -> SnapshotView:
+def open_snapshot(path: Path | str) -> Run:
     """A shared run from a snapshot file on disk (see `read_snapshot`). The path is resolved
     once and the opened file itself is checked (a regular file, within the size limit)."""
     shown = Path(path).name or str(path)
@@ -113,7 +113,7 @@ def open_snapshot(path: Path | str) -> SnapshotView:
     return view
 
 
-def share_file(path: Path | str) -> SnapshotView:
+def share_file(path: Path | str) -> Run:
     """Keep the snapshot file at `path` among the shared runs (`save_shared`): the file is
     read once, as `open_snapshot` reads it, and checked before it is kept (`deffcore app --run`).
     """
@@ -128,7 +128,7 @@ def shared_dir() -> Path:
     return cache_dir() / ".shared"
 
 
-def save_shared(data: bytes, *, name: str = "The file") -> SnapshotView:
+def save_shared(data: bytes, *, name: str = "The file") -> Run:
     """Check a shared snapshot and keep it in `shared_dir()` as `<sha256[:16]>.json` (the same
     file twice is one entry). Returns its view (with `path`). Refuses a `.shared` that is a
     link or not a folder."""
@@ -171,7 +171,7 @@ def _is_shared_file(path: Path) -> bool:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] == path.name[:16]
 
 
-def open_shared(sha256: str) -> SnapshotView:
+def open_shared(sha256: str) -> Run:
     """The kept shared run whose content hash starts with `sha256` (16+ hex digits), read once.
     SnapshotError unless it is provably a file `save_shared` wrote: a regular file, not a link,
     named by the hash of the very bytes read."""
@@ -200,7 +200,7 @@ class SharedEntry:
 
     sha256: str  # the 16 hex digits of its name
     path: Path
-    view: SnapshotView | None
+    view: Run | None
     error: str | None
     deletable: bool
 
@@ -225,7 +225,7 @@ def shared_entries() -> list[SharedEntry]:
     return entries
 
 
-def list_shared() -> list[SnapshotView]:
+def list_shared() -> list[Run]:
     """Every kept shared run that reads, newest first: the files `save_shared` wrote (named by
     their content hash; anything else in the folder is not listed). One that no longer
     validates is skipped with a warning (`shared_entries` lists it, to delete it)."""

@@ -94,7 +94,7 @@ def test_entry_page_has_the_sidebar_and_shows_a_result_before_any_run(cache_dir)
     for key in ("n", "max_tokens", "seed"):
         assert runs.number_input(key=key) is not None
     assert runs.button(key="run").label == "Run"
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     snap = load_snapshot()
     assert snap is not None, "the shipped snapshot deffcore/data/default_run.json is missing"

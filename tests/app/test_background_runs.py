@@ -18,10 +18,11 @@ from streamlit.testing.v1 import AppTest
 
 import deffcore.extraction.forward
 import deffcore.runs.measure
+from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.extraction import cache
 from deffcore.extraction import cache as entries
 from deffcore.inputs.run_spec import RunSpec
-from deffcore.views.run_view import RunView
+from deffcore.views.run import Run
 from deffcore.work import jobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -317,30 +318,24 @@ def test_uploads_do_not_pile_up_and_foreign_files_stay(cache_dir):
 # ---------------------------------------------------------------------------------------------
 
 
-class FakeView(RunView):
+def fake_run(n: int) -> Run:
     """A run of N passages at d = 576 whose S is the same under every metric (no bias)."""
-
-    source = "measured"
-
-    def __init__(self, n: int):
-        L = 30
-        i = np.arange(L)
-        self.S = 0.9 ** np.abs(i[:, None] - i[None, :])
-        self.spec = {**RUN, "model": "smollm2-135m", "n": n}
-        self.layers, self.d_model, self.n = L, 576, n
-        self.label, self.key = f"smollm2-135m · N={n}", f"fake{n}"
-
-    def similarity(self, pooling="default", metric="cka"):
-        return self.S
-
-    def pos0_norm_ratio(self):
-        return np.ones(self.layers + 1)
+    L = 30
+    i = np.arange(L)
+    S = 0.9 ** np.abs(i[:, None] - i[None, :])
+    data = {
+        "similarity": {p: dict.fromkeys(METRICS, S) for p in POOLINGS},
+        "pos0_norm_ratio": np.ones(L + 1),
+    }
+    spec = {**RUN, "model": "smollm2-135m", "n": n}
+    label, key = f"smollm2-135m · N={n}", f"fake{n}"
+    return Run(spec, layers=L, d_model=576, n=n, source="measured", label=label, key=key, data=data)
 
 
 @pytest.mark.parametrize(("n", "level"), [(8, "noise"), (512, "indicative"), (10_000, "solid")])
 def test_first_page_trust_badge(n, level):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600)
-    at.session_state["deff_view"] = FakeView(n)
+    at.session_state["deff_view"] = fake_run(n)
     at.run()
     assert not at.exception
     badges = [m.value for m in at.markdown if "Trust:" in m.value]

@@ -76,7 +76,7 @@ def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
     import deffcore.inputs.model
     from deffcore.lenses.diagnostics_store import diagnostics_path
     from deffcore.statistics.bos_answer import position0_answer_for
-    from deffcore.views.measurement_view import MeasurementView
+    from deffcore.views.run import Run
 
     diagnostics_path(measurement.spec).unlink(missing_ok=True)
     held, release = threading.Event(), threading.Event()
@@ -91,7 +91,7 @@ def test_the_answer_shows_before_the_diagnostics_and_no_model_loads(
     try:
         at = open_page(f"cached:{measurement.spec.key()}")
         assert not at.exception
-        want = position0_answer_for(MeasurementView(measurement), "cka")
+        want = position0_answer_for(Run.from_measurement(measurement), "cka")
         assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(want.sentence)}"]
         (v,) = verdicts(at)
         assert "massive activations not computed" in v
@@ -112,7 +112,7 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
     answer is the library's paired answer on exactly that bootstrap."""
     from deffcore.runs.measure import Measurement, measure
     from deffcore.statistics.bos_answer import ANSWER_B, position0_answer_for
-    from deffcore.views.measurement_view import MeasurementView
+    from deffcore.views.run import Run
 
     # a run of its own (no other test has paired it), without BOS so position 0 varies
     run = measure(**{**RUN, "seed": 3, "bos": "none"})
@@ -131,7 +131,7 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
         at = open_page(f"cached:{run.spec.key()}")
         assert_clean(at)
         assert held.wait(60) and not jobs.task_job(name).finished
-        unpaired = position0_answer_for(MeasurementView(run), "cka")
+        unpaired = position0_answer_for(Run.from_measurement(run), "cka")
         assert not unpaired.paired
         assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(unpaired.sentence)}"]
         assert any("Without a paired bootstrap" in c.value for c in at.caption)
@@ -144,7 +144,7 @@ def test_a_live_run_pairs_its_answer_in_the_background(cache_dir, monkeypatch):
     assert_clean(at)
     # the same bootstrap, by hand: linear CKA and its stand-in, unbiased CKA (SPEC 15)
     real(run, metrics=("cka", "unbiased_cka"), B=ANSWER_B, seed=run.spec.seed)
-    paired = position0_answer_for(MeasurementView(run), "cka")
+    paired = position0_answer_for(Run.from_measurement(run), "cka")
     assert paired.paired and paired.B == ANSWER_B and paired.answered_with == "unbiased_cka"
     assert answers(at) == [f"**Is the gap a position-0 artefact?** {plain(paired.sentence)}"]
     words = f"both gaps on the same B = {ANSWER_B} multisets"  # "How this was decided"
@@ -161,14 +161,14 @@ def test_every_delta_of_the_position0_comparison_is_the_answers(cache_dir):
 
     from deffcore.runs.measure import measure
     from deffcore.statistics.bos_answer import ANSWER_B, run_answer
-    from deffcore.views.measurement_view import MeasurementView
+    from deffcore.views.run import Run
 
     run = measure(**{**RUN, "seed": 5, "bos": "none"})  # position 0 varies: its own control
     at = open_page(f"cached:{run.spec.key()}")
     wait_task(f"paired:{run.spec.key()}:cka:{ANSWER_B}")  # every pooling, in the background
     at.run()
     assert_clean(at)
-    answer = run_answer(MeasurementView(jobs.load_result(run.spec.key())), "cka")  # as stored
+    answer = run_answer(Run.from_measurement(jobs.load_result(run.spec.key())), "cka")  # as stored
     assert answer.paired and answer.answered_with == "unbiased_cka", answer
     lo, hi = answer.interval
     texts = [plain(e.value) for e in (*at.markdown, *at.caption, *at.success, *at.info)]
@@ -189,10 +189,10 @@ def test_snapshot_offers_the_diagnostics_then_shows_them(cache_dir, monkeypatch)
     SmolLM2), then the figures drawn from exactly those numbers."""
     import explorer.views
     from deffcore.lenses import diagnostics_store
-    from deffcore.views.snapshot import SnapshotView, load_snapshot
+    from deffcore.views.run import Run, load_snapshot
 
     extras = ("diagnostics", "bos_on_off")
-    snap = SnapshotView({k: v for k, v in load_snapshot().data.items() if k not in extras})
+    snap = Run.from_snapshot({k: v for k, v in load_snapshot().data.items() if k not in extras})
     snap.source = "precomputed"
     monkeypatch.setattr(explorer.views, "default_snapshot", lambda: snap)
     monkeypatch.setattr(explorer.views, "precomputed_runs", lambda: [snap])

@@ -11,7 +11,7 @@ import pytest
 from apptest_helpers import assert_clean, plain
 from streamlit.testing.v1 import AppTest
 
-from deffcore.views.snapshot import load_gallery
+from deffcore.views.run import load_gallery
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = "pages/7_Runs.py"  # the run panel's one page
@@ -82,10 +82,10 @@ def test_opening_a_precomputed_run_puts_it_in_the_url_and_sets_the_sidebar():
 
 
 def test_a_shared_run_is_found_by_its_content_hash(measurement):
+    from deffcore.views.run import Run
     from deffcore.views.sharing import save_shared
-    from deffcore.views.snapshot import snapshot
 
-    view = save_shared(json.dumps(snapshot(measurement)).encode())
+    view = save_shared(json.dumps(Run.from_measurement(measurement).to_snapshot()).encode())
     at = new_app(f"shared:{view.sha256[:16]}")
     assert_clean(at)
     assert current(at).startswith("Current run (shared): tiny-llama")

@@ -11,7 +11,7 @@ import numpy as np
 from apptest_helpers import assert_clean, chart, plain, plotly_array
 from streamlit.testing.v1 import AppTest
 
-from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.run import Run
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-gemma3", "dataset": "bbc-news", "n": 10, "max_tokens": 24, "seed": 0}
@@ -55,7 +55,7 @@ def test_page_cli_and_library_agree(measurement, capsys):
     ]
     assert main(argv) == 0
     cli = json.loads(capsys.readouterr().out)
-    at = open_page(MeasurementView(measurement))
+    at = open_page(Run.from_measurement(measurement))
     assert_clean(at)
     page = _table(at)
     for name, column in (
@@ -101,7 +101,7 @@ def test_page_cli_and_library_agree(measurement, capsys):
 
 
 def test_the_glossary_names_each_measures_paper(measurement):
-    at = open_page(MeasurementView(measurement))
+    at = open_page(Run.from_measurement(measurement))
     text = " ".join(plain(m.value) for m in at.markdown)
     for words in (
         "Csordás, Manning & Potts (2025)",
@@ -119,7 +119,7 @@ def test_a_run_without_an_atlas_computes_it_then_the_skip_effect():
 
     spec, _ = run_spec("tiny-llama", "bbc-news", 8, 24, 1, "cka")
     m = measure_spec(spec, atlas=False)  # measured before the atlas existed
-    at = open_page(MeasurementView(m))
+    at = open_page(Run.from_measurement(m))
     assert_clean(at)
     assert any("has none yet" in plain(i.value) for i in at.info)
     at.button(key="du_compute").click().run()
@@ -135,7 +135,7 @@ def test_a_run_without_an_atlas_computes_it_then_the_skip_effect():
 
 
 def test_the_shipped_snapshot_shows_its_atlas_or_says_it_has_none():
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     shipped = load_snapshot().atlas()
     at = open_page()

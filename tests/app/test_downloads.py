@@ -12,7 +12,7 @@ from apptest_helpers import assert_clean
 from streamlit.testing.v1 import AppTest
 
 from deffcore.views.labels import run_slug
-from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.run import Run
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -43,7 +43,7 @@ def app(cache_dir, measurement):
     from explorer import views
 
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
-    at.session_state[views.VIEW_KEY] = MeasurementView(measurement)
+    at.session_state[views.VIEW_KEY] = Run.from_measurement(measurement)
     return at.run()
 
 

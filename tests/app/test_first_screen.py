@@ -54,7 +54,7 @@ def test_the_shipped_default_stores_what_its_data_gives():
     """The stored supply is the tokenizer's own count of the run's data (what `measure
     --snapshot` writes): recomputed here, equal, so the first screen's actions cannot drift."""
     from deffcore.inputs.texts import window_source
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     view = load_snapshot()
     assert view is not None and view.window_source() is not None
@@ -67,7 +67,7 @@ def test_the_shipped_defaults_trust_reads_its_stored_supply(monkeypatch):
     """The headline's trust (its "use ≥ n passages" action included) needs no tokenizer: with
     loading one made impossible, it is the same sentence."""
     import deffcore.inputs.texts as texts
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     view = load_snapshot()
     assert view is not None

@@ -46,8 +46,8 @@ def hostile(cache_dir):
     import os
 
     from deffcore.runs.measure import measure
+    from deffcore.views.run import DEFAULT_RUN_PATH
     from deffcore.views.sharing import APP_RUN_ENV, save_shared
-    from deffcore.views.snapshot import DEFAULT_RUN_PATH
 
     data = json.loads(DEFAULT_RUN_PATH.read_text())
     data["spec"].update(model=PAYLOAD, dataset=f"hf:{PAYLOAD}:train")

@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 from deffcore.inputs.model import Kind
 from deffcore.labs import correlation_lab, lens_tables, pretrain
 from deffcore.labs.panels import paper_pruning_rows, stored_pruning_rows
-from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.run import Run
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 12, "max_tokens": 24, "seed": 0}
@@ -168,7 +168,7 @@ def test_correlation_lab_geometry_over_cached_runs(monkeypatch):
 
 @pytest.fixture(scope="module")
 def view(measurement):
-    return MeasurementView(measurement)
+    return Run.from_measurement(measurement)
 
 
 def test_aggregations_geometry_and_gw_of_a_measured_run(view, measurement, no_model_load):

@@ -28,7 +28,7 @@ RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, 
 def test_renders_on_an_empty_cache_with_the_shipped_runs(tmp_path, monkeypatch):
     """A first-time visitor: no cached run at all. No error; the packaged precomputed runs and
     the paper's models are listed from the start, each with N, trust and bias."""
-    from deffcore.views.snapshot import load_gallery
+    from deffcore.views.run import load_gallery
 
     monkeypatch.setenv("DEFF_CACHE_DIR", str(tmp_path / "empty"))
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180).run()

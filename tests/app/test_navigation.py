@@ -96,7 +96,7 @@ def test_the_run_panel_is_on_the_runs_page_only(page):
 
 def test_the_run_panel_starts_at_the_shipped_runs_settings():
     """A first run compares with the headline: the panel's defaults are the shipped run's."""
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     spec = load_snapshot().spec
     at = new_app().run()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from deffcore.views.run import DEFAULT_RUN_PATH
 from deffcore.views.sharing import save_shared, shared_dir, shared_entries
-from deffcore.views.snapshot import DEFAULT_RUN_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 8, "max_tokens": 16, "seed": 0}

@@ -123,7 +123,7 @@ def test_paths_off_refuses_an_hf_spec_naming_a_local_folder(no_model, tmp_path, 
 
 def test_a_degenerate_control_is_a_sentence_on_the_pages(tmp_path):
     from deffcore.runs.measure import measure
-    from deffcore.views.measurement_view import MeasurementView
+    from deffcore.views.run import Run
     from explorer import views
 
     path = tmp_path / "the.txt"
@@ -131,7 +131,7 @@ def test_a_degenerate_control_is_a_sentence_on_the_pages(tmp_path):
     m = measure(model="tiny-llama", dataset=str(path), n=8, max_tokens=16)
     assert m.undefined("first_non_bos") is not None
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
-    at.session_state[views.VIEW_KEY] = MeasurementView(m)
+    at.session_state[views.VIEW_KEY] = Run.from_measurement(m)
     at.run()
     at.switch_page("pages/4_BOS_and_controls.py").run()
     assert not at.exception, [e.value for e in at.exception]

@@ -22,9 +22,8 @@ import pytest
 from apptest_helpers import assert_clean, chart, plotly_array
 from streamlit.testing.v1 import AppTest
 
-from deffcore.views.measurement_view import MeasurementView
+from deffcore.views.run import Run, load_gallery
 from deffcore.views.sharing import APP_RUN_ENV, list_shared, read_snapshot, save_shared
-from deffcore.views.snapshot import load_gallery, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -38,7 +37,9 @@ def shared(measurement):
     from deffcore.runs.measure import measure
 
     m = measure(model="tiny-gpt2", dataset="bbc-news", n=16, max_tokens=32)
-    body = json.dumps(snapshot(m, command="deffcore measure --model tiny-gpt2 --n 16")).encode()
+    body = json.dumps(
+        Run.from_measurement(m).to_snapshot(command="deffcore measure --model tiny-gpt2 --n 16")
+    ).encode()
     entries.delete(m.spec.key())  # the app knows this run only from the file
     return body, m
 
@@ -79,7 +80,7 @@ def test_an_upload_becomes_the_current_run_with_the_same_headline(app, shared):
     view = current(at)
     assert view.source == "shared" and view.sha256 == hashlib.sha256(body).hexdigest()
     assert any("every page now shows it" in s.value for s in at.success)
-    live = MeasurementView(m).headline()
+    live = Run.from_measurement(m).headline()
     h = view.headline()
     for field in ("deff", "deff_over_L", "gap_pct", "rho1", "layers", "n", "d_model"):
         assert getattr(h, field) == pytest.approx(getattr(live, field), rel=1e-5, abs=1e-6)
@@ -164,7 +165,7 @@ def test_a_shared_copy_of_a_cached_run_is_the_current_one_not_the_cache_entry(ap
     """The same run twice (cached here, and a file someone sent): the one opened is current."""
     from deffcore.views.sharing import delete_shared
 
-    body = json.dumps(snapshot(measurement)).encode()
+    body = json.dumps(Run.from_measurement(measurement).to_snapshot()).encode()
     try:
         at = upload(app, "mine again.json", body)
         assert_clean(at)

@@ -17,7 +17,7 @@ import pytest
 from apptest_helpers import plain
 from streamlit.testing.v1 import AppTest
 
-from deffcore.views.snapshot import DEFAULT_RUN_PATH, SnapshotView
+from deffcore.views.run import DEFAULT_RUN_PATH, Run
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD: dict = json.loads(DEFAULT_RUN_PATH.read_text())
@@ -79,7 +79,7 @@ def _other(d: dict) -> None:
 VARIANTS = {"nulls": _nulls, "bare": _bare, "text": _text, "other": _other}
 
 
-def open_page(page: str, view: SnapshotView) -> AppTest:
+def open_page(page: str, view: Run) -> AppTest:
     from explorer.views import VIEW_KEY
 
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
@@ -89,10 +89,10 @@ def open_page(page: str, view: SnapshotView) -> AppTest:
     return at.run()
 
 
-def variant(name: str) -> SnapshotView:
+def variant(name: str) -> Run:
     data = copy.deepcopy(GOOD)
     VARIANTS[name](data)
-    view = SnapshotView(data, "their run.json")  # accepted by the schema
+    view = Run.from_snapshot(data, "their run.json")  # accepted by the schema
     view.source = "shared"
     return view
 

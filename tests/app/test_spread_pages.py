@@ -9,7 +9,7 @@ import numpy as np
 from apptest_helpers import assert_clean, chart, plain, plotly_array
 from streamlit.testing.v1 import AppTest
 
-from deffcore.views.snapshot import load_snapshot
+from deffcore.views.run import load_snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 

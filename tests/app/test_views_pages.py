@@ -21,8 +21,7 @@ from streamlit.testing.v1 import AppTest
 from deffcore import figures
 from deffcore.measures.depth import lag_profile
 from deffcore.views.labels import run_slug
-from deffcore.views.measurement_view import MeasurementView
-from deffcore.views.snapshot import load_gallery
+from deffcore.views.run import Run, load_gallery
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = {"model": "tiny-llama", "dataset": "bbc-news", "n": 16, "max_tokens": 32, "seed": 0}
@@ -55,7 +54,7 @@ def app(runs):
     from explorer import views
 
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
-    at.session_state[views.VIEW_KEY] = MeasurementView(runs["trained"])
+    at.session_state[views.VIEW_KEY] = Run.from_measurement(runs["trained"])
     at.run()
     assert_clean(at)
     return at
@@ -230,7 +229,7 @@ def test_a_precomputed_run_can_be_opened(app):
 def test_gap_page_labels_are_unique_and_precomputed_runs_are_shown(app, runs):
     from explorer import views
 
-    app.session_state[views.VIEW_KEY] = MeasurementView(runs["trained"])
+    app.session_state[views.VIEW_KEY] = Run.from_measurement(runs["trained"])
     at = goto(app, "pages/3_Gap_to_F_L.py")
     assert_clean(at)
     fig = chart(at, "Gap to the orthogonal-update reference")
@@ -338,7 +337,7 @@ def test_lag_decay_floor_is_dashed_and_explained_only_when_above_the_data():
 def test_first_screen_shows_linear_and_unbiased_cka_side_by_side(cache_dir):
     """The shipped default (N >= 4,096 windows): both metrics on the first screen, equal to the
     snapshot's own numbers, and the bias figure d/(N+d) about 0.12."""
-    from deffcore.views.snapshot import load_snapshot
+    from deffcore.views.run import load_snapshot
 
     snap = load_snapshot()
     assert snap is not None and snap.n >= 4096

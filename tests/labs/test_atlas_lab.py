@@ -21,16 +21,16 @@ def tiny_counts_as_trained(monkeypatch):
     """The tiny test models stand in for trained ones here (panels leave them out otherwise),
     and the panel holds this machine's runs alone (the shipped runs carry atlases too: they
     are the subject of `test_the_shipped_trained_models_are_in_the_atlas_panel`)."""
-    from deffcore.views import snapshot
+    from deffcore.views import run
 
     monkeypatch.setattr(panels, "RANDOM_WEIGHTS", (Kind.RANDOM,))
-    monkeypatch.setattr(snapshot, "load_gallery", lambda *a, **k: [])
+    monkeypatch.setattr(run, "load_gallery", lambda *a, **k: [])
 
 
 def test_the_shipped_trained_models_are_in_the_atlas_panel():
     """Both packaged models' shipped runs carry their atlas (SPEC 16): points of the panel,
     their columns the files' own; a random-weight null never is one."""
-    from deffcore.views.snapshot import load_gallery
+    from deffcore.views.run import load_gallery
 
     rows = {r["model"]: r for r in panels.atlas_panel()}
     assert {"smollm2-135m", "gemma3-270m"} <= set(rows)
@@ -98,12 +98,12 @@ def test_shipped_runs_with_an_atlas_are_points_after_the_cached_ones(
     model was measured here."""
     from deffcore.lenses.atlas import atlas_of
     from deffcore.runs.measure import measure
-    from deffcore.views import snapshot
+    from deffcore.views import run
 
     m = measure("tiny-gpt2", dataset=tiny_dataset, n=8, max_tokens=16)
     atlas_of(m)
-    shipped = snapshot.SnapshotView(snapshot.snapshot(m))
-    monkeypatch.setattr(snapshot, "load_gallery", lambda *a, **k: [shipped])
+    shipped = run.Run.from_snapshot(run.Run.from_measurement(m).to_snapshot())
+    monkeypatch.setattr(run, "load_gallery", lambda *a, **k: [shipped])
     rows = panels.precomputed_atlas_rows()
     assert [r["source"] for r in rows] == ["precomputed"]
     assert rows[0]["phase_share"] == pytest.approx(shipped.atlas().columns()["phase_share"])
