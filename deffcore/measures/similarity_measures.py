@@ -28,14 +28,15 @@ rsa 31 x N(N-1)/2 x 4 B = 1.04 GB (Pearson: x 8 B, 2.1 GB).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse
-import scipy.stats
-import torch
+
+if TYPE_CHECKING:  # annotations only: scipy is imported where it is used
+    import scipy.sparse
 
 from deffcore.core.errors import DeffError, InvalidArgumentError, UndefinedSimilarityError
+from deffcore.core.lazy import torch  # imported on first use: the sidebar's picker reads names
 from deffcore.measures.similarity import _validated
 
 #: The measures of this module (SPEC section 17).
@@ -211,6 +212,8 @@ def _rsa_vector(
         ud = u[first]
         rdm = 1.0 - (ud @ ud.T)[inv[iu[0][keep]], inv[iu[1][keep]]]
     if method == "spearman":
+        import scipy.stats  # on first use: a run read back from a file never ranks
+
         rdm = scipy.stats.rankdata(rdm)  # average ranks for ties
     c = rdm - rdm.mean()
     ss = float(np.dot(c, c))
@@ -287,6 +290,8 @@ class Permutation:
 
 
 def _sparse(idx: np.ndarray, val: np.ndarray, keep: np.ndarray, n: int) -> scipy.sparse.csr_matrix:
+    import scipy.sparse
+
     rows = np.broadcast_to(np.arange(n)[:, None], idx.shape)
     return scipy.sparse.csr_matrix((val[keep], (rows[keep], idx[keep])), shape=(n, n))
 
