@@ -100,7 +100,7 @@ def settle_button(status: job_state.JobStatus) -> None:
     """Stop when the BOS answer is definite (kept as a run of that N); nothing where the run
     cannot stop early (documents, a streamed dataset): the box speaks only of what the user
     can do or asked for."""
-    if prefix_refusal(status.spec.passages, status.spec.dataset) is not None:
+    if prefix_refusal(status.spec.passages, status.spec.dataset_spec) is not None:
         return
     st.button(
         "Stop when settled" if not status.until else "Stopping when settled",
