@@ -8,8 +8,8 @@ starts it (`deffcore.work.jobs.start_task`) through the answer's own draw
 the run's seed, the metric and its stand-in), memoised on the run and kept with its cache
 entry, so the page's next run, the other page, the report, the CLI and the notebook read the
 same replicates. Meanwhile the box shows the unpaired answer, said as such, and
-`paired_progress` its bar; a snapshot carries its own (or none: `measure --bootstrap B
---snapshot` stores one). A surface: no answer logic here.
+`explorer.background.follow_task` its bar; a snapshot carries its own (or none:
+`measure --bootstrap B --snapshot` stores one). A surface: no answer logic here.
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ from deffcore.statistics.bos_answer import (
     run_answer,
 )
 from deffcore.work import jobs
+from explorer.background import follow_task
 
+#: The paired bootstrap's bar says what it draws.
+PAIRING = f"Pairing the interval (one bootstrap of every pooling, B = {ANSWER_B})"
 #: Answer boxes by verdict: a clear "no" is good news, a "yes" a warning, the rest neutral.
 ANSWER_BOX = {"not_artefact": "success", "artefact": "warning"}
 
@@ -47,8 +50,8 @@ def answer_box(view: Any, metric: str, K: int | None) -> Position0Answer:
         st.badge(answer_trust_line(answer.trust).rstrip("."))
     with st.expander("How this was decided"):
         st.caption(md_escape(answer_method(answer)))
-    if pairing is not None:
-        paired_progress(pairing)
+    if pairing is not None:  # the page reruns once it lands, so the answer is paired
+        follow_task(pairing, PAIRING, failed="The paired bootstrap")
     return answer
 
 
@@ -75,24 +78,3 @@ def ensure_paired(view: Any, metric: str) -> str | None:
         answer_bootstrap_of(m, metric, every_pooling=True)  # memoised: the view's now
         return None
     return name
-
-
-@st.fragment(run_every=1.0)
-def paired_progress(name: str) -> None:
-    """The paired bootstrap's bar; the page reruns when it lands, so the answer is paired."""
-    status = jobs.task_job(name)
-    if status is None:
-        return
-    if status.state == "failed":
-        st.error(md_escape(f"The paired bootstrap failed: {status.error}"))
-        return
-    if status.finished:
-        if st.session_state.get("_paired_shown") != status.job_id:
-            st.session_state["_paired_shown"] = status.job_id
-            st.rerun(scope="app")
-        return
-    st.progress(
-        status.stage_fraction,
-        text=f"Pairing the interval (one bootstrap of every pooling, B = {ANSWER_B}): "
-        f"{status.describe()}",
-    )

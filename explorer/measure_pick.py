@@ -9,7 +9,8 @@ profile and the gap from it as it does from CKA. A run without that matrix never
 on view: `measure_ready` says in one sentence what it would take
 (`runs.measure.measure_missing_sentence`, priced by `action_costs.measure_cost`) and offers a
 button that computes it in the background (`deffcore.work.jobs.start_task`, as the BOS page's
-paired draw), with its progress; the page shows it when it lands. Every other page is defined
+paired draw), with its progress (`explorer.background.follow_task`); the page shows it when it
+lands. Every other page is defined
 for the CKA family only (the trust rule, the BOS answer, the baselines and the labs are
 calibrated or computed under linear CKA, unbiased CKA or cosine): it shows linear CKA and says
 so (`cka_only`). A surface: no numbers are computed here.
@@ -26,6 +27,7 @@ from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape
 from deffcore.statistics.measure_table import MEASURE_LABELS, TABLE_MEASURES
 from deffcore.work import jobs
+from explorer.background import follow_task, show_failure
 
 #: What the sidebar's metric picker offers: the CKA family, then the SPEC 17 measures.
 PICKER_METRICS: tuple[str, ...] = TABLE_MEASURES
@@ -108,8 +110,7 @@ def measure_ready(view: Any, settings: Any) -> bool:
     st.info(md_escape(measure_missing_sentence(m, pooling, metric)))
     name = task_name(m, pooling, metric)
     status = jobs.task_job(name)
-    if status is not None and status.state == "failed":
-        st.error(md_escape(f"Computing the {label(metric)} matrix failed: {status.error}"))
+    show_failure(status, f"Computing the {label(metric)} matrix")
     running = status is not None and not status.finished
     if not running and st.button(
         f"Compute {label(metric)} in the background", key=f"measure_go_{pooling}_{metric}"
@@ -122,19 +123,5 @@ def measure_ready(view: Any, settings: Any) -> bool:
         jobs.start_task(name, work, model=m.spec.model)
         running = True
     if running:
-        measure_progress(name)
+        follow_task(name, "In the background")  # the page reruns once it lands and draws it
     return False
-
-
-@st.fragment(run_every=1.0)
-def measure_progress(name: str) -> None:
-    """The background computation's bar; the page reruns when it lands, so it draws it."""
-    status = jobs.task_job(name)
-    if status is None:
-        return
-    if status.finished:
-        if st.session_state.get("_measure_shown") != status.job_id:
-            st.session_state["_measure_shown"] = status.job_id
-            st.rerun(scope="app")
-        return
-    st.progress(status.stage_fraction, text=f"In the background: {status.describe()}")

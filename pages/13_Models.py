@@ -22,6 +22,7 @@ from deffcore.views.comparisons import comparison_caveats
 from deffcore.views.models_overview import paper_models, with_config_depth
 from deffcore.work import job_state, jobs
 from deffcore.work.sweep.cells import Cell, grid_cells
+from explorer.background import rerun_once
 from explorer.cards import download_table, show_figure
 from explorer.guard import guarded
 from explorer.page import page
@@ -270,9 +271,8 @@ def sweep_progress() -> None:
         landed = pd.DataFrame(snap["rows"])
         cols = ["label", "status", "deff_over_L", "gap_pct", "seconds", "worker", "error"]
         st.dataframe(landed[[c for c in cols if c in landed]], hide_index=True, width="stretch")
-    if snap["state"] in job_state.FINISHED and st.session_state.get(f"{_JOB}_shown") != job_id:
-        st.session_state[f"{_JOB}_shown"] = job_id
-        st.rerun(scope="app")  # the landed runs join the table and charts above
+    if snap["state"] in job_state.FINISHED:
+        rerun_once(_JOB, job_id)  # the landed runs join the table and charts above
 
 
 def pruning_tolerance_section() -> None:

@@ -33,6 +33,7 @@ from deffcore.views.paper import paper_controls, paper_table
 from deffcore.views.run import Headline, Run
 from deffcore.work import jobs
 from explorer.answer_box import answer_box
+from explorer.background import follow_task, show_failure
 from explorer.cards import show_run_figure
 from explorer.guard import guarded
 from explorer.page import require_view
@@ -141,26 +142,9 @@ def run_diagnostics(view: Run, spec: Any) -> dict[str, Any] | None:
         if st.button(f"{again} of {md_escape(view.label)}", key="bos_diagnose"):
             diagnostics_task(spec)
     status = jobs.task_job(name)
-    if status is not None and status.state == "failed":
-        st.error(md_escape(f"The diagnostic pass failed: {status.error}"))
-    elif status is not None and not status.finished:
-        diagnostics_progress(name)  # polls only while there is something to follow
+    if not show_failure(status, "The diagnostic pass") and status and not status.finished:
+        follow_task(name, "Diagnostics in the background")  # reruns the page once it lands
     return None
-
-
-@st.fragment(run_every=1.0)
-def diagnostics_progress(name: str) -> None:
-    """The background pass's bar (stage, its estimate or steps, ETA); the page reruns when it
-    lands, so the verdict and figures fill in."""
-    status = jobs.task_job(name)
-    if status is None:
-        return
-    if status.finished:
-        if st.session_state.get("_bos_diag_shown") != status.job_id:
-            st.session_state["_bos_diag_shown"] = status.job_id
-            st.rerun(scope="app")
-        return
-    st.progress(status.stage_fraction, text=f"Diagnostics in the background: {status.describe()}")
 
 
 def controls_section(view: Run, headlines: dict[str, Headline], settings: Settings) -> None:
@@ -352,28 +336,12 @@ def bos_on_off_section(view: Run, spec: Any, settings: Settings) -> None:
 
             st.session_state[_ONOFF] = jobs.start_task(name, work, model=spec.model)
     status = jobs.task_job(name)
-    if status is None:
+    if status is None or show_failure(status, "The BOS on/off check"):
         return
-    if status.state == "failed":
-        st.error(md_escape(f"The BOS on/off check failed: {status.error}"))
-    elif status.state == "done" and status.result:  # drawn by the page, not the polling
+    if status.state == "done" and status.result:  # drawn by the page, not the polling
         bos_on_off_results(status.result, settings.metric, dict(view.spec))  # fragment: its
     elif not status.finished:  # downloads keep one address (a 1 s fragment replaced them)
-        onoff_progress(name)
-
-
-@st.fragment(run_every=1.0)
-def onoff_progress(name: str) -> None:
-    """The check's bar while it runs; when it lands, the page runs again and draws it."""
-    status = jobs.task_job(name)
-    if status is None:
-        return
-    if status.finished:
-        if st.session_state.get("_bos_onoff_shown") != status.job_id:
-            st.session_state["_bos_onoff_shown"] = status.job_id
-            st.rerun(scope="app")
-        return
-    st.progress(status.stage_fraction, text=f"bos=add, then bos=none: {status.describe()}")
+        follow_task(name, "bos=add, then bos=none")  # the page draws it once it lands
 
 
 def bos_on_off_results(result: dict[str, Any], metric: str, current: dict[str, Any]) -> None:
