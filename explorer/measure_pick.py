@@ -22,10 +22,10 @@ from typing import Any
 
 import streamlit as st
 
-from deffcore.core.constants import METRICS
+from deffcore.core.constants import METRICS, TABLE_MEASURES
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import md_escape
-from deffcore.statistics.measure_table import MEASURE_LABELS, TABLE_MEASURES
+from deffcore.statistics.measure_table import MEASURE_LABELS
 from deffcore.work import jobs
 from explorer.background import follow_task, show_failure
 

@@ -18,7 +18,7 @@ from deffcore.cli._live import (
 )
 from deffcore.cli._output import Progress, add_output_args, print_json, result_only_stdout
 from deffcore.cli._paired import add_paired_args, check_paired_args, paired_of
-from deffcore.core.constants import POOLINGS
+from deffcore.core.constants import POOLINGS, TABLE_MEASURES
 from deffcore.core.errors import DeffError
 from deffcore.statistics.bos_answer import answer_line, run_answer
 
@@ -127,7 +127,6 @@ def table_measures(args: argparse.Namespace) -> tuple[str, ...]:
     `--metric` beyond the run's metrics and `--measures`; `args.metric` becomes the run's
     metric (cka when --metric named another measure). One sentence for an unknown name."""
     from deffcore.core.constants import METRICS
-    from deffcore.statistics.measure_table import TABLE_MEASURES
 
     def names(text: str, flag: str) -> tuple[str, ...]:
         asked = tuple(s.strip() for s in text.split(",") if s.strip())

@@ -17,6 +17,10 @@ EXTRACTED_POOLINGS: tuple[str, ...] = ("default", "first_non_bos", "token_normed
 PC_CONTROLS: dict[str, int] = {"top1_pc": 1, "top3_pc": 3}
 #: Similarity metrics between layers (SPEC section 3).
 METRICS: tuple[str, ...] = ("cka", "unbiased_cka", "cosine")
+#: The similarity measures beyond the metrics (SPEC section 17.1), in the table's order.
+SPEC17_MEASURES: tuple[str, ...] = ("procrustes", "mutual_knn", "cknna", "rsa", "svcca", "pwcca")
+#: Every measure of the table across measures (SPEC 17.4): the metrics, then SPEC 17.1's.
+TABLE_MEASURES: tuple[str, ...] = (*METRICS, *SPEC17_MEASURES)
 #: Maximum lags reported by the lag-sensitivity check (SPEC section 8), plus K = L-1.
 SENSITIVITY_LAGS: tuple[int, ...] = (5, 10, 15, 25)
 

@@ -35,12 +35,13 @@ import numpy as np
 if TYPE_CHECKING:  # annotations only: scipy is imported where it is used
     import scipy.sparse
 
+from deffcore.core.constants import SPEC17_MEASURES
 from deffcore.core.errors import DeffError, InvalidArgumentError, UndefinedSimilarityError
 from deffcore.core.lazy import torch  # imported on first use: the sidebar's picker reads names
 from deffcore.measures.similarity import _validated
 
 #: The measures of this module (SPEC section 17).
-MEASURES: tuple[str, ...] = ("cka", "procrustes", "mutual_knn", "cknna", "rsa", "svcca", "pwcca")
+MEASURES: tuple[str, ...] = ("cka", *SPEC17_MEASURES)
 #: Default largest size (bytes) of the prepared layers held at once.
 DEFAULT_MAX_BYTES = 4 * 1024**3
 #: Rows of one Gram block when finding nearest neighbours.

@@ -35,6 +35,7 @@ from deffcore.core.constants import (
     PASSAGE_MODES,
     PC_CONTROLS,
     POOLINGS,
+    TABLE_MEASURES,
     WINDOW_MODES,
 )
 from deffcore.core.errors import (
@@ -648,8 +649,6 @@ class Measurement:
         measure (`TABLE_MEASURES` beyond `METRICS`) is read, never computed here: the matrix
         `measure_similarity` or `measure_table` computed for the run (memoised or kept with its
         cache entry); MeasureNotComputedError (one sentence, with its cost) when there is none."""
-        from deffcore.statistics.measure_table import TABLE_MEASURES
-
         metric = metric or self.metric
         if metric in TABLE_MEASURES and metric not in METRICS:
             held = self.stored_measure_similarity(pooling, metric)
@@ -668,7 +667,7 @@ class Measurement:
         (`statistics.measure_table.measure_similarity`: the matrix of `measure_table`'s row),
         held or computed (one all-pairs pass; `action_costs.measure_cost` says how long) and
         kept with the run's cache entry. progress(done, total, stage) before and after."""
-        from deffcore.statistics.measure_table import TABLE_MEASURES, measure_similarity
+        from deffcore.statistics.measure_table import measure_similarity
 
         check_choice(pooling, POOLINGS, "pooling")
         check_choice(measure, TABLE_MEASURES, "measure")
@@ -689,8 +688,6 @@ class Measurement:
     def held_measures(self, pooling: str = "default") -> dict[str, np.ndarray]:
         """Every SPEC 17 measure's matrix this run holds for `pooling` (what a snapshot
         carries beside its metrics' matrices); never computes."""
-        from deffcore.statistics.measure_table import TABLE_MEASURES
-
         out = {}
         for measure in TABLE_MEASURES:
             if measure not in METRICS:
@@ -1238,7 +1235,6 @@ def measure_matrix_of(rows: Any, layers: int) -> np.ndarray | None:
 def stored_measure_matrices(spec: Any, layers: int, n: int) -> dict[str, dict[str, np.ndarray]]:
     """The run's kept point-estimate matrices of SPEC 17 measures, {pooling: {measure: (L, L)}}
     ({} when none is readable; an entry failing `measure_matrix_of` reads as absent)."""
-    from deffcore.statistics.measure_table import TABLE_MEASURES
 
     data = _measures_data(spec)
     kept = data.get("matrices")

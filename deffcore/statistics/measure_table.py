@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.core.constants import METRICS
+from deffcore.core.constants import METRICS, TABLE_MEASURES
 from deffcore.core.errors import DeffError, InvalidArgumentError
 from deffcore.measures.depth import effective_depth, gap_percent, reference_depth
 from deffcore.measures.similarity import _validated, similarity_matrix
@@ -55,7 +55,6 @@ from deffcore.statistics.calibration import calibrated_similarity
 from deffcore.statistics.trust_rule import gap_of, regime_of
 
 #: Every measure the table can hold, in its order: the run's metrics, then section 17's.
-TABLE_MEASURES: tuple[str, ...] = (*METRICS, *(m for m in MEASURES if m != "cka"))
 #: Default bootstrap replicates of the table (modest: each is a whole matrix per measure).
 DEFAULT_B = 20
 #: Default permutations of the calibrated column (the fewest whose 95% threshold is not the

@@ -54,10 +54,16 @@ from pydantic import (
     model_validator,
 )
 
-from deffcore.core.constants import BOS_OPTIONS, DIAG_FORMAT, METRICS, PASSAGE_MODES, POOLINGS
+from deffcore.core.constants import (
+    BOS_OPTIONS,
+    DIAG_FORMAT,
+    METRICS,
+    PASSAGE_MODES,
+    POOLINGS,
+    TABLE_MEASURES,
+)
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import NOT_TEXT
-from deffcore.statistics.measure_table import TABLE_MEASURES
 
 # --- field types: plain JSON numbers, bounded counts and texts, the run's spec
 
