@@ -5,6 +5,8 @@
     .venv/bin/python scripts/build_shipped.py --poolings default,no_pos0 FILE # the paired ones
     .venv/bin/python scripts/build_shipped.py --no-skip-effect FILE           # atlas, no skips
     .venv/bin/python scripts/build_shipped.py --no-extras FILE    # the command as it is (gallery)
+    .venv/bin/python scripts/build_shipped.py --measures procrustes,rsa FILE  # SPEC 17 matrices
+    .venv/bin/python scripts/build_shipped.py --measures-only FILE  # those alone, the rest kept
 
 For each snapshot file, the command it holds (the `deffcore measure ...` that made it) is run
 by the CLI itself (`deffcore.cli.main.main`), completed with what a page would otherwise
@@ -15,12 +17,22 @@ S` and `--poolings P` set the random-weight band's seeds and the paired bootstra
 its random-weight band, its paired bootstrap (SPEC 15), its trust and BOS answer, its
 diagnostics, its BOS on/off check and its depth-use atlas (SPEC 16) exactly as `measure
 --snapshot` writes them; then the atlas's skip effect on the run's
-first 64 passages (`lenses.atlas.atlas_of`; `--no-skip-effect`: none). Every forward pass,
-diagnostic and skip pass the cache ($DEFF_CACHE_DIR) holds is read back, not run again.
+first 64 passages (`lenses.atlas.atlas_of`; `--no-skip-effect`: none); then the point-estimate
+matrices of the SPEC 17 measures `--measures` names for the default pooling (SPEC 17.5: what
+the metric picker draws; `Measurement.measure_similarity`, one all-pairs pass each, not the
+table's bootstrap): `all` (the default for the shipped default run), `none`, or a list; for
+any other file, by default, the ones it holds. Every forward pass, diagnostic, skip pass and
+measure matrix the cache ($DEFF_CACHE_DIR) holds is read back, not run again.
+
+`--measures-only` adds those matrices to the file as it is, without running its command again
+(the diagnostics, BOS on/off runs, random-weight band and skip effect can take long): the
+file's run is read back from the cache (or extracted), its default metrics' matrices must equal
+the file's, and every other key of the file is kept as it is.
 
 The new file must be the file's own run: the file's key must be its spec's, and the new
 file's key, spec, every similarity matrix and its stored bootstrap's replicates must equal the
-file's (to the file's rounding), so no number the file shows moves (what the run took when the
+file's (to the file's rounding; a measure's matrix it holds, too), so no number the file
+shows moves (what the run took when the
 file was made, `elapsed_s` and `cached`, is kept from the file); else the file is left alone and
 the script exits 1. The result is checked by the one schema
 (`views.run_schema.check_snapshot`) and replaced atomically (`core.files.write_output`).
@@ -69,12 +81,67 @@ def measure_args(
     return args
 
 
+def measure_names(value: str) -> tuple[str, ...]:
+    """The SPEC 17 measures `--measures` names (`all`, `none` or a comma list), in the table's
+    order; ValueError for a name that is no SPEC 17 measure."""
+    from deffcore.core.constants import METRICS
+    from deffcore.statistics.measure_table import TABLE_MEASURES
+
+    known = tuple(m for m in TABLE_MEASURES if m not in METRICS)
+    chosen = {m.strip() for m in value.split(",") if m.strip()}
+    if chosen == {"all"}:
+        return known
+    if chosen <= {"none"}:
+        return ()
+    if not chosen <= set(known):
+        raise ValueError(f"--measures: all, none or some of {', '.join(known)}")
+    return tuple(m for m in known if m in chosen)
+
+
+def default_measures(path: Path) -> tuple[str, ...] | None:
+    """The measures a build gives a file unless `--measures` says: all of them for the shipped
+    default run (its first screen draws any the picker offers), else None (the file's own)."""
+    from deffcore.views.run import DEFAULT_RUN_PATH
+
+    return measure_names("all") if path.resolve() == DEFAULT_RUN_PATH.resolve() else None
+
+
+def held_measures(snapshot: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Per pooling, the SPEC 17 measures whose matrices `snapshot` holds."""
+    from deffcore.core.constants import METRICS
+
+    held = {p: tuple(k for k in by if k not in METRICS) for p, by in snapshot["similarity"].items()}
+    return {p: names for p, names in held.items() if names}
+
+
+def with_measures(
+    snapshot: dict[str, Any], m: Any, wanted: dict[str, tuple[str, ...]]
+) -> dict[str, Any]:
+    """`snapshot` whose similarity holds, beside each pooling's metrics, exactly the `wanted`
+    SPEC 17 measures' matrices of the run `m` (`Measurement.measure_similarity`: read back from
+    the cache or computed, one all-pairs pass each; each one's seconds printed), rounded as
+    `Run.to_snapshot` rounds them."""
+    from deffcore.core.constants import METRICS
+    from deffcore.views.run import _rounded
+
+    for pooling, by in snapshot["similarity"].items():
+        mine = {k: v for k, v in by.items() if k in METRICS}
+        for measure in wanted.get(pooling, ()):
+            t0 = time.perf_counter()
+            mine[measure] = _rounded(m.measure_similarity(pooling, measure))
+            print(f"{pooling} {measure}: {time.perf_counter() - t0:.1f} s", flush=True)
+        snapshot["similarity"][pooling] = mine
+    return snapshot
+
+
 def why_not_the_files(fresh: dict[str, Any], shipped: dict[str, Any]) -> str | None:
     """Why `fresh` (a snapshot dict made now) is not the run of `shipped`, or None."""
     if fresh["key"] != shipped["key"] or fresh["spec"] != shipped["spec"]:
         return f"not the file's run (the key is {fresh['key']}, the file's {shipped['key']})"
     for pooling, by_metric in shipped["similarity"].items():
         for metric, matrix in by_metric.items():
+            if metric not in fresh["similarity"].get(pooling, {}):
+                continue  # a measure the build was not asked for: dropped, not compared
             a = np.asarray(fresh["similarity"][pooling][metric], dtype=float)
             b = np.asarray(matrix, dtype=float)
             if a.shape != b.shape or not np.allclose(a, b, atol=2e-6, equal_nan=True):
@@ -106,9 +173,17 @@ def with_files_provenance(fresh: dict[str, Any], shipped: dict[str, Any]) -> dic
 
 
 def build(
-    path: Path, *, seeds: str | None, poolings: str | None, skip_effect: bool, extras: bool = True
+    path: Path,
+    *,
+    seeds: str | None,
+    poolings: str | None,
+    skip_effect: bool,
+    extras: bool = True,
+    measures: tuple[str, ...] | None = None,
+    measures_only: bool = False,
 ) -> None:
-    """Make the snapshot at `path` again from its own run (module docstring)."""
+    """Make the snapshot at `path` again from its own run (module docstring); `measures`: the
+    SPEC 17 measures of its default pooling (None: the ones the file holds)."""
     from deffcore.cli.main import main
     from deffcore.core.files import write_output
     from deffcore.inputs.run_spec import RunSpec
@@ -125,6 +200,12 @@ def build(
             f"{path}: not the file's run (its spec's key is {spec.key()}, the file's "
             f"{shipped['key']}); the file is left alone"
         )
+    wanted = held_measures(shipped)
+    if measures is not None:
+        wanted = {p: names for p, names in {**wanted, "default": measures}.items() if names}
+    if measures_only:
+        add_measures(path, shipped, spec, wanted, t0)
+        return
     try:
         args = measure_args(shipped["command"], seeds, poolings, extras)
     except ValueError as err:
@@ -141,12 +222,13 @@ def build(
             sys.exit(f"{path}: its command did not run ({shlex.join(args)}); the file is left "
                      "alone")  # fmt: skip
         fresh = json.loads(out.read_text())
+    m = measure_spec(RunSpec(**fresh["spec"]), metric=fresh["measurement"]["metric"])
+    fresh = with_measures(fresh, m, wanted)
     why = why_not_the_files(fresh, shipped)
     if why is not None:
         sys.exit(f"{path}: {why}; the file is left alone")
     fresh = with_files_provenance(fresh, shipped)
     if skip_effect:
-        m = measure_spec(RunSpec(**fresh["spec"]), metric=fresh["measurement"]["metric"])
         atlas_of(m, skip_effect=True)
         fresh["atlas"] = Run.from_measurement(m).to_snapshot(command=fresh["command"])["atlas"]
     fresh = check_snapshot(fresh, str(path))
@@ -156,8 +238,58 @@ def build(
     held = [k for k in ("paired", "diagnostics", "bos_on_off", "atlas") if fresh.get(k)]
     print(
         f"{path}: built whole ({', '.join(held)}; skip effect on {skip.get('passages', 'no')} "
-        f"passages); {len(body) / 1024:.0f} kB, {time.perf_counter() - t0:.0f} s"
+        f"passages; {_measures_line(fresh)}); {len(body) / 1024:.0f} kB, "
+        f"{time.perf_counter() - t0:.0f} s"
     )
+
+
+def add_measures(
+    path: Path, shipped: dict[str, Any], spec: Any, wanted: dict[str, tuple[str, ...]], t0: float
+) -> None:
+    """`--measures-only`: the file as it is, its similarity holding the `wanted` measures'
+    matrices of its own run (module docstring); else it is left alone and the script exits 1."""
+    from deffcore.core.constants import METRICS
+    from deffcore.core.files import write_output
+    from deffcore.runs.measure import measure_spec
+    from deffcore.views.run import _rounded
+    from deffcore.views.run_schema import check_snapshot
+
+    m = measure_spec(spec, metric=shipped["measurement"]["metric"])
+    live = {
+        "key": m.spec.key(),
+        "spec": shipped["spec"],
+        "similarity": {
+            p: {k: _rounded(m.similarity(p, k)) for k in METRICS}
+            for p in ("default", *(p for p in wanted if p != "default"))
+        },
+        "measurement": shipped["measurement"],  # its bootstrap is kept, not drawn again
+    }
+    live = with_measures(live, m, wanted)
+    why = why_not_the_files(live, shipped)
+    if why is not None:
+        sys.exit(f"{path}: {why}; the file is left alone")
+    new = json.loads(json.dumps(shipped))
+    for pooling, by in new["similarity"].items():
+        mine = live["similarity"].get(pooling, {})
+        new["similarity"][pooling] = {
+            **{k: v for k, v in by.items() if k in METRICS},
+            **{k: v for k, v in mine.items() if k not in METRICS},
+        }
+    new = check_snapshot(new, str(path))
+    body = json.dumps(new, separators=(",", ":")).encode()
+    write_output(path, body, str(path))
+    print(
+        f"{path}: {_measures_line(new)}, the rest kept; {len(body) / 1024:.0f} kB, "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
+
+
+def _measures_line(snapshot: dict[str, Any]) -> str:
+    """Which SPEC 17 measures' matrices `snapshot` holds, in a few words."""
+    held = held_measures(snapshot)
+    if not held:
+        return "no SPEC 17 measure"
+    return "; ".join(f"{p}: {', '.join(names)}" for p, names in held.items())
 
 
 def main() -> None:
@@ -171,8 +303,21 @@ def main() -> None:
     parser.add_argument("--poolings", help="the paired bootstrap's poolings, e.g. default,no_pos0")
     parser.add_argument("--no-skip-effect", action="store_true", help="the atlas alone")
     parser.add_argument("--no-extras", action="store_true", help="no diagnostics, BOS on/off")
+    parser.add_argument(
+        "--measures",
+        help="the SPEC 17 measures' matrices of the default pooling: all, none or a list "
+        "(default: all for the shipped default run, else the ones the file holds)",
+    )
+    parser.add_argument(
+        "--measures-only", action="store_true", help="add those alone; the file's rest kept"
+    )
     args = parser.parse_args()
-    seeds = poolings = None
+    seeds = poolings = measures = None
+    if args.measures is not None:
+        try:
+            measures = measure_names(args.measures)
+        except ValueError as err:
+            sys.exit(str(err))
     try:
         if args.random_seeds is not None:
             seeds = ",".join(map(str, int_list(args.random_seeds, "--random-seeds")))
@@ -191,6 +336,8 @@ def main() -> None:
                 poolings=poolings,
                 skip_effect=not args.no_skip_effect,
                 extras=not args.no_extras,
+                measures=measures if measures is not None else default_measures(path),
+                measures_only=args.measures_only,
             )
         except DeffError as err:  # a file that is no snapshot, a run that cannot be measured
             sys.exit(f"{path}: {err} (the file is left alone)")

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from shipped_helpers import SEEDS, measure_args, run_script, write_shipped
 
@@ -197,3 +198,85 @@ def test_a_file_that_is_not_of_its_run_is_left_alone(shipped):
     done = run_script(SCRIPT, path)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "left alone" in done.stderr and path.read_text() == json.dumps(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# The SPEC 17 measures' matrices (SPEC 17.5: what the metric picker draws)
+
+
+def _point_estimate(made: dict, measure: str) -> list:
+    """The measure's matrix on the fixture run's default states, computed here on its own."""
+    from deffcore.inputs.run_spec import RunSpec
+    from deffcore.runs.measure import measure_spec
+    from deffcore.statistics.measure_table import measure_similarity
+    from deffcore.views.run import _rounded
+
+    m = measure_spec(RunSpec(**made["spec"]), metric=made["measurement"]["metric"])
+    return _rounded(measure_similarity(m.states("default"), measure))
+
+
+def test_measures_only_adds_the_matrices_and_keeps_every_other_number(shipped):
+    path, made = shipped
+    done = run_script(SCRIPT, path, "--measures-only", "--measures", "procrustes,mutual_knn")
+    assert done.returncode == 0, done.stderr
+    assert "default procrustes:" in done.stdout and "default mutual_knn:" in done.stdout
+    got = json.loads(path.read_text())
+    default = got["similarity"].pop("default")
+    assert list(default) == [*made["similarity"]["default"], "procrustes", "mutual_knn"]
+    for measure in ("procrustes", "mutual_knn"):
+        S = np.asarray(default.pop(measure))
+        assert S.tolist() == _point_estimate(made, measure)
+        assert np.array_equal(S, S.T) and np.allclose(np.diag(S), 1.0, atol=1e-6)
+    assert default == made["similarity"]["default"]
+    made["similarity"].pop("default")
+    assert got == made  # every other number as it was
+
+
+def test_a_whole_build_gives_the_measures_asked_for_and_none_drops_them(shipped):
+    path, made = shipped
+    done = run_script(SCRIPT, path, "--measures", "rsa", "--no-skip-effect")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(path.read_text())
+    assert got["similarity"]["default"].pop("rsa") == _point_estimate(made, "rsa")
+    assert got == made
+    done = run_script(SCRIPT, path, "--no-skip-effect")  # another file: the ones it holds, kept
+    assert done.returncode == 0, done.stderr
+    assert "rsa" in json.loads(path.read_text())["similarity"]["default"]
+    done = run_script(SCRIPT, path, "--measures", "none", "--no-skip-effect")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(path.read_text()) == made
+
+
+def test_a_file_whose_measure_matrix_is_not_its_runs_is_left_alone(shipped):
+    path, made = shipped
+    data = json.loads(json.dumps(made))
+    S = np.asarray(_point_estimate(made, "procrustes"))
+    S[0, 1] = S[1, 0] = S[0, 1] - 0.01
+    data["similarity"]["default"]["procrustes"] = S.tolist()
+    path.write_text(json.dumps(data))
+    before = path.read_bytes()
+    done = run_script(SCRIPT, path, "--measures-only")
+    assert done.returncode == 1 and "default procrustes similarity differs" in done.stderr
+    assert "Traceback" not in done.stderr and path.read_bytes() == before
+
+
+def test_a_bad_measure_name_is_one_sentence_and_the_file_is_left_alone(shipped):
+    path, _ = shipped
+    before = path.read_bytes()
+    done = run_script(SCRIPT, path, "--measures", "procrustes,cka2")
+    assert done.returncode == 1 and "--measures: all, none or some of procrustes" in done.stderr
+    assert "Traceback" not in done.stderr and path.read_bytes() == before
+
+
+def test_the_shipped_default_run_gets_every_measure_by_default(tmp_path):
+    sys.path.insert(0, str(REPO / "scripts"))
+    from build_shipped import default_measures, measure_names
+
+    from deffcore.views.run import DEFAULT_RUN_PATH
+
+    six = ("procrustes", "mutual_knn", "cknna", "rsa", "svcca", "pwcca")
+    assert set(default_measures(DEFAULT_RUN_PATH)) == set(six) == set(measure_names("all"))
+    assert default_measures(tmp_path / "default_run.json") is None
+    assert measure_names("none") == () and measure_names(" rsa, procrustes") == (
+        "procrustes", "rsa",
+    )  # fmt: skip
