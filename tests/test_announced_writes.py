@@ -58,3 +58,42 @@ def test_the_bos_check_cost_says_its_two_entries_and_the_joined_file(deff_cache_
 def test_a_small_write_is_not_announced(deff_cache_dir):
     cost = runs_cost([spec("tiny-llama", n=8)], "cpu")
     assert 0 < cost.disk < SAY_ABOVE_BYTES and "writes" not in cost.line()
+
+
+def test_the_atlas_files_are_the_sizes_their_formulas_say(deff_cache_dir):
+    # the Depth use buttons price what they keep beside the run from these formulas
+    from deffcore.extraction import atlas as store
+    from deffcore.lenses.atlas import atlas_of
+    from deffcore.runs.measure import measure
+
+    m = measure(model="tiny-llama", dataset="bbc-news", n=16, max_tokens=32, seed=0)
+    atlas_of(m, logit_lens=True)
+    atlas_of(m, skip_effect=True)
+    folder = deff_cache_dir / m.spec.key()
+    rows = (folder / store.ROWS_FILE).stat().st_size
+    skip = (folder / store.SKIP_FILE).stat().st_size
+    assert abs(store.rows_bytes(16, m.layers, lens=True) - rows) <= 0.03 * rows
+    assert abs(store.skip_bytes(16, m.layers) - skip) <= 0.06 * skip
+
+
+def test_the_depth_use_buttons_say_the_atlas_they_write_first(deff_cache_dir):
+    from deffcore.extraction.atlas import rows_bytes, skip_bytes
+    from deffcore.lenses.atlas_skip import SKIP_PASSAGES
+    from deffcore.runs.action_costs import SKIP_PASSAGES as PRICED
+    from deffcore.runs.action_costs import atlas_cost
+
+    assert PRICED == SKIP_PASSAGES
+    run = spec("smollm2-135m", n=4096)
+    L = catalog.model_size("smollm2-135m").layers
+    atlas = atlas_cost(run, "cpu", n=4096, layers=L, part="atlas")
+    # (N, L+1, L+1) angular distances in float64: about 38 MB for SmolLM2's 4,096 passages
+    assert atlas.disk == rows_bytes(4096, L) > 30_000_000
+    assert f"writes about {human_bytes(atlas.disk)} into the cache folder" in atlas.line()
+    lens = atlas_cost(run, "cpu", n=4096, layers=L, part="lens")
+    assert lens.disk == rows_bytes(4096, L, lens=True) > atlas.disk
+    skip = atlas_cost(run, "cpu", n=4096, layers=L, part="skip")
+    assert skip.disk == skip_bytes(64, L) < SAY_ABOVE_BYTES and "writes" not in skip.line()
+    gemma = catalog.model_size("gemma3-270m").layers
+    joined = atlas_cost(spec("gemma3-270m"), "cpu", n=512, layers=gemma, part="skip")
+    assert joined.disk == skip_bytes(64, gemma) + catalog.packaged_bytes("gemma3-270m")
+    assert cache_files(deff_cache_dir) == []
