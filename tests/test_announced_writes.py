@@ -97,3 +97,33 @@ def test_the_depth_use_buttons_say_the_atlas_they_write_first(deff_cache_dir):
     joined = atlas_cost(spec("gemma3-270m"), "cpu", n=512, layers=gemma, part="skip")
     assert joined.disk == skip_bytes(64, gemma) + catalog.packaged_bytes("gemma3-270m")
     assert cache_files(deff_cache_dir) == []
+
+
+def test_the_carry_sweep_writes_what_its_cost_says(deff_cache_dir):
+    from deffcore.labs.residual_carry import (
+        BBC_CHARS,
+        carry_cost,
+        char_data,
+        run_carry_sweep,
+        settings_from,
+    )
+
+    assert len(char_data(1000).chars) == BBC_CHARS  # the vocabulary of every carry model
+    s = settings_from("tiny", iters=4, eval_interval=3, checkpoint_dir=str(deff_cache_dir / "c"))
+    said = carry_cost(s).disk  # 2 gammas x 1 seed x 3 checkpoints (steps 0, 3, 4)
+    run_carry_sweep(s)
+    written = sum(p.stat().st_size for p in cache_files(deff_cache_dir))
+    assert abs(said - written) <= 0.02 * written, (said, written)
+    assert carry_cost(settings_from("tiny")).disk == 0  # no checkpoint folder, nothing kept
+
+
+def test_the_carry_cpu_preset_says_its_checkpoints_first(deff_cache_dir):
+    from deffcore.labs.residual_carry import carry_cost, settings_from
+
+    tiny = carry_cost(settings_from("tiny", checkpoint_dir=str(deff_cache_dir / "c")))
+    assert 0 < tiny.disk < SAY_ABOVE_BYTES and tiny.writes() == ""
+    cpu = carry_cost(settings_from("cpu", checkpoint_dir=str(deff_cache_dir / "c")))
+    # 4 gammas x 2 seeds x 7 checkpoints of a 12-layer, d = 48 GPT: about 80 MB
+    assert 70_000_000 < cpu.disk < 90_000_000
+    assert cpu.writes() == f"writes about {human_bytes(cpu.disk)} into the cache folder"
+    assert cache_files(deff_cache_dir) == []

@@ -205,3 +205,25 @@ def test_dynamics_folder_field_obeys_the_local_path_setting(cache_dir, monkeypat
         str(tmp_path / "absent"), ""
     )
     assert "does not exist" not in texts[1]
+
+
+def test_the_carry_button_says_first_what_its_checkpoints_write(cache_dir):
+    # SPEC 14, "Writes said first": the cpu preset keeps 56 checkpoints (about 80 MB)
+    from deffcore.labs.residual_carry import carry_cost, settings_from
+    from deffcore.runs.planner import human_bytes
+
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
+    at = goto(at, "pages/10_Residual_carry.py")
+    assert_clean(at)
+    assert not any("writes about" in c.value for c in at.caption)  # tiny: about 1.4 MB
+    at.selectbox(key="rc_preset").set_value("cpu")
+    at.multiselect(key="rc_gammas").set_value([1.0, 0.75, 0.5, 0.25])
+    at.number_input(key="rc_seeds").set_value(2)
+    at.number_input(key="rc_iters").set_value(240)
+    at.number_input(key="rc_layers").set_value(12)
+    at.number_input(key="rc_eval").set_value(40)
+    at.run()
+    assert_clean(at)
+    bytes_ = carry_cost(settings_from("cpu", checkpoint_dir=str(cache_dir / "carry"))).disk
+    said = f"writes about {human_bytes(bytes_)} into the cache folder"
+    assert any(said in c.value for c in at.caption), [c.value for c in at.caption]
