@@ -127,3 +127,30 @@ def test_the_carry_cpu_preset_says_its_checkpoints_first(deff_cache_dir):
     assert 70_000_000 < cpu.disk < 90_000_000
     assert cpu.writes() == f"writes about {human_bytes(cpu.disk)} into the cache folder"
     assert cache_files(deff_cache_dir) == []
+
+
+def big_checkpoints(root, steps=(1000, 8000)):
+    """Folders as save_pretrained leaves them, config only: a 24-layer, d = 1,024 Llama."""
+    import json
+
+    cfg = {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 1024,
+        "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096,
+        "vocab_size": 32000, "max_position_embeddings": 2048,
+    }  # fmt: skip
+    for step in steps:
+        (root / f"step{step}").mkdir(parents=True)
+        (root / f"step{step}" / "config.json").write_text(json.dumps(cfg))
+    return root
+
+
+def test_the_dynamics_sweep_says_each_checkpoints_entry_first(deff_cache_dir, tmp_path):
+    from deffcore.labs.dynamics import carry_checkpoint, dynamics_cost, local_checkpoints
+
+    cps = local_checkpoints(big_checkpoints(tmp_path / "cps"))
+    cost = dynamics_cost(cps, n=64, max_tokens=128)
+    assert cost.disk == 2 * 4 * 25 * 64 * 1024 * 4  # two entries, 4 poolings x (L+1) x N x d
+    assert f"writes about {human_bytes(cost.disk)} into the cache folder" in cost.line()
+    carry = carry_checkpoint(tmp_path / "gamma1_seed0" / "step000000.pt")
+    assert dynamics_cost([carry], n=64).disk == 0  # probed in memory
+    assert cache_files(deff_cache_dir) == []
