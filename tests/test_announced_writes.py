@@ -154,3 +154,37 @@ def test_the_dynamics_sweep_says_each_checkpoints_entry_first(deff_cache_dir, tm
     carry = carry_checkpoint(tmp_path / "gamma1_seed0" / "step000000.pt")
     assert dynamics_cost([carry], n=64).disk == 0  # probed in memory
     assert cache_files(deff_cache_dir) == []
+
+
+def written_by(cache, action) -> int:
+    """Bytes of the files `action()` created or changed under `cache`."""
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in cache_files(cache)}
+    action()
+    after = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in cache_files(cache)}
+    return sum(s for p, (s, t) in after.items() if before.get(p) != (s, t))
+
+
+def test_the_small_writers_stay_small(deff_cache_dir):
+    # SPEC 14, "Writes said first": these buttons say no bytes, because what they keep is a
+    # few (L+1) x (L+1) matrices or a record per evaluation, never per passage: GW on
+    # Aggregations, a SPEC 17 measure's matrix (Overview / Similarity, explorer/measure_pick.py),
+    # the bootstrap on Baselines, the pretraining probe's records. The same run at twice the
+    # passages must write the same bytes, and a tiny run's far below SAY_ABOVE_BYTES.
+    from deffcore.labs.gw_lens import gw_lens
+    from deffcore.labs.pretrain import pretrain_probe, settings_from
+    from deffcore.runs.measure import measure
+
+    sizes = []
+    for n in (16, 32):
+        m = measure(model="tiny-llama", dataset="bbc-news", n=n, max_tokens=32, seed=0)
+        sizes.append(
+            [
+                written_by(deff_cache_dir, lambda m=m: gw_lens(m)),
+                written_by(deff_cache_dir, lambda m=m: m.measure_similarity("default", "rsa")),
+                written_by(deff_cache_dir, lambda m=m: m.bootstrap("default", "cka", B=20)),
+            ]
+        )
+    for small, twice in zip(*sizes, strict=True):
+        assert small < 64_000 and abs(twice - small) <= 64, sizes  # JSON digits may differ
+    probe = written_by(deff_cache_dir, lambda: pretrain_probe(settings_from("tiny")))
+    assert 0 < probe < 64_000
