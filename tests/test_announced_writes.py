@@ -4,6 +4,7 @@ file joined into the cache; nothing is written to work that out."""
 
 from __future__ import annotations
 
+from deffcore.extraction.atlas import rows_bytes
 from deffcore.inputs import model as catalog
 from deffcore.inputs.run_spec import RunSpec
 from deffcore.runs.action_costs import SAY_ABOVE_BYTES, runs_cost, with_variants
@@ -49,10 +50,23 @@ def test_the_disk_refusal_counts_the_joined_file(deff_cache_dir, monkeypatch):
 def test_the_bos_check_cost_says_its_two_entries_and_the_joined_file(deff_cache_dir):
     size = catalog.model_size("gemma3-270m")
     entry = 4 * (size.layers + 1) * 512 * size.d_model * 4  # 4 poolings x (L+1) x N x d float32
+    entry += rows_bytes(512, size.layers)  # and the atlas kept beside it
     cost = runs_cost(with_variants(spec("gemma3-270m"), "bos", ("add", "none")), "cpu")
     assert cost.disk == 2 * entry + catalog.packaged_bytes("gemma3-270m")
     assert f"writes about {human_bytes(cost.disk)} into the cache folder" in cost.line()
     assert cache_files(deff_cache_dir) == []
+
+
+def test_a_run_writes_the_entry_the_plan_says(deff_cache_dir):
+    # the entry is its states and the atlas the extraction keeps beside them
+    from deffcore.runs.measure import measure
+    from deffcore.runs.planner import entry_bytes
+
+    m = measure(model="tiny-llama", dataset="bbc-news", n=16, max_tokens=32, seed=0)
+    npz = [p for p in cache_files(deff_cache_dir / m.spec.key()) if p.suffix == ".npz"]
+    written = sum(p.stat().st_size for p in npz)
+    said = entry_bytes(catalog.model_size("tiny-llama"), 16)
+    assert abs(said - written) <= 0.05 * written, (said, written)
 
 
 def test_a_small_write_is_not_announced(deff_cache_dir):
@@ -149,7 +163,8 @@ def test_the_dynamics_sweep_says_each_checkpoints_entry_first(deff_cache_dir, tm
 
     cps = local_checkpoints(big_checkpoints(tmp_path / "cps"))
     cost = dynamics_cost(cps, n=64, max_tokens=128)
-    assert cost.disk == 2 * 4 * 25 * 64 * 1024 * 4  # two entries, 4 poolings x (L+1) x N x d
+    # two entries: 4 poolings x (L+1) x N x d float32 and the atlas beside each
+    assert cost.disk == 2 * (4 * 25 * 64 * 1024 * 4 + rows_bytes(64, 24))
     assert f"writes about {human_bytes(cost.disk)} into the cache folder" in cost.line()
     carry = carry_checkpoint(tmp_path / "gamma1_seed0" / "step000000.pt")
     assert dynamics_cost([carry], n=64).disk == 0  # probed in memory

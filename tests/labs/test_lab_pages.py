@@ -238,7 +238,8 @@ def test_the_dynamics_button_says_first_what_its_runs_write(cache_dir, tmp_path)
         "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096,
         "vocab_size": 32000, "max_position_embeddings": 2048,
     }  # fmt: skip
-    # a config only, as save_pretrained leaves it: 4 x 25 x 64 x 1,024 x 4 bytes a checkpoint
+    # a config only, as save_pretrained leaves it: 4 x 25 x 64 x 1,024 x 4 bytes a checkpoint,
+    # and its atlas
     root = tmp_path / "cps"
     for step in (1000, 8000):
         (root / f"step{step}").mkdir(parents=True)
@@ -250,6 +251,6 @@ def test_the_dynamics_button_says_first_what_its_runs_write(cache_dir, tmp_path)
     at.number_input(key="dy_n").set_value(64).run()
     assert_clean(at)
     said = [c.value for c in at.caption if "The sweep" in c.value]
-    assert said and "writes about 50\\.0 MiB into the cache folder" in said[0], said
+    assert said and "writes about 50\\.8 MiB into the cache folder" in said[0], said
     at.radio(key="dy_source").set_value("Hugging Face revisions").run()
     assert_clean(at)  # a model this machine cannot size: its time line says so, no write
