@@ -12,7 +12,13 @@ import torch
 
 from deffcore.core.files import cache_dir
 from deffcore.labs import figures
-from deffcore.labs.residual_carry import PRESETS, paper_carry_rows, run_carry_sweep, settings_from
+from deffcore.labs.residual_carry import (
+    PRESETS,
+    carry_cost,
+    paper_carry_rows,
+    run_carry_sweep,
+    settings_from,
+)
 from deffcore.views.glossary import human_columns
 from explorer.cards import show_figure
 from explorer.page import page
@@ -47,20 +53,21 @@ def train_form() -> None:
     )  # what it trains (its own small GPTs, not the current run): said in the button
     work = len(gammas) * int(seeds) * int(iters) * int(n_layer)
     shipped = len(base.gammas) * len(base.seeds) * base.iters * base.n_layer
+    s = settings_from(
+        preset,
+        gammas=tuple(sorted(gammas, reverse=True)),
+        seeds=tuple(range(int(seeds))),
+        iters=int(iters),
+        n_layer=int(n_layer),
+        eval_interval=int(eval_interval),
+        checkpoint_dir=str(cache_dir() / "carry" / preset),
+    )
+    writes = carry_cost(s).writes()  # its checkpoints, said first (SPEC 14)
     st.caption(
         f"Estimate: {work / shipped:.2g}× the work of the {preset} preset as shipped "
-        f"({PRESET_TIME.get(preset, 'time not measured')})."
+        f"({PRESET_TIME.get(preset, 'time not measured')})" + (f"; {writes}." if writes else ".")
     )
     if st.button(f"Train: {what}", type="primary", key="rc_run"):
-        s = settings_from(
-            preset,
-            gammas=tuple(sorted(gammas, reverse=True)),
-            seeds=tuple(range(int(seeds))),
-            iters=int(iters),
-            n_layer=int(n_layer),
-            eval_interval=int(eval_interval),
-            checkpoint_dir=str(cache_dir() / "carry" / preset),
-        )
         run_in_page(
             "Training",
             "rc_result",

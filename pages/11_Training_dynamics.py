@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from deffcore.core.errors import DeffError
 from deffcore.core.files import cache_dir
 from deffcore.core.safe_text import md_escape  # user text shown as text, not Markdown
 from deffcore.inputs.serving import check_local_path
@@ -59,6 +60,25 @@ def checkpoints_of(source: str) -> Any:
     return lambda: hf_revisions(model, [r.strip() for r in revisions.split(",") if r.strip()])
 
 
+def sweep_caption(checkpoints: Any, settings: Settings, n: int, max_tokens: int) -> None:
+    """What measuring the checkpoints will take and write into the cache, said first (SPEC 14):
+    each Hugging Face or folder checkpoint is a run with its cache entry."""
+    from deffcore.inputs.model import resolve_device_dtype
+    from deffcore.labs.dynamics import dynamics_cost
+
+    try:
+        listed = checkpoints()
+    except DeffError:  # an empty or wrong folder: the button says why
+        return
+    if not settings.dataset or all(cp.kind == "carry" for cp in listed):
+        return  # probed in memory: nothing written
+    cost = dynamics_cost(
+        listed, dataset=settings.dataset, n=n, max_tokens=max_tokens, seed=settings.seed,
+        metric=settings.metric, device=resolve_device_dtype(None, None)[0],
+    )  # fmt: skip
+    st.caption(md_escape(f"The sweep: {cost.line()}."))
+
+
 def measure_form(settings: Settings) -> bool:
     """Which checkpoints and how many passages; Measure runs the sweep. Returns log x."""
     source = st.radio("Checkpoints", SOURCES, key="dy_source", horizontal=True)
@@ -71,6 +91,7 @@ def measure_form(settings: Settings) -> bool:
         f"{source} · {settings.dataset or '(no data)'} · N={int(n)} · T={int(max_tokens)} · "
         f"{settings.metric} · pooling {settings.pooling}"
     )
+    sweep_caption(checkpoints, settings, int(n), int(max_tokens))
     if st.button(f"Measure checkpoints: {what}", type="primary", key="dy_run"):
         run_in_page(
             "The checkpoint sweep",

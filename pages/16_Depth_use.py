@@ -77,6 +77,17 @@ def compute(view: Run, *, skip_effect: bool, logit_lens: bool = False) -> None:
         )
 
 
+def cost_caption(view: Run, part: str) -> None:
+    """What the button below will take and write into the cache, said first (SPEC 14)."""
+    from deffcore.inputs.model import resolve_device_dtype
+    from deffcore.runs.action_costs import atlas_cost
+
+    device = resolve_device_dtype(None, None)[0]
+    spec = view.measurement.spec  # the buttons show only beside a measured run
+    cost = atlas_cost(spec, device, n=view.n, layers=view.layers, part=part).line()
+    st.caption(md_escape(f"The pass: {cost}."))
+
+
 def missing_section(view: Run) -> None:
     if view.measurement is None:
         st.info(
@@ -89,6 +100,7 @@ def missing_section(view: Run) -> None:
         "This run was measured before the atlas existed (or resumed from another run's "
         "batches), so it has none yet: computing it is one more pass over its passages."
     )
+    cost_caption(view, "atlas")
     if st.button("Compute the depth-use atlas", key="du_compute", type="primary"):
         compute(view, skip_effect=False)
         st.rerun()
@@ -150,6 +162,7 @@ def lens_section(view: Run, atlas: Atlas) -> None:
                 f"stream: one more pass over the run's passages with {atlas.layers + 1} "
                 "unembeddings per token (kept beside the run)."
             )
+            cost_caption(view, "lens")
             if st.button("Compute where predictions form", key="du_lens"):
                 compute(view, skip_effect=False, logit_lens=True)
                 st.rerun()
@@ -224,6 +237,7 @@ def skip_section(view: Run, atlas: Atlas) -> None:
         f"Each of the {atlas.layers} blocks skipped in turn on the run's first "
         f"{min(64, atlas.n)} passages: at most {atlas.layers + 1} forward passes of them."
     )
+    cost_caption(view, "skip")
     if st.button("Compute the skip effect", key="du_skip"):
         compute(view, skip_effect=True)
         st.rerun()

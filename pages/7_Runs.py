@@ -247,6 +247,21 @@ def open_entry(e: dict[str, Any]) -> bool:
     return open_run(e["key"]) is not None
 
 
+def resume_cost(key: str) -> str:
+    """What resuming the interrupted run `key` writes into the cache and takes, said first
+    (SPEC 14, "Writes said first"): the whole entry is written when it finishes; its time is
+    priced as the whole run's (the kept passages are not extracted again)."""
+    from deffcore.inputs.model import resolve_device_dtype
+    from deffcore.runs.action_costs import runs_cost
+    from deffcore.work.jobs import partial_spec
+
+    try:
+        spec = partial_spec(key)
+    except Exception:  # gone since the list was read: the button says why
+        return "the run is no longer in the cache"
+    return runs_cost([spec], resolve_device_dtype(None, None)[0]).line()
+
+
 def resume_section(runs: Runs) -> None:
     unfinished = [e["id"] for e in runs.entries if e["status"] == "partial"]
     if not unfinished:
@@ -260,6 +275,8 @@ def resume_section(runs: Runs) -> None:
     to_resume = c1.selectbox(
         "Interrupted run", unfinished, format_func=runs.labels.get, key="runs_resume"
     )
+    cost = resume_cost(runs.by_id[to_resume]["key"])
+    c1.caption(md_escape(f"Resuming (priced as the whole run): {cost}."))
     if c2.button("Resume", key="runs_resume_button"):
         with guarded("Resuming the run"):
             resume_run(runs.by_id[to_resume]["key"])

@@ -644,6 +644,32 @@ def keep_atlas(spec: Any, taps: tuple, pooled: Any) -> AtlasRows | None:
     return rows
 
 
+#: Bytes np.savez adds per array (zip headers, the .npy header, the meta array's JSON).
+NPZ_ARRAY_BYTES = 256
+
+
+def rows_bytes(n: int, layers: int, *, split: bool = True, lens: bool = False) -> int:
+    """Bytes of the atlas file `write_rows` keeps for N = `n` passages and L = `layers`
+    (float64): r, c, bi (N, L); angular (N, L+1, L+1); lengths (N,); the split's four (N, L);
+    the lens's kl, top1 (N, L+1) and depth (N,). The angular term dominates: a SmolLM2 run of
+    4,096 passages keeps about 38 MB (SPEC 14, "Writes said first")."""
+    L = int(layers)
+    floats = n * (3 * L + (L + 1) ** 2 + 1)
+    arrays = len(QUANTITIES) + 3  # + angular, lengths, meta
+    if split:
+        floats, arrays = floats + 4 * n * L, arrays + len(SPLIT_QUANTITIES)
+    if lens:
+        floats, arrays = floats + n * (2 * (L + 1) + 1), arrays + len(LENS_QUANTITIES)
+    return 8 * floats + NPZ_ARRAY_BYTES * arrays
+
+
+def skip_bytes(passages: int, layers: int) -> int:
+    """Bytes of the skip-effect file `write_skip` keeps: later and later_max (P, L, L) and kl
+    (P, L), float64, for P = `passages` (min(N, 64))."""
+    L = int(layers)
+    return 8 * passages * L * (2 * L + 1) + NPZ_ARRAY_BYTES * 4
+
+
 def write_rows(spec: Any, rows: AtlasRows) -> None:
     """Keep a run's atlas rows (see the module docstring)."""
     arrays = {q: getattr(rows, q) for q in QUANTITIES}

@@ -25,10 +25,13 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deffcore.core.errors import DeffError
 from deffcore.measures.depth import reference_depth
+
+if TYPE_CHECKING:
+    from deffcore.runs.action_costs import Cost
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -198,6 +201,40 @@ def _measure_hf(
     )
     s = m.summary(pooling)
     return {"layers": s.layers, "deff_over_L": s.deff_over_L, "gap_pct": s.gap_pct, "rho1": s.rho1}
+
+
+def dynamics_cost(
+    checkpoints: Sequence[Checkpoint],
+    *,
+    dataset: str = "bbc-news",
+    n: int = 128,
+    max_tokens: int = 128,
+    seed: int = 0,
+    metric: str = "cka",
+    device: str = "cpu",
+) -> Cost:
+    """What `dynamics_sweep` will take and write, said before it starts (SPEC 14, "Writes said
+    first"): each Hugging Face or folder checkpoint is a run of its own (`measure`), priced by
+    `action_costs.runs_cost` with its cache entry; a carry checkpoint is probed in memory and
+    writes nothing. A checkpoint whose arguments `measure` would refuse is left out here (the
+    sweep shows it as missing)."""
+    from deffcore.runs.action_costs import Cost, runs_cost
+    from deffcore.runs.measure import run_spec
+
+    specs = []
+    for cp in checkpoints:
+        if cp.kind == "carry" or cp.model is None:
+            continue
+        try:
+            spec, _ = run_spec(
+                cp.model, dataset, n, max_tokens, seed, metric, cp.revision, device_here=False
+            )
+        except Exception:  # refused (or unreadable) here: the sweep shows it as missing
+            continue
+        specs.append(spec)
+    if not specs:
+        return Cost(None, "no checkpoint here is measured into the cache")
+    return runs_cost(specs, device)
 
 
 def dynamics_sweep(

@@ -33,7 +33,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -43,6 +43,9 @@ from deffcore.labs.carry_model import CarryConfig, CarryGPT
 from deffcore.labs.training import from_preset, train_grid, train_steps
 from deffcore.measures.depth import depth_summary
 from deffcore.measures.similarity import similarity_matrix
+
+if TYPE_CHECKING:
+    from deffcore.runs.action_costs import Cost
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -370,6 +373,41 @@ class CarryResult:
             "final": self.final_table(),
             "records": self.records,
         }
+
+
+#: Characters of the BBC-news corpus: every carry model's vocabulary (`char_data`; a test
+#: reads the corpus and checks it).
+BBC_CHARS = 88
+#: Bytes torch.save adds to a checkpoint per tensor, and per file (config, settings, vocabulary
+#: and the JSON sidecar); measured on the tiny preset's checkpoints.
+SAVE_TENSOR_BYTES, SAVE_FILE_BYTES = 128, 1024
+
+
+def checkpoints_per_run(s: CarrySettings) -> int:
+    """Evaluations of one (gamma, seed) run, each saving a checkpoint: step 0, every
+    `eval_interval` steps and the last (`training.train_steps`)."""
+    return 1 + s.iters // s.eval_interval + (1 if s.iters % s.eval_interval else 0)
+
+
+def carry_cost(s: CarrySettings) -> Cost:
+    """What the sweep writes into its checkpoint folder (`action_costs.Cost`, disk only; the
+    page estimates its time from the preset's): one checkpoint per evaluation of each (gamma,
+    seed) run, the model's float32 weights (sized on the meta device, nothing allocated) plus
+    torch.save's own bytes. 0 without a checkpoint folder. SPEC 14, "Writes said first"."""
+    from deffcore.runs.action_costs import Cost
+
+    source = "the preset's estimate above"
+    if not s.checkpoint_dir:
+        return Cost(None, source)
+    cfg = CarryConfig(
+        vocab_size=BBC_CHARS, block_size=s.block_size, n_layer=s.n_layer, n_head=s.n_head,
+        n_embd=s.n_embd,
+    )  # fmt: skip
+    with torch.device("meta"):
+        weights = CarryGPT(cfg).state_dict()
+    one = sum(t.numel() * t.element_size() + SAVE_TENSOR_BYTES for t in weights.values())
+    files = len(s.gammas) * len(s.seeds) * checkpoints_per_run(s)
+    return Cost(None, source, disk=files * (one + SAVE_FILE_BYTES))
 
 
 def run_carry_sweep(

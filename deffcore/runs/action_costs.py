@@ -29,6 +29,8 @@ PRIOR_MODEL = "smollm2-135m"
 EAGER_FACTOR = 1.75
 #: Passages of the diagnostic pass (`diagnostics.DIAG_PASSAGES`, SPEC 11).
 DIAG_PASSAGES = 64
+#: Passages of the skip effect (`lenses.atlas_skip.SKIP_PASSAGES`, SPEC 16; a test keeps both).
+SKIP_PASSAGES = 64
 #: An action at or above this many seconds says its estimate before it starts.
 SAY_ABOVE_S = 60.0
 #: An action that writes this many bytes or more into the cache says so before it starts.
@@ -47,7 +49,7 @@ class Cost:
     def line(self) -> str:
         """`about 4 min here (calibrated: …)`, `seconds: read from the cache`, or why unknown;
         then what it writes into the cache, when that is SAY_ABOVE_BYTES or more."""
-        from deffcore.runs.planner import human_bytes, human_time
+        from deffcore.runs.planner import human_time
 
         if self.cached:
             return "seconds: read from the cache"
@@ -55,9 +57,17 @@ class Cost:
             when = f"time unknown here ({self.source})"
         else:
             when = f"about {human_time(self.seconds)} here ({self.source})"
-        if self.disk >= SAY_ABOVE_BYTES:
-            when += f"; writes about {human_bytes(self.disk)} into the cache folder"
-        return when
+        writes = self.writes()
+        return f"{when}; {writes}" if writes else when
+
+    def writes(self) -> str:
+        """`writes about X into the cache folder` when `disk` is SAY_ABOVE_BYTES or more, else
+        "" (SPEC 14, "Writes said first"); a lab with its own time estimate says only this."""
+        from deffcore.runs.planner import human_bytes
+
+        if self.cached or self.disk < SAY_ABOVE_BYTES:
+            return ""
+        return f"writes about {human_bytes(self.disk)} into the cache folder"
 
     @property
     def long(self) -> bool:
@@ -225,3 +235,25 @@ def measure_cost(measure: str, *, n: int, d: int, layers: int) -> Cost:
         "on one core of a loaded 2-core CPU"
     )
     return Cost(MEASURE_BENCH_S[measure] * ratio, source)
+
+
+def atlas_cost(spec: Any, device: str, *, n: int, layers: int, part: str) -> Cost:
+    """A Depth use button on the run `spec` of N = `n` passages and L = `layers` blocks (SPEC
+    16): part "atlas" (one pass over the passages), "lens" (that pass with the logit lens) or
+    "skip" (each block skipped on the first min(N, 64) passages: L + 1 passes of them). It
+    writes the atlas file (`extraction.atlas.rows_bytes`) or the skip-effect file
+    (`skip_bytes`), plus the model's file joined first (`forward_cost`)."""
+    from deffcore.extraction.atlas import rows_bytes, skip_bytes
+
+    if part not in ("atlas", "lens", "skip"):
+        raise ValueError(f"part must be atlas, lens or skip, got {part!r}")
+    if part == "skip":
+        passages = min(int(n), SKIP_PASSAGES)
+        tokens, disk = (layers + 1) * passages * spec.max_tokens, skip_bytes(passages, layers)
+    else:
+        tokens, disk = int(n) * spec.max_tokens, rows_bytes(n, layers, lens=part == "lens")
+    cost = forward_cost(
+        spec.model, tokens, device, revision=spec.revision, dtype=spec.dtype,
+        max_tokens=spec.max_tokens,
+    )  # fmt: skip
+    return replace(cost, disk=cost.disk + disk)

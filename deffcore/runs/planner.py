@@ -186,8 +186,11 @@ def bootstrap_bytes(size: ModelSize, n: int, B: int) -> int:
 
 
 def entry_bytes(size: ModelSize, n: int) -> int:
-    """A complete cache entry's states.npz (four extracted poolings, float32)."""
-    return pooled_bytes(size, n)
+    """A complete cache entry: its states.npz (four extracted poolings, float32) and the
+    depth-use atlas the extraction keeps beside it (`extraction.atlas.rows_bytes`, SPEC 14)."""
+    from deffcore.extraction.atlas import rows_bytes
+
+    return pooled_bytes(size, n) + rows_bytes(n, size.layers)
 
 
 # ---------------------------------------------------------------------------------------------

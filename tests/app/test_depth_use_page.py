@@ -148,3 +148,22 @@ def test_the_shipped_snapshot_shows_its_atlas_or_says_it_has_none():
     np.testing.assert_allclose(
         _table(at)["Relative contribution r_l"].to_numpy(), shipped.relative_contribution
     )
+
+
+def test_each_button_says_first_what_it_writes_into_the_cache(monkeypatch):
+    # SPEC 14, "Writes said first": a big run's atlas (its (N, L+1, L+1) angular distances)
+    # is named beside the button; here the formula is made to say 100 MB
+    from deffcore.extraction import atlas as atlas_store
+    from deffcore.runs.measure import measure_spec, run_spec
+
+    spec, _ = run_spec("tiny-llama", "bbc-news", 8, 24, 2, "cka")
+    m = measure_spec(spec, atlas=False)
+    monkeypatch.setattr(atlas_store, "rows_bytes", lambda *a, **k: 100_000_000)
+    at = open_page(Run.from_measurement(m))
+    assert_clean(at)
+    said = [plain(c.value) for c in at.caption if plain(c.value).startswith("The pass:")]
+    assert said and "writes about 95.4 MiB into the cache folder" in said[0], said
+    monkeypatch.undo()
+    at.button(key="du_compute").click().run()
+    said = [plain(c.value) for c in at.caption if plain(c.value).startswith("The pass:")]
+    assert len(said) == 2 and not any("writes" in s for s in said), said  # lens, skip: small

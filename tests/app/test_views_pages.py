@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from apptest_helpers import assert_clean, chart, plotly_array
+from apptest_helpers import assert_clean, chart, plain, plotly_array
 from streamlit.testing.v1 import AppTest
 
 from deffcore import figures
@@ -105,6 +105,15 @@ def test_runs_table_tells_every_run_apart_and_shows_the_partial(app, runs):
     # the interrupted run can be resumed (or says how, until background runs land)
     assert at.selectbox(key="runs_resume").options
     assert at.button(key="runs_resume_button") is not None
+    # what resuming takes and writes is said first (SPEC 14, "Writes said first")
+    from deffcore.runs.action_costs import runs_cost
+
+    said = runs_cost([runs["partial"]], "cpu").line()
+    assert any(
+        plain(c.value).startswith("Resuming (priced as the whole run): ")
+        and plain(c.value).endswith(said + ".")
+        for c in at.caption
+    ), [c.value for c in at.caption]
 
 
 def test_compare_starts_from_the_current_run_with_a_colour_per_run(app, runs):

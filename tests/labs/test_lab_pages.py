@@ -205,3 +205,52 @@ def test_dynamics_folder_field_obeys_the_local_path_setting(cache_dir, monkeypat
         str(tmp_path / "absent"), ""
     )
     assert "does not exist" not in texts[1]
+
+
+def test_the_carry_button_says_first_what_its_checkpoints_write(cache_dir):
+    # SPEC 14, "Writes said first": the cpu preset keeps 56 checkpoints (about 80 MB)
+    from deffcore.labs.residual_carry import carry_cost, settings_from
+    from deffcore.runs.planner import human_bytes
+
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
+    at = goto(at, "pages/10_Residual_carry.py")
+    assert_clean(at)
+    assert not any("writes about" in c.value for c in at.caption)  # tiny: about 1.4 MB
+    at.selectbox(key="rc_preset").set_value("cpu")
+    at.multiselect(key="rc_gammas").set_value([1.0, 0.75, 0.5, 0.25])
+    at.number_input(key="rc_seeds").set_value(2)
+    at.number_input(key="rc_iters").set_value(240)
+    at.number_input(key="rc_layers").set_value(12)
+    at.number_input(key="rc_eval").set_value(40)
+    at.run()
+    assert_clean(at)
+    bytes_ = carry_cost(settings_from("cpu", checkpoint_dir=str(cache_dir / "carry"))).disk
+    said = f"writes about {human_bytes(bytes_)} into the cache folder"
+    assert any(said in c.value for c in at.caption), [c.value for c in at.caption]
+
+
+def test_the_dynamics_button_says_first_what_its_runs_write(cache_dir, tmp_path):
+    # SPEC 14: each folder checkpoint is a run of its own, its cache entry named first
+    import json
+
+    cfg = {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 1024,
+        "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096,
+        "vocab_size": 32000, "max_position_embeddings": 2048,
+    }  # fmt: skip
+    # a config only, as save_pretrained leaves it: 4 x 25 x 64 x 1,024 x 4 bytes a checkpoint,
+    # and its atlas
+    root = tmp_path / "cps"
+    for step in (1000, 8000):
+        (root / f"step{step}").mkdir(parents=True)
+        (root / f"step{step}" / "config.json").write_text(json.dumps(cfg))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
+    at = goto(at, "pages/11_Training_dynamics.py")
+    at.radio(key="dy_source").set_value("Local checkpoint folder").run()
+    at.text_input(key="dy_folder").set_value(str(root)).run()
+    at.number_input(key="dy_n").set_value(64).run()
+    assert_clean(at)
+    said = [c.value for c in at.caption if "The sweep" in c.value]
+    assert said and "writes about 50\\.8 MiB into the cache folder" in said[0], said
+    at.radio(key="dy_source").set_value("Hugging Face revisions").run()
+    assert_clean(at)  # a model this machine cannot size: its time line says so, no write
