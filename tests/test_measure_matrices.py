@@ -75,7 +75,7 @@ def test_the_table_keeps_its_rows_matrices(run):
     "change",
     [
         lambda S: S[:-1],  # not L x L
-        lambda S: [[*r[:-1], 2.0] for r in S],  # outside [-1, 1]
+        lambda S: [[*r[:-1], 3.0] for r in S],  # outside every measure's bound
         lambda S: [[0.5 if i == j else v for j, v in enumerate(r)] for i, r in enumerate(S)],
         lambda S: "not a matrix",
     ],
@@ -128,3 +128,29 @@ def test_trust_and_the_bos_answer_refuse_a_measure_in_one_sentence(run):
         run_answer(run.view(), "procrustes")
     with pytest.raises(DeffError, match="'hsic'"):
         run.trust("default", "hsic")
+
+
+def test_each_measure_is_held_to_its_own_bound():
+    """CKNNA's kNN-restricted HSIC is not an inner product: its matrix may pass 1 (1.001 seen on
+    random states) and is kept; Procrustes' may not (SPEC 17.1, `similarity_bound`)."""
+    from deffcore.runs.measure import measure_matrix_of
+
+    S = np.eye(3)
+    S[0, 1] = S[1, 0] = 1.001
+    assert measure_matrix_of(S.tolist(), 3, "cknna") is not None
+    assert measure_matrix_of(S.tolist(), 3, "procrustes") is None
+    S[0, 1] = S[1, 0] = 2.5
+    assert measure_matrix_of(S.tolist(), 3, "cknna") is None
+
+
+def test_a_snapshot_holds_each_measure_to_its_own_bound(run):
+    run.measure_similarity("default", "procrustes")
+    data = json.loads(json.dumps(Run.from_measurement(run).to_snapshot()))
+    L = len(data["similarity"]["default"]["cka"])
+    S = np.eye(L)
+    S[0, 1] = S[1, 0] = 1.001
+    data["similarity"]["default"]["cknna"] = S.tolist()
+    check_snapshot(data)  # CKNNA may pass 1
+    data["similarity"]["default"]["procrustes"] = S.tolist()
+    with pytest.raises(SnapshotError, match="procrustes"):
+        check_snapshot(data)

@@ -21,6 +21,17 @@ METRICS: tuple[str, ...] = ("cka", "unbiased_cka", "cosine")
 SPEC17_MEASURES: tuple[str, ...] = ("procrustes", "mutual_knn", "cknna", "rsa", "svcca", "pwcca")
 #: Every measure of the table across measures (SPEC 17.4): the metrics, then SPEC 17.1's.
 TABLE_MEASURES: tuple[str, ...] = (*METRICS, *SPEC17_MEASURES)
+#: The largest |S| a measure's matrix can hold (SPEC 17.1): 1 for every measure but CKNNA, whose
+#: kNN-restricted HSIC is not an inner product, so Cauchy-Schwarz does not bound it (1.001 seen
+#: on random states); a stored or shared matrix beyond its bound is refused.
+SIMILARITY_BOUNDS: dict[str, float] = {"cknna": 2.0}
+
+
+def similarity_bound(measure: str) -> float:
+    """The largest |S| `measure`'s matrix can hold (`SIMILARITY_BOUNDS`, else 1)."""
+    return SIMILARITY_BOUNDS.get(measure, 1.0)
+
+
 #: Maximum lags reported by the lag-sensitivity check (SPEC section 8), plus K = L-1.
 SENSITIVITY_LAGS: tuple[int, ...] = (5, 10, 15, 25)
 

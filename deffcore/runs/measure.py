@@ -37,6 +37,7 @@ from deffcore.core.constants import (
     POOLINGS,
     TABLE_MEASURES,
     WINDOW_MODES,
+    similarity_bound,
 )
 from deffcore.core.errors import (
     DeffError,
@@ -1217,17 +1218,18 @@ def stored_measure_tables(spec: Any, layers: int, n: int) -> dict[str, Any]:
     return found
 
 
-def measure_matrix_of(rows: Any, layers: int) -> np.ndarray | None:
-    """`rows` as a kept point-estimate matrix of a SPEC 17 measure, or None when it is not
-    one: (layers, layers) finite numbers in [-1, 1], symmetric, unit diagonal (what
-    `measure_similarity` returns; the snapshot's similarity matrices pass the same check)."""
+def measure_matrix_of(rows: Any, layers: int, measure: str) -> np.ndarray | None:
+    """`rows` as a kept point-estimate matrix of `measure` (SPEC 17), or None when it is not
+    one: (layers, layers) finite numbers within the measure's bound (`similarity_bound`: 1,
+    CKNNA's wider), symmetric, unit diagonal (what `measure_similarity` returns; the snapshot's
+    similarity matrices pass the same check)."""
     try:
         S = np.asarray(rows, dtype=np.float64)
     except (TypeError, ValueError):
         return None
     if S.shape != (layers, layers) or not np.all(np.isfinite(S)):
         return None
-    if np.abs(S).max() > 1 + 1e-6 or np.abs(S - S.T).max() > 1e-6:
+    if np.abs(S).max() > similarity_bound(measure) + 1e-6 or np.abs(S - S.T).max() > 1e-6:
         return None
     return S if np.abs(np.diag(S) - 1.0).max() <= 1e-6 else None
 
@@ -1245,8 +1247,10 @@ def stored_measure_matrices(spec: Any, layers: int, n: int) -> dict[str, dict[st
         if pooling not in POOLINGS or not isinstance(per, dict):
             continue
         for measure, rows in per.items():
-            S = measure_matrix_of(rows, layers)
-            if measure in TABLE_MEASURES and measure not in METRICS and S is not None:
+            if measure not in TABLE_MEASURES or measure in METRICS:
+                continue
+            S = measure_matrix_of(rows, layers, measure)
+            if S is not None:
                 found.setdefault(pooling, {})[measure] = S
     return found
 

@@ -61,6 +61,7 @@ from deffcore.core.constants import (
     PASSAGE_MODES,
     POOLINGS,
     TABLE_MEASURES,
+    similarity_bound,
 )
 from deffcore.core.errors import DeffError
 from deffcore.core.safe_text import NOT_TEXT
@@ -541,13 +542,15 @@ class SnapshotError(DeffError):
 
 
 def _similarity(rows: list[list[float]]) -> list[list[float]]:
-    """A similarity matrix: square, symmetric, unit diagonal, values in [-1, 1]."""
+    """A similarity matrix: square, symmetric, unit diagonal, values within the widest
+    measure's bound (each measure's own bound is checked by `Snapshot`, which knows its name)."""
     L = len(rows)
     if L < 2 or any(len(r) != L for r in rows):
         raise ValueError("is not a square matrix of at least 2 x 2")
     S = np.asarray(rows, dtype=np.float64)
-    if np.abs(S).max() > 1 + 1e-6:
-        raise ValueError("has a value outside [-1, 1]")
+    widest = max(similarity_bound(m) for m in TABLE_MEASURES)
+    if np.abs(S).max() > widest + 1e-6:
+        raise ValueError(f"has a value outside [-{widest:g}, {widest:g}]")
     if np.abs(S - S.T).max() > _SYMMETRY_TOL:
         raise ValueError("is not symmetric")
     if np.abs(np.diag(S) - 1.0).max() > _DIAGONAL_TOL:
@@ -690,6 +693,12 @@ class Snapshot(BaseModel):
             for metric, S in per_metric.items():
                 if len(S) != L:
                     raise ValueError(f"the {pooling}/{metric} similarity is not {L} x {L}")
+                bound = similarity_bound(metric)
+                if np.abs(np.asarray(S, dtype=np.float64)).max() > bound + 1e-6:
+                    raise ValueError(
+                        f"the {pooling}/{metric} similarity has a value outside "
+                        f"[-{bound:g}, {bound:g}]"
+                    )
         if self.n > self.spec.n:
             raise ValueError(f"n = {self.n} is more passages than its spec asked for")
         if self.measurement is not None:
