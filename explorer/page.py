@@ -80,13 +80,12 @@ def page(
 @contextlib.contextmanager
 def sidebar_glossary() -> Iterator[None]:
     """Run the page's body, then draw the sidebar's glossary (below the view controls, where
-    `sidebar` draws it), even when the body stops early (`st.stop`): the first screen sends
-    its ~20 kB of text after the charts, so the browser draws the charts first."""
-    try:
-        yield
-    finally:
-        with st.sidebar:
-            glossary_expander()
+    `sidebar` draws it): the first screen sends its ~20 kB of text after the charts, so the
+    browser draws the charts first. The body ends early by returning, not by `st.stop()`
+    (nothing is drawn after a stop)."""
+    yield
+    with st.sidebar:
+        glossary_expander()
 
 
 def require_view(

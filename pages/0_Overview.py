@@ -113,10 +113,10 @@ def body(view: Run | None, settings: Settings) -> None:
     st.markdown(INTRO)
     if view is None:
         st.warning("No run yet: choose a model and dataset on the Runs page and press Run.")
-        st.stop()
+        return  # not st.stop(): the sidebar's glossary is drawn after the body
     st.caption(f"Current run: {md_escape(view.label)}")
     if not measure_ready(view, settings):  # a SPEC 17 measure the run does not hold yet
-        st.stop()
+        return
     headline_cards(view, settings)
     charts_section(view, settings)  # one picture above the fold
     if cka_family(settings.metric):
