@@ -12,6 +12,9 @@ tokens, seed, passages mode and BOS option; everything a page draws from a run i
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import streamlit as st
 
 from deffcore.core.errors import DeffError
@@ -20,7 +23,13 @@ from deffcore.views.run import Run
 from explorer.current_run import start_page, write_url
 from explorer.measure_pick import cka_only, measure_ready
 from explorer.run_panel import job_panel, settle_job, start_run
-from explorer.settings import PAGE_CHANGED_KEY, Settings, run_panel_settings, sidebar
+from explorer.settings import (
+    PAGE_CHANGED_KEY,
+    Settings,
+    glossary_expander,
+    run_panel_settings,
+    sidebar,
+)
 from explorer.views import current_view
 
 #: The Overview's tab-like row: the result pages the navigation lists under "Overview".
@@ -33,12 +42,18 @@ OVERVIEW_TABS: list[tuple[str, str]] = [
 
 
 def page(
-    title: str, *, run_panel: bool = False, measures: bool = False, uses_metric: bool = True
+    title: str,
+    *,
+    run_panel: bool = False,
+    measures: bool = False,
+    uses_metric: bool = True,
+    glossary: bool = True,
 ) -> tuple[Run | None, Settings]:
     """Start a page: page config, the shared sidebar, the run box (and, with `run_panel`, the
     run settings and Run at the top of the main area); returns (run, settings). Without
     `measures` the page is defined for the CKA family only: a SPEC 17 metric in the sidebar
-    is replaced by linear CKA (`measure_pick.cka_only`), said where the page `uses_metric`."""
+    is replaced by linear CKA (`measure_pick.cka_only`), said where the page `uses_metric`.
+    `glossary=False`: the page draws the sidebar's glossary itself, last (`sidebar_glossary`)."""
     st.set_page_config(
         page_title=f"{title} · Effective Depth Explorer", page_icon="📐", layout="wide"
     )
@@ -46,7 +61,7 @@ def page(
     st.session_state["_deff_page"] = title
     settle_job()
     start_page()  # the run a link names; the sidebar set to the current run's settings
-    settings = sidebar()
+    settings = sidebar(glossary=glossary)
     if run_panel:  # the page's title first, then the panel
         st.title(title)
         with st.container(border=True):
@@ -60,6 +75,17 @@ def page(
     view = current_view()
     write_url(view)  # a reload, a bookmark or a shared link shows this run again
     return view, settings
+
+
+@contextlib.contextmanager
+def sidebar_glossary() -> Iterator[None]:
+    """Run the page's body, then draw the sidebar's glossary (below the view controls, where
+    `sidebar` draws it): the first screen sends its ~20 kB of text after the charts, so the
+    browser draws the charts first. The body ends early by returning, not by `st.stop()`
+    (nothing is drawn after a stop)."""
+    yield
+    with st.sidebar:
+        glossary_expander()
 
 
 def require_view(

@@ -357,13 +357,15 @@ def glossary_expander() -> None:
         st.markdown(glossary_markdown())
 
 
-def sidebar() -> Settings:
-    """Draw the shared sidebar: the view controls, then the glossary. The run settings are read
-    as last chosen (the run panel of the Runs page draws them), not drawn."""
+def sidebar(*, glossary: bool = True) -> Settings:
+    """Draw the shared sidebar: the view controls, then the glossary (unless `glossary` is
+    False: a page that draws it last itself, `explorer.page.sidebar_glossary`). The run
+    settings are read as last chosen (the run panel of the Runs page draws them), not drawn."""
     settings = run_settings(draw=False)
     with st.sidebar:
         view_settings(settings)
-        glossary_expander()
+        if glossary:
+            glossary_expander()
     return settings
 
 

@@ -15,7 +15,7 @@ from deffcore.views.run import Run
 from explorer.answer_box import answer_box
 from explorer.cards import download_html, headline_cards, precomputed_note, show_run_figure
 from explorer.measure_pick import cka_family, measure_ready, metric_label
-from explorer.page import OVERVIEW_TABS, page, page_links
+from explorer.page import OVERVIEW_TABS, page, page_links, sidebar_glossary
 from explorer.settings import Settings
 
 #: The two charts side by side share one height, so their download rows line up, and fit
@@ -102,16 +102,21 @@ def report_button(view: Run, settings: Settings) -> None:
 
 
 def main() -> None:
-    view, settings = page("Overview", measures=True)
+    view, settings = page("Overview", measures=True, glossary=False)
+    with sidebar_glossary():  # the glossary's text after the charts: they are drawn first
+        body(view, settings)
+
+
+def body(view: Run | None, settings: Settings) -> None:
     st.title("Effective Depth Explorer")
     page_links(OVERVIEW_TABS)  # the matrix, ρ(k) and the gap in full, one click away
     st.markdown(INTRO)
     if view is None:
         st.warning("No run yet: choose a model and dataset on the Runs page and press Run.")
-        st.stop()
+        return  # not st.stop(): the sidebar's glossary is drawn after the body
     st.caption(f"Current run: {md_escape(view.label)}")
     if not measure_ready(view, settings):  # a SPEC 17 measure the run does not hold yet
-        st.stop()
+        return
     headline_cards(view, settings)
     charts_section(view, settings)  # one picture above the fold
     if cka_family(settings.metric):

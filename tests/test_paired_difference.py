@@ -176,3 +176,40 @@ def test_the_basic_interval_reflects_the_replicates_about_the_point():
     assert d.percentile == pytest.approx(tuple(q))
     assert d.basic == pytest.approx((0.4 - q[1], 0.4 - q[0]))
     assert d.interval == d.basic and d.B == 101
+
+
+def test_a_stored_paired_bootstrap_is_checked_at_every_k_in_one_array_pass(monkeypatch):
+    """Every replicate's D_eff is checked at every K (SPEC section 4) as cumulative sums: the
+    shipped default reads back without one call per replicate and K (24,000 calls took ~0.4 s
+    of the cold first screen, twice), and a replicate undefined at one inner K only, or within
+    rounding of the edge, is still refused or accepted by `deff_from_profile` itself."""
+    from deffcore.core.errors import DeffError
+    from deffcore.measures.depth import deff_from_profile
+    from deffcore.statistics import paired
+    from deffcore.statistics.paired import PairedBootstrap
+
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return deff_from_profile(*args)
+
+    monkeypatch.setattr(paired, "deff_from_profile", counted)
+    good = _stored_paired()["paired"]
+    assert good["B"] == PairedBootstrap.from_dict(good).B
+    assert calls == []  # the shipped run's replicates are all far from the edge
+    L = 5  # at K = 1: 1 + 2 (4/5)(-0.7) = -0.12 <= 0; at K = 4 it is positive again
+    inner = _small_paired(4, L)
+    inner["profiles"][0][3] = [-0.7, 0.9, 0.9, 0.9]
+    assert deff_from_profile([-0.7, 0.9, 0.9, 0.9], L) > 0  # defined at K = L-1
+    with pytest.raises(DeffError, match="undefined"):
+        deff_from_profile([-0.7, 0.9, 0.9, 0.9], L, 1)
+    with pytest.raises(DeffError, match="undefined"):
+        PairedBootstrap.from_dict(inner)
+    edge = _small_paired(4, 2)  # L = 2: 1 + 2 (1/2) rho = 0 exactly at rho = -1: undefined
+    edge["points"] = [[-1.0]]
+    with pytest.raises(DeffError, match="undefined"):
+        PairedBootstrap.from_dict(edge)
+    near = _small_paired(4, 2)  # 1 - 0.999999 > 0: defined, decided by the exact function
+    near["points"] = [[-0.999999]]
+    assert PairedBootstrap.from_dict(near).B == 4

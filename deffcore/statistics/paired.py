@@ -360,7 +360,7 @@ class PairedBootstrap:
         if not (np.isfinite(values).all() and (np.abs(values) <= 1 + 1e-6).all()):
             raise unreadable
         try:  # every number the pages read from it is defined, at every maximum lag K
-            for p in [*points, *(r for prof in profiles for r in prof)]:
+            for p in _near_undefined([*points, *profiles], L):
                 for K in range(1, L):
                     deff_from_profile(p, L, K)
         except DeffError:
@@ -372,6 +372,20 @@ class PairedBootstrap:
             points=dict(zip(keys, points, strict=True)),
             profiles=dict(zip(keys, profiles, strict=True)),
         )  # fmt: skip
+
+
+def _near_undefined(arrays: Sequence[np.ndarray], L: int) -> np.ndarray:
+    """The lag profiles among `arrays` (each (L-1,) or (B, L-1)) whose D_eff denominator
+    1 + 2 sum_{k<=K} (1 - k/L) rho(k) (SPEC section 4) comes near 0 at some K: every K at once,
+    as cumulative sums, so reading a stored bootstrap costs one array operation, not B x L
+    calls; the rows it returns are then checked by `deff_from_profile` itself, so the rule at
+    0 is exactly that function's."""
+    rows = [np.reshape(a, (-1, L - 1)) for a in arrays]
+    if not rows:
+        return np.empty((0, L - 1))
+    rho = np.concatenate(rows)
+    denoms = 1.0 + 2.0 * np.cumsum((1.0 - np.arange(1, L) / L) * rho, axis=1)
+    return rho[(denoms <= 1e-9).any(axis=1)]
 
 
 def paired_bootstrap(

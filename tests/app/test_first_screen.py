@@ -23,7 +23,15 @@ HEAVY = ("torch", "transformers", "tokenizers", "gguf", "scipy")
 
 _FIRST_RUN = """
 import json, sys
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.testing.v1 import AppTest
+sent = []  # what the page sends, in the order the browser receives it
+enqueue = DeltaGenerator._enqueue
+def logged(self, delta_type, element, *args, **kwargs):
+    text = getattr(element, "body", "") if delta_type == "markdown" else ""
+    sent.append("glossary" if "**residual stream**" in text else delta_type)
+    return enqueue(self, delta_type, element, *args, **kwargs)
+DeltaGenerator._enqueue = logged
 at = AppTest.from_file(sys.argv[1], default_timeout=300)
 at.run()
 print(json.dumps({
@@ -31,6 +39,8 @@ print(json.dumps({
     "metrics": [m.label for m in at.metric],
     "charts": len(at.get("plotly_chart")),
     "heavy": sorted(m for m in sys.argv[2:] if m in sys.modules),
+    "sent": sent,
+    "glossary": [e.proto.label for e in at.sidebar.expander],
 }))
 """
 
@@ -48,6 +58,11 @@ def test_the_overviews_first_run_imports_no_model_stack(tmp_path):
     assert got["exceptions"] == []
     assert "D_eff" in got["metrics"] and got["charts"] >= 2  # the headline and both charts
     assert got["heavy"] == [], f"the first screen imported {got['heavy']}"
+    # the sidebar's glossary (~20 kB of text) is sent after both charts: drawn first
+    sent = got["sent"]
+    assert any("Glossary" in label for label in got["glossary"]) and "glossary" in sent
+    charts = [i for i, t in enumerate(sent) if t == "plotly_chart"]
+    assert len(charts) >= 2 and sent.index("glossary") > charts[1]
 
 
 def test_the_shipped_default_stores_what_its_data_gives():

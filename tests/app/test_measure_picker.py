@@ -132,6 +132,7 @@ def test_a_measure_without_its_matrix_is_offered_not_computed(app, measurement, 
         assert any("takes about" in i.value for i in app.info)
         assert app.button(key="measure_go_default_procrustes") is not None
         assert not app.metric and not charts(app), page  # nothing of the run drawn meanwhile
+        assert any("Glossary" in e.proto.label for e in app.sidebar.expander), page
     assert calls == []  # choosing it computed nothing
     app.button(key="measure_go_default_procrustes").click().run()
     status = jobs.task_job(f"measure-matrix:{measurement.spec.key()}:default:procrustes")
