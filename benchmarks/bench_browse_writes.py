@@ -37,6 +37,7 @@ from browser_helpers import (  # noqa: E402
     chromium_browser,
     find_chromium,
     streamlit_server,
+    wait_idle,
 )
 
 #: Folders under the temporary root the server's environment points at.
@@ -87,21 +88,6 @@ def written(before: dict, after: dict) -> dict[str, int]:
     return {p: s for p, (s, m) in after.items() if before.get(p) != (s, m)}
 
 
-def wait_idle(page, settle_ms: int) -> None:
-    """Until the script has stopped running and no skeleton is left (as tests/e2e waits)."""
-    page.wait_for_timeout(settle_ms)
-    page.wait_for_function(
-        """() => {
-            const app = document.querySelector('[data-testid="stApp"]');
-            return app && app.getAttribute("data-test-script-state") === "notRunning" &&
-                !document.querySelector('[data-testid="stStatusWidgetRunningIcon"]') &&
-                !document.querySelector('[data-testid^="stSkeleton"]');
-        }""",
-        timeout=300_000,
-    )
-    page.wait_for_timeout(settle_ms)
-
-
 def mb(n: int) -> str:
     return f"{n / 1e6:9.3f} MB"
 
@@ -144,7 +130,7 @@ def main() -> int:
                 before = snapshot(watched)
                 t0 = time.perf_counter()
                 page.goto(f"{server}/{path}")
-                wait_idle(page, args.settle_ms)
+                wait_idle(page, args.settle_ms, timeout_ms=300_000)
                 secs = time.perf_counter() - t0
                 after = snapshot(watched)
                 h1 = page.locator("h1").first
@@ -156,13 +142,13 @@ def main() -> int:
                 before = snapshot(watched)
                 t0 = time.perf_counter()
                 page.goto(f"{server}/Runs")
-                wait_idle(page, args.settle_ms)
+                wait_idle(page, args.settle_ms, timeout_ms=300_000)
                 box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Model").first
                 box.click()
                 page.get_by_role("option").filter(has_text=args.pick_model).first.click(
                     timeout=30_000
                 )
-                wait_idle(page, args.settle_ms)
+                wait_idle(page, args.settle_ms, timeout_ms=300_000)
                 secs = time.perf_counter() - t0
                 after = snapshot(watched)
                 errors = page.locator(ERRORS).count()

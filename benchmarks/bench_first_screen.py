@@ -27,16 +27,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))  # the browser tests' one server and browser
+from browser_helpers import chromium_browser, find_chromium, streamlit_server  # noqa: E402
 
 BASELINE = """import numpy as np
 import plotly.graph_objects as go
@@ -46,51 +45,9 @@ S = np.random.default_rng(0).random((31, 31))
 st.metric("D_eff", f"{1 / S.mean():.3f}")
 st.plotly_chart(go.Figure(go.Heatmap(z=S)))
 """
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-]  # fmt: skip
 NUMBER = '[data-testid="stMetricValue"]'
 CHART = '[data-testid="stPlotlyChart"] .main-svg'
 ERRORS = '[data-testid="stException"]'
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start(script: Path, cwd: Path, cache: str) -> tuple[subprocess.Popen, str, float]:
-    """`streamlit run script` on a free port; (process, URL, seconds from launch to healthy)."""
-    port = _free_port()
-    env = {**os.environ, "DEFF_CACHE_DIR": cache}
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true",
-         "--browser.gatherUsageStats", "false"],
-        cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit run {script} exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url, time.perf_counter() - start
-        except OSError:
-            time.sleep(0.05)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _visit(browser, url: str) -> tuple[float, float]:
@@ -112,13 +69,17 @@ def _visit(browser, url: str) -> tuple[float, float]:
 
 
 def measure(browser, script: Path, cwd: Path) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="bench_first_screen_") as cache:
-        proc, url, healthy = _start(script, cwd, cache)
-        try:
+    with tempfile.TemporaryDirectory(prefix="bench_first_screen_") as root:
+        cache = Path(root) / "cache"  # empty: the server's log goes beside it, not in it
+        cache.mkdir()
+        env = {**os.environ, "DEFF_CACHE_DIR": str(cache)}
+        start = time.perf_counter()
+        log = Path(root) / "server.log"
+        # healthy polled every 0.05 s (the figure's resolution), with no time limit
+        with streamlit_server(env, log, script=script, cwd=cwd, timeout=1e9, poll=0.05) as url:
+            healthy = time.perf_counter() - start
             number, chart = _visit(browser, url)
             _, warm = _visit(browser, url)
-        finally:
-            _stop(proc)
     return {
         "server healthy": healthy,
         "cold: first number": number,
@@ -133,10 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--before", type=Path, help="another checkout's explorer, measured alike")
     args = p.parse_args(argv)
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+    if find_chromium() is None:
         sys.exit("No chromium on PATH (Debian's: scripts/setup.sh --test).")
     load = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="bench_first_screen_base_"))
@@ -144,18 +102,14 @@ def main(argv: list[str] | None = None) -> None:
     apps = {"app": REPO} | ({"before": args.before.resolve()} if args.before else {})
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in (*apps, "baseline")}
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            try:
-                for rep in range(args.repeats):  # interleaved: the same load for both
-                    for name, where in apps.items():
-                        runs[name].append(measure(browser, where / "app.py", where))
-                    runs["baseline"].append(measure(browser, folder / "baseline.py", folder))
-                    for name, got in runs.items():
-                        shown = ", ".join(f"{k} {v:.2f}" for k, v in got[-1].items())
-                        print(f"repeat {rep + 1} {name}: {shown}", file=sys.stderr)
-            finally:
-                browser.close()
+        with chromium_browser() as browser:
+            for rep in range(args.repeats):  # interleaved: the same load for both
+                for name, where in apps.items():
+                    runs[name].append(measure(browser, where / "app.py", where))
+                runs["baseline"].append(measure(browser, folder / "baseline.py", folder))
+                for name, got in runs.items():
+                    shown = ", ".join(f"{k} {v:.2f}" for k, v in got[-1].items())
+                    print(f"repeat {rep + 1} {name}: {shown}", file=sys.stderr)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     end = os.getloadavg()[0]

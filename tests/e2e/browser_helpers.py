@@ -62,7 +62,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+def _wait_healthy(
+    url: str, proc: subprocess.Popen, timeout: float = 120.0, poll: float = 0.5
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -73,27 +75,36 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> N
                     return
         except OSError:
             pass
-        time.sleep(0.5)
+        time.sleep(poll)
     raise TimeoutError(f"streamlit did not become healthy at {url} within {timeout} s")
 
 
 @contextlib.contextmanager
-def streamlit_server(env: dict, log_path: Path) -> Iterator[str]:
-    """`streamlit run app.py` on a free localhost port with `env`; yields its URL, then stops it.
+def streamlit_server(
+    env: dict,
+    log_path: Path,
+    *,
+    script: Path | str = "app.py",
+    cwd: Path = REPO,
+    timeout: float = 120.0,
+    poll: float = 0.5,
+) -> Iterator[str]:
+    """`streamlit run script` (the app by default) in `cwd` on a free localhost port with
+    `env`; yields its URL once healthy (polled every `poll` s, at most `timeout` s), then stops it.
 
     The server's output goes to `log_path` (under test-artifacts/, gitignored)."""
     port = _free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+            [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
              "--server.address", "127.0.0.1", "--server.headless", "true",
              "--browser.gatherUsageStats", "false"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         try:
-            _wait_healthy(url, proc)
+            _wait_healthy(url, proc, timeout, poll)
             yield url
         finally:
             proc.terminate()
@@ -115,3 +126,19 @@ def chromium_browser() -> Iterator[object]:
             yield browser
         finally:
             browser.close()
+
+
+def wait_idle(page, settle_ms: int = 800, timeout_ms: int = 240_000) -> None:
+    """Until the script has stopped running and no skeleton is left, with `settle_ms` before
+    and after (a rerun that starts late is waited for too)."""
+    page.wait_for_timeout(settle_ms)
+    page.wait_for_function(
+        """() => {
+            const app = document.querySelector('[data-testid="stApp"]');
+            return app && app.getAttribute("data-test-script-state") === "notRunning" &&
+                !document.querySelector('[data-testid="stStatusWidgetRunningIcon"]') &&
+                !document.querySelector('[data-testid^="stSkeleton"]');
+        }""",
+        timeout=timeout_ms,
+    )
+    page.wait_for_timeout(settle_ms)

@@ -13,7 +13,13 @@ import os
 from pathlib import Path
 
 import pytest
-from browser_helpers import ERRORS, chromium_browser, require_browser, streamlit_server
+from browser_helpers import (
+    ERRORS,
+    chromium_browser,
+    require_browser,
+    streamlit_server,
+    wait_idle,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -51,20 +57,6 @@ def page(server):
         pg.set_default_timeout(120_000)
         yield pg
         context.close()
-
-
-def wait_idle(page, settle_ms: int = 800) -> None:
-    page.wait_for_timeout(settle_ms)
-    page.wait_for_function(
-        """() => {
-            const app = document.querySelector('[data-testid="stApp"]');
-            return app && app.getAttribute("data-test-script-state") === "notRunning" &&
-                !document.querySelector('[data-testid="stStatusWidgetRunningIcon"]') &&
-                !document.querySelector('[data-testid^="stSkeleton"]');
-        }""",
-        timeout=240_000,
-    )
-    page.wait_for_timeout(settle_ms)
 
 
 def no_errors(page, where: str) -> None:
