@@ -17,16 +17,19 @@ from explorer.cards import download_html, headline_cards, precomputed_note, show
 from explorer.measure_pick import cka_family, measure_ready, metric_label
 from explorer.page import OVERVIEW_TABS, page, page_links, sidebar_glossary
 from explorer.settings import Settings
+from explorer.tables import markdown_table
 
 #: The two charts side by side share one height, so their download rows line up, and fit
 #: above the fold at 1400 x 900 with the headline cards.
 CHART_HEIGHT = 430
 
+#: Plain text, no formula markup: the first screen draws its charts without loading KaTeX
+#: (the glossary, sent last, and About and methods typeset the formulas).
 INTRO = (
     "How does a transformer's residual stream accumulate across depth? "
-    "**Effective depth** $D_\\mathrm{eff} = L^2 / \\sum_{ij} S_{ij}$ counts how many "
-    "*independent* layers the similarity matrix $S$ is worth; accumulated orthogonal "
-    "updates give exactly $F_L = 2L/(L+1)$."
+    "**Effective depth** D\\_eff = L² / Σᵢⱼ Sᵢⱼ counts how many "
+    "*independent* layers the similarity matrix S is worth; accumulated orthogonal "
+    "updates give exactly F\\_L = 2L/(L+1)."
 )
 PAGES_NOTE = (
     "Pages, by who comes for what. Browsing models: Similarity (the matrix; click a layer), "
@@ -54,7 +57,7 @@ def metric_section(view: Run, settings: Settings) -> None:
         "not 0; unbiased CKA removes that finite-sample bias. Close values mean the headline "
         "is not an artefact of N."
     )
-    st.dataframe(table, hide_index=True, width="content")
+    st.markdown(markdown_table(table))  # a few numbers: no pandas on the first screen
     diff = metric_difference(view, settings.pooling, settings.K)
     if diff is not None:  # the two metrics on the same passages: a paired interval (SPEC 15)
         lo, hi = diff.interval

@@ -7,6 +7,7 @@
     .venv/bin/python scripts/build_shipped.py --no-extras FILE    # the command as it is (gallery)
     .venv/bin/python scripts/build_shipped.py --measures procrustes,rsa FILE  # SPEC 17 matrices
     .venv/bin/python scripts/build_shipped.py --measures-only FILE  # those alone, the rest kept
+    .venv/bin/python scripts/build_shipped.py --digests   # record the shipped files' digests
 
 For each snapshot file, the command it holds (the `deffcore measure ...` that made it) is run
 by the CLI itself (`deffcore.cli.main.main`), completed with what a page would otherwise
@@ -36,6 +37,12 @@ shows moves (what the run took when the
 file was made, `elapsed_s` and `cached`, is kept from the file); else the file is left alone and
 the script exits 1. The result is checked by the one schema
 (`views.run_schema.check_snapshot`) and replaced atomically (`core.files.write_output`).
+
+After any build, and alone with `--digests` (after `make_gallery.sh`, say), every shipped
+snapshot (deffcore/data/default_run.json and gallery/*.json) is checked by that schema again
+and the sha256 of its bytes recorded in deffcore/data/checked_snapshots.json
+(`views.run.CHECKED_DIGESTS`): the app opens exactly those bytes without checking them again
+(its first screen then needs no pydantic); a file that differs is checked in full.
 """
 
 from __future__ import annotations
@@ -284,6 +291,30 @@ def add_measures(
     )
 
 
+def record_digests() -> dict[str, str]:
+    """Check every shipped snapshot with the one schema and record the sha256 of its bytes
+    (module docstring); a file the schema refuses stops the script, nothing recorded."""
+    import hashlib
+
+    from deffcore.core.errors import DeffError
+    from deffcore.core.files import DATA_DIR, write_output
+    from deffcore.views.run import CHECKED_DIGESTS, DEFAULT_RUN_PATH, GALLERY_DIR
+    from deffcore.views.run_schema import check_snapshot, parse_snapshot_json
+
+    digests = {}
+    for path in [DEFAULT_RUN_PATH, *sorted(GALLERY_DIR.glob("*.json"))]:
+        raw = path.read_bytes()
+        try:
+            check_snapshot(parse_snapshot_json(raw.decode("utf-8"), path.name), path.name)
+        except (DeffError, UnicodeDecodeError) as err:
+            sys.exit(f"{path}: {err}; no digest recorded")
+        digests[path.relative_to(DATA_DIR).as_posix()] = hashlib.sha256(raw).hexdigest()
+    body = (json.dumps(digests, indent=1, sort_keys=True) + "\n").encode()
+    write_output(CHECKED_DIGESTS, body, str(CHECKED_DIGESTS))
+    print(f"{CHECKED_DIGESTS}: {len(digests)} shipped snapshots checked, digests recorded")
+    return digests
+
+
 def _measures_line(snapshot: dict[str, Any]) -> str:
     """Which SPEC 17 measures' matrices `snapshot` holds, in a few words."""
     held = held_measures(snapshot)
@@ -298,7 +329,10 @@ def main() -> None:
     from deffcore.core.errors import DeffError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument(
+        "--digests", action="store_true", help="only check the shipped files, record digests"
+    )
     parser.add_argument("--random-seeds", help="the random-weight band's seeds, e.g. 1,2,3,4,5")
     parser.add_argument("--poolings", help="the paired bootstrap's poolings, e.g. default,no_pos0")
     parser.add_argument("--no-skip-effect", action="store_true", help="the atlas alone")
@@ -312,6 +346,8 @@ def main() -> None:
         "--measures-only", action="store_true", help="add those alone; the file's rest kept"
     )
     args = parser.parse_args()
+    if not args.files and not args.digests:
+        parser.error("name the snapshot files to build, or --digests")
     seeds = poolings = measures = None
     if args.measures is not None:
         try:
@@ -341,6 +377,7 @@ def main() -> None:
             )
         except DeffError as err:  # a file that is no snapshot, a run that cannot be measured
             sys.exit(f"{path}: {err} (the file is left alone)")
+    record_digests()
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def test_metric_comparison_rounds_each_metrics_headline():
             "unbiased_cka": {"deff": 2.0, "deff_over_L": 0.2, "gap_pct": -5.06, "rho1": 0.5},
         }
     )
-    table = metric_comparison(view, "default", 3)
+    table = pd.DataFrame(metric_comparison(view, "default", 3))
     assert list(table["similarity"]) == ["linear CKA", "unbiased CKA"]
     assert list(table["D_eff"]) == [1.235, 2.0]
     assert list(table["D_eff / L"]) == [0.1235, 0.2]
@@ -73,8 +73,9 @@ def test_metric_comparison_of_a_measured_run():
     from deffcore.views.run import Run
 
     view = Run.from_measurement(measure(model="tiny-llama", n=8, max_tokens=16))
-    table = metric_comparison(view).set_index("similarity")
-    assert isinstance(table, pd.DataFrame)
+    rows = metric_comparison(view)
+    assert isinstance(rows, list) and all(isinstance(row, dict) for row in rows)
+    table = pd.DataFrame(rows).set_index("similarity")
     for metric, name in (("cka", "linear CKA"), ("unbiased_cka", "unbiased CKA")):
         h = view.headline("default", metric)
         assert table.loc[name, "D_eff / L"] == pytest.approx(round(h.deff_over_L, 4))

@@ -526,3 +526,74 @@ def test_a_run_that_cannot_be_kept_is_one_sentence(tiny_measurement, deff_cache_
     ):
         save_shared(body, name="run.json")
     assert list_shared() == []
+
+
+def _shipped_files():
+    from deffcore.core.files import DATA_DIR
+
+    paths = [DEFAULT_RUN_PATH, *sorted(GALLERY_DIR.glob("*.json"))]
+    return {p.relative_to(DATA_DIR).as_posix(): p for p in paths}
+
+
+def test_every_shipped_snapshot_passes_the_schema_and_its_digest_is_recorded():
+    """The digests the app trusts name exactly the shipped files, each as the one schema
+    accepts it now: the bytes opened without a check are bytes that pass it. (Rebuild with
+    `scripts/build_shipped.py --digests` after changing a shipped file.)"""
+    from deffcore.views.run import shipped_digests
+    from deffcore.views.run_schema import check_snapshot, parse_snapshot_json
+
+    files = _shipped_files()
+    assert shipped_digests() == {
+        name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in files.items()
+    }
+    for name, path in files.items():
+        check_snapshot(parse_snapshot_json(path.read_text(), name), name)
+
+
+def test_a_shipped_file_opens_by_its_digest_as_the_checked_run(monkeypatch):
+    """The shipped run opened by its digest is the run the full check opens, and it is opened
+    without the check (the first screen needs no pydantic)."""
+    import deffcore.views.run_schema as schema
+    from deffcore.views.run_schema import parse_snapshot_json
+
+    checked = Run.from_snapshot(parse_snapshot_json(DEFAULT_RUN_PATH.read_text()))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the shipped file was checked again")
+
+    monkeypatch.setattr(schema, "check_snapshot", refuse)
+    fast = load_snapshot()
+    assert json.dumps(fast.to_snapshot()) == json.dumps(checked.to_snapshot())
+    assert fast.source == checked.source == "precomputed"
+    assert [v.key for v in load_gallery()] == [v.key for v in load_gallery()]  # no check
+
+
+def test_a_file_that_differs_from_its_digest_is_checked_in_full(monkeypatch, tmp_path):
+    """One changed byte, or the same bytes outside deffcore/data: the one schema reads it."""
+    import deffcore.views.run as run_module
+    from deffcore.core.errors import SnapshotError
+
+    raw = DEFAULT_RUN_PATH.read_bytes()
+    key = load_snapshot().key
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    digests = data_dir / "checked_snapshots.json"
+    digests.write_text(json.dumps({"default_run.json": hashlib.sha256(raw).hexdigest()}))
+    monkeypatch.setattr(run_module, "DATA_DIR", data_dir)
+    monkeypatch.setattr(run_module, "CHECKED_DIGESTS", digests)
+    same = data_dir / "default_run.json"
+    same.write_bytes(raw)
+    assert load_snapshot(same).key == key
+    bad = json.loads(raw)
+    bad["layers"] = -3  # a value the schema refuses
+    same.write_bytes(json.dumps(bad).encode())
+    with pytest.raises(SnapshotError, match="layers"):
+        load_snapshot(same)
+    calls = []
+    import deffcore.views.run_schema as schema
+
+    original = schema.check_snapshot
+    monkeypatch.setattr(schema, "check_snapshot", lambda *a: calls.append(1) or original(*a))
+    outside = tmp_path / "default_run.json"  # the right bytes, not under deffcore/data
+    outside.write_bytes(raw)
+    assert load_snapshot(outside).key == key and len(calls) == 1

@@ -83,6 +83,11 @@ class MeasureNotComputedError(DeffError):
     on request (minutes at N in the thousands), never as a side effect of reading the run."""
 
 
+class SnapshotError(DeffError):
+    """A file that is not a readable run snapshot of this format (one sentence why; the one
+    schema is `deffcore.views.run_schema`)."""
+
+
 class GWSolverError(DeffError):
     """A Gromov–Wasserstein solve gave no valid coupling (e.g. an entropic epsilon so small
     that Sinkhorn underflows): its number is not a GW value and is never stored."""

@@ -1,4 +1,4 @@
-"""Tables of one run's numbers that the pages show beside their charts (DataFrames, no Streamlit).
+"""Tables of one run's numbers that the pages show beside their charts (no Streamlit).
 
 A *view* is a `deffcore.views.run.Run`: a measured run or a shipped snapshot, both answering
 `headline(pooling, metric, K)`.
@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError
-from deffcore.core.lazy import pd  # imported on first use: a chart never needs it
 from deffcore.inputs.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -25,9 +24,10 @@ METRICS_COMPARED: tuple[tuple[str, str], ...] = (
 
 def metric_comparison(
     view: Run, pooling: str = "default", K: int | None = None
-) -> pd.DataFrame | None:
+) -> list[dict[str, Any]] | None:
     """D_eff, D_eff/L, gap and rho_hat(1) under linear and unbiased CKA side by side (the first
-    screen's answer to "is this the finite-sample bias?"); None when a snapshot lacks one."""
+    screen's answer to "is this the finite-sample bias?"), one row per metric; None when a
+    snapshot lacks one. Plain rows, not a DataFrame: the first screen never imports pandas."""
     rows = []
     for metric, name in METRICS_COMPARED:
         try:
@@ -43,7 +43,7 @@ def metric_comparison(
                 "ρ̂(1)": round(h.rho1, 3),
             }
         )
-    return pd.DataFrame(rows)
+    return rows
 
 
 def metric_difference(view: Run, pooling: str = "default", K: int | None = None) -> Any:

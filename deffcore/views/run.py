@@ -37,6 +37,9 @@ DEFAULT_RUN_PATH = DATA_DIR / "default_run.json"
 #: Precomputed runs shown beside the default on first start (Runs, Gap, Compare), one
 #: snapshot each; `scripts/make_gallery.sh` makes them with the CLI.
 GALLERY_DIR = DATA_DIR / "gallery"
+#: {path under deffcore/data: sha256} of the shipped snapshots as the one schema accepted them
+#: (`scripts/build_shipped.py` writes it; `shipped_digests`).
+CHECKED_DIGESTS = DATA_DIR / "checked_snapshots.json"
 
 #: Decimals kept in the JSON: 1e-6 is far below any difference the app displays.
 _DECIMALS = 6
@@ -118,7 +121,12 @@ class Run:
         sentence naming `where`) unless it is a valid snapshot of this format."""
         from deffcore.views.run_schema import check_snapshot
 
-        data = check_snapshot(data, where)
+        return cls._from_checked(check_snapshot(data, where))
+
+    @classmethod
+    def _from_checked(cls, data: dict[str, Any]) -> Run:
+        """A run from a plain form the one schema has accepted (`from_snapshot`, or a shipped
+        file whose bytes are the ones that were checked: `load_snapshot`)."""
         return cls(
             {**SPEC_DEFAULTS, **data["spec"]},
             layers=data["layers"],
@@ -448,14 +456,44 @@ def json_ready(obj: Any) -> Any:
     return obj
 
 
-def load_snapshot(path: Path | str = DEFAULT_RUN_PATH) -> Run | None:
-    """The shipped default run, or None when the file is missing."""
+def shipped_digests() -> dict[str, str]:
+    """{path under deffcore/data: sha256 of its bytes} of the shipped snapshots the one schema
+    accepted when `scripts/build_shipped.py` wrote them (CHECKED_DIGESTS; {} without it)."""
+    import json
+
+    try:
+        digests = json.loads(CHECKED_DIGESTS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return digests if isinstance(digests, dict) else {}
+
+
+def _open_snapshot_file(path: Path) -> Run:
+    """A snapshot file as a `Run`, checked by the one schema, unless it is a shipped file whose
+    bytes hash to the digest recorded when they were checked (the same bytes, so the same
+    verdict): the first screen opens the shipped run without importing pydantic. The bytes are
+    read once, and the bytes hashed are the bytes parsed."""
+    import hashlib
+    import json
+
+    raw = path.read_bytes()
+    try:
+        name = path.resolve().relative_to(DATA_DIR.resolve()).as_posix()
+    except ValueError:  # not under deffcore/data: a file like any other
+        name = None
+    if name is not None and shipped_digests().get(name) == hashlib.sha256(raw).hexdigest():
+        return Run._from_checked(json.loads(raw))
     from deffcore.views.run_schema import parse_snapshot_json
 
+    return Run.from_snapshot(parse_snapshot_json(raw.decode("utf-8"), path.name), path.name)
+
+
+def load_snapshot(path: Path | str = DEFAULT_RUN_PATH) -> Run | None:
+    """The shipped default run, or None when the file is missing."""
     path = Path(path)
     if not path.is_file():
         return None
-    return Run.from_snapshot(parse_snapshot_json(path.read_text(), path.name))
+    return _open_snapshot_file(path)
 
 
 def load_gallery(
@@ -469,8 +507,6 @@ def load_gallery(
     """
     import warnings
 
-    from deffcore.views.run_schema import parse_snapshot_json
-
     paths = [Path(default)] if default is not None else []
     folder = Path(folder)
     paths += sorted(folder.glob("*.json")) if folder.is_dir() else []
@@ -480,13 +516,9 @@ def load_gallery(
         if not path.is_file():
             continue
         try:
-            data = parse_snapshot_json(path.read_text(), path.name)
-            run = Run.from_snapshot(data, path.name) if isinstance(data, dict) else None
+            run = _open_snapshot_file(path)
         except (OSError, ValueError, KeyError, TypeError) as err:
             warnings.warn(f"Skipped gallery snapshot {path.name}: {err}", stacklevel=2)
-            continue
-        if run is None:
-            warnings.warn(f"Skipped gallery snapshot {path.name}: not a JSON object", stacklevel=2)
             continue
         if run.key and run.key in keys:
             continue

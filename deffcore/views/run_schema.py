@@ -63,7 +63,7 @@ from deffcore.core.constants import (
     TABLE_MEASURES,
     similarity_bound,
 )
-from deffcore.core.errors import DeffError
+from deffcore.core.errors import DeffError, SnapshotError
 from deffcore.core.safe_text import NOT_TEXT
 
 # --- field types: plain JSON numbers, bounded counts and texts, the run's spec
@@ -531,10 +531,6 @@ _AGREE_REL = 1e-3
 #: tab too), the bidirectional controls, surrogates. (What a *field* may not hold is
 #: `safe_text.NOT_TEXT`: text keeps its tabs and line feeds, e.g. a "\n" token.)
 _NOT_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-class SnapshotError(DeffError):
-    """A file that is not a readable run snapshot of this format (one sentence why)."""
 
 
 # ---------------------------------------------------------------------------------------------

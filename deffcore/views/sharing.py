@@ -17,18 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deffcore.core.errors import SnapshotError
 from deffcore.views.run import Run
-from deffcore.views.run_schema import (
-    MAX_LAYERS,
-    SnapshotError,
-    check_snapshot,
-    parse_snapshot_json,
-)
 
 #: Largest snapshot file read (a 30-layer run is ~150 kB; L = 100 is ~1.5 MB).
 MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024
-#: Largest L a snapshot may claim (every similarity matrix is L x L).
-MAX_SNAPSHOT_LAYERS = MAX_LAYERS
 _SHARED_NAME = re.compile(r"[0-9a-f]{16}\.json")
 #: `deffcore app --run FILE` keeps the file (`share_file`) and names its content id here; each
 #: new app session opens that shared run first (`open_shared`).
@@ -39,6 +32,8 @@ def validate_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
     """`data` if it is a run snapshot that follows the one schema (`run_schema.check_snapshot`:
     every field a reader reads, typed, bounded and consistent, its depth-use atlas included);
     SnapshotError otherwise."""
+    from deffcore.views.run_schema import check_snapshot  # pydantic: not on the first screen
+
     return check_snapshot(data, where)
 
 
@@ -47,6 +42,8 @@ def read_snapshot(data: bytes, *, name: str = "The file") -> Run:
     with `source` "shared" and `sha256` (of the bytes). SnapshotError when it is too large, not
     UTF-8 JSON, or not a valid snapshot; nothing in it is ever executed."""
     import hashlib
+
+    from deffcore.views.run_schema import parse_snapshot_json
 
     where = str(name)
     if not isinstance(data, bytes | bytearray):

@@ -2,7 +2,9 @@
 snapshot (deffcore/data/default_run.json, schema-checked) and imports no model stack.
 
 What it must not import: torch (a second or more), transformers, tokenizers and gguf (a
-tokenizer loaded to count the data's passages took ~15 s on a 2-core machine), scipy. The
+tokenizer loaded to count the data's passages took ~15 s on a 2-core machine), scipy,
+pydantic (the shipped file opens by the digest of its checked bytes: `views.run.load_snapshot`)
+and pandas (the linear-vs-unbiased table is a Markdown table). The
 snapshot stores what its data can give (`supply`: token counts per document, SPEC 15), so the
 trust badge's action is checked against the data without a tokenizer; a test below checks that
 stored payload against the tokenizer itself, so it cannot drift.
@@ -19,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Modules the first screen never needs (each seconds to import, or a model's tokenizer).
-HEAVY = ("torch", "transformers", "tokenizers", "gguf", "scipy")
+HEAVY = ("torch", "transformers", "tokenizers", "gguf", "scipy", "pydantic", "pandas")
 
 _FIRST_RUN = """
 import json, sys
@@ -29,7 +31,8 @@ sent = []  # what the page sends, in the order the browser receives it
 enqueue = DeltaGenerator._enqueue
 def logged(self, delta_type, element, *args, **kwargs):
     text = getattr(element, "body", "") if delta_type == "markdown" else ""
-    sent.append("glossary" if "**residual stream**" in text else delta_type)
+    math = "math" if "$" in text.replace("\\\\$", "") else delta_type  # KaTeX typesets it
+    sent.append("glossary" if "**residual stream**" in text else math)
     return enqueue(self, delta_type, element, *args, **kwargs)
 DeltaGenerator._enqueue = logged
 at = AppTest.from_file(sys.argv[1], default_timeout=300)
@@ -63,6 +66,8 @@ def test_the_overviews_first_run_imports_no_model_stack(tmp_path):
     assert any("Glossary" in label for label in got["glossary"]) and "glossary" in sent
     charts = [i for i, t in enumerate(sent) if t == "plotly_chart"]
     assert len(charts) >= 2 and sent.index("glossary") > charts[1]
+    # nothing before the charts is typeset: KaTeX is loaded after they are drawn
+    assert "math" not in sent[: charts[1]], sent[: charts[1]]
 
 
 def test_the_shipped_default_stores_what_its_data_gives():
