@@ -69,9 +69,7 @@ memory (the last `MEMORY_RUNS` runs), as the diagnostics do.
 
 from __future__ import annotations
 
-import io
 import json
-import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,6 +77,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.files import npz_arrays, utc_stamp
 from deffcore.core.lazy import nn, torch  # imported on first use
 
 #: Architectures (config.model_type) whose sublayer writes are verified against independent hooks
@@ -565,23 +564,21 @@ def _meta(spec: Any, fmt: int, **extra: Any) -> dict[str, Any]:
         "format": fmt,
         "key": spec.key(),
         "spec": asdict(spec),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": utc_stamp(),
         **extra,
     }
 
 
 def _keep(spec: Any, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Write `name` beside the run's entry (atomic), or keep it in memory without one."""
-    from deffcore.core.files import atomic_write, writable_entry
+    from deffcore.core.files import atomic_write, npz_bytes, writable_entry
 
     arrays = {**arrays, "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
     folder = _folder(spec)
     memo = (str(folder.parent), spec.key(), name)
     if _in_cache(folder):
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
         # writable_entry refuses a folder that is not provably ours (a link, a user's folder)
-        atomic_write(writable_entry(folder, create=False) / name, buf.getvalue())
+        atomic_write(writable_entry(folder, create=False) / name, npz_bytes(arrays))
         _MEMORY.pop(memo, None)
         return
     _MEMORY[memo] = arrays
@@ -596,8 +593,7 @@ def _load(spec: Any, name: str, fmt: int) -> tuple[dict[str, np.ndarray], dict] 
     arrays, folder = None, _folder(spec)
     if _in_cache(folder) and (folder / name).is_file():
         try:
-            with np.load(io.BytesIO((folder / name).read_bytes()), allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
+            arrays = npz_arrays((folder / name).read_bytes())
         except Exception:  # a damaged file is absent, never a crash
             arrays = None
     if arrays is None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -170,9 +169,7 @@ def store(
     arrays = {name: np.asarray(pooled.pooled[name], dtype=np.float32) for name in pooled.pooled}
     arrays["pos0_norm_ratio"] = np.asarray(pooled.pos0_norm_ratio, dtype=np.float32)
     arrays["lengths"] = np.asarray(pooled.lengths, dtype=np.int64)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    npz = buf.getvalue()
+    npz = files.npz_bytes(arrays)
     L1, n, d = arrays["default"].shape
     meta = {
         "format": FORMAT_VERSION,
@@ -181,7 +178,7 @@ def store(
         "code_version": CODE_VERSION,
         "states_sha256": hashlib.sha256(npz).hexdigest(),
         "states_bytes": len(npz),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": files.utc_stamp(),
         "layers": L1 - 1,
         "d_model": d,
         "n": n,
@@ -247,8 +244,7 @@ def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
     if hashlib.sha256(npz).hexdigest() != meta["states_sha256"]:
         raise CacheCorruptError(f"Cache entry {key}: states.npz does not match its checksum.")
     try:
-        with np.load(io.BytesIO(npz), allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
+        arrays = files.npz_arrays(npz)
     except Exception as err:  # a valid checksum makes this unlikely; never crash on it
         raise CacheCorruptError(f"Cache entry {key}: states.npz is unreadable: {err}.") from err
     L1, n, d = meta["layers"] + 1, meta["n"], meta["d_model"]
@@ -399,7 +395,7 @@ class PartialRun:
             "format": PARTIAL_FORMAT,
             "key": self.key,
             "spec": asdict(self.spec),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created": files.utc_stamp(),
             "plan": plan,
         }
         files.atomic_write(self.folder / "manifest.json", json.dumps(manifest, indent=2).encode())
@@ -458,8 +454,7 @@ class PartialRun:
     @staticmethod
     def _read_batch(path: Path, L1: int, d: int) -> SavedBatch | None:
         try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {name: z[name] for name in z.files}
+            arrays = files.npz_arrays(path.read_bytes())
         except Exception:  # a torn or foreign file: not a finished batch
             return None
         slots, cap = arrays.get("slots"), arrays.get("cap")
@@ -480,16 +475,16 @@ class PartialRun:
 
     def save(self, index: int, batch: SavedBatch) -> None:
         """Persist finished batch `index` (atomic)."""
-        buf = io.BytesIO()
-        np.savez(
-            buf,
-            slots=np.asarray(batch.slots, dtype=np.int64),
-            cap=np.asarray(-1 if batch.cap is None else batch.cap, dtype=np.int64),
-            **{name: np.asarray(arr, dtype=np.float32) for name, arr in batch.rows.items()},
+        npz = files.npz_bytes(
+            {
+                "slots": np.asarray(batch.slots, dtype=np.int64),
+                "cap": np.asarray(-1 if batch.cap is None else batch.cap, dtype=np.int64),
+                **{name: np.asarray(arr, dtype=np.float32) for name, arr in batch.rows.items()},
+            }
         )
         name = f"batch-{index:06d}-{len(batch.slots):06d}.npz"
         files.refuse_foreign(self.folder.parent)
-        files.atomic_write(self.folder / name, buf.getvalue())
+        files.atomic_write(self.folder / name, npz)
 
 
 def partial_info(folder: Path) -> dict[str, Any]:
@@ -906,8 +901,7 @@ def _read_rows(other: RunSpec, meta: dict[str, Any]) -> dict[str, np.ndarray] | 
     if hashlib.sha256(blob).hexdigest() != meta.get("states_sha256"):
         return None
     try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
+        arrays = files.npz_arrays(blob)
     except Exception:  # a torn or foreign file is no source; the run extracts instead
         return None
     if RATIO_PREFIX not in arrays or any(p not in arrays for p in EXTRACTED_POOLINGS):
