@@ -643,11 +643,13 @@ class _Run:
         padded = len(seqs[0]) != len(seqs[-1])  # sorted longest first
         try:
             self.pooler.begin(b_mask, padded)
-            _taps_begin(self.taps, b_mask)
+            for tap in self.taps:
+                tap.begin(b_mask)
             _forward(self.arch, b_ids, b_mask, b_pos)
         except (RuntimeError, torch.OutOfMemoryError) as err:
             self.pooler.abandon()
-            _taps_abandon(self.taps)
+            for tap in self.taps:
+                tap.abandon()
             if not _is_oom(err):
                 raise
             if len(batch) == 1:
@@ -660,7 +662,8 @@ class _Run:
                 torch.cuda.empty_cache()
             return False
         item = _InFlight(batch, self.cap, self.pooler.end())
-        _taps_end(self.taps, batch)
+        for tap in self.taps:
+            tap.end(batch)
         if self.lander is not None:
             item.landed = self.lander.submit(self.land, item)
         self.in_flight.append(item)
@@ -788,7 +791,7 @@ def extract_run(
     run.taps = list(taps)
     run.resume()
     handles = register_hooks(arch, _fan_out(run.pooler, run.taps))
-    handles += _taps_attach(run.taps, loaded.model, len(ids))
+    handles += [h for tap in run.taps for h in tap.attach(loaded.model, len(ids))]
     try:
         with torch.inference_mode():
             run.run()
@@ -846,22 +849,3 @@ def _fan_out(pooler: Callable[[int, torch.Tensor], None], taps: list[ExtractionT
             tap(layer, hidden)
 
     return target
-
-
-def _taps_attach(taps: list[ExtractionTap], model: torch.nn.Module, n: int) -> list:
-    return [h for tap in taps for h in tap.attach(model, n)]
-
-
-def _taps_begin(taps: list[ExtractionTap], mask: torch.Tensor) -> None:
-    for tap in taps:
-        tap.begin(mask)
-
-
-def _taps_end(taps: list[ExtractionTap], batch: list[int]) -> None:
-    for tap in taps:
-        tap.end(batch)
-
-
-def _taps_abandon(taps: list[ExtractionTap]) -> None:
-    for tap in taps:
-        tap.abandon()

@@ -56,12 +56,12 @@ the first half).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from deffcore.core.json_values import json_safe
 from deffcore.extraction.atlas import LENS_QUANTITIES, SPLIT_QUANTITIES, AtlasRows
 
 ATLAS_FORMAT = 1
@@ -216,33 +216,32 @@ class Atlas:
         return pd.DataFrame(cols)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every measure, its interval, the columns (`from_dict` reads it back)."""
-        out: dict[str, Any] = {
+        """JSON-ready: every measure, its interval, the columns (`from_dict` reads it back).
+        NaN is null everywhere but in the columns (the correlation lab reads them as floats)."""
+        out = {
             "format": ATLAS_FORMAT,
             "layers": self.layers,
             "n": self.n,
             "B": self.B,
             "ci": self.ci,
             "seed": self.seed,
-            "relative_contribution": _list(self.relative_contribution),
-            "alignment": _list(self.alignment),
-            "block_influence": _list(self.block_influence),
-            "block_influence_tokens": _list(self.block_influence_tokens),
-            "angular_distance": _list(self.angular_distance),
+            "relative_contribution": self.relative_contribution,
+            "alignment": self.alignment,
+            "block_influence": self.block_influence,
+            "block_influence_tokens": self.block_influence_tokens,
+            "angular_distance": self.angular_distance,
             "phase_point": int(self.phase_point),
-            "gromov": _plain(self.gromov),
-            "sublayers": _plain(self.sublayers),
-            "intervals": {
-                k: {"low": _list(lo), "high": _list(hi)} for k, (lo, hi) in self.intervals.items()
-            },
+            "gromov": self.gromov,
+            "sublayers": self.sublayers,
+            "intervals": {k: {"low": lo, "high": hi} for k, (lo, hi) in self.intervals.items()},
             "columns": self.columns(),
             "skip_effect": None if self.skip_effect is None else self.skip_effect.to_dict(),
-            "logit_lens": _plain(self.logit_lens),
-            "geometry": _plain(self.geometry),
-            "run": _plain(self.run),
-            "meta": _plain(self.meta),
+            "logit_lens": self.logit_lens,
+            "geometry": self.geometry,
+            "run": self.run,
+            "meta": self.meta,
         }
-        return out
+        return {k: v if k == "columns" else json_safe(v) for k, v in out.items()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Atlas:
@@ -251,9 +250,6 @@ class Atlas:
             k: np.asarray(d[k], dtype=np.float64)
             for k in (*(a for a, _ in _PER_BLOCK), "block_influence_tokens", "angular_distance")
         }
-        intervals = {
-            k: (_array(v["low"]), _array(v["high"])) for k, v in (d.get("intervals") or {}).items()
-        }
         skip = d.get("skip_effect")
         return cls(
             layers=int(d["layers"]),
@@ -261,7 +257,7 @@ class Atlas:
             **arr,
             phase_point=int(d["phase_point"]),
             gromov={"first_dropped_block": None, **(d.get("gromov") or {})},  # optional in files
-            intervals=intervals,
+            intervals=_intervals(d.get("intervals")),
             sublayers=d.get("sublayers"),
             B=int(d.get("B", 100)),
             ci=float(d.get("ci", 0.95)),
@@ -296,26 +292,9 @@ def _array(values: Any) -> np.ndarray:
     ).reshape(np.shape(values))
 
 
-def _list(a: Any) -> Any:
-    """float64 array -> nested lists, NaN -> None."""
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim == 0:
-        return None if not math.isfinite(float(a)) else float(a)
-    return [_list(x) for x in a]
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist() if obj.dtype.kind in "iub" else _list(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, float | np.floating):
-        return float(obj) if math.isfinite(float(obj)) else None
-    return obj
+def _intervals(d: dict[str, Any] | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """`to_dict`'s {"name": {"low", "high"}} back to {name: (low, high)} arrays."""
+    return {k: (_array(v["low"]), _array(v["high"])) for k, v in (d or {}).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,19 +487,19 @@ class SkipEffect:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "layers": self.layers,
-            "passages": self.passages,
-            "later": _list(self.later),
-            "later_max": _list(self.later_max),
-            "kl": _list(self.kl),
-            "intervals": {
-                k: {"low": _list(lo), "high": _list(hi)} for k, (lo, hi) in self.intervals.items()
-            },
-            "B": self.B,
-            "ci": self.ci,
-            "meta": _plain(self.meta),
-        }
+        return json_safe(
+            {
+                "layers": self.layers,
+                "passages": self.passages,
+                "later": self.later,
+                "later_max": self.later_max,
+                "kl": self.kl,
+                "intervals": {k: {"low": lo, "high": hi} for k, (lo, hi) in self.intervals.items()},
+                "B": self.B,
+                "ci": self.ci,
+                "meta": self.meta,
+            }
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SkipEffect:
@@ -530,10 +509,7 @@ class SkipEffect:
             later=_array(d["later"]),
             later_max=_array(d["later_max"]),
             kl=_array(d["kl"]),
-            intervals={
-                k: (_array(v["low"]), _array(v["high"]))
-                for k, v in (d.get("intervals") or {}).items()
-            },
+            intervals=_intervals(d.get("intervals")),
             B=int(d.get("B", 100)),
             ci=float(d.get("ci", 0.95)),
             meta=dict(d.get("meta") or {}),
