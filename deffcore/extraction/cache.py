@@ -306,14 +306,6 @@ def load_meta(key: str) -> dict[str, Any]:
         ) from err
 
 
-def drop_lock_file(lock: Path) -> None:
-    """Remove a lock file we hold (or that guards a complete entry).
-
-    Safe for waiters: filelock notices that the inode it locked was unlinked and retries on a
-    fresh file, where it finds the complete entry."""
-    files.remove_file(lock)
-
-
 def get_or_compute(
     spec: RunSpec, compute: Callable[[], PooledStates], *, sources: dict[str, Any]
 ) -> tuple[PooledStates, bool, dict[str, Any]]:
@@ -322,8 +314,10 @@ def get_or_compute(
 
     The lock makes concurrent processes asking for the same key compute it once: the second
     waits, then finds the first one's entry. The lock file is removed once the entry is
-    complete. `compute` may persist finished batches through `PartialRun(spec)` (it runs under
-    the lock, so one process writes a partial at a time).
+    complete (safe for waiters: filelock notices that the inode it locked was unlinked and
+    retries on a fresh file, where it finds the complete entry). `compute` may persist
+    finished batches through `PartialRun(spec)` (it runs under the lock, so one process writes
+    a partial at a time).
     """
     key = spec.key()
     files.refuse_foreign(entry_folder(key))  # before any work: a link or a user's folder is refused
@@ -341,7 +335,7 @@ def get_or_compute(
             warnings.warn(f"{err} Recomputing it.", stacklevel=2)
             found = None
         if found is not None:
-            drop_lock_file(lock)
+            files.remove_file(lock)
             return found[0], True, found[1]
         start = time.perf_counter()
         pooled = compute()
@@ -349,7 +343,7 @@ def get_or_compute(
         store(spec, pooled, sources=sources, elapsed_s=elapsed)
         found = _read_entry(key)
         assert found is not None  # just written under the lock
-        drop_lock_file(lock)
+        files.remove_file(lock)
         return found[0], False, found[1]
 
 
@@ -512,10 +506,8 @@ def partial_info(folder: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The runs in the cache: listing them with their status, deleting one, removing stale leftovers.
-#
-# Only what is provably a run entry is listed or deleted: a real folder (never a link) named like a
-# key that holds a run's files and nothing else (`deffcore.core.files`).
+# The runs in the cache: listing them with their status, deleting one, removing stale leftovers
+# (only run entries: `is_run_entry`).
 
 
 def is_run_entry(folder: Path) -> bool:
@@ -546,7 +538,7 @@ def _probe_lock(key: str, *, remove: bool) -> bool:
         return False
     try:
         if remove:
-            drop_lock_file(path)
+            files.remove_file(path)
     finally:
         lock.release()
     return False
@@ -589,7 +581,7 @@ def cleanup_stale(max_age_s: float = 0.0) -> int:
                 entry = root / path.stem
                 complete = is_run_entry(entry) and (entry / "meta.json").is_file()
                 if complete and _status(entry)["status"] == "complete":
-                    drop_lock_file(path)
+                    files.remove_file(path)
                     removed += 1
                 elif not _probe_lock(path.stem, remove=True):
                     removed += 1
@@ -674,7 +666,7 @@ def delete(key: str) -> None:
     try:
         with files.os_errors(root, f"Deleting run {key}"):
             shutil.rmtree(folder)  # a real folder of our own files: no link is followed
-        drop_lock_file(lock_path(key))
+        files.remove_file(lock_path(key))
     finally:
         lock.release()
 
@@ -686,28 +678,19 @@ def delete(key: str) -> None:
 #     rows = PrefixRows(n)                      # fed with each landed batch (SavedBatch)
 #     rows.pooled(256, max_tokens=128)          # the first 256 passages: a 256-run's states
 #
-# A run's passages are a seeded permutation truncated to N (`texts.load_passages`,
-# `tokens.sample_windows`), so the first k passages of an N-run are the k-run's sample. In the
-# window modes every passage has exactly `max_tokens` tokens, so extraction keeps the sample's
-# order (its sort by length is stable) and cuts it into batches of one size b (`batch_rows`): for
-# k a multiple of b, the first k passages are extracted in the very batches a k-run uses, and
-# their pooled rows are bit-identical to the k-run's (tests/test_anytime.py checks it bit for
-# bit). `schedule` puts the looks at 32, 64, 128, ... passages, each rounded up to a multiple
-# of b.
-#
-# Where the prefix property fails a run cannot stop early (`prefix_refusal` says why):
-# documents mode extracts the longest passages first (less padding), so its first k passages
-# are not extracted in a k-run's batches; a streamed `hf:` dataset cuts its windows from its
-# first N documents, so a k-run's windows are not the N-run's first k. Estimates are still
-# made there: `PrefixRows` counts only the sample's first k passages once all of them have
-# landed (a random sample of the run; in documents mode they land later, the longest first).
+# The prefix property (SPEC 14, "Prefix estimate"): a run's passages are a seeded permutation
+# truncated to N (`texts.load_passages`, `tokens.sample_windows`), and in the window modes every
+# passage has `max_tokens` tokens, so extraction keeps the sample's order (its sort by length is
+# stable) and cuts it into batches of one size b (`batch_rows`). For k a multiple of b the first
+# k passages of an N-run are extracted in the very batches a k-run uses: their pooled rows are
+# bit-identical (tests/test_anytime.py). `schedule` puts the looks at 32, 64, 128, ... passages.
+# Where the property fails a run cannot stop early (`prefix_refusal` says why), but estimates
+# are still made: `PrefixRows` counts the sample's first k passages once all of them landed.
 #
 # ## From the cache: a run of another N
 #
-# A cache key holds N, so a run of 4,096 passages and one of 1,024 are two entries. But by the
-# prefix property (above: the sample is a seeded permutation truncated to N, and in the window
-# modes every batch has the same b passages) the first k rows of an N'-run are the rows a k-run
-# computes, batch for batch, whenever k is a whole number of batches. So:
+# A cache key holds N, so runs of 4,096 and 1,024 passages are two entries; by the prefix
+# property they share their first rows, whole batch for whole batch:
 #
 # - a larger run starts from a smaller entry's rows (`PrefixCheckpoint.resume`: handed to the
 #   extraction like an interrupted run's batches; it continues with the next batch), and
@@ -825,16 +808,29 @@ class PrefixRows:
         float32 mean over passages, as extraction takes it."""
         if not 0 < k <= self.done:
             raise DeffError(f"Only {self.done} passages have landed; no estimate at {k}.")
-        pooled = {p: np.ascontiguousarray(self.rows[p][:, :k]) for p in EXTRACTED_POOLINGS}
-        ratio = torch.from_numpy(np.ascontiguousarray(self.ratio[:, :k])).mean(1).numpy()
-        return PooledStates(
-            pooled=pooled,
-            pos0_norm_ratio=ratio,
-            n_dropped_short=0,
-            tokens=int(k * (max_tokens or 0)),
-            meta={**(meta or {}), "kept_indices": list(range(k))},
-            lengths=None if max_tokens is None else np.full(k, max_tokens, dtype=np.int64),
-        )
+        meta = {**(meta or {}), "kept_indices": list(range(k))}
+        return _first_rows(self.rows, self.ratio, k, max_tokens, meta)
+
+
+def _first_rows(
+    rows: dict[str, np.ndarray],
+    ratio: np.ndarray,
+    k: int,
+    max_tokens: int | None,
+    meta: dict[str, Any],
+) -> PooledStates:
+    """The first k of `rows` (each extracted pooling (L+1, >= k, d)) and of the per-passage
+    position-0 `ratio` (L+1, >= k) as a k-run's `PooledStates`: every passage `max_tokens`
+    long (None: lengths unknown, documents mode); the ratio the float32 mean over passages,
+    as extraction takes it."""
+    return PooledStates(
+        pooled={p: np.ascontiguousarray(rows[p][:, :k]) for p in EXTRACTED_POOLINGS},
+        pos0_norm_ratio=torch.from_numpy(np.ascontiguousarray(ratio[:, :k])).mean(1).numpy(),
+        n_dropped_short=0,
+        tokens=int(k * (max_tokens or 0)),
+        meta=meta,
+        lengths=None if max_tokens is None else np.full(k, max_tokens, dtype=np.int64),
+    )
 
 
 def finished_rows(pooled: PooledStates) -> SavedBatch:
@@ -848,10 +844,6 @@ def finished_rows(pooled: PooledStates) -> SavedBatch:
 
 #: Name of the per-passage position-0 ratios of an entry's first m passages in states.npz.
 RATIO_PREFIX = "pos0_ratio_prefix"
-
-
-def _same_but_n(a: RunSpec, b: RunSpec) -> bool:
-    return replace(a, n=b.n) == b
 
 
 def sources(spec: RunSpec) -> list[tuple[RunSpec, dict[str, Any]]]:
@@ -870,7 +862,7 @@ def sources(spec: RunSpec) -> list[tuple[RunSpec, dict[str, Any]]]:
             other = RunSpec(**meta["spec"])
         except (UnknownRunError, TypeError):
             continue
-        if other.n != spec.n and _same_but_n(other, spec) and other.key() == folder.name:
+        if other.n != spec.n and replace(other, n=spec.n) == spec and other.key() == folder.name:
             found.append((other, meta))
     return found
 
@@ -960,31 +952,24 @@ def pooled_from_rows(
     each extracted pooling (L+1, n, d) and `pos0_ratio` (L+1, n) float32; the first
     `ratio_rows` per-passage ratios are kept as RATIO_PREFIX."""
     n = spec.n
-    ratio = torch.from_numpy(np.ascontiguousarray(rows["pos0_ratio"][:, :n])).mean(1).numpy()
-    pooled = {p: np.ascontiguousarray(rows[p][:, :n]) for p in EXTRACTED_POOLINGS}
-    pooled[RATIO_PREFIX] = np.ascontiguousarray(rows["pos0_ratio"][:, :ratio_rows])
-    return PooledStates(
-        pooled=pooled,
-        pos0_norm_ratio=ratio,
-        n_dropped_short=0,
-        tokens=int(n * spec.max_tokens),
-        lengths=np.full(n, spec.max_tokens, dtype=np.int64),
-        meta={
-            "model": spec.model,
-            "device": device,
-            "dtype": spec.dtype,
-            "max_tokens": spec.max_tokens,
-            "padding_side": "right",
-            "bos": spec.bos,
-            "batches": -(-n // batch),
-            "max_batch_size": min(batch, n),
-            "oom_halvings": 0,
-            "batch_rows": batch,
-            "kept_indices": list(range(n)),
-            "resumed_passages": int(resumed),
-            "spec": asdict(spec),
-        },
-    )
+    meta = {
+        "model": spec.model,
+        "device": device,
+        "dtype": spec.dtype,
+        "max_tokens": spec.max_tokens,
+        "padding_side": "right",
+        "bos": spec.bos,
+        "batches": -(-n // batch),
+        "max_batch_size": min(batch, n),
+        "oom_halvings": 0,
+        "batch_rows": batch,
+        "kept_indices": list(range(n)),
+        "resumed_passages": int(resumed),
+        "spec": asdict(spec),
+    }
+    pooled = _first_rows(rows, rows["pos0_ratio"], n, spec.max_tokens, meta)
+    pooled.pooled[RATIO_PREFIX] = np.ascontiguousarray(rows["pos0_ratio"][:, :ratio_rows])
+    return pooled
 
 
 class PrefixCheckpoint:
