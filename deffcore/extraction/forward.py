@@ -6,8 +6,8 @@ Hooks (the unembedding is never run) capture
     h_0      input of block 1 (a forward pre-hook, so Gemma's sqrt(d) embedding scale is in it)
     h_l      output of block l, l = 1..L (so h_L is the input of the final norm)
 
-and pool each state into the batch's stage (`deffcore.extraction.forward`, `.stage`); nothing
-else of the batch is kept. `torch.compile` and CUDA graphs are not used: batches change shape
+and pool each state into the batch's stage (`LayerPooler`, `BatchStage`); nothing else of
+the batch is kept. `torch.compile` and CUDA graphs are not used: batches change shape
 (B and T), the hooks sit inside arbitrary transformers forwards, and what is left per layer is
 five kernels against the layer's own dozens (BENCHMARKS.md "GPU at full speed"). An
 out-of-memory error halves the batch size and retries the batch; at batch size 1 it raises

@@ -16,9 +16,7 @@ the per-passage value is a mean over the passage's real tokens (`AtlasRows`):
     angular_distance d(i, j)    mean over passages of arccos cos(h_i^T, h_j^T) / π at the last
                                 token T, (L+1) x (L+1) over h_0 .. h_L   Gromov et al. 2025
     phase_point p               the block after which r_l stays below half the median of r over
-                                the first half (blocks 1 .. floor(L/2)): the smallest p in 0..L
-                                with r_k < median/2 for every k > p; p = L when the last block is
-                                not below it (then no block is past the phase point)
+                                the first half (`phase_point`, SPEC 16.1 item 6)
 
 Where predictions form (the logit lens, SPEC 16.2), over h_0 .. h_L (index 0 = the embeddings):
 
@@ -37,16 +35,12 @@ Consecutive-layer geometry (SPEC 16.3), per block l (h_{l-1} -> h_l), `geometry`
                                (Z = X̄ / ||X̄||_F, default pooling)
     procrustes_residual (L,)   min_R ||Z_{l-1} R - Z_l||_F^2 = 2 - 2 ||Z_{l-1}^T Z_l||_* in [0, 2]
 
-Gromov et al.'s choice: to drop n consecutive blocks, drop blocks l*+1 .. l*+n with
-l* = argmin_l d(l, l+n) (ties: the smallest l). At an angular budget β (default 0.10 of π),
-`n_drop` is the largest n whose best block has d <= β (each n judged alone, as k_1.10), and the
-depth Gromov et al. would keep is L - n_drop.
+Gromov et al.'s block to drop and `n_drop` at an angular budget β (default 0.10 of π):
+`gromov_curve`, `gromov_drop` (SPEC 16.1 item 5); the depth they would keep is L - n_drop.
 
-Intervals: a passage bootstrap (SPEC section 8), B resamples of N passages with replacement
-(default 100, seeded); a replicate is every statistic of the resampled per-passage rows (one
-resample for all numbers, so derived numbers are consistent); the interval is the replicates'
-percentile interval (default 95%). Integer statistics (the phase point, n_drop) get the
-percentiles of their replicates, rounded outwards.
+Intervals (SPEC 16.1 item 7): B seeded passage resamples (default 100), one resample for every
+statistic so derived numbers are consistent; percentile intervals (default 95%), rounded
+outwards for the integer statistics (the phase point, n_drop).
 
 `columns()` are the per-run numbers the correlation lab correlates with D_eff/L:
 phase_share (L - p)/L, bi_second_half (mean BI of blocks floor(L/2)+1 .. L),

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.checks import check_choice
 from deffcore.core.errors import DeffError
 from deffcore.measures.depth import effective_depth, lag_profile, reference_depth
 from deffcore.measures.references import accumulated_similarity, iid_reference_depth
@@ -212,8 +213,7 @@ def correlation_profile(L: int, rho: float) -> np.ndarray:
 
 def active_knobs(step: str) -> set[str]:
     """The knobs a step uses: its own and every earlier step's."""
-    if step not in STEPS:
-        raise DeffError(f"Unknown story step {step!r}; choose one of {', '.join(STEP_KEYS)}.")
+    check_choice(step, STEP_KEYS, "story step")
     order = STEP_KEYS.index(step)
     knobs = {"L"}
     for key, knob in (("h0", "h0"), ("growing", "growth"), ("correlated", "rho")):
