@@ -227,6 +227,21 @@ def _non_finite(pooled: PooledStates) -> str | None:
     return None
 
 
+def _checked_arrays(key: str, sha256: object) -> dict[str, np.ndarray]:
+    """The arrays of entry `key`'s states.npz when its bytes have the checksum `sha256`;
+    CacheCorruptError (one sentence) otherwise."""
+    try:
+        npz = (entry_folder(key) / "states.npz").read_bytes()
+    except OSError as err:
+        raise CacheCorruptError(f"Cache entry {key} cannot be read: {err}.") from err
+    if hashlib.sha256(npz).hexdigest() != sha256:
+        raise CacheCorruptError(f"Cache entry {key}: states.npz does not match its checksum.")
+    try:
+        return files.npz_arrays(npz)
+    except Exception as err:  # a valid checksum makes this unlikely; never crash on it
+        raise CacheCorruptError(f"Cache entry {key}: states.npz is unreadable: {err}.") from err
+
+
 def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
     """The stored run, None if absent; CacheCorruptError if present but invalid."""
     folder = entry_folder(key)
@@ -237,16 +252,7 @@ def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
             raise CacheCorruptError(f"Cache entry {key} has states but no meta.json.")
         return None
     meta = check_meta(read_json_file(meta_path), key)
-    try:
-        npz = npz_path.read_bytes()
-    except OSError as err:
-        raise CacheCorruptError(f"Cache entry {key} cannot be read: {err}.") from err
-    if hashlib.sha256(npz).hexdigest() != meta["states_sha256"]:
-        raise CacheCorruptError(f"Cache entry {key}: states.npz does not match its checksum.")
-    try:
-        arrays = files.npz_arrays(npz)
-    except Exception as err:  # a valid checksum makes this unlikely; never crash on it
-        raise CacheCorruptError(f"Cache entry {key}: states.npz is unreadable: {err}.") from err
+    arrays = _checked_arrays(key, meta["states_sha256"])
     L1, n, d = meta["layers"] + 1, meta["n"], meta["d_model"]
     for name in EXTRACTED_POOLINGS:
         if name not in arrays or arrays[name].shape != (L1, n, d):
@@ -885,16 +891,9 @@ def _usable_rows(meta: dict[str, Any], spec: RunSpec, device: str, batch: int) -
 
 def _read_rows(other: RunSpec, meta: dict[str, Any]) -> dict[str, np.ndarray] | None:
     """The entry's arrays (checksum checked), None when unreadable or without RATIO_PREFIX."""
-    path = cache_dir() / other.key() / "states.npz"
     try:
-        blob = path.read_bytes()
-    except OSError:
-        return None
-    if hashlib.sha256(blob).hexdigest() != meta.get("states_sha256"):
-        return None
-    try:
-        arrays = files.npz_arrays(blob)
-    except Exception:  # a torn or foreign file is no source; the run extracts instead
+        arrays = _checked_arrays(other.key(), meta.get("states_sha256"))
+    except CacheCorruptError:  # a torn or foreign file is no source; the run extracts instead
         return None
     if RATIO_PREFIX not in arrays or any(p not in arrays for p in EXTRACTED_POOLINGS):
         return None
