@@ -29,14 +29,11 @@ an npz whose sha256 does not match the meta, arrays whose shapes differ from wha
 states — each makes the entry corrupt: `load` returns None with a warning and `get_or_compute`
 recomputes and overwrites.
 
-Only a *run entry* is ever listed, written or deleted: a real folder (never a link) named like a
-key (20 lowercase hex digits) that holds meta.json, states.npz or partial/ and nothing but those
-(and our temp and side files), none of them a link. Anything else named like a run's entry or
-lock is refused in one sentence and never read, written or deleted through
-(`deffcore.core.files`, the one mechanism every write and delete goes through); every OS error
-of the cache (a full disk, permissions) is one sentence (CacheWriteError) and leaves nothing
-half-written. States holding NaN or inf are never stored, and a stored entry holding them is
-corrupt.
+Only a *run entry* (`is_run_entry`) is ever listed, written or deleted; anything else named
+like a run's entry or lock is refused in one sentence and never read, written or deleted
+through (`deffcore.core.files`, the one mechanism every write and delete goes through); every
+OS error of the cache is one sentence (CacheWriteError) and leaves nothing half-written.
+States holding NaN or inf are never stored, and a stored entry holding them is corrupt.
 """
 
 from __future__ import annotations
