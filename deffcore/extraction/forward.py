@@ -13,16 +13,13 @@ five kernels against the layer's own dozens (BENCHMARKS.md "GPU at full speed").
 out-of-memory error halves the batch size and retries the batch; at batch size 1 it raises
 OutOfMemoryError. The pooled rows are written back at each passage's original slot.
 
-Resuming: with a `checkpoint` (e.g. `deffcore.extraction.cache.PartialRun`), the pooled
-rows of finished batches are handed to `checkpoint.save` as the run goes, the batches finished
-since the last save as one chunk, at most every CHECKPOINT_EVERY_S seconds (the last chunk is not
-saved: the complete entry follows at once), and at the start `checkpoint.resume(plan, order)`
-returns the batches an interrupted run already finished. Their rows are put back and the loop
-continues from the next passage of the same plan with the batch cap in force when the run
-stopped, so the remaining batches are exactly those of an uninterrupted run and the result is
-bit-identical. `should_stop()` is asked before every batch; when it says True the run ends with
-RunCancelled, its finished batches kept. A batch in flight when a forward fails is finished
-(kept) before the error propagates.
+Resuming: with a `checkpoint` (`BatchCheckpoint`, e.g. `extraction.cache.PartialRun`) finished
+batches are saved as one chunk at most every CHECKPOINT_EVERY_S seconds (`_Run.maybe_save`), and
+an interrupted run's are put back at the start (`_Run.resume`); the loop continues with the
+batch cap in force when it stopped, so the remaining batches are exactly those of an
+uninterrupted run and the result is bit-identical. `should_stop()` is asked before every
+batch; when it says True the run ends with RunCancelled, its finished batches kept. A batch in
+flight when a forward fails is finished (kept) before the error propagates.
 """
 
 from __future__ import annotations
