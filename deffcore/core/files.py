@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import re
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import numpy as np
 from filelock import FileLock, Timeout
 
 from deffcore.core.errors import (
@@ -267,6 +270,25 @@ def replace_file(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """`arrays` as the bytes of an uncompressed .npz file (`np.savez`)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def npz_arrays(blob: bytes) -> dict[str, np.ndarray]:
+    """Every array of an .npz file's bytes, pickles refused; a damaged file raises what
+    `np.load` raises (callers treat any exception as a file that is not theirs)."""
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        return {name: z[name] for name in z.files}
+
+
+def utc_stamp() -> str:
+    """Now, as the "created" field of every file deffcore writes: 2026-01-31T12:00:00Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def remove_file(path: Path) -> None:

@@ -19,8 +19,8 @@ def finite_number(x: Any) -> bool:
 
 def json_safe(obj: Any) -> Any:
     """`obj` with every float NaN/inf replaced by None, numpy values by Python ones."""
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, float):  # numpy's float64 too: a Python float out
+        return float(obj) if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):

@@ -17,12 +17,9 @@ zeroed first),
 and averages each over the passage's real tokens in float64 (a per-passage mean: `AtlasRows`
 holds one row per passage, so the statistics can weigh passages equally and resample them).
 Where the architecture is verified (`SPLIT_ARCHITECTURES`) the MLP's write m_l is captured by a
-forward hook on the module whose output the block adds to the stream (`mlp_write_module`:
-Gemma-3's and OLMo-2's `post_feedforward_layernorm`, GPT-NeoX's `post_mlp_dropout`, else `mlp`)
-and the attention write is a_l = u_l - m_l, so a_l + m_l = u_l exactly. Each sublayer is compared
-with the residual it reads (as Csordás et al.'s code does): a_l with h_{l-1}, m_l with
-h_{l-1} + a_l for sequential blocks, with h_{l-1} for parallel ones (GPT-NeoX's
-use_parallel_residual), where attention and MLP both read the block's input.
+forward hook on the module whose output the block adds to the stream (`mlp_write_module`) and
+the attention write is a_l = u_l - m_l exactly; each sublayer is compared with the residual it
+reads (SPEC 16.1 item 3; `layer_terms`).
 
 At each passage's last real token T, h_0^T .. h_L^T are kept for the batch and turned into the
 passage's (L+1) x (L+1) angular distance matrix d(i, j) = arccos(cos(h_i^T, h_j^T)) / π
@@ -36,15 +33,11 @@ has no row, and `rows()` then returns None: an atlas is kept only when every pas
 run has its row.
 A token whose norm is 0 gets ratio and cosine 0 (division by `EPS`), never NaN.
 
-The logit lens (SPEC 16.2, "where predictions form"; `AtlasTap(lens=True)`, what
-`atlas_taps(lens=True)` takes on request): where the architecture's head is verified
-(`LENS_ARCHITECTURES`, `lens_head`: the final norm the adapters know,
-`get_output_embeddings()`, the config's final-logit soft-capping) each
-batch's h_0 .. h_L are held (in the model's dtype) until h_L arrives; then, over the batch's
-real tokens in chunks of at most `LENS_CHUNK_BYTES` of logits, p_l = softmax(W_U norm(h_l))
-for l = 0..L, and per token KL(p_L || p_l), [top1(p_l) = top1(p_L)] and the prediction depth
-(`prediction_depth`), averaged per passage in float64. No token's logits outlive its chunk.
-Another architecture's atlas has no lens (`AtlasRows.lens_refused` says why, one sentence).
+The logit lens (SPEC 16.2; `AtlasTap(lens=True)`, taken on request): where the head is verified
+(`LENS_ARCHITECTURES`, `lens_head`) each batch's h_0 .. h_L are held in the model's dtype until
+h_L arrives, then `lens_terms` takes KL, top-1 agreement and prediction depth per token in
+chunks of at most `LENS_CHUNK_BYTES` of logits, averaged per passage in float64. Another
+architecture's atlas has no lens (`AtlasRows.lens_refused` says why, one sentence).
 
 The store — a run's atlas kept beside its cache entry (per-passage rows, versioned, checked;
 a side file of `deffcore.extraction.cache`'s run entry, like the BOS diagnostics):
@@ -69,9 +62,7 @@ memory (the last `MEMORY_RUNS` runs), as the diagnostics do.
 
 from __future__ import annotations
 
-import io
 import json
-import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,6 +70,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.files import npz_arrays, utc_stamp
 from deffcore.core.lazy import nn, torch  # imported on first use
 
 #: Architectures (config.model_type) whose sublayer writes are verified against independent hooks
@@ -565,23 +557,21 @@ def _meta(spec: Any, fmt: int, **extra: Any) -> dict[str, Any]:
         "format": fmt,
         "key": spec.key(),
         "spec": asdict(spec),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": utc_stamp(),
         **extra,
     }
 
 
 def _keep(spec: Any, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Write `name` beside the run's entry (atomic), or keep it in memory without one."""
-    from deffcore.core.files import atomic_write, writable_entry
+    from deffcore.core.files import atomic_write, npz_bytes, writable_entry
 
     arrays = {**arrays, "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
     folder = _folder(spec)
     memo = (str(folder.parent), spec.key(), name)
     if _in_cache(folder):
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
         # writable_entry refuses a folder that is not provably ours (a link, a user's folder)
-        atomic_write(writable_entry(folder, create=False) / name, buf.getvalue())
+        atomic_write(writable_entry(folder, create=False) / name, npz_bytes(arrays))
         _MEMORY.pop(memo, None)
         return
     _MEMORY[memo] = arrays
@@ -596,8 +586,7 @@ def _load(spec: Any, name: str, fmt: int) -> tuple[dict[str, np.ndarray], dict] 
     arrays, folder = None, _folder(spec)
     if _in_cache(folder) and (folder / name).is_file():
         try:
-            with np.load(io.BytesIO((folder / name).read_bytes()), allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
+            arrays = npz_arrays((folder / name).read_bytes())
         except Exception:  # a damaged file is absent, never a crash
             arrays = None
     if arrays is None:

@@ -29,21 +29,17 @@ an npz whose sha256 does not match the meta, arrays whose shapes differ from wha
 states — each makes the entry corrupt: `load` returns None with a warning and `get_or_compute`
 recomputes and overwrites.
 
-Only a *run entry* is ever listed, written or deleted: a real folder (never a link) named like a
-key (20 lowercase hex digits) that holds meta.json, states.npz or partial/ and nothing but those
-(and our temp and side files), none of them a link. Anything else named like a run's entry or
-lock is refused in one sentence and never read, written or deleted through
-(`deffcore.core.files`, the one mechanism every write and delete goes through); every OS error
-of the cache (a full disk, permissions) is one sentence (CacheWriteError) and leaves nothing
-half-written. States holding NaN or inf are never stored, and a stored entry holding them is
-corrupt.
+Only a *run entry* (`is_run_entry`) is ever listed, written or deleted; anything else named
+like a run's entry or lock is refused in one sentence and never read, written or deleted
+through (`deffcore.core.files`, the one mechanism every write and delete goes through); every
+OS error of the cache is one sentence (CacheWriteError) and leaves nothing half-written.
+States holding NaN or inf are never stored, and a stored entry holding them is corrupt.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -170,9 +166,7 @@ def store(
     arrays = {name: np.asarray(pooled.pooled[name], dtype=np.float32) for name in pooled.pooled}
     arrays["pos0_norm_ratio"] = np.asarray(pooled.pos0_norm_ratio, dtype=np.float32)
     arrays["lengths"] = np.asarray(pooled.lengths, dtype=np.int64)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    npz = buf.getvalue()
+    npz = files.npz_bytes(arrays)
     L1, n, d = arrays["default"].shape
     meta = {
         "format": FORMAT_VERSION,
@@ -181,7 +175,7 @@ def store(
         "code_version": CODE_VERSION,
         "states_sha256": hashlib.sha256(npz).hexdigest(),
         "states_bytes": len(npz),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": files.utc_stamp(),
         "layers": L1 - 1,
         "d_model": d,
         "n": n,
@@ -230,6 +224,21 @@ def _non_finite(pooled: PooledStates) -> str | None:
     return None
 
 
+def _checked_arrays(key: str, sha256: object) -> dict[str, np.ndarray]:
+    """The arrays of entry `key`'s states.npz when its bytes have the checksum `sha256`;
+    CacheCorruptError (one sentence) otherwise."""
+    try:
+        npz = (entry_folder(key) / "states.npz").read_bytes()
+    except OSError as err:
+        raise CacheCorruptError(f"Cache entry {key} cannot be read: {err}.") from err
+    if hashlib.sha256(npz).hexdigest() != sha256:
+        raise CacheCorruptError(f"Cache entry {key}: states.npz does not match its checksum.")
+    try:
+        return files.npz_arrays(npz)
+    except Exception as err:  # a valid checksum makes this unlikely; never crash on it
+        raise CacheCorruptError(f"Cache entry {key}: states.npz is unreadable: {err}.") from err
+
+
 def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
     """The stored run, None if absent; CacheCorruptError if present but invalid."""
     folder = entry_folder(key)
@@ -240,17 +249,7 @@ def _read_entry(key: str) -> tuple[PooledStates, dict[str, Any]] | None:
             raise CacheCorruptError(f"Cache entry {key} has states but no meta.json.")
         return None
     meta = check_meta(read_json_file(meta_path), key)
-    try:
-        npz = npz_path.read_bytes()
-    except OSError as err:
-        raise CacheCorruptError(f"Cache entry {key} cannot be read: {err}.") from err
-    if hashlib.sha256(npz).hexdigest() != meta["states_sha256"]:
-        raise CacheCorruptError(f"Cache entry {key}: states.npz does not match its checksum.")
-    try:
-        with np.load(io.BytesIO(npz), allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
-    except Exception as err:  # a valid checksum makes this unlikely; never crash on it
-        raise CacheCorruptError(f"Cache entry {key}: states.npz is unreadable: {err}.") from err
+    arrays = _checked_arrays(key, meta["states_sha256"])
     L1, n, d = meta["layers"] + 1, meta["n"], meta["d_model"]
     for name in EXTRACTED_POOLINGS:
         if name not in arrays or arrays[name].shape != (L1, n, d):
@@ -310,14 +309,6 @@ def load_meta(key: str) -> dict[str, Any]:
         ) from err
 
 
-def drop_lock_file(lock: Path) -> None:
-    """Remove a lock file we hold (or that guards a complete entry).
-
-    Safe for waiters: filelock notices that the inode it locked was unlinked and retries on a
-    fresh file, where it finds the complete entry."""
-    files.remove_file(lock)
-
-
 def get_or_compute(
     spec: RunSpec, compute: Callable[[], PooledStates], *, sources: dict[str, Any]
 ) -> tuple[PooledStates, bool, dict[str, Any]]:
@@ -326,8 +317,10 @@ def get_or_compute(
 
     The lock makes concurrent processes asking for the same key compute it once: the second
     waits, then finds the first one's entry. The lock file is removed once the entry is
-    complete. `compute` may persist finished batches through `PartialRun(spec)` (it runs under
-    the lock, so one process writes a partial at a time).
+    complete (safe for waiters: filelock notices that the inode it locked was unlinked and
+    retries on a fresh file, where it finds the complete entry). `compute` may persist
+    finished batches through `PartialRun(spec)` (it runs under the lock, so one process writes
+    a partial at a time).
     """
     key = spec.key()
     files.refuse_foreign(entry_folder(key))  # before any work: a link or a user's folder is refused
@@ -345,7 +338,7 @@ def get_or_compute(
             warnings.warn(f"{err} Recomputing it.", stacklevel=2)
             found = None
         if found is not None:
-            drop_lock_file(lock)
+            files.remove_file(lock)
             return found[0], True, found[1]
         start = time.perf_counter()
         pooled = compute()
@@ -353,7 +346,7 @@ def get_or_compute(
         store(spec, pooled, sources=sources, elapsed_s=elapsed)
         found = _read_entry(key)
         assert found is not None  # just written under the lock
-        drop_lock_file(lock)
+        files.remove_file(lock)
         return found[0], False, found[1]
 
 
@@ -399,7 +392,7 @@ class PartialRun:
             "format": PARTIAL_FORMAT,
             "key": self.key,
             "spec": asdict(self.spec),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created": files.utc_stamp(),
             "plan": plan,
         }
         files.atomic_write(self.folder / "manifest.json", json.dumps(manifest, indent=2).encode())
@@ -458,8 +451,7 @@ class PartialRun:
     @staticmethod
     def _read_batch(path: Path, L1: int, d: int) -> SavedBatch | None:
         try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {name: z[name] for name in z.files}
+            arrays = files.npz_arrays(path.read_bytes())
         except Exception:  # a torn or foreign file: not a finished batch
             return None
         slots, cap = arrays.get("slots"), arrays.get("cap")
@@ -480,16 +472,16 @@ class PartialRun:
 
     def save(self, index: int, batch: SavedBatch) -> None:
         """Persist finished batch `index` (atomic)."""
-        buf = io.BytesIO()
-        np.savez(
-            buf,
-            slots=np.asarray(batch.slots, dtype=np.int64),
-            cap=np.asarray(-1 if batch.cap is None else batch.cap, dtype=np.int64),
-            **{name: np.asarray(arr, dtype=np.float32) for name, arr in batch.rows.items()},
+        npz = files.npz_bytes(
+            {
+                "slots": np.asarray(batch.slots, dtype=np.int64),
+                "cap": np.asarray(-1 if batch.cap is None else batch.cap, dtype=np.int64),
+                **{name: np.asarray(arr, dtype=np.float32) for name, arr in batch.rows.items()},
+            }
         )
         name = f"batch-{index:06d}-{len(batch.slots):06d}.npz"
         files.refuse_foreign(self.folder.parent)
-        files.atomic_write(self.folder / name, buf.getvalue())
+        files.atomic_write(self.folder / name, npz)
 
 
 def partial_info(folder: Path) -> dict[str, Any]:
@@ -517,10 +509,8 @@ def partial_info(folder: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The runs in the cache: listing them with their status, deleting one, removing stale leftovers.
-#
-# Only what is provably a run entry is listed or deleted: a real folder (never a link) named like a
-# key that holds a run's files and nothing else (`deffcore.core.files`).
+# The runs in the cache: listing them with their status, deleting one, removing stale leftovers
+# (only run entries: `is_run_entry`).
 
 
 def is_run_entry(folder: Path) -> bool:
@@ -551,7 +541,7 @@ def _probe_lock(key: str, *, remove: bool) -> bool:
         return False
     try:
         if remove:
-            drop_lock_file(path)
+            files.remove_file(path)
     finally:
         lock.release()
     return False
@@ -594,7 +584,7 @@ def cleanup_stale(max_age_s: float = 0.0) -> int:
                 entry = root / path.stem
                 complete = is_run_entry(entry) and (entry / "meta.json").is_file()
                 if complete and _status(entry)["status"] == "complete":
-                    drop_lock_file(path)
+                    files.remove_file(path)
                     removed += 1
                 elif not _probe_lock(path.stem, remove=True):
                     removed += 1
@@ -679,7 +669,7 @@ def delete(key: str) -> None:
     try:
         with files.os_errors(root, f"Deleting run {key}"):
             shutil.rmtree(folder)  # a real folder of our own files: no link is followed
-        drop_lock_file(lock_path(key))
+        files.remove_file(lock_path(key))
     finally:
         lock.release()
 
@@ -691,28 +681,19 @@ def delete(key: str) -> None:
 #     rows = PrefixRows(n)                      # fed with each landed batch (SavedBatch)
 #     rows.pooled(256, max_tokens=128)          # the first 256 passages: a 256-run's states
 #
-# A run's passages are a seeded permutation truncated to N (`texts.load_passages`,
-# `tokens.sample_windows`), so the first k passages of an N-run are the k-run's sample. In the
-# window modes every passage has exactly `max_tokens` tokens, so extraction keeps the sample's
-# order (its sort by length is stable) and cuts it into batches of one size b (`batch_rows`): for
-# k a multiple of b, the first k passages are extracted in the very batches a k-run uses, and
-# their pooled rows are bit-identical to the k-run's (tests/test_anytime.py checks it bit for
-# bit). `schedule` puts the looks at 32, 64, 128, ... passages, each rounded up to a multiple
-# of b.
-#
-# Where the prefix property fails a run cannot stop early (`prefix_refusal` says why):
-# documents mode extracts the longest passages first (less padding), so its first k passages
-# are not extracted in a k-run's batches; a streamed `hf:` dataset cuts its windows from its
-# first N documents, so a k-run's windows are not the N-run's first k. Estimates are still
-# made there: `PrefixRows` counts only the sample's first k passages once all of them have
-# landed (a random sample of the run; in documents mode they land later, the longest first).
+# The prefix property (SPEC 14, "Prefix estimate"): a run's passages are a seeded permutation
+# truncated to N (`texts.load_passages`, `tokens.sample_windows`), and in the window modes every
+# passage has `max_tokens` tokens, so extraction keeps the sample's order (its sort by length is
+# stable) and cuts it into batches of one size b (`batch_rows`). For k a multiple of b the first
+# k passages of an N-run are extracted in the very batches a k-run uses: their pooled rows are
+# bit-identical (tests/test_anytime.py). `schedule` puts the looks at 32, 64, 128, ... passages.
+# Where the property fails a run cannot stop early (`prefix_refusal` says why), but estimates
+# are still made: `PrefixRows` counts the sample's first k passages once all of them landed.
 #
 # ## From the cache: a run of another N
 #
-# A cache key holds N, so a run of 4,096 passages and one of 1,024 are two entries. But by the
-# prefix property (above: the sample is a seeded permutation truncated to N, and in the window
-# modes every batch has the same b passages) the first k rows of an N'-run are the rows a k-run
-# computes, batch for batch, whenever k is a whole number of batches. So:
+# A cache key holds N, so runs of 4,096 and 1,024 passages are two entries; by the prefix
+# property they share their first rows, whole batch for whole batch:
 #
 # - a larger run starts from a smaller entry's rows (`PrefixCheckpoint.resume`: handed to the
 #   extraction like an interrupted run's batches; it continues with the next batch), and
@@ -830,16 +811,29 @@ class PrefixRows:
         float32 mean over passages, as extraction takes it."""
         if not 0 < k <= self.done:
             raise DeffError(f"Only {self.done} passages have landed; no estimate at {k}.")
-        pooled = {p: np.ascontiguousarray(self.rows[p][:, :k]) for p in EXTRACTED_POOLINGS}
-        ratio = torch.from_numpy(np.ascontiguousarray(self.ratio[:, :k])).mean(1).numpy()
-        return PooledStates(
-            pooled=pooled,
-            pos0_norm_ratio=ratio,
-            n_dropped_short=0,
-            tokens=int(k * (max_tokens or 0)),
-            meta={**(meta or {}), "kept_indices": list(range(k))},
-            lengths=None if max_tokens is None else np.full(k, max_tokens, dtype=np.int64),
-        )
+        meta = {**(meta or {}), "kept_indices": list(range(k))}
+        return _first_rows(self.rows, self.ratio, k, max_tokens, meta)
+
+
+def _first_rows(
+    rows: dict[str, np.ndarray],
+    ratio: np.ndarray,
+    k: int,
+    max_tokens: int | None,
+    meta: dict[str, Any],
+) -> PooledStates:
+    """The first k of `rows` (each extracted pooling (L+1, >= k, d)) and of the per-passage
+    position-0 `ratio` (L+1, >= k) as a k-run's `PooledStates`: every passage `max_tokens`
+    long (None: lengths unknown, documents mode); the ratio the float32 mean over passages,
+    as extraction takes it."""
+    return PooledStates(
+        pooled={p: np.ascontiguousarray(rows[p][:, :k]) for p in EXTRACTED_POOLINGS},
+        pos0_norm_ratio=torch.from_numpy(np.ascontiguousarray(ratio[:, :k])).mean(1).numpy(),
+        n_dropped_short=0,
+        tokens=int(k * (max_tokens or 0)),
+        meta=meta,
+        lengths=None if max_tokens is None else np.full(k, max_tokens, dtype=np.int64),
+    )
 
 
 def finished_rows(pooled: PooledStates) -> SavedBatch:
@@ -853,10 +847,6 @@ def finished_rows(pooled: PooledStates) -> SavedBatch:
 
 #: Name of the per-passage position-0 ratios of an entry's first m passages in states.npz.
 RATIO_PREFIX = "pos0_ratio_prefix"
-
-
-def _same_but_n(a: RunSpec, b: RunSpec) -> bool:
-    return replace(a, n=b.n) == b
 
 
 def sources(spec: RunSpec) -> list[tuple[RunSpec, dict[str, Any]]]:
@@ -875,7 +865,7 @@ def sources(spec: RunSpec) -> list[tuple[RunSpec, dict[str, Any]]]:
             other = RunSpec(**meta["spec"])
         except (UnknownRunError, TypeError):
             continue
-        if other.n != spec.n and _same_but_n(other, spec) and other.key() == folder.name:
+        if other.n != spec.n and replace(other, n=spec.n) == spec and other.key() == folder.name:
             found.append((other, meta))
     return found
 
@@ -898,17 +888,9 @@ def _usable_rows(meta: dict[str, Any], spec: RunSpec, device: str, batch: int) -
 
 def _read_rows(other: RunSpec, meta: dict[str, Any]) -> dict[str, np.ndarray] | None:
     """The entry's arrays (checksum checked), None when unreadable or without RATIO_PREFIX."""
-    path = cache_dir() / other.key() / "states.npz"
     try:
-        blob = path.read_bytes()
-    except OSError:
-        return None
-    if hashlib.sha256(blob).hexdigest() != meta.get("states_sha256"):
-        return None
-    try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
-    except Exception:  # a torn or foreign file is no source; the run extracts instead
+        arrays = _checked_arrays(other.key(), meta.get("states_sha256"))
+    except CacheCorruptError:  # a torn or foreign file is no source; the run extracts instead
         return None
     if RATIO_PREFIX not in arrays or any(p not in arrays for p in EXTRACTED_POOLINGS):
         return None
@@ -966,31 +948,24 @@ def pooled_from_rows(
     each extracted pooling (L+1, n, d) and `pos0_ratio` (L+1, n) float32; the first
     `ratio_rows` per-passage ratios are kept as RATIO_PREFIX."""
     n = spec.n
-    ratio = torch.from_numpy(np.ascontiguousarray(rows["pos0_ratio"][:, :n])).mean(1).numpy()
-    pooled = {p: np.ascontiguousarray(rows[p][:, :n]) for p in EXTRACTED_POOLINGS}
-    pooled[RATIO_PREFIX] = np.ascontiguousarray(rows["pos0_ratio"][:, :ratio_rows])
-    return PooledStates(
-        pooled=pooled,
-        pos0_norm_ratio=ratio,
-        n_dropped_short=0,
-        tokens=int(n * spec.max_tokens),
-        lengths=np.full(n, spec.max_tokens, dtype=np.int64),
-        meta={
-            "model": spec.model,
-            "device": device,
-            "dtype": spec.dtype,
-            "max_tokens": spec.max_tokens,
-            "padding_side": "right",
-            "bos": spec.bos,
-            "batches": -(-n // batch),
-            "max_batch_size": min(batch, n),
-            "oom_halvings": 0,
-            "batch_rows": batch,
-            "kept_indices": list(range(n)),
-            "resumed_passages": int(resumed),
-            "spec": asdict(spec),
-        },
-    )
+    meta = {
+        "model": spec.model,
+        "device": device,
+        "dtype": spec.dtype,
+        "max_tokens": spec.max_tokens,
+        "padding_side": "right",
+        "bos": spec.bos,
+        "batches": -(-n // batch),
+        "max_batch_size": min(batch, n),
+        "oom_halvings": 0,
+        "batch_rows": batch,
+        "kept_indices": list(range(n)),
+        "resumed_passages": int(resumed),
+        "spec": asdict(spec),
+    }
+    pooled = _first_rows(rows, rows["pos0_ratio"], n, spec.max_tokens, meta)
+    pooled.pooled[RATIO_PREFIX] = np.ascontiguousarray(rows["pos0_ratio"][:, :ratio_rows])
+    return pooled
 
 
 class PrefixCheckpoint:

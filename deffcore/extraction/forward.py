@@ -6,23 +6,20 @@ Hooks (the unembedding is never run) capture
     h_0      input of block 1 (a forward pre-hook, so Gemma's sqrt(d) embedding scale is in it)
     h_l      output of block l, l = 1..L (so h_L is the input of the final norm)
 
-and pool each state into the batch's stage (`deffcore.extraction.forward`, `.stage`); nothing
-else of the batch is kept. `torch.compile` and CUDA graphs are not used: batches change shape
+and pool each state into the batch's stage (`LayerPooler`, `BatchStage`); nothing else of
+the batch is kept. `torch.compile` and CUDA graphs are not used: batches change shape
 (B and T), the hooks sit inside arbitrary transformers forwards, and what is left per layer is
 five kernels against the layer's own dozens (BENCHMARKS.md "GPU at full speed"). An
 out-of-memory error halves the batch size and retries the batch; at batch size 1 it raises
 OutOfMemoryError. The pooled rows are written back at each passage's original slot.
 
-Resuming: with a `checkpoint` (e.g. `deffcore.extraction.cache.PartialRun`), the pooled
-rows of finished batches are handed to `checkpoint.save` as the run goes, the batches finished
-since the last save as one chunk, at most every CHECKPOINT_EVERY_S seconds (the last chunk is not
-saved: the complete entry follows at once), and at the start `checkpoint.resume(plan, order)`
-returns the batches an interrupted run already finished. Their rows are put back and the loop
-continues from the next passage of the same plan with the batch cap in force when the run
-stopped, so the remaining batches are exactly those of an uninterrupted run and the result is
-bit-identical. `should_stop()` is asked before every batch; when it says True the run ends with
-RunCancelled, its finished batches kept. A batch in flight when a forward fails is finished
-(kept) before the error propagates.
+Resuming: with a `checkpoint` (`BatchCheckpoint`, e.g. `extraction.cache.PartialRun`) finished
+batches are saved as one chunk at most every CHECKPOINT_EVERY_S seconds (`_Run.maybe_save`), and
+an interrupted run's are put back at the start (`_Run.resume`); the loop continues with the
+batch cap in force when it stopped, so the remaining batches are exactly those of an
+uninterrupted run and the result is bit-identical. `should_stop()` is asked before every
+batch; when it says True the run ends with RunCancelled, its finished batches kept. A batch in
+flight when a forward fails is finished (kept) before the error propagates.
 """
 
 from __future__ import annotations
@@ -643,11 +640,13 @@ class _Run:
         padded = len(seqs[0]) != len(seqs[-1])  # sorted longest first
         try:
             self.pooler.begin(b_mask, padded)
-            _taps_begin(self.taps, b_mask)
+            for tap in self.taps:
+                tap.begin(b_mask)
             _forward(self.arch, b_ids, b_mask, b_pos)
         except (RuntimeError, torch.OutOfMemoryError) as err:
             self.pooler.abandon()
-            _taps_abandon(self.taps)
+            for tap in self.taps:
+                tap.abandon()
             if not _is_oom(err):
                 raise
             if len(batch) == 1:
@@ -660,7 +659,8 @@ class _Run:
                 torch.cuda.empty_cache()
             return False
         item = _InFlight(batch, self.cap, self.pooler.end())
-        _taps_end(self.taps, batch)
+        for tap in self.taps:
+            tap.end(batch)
         if self.lander is not None:
             item.landed = self.lander.submit(self.land, item)
         self.in_flight.append(item)
@@ -788,7 +788,7 @@ def extract_run(
     run.taps = list(taps)
     run.resume()
     handles = register_hooks(arch, _fan_out(run.pooler, run.taps))
-    handles += _taps_attach(run.taps, loaded.model, len(ids))
+    handles += [h for tap in run.taps for h in tap.attach(loaded.model, len(ids))]
     try:
         with torch.inference_mode():
             run.run()
@@ -846,22 +846,3 @@ def _fan_out(pooler: Callable[[int, torch.Tensor], None], taps: list[ExtractionT
             tap(layer, hidden)
 
     return target
-
-
-def _taps_attach(taps: list[ExtractionTap], model: torch.nn.Module, n: int) -> list:
-    return [h for tap in taps for h in tap.attach(model, n)]
-
-
-def _taps_begin(taps: list[ExtractionTap], mask: torch.Tensor) -> None:
-    for tap in taps:
-        tap.begin(mask)
-
-
-def _taps_end(taps: list[ExtractionTap], batch: list[int]) -> None:
-    for tap in taps:
-        tap.end(batch)
-
-
-def _taps_abandon(taps: list[ExtractionTap]) -> None:
-    for tap in taps:
-        tap.abandon()

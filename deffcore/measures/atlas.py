@@ -16,9 +16,7 @@ the per-passage value is a mean over the passage's real tokens (`AtlasRows`):
     angular_distance d(i, j)    mean over passages of arccos cos(h_i^T, h_j^T) / π at the last
                                 token T, (L+1) x (L+1) over h_0 .. h_L   Gromov et al. 2025
     phase_point p               the block after which r_l stays below half the median of r over
-                                the first half (blocks 1 .. floor(L/2)): the smallest p in 0..L
-                                with r_k < median/2 for every k > p; p = L when the last block is
-                                not below it (then no block is past the phase point)
+                                the first half (`phase_point`, SPEC 16.1 item 6)
 
 Where predictions form (the logit lens, SPEC 16.2), over h_0 .. h_L (index 0 = the embeddings):
 
@@ -37,16 +35,12 @@ Consecutive-layer geometry (SPEC 16.3), per block l (h_{l-1} -> h_l), `geometry`
                                (Z = X̄ / ||X̄||_F, default pooling)
     procrustes_residual (L,)   min_R ||Z_{l-1} R - Z_l||_F^2 = 2 - 2 ||Z_{l-1}^T Z_l||_* in [0, 2]
 
-Gromov et al.'s choice: to drop n consecutive blocks, drop blocks l*+1 .. l*+n with
-l* = argmin_l d(l, l+n) (ties: the smallest l). At an angular budget β (default 0.10 of π),
-`n_drop` is the largest n whose best block has d <= β (each n judged alone, as k_1.10), and the
-depth Gromov et al. would keep is L - n_drop.
+Gromov et al.'s block to drop and `n_drop` at an angular budget β (default 0.10 of π):
+`gromov_curve`, `gromov_drop` (SPEC 16.1 item 5); the depth they would keep is L - n_drop.
 
-Intervals: a passage bootstrap (SPEC section 8), B resamples of N passages with replacement
-(default 100, seeded); a replicate is every statistic of the resampled per-passage rows (one
-resample for all numbers, so derived numbers are consistent); the interval is the replicates'
-percentile interval (default 95%). Integer statistics (the phase point, n_drop) get the
-percentiles of their replicates, rounded outwards.
+Intervals (SPEC 16.1 item 7): B seeded passage resamples (default 100), one resample for every
+statistic so derived numbers are consistent; percentile intervals (default 95%), rounded
+outwards for the integer statistics (the phase point, n_drop).
 
 `columns()` are the per-run numbers the correlation lab correlates with D_eff/L:
 phase_share (L - p)/L, bi_second_half (mean BI of blocks floor(L/2)+1 .. L),
@@ -56,12 +50,12 @@ the first half).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from deffcore.core.json_values import json_safe
 from deffcore.extraction.atlas import LENS_QUANTITIES, SPLIT_QUANTITIES, AtlasRows
 
 ATLAS_FORMAT = 1
@@ -216,33 +210,32 @@ class Atlas:
         return pd.DataFrame(cols)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every measure, its interval, the columns (`from_dict` reads it back)."""
-        out: dict[str, Any] = {
+        """JSON-ready: every measure, its interval, the columns (`from_dict` reads it back).
+        NaN is null everywhere but in the columns (the correlation lab reads them as floats)."""
+        out = {
             "format": ATLAS_FORMAT,
             "layers": self.layers,
             "n": self.n,
             "B": self.B,
             "ci": self.ci,
             "seed": self.seed,
-            "relative_contribution": _list(self.relative_contribution),
-            "alignment": _list(self.alignment),
-            "block_influence": _list(self.block_influence),
-            "block_influence_tokens": _list(self.block_influence_tokens),
-            "angular_distance": _list(self.angular_distance),
+            "relative_contribution": self.relative_contribution,
+            "alignment": self.alignment,
+            "block_influence": self.block_influence,
+            "block_influence_tokens": self.block_influence_tokens,
+            "angular_distance": self.angular_distance,
             "phase_point": int(self.phase_point),
-            "gromov": _plain(self.gromov),
-            "sublayers": _plain(self.sublayers),
-            "intervals": {
-                k: {"low": _list(lo), "high": _list(hi)} for k, (lo, hi) in self.intervals.items()
-            },
+            "gromov": self.gromov,
+            "sublayers": self.sublayers,
+            "intervals": {k: {"low": lo, "high": hi} for k, (lo, hi) in self.intervals.items()},
             "columns": self.columns(),
             "skip_effect": None if self.skip_effect is None else self.skip_effect.to_dict(),
-            "logit_lens": _plain(self.logit_lens),
-            "geometry": _plain(self.geometry),
-            "run": _plain(self.run),
-            "meta": _plain(self.meta),
+            "logit_lens": self.logit_lens,
+            "geometry": self.geometry,
+            "run": self.run,
+            "meta": self.meta,
         }
-        return out
+        return {k: v if k == "columns" else json_safe(v) for k, v in out.items()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Atlas:
@@ -251,9 +244,6 @@ class Atlas:
             k: np.asarray(d[k], dtype=np.float64)
             for k in (*(a for a, _ in _PER_BLOCK), "block_influence_tokens", "angular_distance")
         }
-        intervals = {
-            k: (_array(v["low"]), _array(v["high"])) for k, v in (d.get("intervals") or {}).items()
-        }
         skip = d.get("skip_effect")
         return cls(
             layers=int(d["layers"]),
@@ -261,7 +251,7 @@ class Atlas:
             **arr,
             phase_point=int(d["phase_point"]),
             gromov={"first_dropped_block": None, **(d.get("gromov") or {})},  # optional in files
-            intervals=intervals,
+            intervals=_intervals(d.get("intervals")),
             sublayers=d.get("sublayers"),
             B=int(d.get("B", 100)),
             ci=float(d.get("ci", 0.95)),
@@ -296,26 +286,9 @@ def _array(values: Any) -> np.ndarray:
     ).reshape(np.shape(values))
 
 
-def _list(a: Any) -> Any:
-    """float64 array -> nested lists, NaN -> None."""
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim == 0:
-        return None if not math.isfinite(float(a)) else float(a)
-    return [_list(x) for x in a]
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist() if obj.dtype.kind in "iub" else _list(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, float | np.floating):
-        return float(obj) if math.isfinite(float(obj)) else None
-    return obj
+def _intervals(d: dict[str, Any] | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """`to_dict`'s {"name": {"low", "high"}} back to {name: (low, high)} arrays."""
+    return {k: (_array(v["low"]), _array(v["high"])) for k, v in (d or {}).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,19 +481,19 @@ class SkipEffect:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "layers": self.layers,
-            "passages": self.passages,
-            "later": _list(self.later),
-            "later_max": _list(self.later_max),
-            "kl": _list(self.kl),
-            "intervals": {
-                k: {"low": _list(lo), "high": _list(hi)} for k, (lo, hi) in self.intervals.items()
-            },
-            "B": self.B,
-            "ci": self.ci,
-            "meta": _plain(self.meta),
-        }
+        return json_safe(
+            {
+                "layers": self.layers,
+                "passages": self.passages,
+                "later": self.later,
+                "later_max": self.later_max,
+                "kl": self.kl,
+                "intervals": {k: {"low": lo, "high": hi} for k, (lo, hi) in self.intervals.items()},
+                "B": self.B,
+                "ci": self.ci,
+                "meta": self.meta,
+            }
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SkipEffect:
@@ -530,10 +503,7 @@ class SkipEffect:
             later=_array(d["later"]),
             later_max=_array(d["later_max"]),
             kl=_array(d["kl"]),
-            intervals={
-                k: (_array(v["low"]), _array(v["high"]))
-                for k, v in (d.get("intervals") or {}).items()
-            },
+            intervals=_intervals(d.get("intervals")),
             B=int(d.get("B", 100)),
             ci=float(d.get("ci", 0.95)),
             meta=dict(d.get("meta") or {}),

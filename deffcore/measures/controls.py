@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.checks import check_choice
 from deffcore.core.constants import PC_CONTROLS
 from deffcore.core.errors import DeffError, InvalidStatesError
 from deffcore.core.lazy import torch  # imported on first use
@@ -94,8 +95,7 @@ def apply_pc_control(states: Any, control: str) -> np.ndarray | torch.Tensor:
 
     control: "top1_pc" or "top3_pc" (see `deffcore.core.constants.PC_CONTROLS`).
     """
-    if control not in PC_CONTROLS:
-        raise DeffError(f"Unknown PC control {control!r}; choose one of {', '.join(PC_CONTROLS)}.")
+    check_choice(control, PC_CONTROLS, "PC control")
     x = _validated(states, min_layers=1, min_passages=2)
     k = PC_CONTROLS[control]
     out = torch.stack([remove_top_pcs(x[i], k) for i in range(x.shape[0])])

@@ -1,43 +1,29 @@
 """Trajectory geometry of the layers (paper Figure S6): how straight is the path h_1 .. h_L?
 
-The paper plots D_eff/L against a "geodesic efficiency" (Pearson r = 0.65) without defining
-it. This module's definition (SPEC section 13) is the straightness index of movement ecology
-(Batschelet 1981, *Circular Statistics in Biology*; Benhamou 2004, "How to reliably estimate
-the tortuosity of an animal's path: straightness, sinuosity, or fractal dimension?",
-J. Theor. Biol. 229(2):209-220, doi:10.1016/j.jtbi.2004.03.016): the distance from start to
-end divided by the length of the path travelled, 1 for a straight path. It is applied to the
-layer trajectory in two geometries, beside the turning angles that Hénaff, Goris & Simoncelli
-2019 ("Perceptual straightening of natural videos", Nat. Neurosci. 22:984-991,
-doi:10.1038/s41593-019-0377-4) use as the curvature of a trajectory: the angle between
-successive displacement vectors.
+The paper plots D_eff/L against a "geodesic efficiency" without defining it; SPEC section 13
+defines it as the straightness index of movement ecology (Batschelet 1981; Benhamou 2004):
+distance from start to end over the length of the path, 1 for a straight path, beside the
+turning angles between successive displacements (Hénaff, Goris & Simoncelli 2019).
 
-**CKA geometry** (from S alone). Linear CKA is the cosine of the angle between the layers'
-centred Gram matrices K_l = X_l X_l^T seen as vectors, so theta_ij = arccos(S_ij) is the
-great-circle distance between points on a sphere (a metric: it obeys the triangle inequality).
+**CKA geometry** (from S alone): theta_ij = arccos(S_ij), for linear CKA the great-circle
+distance between the layers' centred Gram matrices (a metric).
 
     efficiency = theta_{1,L} / sum_{l=1}^{L-1} theta_{l,l+1}        in [0, 1] for CKA
 
-1 when the layers lie in order on one great circle (a geodesic), small when the path wanders.
 The turning angle at layer l (l = 2 .. L-1) is pi minus the spherical angle at vertex l of the
 triangle (l-1, l, l+1), from the spherical law of cosines with a = theta_{l-1,l+1},
 b = theta_{l-1,l}, c = theta_{l,l+1}:  cos A = (cos a - cos b cos c) / (sin b sin c).
 
 Closed forms (tests): the orthogonal-update reference S_ij = min(i,j)/max(i,j) has
 efficiency E_L = arccos(1/L) / sum_{l=1}^{L-1} arccos(l/(l+1)) (E_2 = 1, E_3 = 0.652,
-E_30 = 0.125; it decays like 1/sqrt(L), each step angle being about sqrt(2/l)) and a turning
-angle of exactly pi/2 at every layer (cos a = cos b cos c: each new update is orthogonal to
-the path so far).
+E_30 = 0.125; about 1/sqrt(L)) and a turning angle of exactly pi/2 at every layer (each new
+update is orthogonal to the path so far).
 
-**Euclidean geometry** (needs the states (L, N, d)): the trajectory of the column-centred
-pooled matrices X_1 .. X_L as points of R^{N x d} (Frobenius norm; centred as CKA centres):
-
-    euclidean_efficiency = ||X_L - X_1|| / sum_l ||X_{l+1} - X_l||
-    euclidean turning angle at l = angle between X_l - X_{l-1} and X_{l+1} - X_l
-
-It is not scale-free (the residual norm grows with depth); a random walk of iid steps gives
-about 1/sqrt(L-1) and turning angles near pi/2, a straight line 1 and 0.
-
-Undefined values (a path of zero length, a zero-length step at a vertex) are NaN.
+**Euclidean geometry** (needs the states (L, N, d)): the column-centred pooled matrices
+X_1 .. X_L as points of R^{N x d}: ||X_L - X_1||_F / sum_l ||X_{l+1} - X_l||_F, and the angle
+between X_l - X_{l-1} and X_{l+1} - X_l. Not scale-free; a random walk of iid steps gives about
+1/sqrt(L-1) and turning angles near pi/2. Undefined values (a path of zero length, a
+zero-length step at a vertex) are NaN.
 """
 
 from __future__ import annotations

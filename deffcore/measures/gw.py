@@ -15,42 +15,25 @@ the pairwise distance matrix of their pooled states under `metric` ("euclidean" 
 "sqeuclidean" and "cosine" = 1 - cosine similarity are offered), divided by its mean
 off-diagonal entry so that GW, like CKA, ignores the overall scale of a layer.
 
-Decisions (the paper gives none):
-- **Solver**: "exact" is POT's conditional-gradient solver of the non-convex GW problem
-  (`gromov_wasserstein2`), which finds a local optimum that depends on where it starts.
-  `init` names the start, and every stored number carries it:
-  - "both" (the default): POT's solver from the product start and from the identity start,
-    the smaller GW^2 kept. A GW distance is a minimum over couplings and each start's value is
-    the cost of a valid coupling (an upper bound of the global GW^2), so the lower of the two
-    is the better estimate of GW itself. The product start alone often stalls at its own local
-    optimum: on a 6-layer random walk of 60 points (d = 8) it gives GW^2 of 0.058 .. 0.068 for
-    every pair and rho(GW, CKA) = -0.19, the lower of the two 0.023 .. 0.055 and -0.98.
-  - "product": the product coupling p q^T, POT's own default (`G0=None` is
-    `p[:, None] * q[None, :]` in `ot.gromov._gw.gromov_wasserstein`, POT 0.9.7). It knows
-    nothing of passages. The paper does not name its solver or start; its Table S22 values
-    (rho(|i-j|, GW) = +0.44 .. +0.54) resemble this start's (+0.35 on SmolLM2, n_gw = 128)
-    and not the best of two starts (+0.95), so it is taken as the paper's start (`PAPER_INIT`):
-    where Table S22 is compared, this start's figures are shown beside the default's
-    (`gw_start_matrices` computes both starts once).
-  - "identity": the identity coupling I/n (passage a of layer i with passage a of layer j,
-    the alignment CKA uses).
-- **Failure**: a solve whose coupling is not one (non-finite, negative, or whose rows and
-  columns do not sum to the uniform weights: e.g. entropic GW at epsilon = 1e-300, where
-  Sinkhorn underflows and POT returns an all-zero plan and a GW of 0, or epsilon = 0.01 on
-  clouds with far outliers) raises `GWSolverError` with one sentence; nothing is stored.
-  Sums within MARGINAL_RTOL (1%) pass: an unconverged Sinkhorn is off by a few tenths of a
-  percent.
+Decisions (the paper gives none; SPEC 13 "GW solver" states them with their evidence):
+- **Solver**: "exact" is POT's conditional-gradient solver (`gromov_wasserstein2`), a local
+  optimum that depends on its start; `init` names the start and every stored number carries
+  it. "both" (the default) keeps the lower GW^2 of the "product" start p q^T (POT's own
+  default, taken as the paper's: `PAPER_INIT`; `gw_start_matrices` computes both starts once)
+  and the "identity" start I/n (passage a with passage a, the alignment CKA uses): each
+  start's value is the cost of a valid coupling, so the lower is the better estimate.
+- **Failure**: a plan that is not a coupling (`coupling_problem`: non-finite, negative, or
+  rows and columns off the uniform weights by more than MARGINAL_RTOL) raises
+  `GWSolverError` with one sentence; nothing is stored.
 - "entropic" is `entropic_gromov_wasserstein2` with POT's default projected-gradient solver
-  (epsilon = EPSILON = 0.01 by default, on the mean-normalised matrices whose entries are about
-  1), started from the product coupling. It smooths the coupling and is biased upwards: on
-  256 Gaussian points in 32 dimensions a rotated, permuted copy gives 0.028 instead of 0 and a
-  different cloud 0.035 (exact: 0.022), so entropic values are comparable with each other,
-  not with exact ones. On this machine it was not faster than the exact solver up to n = 512
-  (BENCHMARKS.md); smaller epsilon converges slowly (0.005: a minute per pair at n = 256).
-- **Symmetry**: GW^2(C1, C2) = GW^2(C2, C1) for the global optimum; a local solver need not
-  land on the same optimum both ways. Only pairs i < j are solved and mirrored, so the matrix
-  is exactly symmetric with an exactly zero diagonal; `asymmetry` (tests, `check_pairs`)
-  measures |GW(i, j) - GW(j, i)| on some pairs to show how far apart the two directions are.
+  (epsilon = EPSILON = 0.01 on the mean-normalised matrices, entries about 1), started from
+  the product coupling. It is biased upwards: on 256 Gaussian points in 32 dimensions a
+  rotated, permuted copy gives 0.028 instead of 0 and a different cloud 0.035 (exact: 0.022),
+  so entropic values are comparable only with each other. It was not faster than the exact
+  solver up to n = 512 (BENCHMARKS.md); epsilon = 0.005 takes a minute per pair at n = 256.
+- **Symmetry**: a local solver need not land on the same optimum both ways, so only pairs
+  i < j are solved and mirrored (exactly symmetric, zero diagonal); `asymmetry` measures
+  |GW(i, j) - GW(j, i)| on some pairs.
 
 Spearman rho over layer pairs i < j (Table S22): rho(GW, CKA), rho(|i - j|, GW),
 rho(|i - j|, CKA) (`scipy.stats.spearmanr`).
@@ -64,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.checks import check_choice
 from deffcore.core.errors import DeffError, GWSolverError, InvalidStatesError
 
 #: Passages of the subsample per layer (SPEC 13 default).
@@ -104,8 +88,7 @@ def distance_matrix(X: np.ndarray, metric: str = "euclidean") -> np.ndarray:
     Zero diagonal, symmetric exactly. A cloud whose points all coincide has no scale: its
     matrix is all zeros (left as is).
     """
-    if metric not in GW_METRICS:
-        raise DeffError(f"Unknown GW metric {metric!r}; choose one of {', '.join(GW_METRICS)}.")
+    check_choice(metric, GW_METRICS, "GW metric")
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] < 2:
         raise InvalidStatesError(f"A point cloud must be (n >= 2, d); got shape {X.shape}.")
@@ -140,10 +123,8 @@ def gw_distance(
     """GW^2 between two clouds given by their (n, n) distance matrices, uniform weights,
     square loss (see the module docstring for the solver, `epsilon` and `init`). Raises
     GWSolverError when a solve gives no valid coupling."""
-    if solver not in SOLVERS:
-        raise DeffError(f"Unknown GW solver {solver!r}; choose one of {', '.join(SOLVERS)}.")
-    if init not in INITS:
-        raise DeffError(f"Unknown GW init {init!r}; choose one of {', '.join(INITS)}.")
+    check_choice(solver, SOLVERS, "GW solver")
+    check_choice(init, INITS, "GW init")
     C1 = np.asarray(C1, dtype=np.float64)
     C2 = np.asarray(C2, dtype=np.float64)
     if solver == "entropic":

@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.checks import check_choice
 from deffcore.core.constants import METRICS
 from deffcore.core.errors import DeffError, InvalidStatesError, UndefinedSimilarityError
 from deffcore.core.lazy import torch  # imported on first use: a stored run never needs it
@@ -431,12 +432,8 @@ def similarity_matrix(
     block_size: maximum number of elements of one streamed block (default ~64M); it bounds
     memory and never changes the result beyond rounding.
     """
-    if metric not in METRICS:
-        raise DeffError(
-            f"Unknown similarity metric {metric!r}; choose one of {', '.join(METRICS)}."
-        )
-    if route not in ROUTES:
-        raise DeffError(f"Unknown route {route!r}; choose one of {', '.join(ROUTES)}.")
+    check_choice(metric, METRICS, "similarity metric")
+    check_choice(route, ROUTES, "route")
     if block_size is not None and block_size < 1:
         raise DeffError(f"block_size must be a positive number of elements, not {block_size}.")
     # finiteness is checked inside `_centred` / `_layer_norms`, on float64 reductions they make
@@ -496,10 +493,7 @@ def _naive_pair(xi: np.ndarray, xj: np.ndarray, metric: str) -> float:
 
 def naive_similarity_matrix(states: Any, metric: str = "cka") -> np.ndarray:
     """Reference implementation: a plain float64 loop over layer pairs (clear, not fast)."""
-    if metric not in METRICS:
-        raise DeffError(
-            f"Unknown similarity metric {metric!r}; choose one of {', '.join(METRICS)}."
-        )
+    check_choice(metric, METRICS, "similarity metric")
     x = _validated(states, min_passages=4 if metric == "unbiased_cka" else 2)
     layers = [x[i].cpu().to(torch.float64).numpy() for i in range(x.shape[0])]
     n_layers = len(layers)

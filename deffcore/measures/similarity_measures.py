@@ -35,8 +35,9 @@ import numpy as np
 if TYPE_CHECKING:  # annotations only: scipy is imported where it is used
     import scipy.sparse
 
+from deffcore.core.checks import check_choice
 from deffcore.core.constants import SPEC17_MEASURES
-from deffcore.core.errors import DeffError, InvalidArgumentError, UndefinedSimilarityError
+from deffcore.core.errors import InvalidArgumentError, UndefinedSimilarityError
 from deffcore.core.lazy import torch  # imported on first use: the sidebar's picker reads names
 from deffcore.measures.similarity import _validated
 
@@ -63,10 +64,7 @@ class MeasureOptions:
 
 
 def _options(measure: str, n: int, opts: MeasureOptions) -> None:
-    if measure not in MEASURES:
-        raise DeffError(
-            f"Unknown similarity measure {measure!r}; choose one of {', '.join(MEASURES)}."
-        )
+    check_choice(measure, MEASURES, "similarity measure")
     if measure in ("mutual_knn", "cknna"):
         if isinstance(opts.k, bool) or not isinstance(opts.k, int) or not 1 <= opts.k <= n - 1:
             raise InvalidArgumentError(

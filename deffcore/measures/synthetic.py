@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deffcore.core.checks import check_choice
 from deffcore.core.errors import DeffError
 
 if TYPE_CHECKING:
@@ -226,8 +227,7 @@ def heavy_tailed_states(
     """
     from deffcore.measures.teaching import clamp_knobs, sample_states
 
-    if tails not in HEAVY_TAILS:
-        raise DeffError(f"Unknown heavy tails {tails!r}; choose one of {', '.join(HEAVY_TAILS)}.")
+    check_choice(tails, HEAVY_TAILS, "heavy tails")
     if not (np.isfinite(df) and df > 2):
         raise DeffError(f"Heavy tails need df > 2 (a finite variance); got {df}.")
     knobs, _ = clamp_knobs(knobs)

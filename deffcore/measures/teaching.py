@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.checks import check_choice
 from deffcore.core.errors import DeffError
 from deffcore.measures.depth import effective_depth, lag_profile, reference_depth
 from deffcore.measures.references import accumulated_similarity, iid_reference_depth
@@ -212,8 +213,7 @@ def correlation_profile(L: int, rho: float) -> np.ndarray:
 
 def active_knobs(step: str) -> set[str]:
     """The knobs a step uses: its own and every earlier step's."""
-    if step not in STEPS:
-        raise DeffError(f"Unknown story step {step!r}; choose one of {', '.join(STEP_KEYS)}.")
+    check_choice(step, STEP_KEYS, "story step")
     order = STEP_KEYS.index(step)
     knobs = {"L"}
     for key, knob in (("h0", "h0"), ("growing", "growth"), ("correlated", "rho")):
@@ -492,24 +492,13 @@ def sweep_closed_form(n: int, d: int, depths: Any, scale: float = 1.0) -> list[d
         L = int(L)
         iid = finite_sample_similarity(np.eye(L), n, d)
         upd = finite_sample_similarity(accumulated_similarity(np.full(L, scale**2), a0=1.0), n, d)
-        for name, S in (("independent states", iid), (UPDATES_ON_H0, upd)):
-            rows.append(
-                {
-                    "construction": name,
-                    "L": L,
-                    "deff_over_L": effective_depth(S) / L,
-                    "rho1": float(lag_profile(S)[0]),
-                }
-            )
-        ok = n > L  # one centred direction per layer at least
-        rows.append(
-            {
-                "construction": "orthogonal states",
-                "L": L,
-                "deff_over_L": 1.0 if ok else float("nan"),
-                "rho1": 0.0 if ok else float("nan"),
-            }
-        )
+        ok = n > L  # orthogonal states need one centred direction per layer at least
+        for name, deff_over_L, rho1 in (
+            ("independent states", effective_depth(iid) / L, float(lag_profile(iid)[0])),
+            (UPDATES_ON_H0, effective_depth(upd) / L, float(lag_profile(upd)[0])),
+            ("orthogonal states", 1.0 if ok else float("nan"), 0.0 if ok else float("nan")),
+        ):
+            rows.append({"construction": name, "L": L, "deff_over_L": deff_over_L, "rho1": rho1})
     return rows
 
 
