@@ -78,13 +78,13 @@ def cell_specs(
 # ---------------------------------------------------------------------------------------------
 # Grid axes and manifest cells
 
-#: axis -> (the kinds of value it holds, what to call them)
-_AXES: dict[str, tuple[tuple[type, ...], str]] = {
-    "models": ((str,), "model names"),
-    "revisions": ((str, type(None)), "revision names"),
-    "random_seeds": ((int,), "integer seeds"),
-    "interventions": ((str,), "intervention names"),
-    "datasets": ((str,), "dataset specs"),
+#: axis -> (the kinds of value it holds, what to call them, an example)
+_AXES: dict[str, tuple[tuple[type, ...], str, str]] = {
+    "models": ((str,), "model names", "[tiny-llama, tiny-gpt2]"),
+    "revisions": ((str, type(None)), "revision names", "[main, step1000]"),
+    "random_seeds": ((int,), "integer seeds", "[0, 1, 2]"),
+    "interventions": ((str,), "intervention names", "[none, no_post]"),
+    "datasets": ((str,), "dataset specs", "[bbc-news]"),
 }
 
 
@@ -94,7 +94,7 @@ def check_axes(where: str = "The sweep", **axes: Any) -> dict[str, list[Any]]:
     `"tiny-llama"`, or one seed) is an axis of one value."""
     out: dict[str, list[Any]] = {}
     for name, value in axes.items():
-        kinds, words = _AXES[name]
+        kinds, words, example = _AXES[name]
         values = list(value) if isinstance(value, list | tuple) else [value]
         for v in values:
             bad_kind = isinstance(v, bool) or not isinstance(v, kinds)
@@ -104,19 +104,10 @@ def check_axes(where: str = "The sweep", **axes: Any) -> dict[str, list[Any]]:
                 raise SweepError(
                     f"{where}: the axis {name!r} holds {shown}, {why}; write a list of "
                     f"{words}{' (>= 0)' if name == 'random_seeds' else ''}, e.g. "
-                    f"{_EXAMPLES[name]}."
+                    f"{example}."
                 )
         out[name] = values
     return out
-
-
-_EXAMPLES = {
-    "models": "[tiny-llama, tiny-gpt2]",
-    "revisions": "[main, step1000]",
-    "random_seeds": "[0, 1, 2]",
-    "interventions": "[none, no_post]",
-    "datasets": "[bbc-news]",
-}
 
 
 def check_manifest_cell(item: dict[str, Any], where: str) -> None:
