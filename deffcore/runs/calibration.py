@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -163,17 +162,10 @@ def any_cached(device: str, dtype: str, *, max_age_s: float = MAX_AGE_S) -> list
 
 
 def _store(cal: Calibration) -> None:
-    folder = _folder()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = _path(cal.key)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(cal), f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from deffcore.core.files import replace_file
+
+    _folder().mkdir(parents=True, exist_ok=True)
+    replace_file(_path(cal.key), json.dumps(asdict(cal), indent=2).encode())
 
 
 def _load_average() -> float | None:
