@@ -880,43 +880,28 @@ class Measurement:
         holds `measures` (default: all) is reused (memoised, or kept beside the run's cache
         entry, `measures.json`); otherwise it is computed (minutes at N in the thousands) and
         kept. B, permutations: default `DEFAULT_B`, `DEFAULT_PERMUTATIONS`."""
-        from deffcore.statistics.measure_table import (
-            DEFAULT_B,
-            DEFAULT_PERMUTATIONS,
-            TABLE_MEASURES,
-            measure_table,
-        )
+        from deffcore.statistics.measure_table import DEFAULT_B, DEFAULT_PERMUTATIONS, measure_table
 
         check_choice(pooling, POOLINGS, "pooling")
         measures = tuple(measures or TABLE_MEASURES)
         B = DEFAULT_B if B is None else B
         permutations = DEFAULT_PERMUTATIONS if permutations is None else permutations
         held = self.stored_measure_table(pooling)
-        same = held is not None and (held.B, held.seed, held.permutations) == (
-            B,
-            seed,
-            permutations,
-        )
+        settings = (B, seed, permutations)
+        same = held is not None and (held.B, held.seed, held.permutations) == settings
         have = {r.measure for r in held.rows} if same else set()
         missing = tuple(m for m in measures if m not in have)
         if missing:  # rows are independent: the missing ones join the held ones
-            table = measure_table(
-                self.states(pooling),
-                missing,
-                B=B,
-                seed=seed,
-                permutations=permutations,
-                progress=progress,
-            )
-            fresh = {m: np.asarray(S, dtype=np.float64) for m, S in table.matrices.items()}
+            options = {"B": B, "seed": seed, "permutations": permutations, "progress": progress}
+            table = measure_table(self.states(pooling), missing, **options)
             if same:
                 rows = {r.measure: r for r in (*held.rows, *table.rows)}
                 table.rows = [rows[m] for m in TABLE_MEASURES if m in rows]
             self._tables[pooling] = table
             keep_measure_table(self.spec, pooling, table)
-            new = {m: S for m, S in fresh.items() if m not in METRICS}
-            for m, S in new.items():
-                self._sim[(pooling, m)] = S
+            new = {m: np.asarray(S, dtype=np.float64) for m, S in table.matrices.items()}
+            new = {m: S for m, S in new.items() if m not in METRICS}
+            self._sim.update({(pooling, m): S for m, S in new.items()})
             if new:
                 keep_measure_matrices(self.spec, pooling, new, self.layers, self.n)
         return _table_of(self._tables[pooling], measures)

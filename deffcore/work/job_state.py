@@ -1,6 +1,6 @@
 """The registry's state: every background job, its queue, and the plain status a page reads.
 
-One lock guards the jobs and the queue (`LOCK`); a job's `JobStatus` is a snapshot of plain
+One lock guards the jobs and the queue (`JOBS_LOCK`); a job's `JobStatus` is a snapshot of plain
 data, safe to read from any thread. Rates: passages per second over the extraction batches seen
 so far (the model load is not in it); tokens per second = that rate x max_tokens, exact for
 token windows (every window is max_tokens long) and an upper bound for documents

@@ -61,8 +61,8 @@ def start(
     if not checked:
         check(spec, names=names)
     with job_state.JOBS_LOCK:
-        for job in job_state.JOBS.values():
-            if job.spec == spec and job.state in ("queued", "running"):
+        for job in _active():
+            if job.spec == spec:
                 return job.job_id
         job = Job(
             spec=spec, metric=metric, device=device, batch_size=batch_size, names=dict(names or {})
@@ -104,8 +104,8 @@ def start_task(name: str, fn: Any, *, model: str = "") -> str:
     per `name` at a time: a name already queued or running returns that job. It waits its turn
     in the one queue like a run."""
     with job_state.JOBS_LOCK:
-        for job in job_state.JOBS.values():
-            if job.task is not None and job.name == name and job.state in ("queued", "running"):
+        for job in _active():
+            if job.task is not None and job.name == name:
                 return job.job_id
         return _enqueue(Job(task=fn, name=name, model=model))
 
@@ -115,6 +115,11 @@ def task_job(name: str) -> JobStatus | None:
     with job_state.JOBS_LOCK:
         found = [j for j in job_state.JOBS.values() if j.task is not None and j.name == name]
         return status_of(max(found, key=lambda j: j.seq)) if found else None
+
+
+def _active() -> list[Job]:
+    """Queued and running jobs (under `job_state.JOBS_LOCK`)."""
+    return [j for j in job_state.JOBS.values() if j.state in ("queued", "running")]
 
 
 def _enqueue(job: Job) -> str:
@@ -193,11 +198,7 @@ def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
 def active_jobs() -> list[JobStatus]:
     """Queued and running jobs, oldest first."""
     with job_state.JOBS_LOCK:
-        jobs = sorted(
-            (j for j in job_state.JOBS.values() if j.state in ("queued", "running")),
-            key=lambda j: j.seq,
-        )
-        return [status_of(j) for j in jobs]
+        return [status_of(j) for j in sorted(_active(), key=lambda j: j.seq)]
 
 
 def wait(job_id: str, timeout: float | None = None) -> JobStatus | None:

@@ -60,6 +60,7 @@ def cell_specs(
     specs: list[Any | None] = []
     errors: list[str | None] = []
     for cell in cells:
+        spec, error = None, None
         try:
             spec, _ = run_spec(
                 cell.model_spec, cell.dataset, n, max_tokens, seed, metric, cell.revision,
@@ -67,11 +68,9 @@ def cell_specs(
                 batch_size=batch_size, device_here=False,  # checked once above
             )  # fmt: skip
         except DeffError as err:
-            specs.append(None)
-            errors.append(str(err))
-            continue
+            error = str(err)
         specs.append(spec)
-        errors.append(None)
+        errors.append(error)
     return specs, errors, device, dtype
 
 

@@ -190,7 +190,7 @@ def _reference(plan: Any, calibrate: str) -> str | None:
 def _hub_refusal(dataset: str) -> str | None:
     """The sentence `dataset` is refused with when only the hub stands in its way (it cannot
     be reached from here), else None."""
-    from deffcore.core.errors import DeffError, HubUnavailableError
+    from deffcore.core.errors import HubUnavailableError
     from deffcore.inputs.texts import check_dataset
 
     try:
@@ -198,7 +198,7 @@ def _hub_refusal(dataset: str) -> str | None:
     except HubUnavailableError as err:
         return str(err)
     except DeffError:
-        return None
+        pass
     return None
 
 
