@@ -168,13 +168,6 @@ def _store(cal: Calibration) -> None:
     replace_file(_path(cal.key), json.dumps(asdict(cal), indent=2).encode())
 
 
-def _load_average() -> float | None:
-    try:
-        return float(os.getloadavg()[0])
-    except (OSError, AttributeError):
-        return None
-
-
 def calibrate(
     model: str,
     *,
@@ -206,6 +199,7 @@ def _measure_rates(key: dict[str, Any], loaded: Any, model: str, max_tokens: int
     from deffcore.extraction.forward import extract_pooled
     from deffcore.inputs.model import MODELS
     from deffcore.measures.similarity import route_costs, similarity_matrix
+    from deffcore.runs.priors import load_average
     from deffcore.runs.stage_times import estimate
 
     if MODELS.loads == loads:  # not loaded here: the time this machine last took
@@ -232,7 +226,7 @@ def _measure_rates(key: dict[str, Any], loaded: Any, model: str, max_tokens: int
         similarity_rate=float(rate),
         measured_at=time.time(),
         seconds=time.perf_counter() - began,
-        load_average=_load_average(),
+        load_average=load_average(),
         estimate_fixed_s=fixed,
         estimate_s_per_madd=per,
     )

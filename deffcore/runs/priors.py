@@ -131,7 +131,8 @@ def _row(model: str, machine: str, row: Any, scaled: float) -> RunPrior | None:
                     measured_load=load if load is not None and load >= 0 else None)  # fmt: skip
 
 
-def _load_now() -> float | None:
+def load_average() -> float | None:
+    """The 1-minute load average, None where the system has none."""
     try:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -150,7 +151,7 @@ def _at_load(found: RunPrior, cores: int) -> RunPrior:
     at (SPEC 14, ETA). Unchanged when either load is unknown."""
     from dataclasses import replace
 
-    now = _load_now()
+    now = load_average()
     if found.measured_load is None or now is None:
         return found
     f = cpu_share(now + cores, cores) / cpu_share(found.measured_load, cores)

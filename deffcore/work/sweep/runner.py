@@ -415,13 +415,9 @@ class _Landing:
             try:
                 self.plan.rows[i]["key"] = spec.key()
                 pooled = cache.load(spec)
-            except DeffError as err:
-                self.land(i, "failed", error=str(err))
-                continue
-            if pooled is None:
-                todo.append(i)
-                continue
-            try:
+                if pooled is None:
+                    todo.append(i)
+                    continue
                 self._fill(i, pooled)
             except DeffError as err:
                 self.land(i, "failed", error=str(err))
