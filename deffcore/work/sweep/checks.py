@@ -1,19 +1,8 @@
-"""Checks of a sweep before it runs: what fails one cell, what refuses the
-whole sweep, and a Ray address that does not answer.
-
-- `cell_specs`: the options every cell shares are checked once (a bad N or dtype refuses the
-  sweep in one sentence); then each cell's spec is built on its own, and a cell that cannot be
-  built (an unknown tiny model, a corrupt GGUF, a missing dataset) fails alone with its
-  sentence while the others run, as the README promises.
-- `check_axes` / `check_manifest_cell`: a grid axis is a list of plain values (a single string
-  is one value: `models: tiny-llama` is one model, never the cells t, i, n, ...); a nested list
-  or a value of the wrong type, and a negative random seed, are refused in one sentence.
-- `join_ray`: a Ray address is probed with one TCP connection first (Ray itself retries a dead
-  address for ever, and while it does SIGTERM cannot end the process), then joined in a helper
-  thread with a deadline, so the main thread stays responsive to signals and a cluster that
-  does not answer fails in one sentence within `JOIN_TIMEOUT_S`.
-
-deffcore.work.sweep calls these and re-exports SweepError; nothing here imports deffcore.work.sweep.
+"""Checks of a sweep before it runs: what fails one cell alone (`cell_specs`), what refuses the
+whole sweep (`check_axes`, `check_manifest_cell`: a single string is one value, never the cells
+t, i, n, ...), and a Ray address that does not answer (`join_ray`: probed with one TCP
+connection first, since Ray retries a dead address for ever and SIGTERM cannot end the process
+while it does). Nothing here imports deffcore.work.sweep, which re-exports SweepError.
 """
 
 from __future__ import annotations
