@@ -23,7 +23,7 @@ def table(monkeypatch):
     machines = {"cpu-2": {"m": dict(ROW), "_measured": "a note, not a model"}}
     monkeypatch.setattr(priors, "_table", lambda: machines)
     monkeypatch.setattr(priors, "_cores", lambda: 2)
-    monkeypatch.setattr(priors, "_load_now", lambda: None)  # no load scaling unless asked
+    monkeypatch.setattr(priors, "load_average", lambda: None)  # no load scaling unless asked
     return machines
 
 
@@ -31,14 +31,14 @@ def test_the_prior_is_priced_for_the_load_now(table, monkeypatch):
     """Measured at a load average of 16 on 2 cores (a share of 2/16), planned at 0.5 (0.5 + the
     run's 2 threads: a share of 2/2.5): everything 6.4 times quicker."""
     table["cpu-2"]["m"]["load_avg"] = 16.0
-    monkeypatch.setattr(priors, "_load_now", lambda: 0.5)
+    monkeypatch.setattr(priors, "load_average", lambda: 0.5)
     found = priors.prior("m", "cpu")
     assert found.load_factor == pytest.approx(0.8 / 0.125)
     assert found.tokens_per_s == pytest.approx(1280 * 6.4)
     assert (found.load_s, found.numbers_s, found.read_s) == pytest.approx((8 / 6.4, 5 / 6.4,
                                                                             1 / 6.4))  # fmt: skip
     assert "x6.4 for the load now against 16.0" in found.describe()
-    monkeypatch.setattr(priors, "_load_now", lambda: 14.0)  # as loaded as when measured
+    monkeypatch.setattr(priors, "load_average", lambda: 14.0)  # as loaded as when measured
     assert priors.prior("m", "cpu").tokens_per_s == pytest.approx(1280.0)
     assert priors.cpu_share(1.0, 2) == 1.0 and priors.cpu_share(8.0, 2) == 0.25
 

@@ -122,6 +122,12 @@ def forward_cost(
     return Cost(seconds, plan.time_source, disk=disk)
 
 
+def _forward_of(spec: Any, tokens: int, device: str, factor: float = 1.0) -> Cost:
+    """`forward_cost` of `tokens` tokens with the model, revision, dtype and length of `spec`."""
+    return forward_cost(spec.model, tokens, device, revision=spec.revision, dtype=spec.dtype,
+                        max_tokens=spec.max_tokens, factor=factor)  # fmt: skip
+
+
 def _assembly(model: str) -> int:
     """Bytes of the packaged file loading `model` first joins into the cache (0: none)."""
     from deffcore.inputs.model import assembly_bytes
@@ -162,22 +168,13 @@ def runs_cost(specs: Sequence[Any], device: str) -> Cost:
     todo = [s for s in specs if not _cached(s)]
     if not todo:
         return Cost(0.0, "cached", cached=True)
-    first = todo[0]
-    tokens = sum(s.n * s.max_tokens for s in todo)
-    cost = forward_cost(
-        first.model, tokens, device, revision=first.revision, dtype=first.dtype,
-        max_tokens=first.max_tokens,
-    )  # fmt: skip
+    cost = _forward_of(todo[0], sum(s.n * s.max_tokens for s in todo), device)
     return replace(cost, disk=cost.disk + _entries(todo))
 
 
 def diagnostics_cost(spec: Any, device: str) -> Cost:
     """The diagnostic pass of the run `spec`: a model load, min(N, 64) passages eagerly."""
-    tokens = min(spec.n, DIAG_PASSAGES) * spec.max_tokens
-    return forward_cost(
-        spec.model, tokens, device, revision=spec.revision, dtype=spec.dtype,
-        max_tokens=spec.max_tokens, factor=EAGER_FACTOR,
-    )  # fmt: skip
+    return _forward_of(spec, min(spec.n, DIAG_PASSAGES) * spec.max_tokens, device, EAGER_FACTOR)
 
 
 def with_variants(spec: Any, field: str, values: Sequence[Any]) -> list[Any]:
@@ -252,8 +249,5 @@ def atlas_cost(spec: Any, device: str, *, n: int, layers: int, part: str) -> Cos
         tokens, disk = (layers + 1) * passages * spec.max_tokens, skip_bytes(passages, layers)
     else:
         tokens, disk = int(n) * spec.max_tokens, rows_bytes(n, layers, lens=part == "lens")
-    cost = forward_cost(
-        spec.model, tokens, device, revision=spec.revision, dtype=spec.dtype,
-        max_tokens=spec.max_tokens,
-    )  # fmt: skip
+    cost = _forward_of(spec, tokens, device)
     return replace(cost, disk=cost.disk + disk)

@@ -5,27 +5,21 @@
     live.trajectory             # anytime.Estimate at 64, 128, 256, ... passages
     live.stopped                # True when the stopping rule ended it early
 
-While the run extracts, every finished chunk of batches reaches `PrefixRows` (through the
-run's checkpoint, `prefix.PrefixCheckpoint`: the extraction already hands it finished
-batches for resume, so nothing inside the extraction changed), and each mark of
-`anytime.schedule` is estimated as soon as its passages are in: `on_estimate(est)` is called
-with it (the CLI prints it, the app's job keeps it). Chunks come at most every
-`extract.CHECKPOINT_EVERY_S` seconds, so an estimate lands within that time of its batches.
+While the run extracts, every finished chunk of batches reaches `PrefixRows` through the run's
+checkpoint (`cache.PrefixCheckpoint`), and each mark of `anytime.schedule` is estimated as soon
+as its passages are in: `on_estimate(est)` is called with it. Chunks come at most every
+`forward.CHECKPOINT_EVERY_S` seconds, so an estimate lands within that time of its batches.
 
-With a stopping rule (`deffcore.statistics.stopping.StopRule`) the run ends before its next batch
-once
-the rule says so (or at once when a resumed prefix already settles it), and the first k
-passages, k the mark it stopped at, are stored as a normal complete run of N = k
-(`prefix.pooled_from_rows`: bit-identical to an uninterrupted k-run; a later run of any
-larger N resumes from it). The N-run's partial entry is then removed (`cache.delete`, which
-refuses a run another process computes): the k-run holds what it had, up to one chunk.
-Documents mode and streamed datasets have no prefix property (`prefix.prefix_refusal`): a
-stopping rule is refused there; their estimates are still made, on the sample's first k
-passages once all of them have landed (documents mode extracts the longest first, so these
-come later than in window modes), and say nothing about a k-run's own bits.
+With a stopping rule (`deffcore.statistics.stopping.StopRule`) the run ends before its next
+batch once the rule says so (or at once when a resumed prefix already settles it), and the
+first k passages, k the mark it stopped at, are stored as a normal complete run of N = k
+(`cache.pooled_from_rows`: bit-identical to an uninterrupted k-run); the N-run's partial entry
+is then removed unless another process computes it. Documents mode and streamed datasets have
+no prefix property (`cache.prefix_refusal`): a stopping rule is refused there; their estimates
+are made on the sample's first k passages once all of them have landed.
 
 A run already complete in the cache is read, and its trajectory computed from its rows (what
-it showed while it ran); a stopping rule does not cut it short (the whole answer is there).
+it showed while it ran); a stopping rule does not cut it short.
 """
 
 from __future__ import annotations
@@ -39,7 +33,6 @@ from typing import Any
 from deffcore.core.constants import EXTRACTED_POOLINGS, WINDOW_MODES
 from deffcore.core.errors import DeffError, RunCancelled
 from deffcore.extraction import cache
-from deffcore.extraction import cache as entries
 from deffcore.extraction.cache import (
     PrefixRows,
     batch_rows,
@@ -220,13 +213,12 @@ def _fill_from_states(watch: _Watch, m: Any) -> None:
 
 def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) -> LiveRun:
     """Keep the first `stop_at` passages as a complete run of that N (module docstring)."""
-    from deffcore.extraction import cache as prefix
     from deffcore.runs.measure import Measurement
 
     spec, k = watch.spec, int(watch.stop_at)
     spec_k = replace(spec, n=k)
     rows = {**{p: watch.rows.rows[p] for p in EXTRACTED_POOLINGS}, "pos0_ratio": watch.rows.ratio}
-    pooled = prefix.pooled_from_rows(
+    pooled = cache.pooled_from_rows(
         rows, spec_k, device=run["device"], batch=batch, resumed=0, ratio_rows=k
     )
     if use_cache:
@@ -248,7 +240,7 @@ def _stopped(watch: _Watch, run: dict[str, Any], batch: int, use_cache: bool) ->
 def _drop_partial(key: str) -> None:
     """Remove the stopped run's partial entry (the k-run now holds its rows), unless a process
     computes it right now (`cache.delete` refuses that): then it is theirs to finish."""
-    for info in entries.list_runs():
+    for info in cache.list_runs():
         if info.get("key") == key and info.get("status") == "partial" and not info["running"]:
             with contextlib.suppress(DeffError, OSError):
-                entries.delete(key)
+                cache.delete(key)

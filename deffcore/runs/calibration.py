@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -163,24 +162,10 @@ def any_cached(device: str, dtype: str, *, max_age_s: float = MAX_AGE_S) -> list
 
 
 def _store(cal: Calibration) -> None:
-    folder = _folder()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = _path(cal.key)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(cal), f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from deffcore.core.files import replace_file
 
-
-def _load_average() -> float | None:
-    try:
-        return float(os.getloadavg()[0])
-    except (OSError, AttributeError):
-        return None
+    _folder().mkdir(parents=True, exist_ok=True)
+    replace_file(_path(cal.key), json.dumps(asdict(cal), indent=2).encode())
 
 
 def calibrate(
@@ -214,6 +199,7 @@ def _measure_rates(key: dict[str, Any], loaded: Any, model: str, max_tokens: int
     from deffcore.extraction.forward import extract_pooled
     from deffcore.inputs.model import MODELS
     from deffcore.measures.similarity import route_costs, similarity_matrix
+    from deffcore.runs.priors import load_average
     from deffcore.runs.stage_times import estimate
 
     if MODELS.loads == loads:  # not loaded here: the time this machine last took
@@ -240,7 +226,7 @@ def _measure_rates(key: dict[str, Any], loaded: Any, model: str, max_tokens: int
         similarity_rate=float(rate),
         measured_at=time.time(),
         seconds=time.perf_counter() - began,
-        load_average=_load_average(),
+        load_average=load_average(),
         estimate_fixed_s=fixed,
         estimate_s_per_madd=per,
     )

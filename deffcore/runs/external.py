@@ -75,7 +75,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.core.checks import check_int, check_seed
+from deffcore.core.checks import check_choice, check_int, check_seed
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, WINDOW_MODES
 from deffcore.core.constants import EXTRACTED_POOLINGS as POOLED
 from deffcore.core.errors import (
@@ -103,11 +103,6 @@ STATES_ROWS_PER_CHUNK = 256
 _MEANS_CHECKED = ("default", "token_normed", "no_pos0")
 #: The weight dtypes measured, by their names (`str(dtype)`: no torch at import).
 _DTYPES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
-
-
-def _choice(value: str, allowed: tuple[str, ...], what: str) -> None:
-    if value not in allowed:
-        raise DeffError(f"Unknown {what} {value!r}; choose one of {', '.join(allowed)}.")
 
 
 def check_cache_id(cache_id: object) -> str | None:
@@ -307,10 +302,10 @@ def plan_loaded_run(
     passages="windows"/"packed", which draw `n` windows with `seed`) or a dataset spec (`n`
     passages, default 512). The spec's model is "loaded:<cache_id>" (or the architecture).
     """
-    _choice(metric, METRICS, "metric")
-    _choice(passages, PASSAGE_MODES, "passages mode")
-    _choice(bos, BOS_OPTIONS, "BOS option")
-    _choice(intervention, INTERVENTIONS, "norm intervention")
+    check_choice(metric, METRICS, "metric")
+    check_choice(passages, PASSAGE_MODES, "passages mode")
+    check_choice(bos, BOS_OPTIONS, "BOS option")
+    check_choice(intervention, INTERVENTIONS, "norm intervention")
     check_int(max_tokens, "max_tokens", 2)
     check_seed(seed)
     if batch_size is not None:

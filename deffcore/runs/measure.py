@@ -107,9 +107,8 @@ def display(text: str, names: dict[str, str] | None) -> str:
 def plan(
     *, names: dict[str, str] | None = None, windows: int | None = None, **run: Any
 ) -> tuple[RunSpec, str]:
-    """`deffcore.runs.measure.run_spec(**run)` followed by `check`: (spec, device) of a run
-    whose arguments, model path and data were checked before anything loads; errors name the
-    user's files (`names`). `windows`: the window count when the caller already knows it."""
+    """`run_spec(**run)` followed by `check` -> (spec, device); errors name the user's files
+    (`names`). `windows`: the window count when the caller already knows it."""
     try:
         spec, device = run_spec(**run)
     except DeffError as err:
@@ -122,8 +121,7 @@ def check(
     spec: RunSpec, *, names: dict[str, str] | None = None, windows: int | None = None
 ) -> None:
     """Raise the DeffError a run of `spec` would hit in its data or model path, before any
-    model loads (see the module doc). Hub datasets are not opened here (network): the worker
-    opens them first, still before the model. `windows` skips counting them again."""
+    model loads (the section above). `windows` skips counting them again."""
     try:
         _check(spec, windows)
     except DeffError as err:
@@ -178,6 +176,15 @@ def _count_windows(spec: RunSpec) -> int | None:
 
 #: Smallest number of kept passages a run accepts (unbiased CKA needs 4).
 MIN_PASSAGES = 4
+
+
+def check_kept(spec: RunSpec, pooled: PooledStates) -> None:
+    """TooFewPassagesError when fewer than MIN_PASSAGES passages of a run were kept."""
+    if pooled.n < MIN_PASSAGES:
+        raise TooFewPassagesError(
+            f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens "
+            f"({pooled.n_dropped_short} dropped); a run needs at least {MIN_PASSAGES}."
+        )
 
 
 def check_run_options(
@@ -277,17 +284,12 @@ def extract_spec(
 ) -> PooledStates:
     """Compute the pooled states of `spec` (no cache): text, then model, then one extraction.
 
-    `deffcore.inputs.run_spec.open_run_inputs` makes the run's inputs (the dataset opened
-    before the model loads; `loaded` reuses a model already in memory, which must be
-    `spec.model` at `spec.revision`; without it the model comes from the process's cache of
-    loaded models and goes to `device`, None the default device; the intervention named by
-    `spec.intervention` is applied around the extraction; `documents` are the run's texts when
-    they are not `spec.dataset`'s), then `deffcore.extraction.forward.extract_run` runs it.
-    `checkpoint` keeps finished batches and resumes them
-    (`deffcore.extraction.cache.PartialRun(spec)`);
-    `should_stop()` is asked before the model loads and before every batch (RunCancelled).
-    `taps` see the captured states too (`deffcore.extraction.forward.ExtractionTap`: the
-    depth-use atlas).
+    `deffcore.inputs.run_spec.open_run_inputs` makes the run's inputs (`loaded`: a model already
+    in memory, which must be `spec.model` at `spec.revision`, else the process's cache of loaded
+    models on `device`; `documents`: the run's texts when they are not `spec.dataset`'s), then
+    `deffcore.extraction.forward.extract_run` runs it. `checkpoint` keeps finished batches and
+    resumes them; `should_stop()` is asked before the model loads and before every batch
+    (RunCancelled); `taps` see the captured states too (the depth-use atlas).
     """
     inputs = open_run_inputs(
         spec,
@@ -327,20 +329,15 @@ def measure_spec(
 ) -> Measurement:
     """Measure one fully specified run: read it from the cache or extract and store it.
 
-    `loaded` reuses a model that is already in memory (it must be `spec.model` at
-    `spec.revision`; the labs pass it to extract several runs from one load).
-    While extracting, finished batches are kept in the run's cache entry, so a run killed,
-    interrupted or cancelled (`should_stop()` returning True between batches: RunCancelled)
-    resumes from its last finished batch when measured again, with bit-identical results
-    (`Measurement.resumed_passages` says how many passages were resumed).
-    `use_cache=False` recomputes without reading or writing the cache at all.
-    Window runs also reuse a cached run of the same settings with another N, bit-identically
-    (`deffcore.extraction.cache`: a larger run resumes from a smaller one's batches, a
-    smaller one is a larger one's first rows); `tap(batch)` sees every finished chunk of
-    batches (`deffcore.runs.anytime_run`: the live estimates). `atlas`: the depth-use atlas is
-    taken in the same extraction and kept beside the run if it ran every passage (SPEC 16).
+    `loaded` as `extract_spec`'s (the labs extract several runs from one load). Finished
+    batches are kept in the run's cache entry, so a run killed, interrupted or cancelled
+    (`should_stop()`: RunCancelled) resumes from its last finished batch, bit-identically
+    (`Measurement.resumed_passages`); a window run also reuses a cached run of another N
+    (`deffcore.extraction.cache`). `use_cache=False` neither reads nor writes the cache.
+    `tap(batch)` sees every finished chunk of batches (the live estimates,
+    `deffcore.runs.anytime_run`). `atlas`: the depth-use atlas is taken in the same extraction
+    and kept beside the run if it ran every passage (SPEC 16).
     """
-    from deffcore.extraction import cache as prefix
     from deffcore.extraction.atlas import atlas_taps, keep_atlas
 
     taps, start = (atlas_taps() if atlas and use_cache else ()), time.perf_counter()
@@ -355,27 +352,23 @@ def measure_spec(
                             documents=documents, taps=taps)  # fmt: skip
 
     def compute_cached() -> PooledStates:
-        served = prefix.from_larger(spec, resolved, batch_size)
+        served = cache.from_larger(spec, resolved, batch_size)
         if served is not None:
             return served
-        checkpoint = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap)
-        return prefix.finish(compute(checkpoint), checkpoint)
+        checkpoint = cache.PrefixCheckpoint(spec, resolved, batch_size, tap)
+        return cache.finish(compute(checkpoint), checkpoint)
 
     if use_cache:
         pooled, was_cached, meta = cache.get_or_compute(spec, compute_cached, sources=sources)
     else:
         watch = None
         if tap is not None:
-            watch = prefix.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
+            watch = cache.PrefixCheckpoint(spec, resolved, batch_size, tap, use_cache=False)
         pooled, was_cached, meta = compute(watch), False, {}
         cache.check_finite(pooled, spec.dtype)  # what the cache refuses to store, unmeasured
     resumed = 0 if was_cached else int(pooled.meta.get("resumed_passages") or 0)
     keep_atlas(spec, taps, pooled)
-    if pooled.n < MIN_PASSAGES:
-        raise TooFewPassagesError(
-            f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens "
-            f"({pooled.n_dropped_short} dropped); a run needs at least {MIN_PASSAGES}."
-        )
+    check_kept(spec, pooled)
     return Measurement(spec=spec, pooled=pooled, metric=metric, cached=was_cached, meta=meta,
                        elapsed_s=time.perf_counter() - start, resumed_passages=resumed)  # fmt: skip
 
@@ -415,57 +408,23 @@ def measure(
     With `random_seeds`, `Measurement.random_null` holds one measurement of
     `random:<model>:<seed>` per seed.
     """
-    options = {
-        "n": n,
-        "max_tokens": max_tokens,
-        "seed": seed,
-        "metric": metric,
-        "revision": revision,
-        "device": device,
-        "dtype": dtype,
-        "progress": progress,
-        "random_seeds": random_seeds,
-        "intervention": intervention,
-        "batch_size": batch_size,
-        "passages": passages,
-        "bos": bos,
-        "use_cache": use_cache,
-        "should_stop": should_stop,
-    }
     if not isinstance(model, str) or tokenizer is not None or not isinstance(dataset, str):
-        return _measure_in_memory(model, tokenizer, dataset, cache_id=cache_id, **options)
+        return _measure_in_memory(
+            model, tokenizer, dataset, cache_id=cache_id, n=n, max_tokens=max_tokens, seed=seed,
+            metric=metric, revision=revision, device=device, dtype=dtype, progress=progress,
+            random_seeds=random_seeds, intervention=intervention, batch_size=batch_size,
+            passages=passages, bos=bos, use_cache=use_cache, should_stop=should_stop,
+        )  # fmt: skip
     if cache_id is not None:
         raise DeffError(
             f"cache_id names a model in memory; {model!r} is named by its spec already."
         )
-    return _measure_named(model, dataset, **options)
-
-
-def _measure_named(
-    model: str,
-    dataset: str,
-    *,
-    n: int | None,
-    max_tokens: int,
-    seed: int,
-    metric: str,
-    revision: str | None,
-    device: str | None,
-    dtype: str | None,
-    random_seeds: tuple[int, ...] | list[int],
-    intervention: str,
-    batch_size: int | None,
-    passages: str,
-    bos: str,
-    **options: Any,
-) -> Measurement:
-    """`measure` of a (model spec, dataset spec) pair: checked, then measured with its nulls."""
-    n = 512 if n is None else n
     spec, device = run_spec(
-        model, dataset, n, max_tokens, seed, metric, revision, device, dtype, intervention,
-        passages=passages, bos=bos, batch_size=batch_size,
+        model, dataset, 512 if n is None else n, max_tokens, seed, metric, revision, device,
+        dtype, intervention, passages=passages, bos=bos, batch_size=batch_size,
     )  # fmt: skip
-    options = {**options, "device": device, "batch_size": batch_size, "metric": metric}
+    options = {"metric": metric, "device": device, "batch_size": batch_size}
+    options.update(progress=progress, use_cache=use_cache, should_stop=should_stop)
     main = measure_spec(spec, **options)
     for s in random_seeds:
         rspec = replace(spec, model=ModelSpec.random(spec.model_spec, s).text)
@@ -569,9 +528,8 @@ def measure_states(
     dataset: str = "states",
 ) -> Measurement:
     """Measure hidden states computed elsewhere: h_0 .. h_L, each (N, T, d), with the attention
-    mask (N, T), pooled by the extraction's pooler (`deffcore.runs.external`, which documents what
-    to
-    pass from transformers, TransformerLens and nnsight). `name`/`dataset` label the run
+    mask (N, T), pooled by the extraction's pooler (`deffcore.runs.external`, which documents
+    what to pass from transformers, TransformerLens and nnsight). `name`/`dataset` label the run
     (model "states:<name>"); nothing is cached."""
     check_choice(metric, METRICS, "metric")
     pooled = external.pool_external(states, mask)
@@ -812,7 +770,7 @@ class Measurement:
             self._paired[key] = paired_bootstrap(
                 stacks, metrics=metrics, B=B, seed=seed, progress=progress
             )
-            self._keep(self._paired[key])
+            keep_paired(self.spec, self._paired[key], self.layers, self.n)
         self._paired["latest"] = self._paired[key]
         return self._paired[key]
 
@@ -877,7 +835,7 @@ class Measurement:
                 return False
         self._read_stored()
         self._hold(pb)
-        self._keep(pb)
+        keep_paired(self.spec, pb, self.layers, self.n)
         return True
 
     def _hold(self, pb: Any) -> None:
@@ -898,9 +856,6 @@ class Measurement:
             self._hold(pb)
         if found:
             self._paired["latest"] = found[-1]
-
-    def _keep(self, pb: Any) -> None:
-        keep_paired(self.spec, pb, self.layers, self.n)
 
     def paired_latest(self):
         """The last `paired_bootstrap` computed for this run, else the one kept with its cache
@@ -925,43 +880,28 @@ class Measurement:
         holds `measures` (default: all) is reused (memoised, or kept beside the run's cache
         entry, `measures.json`); otherwise it is computed (minutes at N in the thousands) and
         kept. B, permutations: default `DEFAULT_B`, `DEFAULT_PERMUTATIONS`."""
-        from deffcore.statistics.measure_table import (
-            DEFAULT_B,
-            DEFAULT_PERMUTATIONS,
-            TABLE_MEASURES,
-            measure_table,
-        )
+        from deffcore.statistics.measure_table import DEFAULT_B, DEFAULT_PERMUTATIONS, measure_table
 
         check_choice(pooling, POOLINGS, "pooling")
         measures = tuple(measures or TABLE_MEASURES)
         B = DEFAULT_B if B is None else B
         permutations = DEFAULT_PERMUTATIONS if permutations is None else permutations
         held = self.stored_measure_table(pooling)
-        same = held is not None and (held.B, held.seed, held.permutations) == (
-            B,
-            seed,
-            permutations,
-        )
+        settings = (B, seed, permutations)
+        same = held is not None and (held.B, held.seed, held.permutations) == settings
         have = {r.measure for r in held.rows} if same else set()
         missing = tuple(m for m in measures if m not in have)
         if missing:  # rows are independent: the missing ones join the held ones
-            table = measure_table(
-                self.states(pooling),
-                missing,
-                B=B,
-                seed=seed,
-                permutations=permutations,
-                progress=progress,
-            )
-            fresh = {m: np.asarray(S, dtype=np.float64) for m, S in table.matrices.items()}
+            options = {"B": B, "seed": seed, "permutations": permutations, "progress": progress}
+            table = measure_table(self.states(pooling), missing, **options)
             if same:
                 rows = {r.measure: r for r in (*held.rows, *table.rows)}
                 table.rows = [rows[m] for m in TABLE_MEASURES if m in rows]
             self._tables[pooling] = table
             keep_measure_table(self.spec, pooling, table)
-            new = {m: S for m, S in fresh.items() if m not in METRICS}
-            for m, S in new.items():
-                self._sim[(pooling, m)] = S
+            new = {m: np.asarray(S, dtype=np.float64) for m, S in table.matrices.items()}
+            new = {m: S for m, S in new.items() if m not in METRICS}
+            self._sim.update({(pooling, m): S for m, S in new.items()})
             if new:
                 keep_measure_matrices(self.spec, pooling, new, self.layers, self.n)
         return _table_of(self._tables[pooling], measures)
@@ -1104,30 +1044,50 @@ PAIRED_FORMAT = 1
 KEEP_PAIRED = 4
 
 
-def _paired_file(spec: Any) -> Path | None:
-    """The run's side file, or None when the run has no cache entry of ours."""
+def _side_file(spec: Any, name: str) -> Path | None:
+    """The run's side file `name`, or None when the run has no cache entry of ours."""
     from deffcore.core.files import cache_dir
     from deffcore.extraction.cache import is_run_entry
 
     folder = cache_dir() / spec.key()
-    return folder / PAIRED_FILE if is_run_entry(folder) else None
+    return folder / name if is_run_entry(folder) else None
+
+
+def _read_side(spec: Any, name: str, fmt: int) -> dict[str, Any]:
+    """The run's side file `name` as read ({} when absent, a link, unreadable, or not of
+    format `fmt` and this run's key)."""
+    path = _side_file(spec, name)
+    if path is None or not path.is_file() or path.is_symlink():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != fmt or data.get("key") != spec.key():
+        return {}
+    return data
+
+
+def _write_side(spec: Any, name: str, body: dict[str, Any], what: str) -> None:
+    """Write the run's side file `name` (nothing without an entry); a failed write warns and
+    loses only the file, never the run."""
+    from deffcore.core.files import atomic_write
+
+    path = _side_file(spec, name)
+    if path is None:
+        return
+    try:
+        atomic_write(path, json.dumps(body, separators=(",", ":")).encode())
+    except DeffError as err:
+        warnings.warn(f"The {what} was not kept with the run: {err}", stacklevel=3)
 
 
 def stored_paired(spec: Any, layers: int, n: int) -> list[Any]:
     """The run's kept `paired.PairedBootstrap`s, oldest first ([] when none is readable)."""
-    from deffcore.core.errors import DeffError
     from deffcore.statistics.paired import PairedBootstrap
 
-    path = _paired_file(spec)
-    if path is None or not path.is_file() or path.is_symlink():
-        return []
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return []
-    if not isinstance(data, dict) or data.get("format") != PAIRED_FORMAT:
-        return []
-    if data.get("key") != spec.key() or not isinstance(data.get("bootstraps"), list):
+    data = _read_side(spec, PAIRED_FILE, PAIRED_FORMAT)
+    if not isinstance(data.get("bootstraps"), list):
         return []
     found = []
     for d in data["bootstraps"]:
@@ -1143,11 +1103,7 @@ def stored_paired(spec: Any, layers: int, n: int) -> list[Any]:
 def keep_paired(spec: Any, pb: Any, layers: int, n: int) -> None:
     """Keep `pb` with the run's entry (newest last, at most `KEEP_PAIRED`); a run without an
     entry keeps nothing here. A failed write warns and loses only the file, never the run."""
-    from deffcore.core.errors import DeffError
-    from deffcore.core.files import atomic_write
-
-    path = _paired_file(spec)
-    if path is None:
+    if _side_file(spec, PAIRED_FILE) is None:
         return
     mine = pb.to_dict()  # at full precision here (a snapshot rounds): the same numbers back
     mine["points"] = [np.asarray(pb.points[k], dtype=np.float64).tolist() for k in pb.profiles]
@@ -1155,10 +1111,7 @@ def keep_paired(spec: Any, pb: Any, layers: int, n: int) -> None:
     kept = [b.to_dict() for b in stored_paired(spec, layers, n)]
     kept = [*[b for b in kept if b != mine][-(KEEP_PAIRED - 1) :], mine]
     body = {"format": PAIRED_FORMAT, "key": spec.key(), "bootstraps": kept}
-    try:
-        atomic_write(path, json.dumps(body, separators=(",", ":")).encode())
-    except DeffError as err:
-        warnings.warn(f"The paired bootstrap was not kept with the run: {err}", stacklevel=2)
+    _write_side(spec, PAIRED_FILE, body, "paired bootstrap")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1185,26 +1138,11 @@ def _table_of(table: Any, measures: tuple[str, ...]) -> Any:
     return replace(table, rows=[table.row(m) for m in measures])
 
 
-def _measures_data(spec: Any) -> dict[str, Any]:
-    """The run's measures.json as read ({} when absent, unreadable, not this format or run)."""
-    path = _paired_file(spec)
-    path = None if path is None else path.with_name(MEASURES_FILE)
-    if path is None or not path.is_file() or path.is_symlink():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}
-    if not isinstance(data, dict) or data.get("format") != MEASURES_FORMAT:
-        return {}
-    return data if data.get("key") == spec.key() else {}
-
-
 def stored_measure_tables(spec: Any, layers: int, n: int) -> dict[str, Any]:
     """The run's kept tables across measures by pooling ({} when none is readable)."""
     from deffcore.statistics.measure_table import MeasureTable
 
-    data = _measures_data(spec)
+    data = _read_side(spec, MEASURES_FILE, MEASURES_FORMAT)
     if not isinstance(data.get("tables"), dict):
         return {}
     found = {}
@@ -1238,7 +1176,7 @@ def stored_measure_matrices(spec: Any, layers: int, n: int) -> dict[str, dict[st
     """The run's kept point-estimate matrices of SPEC 17 measures, {pooling: {measure: (L, L)}}
     ({} when none is readable; an entry failing `measure_matrix_of` reads as absent)."""
 
-    data = _measures_data(spec)
+    data = _read_side(spec, MEASURES_FILE, MEASURES_FORMAT)
     kept = data.get("matrices")
     if not isinstance(kept, dict) or data.get("layers") != layers or data.get("n") != n:
         return {}
@@ -1255,20 +1193,6 @@ def stored_measure_matrices(spec: Any, layers: int, n: int) -> dict[str, dict[st
     return found
 
 
-def _write_measures(spec: Any, body: dict[str, Any], what: str) -> None:
-    from deffcore.core.files import atomic_write
-
-    path = _paired_file(spec)
-    if path is None:
-        return
-    try:
-        atomic_write(
-            path.with_name(MEASURES_FILE), json.dumps(body, separators=(",", ":")).encode()
-        )
-    except DeffError as err:
-        warnings.warn(f"The {what} was not kept with the run: {err}", stacklevel=3)
-
-
 def _measures_body(spec: Any, layers: int, n: int) -> dict[str, Any]:
     """What measures.json holds now (readable parts only), ready to be added to."""
     tables = {p: t.to_dict() for p, t in stored_measure_tables(spec, layers, n).items()}
@@ -1283,11 +1207,11 @@ def _measures_body(spec: Any, layers: int, n: int) -> dict[str, Any]:
 def keep_measure_table(spec: Any, pooling: str, table: Any) -> None:
     """Keep `table` with the run's entry (one per pooling, the newest); a run without an entry
     keeps nothing here. A failed write warns and loses only the file, never the run."""
-    if _paired_file(spec) is None:
+    if _side_file(spec, MEASURES_FILE) is None:
         return
     body = _measures_body(spec, table.layers, table.n)
     body["tables"][pooling] = table.to_dict()
-    _write_measures(spec, body, "measure table")
+    _write_side(spec, MEASURES_FILE, body, "measure table")
 
 
 def keep_measure_matrices(
@@ -1295,12 +1219,12 @@ def keep_measure_matrices(
 ) -> None:
     """Keep point-estimate matrices of SPEC 17 measures (full precision) with the run's entry,
     beside its tables; a run without an entry keeps them in memory only (`Measurement._sim`)."""
-    if _paired_file(spec) is None:
+    if _side_file(spec, MEASURES_FILE) is None:
         return
     body = _measures_body(spec, layers, n)
     per = body["matrices"].setdefault(pooling, {})
     per.update({m: np.asarray(S, dtype=np.float64).tolist() for m, S in matrices.items()})
-    _write_measures(spec, body, "similarity matrix")
+    _write_side(spec, MEASURES_FILE, body, "similarity matrix")
 
 
 def measure_missing_sentence(m: Measurement, pooling: str, measure: str) -> str:

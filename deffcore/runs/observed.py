@@ -16,14 +16,13 @@ there is one.
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from deffcore.core.files import cache_dir
+from deffcore.runs.stage_times import read_json, write_json
 
 OBSERVED_FILE = "observed_runs.json"
 JOBS_LOCK = threading.Lock()
@@ -55,14 +54,8 @@ def _name(model: str, device: str, dtype: str) -> str:
 
 
 def _read() -> dict[str, ObservedRun]:
-    try:
-        data = json.loads((cache_dir() / OBSERVED_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
     found = {}
-    for name, row in data.items():
+    for name, row in read_json(OBSERVED_FILE).items():
         try:
             run = ObservedRun(**row)
         except TypeError:
@@ -83,9 +76,6 @@ def record_run(
     spec: Any, device: str, *, tokens_per_s: float, numbers_s: float, n: int | None = None
 ) -> None:
     """Keep what a finished run took (best effort: a read-only cache loses nothing else)."""
-    from deffcore.core.errors import DeffError
-    from deffcore.core.files import atomic_write
-
     if not (math.isfinite(tokens_per_s) and tokens_per_s > 0 and math.isfinite(numbers_s)):
         return
     run = ObservedRun(
@@ -101,12 +91,7 @@ def record_run(
     with JOBS_LOCK:
         runs = {k: asdict(v) for k, v in _read().items()}
         runs[_name(run.model, device, run.dtype)] = asdict(run)
-        path = cache_dir() / OBSERVED_FILE
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, json.dumps(runs, sort_keys=True).encode())
-        except (OSError, DeffError):
-            pass
+        write_json(OBSERVED_FILE, runs)
 
 
 def latest(model: str, device: str, dtype: str) -> ObservedRun | None:

@@ -73,6 +73,14 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 #: Largest memory size a user may give (1 PiB: beyond any machine, far inside an int64).
 MAX_BYTES = 2**50
+#: The one-off stages of a run (`priors.ONE_OFF`, in run order) and their names in a plan's
+#: `time_parts`.
+STAGE_PARTS = (
+    ("checking data", "read"),
+    ("assembling", "assemble"),
+    ("loading model", "load"),
+    ("preparing", "prepare"),
+)
 
 #: The H200 figures of BENCHMARKS.md's GPU check (gemma3-270m, bfloat16, batch 256 x 64 tokens).
 H200 = {
@@ -584,14 +592,9 @@ def _price_prior(plan: Plan, spec: Any) -> bool:
     )
     stages = dict(expected.stages)
     first = min(plan.batch, spec.n) / expected.rate  # in "preparing" there, in "extract" here
-    plan.time_parts = {
-        "read": stages.get("checking data", 0.0),
-        "assemble": stages.get("assembling", 0.0),
-        "load": stages.get("loading model", 0.0),
-        "prepare": max(stages.get("preparing", 0.0) - first, 0.0),
-        "extract": expected.extract_s + first,
-        "numbers": expected.numbers_s,
-    }
+    plan.time_parts = {part: stages.get(stage, 0.0) for stage, part in STAGE_PARTS}
+    plan.time_parts["prepare"] = max(plan.time_parts["prepare"] - first, 0.0)
+    plan.time_parts.update(extract=expected.extract_s + first, numbers=expected.numbers_s)
     plan.seconds = expected.total_s
     plan.time_source = found.describe()
     return True
@@ -605,12 +608,7 @@ def expected_of(plan: Plan) -> Any:
     if plan.seconds is None:
         return None
     parts = plan.time_parts
-    stages = (
-        ("checking data", parts.get("read", 0.0)),
-        ("assembling", parts.get("assemble", 0.0)),
-        ("loading model", parts.get("load", 0.0)),
-        ("preparing", parts.get("prepare", 0.0)),
-    )
+    stages = tuple((stage, parts.get(part, 0.0)) for stage, part in STAGE_PARTS)
     extract = float(parts.get("extract", 0.0))
     rate = plan.n / extract if extract > 0 else 0.0
     if rate > 0:  # the first batch is reported at its end: "preparing" holds it

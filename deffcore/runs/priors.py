@@ -33,8 +33,13 @@ from deffcore.core.errors import DeffError
 from deffcore.core.files import DATA_DIR
 
 PRIOR_FILE = DATA_DIR / "run_priors.json"
-#: The seconds of one-off stages a prior prices (the job's stage names, in run order).
-ONE_OFF = ("checking data", "assembling", "loading model", "preparing")
+#: The one-off stages a prior prices (the job's stage names, in run order) -> its field.
+ONE_OFF = {
+    "checking data": "read_s",
+    "assembling": "assemble_s",
+    "loading model": "load_s",
+    "preparing": "prepare_s",
+}
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ def _table() -> dict[str, dict[str, dict[str, Any]]]:
     return machines if isinstance(machines, dict) else {}
 
 
-_FIELDS = ("read_s", "assemble_s", "load_s", "prepare_s", "tokens_per_s", "numbers_s")
+_FIELDS = (*ONE_OFF.values(), "tokens_per_s", "numbers_s")
 
 
 def _row(model: str, machine: str, row: Any, scaled: float) -> RunPrior | None:
@@ -126,7 +131,8 @@ def _row(model: str, machine: str, row: Any, scaled: float) -> RunPrior | None:
                     measured_load=load if load is not None and load >= 0 else None)  # fmt: skip
 
 
-def _load_now() -> float | None:
+def load_average() -> float | None:
+    """The 1-minute load average, None where the system has none."""
     try:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -145,22 +151,14 @@ def _at_load(found: RunPrior, cores: int) -> RunPrior:
     at (SPEC 14, ETA). Unchanged when either load is unknown."""
     from dataclasses import replace
 
-    now = _load_now()
+    now = load_average()
     if found.measured_load is None or now is None:
         return found
     f = cpu_share(now + cores, cores) / cpu_share(found.measured_load, cores)
     if f == 1.0:
         return found
-    return replace(
-        found,
-        read_s=found.read_s / f,
-        assemble_s=found.assemble_s / f,
-        load_s=found.load_s / f,
-        prepare_s=found.prepare_s / f,
-        tokens_per_s=found.tokens_per_s * f,
-        numbers_s=found.numbers_s / f,
-        load_factor=f,
-    )
+    seconds = {k: getattr(found, k) / f for k in (*ONE_OFF.values(), "numbers_s")}
+    return replace(found, **seconds, tokens_per_s=found.tokens_per_s * f, load_factor=f)
 
 
 def prior(model: str, device: str, dtype: str = "float32") -> RunPrior | None:
@@ -237,15 +235,9 @@ def stage_seconds(stage: str, model: str, device: str | None = None) -> float | 
 
         device = default_device()
     found = prior(model, device)
-    if found is None:
+    if found is None or stage not in ONE_OFF:
         return None
-    seconds = {
-        "checking data": found.read_s,
-        "assembling": found.assemble_s,
-        "loading model": found.load_s,
-        "preparing": found.prepare_s,
-    }.get(stage)
-    return seconds or None
+    return getattr(found, ONE_OFF[stage]) or None
 
 
 @dataclass(frozen=True)

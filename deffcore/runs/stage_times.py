@@ -38,20 +38,33 @@ MAX_FRACTION = 0.95
 _LOCK = threading.Lock()
 
 
-def _path():
-    return cache_dir() / STAGE_FILE
+def read_json(name: str) -> dict:
+    """The cache folder's plain-JSON file `name` as a dict ({} when absent or damaged)."""
+    try:
+        data = json.loads((cache_dir() / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json(name: str, data: dict) -> None:
+    """Write the cache folder's file `name` atomically, best effort: a read-only cache loses
+    nothing else."""
+    from deffcore.core.errors import DeffError
+    from deffcore.core.files import atomic_write
+
+    path = cache_dir() / name
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(data, sort_keys=True).encode())
+    except (OSError, DeffError):
+        pass
 
 
 def _read() -> dict[str, float]:
-    try:
-        data = json.loads(_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
     return {
         str(k): float(v)
-        for k, v in data.items()
+        for k, v in read_json(STAGE_FILE).items()
         if isinstance(v, int | float) and math.isfinite(v) and v > 0
     }
 
@@ -79,9 +92,6 @@ def estimate(stage: str, model: str) -> float | None:
 
 def record(stage: str, model: str, seconds: float) -> None:
     """Keep what this machine took (best effort: a read-only cache loses nothing else)."""
-    from deffcore.core.errors import DeffError
-    from deffcore.core.files import atomic_write
-
     if not (math.isfinite(seconds) and seconds > 0):
         return
     with _LOCK:
@@ -89,11 +99,7 @@ def record(stage: str, model: str, seconds: float) -> None:
         # kept to the millisecond, and never as 0 (which `_read` ignores as no estimate): a tiny
         # model moves to the CPU in well under a millisecond on a fast machine
         times[_name(stage, model)] = max(RESOLUTION_S, round(float(seconds), 3))
-        try:
-            _path().parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(_path(), json.dumps(times, sort_keys=True).encode())
-        except (OSError, DeffError):
-            pass
+        write_json(STAGE_FILE, times)
 
 
 def fraction(elapsed_s: float, estimate_s: float | None) -> float:

@@ -1,6 +1,6 @@
 """The registry's state: every background job, its queue, and the plain status a page reads.
 
-One lock guards the jobs and the queue (`LOCK`); a job's `JobStatus` is a snapshot of plain
+One lock guards the jobs and the queue (`JOBS_LOCK`); a job's `JobStatus` is a snapshot of plain
 data, safe to read from any thread. Rates: passages per second over the extraction batches seen
 so far (the model load is not in it); tokens per second = that rate x max_tokens, exact for
 token windows (every window is max_tokens long) and an upper bound for documents
@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,13 +177,16 @@ class SweepWork:
 
 @dataclass
 class Job:
-    job_id: str
-    spec: RunSpec | None  # None for a sweep
-    metric: str
-    device: str | None
-    batch_size: int | None
-    names: dict[str, str]
-    seq: int
+    """One background job: a run (`spec`), a sweep (`sweep`) or a task (`task`). Made under
+    `JOBS_LOCK`, which its `seq` (arrival order) needs."""
+
+    job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    spec: RunSpec | None = None  # None for a sweep or a task
+    metric: str = "cka"
+    device: str | None = None
+    batch_size: int | None = None
+    names: dict[str, str] = field(default_factory=dict)
+    seq: int = field(default_factory=lambda: next(SEQ))
     created: float = field(default_factory=time.monotonic)
     state: str = "queued"
     stage: str = "queued"

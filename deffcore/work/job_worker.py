@@ -1,9 +1,5 @@
-"""The one worker thread of background work: it takes queued jobs in order and runs each.
-
-A run goes through `deffcore.runs.measure.measure_spec` (window runs through
-`deffcore.runs.anytime_run.measure_live`, with live estimates), so the cache stays the state of
-record: a job's result is its cache entry (`result_key`), read back by key; an interrupted or
-cancelled run leaves a *partial* entry that the same spec resumes.
+"""The one worker thread of background work: it takes queued jobs in order and runs each (a run
+through `deffcore.runs.anytime_run.measure_live`; why and how: `deffcore.work.jobs`).
 """
 
 from __future__ import annotations

@@ -9,51 +9,30 @@
     jobs.sweep_job(sweep_id) -> {"state", "landed", "total", "rows", ...}
 
 A Streamlit page only draws: a run started from it goes to this process-wide registry and one
-worker thread, so switching pages or reloading the browser does not stop it. The thread runs
-`deffcore.runs.measure.measure_spec`, so the cache stays the state of record: a job's result is
-its cache entry (`result_key`), read back by key; an interrupted or cancelled run leaves a
-*partial* entry (never a complete-looking one) that the same spec resumes.
+worker thread (`job_worker`), so switching pages or reloading the browser does not stop it. The
+cache stays the state of record: a job's result is its cache entry (`result_key`), read back by
+key; an interrupted or cancelled run leaves a *partial* entry that the same spec resumes.
 
 Decisions:
-- One registry and one worker thread for every kind of background work, jobs in arrival order
-  (`queued` until it is their turn): runs share the machine's cores, and two extractions at
-  once would each run at half speed anyway. A sweep (`start_sweep`, the Models page) is one
-  job of the same queue: checked before it is queued, cancellable between cells and batches,
-  forgotten like a run once finished. With engine "ray" its cells run as Ray tasks while the
-  worker waits for them: Ray, not this queue, schedules a cluster.
+- One registry and one worker thread for every kind of background work (runs, sweeps, tasks),
+  in arrival order: runs share the machine's cores, and two extractions at once would each run
+  at half speed anyway. With engine "ray" a sweep's cells run as Ray tasks while the worker
+  waits for them.
 - Starting a spec that is already queued or running returns that job (two tabs, one run).
-- `start` checks what can be checked cheaply BEFORE anything loads (`check`, from
-  `deffcore.runs.measure`, re-exported here with `plan` and `display`): the model path and the
-  data; errors name the user's own file.
-- Rates: passages per second over the extraction batches seen so far (the model load is not in
-  it); tokens per second = that rate x max_tokens, exact for token windows (every window is
-  max_tokens long) and an upper bound for documents (`tokens_exact` False); once done, the
-  rate x the run's exact mean tokens per passage. ETA from the first second: the run's plan
-  (a calibration, an observed run, or a packaged model's measured prior for this class of
-  machine, `deffcore.runs.priors`) gives its expected parts, refined by the first batch
-  (SPEC 14, ETA); without a plan time, ETA = remaining passages / rate.
-- Models load once per server: a run, its diagnostics, the BOS on/off check and
-  the labs get their model from `deffcore.inputs.model` (identity-keyed, budgeted,
-  least recently used evicted first), so the second job on a model skips the "loading model"
-  stage. That stage shows the part of the load going on (reading, de-quantising, building,
-  moving: `deffcore.inputs.model`) with its estimate and the parts that ended with their
-  seconds (`job_state`, `job_worker`); each part and the whole load are timed into
-  `deffcore.runs.stage_times`. The stage ends when the load does ("loaded <spec>" ->
-  "preparing": tokenising or cutting windows, then the first batch, with its bar by time),
-  so its time leaves out cutting windows and the first batch. A run that
-  extracted here leaves its rate to price the next plan (`deffcore.runs.observed`).
-- Window runs show live estimates (SPEC 14): the worker runs them through
-  `deffcore.runs.anytime_run.measure_live`, each estimate lands in the job's `estimates` as plain
-  data, and `stop_when_settled(job_id)` makes the run stop once the BOS verdict is settled
-  (a stopping rule read before every batch, so it may be asked while the run goes), keeping a
-  run of that N (`result_key` names it, `stopped_at` says where). Documents runs have none.
+- `start` runs `deffcore.runs.measure.check` before anything loads; errors name the user's file.
+- Models load once per server (`deffcore.inputs.model`), so the second job on a model skips the
+  "loading model" stage; each load part and the whole load are timed into
+  `deffcore.runs.stage_times`, and a run that extracted here leaves its rate to price the next
+  plan (`deffcore.runs.observed`). Rates and ETA: `job_state`.
+- Window runs show live estimates (SPEC 14, `deffcore.runs.anytime_run.measure_live`), kept in
+  the job's `estimates`; `stop_when_settled(job_id)` stops the run once the BOS verdict is
+  settled, keeping a run of that N (`result_key` names it, `stopped_at` says where).
 - This module never imports streamlit.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,17 +61,11 @@ def start(
     if not checked:
         check(spec, names=names)
     with job_state.JOBS_LOCK:
-        for job in job_state.JOBS.values():
-            if job.spec == spec and job.state in ("queued", "running"):
+        for job in _active():
+            if job.spec == spec:
                 return job.job_id
         job = Job(
-            job_id=uuid.uuid4().hex,
-            spec=spec,
-            metric=metric,
-            device=device,
-            batch_size=batch_size,
-            names=dict(names or {}),
-            seq=next(job_state.SEQ),
+            spec=spec, metric=metric, device=device, batch_size=batch_size, names=dict(names or {})
         )
         return _enqueue(job)
 
@@ -114,13 +87,9 @@ def start_sweep(cells: Sequence[Any], **options: Any) -> str:
     plan = plan_sweep(cells, **options)
     with job_state.JOBS_LOCK:
         job = Job(
-            job_id=uuid.uuid4().hex,
-            spec=None,
             metric=plan.settings["metric"],
             device=plan.device,
             batch_size=plan.batch_size,
-            names={},
-            seq=next(job_state.SEQ),
             total=len(plan.rows),
             sweep=SweepWork(plan),
         )
@@ -135,22 +104,10 @@ def start_task(name: str, fn: Any, *, model: str = "") -> str:
     per `name` at a time: a name already queued or running returns that job. It waits its turn
     in the one queue like a run."""
     with job_state.JOBS_LOCK:
-        for job in job_state.JOBS.values():
-            if job.task is not None and job.name == name and job.state in ("queued", "running"):
+        for job in _active():
+            if job.task is not None and job.name == name:
                 return job.job_id
-        job = Job(
-            job_id=uuid.uuid4().hex,
-            spec=None,
-            metric="cka",
-            device=None,
-            batch_size=None,
-            names={},
-            seq=next(job_state.SEQ),
-            task=fn,
-            name=name,
-            model=model,
-        )
-        return _enqueue(job)
+        return _enqueue(Job(task=fn, name=name, model=model))
 
 
 def task_job(name: str) -> JobStatus | None:
@@ -158,6 +115,11 @@ def task_job(name: str) -> JobStatus | None:
     with job_state.JOBS_LOCK:
         found = [j for j in job_state.JOBS.values() if j.task is not None and j.name == name]
         return status_of(max(found, key=lambda j: j.seq)) if found else None
+
+
+def _active() -> list[Job]:
+    """Queued and running jobs (under `job_state.JOBS_LOCK`)."""
+    return [j for j in job_state.JOBS.values() if j.state in ("queued", "running")]
 
 
 def _enqueue(job: Job) -> str:
@@ -216,8 +178,7 @@ def cancel(job_id: str) -> bool:
 def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
     """Ask a running window run to stop once `target` ("verdict" or "solid",
     `deffcore.statistics.stopping`) is met (at once when its latest estimates already meet it),
-    keeping
-    what it extracted as a run of that N. False when the job is unknown, finished, or not a
+    keeping what it extracted as a run of that N. False when the job is unknown, finished, or not a
     run whose estimates can stop it (`anytime.prefix_refusal`)."""
     from deffcore.extraction.cache import prefix_refusal
     from deffcore.statistics.stopping import TARGETS
@@ -237,11 +198,7 @@ def stop_when_settled(job_id: str, target: str = "verdict") -> bool:
 def active_jobs() -> list[JobStatus]:
     """Queued and running jobs, oldest first."""
     with job_state.JOBS_LOCK:
-        jobs = sorted(
-            (j for j in job_state.JOBS.values() if j.state in ("queued", "running")),
-            key=lambda j: j.seq,
-        )
-        return [status_of(j) for j in jobs]
+        return [status_of(j) for j in sorted(_active(), key=lambda j: j.seq)]
 
 
 def wait(job_id: str, timeout: float | None = None) -> JobStatus | None:
@@ -287,9 +244,8 @@ def load_result(key: str) -> Any:
 def partial_spec(key: str) -> RunSpec:
     """The spec of the partial (interrupted) entry `key`, to resume it with `start`."""
     from deffcore.extraction import cache
-    from deffcore.extraction import cache as entries
 
-    for info in entries.list_runs():
+    for info in cache.list_runs():
         if info.get("key") == key and info.get("status") == "partial" and info.get("spec"):
             return RunSpec(**info["spec"])
     raise cache.UnknownRunError(f"No interrupted run with key {key!r} to resume.")
@@ -297,10 +253,10 @@ def partial_spec(key: str) -> RunSpec:
 
 def kept_passages(spec: RunSpec) -> int:
     """Passages a partial (interrupted or cancelled) entry of `spec` holds, 0 when none."""
-    from deffcore.extraction import cache as entries
+    from deffcore.extraction import cache
 
     key = spec.key()
-    for info in entries.list_runs():
+    for info in cache.list_runs():
         if info.get("key") == key and info.get("status") == "partial":
             return int(info.get("done_passages") or 0)
     return 0

@@ -11,9 +11,8 @@ is a job of `deffcore.work.jobs`, the one registry and queue of background work.
 (`model_family`, `paper_models`) lives in `deffcore.views.models_overview`, a cached run's row in
 `deffcore.runs.tables.cached_model_row`.
 
-Every public name is re-exported here: `from deffcore.work.sweep import run_sweep` keeps working;
-`start_sweep` and `sweep_job` are `deffcore.work.jobs`'s (resolved on first use, so importing this
-package stays light).
+Every public name is re-exported here; `start_sweep` and `sweep_job` are `deffcore.work.jobs`'s,
+resolved on first use (jobs imports the cache and torch), so importing this package stays light.
 """
 
 from __future__ import annotations
@@ -90,8 +89,6 @@ __all__ = [
     "worker_id",
 ]
 
-#: Names that live in `deffcore.work.jobs` (imported on first use: jobs imports the cache and
-# torch).
 _FROM_JOBS = ("start_sweep", "sweep_job")
 __all__ += list(_FROM_JOBS)
 

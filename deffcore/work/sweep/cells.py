@@ -147,6 +147,15 @@ MANIFEST_EXTRAS = ("settings", "sizes", "about")
 _AXES = ("models", "revisions", "random_seeds", "trained", "interventions", "datasets")
 
 
+def parse_manifest(path: Path, text: str) -> Any:
+    """The `text` of the manifest `path`: YAML for .yaml/.yml, else JSON (their own errors)."""
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        return yaml.safe_load(text)
+    return json.loads(text)
+
+
 def manifest_cells(path: str | Path) -> list[Cell]:
     """Cells listed in a YAML or JSON manifest file.
 
@@ -162,12 +171,7 @@ def manifest_cells(path: str | Path) -> list[Cell]:
     except OSError as err:
         raise SweepError(f"Cannot read the sweep manifest {path}: {err.strerror}.") from err
     try:
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
+        data = parse_manifest(path, text)
     except Exception as err:  # yaml.YAMLError / json.JSONDecodeError: both mean malformed
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SweepError(f"The sweep manifest {path} is not valid YAML/JSON ({first}).") from err

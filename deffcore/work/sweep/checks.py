@@ -1,19 +1,8 @@
-"""Checks of a sweep before it runs: what fails one cell, what refuses the
-whole sweep, and a Ray address that does not answer.
-
-- `cell_specs`: the options every cell shares are checked once (a bad N or dtype refuses the
-  sweep in one sentence); then each cell's spec is built on its own, and a cell that cannot be
-  built (an unknown tiny model, a corrupt GGUF, a missing dataset) fails alone with its
-  sentence while the others run, as the README promises.
-- `check_axes` / `check_manifest_cell`: a grid axis is a list of plain values (a single string
-  is one value: `models: tiny-llama` is one model, never the cells t, i, n, ...); a nested list
-  or a value of the wrong type, and a negative random seed, are refused in one sentence.
-- `join_ray`: a Ray address is probed with one TCP connection first (Ray itself retries a dead
-  address for ever, and while it does SIGTERM cannot end the process), then joined in a helper
-  thread with a deadline, so the main thread stays responsive to signals and a cluster that
-  does not answer fails in one sentence within `JOIN_TIMEOUT_S`.
-
-deffcore.work.sweep calls these and re-exports SweepError; nothing here imports deffcore.work.sweep.
+"""Checks of a sweep before it runs: what fails one cell alone (`cell_specs`), what refuses the
+whole sweep (`check_axes`, `check_manifest_cell`: a single string is one value, never the cells
+t, i, n, ...), and a Ray address that does not answer (`join_ray`: probed with one TCP
+connection first, since Ray retries a dead address for ever and SIGTERM cannot end the process
+while it does). Nothing here imports deffcore.work.sweep, which re-exports SweepError.
 """
 
 from __future__ import annotations
@@ -60,6 +49,7 @@ def cell_specs(
     specs: list[Any | None] = []
     errors: list[str | None] = []
     for cell in cells:
+        spec, error = None, None
         try:
             spec, _ = run_spec(
                 cell.model_spec, cell.dataset, n, max_tokens, seed, metric, cell.revision,
@@ -67,24 +57,22 @@ def cell_specs(
                 batch_size=batch_size, device_here=False,  # checked once above
             )  # fmt: skip
         except DeffError as err:
-            specs.append(None)
-            errors.append(str(err))
-            continue
+            error = str(err)
         specs.append(spec)
-        errors.append(None)
+        errors.append(error)
     return specs, errors, device, dtype
 
 
 # ---------------------------------------------------------------------------------------------
 # Grid axes and manifest cells
 
-#: axis -> (the kinds of value it holds, what to call them)
-_AXES: dict[str, tuple[tuple[type, ...], str]] = {
-    "models": ((str,), "model names"),
-    "revisions": ((str, type(None)), "revision names"),
-    "random_seeds": ((int,), "integer seeds"),
-    "interventions": ((str,), "intervention names"),
-    "datasets": ((str,), "dataset specs"),
+#: axis -> (the kinds of value it holds, what to call them, an example)
+_AXES: dict[str, tuple[tuple[type, ...], str, str]] = {
+    "models": ((str,), "model names", "[tiny-llama, tiny-gpt2]"),
+    "revisions": ((str, type(None)), "revision names", "[main, step1000]"),
+    "random_seeds": ((int,), "integer seeds", "[0, 1, 2]"),
+    "interventions": ((str,), "intervention names", "[none, no_post]"),
+    "datasets": ((str,), "dataset specs", "[bbc-news]"),
 }
 
 
@@ -94,7 +82,7 @@ def check_axes(where: str = "The sweep", **axes: Any) -> dict[str, list[Any]]:
     `"tiny-llama"`, or one seed) is an axis of one value."""
     out: dict[str, list[Any]] = {}
     for name, value in axes.items():
-        kinds, words = _AXES[name]
+        kinds, words, example = _AXES[name]
         values = list(value) if isinstance(value, list | tuple) else [value]
         for v in values:
             bad_kind = isinstance(v, bool) or not isinstance(v, kinds)
@@ -104,19 +92,10 @@ def check_axes(where: str = "The sweep", **axes: Any) -> dict[str, list[Any]]:
                 raise SweepError(
                     f"{where}: the axis {name!r} holds {shown}, {why}; write a list of "
                     f"{words}{' (>= 0)' if name == 'random_seeds' else ''}, e.g. "
-                    f"{_EXAMPLES[name]}."
+                    f"{example}."
                 )
         out[name] = values
     return out
-
-
-_EXAMPLES = {
-    "models": "[tiny-llama, tiny-gpt2]",
-    "revisions": "[main, step1000]",
-    "random_seeds": "[0, 1, 2]",
-    "interventions": "[none, no_post]",
-    "datasets": "[bbc-news]",
-}
 
 
 def check_manifest_cell(item: dict[str, Any], where: str) -> None:

@@ -44,17 +44,11 @@ REFERENCE_MODEL = "smollm2-135m"
 def manifest_extras(path: str | Path) -> tuple[dict[str, Any], dict[str, ModelSize], str]:
     """(settings, sizes, about) of a YAML/JSON sweep manifest (module docstring); empty when
     it has none. Raises DeffError for malformed ones."""
-    import json
+    from deffcore.work.sweep.cells import parse_manifest
 
     path = Path(path).expanduser()
     try:
-        text = path.read_text()
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
+        data = parse_manifest(path, path.read_text())
     except Exception as err:  # the cells reader says what is wrong with it in one sentence
         raise DeffError(f"The sweep manifest {path} cannot be read ({err}).") from err
     if not isinstance(data, dict):
@@ -196,7 +190,7 @@ def _reference(plan: Any, calibrate: str) -> str | None:
 def _hub_refusal(dataset: str) -> str | None:
     """The sentence `dataset` is refused with when only the hub stands in its way (it cannot
     be reached from here), else None."""
-    from deffcore.core.errors import DeffError, HubUnavailableError
+    from deffcore.core.errors import HubUnavailableError
     from deffcore.inputs.texts import check_dataset
 
     try:
@@ -204,7 +198,7 @@ def _hub_refusal(dataset: str) -> str | None:
     except HubUnavailableError as err:
         return str(err)
     except DeffError:
-        return None
+        pass
     return None
 
 

@@ -35,7 +35,6 @@ from deffcore.core.errors import DeffError
 
 #: Keys a row gains when the column is on (the CLI's --json prints them after CELL_KEYS).
 PRUNING_KEYS: tuple[str, ...] = ("ppl0", "k_110", "f_110", "pruning_status", "pruning_error")
-PRUNING_STATUSES: tuple[str, ...] = ("done", "stored", "failed", "skipped")
 
 
 @dataclass(frozen=True)
@@ -79,16 +78,10 @@ def pruning_options(value: Any, where: str = "pruning") -> PruningOptions | None
 def manifest_pruning(path: str | Path) -> PruningOptions | None:
     """The pruning column a sweep manifest asks for (its top-level `pruning` key), or None.
     The manifest itself is checked by `deffcore.work.sweep.cells.manifest_cells`, read first."""
-    import json
+    from deffcore.work.sweep.cells import parse_manifest
 
     path = Path(path).expanduser()
-    text = path.read_text()
-    if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+    data = parse_manifest(path, path.read_text())
     if not isinstance(data, dict):
         return None
     return pruning_options(data.get("pruning"), f"The 'pruning' of the sweep manifest {path}")

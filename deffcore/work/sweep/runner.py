@@ -9,9 +9,8 @@
    interrupted sweep resumes where it stopped);
 3. the others are computed by `compute_cell` (`deffcore.runs.measure.extract_spec`), each one Ray
    task or, with engine "serial", one after the other in this process. A worker returns the
-   cell's pooled states to the driver, which stores them with `deffcore.extraction.cache.store`:
-   workers
-   need no shared disk and never write the cache;
+   cell's pooled states to the driver, which stores them with `deffcore.extraction.cache.store`
+   (workers need no shared disk and never write the cache);
 4. a failing cell (unknown model, hub offline, out of memory, a worker that died) gets status
    "failed" with its one-sentence error while the other cells finish.
 
@@ -51,14 +50,8 @@ from typing import Any
 
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import DeffError, RunCancelled
+from deffcore.measures.atlas import ATLAS_COLUMNS
 from deffcore.work.sweep import checks
-from deffcore.work.sweep.atlas_column import (
-    ATLAS_KEYS,
-    atlas_columns,
-    cell_atlas_taps,
-    cell_rows,
-    keep_cell_rows,
-)
 from deffcore.work.sweep.cells import Cell, check_cells, one_sentence
 from deffcore.work.sweep.checks import SweepError
 from deffcore.work.sweep.pruning_column import (
@@ -71,6 +64,8 @@ from deffcore.work.sweep.pruning_column import (
 )
 from deffcore.work.sweep.ray_runtime import ray_runtime
 
+#: The atlas column's keys (SPEC 16), in every row: `ATLAS_COLUMNS` and `atlas_status`.
+ATLAS_KEYS: tuple[str, ...] = (*ATLAS_COLUMNS, "atlas_status")
 #: The keys of one cell in `SweepResult.rows` that the CLI's `--json` prints, in order.
 CELL_KEYS: tuple[str, ...] = (
     "model",
@@ -84,7 +79,7 @@ CELL_KEYS: tuple[str, ...] = (
     "error",
     "worker",
     "seconds",
-    *ATLAS_KEYS,  # the atlas column (deffcore.work.sweep.atlas_column)
+    *ATLAS_KEYS,
 )
 STATUSES: tuple[str, ...] = ("done", "cached", "failed")
 ENGINES: tuple[str, ...] = ("auto", "ray", "serial")
@@ -130,6 +125,7 @@ def compute_cell(
     cell never takes the sweep down and no exception object needs to cross processes; only a
     cancel (`should_stop()` true before a batch: RunCancelled) stops the sweep itself.
     """
+    from deffcore.extraction.atlas import atlas_taps
     from deffcore.runs.measure import extract_spec
 
     start = time.perf_counter()
@@ -139,12 +135,12 @@ def compute_cell(
 
         try:
             loaded = _loaded(spec, device)
-            taps = cell_atlas_taps()
+            taps = atlas_taps()
             out["pooled"] = extract_spec(
                 spec, device=device, batch_size=batch_size, loaded=loaded, should_stop=should_stop,
                 taps=taps,
             )  # fmt: skip
-            out["atlas"] = cell_rows(taps, out["pooled"])
+            out["atlas"] = _atlas_rows(taps, out["pooled"])
         except torch.OutOfMemoryError as err:
             release_models()
             raise MemoryError(f"out of memory on {device}: {str(err).splitlines()[0]}") from err
@@ -158,6 +154,33 @@ def compute_cell(
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The atlas column (SPEC 16): always on and nearly free. A computed cell takes its depth-use
+# atlas in its own extraction; the worker returns the per-passage rows with the pooled states and
+# the driver keeps them beside the cell's cache entry. `atlas_status` is "done" (computed with
+# this cell), "stored" (read from beside a cached entry) or "missing" (a cell cached before the
+# atlas existed: `python -m deffcore atlas` adds it; the columns stay empty, never a guess).
+
+
+def _atlas_rows(taps: tuple, pooled: Any) -> Any:
+    """The atlas rows of a cell's extraction (None when some passage did not run there)."""
+    for tap in taps:
+        if pooled is not None and pooled.lengths is not None and tap.n == pooled.n:
+            return tap.rows(pooled.lengths)
+    return None
+
+
+def atlas_columns(spec: Any, pooled: Any, computed: bool) -> dict[str, Any]:
+    """The atlas columns of a landed cell, from the rows kept beside its entry."""
+    from deffcore.extraction.atlas import read_rows
+    from deffcore.measures.atlas import columns_of
+
+    rows = read_rows(spec)
+    if rows is None or rows.n != pooled.n:
+        return {**dict.fromkeys(ATLAS_COLUMNS), "atlas_status": "missing"}
+    return {**columns_of(rows), "atlas_status": "done" if computed else "stored"}
 
 
 @dataclass
@@ -208,13 +231,9 @@ def _row(cell: Cell, spec: Any) -> dict[str, Any]:
 
 def _fill_numbers(row: dict[str, Any], spec: Any, pooled: Any, metric: str, pooling: str) -> None:
     """Numbers of a landed cell, from its cache entry, as `measure` computes them."""
-    from deffcore.runs.measure import MIN_PASSAGES, Measurement
+    from deffcore.runs.measure import Measurement, check_kept
 
-    if pooled.n < MIN_PASSAGES:
-        raise DeffError(
-            f"Only {pooled.n} passages of {spec.dataset!r} have at least 2 tokens "
-            f"({pooled.n_dropped_short} dropped); a run needs at least {MIN_PASSAGES}."
-        )
+    check_kept(spec, pooled)
     m = Measurement(spec=spec, pooled=pooled, metric=metric)
     row["layers"] = m.layers
     for p in POOLINGS:
@@ -396,13 +415,9 @@ class _Landing:
             try:
                 self.plan.rows[i]["key"] = spec.key()
                 pooled = cache.load(spec)
-            except DeffError as err:
-                self.land(i, "failed", error=str(err))
-                continue
-            if pooled is None:
-                todo.append(i)
-                continue
-            try:
+                if pooled is None:
+                    todo.append(i)
+                    continue
                 self._fill(i, pooled)
             except DeffError as err:
                 self.land(i, "failed", error=str(err))
@@ -413,6 +428,7 @@ class _Landing:
     def finish(self, i: int, out: dict[str, Any]) -> None:
         """Store a worker's result (driver side) and fill the row."""
         from deffcore.extraction import cache
+        from deffcore.extraction.atlas import write_rows
 
         worker, seconds = out.get("worker"), out.get("seconds")
         if out.get("error"):
@@ -421,8 +437,9 @@ class _Landing:
         try:
             spec = self.plan.specs[i]
             cache.store(spec, out["pooled"], sources=spec.sources(), elapsed_s=seconds)
-            keep_cell_rows(self.plan.specs[i], out.get("atlas"))
-            stored = cache.load(self.plan.specs[i], strict=True)
+            if out.get("atlas") is not None:  # beside the entry just written
+                write_rows(spec, out["atlas"])
+            stored = cache.load(spec, strict=True)
             assert stored is not None  # just written
             self._fill(i, stored, computed=True)
         except Exception as err:  # e.g. a full disk: this cell fails, the sweep goes on
