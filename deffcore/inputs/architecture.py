@@ -30,25 +30,9 @@ from deffcore.core.lazy import nn, torch  # imported on first use: a model's nam
 # Every architecture question extraction, the interventions and the sink diagnostics ask is a
 # method of `Adapter`; this class answers each one by a rule that holds for transformers'
 # decoders in general, and a family whose model breaks a rule gets a subclass overriding that one
-# method (`ADAPTERS`, below). The questions, for a causal-LM `model`:
-#
-#     base(model)              the module that runs the residual stream (no unembedding)
-#     blocks(base, model)      the L blocks in order: h_l is the output of blocks[l-1]
-#     final_norm(base, model)  the norm after the last block (None when there is none)
-#     block_input / block_output   a block's residual-stream tensor from its hook arguments
-#     forward_kwargs(base)     which of attention_mask / position_ids / use_cache the base takes
-#     recurrent_blocks         which blocks carry state along the sequence (SSM, RNN, causal
-#                              convolution): then only right padding keeps a passage's states
-#                              free of padding
-#     family                   the kind of decoder in words (attention, MoE, hybrid, recurrent)
-#     pad_sensitive            whether a passage's states depend on its batch's padding (a
-#                              sparse-attention indexer): then one passage per batch
-#     width                    d, the width of the residual stream
-#     post_norms / qk_norms    the norms the Table S6 interventions replace by identity
-#     attention_blocks         which blocks return attention probabilities (the sink diagnostics)
-#     adds_bos                 the family's BOS convention, for tokenizers built in code
-#
-# The rules, in order of trust:
+# method (`ADAPTERS`, below; each method's docstring says what it answers). The rules, in order
+# of trust:
+
 #
 # - The base: transformers' own `model.base_model` (its `base_model_prefix`), then the text model
 #   of a multimodal wrapper (`language_model`, `text_model`), again until the blocks are found.

@@ -1423,21 +1423,11 @@ def _hub_config_file(spec: str, revision: str | None) -> Path | None:
 # of 2^30 end in its tracebacks (a TypeError, a ZeroDivisionError, a storage overflow), and
 # 10^9 layers builds modules for hours. Here, before transformers reads the folder
 # (`check_model_folder`, for a local folder and `random:<folder>:<seed>` alike), each is one
-# sentence naming the folder:
-#
-# - the config is a JSON object; `model_type` a string, `architectures` a list of strings;
-# - every size field it has (`SIZE_FIELDS`: layers, width, heads, KV heads, MLP width, head
-#   width, vocabulary, positions), at the top and in a nested `*_config`, is a whole number in
-#   its range (None: the family's default); in the decoder's config (the top or `text_config`)
-#   the heads divide the width when no `head_dim` is given, and the KV heads divide the heads;
-# - its type is a decoder-only language model: an encoder or the decoder of an encoder-decoder
-#   model is refused with the reason the support table gives (`refusal_by_design`, the one source
-#   of `deffcore.lenses.support` and docs/support.md);
-# - its parameters (`parameters`: the `ModelSize` formula over vocabulary, width, MLP width,
-#   heads and layers) fit the machine's memory in the forward dtype (`check_fits`), checked
-#   before a byte is allocated.
-#
-# Only JSON is read; nothing is imported from the folder or built.
+# sentence naming the folder: the config's own types (`check_config`), every size field
+# (`SIZE_FIELDS`, also in a nested `*_config`) a whole number in its range, a decoder-only type
+# (`refusal_by_design`, the one source of `deffcore.lenses.support` and docs/support.md), and
+# parameters (`parameters`) that fit the machine's memory (`check_fits`). Only JSON is read;
+# nothing is imported from the folder or built.
 
 #: A config.json larger than this is not a config (they are a few kB).
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -1493,8 +1483,12 @@ def folder_config(folder: Path) -> dict[str, Any] | None:
 
 
 def check_config(config: Any, where: str) -> None:
-    """Refuse a config that is not a decoder-only language model of sane sizes (section
-    comment); `where` names what the config belongs to ("the model folder /x")."""
+    """Refuse a config that is not a decoder-only language model of sane sizes: `model_type` a
+    string, `architectures` a list of strings, every `SIZE_FIELDS` size (at the top and in each
+    nested `*_config`) a whole number in its range, and in the decoder's config (the top or
+    `text_config`) heads that divide the width when no `head_dim` is given and KV heads that
+    divide the heads. `where` names what the config belongs to ("the model folder /x")."""
+
     if not isinstance(config, dict):
         raise UnknownModelError(
             f"The config.json of {where} is a JSON {_json_kind(config)}, not an object of "
@@ -2112,8 +2106,8 @@ def check_fits(spec: str | ModelSpec, device: str, dtype: str, *, spread: bool =
 #
 # Decisions: Random weights are drawn on the CPU, directly in the forward dtype (bit-identical to
 # drawing float32 and rounding, which tests/test_shapes.py checks per architecture), so a seed gives
-# the same weights on every machine and device. Loaded models are not memoised here; callers that
-# reuse a model (the app) keep the `LoadedModel`.
+# the same weights on every machine and device. `load_model` always loads; `lease` (below) keeps
+# the loaded models of a process.
 
 
 @dataclass
