@@ -459,24 +459,17 @@ def offline_models_sentence() -> str:
 
 
 def tiny_config_kwargs(arch: str) -> dict[str, Any]:
-    if arch == "gpt2":
-        common = {
-            "n_layer": _TINY_LAYERS,
-            "n_embd": _TINY_D,
-            "n_head": _TINY_HEADS,
-            "n_inner": _TINY_FF,
-            "n_positions": _TINY_CTX,
-        }
-    else:
-        common = {
-            "num_hidden_layers": _TINY_LAYERS,
-            "hidden_size": _TINY_D,
-            "num_attention_heads": _TINY_HEADS,
-            "intermediate_size": _TINY_FF,
-            "max_position_embeddings": _TINY_CTX,
-        }
-        if arch != "gptneox":
-            common["num_key_value_heads"] = _TINY_KV_HEADS
+    names = (
+        ("n_layer", "n_embd", "n_head", "n_inner", "n_positions")
+        if arch == "gpt2"
+        else ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+              "max_position_embeddings")
+    )  # fmt: skip
+    sizes = (_TINY_LAYERS, _TINY_D, _TINY_HEADS, _TINY_FF, _TINY_CTX)
+    common = dict(zip(names, sizes, strict=True))
+    if arch not in ("gpt2", "gptneox"):
+        common["num_key_value_heads"] = _TINY_KV_HEADS
+
     return {
         **common,
         "vocab_size": BYTE_VOCAB_SIZE,
