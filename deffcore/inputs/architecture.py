@@ -25,30 +25,14 @@ from deffcore.core.errors import UnsupportedArchitectureError
 from deffcore.core.lazy import nn, torch  # imported on first use: a model's name never needs it
 
 # ---------------------------------------------------------------------------------------------
-# The generic rule for finding a decoder's residual stream (stage: inputs).
+# The generic rule for finding a decoder's residual stream.
 #
 # Every architecture question extraction, the interventions and the sink diagnostics ask is a
 # method of `Adapter`; this class answers each one by a rule that holds for transformers'
 # decoders in general, and a family whose model breaks a rule gets a subclass overriding that one
-# method (`deffcore.inputs.architecture`, the registry). The questions, for a causal-LM `model`:
-#
-#     base(model)              the module that runs the residual stream (no unembedding)
-#     blocks(base, model)      the L blocks in order: h_l is the output of blocks[l-1]
-#     final_norm(base, model)  the norm after the last block (None when there is none)
-#     block_input / block_output   a block's residual-stream tensor from its hook arguments
-#     forward_kwargs(base)     which of attention_mask / position_ids / use_cache the base takes
-#     recurrent_blocks         which blocks carry state along the sequence (SSM, RNN, causal
-#                              convolution): then only right padding keeps a passage's states
-#                              free of padding
-#     family                   the kind of decoder in words (attention, MoE, hybrid, recurrent)
-#     pad_sensitive            whether a passage's states depend on its batch's padding (a
-#                              sparse-attention indexer): then one passage per batch
-#     width                    d, the width of the residual stream
-#     post_norms / qk_norms    the norms the Table S6 interventions replace by identity
-#     attention_blocks         which blocks return attention probabilities (the sink diagnostics)
-#     adds_bos                 the family's BOS convention, for tokenizers built in code
-#
-# The rules, in order of trust:
+# method (`ADAPTERS`, below; each method's docstring says what it answers). The rules, in order
+# of trust:
+
 #
 # - The base: transformers' own `model.base_model` (its `base_model_prefix`), then the text model
 #   of a multimodal wrapper (`language_model`, `text_model`), again until the blocks are found.
@@ -379,7 +363,7 @@ def pairs_named(model: nn.Module, names: tuple[str, str]) -> list[nn.Module]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Families whose BOS convention the config does not show (stage: inputs).
+# Families whose BOS convention the config does not show.
 #
 # `Adapter.adds_bos` reads a family's convention from its config (a BOS id that is not also its
 # EOS id); for tiny and random models whose tokenizer deffcore builds in code. Two well-known
@@ -400,11 +384,8 @@ class LeadingEos(Adapter):
     bos_convention = True
 
 
-BOS: tuple[Adapter, ...] = (NoBos(), LeadingEos())
-
-
 # ---------------------------------------------------------------------------------------------
-# Families whose norms have other names than the generic rule's (stage: inputs).
+# Families whose norms have other names than the generic rule's.
 #
 # The Table S6 interventions replace a block's post-sub-layer norms and its attention's query/key
 # norms by identity (`deffcore.inputs.interventions`). The generic rule knows Gemma's names
@@ -417,7 +398,7 @@ BOS: tuple[Adapter, ...] = (NoBos(), LeadingEos())
 #     AFMoE                post_attention_layernorm + post_mlp_layernorm
 #     Hunyuan (dense, MoE) query_layernorm + key_layernorm
 #     Phi, Persimmon, StableLM, LFM2   q_layernorm + k_layernorm (Phi, Persimmon, StableLM:
-#                          when the config enables them; Qwen4-exp too, `adapters.streams`)
+#                          when the config enables them; Qwen4-exp too, `HyperConnections`)
 #
 # and LFM2/LFM3 apply their final norm under the name `embedding_norm` (after the last block).
 
@@ -447,14 +428,8 @@ class Lfm(LayernormQK):
     final_norm_names = ("embedding_norm",)
 
 
-NORM_NAMES: tuple[Adapter, ...] = (
-    GlmSandwich(), AfmoeSandwich(), HunyuanQK(), LayernormQK(), Lfm(),
-)  # fmt: skip
-
-
 # ---------------------------------------------------------------------------------------------
-# Mamba and RWKV: SSM / RNN decoders whose h_0 or `output_hidden_states` differ (stage:
-# inputs).
+# Mamba and RWKV: SSM / RNN decoders whose h_0 or `output_hidden_states` differ.
 #
 # Their blocks are found, pooled and padded by the generic rule (each block adds its update to
 # the residual stream; a convolution or recurrence inside marks it recurrent, so extraction pads
@@ -482,11 +457,8 @@ class Rwkv(Adapter):
         return (pre_ln, True) if isinstance(pre_ln, nn.Module) else super().h0_site(blocks)
 
 
-RECURRENT: tuple[Adapter, ...] = (MambaStyle(), Rwkv())
-
-
 # ---------------------------------------------------------------------------------------------
-# Families whose residual stream is several streams side by side (stage: inputs).
+# Families whose residual stream is several streams side by side.
 #
 # Hyper-connections keep n copies of the residual stream and mix them at every block. What
 # accumulates across depth is all n of them, so that is the state deffcore pools, d = n x
@@ -517,7 +489,7 @@ class StackedHyperConnections(HyperConnections):
     streams_field = "hc_mult"
 
     def final_norm(self, base: nn.Module, blocks: nn.ModuleList) -> nn.Module | None:
-        return None  # it normalises the merged stream, not h_L (module docstring)
+        return None  # it normalises the merged stream, not h_L (section comment)
 
     def block_input(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
         return _flat(super().block_input(args, kwargs))
@@ -531,26 +503,17 @@ def _flat(hidden: torch.Tensor) -> torch.Tensor:
     return hidden.flatten(2) if hidden.dim() == 4 else hidden
 
 
-STREAMS: tuple[Adapter, ...] = (HyperConnections(), StackedHyperConnections())
-
-
 # ---------------------------------------------------------------------------------------------
-# Architecture adapters: the generic rule and the family adapters that override it (stage:
-# inputs).
-#
-#     adapter_for("mamba")   -> the Mamba adapter;  adapter_for("llama") -> the generic rule
-#
-# `deffcore.inputs.architecture.Adapter` answers every question about a decoder's residual
-# stream by a rule that holds in general; a module here per family holds the one or two answers
-# that rule gets wrong for it (see each module's docstring for what and why).
-# `deffcore.inputs.architecture` is the interface the rest of deffcore uses.
+# The registry: `adapter_for("mamba")` is the Mamba adapter, `adapter_for("llama")` the generic
+# rule.
 
 _GENERIC = Adapter()
+_FAMILIES: tuple[Adapter, ...] = (
+    NoBos(), LeadingEos(), GlmSandwich(), AfmoeSandwich(), HunyuanQK(), LayernormQK(), Lfm(),
+    MambaStyle(), Rwkv(), HyperConnections(), StackedHyperConnections(),
+)  # fmt: skip
 #: model type -> its family adapter (every other type uses the generic rule)
-ADAPTERS: dict[str, Adapter] = {}
-for _adapter in (*BOS, *NORM_NAMES, *RECURRENT, *STREAMS):
-    for _kind in _adapter.types:
-        ADAPTERS[_kind] = _adapter
+ADAPTERS: dict[str, Adapter] = {kind: family for family in _FAMILIES for kind in family.types}
 
 
 def adapter_for(model_type: str) -> Adapter:
@@ -566,7 +529,8 @@ def model_type(model: nn.Module) -> str:
 
 
 def adapter_of(model: nn.Module) -> Adapter:
-    """The adapter of `model`'s type (`deffcore.inputs.architecture.adapter_for`)."""
+    """The adapter of `model`'s type (`adapter_for`)."""
+
     return adapter_for(model_type(model))
 
 

