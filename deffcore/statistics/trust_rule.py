@@ -62,11 +62,8 @@ from deffcore.core.constants import METRICS, NOISE_MIN_N, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
 
 # NOISE_MIN_N (core.constants): fewer passages than this are noise whatever else.
-#: Spread of D_eff/L without an interval: SPREAD_C / sqrt(N), relative. 0.65 covers the
-#: Gaussian constructions (the 99th percentile of |error| sqrt(N) of unbiased CKA on the
-#: calibration grid); the shipped default (SmolLM2, 4,096 windows) measured a bootstrap
-#: half-width of 2.2% = 1.4 / sqrt(N): real residual streams spread more, so the prior takes
-#: the larger, rounded up.
+#: Spread of D_eff/L without an interval: SPREAD_C / sqrt(N), relative (module docstring:
+#: the larger of the constructions' 0.65 and the shipped default's 1.4, rounded up).
 SPREAD_C = 1.5
 #: The bootstrap interval's half-width is widened by this before it counts as the spread
 #: (module docstring: calibrated on heavy-tailed constructions).
