@@ -140,9 +140,7 @@ class Position0Answer:
     trust: str | None
     action: str | None
     sentence: str
-    #: the interval comes from one bootstrap of both gaps (False: the two errors added)
     paired: bool = False
-    #: the paired interval's method and replicates (None when unpaired)
     method: str | None = None
     B: int | None = None
     #: the metric whose replicates gave the verdict when it is not the one asked (linear CKA is
@@ -193,12 +191,11 @@ def answer_bootstrap_of(
     m: Any, metric: str = "cka", *, every_pooling: bool = False, progress: Any = None
 ) -> Any:
     """The paired bootstrap the BOS answer of the live run `m` (a `Measurement`) is given from:
-    the one it holds (drawn before, here or in another process, and kept with its cache
-    entry) when it holds default and no_pos0 under `metric`, else one drawn now and kept
-    (`metric` and its stand-in, `ANSWER_B` replicates, the run's seed). every_pooling: of every
-    pooling the run defines (the pages' background draw, whose control effects read them
-    too), else of the two the answer compares; both hold the same numbers for those two, on
-    the same multisets. progress(done, total, stage): after each pooling."""
+    the one kept with its cache entry when it holds default and no_pos0 under `metric`, else
+    one drawn now and kept (`metric` and its stand-in, `ANSWER_B` replicates, the run's seed).
+    every_pooling: of every pooling (the pages' background draw, whose control effects read
+    them too), else of the two the answer compares, on the same multisets either way.
+    progress(done, total, stage): after each pooling."""
     pb = m.paired_latest()
     if held(pb, metric, stand_in=every_pooling):
         return pb
