@@ -202,7 +202,7 @@ def test_a_noisy_number_gives_its_own_action(noisy, monkeypatch):
     states, estimates, _ = _live_parts()
     pb = bos_answer.shared_bootstrap(states, ("default", "no_pos0"), "cka", B=8)
 
-    def trust(paired, pooling, metric, d, spec=None):
+    def trust(paired, pooling, metric, d, spec=None, **where):
         level = "noise" if pooling == noisy else "solid"
         return SimpleNamespace(level=level, action=f"use ≥ {len(pooling)} passages")
 

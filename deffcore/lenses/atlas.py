@@ -188,44 +188,29 @@ def atlas(
     if "random_seeds" in run:
         raise DeffError("The atlas measures one run; random_seeds belong to measure().")
     data = dataset if texts is None else texts
+    opts = {
+        "skip_effect": skip_effect,
+        "skip_passages": skip_passages,
+        "logit_lens": logit_lens,
+        "B": B,
+        "boot_seed": boot_seed,
+        "ci": ci,
+    }
     if isinstance(model_or_name, str) and tokenizer is None and isinstance(data, str):
         m = measure(model_or_name, dataset=data, progress=progress, **run)
+        should_stop = run.get("should_stop")
         return atlas_of(
-            m,
-            skip_effect=skip_effect,
-            skip_passages=skip_passages,
-            logit_lens=logit_lens,
-            B=B,
-            boot_seed=boot_seed,
-            ci=ci,
-            device=run.get("device"),
-            progress=progress,
-            should_stop=run.get("should_stop"),
+            m, device=run.get("device"), progress=progress, should_stop=should_stop, **opts
         )
-    return _in_memory(
-        model_or_name,
-        tokenizer,
-        data,
-        skip_effect=skip_effect,
-        skip_passages=skip_passages,
-        logit_lens=logit_lens,
-        B=B,
-        boot_seed=boot_seed,
-        ci=ci,
-        progress=progress,
-        **run,
-    )
+    return _in_memory(model_or_name, tokenizer, data, opts, progress=progress, **run)
 
 
-def _in_memory(model, tokenizer, texts, *, progress, **options) -> Atlas:
-    """`atlas` of a model in memory (or a spec with a list of strings), as `measure_model`."""
+def _in_memory(model, tokenizer, texts, atlas_opts, *, progress, **options) -> Atlas:
+    """`atlas` of a model in memory (or a spec with a list of strings), as `measure_model`;
+    atlas_opts: `atlas_of`'s options."""
     from deffcore.runs import external
     from deffcore.runs.measure import measure_spec
 
-    atlas_opts = {
-        k: options.pop(k)
-        for k in ("skip_effect", "skip_passages", "logit_lens", "B", "boot_seed", "ci")
-    }
     revision, device, dtype = (options.pop(k, None) for k in ("revision", "device", "dtype"))
     use_cache, cache_id = options.pop("use_cache", True), options.pop("cache_id", None)
     should_stop = options.pop("should_stop", None)

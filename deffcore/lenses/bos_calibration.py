@@ -23,7 +23,7 @@ margin to that boundary (Delta_r -+ T_r), so a well-calibrated rule should answe
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -174,38 +174,30 @@ def summarise(outcomes: Iterable[CaseOutcome]) -> dict[tuple[str, str], dict[str
         clear = [o for o in rows if o.clear and not o.identical]
         own = [o for o in rows if not o.identical]  # coverage: where no_pos0 is its own control
         usable = [o for o in own if o.trust != "noise"]
+        wrong = sum(1 for o in claims if o.right is False)
+        answered = sum(1 for o in clear if o.right is not None)
         table[key] = {
             "answers": len(rows),
             "claims": len(claims),
-            "claim_rate": len(claims) / len(rows) if rows else 0.0,
-            "wrong": sum(1 for o in claims if o.right is False),
-            "wrong_rate": sum(1 for o in claims if o.right is False) / len(claims)
-            if claims
-            else 0.0,
+            "claim_rate": _share(len(claims), len(rows)),
+            "wrong": wrong,
+            "wrong_rate": _share(wrong, len(claims)),
             "clear": len(clear),
-            "clear_answered": sum(1 for o in clear if o.right is not None),
-            "clear_rate": (
-                sum(1 for o in clear if o.right is not None) / len(clear) if clear else 0.0
-            ),
-            "coverage_basic": float(np.mean([o.covers_basic for o in own]))
-            if own
-            else float("nan"),
-            "coverage_percentile": (
-                float(np.mean([o.covers_percentile for o in own])) if own else float("nan")
-            ),
-            "coverage_basic_usable": float(np.mean([o.covers_basic for o in usable]))
-            if usable
-            else float("nan"),
-            "coverage_percentile_usable": (
-                float(np.mean([o.covers_percentile for o in usable])) if usable else float("nan")
-            ),
-            "verdicts": dict(sorted(_count(o.verdict for o in rows).items())),
+            "clear_answered": answered,
+            "clear_rate": _share(answered, len(clear)),
+            "coverage_basic": _mean(own, "covers_basic"),
+            "coverage_percentile": _mean(own, "covers_percentile"),
+            "coverage_basic_usable": _mean(usable, "covers_basic"),
+            "coverage_percentile_usable": _mean(usable, "covers_percentile"),
+            "verdicts": dict(sorted(Counter(o.verdict for o in rows).items())),
         }
     return table
 
 
-def _count(items: Iterable[str]) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for x in items:
-        out[x] += 1
-    return dict(out)
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+def _mean(rows: list[CaseOutcome], flag: str) -> float:
+    """The share of `rows` whose `flag` is true (NaN without rows)."""
+    return float(np.mean([getattr(o, flag) for o in rows])) if rows else float("nan")

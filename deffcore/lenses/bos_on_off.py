@@ -80,6 +80,14 @@ def bos_on_off_conclusion(
     return OnOffConclusion(kind, r_with, r_without, delta, text)
 
 
+def entries_conclusion(
+    add: Mapping[str, Any], none: Mapping[str, Any], difference: Any = None
+) -> OnOffConclusion:
+    """`bos_on_off_conclusion` of the two runs' entries of `bos_on_off` ({"gaps", "pos0"})."""
+    ratio_gap = [{"pos0_ratio": e["pos0"][0], "gap": e["gaps"]["default"]} for e in (add, none)]
+    return bos_on_off_conclusion(*ratio_gap, difference)
+
+
 def bos_on_off(
     spec: Any,
     *,
@@ -114,11 +122,7 @@ def bos_on_off(
         if progress is not None:
             progress(2 * spec.n, 2 * spec.n, "bootstrap of the gap's move")
         diff = run_difference(runs["add"], runs["none"], metric=metric, K=K, B=B, seed=spec.seed)
-    c = bos_on_off_conclusion(
-        {"pos0_ratio": out["add"]["pos0"][0], "gap": out["add"]["gaps"]["default"]},
-        {"pos0_ratio": out["none"]["pos0"][0], "gap": out["none"]["gaps"]["default"]},
-        diff,
-    )
+    c = entries_conclusion(out["add"], out["none"], diff)
     difference = None if diff is None else diff.to_dict()
     return {**out, "conclusion": c.sentence, "kind": c.kind, "difference": difference}
 

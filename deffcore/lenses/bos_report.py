@@ -20,8 +20,7 @@ def bos_report(
 
     Each result names the control it is identical to for this run (`identical_to`, else None);
     `trust` is the default pooling's trust (`deffcore.statistics.trust_rule.measurement_trust`,
-    with a
-    `bootstrap`-replicate interval when given).
+    with a `bootstrap`-replicate interval when given).
     """
     from deffcore.core.constants import POOLINGS
     from deffcore.measures.depth import reference_depth

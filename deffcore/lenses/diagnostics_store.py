@@ -14,6 +14,7 @@ import contextlib
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from deffcore.core.constants import DIAG_FORMAT
@@ -61,8 +62,6 @@ def read_diagnostics(spec: Any) -> dict[str, Any] | None:
     """The diagnostics of `spec` (from its cache entry, else from this process's memory), or
     None: absent, unreadable, of another format, or written for another run (its key or spec
     differ from `spec`'s)."""
-    from dataclasses import asdict
-
     data: Any = None
     if _in_cache(spec):
         try:
@@ -100,14 +99,10 @@ def diagnose(
     """The diagnostics of a run (`BosDiagnostics.to_dict()` plus `key`, `spec`, `cached`).
 
     Read from `diagnostics.json` in the run's cache entry when present; else computed on the
-    first min(N, 64) passages of the run's sample (the dataset is opened before the model
-    loads; `loaded` reuses a model already in memory, else the process's loaded model serves,
-    `deffcore.inputs.model`) and written there atomically, or kept
-    in memory for a run with no cache entry. Only that one file is written: a complete
-    entry's meta.json/states.npz are never touched, and no folder is ever created.
+    first min(N, 64) passages of the run's sample (`loaded`: a model already in memory, else
+    the process's loaded model) and written there atomically, or kept in memory for a run
+    with no cache entry (module docstring). Nothing else is written, no folder created.
     """
-    from dataclasses import asdict
-
     from deffcore.core.files import locked
     from deffcore.inputs.model import lease, resolve_device_dtype
 

@@ -25,13 +25,12 @@ from typing import Any
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.json_values import finite_number
+from deffcore.statistics.paired import PairedDifference
 
 #: Passages of the inspector kept in a snapshot (all 64 would be ~2 MB of token norms).
 INSPECTOR_PASSAGES = 8
 #: Significant digits of the inspector's token norms in a snapshot (a log colour scale).
 NORM_DIGITS = 4
-#: The on/off check's kinds (`bos_answer.bos_on_off_conclusion`).
-ON_OFF_KINDS = ("first_position", "bos", "appears", "none")
 _MAX_TOKEN_CHARS = 200
 
 
@@ -173,13 +172,16 @@ def check_bos_on_off(d: Any) -> str | None:
         if not (isinstance(pos0, list) and len(pos0) == 2 and numbers_or_none(pos0, none_ok=False)):
             return f"its bos={bos} position-0 ratio is not [ratio, layer]"
     if d.get("difference") is not None:
-        from deffcore.statistics.paired import PairedDifference
-
         try:
-            PairedDifference.from_dict(d["difference"], a="bos=none", b="bos=add", scale="")
+            _on_off_difference(d["difference"], "")
         except ValueError as err:
             return f"its paired gap move is not well-formed: {err}"
     return None
+
+
+def _on_off_difference(d: Any, scale: str) -> PairedDifference:
+    """The on/off section's stored gap move bos=none - bos=add (ValueError when malformed)."""
+    return PairedDifference.from_dict(d, a="bos=none", b="bos=add", scale=scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +216,7 @@ def snapshot_diagnostics(view: Any) -> dict[str, Any] | None:
 def snapshot_bos_on_off(view: Any, metric: str, K: int | None) -> dict[str, Any] | None:
     """The checked BOS on/off check a snapshot view carries for this metric and K (None: K =
     L-1), its conclusion recomputed from its numbers (never the file's text); else None."""
-    from deffcore.lenses.bos_on_off import bos_on_off_conclusion
+    from deffcore.lenses.bos_on_off import entries_conclusion
 
     section = (getattr(view, "data", None) or {}).get("bos_on_off")
     if section is None or check_bos_on_off(section):
@@ -222,12 +224,9 @@ def snapshot_bos_on_off(view: Any, metric: str, K: int | None) -> dict[str, Any]
     full = view.layers - 1
     if section["metric"] != metric or (section["K"] or full) != (K or full):
         return None
-    add, none = section["add"], section["none"]
-    c = bos_on_off_conclusion(
-        {"pos0_ratio": add["pos0"][0], "gap": add["gaps"]["default"]},
-        {"pos0_ratio": none["pos0"][0], "gap": none["gaps"]["default"]},
-        _stored_difference(section.get("difference")),
-    )
+    add, none, diff = section["add"], section["none"], section.get("difference")
+    diff = None if diff is None else _on_off_difference(diff, "gap points")
+    c = entries_conclusion(add, none, diff)
     keep = ("gaps", "pos0")
     return {
         "add": {k: add[k] for k in keep},
@@ -236,16 +235,6 @@ def snapshot_bos_on_off(view: Any, metric: str, K: int | None) -> dict[str, Any]
         "kind": c.kind,
         "shipped": True,
     }
-
-
-def _stored_difference(d: Any) -> Any:
-    """The gap move's stored `paired.PairedDifference` (checked with the section by
-    `check_bos_on_off`), or None when the section has none."""
-    from deffcore.statistics.paired import PairedDifference
-
-    if d is None:
-        return None
-    return PairedDifference.from_dict(d, a="bos=none", b="bos=add", scale="gap points")
 
 
 def snapshot_bootstrap(view: Any, pooling: str, metric: str) -> dict[str, Any] | None:

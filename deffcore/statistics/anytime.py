@@ -37,6 +37,7 @@ from deffcore.core.constants import NOISE_MIN_N, PC_CONTROLS, POOLINGS, REGIME_T
 from deffcore.core.errors import DeffError, UndefinedSimilarityError
 from deffcore.extraction.cache import PrefixRows, finished_rows
 from deffcore.extraction.forward import PooledStates
+from deffcore.statistics.trust_rule import gap_of, trust
 
 #: Linear CKA's bias (relative, by the trust rule's own check) above which unbiased CKA is
 #: the estimate shown (the trust rule calls a bias above 2% material).
@@ -136,11 +137,6 @@ class Estimate:
         }
 
 
-def gap_of(deff_over_L: float, layers: int) -> float:
-    """gap% = 100 (1 - D_eff / F_L) from D_eff/L (F_L = 2L/(L+1))."""
-    return 100.0 * (1.0 - deff_over_L * (layers + 1) / 2.0)
-
-
 def regime_fixed(gap_low: float | None, gap_high: float | None) -> bool:
     """True when every gap in [gap_low, gap_high] has the same regime (SPEC 11.5): all above
     +REGIME_TOLERANCE (below F_L), all below -REGIME_TOLERANCE (above F_L) or all within it."""
@@ -219,8 +215,6 @@ def pooling_estimate(
     `paired.PairedBootstrap` holding this pooling under the shown estimator (its interval then
     comes from those shared replicates); else `bootstrap` B replicates of its own. `shown`:
     `shown_metric(states, metric)` when the caller has it already."""
-    from deffcore.statistics.trust_rule import trust
-
     shown, t = shown or shown_metric(states, metric)
     run_value = float(t.point)
     if paired is not None and paired.has(pooling, shown):
@@ -330,8 +324,6 @@ def trajectory(
 def shown_metric(states: Any, metric: str = "cka") -> tuple[str, Any]:
     """(the estimator shown for these states (L+1, N, d), the run metric's trust without an
     interval): unbiased CKA where linear CKA's bias is material (module docstring)."""
-    from deffcore.statistics.trust_rule import trust
-
     t = trust(states, metric=metric)
     material = metric == "cka" and _bias_material(t.point, t.bias_corrected)
     return ("unbiased_cka" if material else metric), t

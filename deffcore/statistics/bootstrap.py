@@ -82,6 +82,7 @@ reported, and `bias = mean - point` says how large the shift is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +108,12 @@ from deffcore.measures.similarity import (
 )
 
 METHODS = ("auto", "gram", "recompute")
+
+
+def percentile_interval(samples: Any, ci: float) -> tuple[float, float]:
+    """The percentile interval (q_(1-ci)/2, q_(1+ci)/2) of replicate values (B,)."""
+    alpha = (1.0 - ci) / 2.0
+    return float(np.quantile(samples, alpha)), float(np.quantile(samples, 1.0 - alpha))
 
 
 @dataclass
@@ -147,6 +154,13 @@ class BootstrapResult:
         """Upper end of the basic (bias-corrected, reverse-percentile) interval."""
         return 2.0 * self.point - self.low
 
+    @classmethod
+    def of(cls, point: float, samples: np.ndarray, ci: float) -> BootstrapResult:
+        """The result of replicate values `samples` (B,) around `point`: their mean and
+        percentile interval."""
+        low, high = percentile_interval(samples, ci)
+        return cls(point, float(samples.mean()), low, high, samples, len(samples), ci)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "point": self.point,
@@ -181,6 +195,21 @@ def check_b(
     memory = host_memory_bytes() if n is not None else None
     per = 8 * matrices * (layers + 1) ** 2
     return check_replicates(B, name, minimum=minimum, n=n, per_replicate=per, memory=memory)
+
+
+def check_metrics(metrics: Sequence[str]) -> None:
+    """DeffError naming the first of `metrics` that is not a SPEC section 3 metric."""
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        raise DeffError(
+            f"Unknown similarity metric {bad[0]!r}; choose one of {', '.join(METRICS)}."
+        )
+
+
+def cheaper_method(n: int, d: int, n_layers: int, B: int, metric: str) -> str:
+    """ "gram" or "recompute", whichever `bootstrap_costs` says is cheaper ("auto")."""
+    costs = bootstrap_costs(n, d, n_layers, B, metric)
+    return "gram" if costs["gram"] <= costs["recompute"] else "recompute"
 
 
 def resample_indices(n: int, B: int, seed: int = 0) -> np.ndarray:
@@ -343,13 +372,8 @@ def _u_statistic_numerators(
     """The tie-excluded weighted HSIC_1 numerators H (B, L, L) of each replicate.
 
     q11, q12, q22 (B, L, L): w'Qw, w'Q w^2, (w^2)'Q w^2 with Q = K~_i o K~_j (zero diagonals);
-    alpha, beta (B, L, N): K~_l w and K~_l w^2; w (B, N) multiplicities. Derivation in the
-    module docstring:
-
-        H = (N^2 - P2) q11 - 2N q12 + 2 q22 + s_i s_j
-            - 2 sum_a w_a (N + w_a) alpha_i,a alpha_j,a + 2 sum_a w_a (beta_i,a alpha_j,a + i<->j)
-
-    with N = sum w, P2 = sum w^2, s_l = w . alpha_l.
+    alpha, beta (B, L, N): K~_l w and K~_l w^2; w (B, N) multiplicities. H_w's closed form
+    and its derivation are in the module docstring.
     """
     n = w.sum(dim=1)[:, None, None]  # (B, 1, 1)
     p2 = w.pow(2).sum(dim=1)[:, None, None]
@@ -519,10 +543,7 @@ def bootstrap_similarities(
 
     block_size bounds the elements of one streamed block, as in `similarity_matrix`.
     """
-    if metric not in METRICS:
-        raise DeffError(
-            f"Unknown similarity metric {metric!r}; choose one of {', '.join(METRICS)}."
-        )
+    check_metrics((metric,))
     if method not in METHODS:
         raise DeffError(f"Unknown bootstrap method {method!r}; choose one of {', '.join(METHODS)}.")
     x = _validated(states, min_passages=4 if metric == "unbiased_cka" else 2)
@@ -530,8 +551,7 @@ def bootstrap_similarities(
         x = x.to(torch.float64)
     n_layers, n, d = x.shape
     if method == "auto" and metric != "cosine":
-        costs = bootstrap_costs(n, d, n_layers, len(indices), metric)
-        method = "gram" if costs["gram"] <= costs["recompute"] else "recompute"
+        method = cheaper_method(n, d, n_layers, len(indices), metric)
     if block_size is not None and block_size < 1:
         raise DeffError(f"block_size must be a positive number of elements, not {block_size}.")
     if method == "recompute" and metric != "unbiased_cka":
@@ -574,13 +594,4 @@ def bootstrap_deff_over_L(
     indices = resample_indices(x.shape[1], B, seed)
     mats = bootstrap_similarities(x, indices, metric, method)
     samples = np.array([effective_depth(s, K) / n_layers for s in mats])
-    alpha = (1.0 - ci) / 2.0
-    return BootstrapResult(
-        point=point,
-        mean=float(samples.mean()),
-        low=float(np.quantile(samples, alpha)),
-        high=float(np.quantile(samples, 1.0 - alpha)),
-        samples=samples,
-        B=B,
-        ci=ci,
-    )
+    return BootstrapResult.of(point, samples, ci)

@@ -16,14 +16,9 @@ Stage: statistics. The one module of the answer, read top to bottom as it is mad
     a = run_answer(view, "cka")      # the answer every surface shows: pages, report, CLI, repr
     a.verdict, a.sentence, a.trust   # "not_artefact" | "artefact" | "masks" | ...
 
-Every surface shows `run_answer`'s value: the BOS page and the Overview
-(`explorer/answer_box.py`), the HTML report and the notebook (`answer_lines`), `measure` and
-`bos` (`--json`'s `position0_answer`), the live estimates (`live_answer`). The generic paired
-bootstrap is `deffcore.statistics.paired`; the rule's check on constructions with a known
-answer is `deffcore.lenses.bos_calibration` (`BOS_ANSWER_MODULES` in
-`scripts/house_figures.py` names the three). A view is read by its face (`headline`, `trust`,
-`measurement`, `paired_bootstrap`, `spec`, `window_source`, `d_model`: a
-`deffcore.views.run.Run`), never imported: statistics comes before views.
+Every surface shows `run_answer`'s value (the pages, the report and notebook via
+`answer_lines`, `measure` and `bos --json`, the live estimates via `live_answer`). A view is
+read by its face (a `deffcore.views.run.Run`), never imported: statistics comes before views.
 
 **The claim.** `default` pools every token, `no_pos0` the tokens after position 0, so their
 gap difference Delta = gap(no_pos0) - gap(default) (points) is what position 0 does to the
@@ -145,9 +140,7 @@ class Position0Answer:
     trust: str | None
     action: str | None
     sentence: str
-    #: the interval comes from one bootstrap of both gaps (False: the two errors added)
     paired: bool = False
-    #: the paired interval's method and replicates (None when unpaired)
     method: str | None = None
     B: int | None = None
     #: the metric whose replicates gave the verdict when it is not the one asked (linear CKA is
@@ -175,13 +168,11 @@ def run_answer(
     view: Any, metric: str = "cka", K: int | None = None, *, draw: bool = True
 ) -> Position0Answer:
     """The run's BOS answer, as every surface shows it (module docstring): from the paired
-    bootstrap the run keeps (`Measurement.paired_latest`, which reads the cache entry's
-    `paired_store`, or a snapshot's `paired`); a live run holding none draws one now and keeps
-    it (`answer_bootstrap_of`), so every later surface answers from the same replicates.
-    draw=False: the pages, which draw it in the background (`explorer/answer_box.py`) and
-    meanwhile show the unpaired answer, said so. Only a file without states and without a
-    stored bootstrap answers unpaired, and its sentence says so. Under a SPEC 17.1 measure:
-    DeffError, one sentence (the answer is the CKA family's, SPEC 17.5)."""
+    bootstrap the run keeps (`Measurement.paired_latest`, or a snapshot's `paired`); a live run
+    holding none draws and keeps one (`answer_bootstrap_of`), so every later surface answers
+    from the same replicates. draw=False (the pages, which draw it in the background:
+    `explorer/answer_box.py`): meanwhile the unpaired answer, said so. Under a SPEC 17.1
+    measure: DeffError (the answer is the CKA family's, SPEC 17.5)."""
     from deffcore.core.constants import METRICS
     from deffcore.statistics.trust_rule import cka_family_only
 
@@ -200,12 +191,11 @@ def answer_bootstrap_of(
     m: Any, metric: str = "cka", *, every_pooling: bool = False, progress: Any = None
 ) -> Any:
     """The paired bootstrap the BOS answer of the live run `m` (a `Measurement`) is given from:
-    the one it holds (drawn before, here or in another process, and kept with its cache
-    entry) when it holds default and no_pos0 under `metric`, else one drawn now and kept
-    (`metric` and its stand-in, `ANSWER_B` replicates, the run's seed). every_pooling: of every
-    pooling the run defines (the pages' background draw, whose control effects read them
-    too), else of the two the answer compares; both hold the same numbers for those two, on
-    the same multisets. progress(done, total, stage): after each pooling."""
+    the one kept with its cache entry when it holds default and no_pos0 under `metric`, else
+    one drawn now and kept (`metric` and its stand-in, `ANSWER_B` replicates, the run's seed).
+    every_pooling: of every pooling (the pages' background draw, whose control effects read
+    them too), else of the two the answer compares, on the same multisets either way.
+    progress(done, total, stage): after each pooling."""
     pb = m.paired_latest()
     if held(pb, metric, stand_in=every_pooling):
         return pb
@@ -235,18 +225,14 @@ def position0_answer_for(
     guessed from equal gaps (`guess_identical`, for snapshots). paired: a
     `paired.PairedBootstrap` of the run holding default and no_pos0 under `metric` (None: the
     view's own, `Run.paired_bootstrap`, when it has one): the paired decision; without one
-    the unpaired rule, said as such.
-
-    stand_in: linear CKA's Δ is answered from the same bootstrap's unbiased-CKA replicates
-    when it holds them (`STAND_IN`; SPEC section 15): linear CKA's finite-sample bias, about
-    d/(N + d), is shared by its replicates, so its own paired interval covered the population
-    Δ in 38% of the calibration's cases, against 98% for unbiased CKA (BENCHMARKS.md). The
-    answer says so and gives linear CKA's Δ beside (`answered_with`, `delta_asked`)."""
+    the unpaired rule, said as such. stand_in: linear CKA's Δ is answered from the same
+    bootstrap's unbiased-CKA replicates when it holds them (`STAND_IN`), its own Δ said beside
+    (`answered_with`, `delta_asked`)."""
     h_d = view.headline("default", metric, K)
     pb = paired if paired is not None else _view_paired(view)
-    has_pair = pb is not None and pb.has("default", metric) and pb.has("no_pos0", metric)
+    has_pair = held(pb, metric)
     other = STAND_IN.get(metric) if stand_in and has_pair else None
-    if other and pb.has("default", other) and pb.has("no_pos0", other):
+    if other and held(pb, other):
         asked = position0_answer_for(view, metric, K, identical, pb, stand_in=False)
         return _stood_in(asked, pb, other, K, view)
     ci_d = _replicate_interval(pb, "default", metric, K) if has_pair else None
@@ -301,18 +287,33 @@ def _stood_in(
     (certain)."""
     if asked.identical is not None or asked.delta is None:
         return asked
-    (gd, rd), (gn, rn) = pb.gap("default", metric, K), pb.gap("no_pos0", metric, K)
-    spec, source = view.spec or None, view.window_source()
-    t_d, t_n = (
-        answer_trust(pb, p, metric, view.d_model, K=K, spec=spec, source=source)
-        for p in ("default", "no_pos0")
+    own = _replicates_answer(
+        pb, metric, view.d_model, K=K, n=pb.n, spec=view.spec or None, source=view.window_source()
     )
-    own = position0_answer(
-        gd, gn, replicates=(rd, rn), trust_default=t_d.level, trust_no_pos0=t_n.level,
-        ci=pb.ci, n=pb.n, noise_action=t_d.action if t_d.level == "noise" else t_n.action,
-        spec=spec, source=source,
-    )  # fmt: skip
     return stood_in(own, metric, asked.delta)
+
+
+def _replicates_answer(
+    pb: Any,
+    metric: str,
+    d: int,
+    *,
+    n: int,
+    K: int | None = None,
+    identical: str | None = None,
+    spec: Any = None,
+    source: Any = None,
+) -> Position0Answer:
+    """The paired answer from `pb`'s `metric` replicates alone, each number's trust as
+    `answer_trust` judges it (d: the residual width)."""
+    t = {p: answer_trust(pb, p, metric, d, K=K, spec=spec, source=source) for p in ANSWER_POOLINGS}
+    (gd, rd), (gn, rn) = (pb.gap(p, metric, K) for p in ANSWER_POOLINGS)
+    noisy = t["default"] if t["default"].level == "noise" else t["no_pos0"]
+    return position0_answer(
+        gd, gn, replicates=(rd, rn), trust_default=t["default"].level,
+        trust_no_pos0=t["no_pos0"].level, noise_action=noisy.action, identical=identical, n=n,
+        ci=pb.ci, spec=spec, source=source,
+    )  # fmt: skip
 
 
 def _view_paired(view: Any) -> Any:
@@ -346,13 +347,11 @@ def answer_trust(
     spec: Any = None,
     source: Any = None,
 ) -> Trust:
-    """The trust rule on one of the BOS answer's numbers, as every answer judges it (the
-    pages, the CLI, the live estimates): the paired replicates' point and percentile interval
-    of D_eff(K)/L, and the "use ≥ n passages" action checked against what `spec`'s data can
-    give (`trust_rule.with_supply`; `source`: its window source when held). d: the residual
-    width. The answer's numbers are unbiased CKA's, or linear CKA's where the bootstrap holds
-    no unbiased replicates (`STAND_IN`), so there is no bias check to add; nor a random-weight
-    band: it sets a trust's `null` sentence, never the level or the action the answer reads."""
+    """The trust rule on one of the BOS answer's numbers, as every answer judges it: the paired
+    replicates' point and percentile interval of D_eff(K)/L, the "use ≥ n passages" action
+    checked against what `spec`'s data can give (`trust_rule.with_supply`). d: the residual
+    width. No bias check (the numbers are unbiased CKA's where held, `STAND_IN`) and no
+    random-weight band (it never sets the level or the action the answer reads)."""
     point = paired.deff_over_L(pooling, metric, K)[0]
     res = paired.result(pooling, metric, K)
     t = assess(
@@ -533,10 +532,7 @@ def _paired_answer(
     extra = {"paired": True, "method": method, "B": diff.B, "ci": ci, "bias_points": bias}
 
     def said(verdict: str, action: str | None = None) -> Position0Answer:
-        kind = verdict if verdict in VERDICTS else "cannot_tell"
-        tail = f"; {action}" if action else ""
-        text = _said(verdict, moves, T, gap_default, tail)
-        return Position0Answer(kind, *parts, None, trust, action, text, **extra)
+        return _answer(verdict, moves, parts, trust, action, **extra)
 
     if trust == "noise":
         return said("noise", noise_action)
@@ -553,6 +549,17 @@ def _paired_answer(
         side = up if delta > 0 else down
         need = _paired_need(n, [(side[0], bound["up" if delta > 0 else "down"])])
     return said("straddles", passages_action(need, spec, source) if need else "use more passages")
+
+
+def _answer(
+    verdict: str, moves: str, parts: tuple, trust: str | None, action: str | None, **extra: Any
+) -> Position0Answer:
+    """The answer with `verdict` (a `_said` key; the "Cannot tell yet" ones are cannot_tell),
+    parts (gap_default, gap_no_pos0, delta, interval, T) and its sentence."""
+    kind = verdict if verdict in VERDICTS else "cannot_tell"
+    tail = f"; {action}" if action else ""
+    text = _said(verdict, moves, parts[4], parts[0], tail)
+    return Position0Answer(kind, *parts, None, trust, action, text, **extra)
 
 
 def _settled_side(
@@ -611,10 +618,7 @@ def _unpaired_answer(
     parts = (gap_default, gap_no_pos0, delta, (lo, hi) if math.isfinite(band) else None, T)
 
     def said(verdict: str, action: str | None = None) -> Position0Answer:
-        kind = verdict if verdict in VERDICTS else "cannot_tell"
-        tail = f"; {action}" if action else ""
-        text = _said(verdict, moves, T, gap_default, tail)
-        return Position0Answer(kind, *parts, None, trust, action, text)
+        return _answer(verdict, moves, parts, trust, action)
 
     if trust == "noise":
         return said("noise", noise_action or "use more passages")
@@ -830,22 +834,12 @@ def live_answer(
     if any(p not in estimates for p in ANSWER_POOLINGS):
         return None
     other = STAND_IN.get(metric)
-    used = other if other and all(paired.has(p, other) for p in ANSWER_POOLINGS) else metric
-    if not all(paired.has(p, used) for p in ANSWER_POOLINGS):
+    used = other if other and held(paired, other) else metric
+    if not held(paired, used):
         return None
-    levels, actions, gaps, reps = {}, {}, {}, {}
-    for p in ANSWER_POOLINGS:
-        t = answer_trust(paired, p, used, int(states[p].shape[2]), spec=spec)
-        levels[p], actions[p] = t.level, t.action
-        gaps[p], reps[p] = paired.gap(p, used)
-    noisy = "default" if levels["default"] == "noise" else "no_pos0"
-    a = position0_answer(
-        gaps["default"], gaps["no_pos0"],
-        trust_default=levels["default"], trust_no_pos0=levels["no_pos0"],
-        noise_action=actions[noisy], identical=identical, n=n,
-        replicates=(reps["default"], reps["no_pos0"]), ci=paired.ci, spec=spec,
-    )  # fmt: skip
-    if used != metric and paired.has("default", metric) and paired.has("no_pos0", metric):
+    d = int(states["default"].shape[2])
+    a = _replicates_answer(paired, used, d, n=n, identical=identical, spec=spec)
+    if used != metric and held(paired, metric):
         asked = paired.gap("no_pos0", metric)[0] - paired.gap("default", metric)[0]
         a = stood_in(a, used, float(asked))
     return {**a.to_dict(), "metric": used}

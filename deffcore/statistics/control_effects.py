@@ -19,9 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from deffcore.core.constants import POOLINGS
+from deffcore.statistics.bootstrap import percentile_interval
 from deffcore.statistics.bos_answer import answer_effect
 from deffcore.statistics.trust_rule import regime_of
 
@@ -57,13 +56,11 @@ class ControlEffect:
 def regime_intervals(pb: Any, metric: str, K: int | None = None) -> dict[str, tuple[float, float]]:
     """{pooling: the percentile interval of its gap (points)} for every pooling `pb` holds
     under `metric`."""
-    out = {}
-    alpha = (1.0 - pb.ci) / 2.0
-    for pooling in POOLINGS:
-        if pb.has(pooling, metric):
-            _, reps = pb.gap(pooling, metric, K)
-            out[pooling] = (float(np.quantile(reps, alpha)), float(np.quantile(reps, 1 - alpha)))
-    return out
+    return {
+        pooling: percentile_interval(pb.gap(pooling, metric, K)[1], pb.ci)
+        for pooling in POOLINGS
+        if pb.has(pooling, metric)
+    }
 
 
 def control_effects(pb: Any, metric: str, K: int | None = None) -> dict[str, ControlEffect]:

@@ -50,11 +50,15 @@ from deffcore.measures.similarity_measures import (
     pairs_matrix,
     prepare_layers,
 )
-from deffcore.statistics.bootstrap import bootstrap_similarities, check_b, resample_indices
+from deffcore.statistics.bootstrap import (
+    bootstrap_similarities,
+    check_b,
+    percentile_interval,
+    resample_indices,
+)
 from deffcore.statistics.calibration import calibrated_similarity
 from deffcore.statistics.trust_rule import gap_of, regime_of
 
-#: Every measure the table can hold, in its order: the run's metrics, then section 17's.
 #: Default bootstrap replicates of the table (modest: each is a whole matrix per measure).
 DEFAULT_B = 20
 #: Default permutations of the calibrated column (the fewest whose 95% threshold is not the
@@ -271,14 +275,7 @@ def _matrix(x: Any, measure: str, opts: MeasureOptions, groups: Any = None) -> n
     if measure in METRICS:
         return similarity_matrix(x, measure)
     if groups is None:
-        return measure_matrix(
-            x,
-            measure,
-            k=opts.k,
-            rsa_method=opts.rsa_method,
-            variance=opts.variance,
-            cca_summary=opts.cca_summary,
-        )
+        return measure_matrix(x, measure, **asdict(opts))
     return pairs_matrix(prepare_layers(x, measure, opts, groups=groups), measure, opts)
 
 
@@ -321,20 +318,10 @@ def measure_row(
         )
         cal = None
         if measure in MEASURES:
-            cal = (
-                calibrated_similarity(
-                    x,
-                    measure,
-                    permutations=permutations,
-                    alpha=alpha,
-                    seed=seed,
-                    k=opts.k,
-                    rsa_method=opts.rsa_method,
-                    variance=opts.variance,
-                    cca_summary=opts.cca_summary,
-                ).deff_cal
-                / n_layers
-            )
+            cal = calibrated_similarity(
+                x, measure, permutations=permutations, alpha=alpha, seed=seed, **asdict(opts)
+            ).deff_cal
+            cal /= n_layers
     except DeffError as err:
         return MeasureRow(measure, undefined=str(err), seconds=time.perf_counter() - start)
     if matrices is not None:  # a defined row's only: an undefined row has no point estimate
@@ -346,8 +333,7 @@ def measure_row(
             "centred directions have canonical correlations of 1 by construction, so this "
             "row reflects N more than the layers"
         )
-    tail = (1.0 - ci) / 2.0
-    low, high = float(np.quantile(samples, tail)), float(np.quantile(samples, 1.0 - tail))
+    low, high = percentile_interval(samples, ci)
     gap = gap_percent(deff, n_layers)
     gap_range = (gap_of(high, n_layers), gap_of(low, n_layers))
     return MeasureRow(

@@ -59,10 +59,13 @@ from deffcore.statistics.bootstrap import (
     _counts,
     _linear_replicates,
     _unbiased_replicates,
-    bootstrap_costs,
+    cheaper_method,
     check_b,
+    check_metrics,
+    percentile_interval,
     resample_indices,
 )
+from deffcore.statistics.trust_rule import gap_of
 
 #: The interval a difference reports by default (calibrated: module docstring).
 METHOD = "basic"
@@ -82,11 +85,7 @@ def replicate_similarities(
     CKA's sums too); each alone is `bootstrap.bootstrap_similarities`'s own pass; cosine sums
     per-passage cosines with the same weights.
     """
-    bad = [m for m in metrics if m not in METRICS]
-    if bad:
-        raise DeffError(
-            f"Unknown similarity metric {bad[0]!r}; choose one of {', '.join(METRICS)}."
-        )
+    check_metrics(metrics)
     x = _validated(states, min_passages=4 if "unbiased_cka" in metrics else 2)
     if not x.is_floating_point():
         x = x.to(torch.float64)
@@ -99,10 +98,9 @@ def replicate_similarities(
         return out
     B = len(indices)
     if method == "auto":
-        costs = bootstrap_costs(
+        method = cheaper_method(
             n, d, n_layers, B, "unbiased_cka" if "unbiased_cka" in cka else "cka"
         )
-        method = "gram" if costs["gram"] <= costs["recompute"] else "recompute"
     if method == "recompute" and "cka" in cka:
         out["cka"] = [similarity_matrix(x[:, torch.from_numpy(idx)], "cka") for idx in indices]
     xc = _centred(x)
@@ -224,18 +222,12 @@ def difference_of(
     if method not in METHODS:
         raise DeffError(f"Unknown interval method {method!r}; choose one of {', '.join(METHODS)}.")
     s = np.asarray(samples, dtype=np.float64)
-    alpha = (1.0 - ci) / 2.0
-    q_lo, q_hi = (float(np.quantile(s, q)) for q in (alpha, 1.0 - alpha))
+    q_lo, q_hi = percentile_interval(s, ci)
     point = float(point)
     return PairedDifference(
         a, b, scale, point, s, ci, method, (q_lo, q_hi), (2 * point - q_hi, 2 * point - q_lo),
         paired,
     )  # fmt: skip
-
-
-def gap_from_deff_over_L(x: Any, layers: int) -> Any:
-    """gap% = 100 (1 - D_eff/L (L+1)/2), elementwise."""
-    return 100.0 * (1.0 - np.asarray(x, dtype=np.float64) * (layers + 1) / 2.0)
 
 
 Key = tuple[str, str]  # (pooling, metric)
@@ -278,19 +270,12 @@ class PairedBootstrap:
     def result(self, pooling: str, metric: str, K: int | None = None) -> BootstrapResult:
         """One number's `bootstrap.BootstrapResult` (percentile interval, replicate mean) from
         these replicates: the same numbers `bootstrap_deff_over_L` gives with the same seed."""
-        point, reps = self.deff_over_L(pooling, metric, K)
-        alpha = (1.0 - self.ci) / 2.0
-        return BootstrapResult(
-            point=point, mean=float(reps.mean()), low=float(np.quantile(reps, alpha)),
-            high=float(np.quantile(reps, 1.0 - alpha)), samples=reps, B=self.B, ci=self.ci,
-        )  # fmt: skip
+        return BootstrapResult.of(*self.deff_over_L(pooling, metric, K), self.ci)
 
     def gap(self, pooling: str, metric: str, K: int | None = None) -> tuple[float, np.ndarray]:
-        """(point, replicates (B,)) of the gap to F_L in points."""
+        """(point, replicates (B,)) of the gap to F_L in points (`trust_rule.gap_of`)."""
         point, reps = self.deff_over_L(pooling, metric, K)
-        return float(gap_from_deff_over_L(point, self.layers)), gap_from_deff_over_L(
-            reps, self.layers
-        )
+        return float(gap_of(point, self.layers)), gap_of(reps, self.layers)
 
     def difference(
         self,

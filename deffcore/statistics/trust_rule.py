@@ -62,11 +62,8 @@ from deffcore.core.constants import METRICS, NOISE_MIN_N, REGIME_TOLERANCE
 from deffcore.core.errors import DeffError
 
 # NOISE_MIN_N (core.constants): fewer passages than this are noise whatever else.
-#: Spread of D_eff/L without an interval: SPREAD_C / sqrt(N), relative. 0.65 covers the
-#: Gaussian constructions (the 99th percentile of |error| sqrt(N) of unbiased CKA on the
-#: calibration grid); the shipped default (SmolLM2, 4,096 windows) measured a bootstrap
-#: half-width of 2.2% = 1.4 / sqrt(N): real residual streams spread more, so the prior takes
-#: the larger, rounded up.
+#: Spread of D_eff/L without an interval: SPREAD_C / sqrt(N), relative (module docstring:
+#: the larger of the constructions' 0.65 and the shipped default's 1.4, rounded up).
 SPREAD_C = 1.5
 #: The bootstrap interval's half-width is widened by this before it counts as the spread
 #: (module docstring: calibrated on heavy-tailed constructions).
@@ -540,12 +537,9 @@ def trust(
     """
     from deffcore.measures.depth import effective_depth
     from deffcore.measures.similarity import _validated, similarity_matrix
-    from deffcore.statistics.bootstrap import bootstrap_deff_over_L
+    from deffcore.statistics.bootstrap import bootstrap_deff_over_L, check_metrics
 
-    if metric not in METRICS:
-        raise DeffError(
-            f"Unknown similarity metric {metric!r}; choose one of {', '.join(METRICS)}."
-        )
+    check_metrics((metric,))
     x = _validated(states, min_layers=3 if h0 else 2, min_passages=4)
     measured = x[1:] if h0 else x
     n_layers, n, d = (int(v) for v in measured.shape)
@@ -553,23 +547,18 @@ def trust(
     unbiased = None
     if metric == "cka":
         unbiased = effective_depth(similarity_matrix(measured, "unbiased_cka"), K) / n_layers
-    interval = mean = None
-    if bootstrap is not None:
-        res = bootstrap  # a BootstrapResult already computed (a paired bootstrap's), or B
-        if isinstance(bootstrap, int):
-            res = bootstrap_deff_over_L(measured, B=bootstrap, seed=seed, metric=metric, K=K)
-        interval, mean = (res.low, res.high), res.mean
-    return assess(
-        n,
-        d,
-        metric=metric,
-        point=point,
-        layers=n_layers,
-        unbiased=unbiased,
-        interval=interval,
-        bootstrap_mean=mean,
+    if isinstance(bootstrap, int):  # else a BootstrapResult already computed, or None
+        bootstrap = bootstrap_deff_over_L(measured, B=bootstrap, seed=seed, metric=metric, K=K)
+    return _assess_with(
+        bootstrap, n, d, metric=metric, point=point, layers=n_layers, unbiased=unbiased,
         band=null_band,
-    )
+    )  # fmt: skip
+
+
+def _assess_with(res: Any, n: int, d: int, **numbers: Any) -> Trust:
+    """`assess` with the interval and replicate mean of a `BootstrapResult` (None: none)."""
+    interval, mean = (None, None) if res is None else ((res.low, res.high), res.mean)
+    return assess(n, d, interval=interval, bootstrap_mean=mean, **numbers)
 
 
 def measurement_trust(
@@ -590,21 +579,11 @@ def measurement_trust(
     unbiased = None
     if metric == "cka":
         unbiased = measurement.summary(pooling, "unbiased_cka", K).deff_over_L
-    interval = mean = None
-    if bootstrap is not None:
-        res = bootstrap
-        if isinstance(bootstrap, int):
-            res = measurement.bootstrap(pooling, metric, B=bootstrap, seed=seed, K=K)
-        interval, mean = (res.low, res.high), res.mean
-    t = assess(
-        int(measurement.n),
-        int(measurement.d_model),
-        metric=metric,
-        point=summary.deff_over_L,
-        layers=int(measurement.layers),
-        unbiased=unbiased,
-        interval=interval,
-        bootstrap_mean=mean,
+    if isinstance(bootstrap, int):
+        bootstrap = measurement.bootstrap(pooling, metric, B=bootstrap, seed=seed, K=K)
+    t = _assess_with(
+        bootstrap, int(measurement.n), int(measurement.d_model), metric=metric,
+        point=summary.deff_over_L, layers=int(measurement.layers), unbiased=unbiased,
         band=measurement.random_band(pooling, metric) or None,
-    )
+    )  # fmt: skip
     return with_supply(t, getattr(measurement, "spec", None))

@@ -209,8 +209,7 @@ def _massive_part(
 
 def _layer_runs(runs: Sequence[tuple[int, int]]) -> str:
     """Runs of consecutive layers in words: "layer 5", "layers 12–28", joined by commas."""
-    words = [f"layer {a}" if a == b else f"layers {a}–{b}" for a, b in runs]
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return _and([f"layer {a}" if a == b else f"layers {a}–{b}" for a, b in runs])
 
 
 def _sink_part(
@@ -268,13 +267,12 @@ def bos_verdict(
     massive_position, sun_share, sun_position: (L+1,) per state h_0..h_L; sink_fraction,
     gu_sink_fraction: (L,) per block 1..L (layer l = index + 1); sink_baseline,
     sink_passages: see `BosDiagnostics` (`verdict_inputs(diagnose(...))` gives all of these).
-    Any may be None
-    (not computed): the sentence then says so. identical: {control: why it equals default
-    for this run} (`bos_answer.identical_controls`); None: guessed from equal gaps
-    (`bos_answer.guess_identical`).
-    intervals: {pooling: (low, high)} gap intervals from the run's one bootstrap
-    (`control_effects.regime_intervals`): a regime is then read from its interval (SPEC 11.5),
-    so a flip is claimed only when both gaps' intervals say so; None: the ±1-point tolerance.
+    Any may be None (not computed): the sentence then says so. identical: {control: why it
+    equals default for this run} (`bos_answer.identical_controls`); None: guessed from equal
+    gaps (`bos_answer.guess_identical`). intervals: {pooling: (low, high)} gap intervals from
+    the run's one bootstrap (`control_effects.regime_intervals`): a regime is then read from
+    its interval (SPEC 11.5), so a flip is claimed only when both gaps' intervals say so; None:
+    the ±1-point tolerance.
     """
     clean = {p: float(g) for p, g in gaps.items() if g is not None and math.isfinite(g)}
     if "default" not in clean:
@@ -325,19 +323,18 @@ def _give(items: Sequence[str]) -> str:
     return "gives" if len(items) == 1 else "give"
 
 
+#: The `bos_verdict` keywords a `diagnose` dict holds under the same names.
+_DIAGNOSTIC_INPUTS = (
+    "massive_ratio", "massive_position", "sun_share", "sun_position", "sink_fraction",
+    "sink_baseline", "sink_passages", "gu_sink_fraction",
+)  # fmt: skip
+
+
 def verdict_inputs(diagnostics: Mapping[str, Any] | None) -> dict[str, Any]:
     """The keyword arguments of `bos_verdict` held by a `diagnose` dict (None: not computed);
     keys an older or partial dict lacks stay None."""
     d = diagnostics or {}
-    keys = ("massive_ratio", "massive_position", "sun_share", "sun_position")
-    out = {k: d.get(k) for k in keys}
-    out.update(
-        sink_fraction=d.get("sink_fraction"),
-        sink_baseline=d.get("sink_baseline"),
-        sink_passages=d.get("sink_passages"),
-        gu_sink_fraction=d.get("gu_sink_fraction"),
-    )
-    return out
+    return {k: d.get(k) for k in _DIAGNOSTIC_INPUTS}
 
 
 def verdict_for(
