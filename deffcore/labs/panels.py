@@ -36,7 +36,7 @@ Point panels (one row per point, both x and y from the same place):
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,16 +95,17 @@ def _trained_plain(spec: dict[str, Any]) -> bool:
     )
 
 
-def _run_row(meta: dict[str, Any], m: Any) -> dict[str, Any]:
-    s = m.summary("default")
+def _run_row(source: str, spec: Any, run: Any, key: str, s: Any) -> dict[str, Any]:
+    """A run's panel row: its model and dataset (`spec`), size (`run.layers`, `run.n`), key
+    and the default pooling's depth summary `s`."""
     return {
-        "model": m.spec.model,
-        "family": _family(m.spec.model),
-        "source": "cached",
-        "layers": m.layers,
-        "n": m.n,
-        "dataset": m.spec.dataset,
-        "key": meta["key"],
+        "model": spec["model"],
+        "family": _family(spec["model"]),
+        "source": source,
+        "layers": run.layers,
+        "n": run.n,
+        "dataset": spec["dataset"],
+        "key": key,
         "deff": s.deff,
         "deff_over_L": s.deff_over_L,
         "gap_pct": s.gap_pct,
@@ -112,20 +113,35 @@ def _run_row(meta: dict[str, Any], m: Any) -> dict[str, Any]:
     }
 
 
-def cached_panel(metric: str = "cka") -> list[dict[str, Any]]:
-    """One row per cached model (largest N, then newest; see the module docstring)."""
+def _cached_row(meta: dict[str, Any], m: Any) -> dict[str, Any]:
+    spec = {"model": m.spec.model, "dataset": m.spec.dataset}
+    return _run_row("cached", spec, m, meta["key"], m.summary("default"))
+
+
+def _best_cached(make_row: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list[dict]:
+    """One row per model over the complete cached runs of trained weights without
+    intervention: `make_row(meta)` (None passes a run over) of its run with the largest N,
+    the newest among equal N."""
     best: dict[str, dict[str, Any]] = {}
     for meta in _complete_runs():  # newest first
         spec = meta.get("spec") or {}
-        if not _trained_plain(spec):
+        key = model_key(spec.get("model", ""))
+        if not _trained_plain(spec) or (key in best and best[key]["n"] >= int(meta.get("n") or 0)):
             continue
-        key = model_key(spec["model"])
-        if key in best and best[key]["n"] >= int(meta.get("n") or 0):
-            continue
-        m = _measurement(meta, metric)
-        if m is not None:
-            best[key] = _run_row(meta, m)
+        row = make_row(meta)
+        if row is not None:
+            best[key] = row
     return list(best.values())
+
+
+def cached_panel(metric: str = "cka") -> list[dict[str, Any]]:
+    """One row per cached model (largest N, then newest; see the module docstring)."""
+
+    def row(meta: dict[str, Any]) -> dict[str, Any] | None:
+        m = _measurement(meta, metric)
+        return None if m is None else _cached_row(meta, m)
+
+    return _best_cached(row)
 
 
 def _read_user_file(path: str | Path, what: str) -> tuple[Path, str]:
@@ -314,7 +330,7 @@ def geometry_panel(metric: str = "cka") -> list[dict[str, Any]]:
         m = _measurement(meta, metric)
         if m is None or m.layers < 3:
             continue
-        row = _run_row(meta, m)
+        row = _cached_row(meta, m)
         geo = geodesic_efficiency(m.states("default"), metric=metric)
         row.update(
             geodesic_efficiency=geo.efficiency,
@@ -348,17 +364,14 @@ def cached_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
     from deffcore.lenses.diagnostics_store import spec_from_fields
     from deffcore.measures.atlas import columns_of
 
-    best: dict[str, dict[str, Any]] = {}
-    for meta in _complete_runs():  # newest first
-        spec = meta.get("spec") or {}
-        key = model_key(spec.get("model", ""))
-        if not _trained_plain(spec) or (key in best and best[key]["n"] >= int(meta.get("n") or 0)):
-            continue
-        rows = read_rows(spec_from_fields(spec))
+    def row(meta: dict[str, Any]) -> dict[str, Any] | None:
+        rows = read_rows(spec_from_fields(meta["spec"]))
         m = _measurement(meta, metric) if rows is not None else None
-        if m is not None and rows.n == m.n:
-            best[key] = _atlas_row(_run_row(meta, m), columns_of(rows))
-    return list(best.values())
+        if m is None or rows.n != m.n:
+            return None
+        return _atlas_row(_cached_row(meta, m), columns_of(rows))
+
+    return _best_cached(row)
 
 
 def precomputed_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
@@ -375,19 +388,7 @@ def precomputed_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
             s = depth_summary(view.similarity("default", metric))
         except KeyError:  # a snapshot without this metric
             continue
-        base = {
-            "model": view.spec["model"],
-            "family": _family(view.spec["model"]),
-            "source": "precomputed",
-            "layers": view.layers,
-            "n": view.n,
-            "dataset": view.spec["dataset"],
-            "key": view.key,
-            "deff": s.deff,
-            "deff_over_L": s.deff_over_L,
-            "gap_pct": s.gap_pct,
-            "rho1": s.rho1,
-        }
+        base = _run_row("precomputed", view.spec, view, view.key, s)
         rows.append(_atlas_row(base, found.columns()))
     return rows
 
