@@ -271,49 +271,39 @@ def carry_trajectories(records: Sequence[Mapping[str, Any]]) -> go.Figure:
         return fig
     for gamma, by_gamma in frame.groupby("gamma", sort=False):
         color = GAMMA_COLORS.get(float(gamma), COLOR_PAPER)
+        dash = GAMMA_DASHES.get(float(gamma), "solid")
         for p_index, (quantity, label) in enumerate(CARRY_PANELS):
             row, col = divmod(p_index, 2)
-            for seed, run in by_gamma.groupby("seed"):
+
+            drawn = []
+            for seed, run in by_gamma.groupby("seed"):  # each seed faint
                 run = run.sort_values("step")
+                who = f"γ={gamma:g} seed {seed}"
+                drawn.append((run["step"], run[quantity], who, who, False))
+            mean = by_gamma.groupby("step")[quantity].mean()
+            drawn.append(
+                (mean.index, mean.values, f"γ={gamma:g} mean", f"γ = {gamma:g} (mean)", True)
+            )
+            for x, y, who, name, bold in drawn:
                 fig.add_trace(
                     go.Scatter(
-                        x=run["step"],
-                        y=run[quantity],
+                        x=x,
+                        y=y,
                         mode="lines",
                         line={
-                            "color": _rgba(color, 0.3),
-                            "width": 1,
-                            "dash": GAMMA_DASHES.get(float(gamma), "solid"),
+                            "color": color if bold else _rgba(color, 0.3),
+                            "width": 3 if bold else 1,
+                            "dash": dash,
                         },
-                        name=f"γ={gamma:g} seed {seed}",
+                        name=name,
                         legendgroup=f"g{gamma}",
-                        showlegend=False,
-                        hovertemplate=f"γ={gamma:g} seed {seed}<br>step %{{x}}"
-                        f"<br>{label} = %{{y:.4g}}<extra></extra>",
+                        showlegend=bold and p_index == 0,
+                        hovertemplate=f"{who}<br>step %{{x}}<br>{label} = %{{y:.4g}}"
+                        "<extra></extra>",
                     ),
                     row=row + 1,
                     col=col + 1,
                 )
-            mean = by_gamma.groupby("step")[quantity].mean()
-            fig.add_trace(
-                go.Scatter(
-                    x=mean.index,
-                    y=mean.values,
-                    mode="lines",
-                    line={
-                        "color": color,
-                        "width": 3,
-                        "dash": GAMMA_DASHES.get(float(gamma), "solid"),
-                    },
-                    name=f"γ = {gamma:g} (mean)",
-                    legendgroup=f"g{gamma}",
-                    showlegend=p_index == 0,
-                    hovertemplate=f"γ={gamma:g} mean<br>step %{{x}}<br>{label} = %{{y:.4g}}"
-                    "<extra></extra>",
-                ),
-                row=row + 1,
-                col=col + 1,
-            )
     fig.update_xaxes(title_text="training step")
     fig.update_layout(
         title="Residual carry: h_l = γ h_{l-1} + block(h_{l-1})", height=640, **_LAYOUT
