@@ -20,6 +20,7 @@ from deffcore.figures.base import (
     POOLING_COLORS,
     log_axis,
     reference_hline,
+    rgba,
 )
 from deffcore.views.glossary import COLUMN_LABELS
 
@@ -53,12 +54,6 @@ GAMMA_DASHES = {1.0: "solid", 0.75: "dash", 0.5: "dot", 0.25: "dashdot"}
 #: Perplexities above this multiple of PPL_0 are drawn at the cap, marked "> cap": a skipped
 #: block can make PPL explode (1e63 was seen), which would squash every other point.
 PPL_CAP_FACTOR = 1000.0
-
-
-def _rgba(hex_color: str, alpha: float) -> str:
-    h = hex_color.lstrip("#")
-    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
-    return f"rgba({r},{g},{b},{alpha})"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -291,7 +286,7 @@ def carry_trajectories(records: Sequence[Mapping[str, Any]]) -> go.Figure:
                         y=y,
                         mode="lines",
                         line={
-                            "color": color if bold else _rgba(color, 0.3),
+                            "color": color if bold else rgba(color, 0.3),
                             "width": 3 if bold else 1,
                             "dash": dash,
                         },
