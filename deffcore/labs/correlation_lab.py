@@ -14,9 +14,9 @@ Three kinds of y (`deffcore.labs.panels` says where each number comes from):
   budget, late-over-early relative contribution) against the same run's D_eff/L
   (`atlas_correlations`; a column with too few models is reported with its points, not refused).
 
-Each correlation is `deffcore.measures.correlation.correlate` (Pearson, Spearman with scipy's t p
-and the
-exact permutation p, n, leave-one-out and leave-one-family-out rows, a small-n warning).
+Each correlation is `deffcore.measures.correlation.correlate` (Pearson, Spearman with scipy's
+t p and the exact permutation p, n, leave-one-out and leave-one-family-out rows, a small-n
+warning).
 
 **Table S18 from the paper's own values** (`s18_check`). Table S17 prints six models' k_1.10;
 Table S18's panel has eight (it drops "Qwen3.5-4B", which S17 does not list). Two results:

@@ -235,17 +235,14 @@ def model_panel(
         raise InvalidArgumentError(
             f"Unknown panel source(s) {', '.join(bad)}; choose from {', '.join(SOURCES)}."
         )
+    rows = {
+        "cached": lambda: cached_panel(metric),
+        "sweep": lambda: sweep_panel(sweep_file) if sweep_file else [],
+        "paper": paper_panel,
+    }
     panel: dict[str, dict[str, Any]] = {}
-    for source in SOURCES:
-        if source not in sources:
-            continue
-        if source == "cached":
-            rows = cached_panel(metric)
-        elif source == "sweep":
-            rows = sweep_panel(sweep_file) if sweep_file else []
-        else:
-            rows = paper_panel()
-        for row in rows:
+    for source in (s for s in SOURCES if s in sources):  # in SOURCES' order: the first wins
+        for row in rows[source]():
             panel.setdefault(model_key(row["model"]), row)
     return panel
 
