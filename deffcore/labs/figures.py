@@ -334,13 +334,7 @@ def dynamics_plot(result: Mapping[str, Any], *, log_x: bool = False) -> go.Figur
     axis = result["x_axis"]
     points = list(result["points"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("gap to F_L (%)", "D_eff / L"))
-
-    def x_of(i: int, p: Mapping[str, Any]) -> float | None:
-        if axis == "index":
-            return i
-        return p[axis]
-
-    xs = [x_of(i, p) for i, p in enumerate(points)]
+    xs = [i if axis == "index" else p[axis] for i, p in enumerate(points)]
     for col, quantity in ((1, "gap_pct"), (2, "deff_over_L")):
         label = COLUMN_LABELS[quantity]
         ys = [p[quantity] if p["status"] == "ok" else None for p in points]

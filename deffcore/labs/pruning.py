@@ -497,10 +497,7 @@ def _compute(loaded: Any, setup: PruningSetup, progress: ProgressFn | None) -> P
     from deffcore.measures.atlas import token_weighted_bi
     from deffcore.measures.similarity import similarity_matrix
 
-    def report(done: int, total: int, stage: str) -> None:
-        if progress is not None:
-            progress(done, total, stage)
-
+    report = progress or (lambda done, total, stage: None)
     s, L = setup, loaded.layers
     if L < 3:
         raise InvalidStatesError(f"The pruning check needs at least 3 blocks; {s.model} has {L}.")
