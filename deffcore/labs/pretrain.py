@@ -218,12 +218,8 @@ def token_data(tokenizer: Any, block_size: int, documents: list[str] | None = No
 
 
 def _special_ids(tokenizer: Any) -> dict[str, int]:
-    ids = {}
-    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        value = getattr(tokenizer, name, None)
-        if value is not None:
-            ids[name] = int(value)
-    return ids
+    names = ("pad_token_id", "bos_token_id", "eos_token_id")
+    return {n: int(getattr(tokenizer, n)) for n in names if getattr(tokenizer, n, None) is not None}
 
 
 def build_model(s: PretrainSettings, tokenizer: Any, seed: int) -> torch.nn.Module:
