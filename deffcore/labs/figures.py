@@ -22,6 +22,7 @@ from deffcore.figures.base import (
     reference_hline,
     rgba,
 )
+from deffcore.labs.aggregations import AGGREGATION_LABELS, AGGREGATIONS
 from deffcore.views.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
@@ -383,8 +384,6 @@ def dynamics_plot(result: Mapping[str, Any], *, log_x: bool = False) -> go.Figur
 
 def aggregations_plot(table: Mapping[str, Any]) -> go.Figure:
     """Value / L of every aggregation (x) under each metric (colour)."""
-    from deffcore.labs.aggregations import AGGREGATION_LABELS, AGGREGATIONS
-
     fig = go.Figure()
     for metric in table["xi"]:
         sub = {r["aggregation"]: r for r in table["rows"] if r["metric"] == metric}
@@ -426,6 +425,4 @@ def aggregations_frame(table: Mapping[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(table["rows"]).pivot(
         index="aggregation", columns="metric", values="value_over_L"
     )
-    from deffcore.labs.aggregations import AGGREGATIONS
-
     return frame.reindex(index=list(AGGREGATIONS), columns=list(table["xi"]))

@@ -19,6 +19,7 @@ from deffcore.core.safe_text import plotly_text
 from deffcore.figures.base import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO
 from deffcore.labs.figures import INTERVENTION_COLORS
 from deffcore.labs.lens_tables import PRETRAIN_LABELS, fmt_rho
+from deffcore.views.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 70, "b": 50}}
 _FAMILY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon")
@@ -216,8 +217,6 @@ def turning_angles_plot(table: Mapping[str, Any]) -> go.Figure:
     """The turning angle (degrees) at layers 2 .. L-1 of `aggregation_table`'s geometry: one
     line per similarity metric (arccos S) and one for the Euclidean path of the pooled states
     when present; 90° (orthogonal updates' every turn) dashed."""
-    from deffcore.views.glossary import COLUMN_LABELS
-
     fig = go.Figure()
     series = [
         (f"arccos {COLUMN_LABELS.get(m, m)}", g["turning_angles"])

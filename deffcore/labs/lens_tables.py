@@ -13,7 +13,9 @@ from typing import Any
 
 import pandas as pd
 
+from deffcore.measures.gw import PAPER_INIT
 from deffcore.views.glossary import COLUMN_LABELS, human_columns
+from deffcore.views.paper import paper_norm_probe, paper_pivot
 
 #: The statistics of one correlation row, in display order.
 STAT_COLUMNS: tuple[str, ...] = ("n", "pearson_r", "pearson_p", "spearman_rho", "spearman_p")
@@ -155,8 +157,6 @@ def _paper_start(gw: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The figures of `gw` from the paper's start (POT's product coupling): `gw` itself when
     computed from it, its `paper` part when it carries one (the default start, SPEC 13.1),
     else None."""
-    from deffcore.measures.gw import PAPER_INIT
-
     if gw.get("init") == PAPER_INIT:
         return gw
     paper = gw.get("paper")
@@ -167,8 +167,6 @@ def gw_paper_note(gw: Mapping[str, Any]) -> str | None:
     """None when `gw` may stand beside Table S22 (it has figures from the paper's start, POT's
     product coupling: its own or, for the default start, beside them), else the sentence
     saying why it is not compared."""
-    from deffcore.measures.gw import PAPER_INIT
-
     if _paper_start(gw) is not None:
         return None
     init = gw.get("init")
@@ -181,8 +179,6 @@ def gw_paper_note(gw: Mapping[str, Any]) -> str | None:
 
 
 def _paper_gw_rows() -> list[dict[str, Any]]:
-    from deffcore.views.paper import paper_pivot
-
     return [
         {"model": f"{model} (paper)", **{k: values.get(k) for k in GW_STATS}}
         for (model, _, _), values in paper_pivot("Table S22").items()
@@ -194,8 +190,6 @@ def gw_beside_paper(gw: Mapping[str, Any]) -> pd.DataFrame:
     start); a default-start result's figures from the paper's start (the product coupling)
     below it; then the paper's Table S22 models, when there are figures from the paper's start
     (`gw_paper_note` says why not otherwise)."""
-    from deffcore.measures.gw import PAPER_INIT
-
     ours = {
         "model": f"{gw['model']} (this run, n_gw = {gw['n_gw']})",
         "starting coupling": gw.get("init"),
@@ -281,8 +275,6 @@ def pretrain_beside_paper(final: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def paper_table_s8() -> pd.DataFrame:
     """Table S8 as published: per variant (the paper's names) each column's value, and the
     sd of the default gap."""
-    from deffcore.views.paper import paper_norm_probe
-
     rows = []
     for variant, columns in paper_norm_probe("Table S8").items():
         row = {"variant": variant}
