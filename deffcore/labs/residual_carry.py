@@ -39,10 +39,19 @@ import numpy as np
 import torch
 
 from deffcore.core.errors import DeffError
+from deffcore.core.files import (
+    CARRY_CHECKPOINT,
+    CARRY_SIDECAR,
+    LAB_RECORDS,
+    check_output,
+    has_mark,
+    write_output,
+)
 from deffcore.labs.carry_model import CarryConfig, CarryGPT
 from deffcore.labs.training import bbc_documents, evaluating, from_preset, train_grid, train_steps
 from deffcore.measures.depth import depth_summary
 from deffcore.measures.similarity import similarity_matrix
+from deffcore.views.paper import paper_rows
 
 if TYPE_CHECKING:
     from deffcore.runs.action_costs import Cost
@@ -211,11 +220,9 @@ def save_checkpoint(
     Written under the one output rule (`core.files.check_output`, `write_output`): whole or not
     at all, never through a link, and an existing file is replaced only when it is one of our
     checkpoints (its sidecar says so) -- never a file of the user's that shares its name."""
-    from deffcore.core.files import CARRY_CHECKPOINT, CARRY_SIDECAR, check_output, write_output
-
     side = checkpoint_sidecar(path)
     check_output(side, "--checkpoint-dir", marks=(CARRY_SIDECAR,), kind="carry checkpoint")
-    ours = has_our_sidecar(side)
+    ours = has_mark(side, (CARRY_SIDECAR,))  # a sidecar deffcore wrote
     check_output(
         path,
         "--checkpoint-dir",
@@ -240,13 +247,6 @@ def save_checkpoint(
     # A plain-JSON sidecar lets a folder listing show step and tokens without opening the .pt.
     sidecar = {"kind": "deffcore-carry-gpt", "step": step, "tokens": tokens}
     write_output(side, json.dumps(sidecar).encode(), "--checkpoint-dir")
-
-
-def has_our_sidecar(side: Path) -> bool:
-    """Whether `side` is a carry-lab checkpoint's sidecar deffcore wrote."""
-    from deffcore.core.files import CARRY_SIDECAR, has_mark
-
-    return has_mark(side, (CARRY_SIDECAR,))
 
 
 def checkpoint_sidecar(path: str | Path) -> Path:
@@ -427,8 +427,6 @@ def run_carry_sweep(
         stage=lambda run: f"gamma={run[0]:g} seed={run[1]}",
     )  # fmt: skip
     if s.checkpoint_dir:
-        from deffcore.core.files import LAB_RECORDS, check_output, write_output
-
         records = json.dumps(result.to_dict(), indent=1).encode()
         path = Path(s.checkpoint_dir) / "records.json"
         check_output(path, "--checkpoint-dir", marks=(LAB_RECORDS,), kind="lab's records file")
@@ -444,8 +442,6 @@ def settings_from(preset: str = "cpu", **overrides: Any) -> CarrySettings:
 def paper_carry_rows() -> list[dict[str, Any]]:
     """Table S14 of the paper (12-layer nanoGPT on shakespeare_char, iter 5000), display only:
     one dict per gamma (`gamma, val_loss, deff_h_over_L, rho1, f_over_h`), largest first."""
-    from deffcore.views.paper import paper_rows
-
     names = {
         "val_loss": "val_loss",
         "deff_over_L": "deff_h_over_L",
