@@ -45,6 +45,11 @@ import numpy as np
 from deffcore.core.checks import csv_rows
 from deffcore.core.errors import InvalidArgumentError
 from deffcore.inputs.model import Kind, ModelSpec
+from deffcore.labs.store import list_results
+from deffcore.measures.depth import depth_summary
+from deffcore.measures.geometry import geodesic_efficiency
+from deffcore.views.models_overview import model_family, paper_models
+from deffcore.views.paper import paper_rows
 
 SOURCES: tuple[str, ...] = ("cached", "sweep", "paper")
 #: Headline numbers a model panel row may carry (paper rows: deff_over_L and gap_pct only).
@@ -58,12 +63,6 @@ def model_key(name: str) -> str:
     if "/" in name and not name.startswith((".", "/", "~")) and name.count("/") == 1:
         name = name.split("/", 1)[1]
     return name.lower()
-
-
-def _family(name: str) -> str:
-    from deffcore.views.models_overview import model_family
-
-    return model_family(name)
 
 
 def _complete_runs() -> list[dict[str, Any]]:
@@ -100,7 +99,7 @@ def _run_row(source: str, spec: Any, run: Any, key: str, s: Any) -> dict[str, An
     and the default pooling's depth summary `s`."""
     return {
         "model": spec["model"],
-        "family": _family(spec["model"]),
+        "family": model_family(spec["model"]),
         "source": source,
         "layers": run.layers,
         "n": run.n,
@@ -206,7 +205,7 @@ def sweep_panel(path: str | Path) -> list[dict[str, Any]]:
     for cells in groups.values():
         row: dict[str, Any] = {
             "model": cells[0]["model"],
-            "family": _family(cells[0]["model"]),
+            "family": model_family(cells[0]["model"]),
             "source": "sweep",
             "runs": len(cells),
         }
@@ -220,8 +219,6 @@ def sweep_panel(path: str | Path) -> list[dict[str, Any]]:
 
 def paper_panel() -> list[dict[str, Any]]:
     """The paper's models with their published D_eff/L and gap% (display values)."""
-    from deffcore.views.models_overview import paper_models
-
     keep = ("model", "family", "layers", "deff_over_L", "gap_pct", "table")
     return [{**{k: m.get(k) for k in keep}, "source": "paper"} for m in paper_models()]
 
@@ -254,8 +251,6 @@ def model_panel(
 def paper_pruning_rows() -> list[dict[str, Any]]:
     """Table S17 of the paper, one row per model: layers, deff_over_L, gap_pct, ppl0, k_110,
     f_110 (as printed)."""
-    from deffcore.views.paper import paper_rows
-
     by_model: dict[str, dict[str, Any]] = {}
     names = {"k_1.10": "k_110", "f_1.10": "f_110"}
     for r in paper_rows("Table S17"):
@@ -263,7 +258,7 @@ def paper_pruning_rows() -> list[dict[str, Any]]:
             r["model"],
             {
                 "model": r["model"],
-                "family": _family(r["model"]),
+                "family": model_family(r["model"]),
                 "source": "Table S17",
                 "layers": int(r["layers"]),
             },
@@ -276,15 +271,13 @@ def paper_pruning_rows() -> list[dict[str, Any]]:
 
 def stored_pruning_rows() -> list[dict[str, Any]]:
     """One row per model from the stored pruning checks (most held-out passages, then newest)."""
-    from deffcore.labs.store import list_results
-
     best: dict[str, dict[str, Any]] = {}
     for record in list_results("pruning"):  # newest first
         d = record["result"]
         try:
             row = {
                 "model": d["model"],
-                "family": _family(d["model"]),
+                "family": model_family(d["model"]),
                 "source": "pruning",
                 "layers": int(d["layers"]),
                 "n": int(d["n"]),
@@ -318,8 +311,6 @@ def pruning_panel(*, with_paper: bool = False) -> list[dict[str, Any]]:
 def geometry_panel(metric: str = "cka") -> list[dict[str, Any]]:
     """Every cached run of trained weights without intervention: D_eff/L and its trajectory
     geometry (CKA-angle and Euclidean efficiency, mean turning angles)."""
-    from deffcore.measures.geometry import geodesic_efficiency
-
     rows = []
     for meta in _complete_runs():
         if not _trained_plain(meta.get("spec") or {}):
@@ -373,7 +364,6 @@ def cached_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
 
 def precomputed_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
     """The shipped precomputed runs of trained weights that carry an atlas."""
-    from deffcore.measures.depth import depth_summary
     from deffcore.views.run import load_gallery
 
     rows = []
