@@ -47,7 +47,16 @@ import torch
 
 from deffcore.core.constants import PC_CONTROLS, POOLINGS
 from deffcore.core.errors import DeffError
+from deffcore.extraction.forward import extract_pooled
+from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS, norm_intervention
+from deffcore.inputs.model import LoadedModel, byte_level_tokenizer, load_tokenizer
+from deffcore.inputs.texts import cut_windows, dataset_identity
+from deffcore.labs import store as lab_store
 from deffcore.labs.training import bbc_documents, evaluating, from_preset, train_grid, train_steps
+from deffcore.measures.controls import apply_pc_control
+from deffcore.measures.depth import depth_summary
+from deffcore.measures.similarity import similarity_matrix
+from deffcore.views.paper import paper_norm_probe
 
 ProgressFn = Callable[[int, int, str], None]
 #: Fixed seed of the document split, the probe windows and the validation batches.
@@ -135,8 +144,6 @@ def settings_from(preset: str = "cpu", **overrides: Any) -> PretrainSettings:
 
 def check_settings(s: PretrainSettings) -> None:
     """Everything a sweep needs, checked before any data or model is built (one sentence)."""
-    from deffcore.inputs.interventions import INTERVENTIONS
-
     bad = [v for v in s.variants if v not in INTERVENTIONS]
     if bad or not s.variants:
         raise DeffError(
@@ -182,11 +189,7 @@ def gemma_config(s: PretrainSettings, vocab_size: int, special: dict[str, int]) 
 
 def probe_tokenizer(name: str) -> Any:
     if name == "byte":
-        from deffcore.inputs.model import byte_level_tokenizer
-
         return byte_level_tokenizer(add_bos=True)
-    from deffcore.inputs.model import load_tokenizer
-
     return load_tokenizer("gemma3-270m")
 
 
@@ -200,8 +203,6 @@ class TokenData:
 
 def token_data(tokenizer: Any, block_size: int, documents: list[str] | None = None) -> TokenData:
     """BBC-news (or `documents`) split by document, cut into windows (module docstring)."""
-    from deffcore.inputs.texts import cut_windows
-
     if documents is None:
         documents = bbc_documents()
     order = np.random.default_rng(DATA_SEED).permutation(len(documents))
@@ -237,8 +238,6 @@ def build_model(s: PretrainSettings, tokenizer: Any, seed: int) -> torch.nn.Modu
 
 
 def _as_loaded(model: torch.nn.Module, tokenizer: Any, s: PretrainSettings, name: str) -> Any:
-    from deffcore.inputs.model import LoadedModel
-
     return LoadedModel(
         spec=name,
         revision=None,
@@ -255,11 +254,6 @@ def _as_loaded(model: torch.nn.Module, tokenizer: Any, s: PretrainSettings, name
 
 def probe_depth(loaded: Any, probe: torch.Tensor, metric: str = "cka") -> dict[str, float]:
     """gap% and D_eff/L of every pooling, max position-0 norm ratio, on the probe windows."""
-    from deffcore.extraction.forward import extract_pooled
-    from deffcore.measures.controls import apply_pc_control
-    from deffcore.measures.depth import depth_summary
-    from deffcore.measures.similarity import similarity_matrix
-
     with evaluating(loaded.model):
         pooled = extract_pooled(loaded, None, max_tokens=probe.shape[1], token_ids=probe.tolist())
     out: dict[str, float] = {}
@@ -296,8 +290,6 @@ def train_probe(
     tick: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train one (variant, seed) model; one record per evaluation (step 0 included)."""
-    from deffcore.inputs.interventions import norm_intervention
-
     model = build_model(s, tokenizer, seed)
     loaded = _as_loaded(model, tokenizer, s, f"pretrain:{variant}:{seed}")
     fixed = torch.Generator().manual_seed(DATA_SEED)
@@ -351,9 +343,6 @@ class PretrainResult:
     def final_table(self) -> list[dict[str, Any]]:
         """Per variant, each column at the last step: mean and sd (ddof 1) over seeds, beside
         the paper's Table S8 value where it has one."""
-        from deffcore.inputs.interventions import PAPER_LABELS
-        from deffcore.views.paper import paper_norm_probe
-
         paper = paper_norm_probe("Table S8")
         last = max(r["step"] for r in self.records)
         rows = []
@@ -401,8 +390,6 @@ class PretrainResult:
 def pretrain_identity(s: PretrainSettings) -> dict[str, Any]:
     """The plain values that determine a probe (its key in the lab store): every setting but
     `threads`, the device kind (cuda:0 and cuda:1 train the same) and the text's content id."""
-    from deffcore.inputs.texts import dataset_identity
-
     settings = {k: v for k, v in s.to_dict().items() if k != "threads"}
     settings["device"] = str(s.device).split(":")[0]
     return {
@@ -414,10 +401,8 @@ def pretrain_identity(s: PretrainSettings) -> dict[str, Any]:
 
 def stored_probes() -> list[PretrainResult]:
     """Every stored probe, newest first (marked `cached`)."""
-    from deffcore.labs.store import list_results
-
     out = []
-    for record in list_results("pretrain"):
+    for record in lab_store.list_results("pretrain"):
         try:
             result = PretrainResult.from_dict(record["result"])
         except (KeyError, TypeError, ValueError):
@@ -438,8 +423,6 @@ def pretrain_probe(
 
     `store`: read a stored probe of the same settings instead of training, and store a trained
     one (`deffcore.labs.store`, lab "pretrain"); never when `data` is given."""
-    from deffcore.labs import store as lab_store
-
     s = settings or PretrainSettings()
     check_settings(s)
     store = store and data is None
