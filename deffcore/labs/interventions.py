@@ -16,6 +16,7 @@ from typing import Any
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import UnsupportedArchitectureError
 from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS, intervention_targets
+from deffcore.views.paper import paper_rows
 
 
 @dataclass
@@ -160,8 +161,6 @@ def paper_intervention_rows() -> list[dict[str, Any]]:
 
     Returns dicts `model, intervention, pooling, gap_pct` (intervention as in `INTERVENTIONS`).
     """
-    from deffcore.views.paper import paper_rows
-
     label_to_name = {label: name for name, label in PAPER_LABELS.items()}
     rows = []
     for rec in paper_rows("Table S6"):
