@@ -25,13 +25,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from deffcore.core.errors import DeffError
 from deffcore.measures.depth import reference_depth
-
-if TYPE_CHECKING:
-    from deffcore.runs.action_costs import Cost
+from deffcore.runs.action_costs import Cost, runs_cost
+from deffcore.runs.measure import measure, run_spec
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -182,8 +181,6 @@ def _measure_carry(cp: Checkpoint, n: int, metric: str) -> dict[str, Any]:
 def _measure_hf(cp: Checkpoint, settings: dict[str, Any], device: str | None) -> dict[str, Any]:
     """A Hugging Face or folder checkpoint measured as a cached run (`measure`) under the
     sweep's `settings`, summarised at its pooling."""
-    from deffcore.runs.measure import measure
-
     args = {k: v for k, v in settings.items() if k != "pooling"}
     m = measure(model=cp.model, revision=cp.revision, device=device, **args)
     s = m.summary(settings["pooling"])
@@ -205,9 +202,6 @@ def dynamics_cost(
     `action_costs.runs_cost` with its cache entry; a carry checkpoint is probed in memory and
     writes nothing. A checkpoint whose arguments `measure` would refuse is left out here (the
     sweep shows it as missing)."""
-    from deffcore.runs.action_costs import Cost, runs_cost
-    from deffcore.runs.measure import run_spec
-
     specs = []
     for cp in checkpoints:
         if cp.kind == "carry" or cp.model is None:

@@ -33,7 +33,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,11 +50,10 @@ from deffcore.core.files import (
 from deffcore.labs.carry_model import CarryConfig, CarryGPT
 from deffcore.labs.training import bbc_documents, evaluating, from_preset, train_grid, train_steps
 from deffcore.measures.depth import depth_summary
+from deffcore.measures.references import update_depth
 from deffcore.measures.similarity import similarity_matrix
+from deffcore.runs.action_costs import Cost
 from deffcore.views.paper import paper_rows
-
-if TYPE_CHECKING:
-    from deffcore.runs.action_costs import Cost
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -114,8 +113,6 @@ def probe_depth(model: CarryGPT, probe: torch.Tensor, metric: str = "cka") -> di
 
     States are pooled per window (mean over positions): `pooled` (L+1, N, d), h_0 included.
     """
-    from deffcore.measures.references import update_depth
-
     with evaluating(model):
         states = model.states(probe)
     pooled = torch.stack([h.float().mean(dim=1) for h in states])  # (L+1, N, d)
@@ -383,8 +380,6 @@ def carry_cost(s: CarrySettings) -> Cost:
     page estimates its time from the preset's): one checkpoint per evaluation of each (gamma,
     seed) run, the model's float32 weights (sized on the meta device, nothing allocated) plus
     torch.save's own bytes. 0 without a checkpoint folder. SPEC 14, "Writes said first"."""
-    from deffcore.runs.action_costs import Cost
-
     source = "the preset's estimate above"
     if not s.checkpoint_dir:
         return Cost(None, source)
