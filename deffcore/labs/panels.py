@@ -44,10 +44,15 @@ import numpy as np
 
 from deffcore.core.checks import csv_rows
 from deffcore.core.errors import InvalidArgumentError
+from deffcore.extraction import cache
+from deffcore.extraction.atlas import read_rows
 from deffcore.inputs.model import Kind, ModelSpec
 from deffcore.labs.store import list_results
+from deffcore.lenses.diagnostics_store import spec_from_fields
+from deffcore.measures.atlas import columns_of
 from deffcore.measures.depth import depth_summary
 from deffcore.measures.geometry import geodesic_efficiency
+from deffcore.runs.measure import Measurement
 from deffcore.views.models_overview import model_family, paper_models
 from deffcore.views.paper import paper_rows
 
@@ -66,17 +71,11 @@ def model_key(name: str) -> str:
 
 
 def _complete_runs() -> list[dict[str, Any]]:
-    from deffcore.extraction import cache as entries
-
-    return [r for r in entries.list_runs() if r.get("status") == "complete"]
+    return [r for r in cache.list_runs() if r.get("status") == "complete"]
 
 
 def _measurement(meta: dict[str, Any], metric: str) -> Any:
     """The Measurement of a cached run, read by key (None when its states are unreadable)."""
-    from deffcore.extraction import cache
-    from deffcore.lenses.diagnostics_store import spec_from_fields
-    from deffcore.runs.measure import Measurement
-
     found = cache._read_entry(meta["key"])  # by key, as deffcore.work.sweep.cached_model_row
     if found is None:
         return None
@@ -348,9 +347,6 @@ def _atlas_row(base: dict[str, Any], columns: dict[str, float]) -> dict[str, Any
 
 def cached_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
     """Cached runs of trained weights with a stored atlas, one per model (largest N, newest)."""
-    from deffcore.extraction.atlas import read_rows
-    from deffcore.lenses.diagnostics_store import spec_from_fields
-    from deffcore.measures.atlas import columns_of
 
     def row(meta: dict[str, Any]) -> dict[str, Any] | None:
         rows = read_rows(spec_from_fields(meta["spec"]))
