@@ -15,7 +15,11 @@ from typing import Any
 
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import UnsupportedArchitectureError
+from deffcore.extraction import cache
 from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS, intervention_targets
+from deffcore.inputs.model import lease
+from deffcore.runs.run_pairs import run_difference
+from deffcore.statistics.trust_rule import measurement_trust
 from deffcore.views.paper import paper_rows
 
 
@@ -81,9 +85,7 @@ def intervention_table(
     gap's move against "none" (`delta_vs_none`, points) with its 95% interval from B bootstrap
     replicates, paired by passage (the same token ids: `run_pairs.run_difference`).
     """
-    from deffcore.extraction import cache
-    from deffcore.inputs.model import lease
-    from deffcore.runs.measure import measure_spec, run_spec
+    from deffcore.runs.measure import measure_spec, run_spec  # patched in tests
 
     for name in interventions:
         if name not in INTERVENTIONS:
@@ -127,8 +129,6 @@ def _add_moves(
 ) -> None:
     """Each other intervention's row gets its gap's move against "none" with its 95% interval,
     paired by passage when both runs hold the same passages (`run_pairs.run_difference`)."""
-    from deffcore.runs.run_pairs import run_difference
-
     for row in table.rows:
         runs = (results["none"], results[row["intervention"]])
         defined = all(r.undefined(row["pooling"]) is None for r in runs)
@@ -139,8 +139,6 @@ def _add_moves(
 
 def _row(result: Any, name: str, pooling: str, metric: str) -> dict[str, Any]:
     """One row of the table: a pooling control's numbers under intervention `name`."""
-    from deffcore.statistics.trust_rule import measurement_trust
-
     summary = result.summary(pooling)
     return {
         "intervention": name,
