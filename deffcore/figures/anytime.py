@@ -17,12 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from deffcore.core.constants import REGIME_TOLERANCE
-from deffcore.figures.base import COLOR_REFERENCE, LAYOUT, POOLING_COLORS, POOLING_SYMBOLS
-
-
-def _rgba(hex_color: str, alpha: float) -> str:
-    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
+from deffcore.figures.base import COLOR_REFERENCE, LAYOUT, POOLING_COLORS, POOLING_SYMBOLS, rgba
 
 
 def _band_trace(ns: list[int], low: list[float], high: list[float], color: str, name: str):
@@ -31,7 +26,7 @@ def _band_trace(ns: list[int], low: list[float], high: list[float], color: str, 
         x=ns + ns[::-1],
         y=high + low[::-1],
         fill="toself",
-        fillcolor=_rgba(color, 0.15),
+        fillcolor=rgba(color, 0.15),
         line={"width": 0},
         hoverinfo="skip",
         showlegend=False,

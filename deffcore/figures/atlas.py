@@ -43,57 +43,66 @@ def _d(atlas: Any) -> dict[str, Any]:
     return atlas if isinstance(atlas, dict) else atlas.to_dict()
 
 
-def _errors(d: dict[str, Any], name: str, values: np.ndarray) -> dict[str, Any] | None:
+def _floats(values: Any) -> np.ndarray:
+    """A stored list (or list of rows) as float64, None (no value) as NaN."""
+    return np.asarray(values, dtype=np.float64)
+
+
+def _errors(d: dict[str, Any], name: str, values: np.ndarray, **style: Any) -> dict | None:
+    """Asymmetric error bars from the passage-bootstrap interval `d["intervals"][name]`."""
     band = (d.get("intervals") or {}).get(name)
     if not band:
         return None
-    low = np.asarray([np.nan if v is None else v for v in band["low"]], dtype=np.float64)
-    high = np.asarray([np.nan if v is None else v for v in band["high"]], dtype=np.float64)
     return {
         "type": "data",
         "symmetric": False,
-        "array": np.clip(high - values, 0, None),
-        "arrayminus": np.clip(values - low, 0, None),
-        "thickness": 1,
+        "array": np.clip(_floats(band["high"]) - values, 0, None),
+        "arrayminus": np.clip(values - _floats(band["low"]), 0, None),
+        **style,
     }
 
 
-def _series(d, name, values, label, color, row, fig, interval=None, dash=None) -> None:
-    y = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-    blocks = list(range(1, len(y) + 1))
+def _series(fig, d, name, values, label, color, row, *, dash=None, first=1, what="block") -> None:
+    """`values` at x = first, first + 1, ... (blocks from 1, layers from 0) in panel `row`,
+    with the interval `name` of the atlas as error bars."""
+    y = _floats(values)
     fig.add_trace(
         go.Scatter(
-            x=blocks,
+            x=list(range(first, len(y) + first)),
             y=y,
             mode="lines+markers",
             name=label,
             line={"color": color, "dash": dash},
-            error_y=_errors(d, interval or name, y),
-            hovertemplate=f"block %{{x}}<br>{label} = %{{y:.4g}}<extra></extra>",
+            error_y=_errors(d, name, y, thickness=1),
+            hovertemplate=f"{what} %{{x}}<br>{label} = %{{y:.4g}}<extra></extra>",
         ),
         row=row,
         col=1,
     )
 
 
-def _phase(fig: go.Figure, d: dict[str, Any], rows: int) -> None:
-    """The phase point as a dotted line after its block, said once inside the first panel."""
-    p, L = d["phase_point"], d["layers"]
-    if p >= L:
-        return
+def _marker_line(fig: go.Figure, x: float, rows: int, text: str, position: str) -> None:
+    """A dotted vertical line at `x` in every panel, said once inside the first panel."""
     said = {
-        "annotation_text": f"phase point: after block {p}",
-        "annotation_position": "top right",
+        "annotation_text": text,
+        "annotation_position": position,
         "annotation_font_color": COLOR_PHASE,
     }
     for row in range(1, rows + 1):
         fig.add_vline(
-            x=p + 0.5,
+            x=x,
             line={"color": COLOR_PHASE, "dash": "dot"},
             row=row,
             col=1,
             **(said if row == 1 else {}),
         )
+
+
+def _phase(fig: go.Figure, d: dict[str, Any], rows: int) -> None:
+    """The phase point as a dotted line after its block."""
+    p = d["phase_point"]
+    if p < d["layers"]:
+        _marker_line(fig, p + 0.5, rows, f"phase point: after block {p}", "top right")
 
 
 def _r_axis(d: dict[str, Any]) -> dict[str, Any]:
@@ -125,33 +134,14 @@ def contribution_figure(atlas: Any) -> go.Figure:
             "alignment c_l = cos(u_l, h_{l−1})",
         ),
     )
-    _series(
-        d, "relative_contribution", d["relative_contribution"], "block r_l", COLOR_MEASURED, 1, fig
-    )
+    r, c = "relative_contribution", "alignment"
+    _series(fig, d, r, d[r], "block r_l", COLOR_MEASURED, 1)
     sub = d.get("sublayers")
     if sub:
         for part, color in (("attention", COLOR_ATTENTION), ("mlp", COLOR_MLP)):
-            _series(
-                d,
-                f"{part}_relative_contribution",
-                sub[part]["relative_contribution"],
-                f"{part} r",
-                color,
-                1,
-                fig,
-                dash="dash",
-            )
-            _series(
-                d,
-                f"{part}_alignment",
-                sub[part]["alignment"],
-                f"{part} c",
-                color,
-                2,
-                fig,
-                dash="dash",
-            )
-    _series(d, "alignment", d["alignment"], "block c_l", COLOR_MEASURED, 2, fig)
+            _series(fig, d, f"{part}_{r}", sub[part][r], f"{part} r", color, 1, dash="dash")
+            _series(fig, d, f"{part}_{c}", sub[part][c], f"{part} c", color, 2, dash="dash")
+    _series(fig, d, c, d[c], "block c_l", COLOR_MEASURED, 2)
     fig.add_hline(y=0, line={"color": COLOR_REFERENCE, "width": 1}, row=2, col=1)
     # log scale: the first blocks can write many times the stream they read (small embeddings)
     fig.update_yaxes(title_text="r_l (log)", row=1, col=1, **_r_axis(d))
@@ -172,25 +162,10 @@ def block_influence_figure(atlas: Any) -> go.Figure:
     """BI_l per block (passage-weighted, with interval) and ShortGPT's token-weighted BI."""
     d = _d(atlas)
     fig = make_subplots(rows=1, cols=1)
-    _series(
-        d,
-        "block_influence",
-        d["block_influence"],
-        "BI_l (each passage weighs the same)",
-        COLOR_MEASURED,
-        1,
-        fig,
-    )
-    _series(
-        d,
-        "block_influence_tokens",
-        d["block_influence_tokens"],
-        "BI_l token-weighted (ShortGPT, the pruning lab)",
-        COLOR_ATTENTION,
-        1,
-        fig,
-        dash="dot",
-    )
+    bi, label = "block_influence", "BI_l (each passage weighs the same)"
+    _series(fig, d, bi, d[bi], label, COLOR_MEASURED, 1)
+    label = "BI_l token-weighted (ShortGPT, the pruning lab)"
+    _series(fig, d, f"{bi}_tokens", d[f"{bi}_tokens"], label, COLOR_ATTENTION, 1, dash="dot")
     _phase(fig, d, 1)
     fig.update_layout(
         title="Block Influence: 1 − mean cos(h_{l−1}, h_l) (ShortGPT)",
@@ -221,43 +196,14 @@ def lens_figure(atlas: Any) -> go.Figure | None:
             "top-1 agreement with the final layer",
         ),
     )
-    layers = list(range(len(lens["kl"])))
     for row, name, values, label in (
         (1, "logit_lens_kl", lens["kl"], "KL(p_L ‖ p_l)"),
         (2, "logit_lens_top1", lens["top1_agreement"], "top-1 = final top-1"),
     ):
-        y = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-        fig.add_trace(
-            go.Scatter(
-                x=layers,
-                y=y,
-                mode="lines+markers",
-                name=label,
-                line={"color": COLOR_MEASURED},
-                error_y=_errors(d, name, y),
-                hovertemplate=f"layer %{{x}}<br>{label} = %{{y:.4g}}<extra></extra>",
-            ),
-            row=row,
-            col=1,
-        )
+        _series(fig, d, name, values, label, COLOR_MEASURED, row, first=0, what="layer")
     depth = lens.get("prediction_depth")
     if depth is not None:
-        for row in (1, 2):
-            fig.add_vline(
-                x=depth,
-                line={"color": COLOR_PHASE, "dash": "dot"},
-                row=row,
-                col=1,
-                **(
-                    {
-                        "annotation_text": f"mean prediction depth {depth:.2f}",
-                        "annotation_position": "top left",
-                        "annotation_font_color": COLOR_PHASE,
-                    }
-                    if row == 1
-                    else {}
-                ),
-            )
+        _marker_line(fig, depth, 2, f"mean prediction depth {depth:.2f}", "top left")
     fig.update_yaxes(title_text="KL (nats)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="share of tokens", range=[0, 1.05], row=2, col=1)
     fig.update_xaxes(title_text="layer l (0 = embeddings)", row=2, col=1)
@@ -273,9 +219,8 @@ def lens_figure(atlas: Any) -> go.Figure | None:
 def angular_figure(atlas: Any) -> go.Figure:
     """Angular distance heatmap over h_0..h_L and Gromov et al.'s best block per size n."""
     d = _d(atlas)
-    D = np.asarray([[np.nan if v is None else v for v in row] for row in d["angular_distance"]])
-    g = d["gromov"]
-    best = np.asarray([np.nan if v is None else v for v in g["best_distance"]], dtype=np.float64)
+    D, g = _floats(d["angular_distance"]), d["gromov"]
+    best = _floats(g["best_distance"])
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -341,8 +286,7 @@ def angular_figure(atlas: Any) -> go.Figure:
 def skip_figure(skip: Any) -> go.Figure:
     """Skip effect: e_{s->l} heatmap (skipped block s x later block l) and KL per s."""
     d = skip if isinstance(skip, dict) else skip.to_dict()
-    E = np.asarray([[np.nan if v is None else v for v in row] for row in d["later"]])
-    kl = np.asarray([np.nan if v is None else v for v in d["kl"]], dtype=np.float64)
+    E, kl = _floats(d["later"]), _floats(d["kl"])
     L = E.shape[0]
     blocks = list(range(1, L + 1))
     fig = make_subplots(
@@ -364,24 +308,13 @@ def skip_figure(skip: Any) -> go.Figure:
         row=1,
         col=1,
     )
-    band = d["intervals"].get("kl")
-    err = None
-    if band:
-        low = np.asarray([np.nan if v is None else v for v in band["low"]], dtype=np.float64)
-        high = np.asarray([np.nan if v is None else v for v in band["high"]], dtype=np.float64)
-        err = {
-            "type": "data",
-            "symmetric": False,
-            "array": np.clip(high - kl, 0, None),
-            "arrayminus": np.clip(kl - low, 0, None),
-        }
     fig.add_trace(
         go.Bar(
             x=blocks,
             y=kl,
             name="KL",
             marker_color=COLOR_MEASURED,
-            error_y=err,
+            error_y=_errors(d, "kl", kl),
             hovertemplate="skip block %{x}<br>KL = %{y:.4g}<extra></extra>",
         ),
         row=1,

@@ -33,6 +33,7 @@ __all__ = [
     "reference_hline",
     "regime_color",
     "regime_label",
+    "rgba",
     "tag_run",
     "theme_safe_colors",
 ]
@@ -102,6 +103,12 @@ def integer_ticks(fig: go.Figure, n: int, axes: str = "x") -> None:
             fig.update_xaxes(dtick=1)
         if "y" in axes:
             fig.update_yaxes(dtick=1)
+
+
+def rgba(hex_color: str, alpha: float) -> str:
+    """A "#rrggbb" colour with opacity `alpha`, as plotly's "rgba(r,g,b,a)"."""
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
 
 
 def regime_color(gap_pct: float) -> str:

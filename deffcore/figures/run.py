@@ -10,11 +10,13 @@ __all__ = [
     "deff_vs_K",
     "lag_decay",
     "reference_lag_profile",
+    "reference_lag_trace",
     "similarity_heatmap",
     "similarity_rows",
 ]
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -131,6 +133,19 @@ def reference_lag_profile(L: int) -> np.ndarray:
     return np.array([np.mean([i / (i + k) for i in range(1, L - k + 1)]) for k in range(1, L)])
 
 
+def reference_lag_trace(L: int, name: str, rho: str = "rho_ref(k)", **line: Any) -> go.Scatter:
+    """`reference_lag_profile(L)` against k = 1..L-1 as a dashed grey line (`line` adds to its
+    style); `rho` names it in the hover."""
+    return go.Scatter(
+        x=list(range(1, L)),
+        y=reference_lag_profile(L),
+        mode="lines",
+        name=name,
+        line={"color": COLOR_REFERENCE, "dash": "dash", **line},
+        hovertemplate=f"k = %{{x}}<br>{rho} = %{{y:.4g}}<extra></extra>",
+    )
+
+
 def lag_decay(
     rho: np.ndarray, *, n: int | None = None, d: int | None = None, label: str = "this run"
 ) -> go.Figure:
@@ -152,16 +167,7 @@ def lag_decay(
             hovertemplate="k = %{x}<br>rho(k) = %{y:.4g}<extra></extra>",
         )
     )
-    fig.add_trace(
-        go.Scatter(
-            x=k,
-            y=reference_lag_profile(L),
-            mode="lines",
-            name="orthogonal updates: S = min/max (F_L)",
-            line={"color": COLOR_REFERENCE, "dash": "dash"},
-            hovertemplate="k = %{x}<br>rho_ref(k) = %{y:.4g}<extra></extra>",
-        )
-    )
+    fig.add_trace(reference_lag_trace(L, "orthogonal updates: S = min/max (F_L)"))
     if n is not None and d is not None:
         floor = d / (n + d)
         # d/(N+d) is what linear CKA gives unrelated layers of

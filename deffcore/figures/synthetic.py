@@ -31,7 +31,7 @@ from deffcore.figures.base import (
     integer_ticks,
     regime_color,
 )
-from deffcore.figures.run import reference_lag_profile
+from deffcore.figures.run import reference_lag_trace
 
 #: Synthetic constructions: none vermillion, which marks the iid reference they are read against.
 CONSTRUCTION_COLORS = {
@@ -155,16 +155,7 @@ def states_vs_updates(rho_states: np.ndarray, rho_updates: np.ndarray) -> go.Fig
             )
         )
     L = len(rho_states) + 1
-    fig.add_trace(
-        go.Scatter(
-            x=list(range(1, L)),
-            y=reference_lag_profile(L),
-            mode="lines",
-            name="min/max reference",
-            line={"color": COLOR_REFERENCE, "dash": "dash"},
-            hovertemplate="k = %{x}<br>rho_ref(k) = %{y:.4g}<extra></extra>",
-        )
-    )
+    fig.add_trace(reference_lag_trace(L, "min/max reference"))
     fig.update_layout(
         title="Updates vs accumulated states: lag profiles",
         xaxis_title="lag k",
@@ -212,16 +203,8 @@ def story_lag_profiles(
                 **STORY_STYLES[style],
             )
         )
-    fig.add_trace(
-        go.Scatter(
-            x=k,
-            y=reference_lag_profile(L),
-            mode="lines",
-            name="orthogonal updates, S = min/max (F_L)",
-            line={"color": COLOR_REFERENCE, "dash": "dash", "width": 2},
-            hovertemplate="k = %{x}<br>ρ_ref(k) = %{y:.4g}<extra></extra>",
-        )
-    )
+    name = "orthogonal updates, S = min/max (F_L)"
+    fig.add_trace(reference_lag_trace(L, name, "ρ_ref(k)", width=2))
     if bias is not None:
         fig.add_trace(
             go.Scatter(

@@ -40,6 +40,7 @@ import numpy as np
 
 from deffcore.core.errors import InvalidStatesError
 from deffcore.measures.depth import effective_depth, lag_profile
+from deffcore.measures.geometry import euclidean_path, geodesic_efficiency, reference_efficiency
 
 #: The aggregations this module computes, in display order.
 AGGREGATIONS: tuple[str, ...] = (
@@ -165,8 +166,6 @@ def aggregation_table(
     euclidean_turning_angles, euclidean_mean_turning (None when `measurement` has no pooled
     states, e.g. a snapshot), reference_efficiency}}.
     """
-    from deffcore.measures.geometry import geodesic_efficiency, reference_efficiency
-
     rows = []
     geometry = {}
     xis = {}
@@ -211,8 +210,6 @@ def _states_of(measurement: Any, pooling: str) -> np.ndarray | None:
 
 def _trajectory(states: np.ndarray | None, reference: float) -> dict[str, Any]:
     """The Euclidean path of the states (None values without states) and E_L."""
-    from deffcore.measures.geometry import euclidean_path
-
     if states is None:
         return {"euclidean_efficiency": None, "euclidean_turning_angles": None,
                 "euclidean_mean_turning": None, "reference_efficiency": reference}  # fmt: skip

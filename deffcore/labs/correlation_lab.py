@@ -14,9 +14,9 @@ Three kinds of y (`deffcore.labs.panels` says where each number comes from):
   budget, late-over-early relative contribution) against the same run's D_eff/L
   (`atlas_correlations`; a column with too few models is reported with its points, not refused).
 
-Each correlation is `deffcore.measures.correlation.correlate` (Pearson, Spearman with scipy's t p
-and the
-exact permutation p, n, leave-one-out and leave-one-family-out rows, a small-n warning).
+Each correlation is `deffcore.measures.correlation.correlate` (Pearson, Spearman with scipy's
+t p and the exact permutation p, n, leave-one-out and leave-one-family-out rows, a small-n
+warning).
 
 **Table S18 from the paper's own values** (`s18_check`). Table S17 prints six models' k_1.10;
 Table S18's panel has eight (it drops "Qwen3.5-4B", which S17 does not list). Two results:
@@ -61,6 +61,7 @@ from deffcore.labs.panels import (
 )
 from deffcore.measures.atlas import ATLAS_COLUMNS
 from deffcore.measures.correlation import MIN_N, correlate
+from deffcore.views.paper import paper_pivot, paper_rows
 
 PRUNING_Y: tuple[str, ...] = ("f_110", "k_110")
 GEOMETRY_Y: tuple[str, ...] = ("geodesic_efficiency", "euclidean_efficiency")
@@ -172,8 +173,6 @@ def score_correlations(
 
 def paper_score_tables() -> dict[str, list[dict[str, Any]]]:
     """Tables S20 and S21 as published: rows {task, setting, quantity: value}."""
-    from deffcore.views.paper import paper_pivot
-
     out = {}
     for source in ("Table S20", "Table S21"):
         out[source] = [
@@ -211,8 +210,6 @@ def pruning_correlations(*, x: str = "deff_over_L", with_paper: bool = False) ->
 
 def geometry_correlations(*, x: str = "deff_over_L", metric: str = "cka") -> dict[str, Any]:
     """Geodesic and Euclidean efficiency of every cached run against its D_eff/L (Fig. S6)."""
-    from deffcore.views.paper import paper_pivot
-
     if x not in X_QUANTITIES:
         raise InvalidArgumentError(f"Unknown x {x!r}; choose one of {', '.join(X_QUANTITIES)}.")
     rows = geometry_panel(metric)
@@ -319,8 +316,6 @@ def agrees(ours: float, printed: str) -> bool:
 def s18_check() -> dict[str, Any]:
     """Table S18 as published beside our recomputation (six S17 models) and reconstruction
     (the six plus the two inferred models); see the module docstring."""
-    from deffcore.views.paper import paper_rows
-
     six = paper_pruning_rows()
     recomputed = {r["subset"]: r for r in table_s18(six)}
     reconstructed = {r["subset"]: r for r in table_s18([*six, *S18_INFERRED])}
@@ -364,8 +359,6 @@ def s18_endpoint_conflict() -> dict[str, Any]:
     and smallest D_eff/L models, the one the rows drop instead, and how many printed values of
     the rows that drop it are reproduced under each reading ("labels": as the rows name it;
     "caption": the smallest-D_eff/L model dropped instead), with one sentence saying so."""
-    from deffcore.views.paper import paper_rows
-
     panel = [*paper_pruning_rows(), *S18_INFERRED]
     by_x = sorted(panel, key=lambda r: r["deff_over_L"])
     smallest, largest = by_x[0], by_x[-1]

@@ -25,17 +25,18 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from deffcore.core.errors import DeffError
 from deffcore.measures.depth import reference_depth
-
-if TYPE_CHECKING:
-    from deffcore.runs.action_costs import Cost
+from deffcore.runs.action_costs import Cost, runs_cost
+from deffcore.runs.measure import measure, run_spec
 
 ProgressFn = Callable[[int, int, str], None]
 
 _SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+#: What a landed point holds (a missing point holds None for each).
+_VALUES = ("layers", "deff_over_L", "gap_pct", "rho1", "reference_FL_over_L")
 
 
 @dataclass
@@ -177,29 +178,12 @@ def _measure_carry(cp: Checkpoint, n: int, metric: str) -> dict[str, Any]:
     }
 
 
-def _measure_hf(
-    cp: Checkpoint,
-    dataset: str,
-    n: int,
-    max_tokens: int,
-    seed: int,
-    metric: str,
-    pooling: str,
-    device: str | None,
-) -> dict[str, Any]:
-    from deffcore.runs.measure import measure
-
-    m = measure(
-        model=cp.model,
-        revision=cp.revision,
-        dataset=dataset,
-        n=n,
-        max_tokens=max_tokens,
-        seed=seed,
-        metric=metric,
-        device=device,
-    )
-    s = m.summary(pooling)
+def _measure_hf(cp: Checkpoint, settings: dict[str, Any], device: str | None) -> dict[str, Any]:
+    """A Hugging Face or folder checkpoint measured as a cached run (`measure`) under the
+    sweep's `settings`, summarised at its pooling."""
+    args = {k: v for k, v in settings.items() if k != "pooling"}
+    m = measure(model=cp.model, revision=cp.revision, device=device, **args)
+    s = m.summary(settings["pooling"])
     return {"layers": s.layers, "deff_over_L": s.deff_over_L, "gap_pct": s.gap_pct, "rho1": s.rho1}
 
 
@@ -218,9 +202,6 @@ def dynamics_cost(
     `action_costs.runs_cost` with its cache entry; a carry checkpoint is probed in memory and
     writes nothing. A checkpoint whose arguments `measure` would refuse is left out here (the
     sweep shows it as missing)."""
-    from deffcore.runs.action_costs import Cost, runs_cost
-    from deffcore.runs.measure import run_spec
-
     specs = []
     for cp in checkpoints:
         if cp.kind == "carry" or cp.model is None:
@@ -270,17 +251,9 @@ def dynamics_sweep(
             if cp.kind == "carry":
                 values = _measure_carry(cp, n, metric)
             else:
-                values = _measure_hf(cp, dataset, n, max_tokens, seed, metric, pooling, device)
+                values = _measure_hf(cp, result.settings, device)
         except (DeffError, OSError) as err:
-            point.update(
-                status="missing",
-                reason=str(err),
-                layers=None,
-                deff_over_L=None,
-                gap_pct=None,
-                rho1=None,
-                reference_FL_over_L=None,
-            )
+            point.update(status="missing", reason=str(err), **dict.fromkeys(_VALUES))
         else:
             point.update(values)
             point["reference_FL_over_L"] = reference_depth(values["layers"]) / values["layers"]

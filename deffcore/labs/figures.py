@@ -20,7 +20,9 @@ from deffcore.figures.base import (
     POOLING_COLORS,
     log_axis,
     reference_hline,
+    rgba,
 )
+from deffcore.labs.aggregations import AGGREGATION_LABELS, AGGREGATIONS
 from deffcore.views.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 60, "b": 50}}
@@ -53,12 +55,6 @@ GAMMA_DASHES = {1.0: "solid", 0.75: "dash", 0.5: "dot", 0.25: "dashdot"}
 #: Perplexities above this multiple of PPL_0 are drawn at the cap, marked "> cap": a skipped
 #: block can make PPL explode (1e63 was seen), which would squash every other point.
 PPL_CAP_FACTOR = 1000.0
-
-
-def _rgba(hex_color: str, alpha: float) -> str:
-    h = hex_color.lstrip("#")
-    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
-    return f"rgba({r},{g},{b},{alpha})"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -271,49 +267,39 @@ def carry_trajectories(records: Sequence[Mapping[str, Any]]) -> go.Figure:
         return fig
     for gamma, by_gamma in frame.groupby("gamma", sort=False):
         color = GAMMA_COLORS.get(float(gamma), COLOR_PAPER)
+        dash = GAMMA_DASHES.get(float(gamma), "solid")
         for p_index, (quantity, label) in enumerate(CARRY_PANELS):
             row, col = divmod(p_index, 2)
-            for seed, run in by_gamma.groupby("seed"):
+
+            drawn = []
+            for seed, run in by_gamma.groupby("seed"):  # each seed faint
                 run = run.sort_values("step")
+                who = f"γ={gamma:g} seed {seed}"
+                drawn.append((run["step"], run[quantity], who, who, False))
+            mean = by_gamma.groupby("step")[quantity].mean()
+            drawn.append(
+                (mean.index, mean.values, f"γ={gamma:g} mean", f"γ = {gamma:g} (mean)", True)
+            )
+            for x, y, who, name, bold in drawn:
                 fig.add_trace(
                     go.Scatter(
-                        x=run["step"],
-                        y=run[quantity],
+                        x=x,
+                        y=y,
                         mode="lines",
                         line={
-                            "color": _rgba(color, 0.3),
-                            "width": 1,
-                            "dash": GAMMA_DASHES.get(float(gamma), "solid"),
+                            "color": color if bold else rgba(color, 0.3),
+                            "width": 3 if bold else 1,
+                            "dash": dash,
                         },
-                        name=f"γ={gamma:g} seed {seed}",
+                        name=name,
                         legendgroup=f"g{gamma}",
-                        showlegend=False,
-                        hovertemplate=f"γ={gamma:g} seed {seed}<br>step %{{x}}"
-                        f"<br>{label} = %{{y:.4g}}<extra></extra>",
+                        showlegend=bold and p_index == 0,
+                        hovertemplate=f"{who}<br>step %{{x}}<br>{label} = %{{y:.4g}}"
+                        "<extra></extra>",
                     ),
                     row=row + 1,
                     col=col + 1,
                 )
-            mean = by_gamma.groupby("step")[quantity].mean()
-            fig.add_trace(
-                go.Scatter(
-                    x=mean.index,
-                    y=mean.values,
-                    mode="lines",
-                    line={
-                        "color": color,
-                        "width": 3,
-                        "dash": GAMMA_DASHES.get(float(gamma), "solid"),
-                    },
-                    name=f"γ = {gamma:g} (mean)",
-                    legendgroup=f"g{gamma}",
-                    showlegend=p_index == 0,
-                    hovertemplate=f"γ={gamma:g} mean<br>step %{{x}}<br>{label} = %{{y:.4g}}"
-                    "<extra></extra>",
-                ),
-                row=row + 1,
-                col=col + 1,
-            )
     fig.update_xaxes(title_text="training step")
     fig.update_layout(
         title="Residual carry: h_l = γ h_{l-1} + block(h_{l-1})", height=640, **_LAYOUT
@@ -349,13 +335,7 @@ def dynamics_plot(result: Mapping[str, Any], *, log_x: bool = False) -> go.Figur
     axis = result["x_axis"]
     points = list(result["points"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("gap to F_L (%)", "D_eff / L"))
-
-    def x_of(i: int, p: Mapping[str, Any]) -> float | None:
-        if axis == "index":
-            return i
-        return p[axis]
-
-    xs = [x_of(i, p) for i, p in enumerate(points)]
+    xs = [i if axis == "index" else p[axis] for i, p in enumerate(points)]
     for col, quantity in ((1, "gap_pct"), (2, "deff_over_L")):
         label = COLUMN_LABELS[quantity]
         ys = [p[quantity] if p["status"] == "ok" else None for p in points]
@@ -404,8 +384,6 @@ def dynamics_plot(result: Mapping[str, Any], *, log_x: bool = False) -> go.Figur
 
 def aggregations_plot(table: Mapping[str, Any]) -> go.Figure:
     """Value / L of every aggregation (x) under each metric (colour)."""
-    from deffcore.labs.aggregations import AGGREGATION_LABELS, AGGREGATIONS
-
     fig = go.Figure()
     for metric in table["xi"]:
         sub = {r["aggregation"]: r for r in table["rows"] if r["metric"] == metric}
@@ -447,6 +425,4 @@ def aggregations_frame(table: Mapping[str, Any]) -> pd.DataFrame:
     frame = pd.DataFrame(table["rows"]).pivot(
         index="aggregation", columns="metric", values="value_over_L"
     )
-    from deffcore.labs.aggregations import AGGREGATIONS
-
     return frame.reindex(index=list(AGGREGATIONS), columns=list(table["xi"]))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.labs import store as lab_store
 from deffcore.measures.gw import (
     EPSILON,
     INITS,
@@ -79,8 +80,6 @@ class GwOptions:
 def stored_gw(measurement: Any, options: GwOptions | None = None) -> dict[str, Any] | None:
     """The stored `gw_lens` result of these options (`"cached": True`), or None; never
     computes (the app shows a stored result before anyone presses Compute)."""
-    from deffcore.labs import store as lab_store
-
     options = options or GwOptions()
     identity = options.identity(measurement.spec.key(), measurement.metric)
     found = lab_store.read_result("gw", identity)
@@ -102,8 +101,6 @@ def gw_lens(
 
     `options`: the pooling and GW options (`GwOptions()`: the defaults); `store`: read a stored
     result of the same run and options instead of computing, and store a computed one."""
-    from deffcore.labs import store as lab_store
-
     m, o = measurement, options or GwOptions()
     if store:
         found = stored_gw(m, o)

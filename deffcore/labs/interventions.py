@@ -3,8 +3,7 @@
 `intervention_table` measures the controls under each intervention through
 `deffcore.runs.measure.measure_spec` (each intervention its own cached run). The interventions
 themselves (Gemma-style post and QK norms replaced by identity at inference, with the decisions
-behind them) live in `deffcore.inputs.interventions`, part of the extraction pipeline, and are
-re-exported here so `from deffcore.labs.interventions import norm_intervention` keeps working.
+behind them) live in `deffcore.inputs.interventions`, part of the extraction pipeline.
 """
 
 from __future__ import annotations
@@ -16,10 +15,12 @@ from typing import Any
 
 from deffcore.core.constants import POOLINGS
 from deffcore.core.errors import UnsupportedArchitectureError
+from deffcore.extraction import cache
 from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS, intervention_targets
-
-# ----------------------------------------------------------------------------------------------
-# The lab: every pooling control under every intervention.
+from deffcore.inputs.model import lease
+from deffcore.runs.run_pairs import run_difference
+from deffcore.statistics.trust_rule import measurement_trust
+from deffcore.views.paper import paper_rows
 
 
 @dataclass
@@ -84,9 +85,7 @@ def intervention_table(
     gap's move against "none" (`delta_vs_none`, points) with its 95% interval from B bootstrap
     replicates, paired by passage (the same token ids: `run_pairs.run_difference`).
     """
-    from deffcore.extraction import cache
-    from deffcore.inputs.model import lease
-    from deffcore.runs.measure import run_spec
+    from deffcore.runs.measure import measure_spec, run_spec  # patched in tests
 
     for name in interventions:
         if name not in INTERVENTIONS:
@@ -108,33 +107,21 @@ def intervention_table(
             )  # fmt: skip
             for name in interventions:  # refuse before any forward pass
                 intervention_targets(loaded.model, name)
-        return _table(model, dataset, n, max_tokens, metric, specs, loaded, device, poolings,
-                      progress, B, seed)  # fmt: skip
-
-
-def _table(model: str, dataset: str, n: int, max_tokens: int, metric: str,
-           specs: dict[str, Any], loaded: Any, device: str, poolings: Any,
-           progress: Any, B: int | None, seed: int) -> InterventionTable:  # fmt: skip
-    """The table's rows: each intervention's run, read from the cache or extracted; with `B`,
-    each row's paired move against "none" (`_add_moves`)."""
-    from deffcore.runs.measure import measure_spec
-
-    interventions = list(specs)
-    table = InterventionTable(model, dataset, n, max_tokens, metric)
-    results = {}
-    for i, name in enumerate(interventions):
+        table = InterventionTable(model, dataset, n, max_tokens, metric)
+        results = {}
+        for i, name in enumerate(specs):
+            if progress is not None:
+                progress(i, len(specs), f"intervention {name}")
+            # a cached run is read; a missing one is extracted with the model loaded above
+            result = results[name] = measure_spec(
+                specs[name], metric=metric, device=device, loaded=loaded
+            )
+            table.rows += [_row(result, name, pooling, metric) for pooling in poolings]
+        if B and "none" in results:
+            _add_moves(table, results, metric, B, seed)
         if progress is not None:
-            progress(i, len(interventions), f"intervention {name}")
-        # a cached run is read; a missing one is extracted with the model loaded once above
-        result = results[name] = measure_spec(
-            specs[name], metric=metric, device=device, loaded=loaded
-        )
-        table.rows += [_row(result, name, pooling, metric) for pooling in poolings]
-    if B and "none" in results:
-        _add_moves(table, results, metric, B, seed)
-    if progress is not None:
-        progress(len(interventions), len(interventions), "done")
-    return table
+            progress(len(specs), len(specs), "done")
+        return table
 
 
 def _add_moves(
@@ -142,8 +129,6 @@ def _add_moves(
 ) -> None:
     """Each other intervention's row gets its gap's move against "none" with its 95% interval,
     paired by passage when both runs hold the same passages (`run_pairs.run_difference`)."""
-    from deffcore.runs.run_pairs import run_difference
-
     for row in table.rows:
         runs = (results["none"], results[row["intervention"]])
         defined = all(r.undefined(row["pooling"]) is None for r in runs)
@@ -154,8 +139,6 @@ def _add_moves(
 
 def _row(result: Any, name: str, pooling: str, metric: str) -> dict[str, Any]:
     """One row of the table: a pooling control's numbers under intervention `name`."""
-    from deffcore.statistics.trust_rule import measurement_trust
-
     summary = result.summary(pooling)
     return {
         "intervention": name,
@@ -171,30 +154,23 @@ def _row(result: Any, name: str, pooling: str, metric: str) -> dict[str, Any]:
     }
 
 
-def paper_intervention_rows(path: str | None = None) -> list[dict[str, Any]]:
+def paper_intervention_rows() -> list[dict[str, Any]]:
     """The paper's Table S6 values (Gemma-3-4B/12B gap%), for display beside a measurement.
 
     Returns dicts `model, intervention, pooling, gap_pct` (intervention as in `INTERVENTIONS`).
     """
-    import csv
-
-    from deffcore.views.paper import require_paper_reference_path
-
     label_to_name = {label: name for name, label in PAPER_LABELS.items()}
     rows = []
-    with open(path or require_paper_reference_path(), newline="") as fh:
-        for rec in csv.DictReader(fh):
-            if rec["source"] != "Table S6" or rec["quantity"] != "gap_pct":
-                continue
-            label = rec["note"].removeprefix("intervention: ").strip()
-            if label not in label_to_name:
-                continue
-            rows.append(
-                {
-                    "model": rec["model"],
-                    "intervention": label_to_name[label],
-                    "pooling": rec["setting"],
-                    "gap_pct": float(rec["value"]),
-                }
-            )
+    for rec in paper_rows("Table S6"):
+        label = rec["note"].removeprefix("intervention: ").strip()
+        if rec["quantity"] != "gap_pct" or label not in label_to_name:
+            continue
+        rows.append(
+            {
+                "model": rec["model"],
+                "intervention": label_to_name[label],
+                "pooling": rec["setting"],
+                "gap_pct": float(rec["value"]),
+            }
+        )
     return rows

@@ -3,12 +3,6 @@
 Each builder takes the plain dicts the library returns (what `--json` prints) and returns a
 `plotly.graph_objects.Figure`; nothing here computes a number that the figure does not show
 as given, except the fitted line (from the result's own slope and intercept).
-
-    gw_heatmaps(gw)                 similarity and GW heatmaps side by side (`gw_lens` result)
-    correlation_scatter(result)     x vs y, labelled points by family, least-squares line
-    pruning_tolerance_bars(rows)    f_1.10 per model, ours beside the paper's Table S17
-    pretrain_trajectories(records)  gap% (default pooling) over training per norm variant
-    turning_angles_plot(table)      turning angle per layer under each geometry, 90° marked
 """
 
 from __future__ import annotations
@@ -24,14 +18,12 @@ from plotly.subplots import make_subplots
 from deffcore.core.safe_text import plotly_text
 from deffcore.figures.base import COLOR_PAPER, COLOR_REFERENCE, OKABE_ITO
 from deffcore.labs.figures import INTERVENTION_COLORS
+from deffcore.labs.lens_tables import PRETRAIN_LABELS, fmt_rho
+from deffcore.views.glossary import COLUMN_LABELS
 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 70, "b": 50}}
 _FAMILY_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon")
 _PALETTE = tuple(OKABE_ITO.values())
-
-
-def _fmt(x: Any, spec: str = "+.2f") -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 def gw_heatmaps(gw: Mapping[str, Any]) -> go.Figure:
@@ -65,9 +57,10 @@ def gw_heatmaps(gw: Mapping[str, Any]) -> go.Figure:
         fig.update_xaxes(title_text="layer", row=1, col=col)
         fig.update_yaxes(title_text="layer", autorange="reversed", row=1, col=col)
     fig.update_layout(
-        title=f"{plotly_text(gw['model'])}: ρ(GW, {gw['metric']}) = {_fmt(gw['spearman_gw_cka'])}, "
-        f"ρ(|i−j|, GW) = {_fmt(gw['spearman_lag_gw'])}, "
-        f"ρ(|i−j|, {gw['metric']}) = {_fmt(gw['spearman_lag_cka'])}  (n_gw = {gw['n_gw']})",
+        title=f"{plotly_text(gw['model'])}: "
+        f"ρ(GW, {gw['metric']}) = {fmt_rho(gw['spearman_gw_cka'])}, "
+        f"ρ(|i−j|, GW) = {fmt_rho(gw['spearman_lag_gw'])}, "
+        f"ρ(|i−j|, {gw['metric']}) = {fmt_rho(gw['spearman_lag_cka'])}  (n_gw = {gw['n_gw']})",
         height=430,
         **_LAYOUT,
     )
@@ -116,9 +109,10 @@ def correlation_scatter(result: Mapping[str, Any], *, x_title: str | None = None
         )
     what = plotly_text(result.get("task") or y_title or result["y"])
     fig.update_layout(
-        title=f"{what}: Pearson r = {_fmt(result['pearson_r'])} "
-        f"(p = {_fmt(result['pearson_p'], '.3g')}), Spearman ρ = {_fmt(result['spearman_rho'])} "
-        f"(p = {_fmt(result['spearman_p'], '.3g')}), n = {result['n']}",
+        title=f"{what}: Pearson r = {fmt_rho(result['pearson_r'])} "
+        f"(p = {fmt_rho(result['pearson_p'], '.3g')}), "
+        f"Spearman ρ = {fmt_rho(result['spearman_rho'])} "
+        f"(p = {fmt_rho(result['spearman_p'], '.3g')}), n = {result['n']}",
         xaxis_title=x_title or result["x"],
         yaxis_title=y_title or result["y"],
         height=460,
@@ -208,8 +202,6 @@ def pretrain_trajectories(
                 line={"color": INTERVENTION_COLORS.get(variant, COLOR_PAPER)},
             )
         )
-    from deffcore.labs.lens_tables import PRETRAIN_LABELS
-
     label = PRETRAIN_LABELS.get(column, column)  # the table's words, never the field name
     fig.update_layout(
         title=f"Short pretraining from random weights: {label} over training",
@@ -225,8 +217,6 @@ def turning_angles_plot(table: Mapping[str, Any]) -> go.Figure:
     """The turning angle (degrees) at layers 2 .. L-1 of `aggregation_table`'s geometry: one
     line per similarity metric (arccos S) and one for the Euclidean path of the pooled states
     when present; 90° (orthogonal updates' every turn) dashed."""
-    from deffcore.views.glossary import COLUMN_LABELS
-
     fig = go.Figure()
     series = [
         (f"arccos {COLUMN_LABELS.get(m, m)}", g["turning_angles"])

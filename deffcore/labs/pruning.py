@@ -54,7 +54,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from deffcore.core.errors import DeffError, InvalidStatesError, TooFewPassagesError
+from deffcore.extraction.atlas import AtlasTap
+from deffcore.extraction.forward import extract_pooled
+from deffcore.inputs.architecture import architecture_of
+from deffcore.inputs.model import model_identity, model_size
+from deffcore.inputs.texts import dataset_identity, load_passages, tokenize
+from deffcore.labs import store as lab_store
+from deffcore.measures.atlas import token_weighted_bi
 from deffcore.measures.depth import effective_depth, gap_percent
+from deffcore.measures.similarity import similarity_matrix
+from deffcore.runs.action_costs import forward_cost
 
 #: The skip counts of the paper's Table S16.
 SKIP_COUNTS: tuple[int, ...] = (0, 1, 2, 4, 6, 8)
@@ -130,8 +139,6 @@ def k_tolerance_contiguous(ppl: dict[int, float], tolerance: float = PPL_TOLERAN
 @contextlib.contextmanager
 def skip_blocks(model: nn.Module, indices: Sequence[int]) -> Iterator[nn.Module]:
     """Inside the `with`, the blocks at `indices` (0-based) return their input unchanged."""
-    from deffcore.inputs.architecture import architecture_of
-
     arch = architecture_of(model)
     layers = arch.blocks
     bad = [i for i in indices if not 0 <= i < len(layers)]
@@ -158,8 +165,6 @@ def _token_batches(
 
     Right padding with id 0 (masked), so tokenizers without a pad token work.
     """
-    from deffcore.inputs.texts import tokenize
-
     rows, _ = tokenize(tokenizer, list(passages), max_tokens)
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
@@ -190,11 +195,7 @@ def block_influence(
     The depth-use atlas's arithmetic (`deffcore.extraction.atlas.AtlasTap` on the
     extraction's own hooks, `deffcore.measures.atlas.token_weighted_bi`): the atlas shows this
     same number beside its passage-weighted BI."""
-    from deffcore.extraction.atlas import AtlasTap
-    from deffcore.extraction.forward import register_hooks
-    from deffcore.inputs.architecture import architecture_of
-    from deffcore.inputs.texts import tokenize
-    from deffcore.measures.atlas import token_weighted_bi
+    from deffcore.extraction.forward import register_hooks  # patched by the pipeline tests
 
     n = len(tokenize(tokenizer, list(passages), max_tokens)[0])
     tap = AtlasTap(split=False)
@@ -359,8 +360,6 @@ def heldout_passages(
     dataset: str, measured: Sequence[str], n_heldout: int, *, seed: int = 0
 ) -> list[str]:
     """`n_heldout` passages from the same seeded sample, none equal to a measured passage."""
-    from deffcore.inputs.texts import load_passages
-
     seen = set(measured)
     pool = load_passages(dataset, len(measured) + n_heldout, seed=seed)
     held = [p for p in pool[len(measured) :] if p not in seen]
@@ -394,9 +393,6 @@ class PruningSetup:
     ) -> dict[str, Any]:
         """The plain values that determine the check on this device and dtype (its key in the
         lab store); `weights_id` when the loaded model's is known, else the model's own."""
-        from deffcore.inputs.model import model_identity
-        from deffcore.inputs.texts import dataset_identity
-
         return {
             "model": self.model,
             "revision": revision,
@@ -429,9 +425,6 @@ def pruning_cost(
     passages once per (ranking, k) but one (k = 0 is shared), each with the LM head (its
     vocab x d multiply-adds per token beside the blocks'; skipped blocks are not discounted:
     an upper bound)."""
-    from deffcore.inputs.model import model_size
-    from deffcore.runs.action_costs import forward_cost
-
     size = model_size(model, revision)
     layers = size.layers if size is not None else max(ks) + 1
     evals = len(RANKINGS) * len(skip_counts(layers, ks)) - 1
@@ -463,8 +456,7 @@ def pruning_check(
     `store`: read a stored result of the same identity instead of computing, and store a
     computed one (`deffcore.labs.store`, lab "pruning").
     """
-    from deffcore.inputs.model import lease_or_given, resolve_device_dtype
-    from deffcore.labs import store as lab_store
+    from deffcore.inputs.model import lease_or_given, resolve_device_dtype  # patched in tests
 
     if loaded is not None:
         device, dtype, weights_id = loaded.device, loaded.dtype, loaded.weights_id
@@ -491,16 +483,7 @@ def _compute(loaded: Any, setup: PruningSetup, progress: ProgressFn | None) -> P
     """The check itself on a loaded model (see `pruning_check`)."""
     from scipy.stats import spearmanr
 
-    from deffcore.extraction.atlas import AtlasTap
-    from deffcore.extraction.forward import extract_pooled
-    from deffcore.inputs.texts import load_passages
-    from deffcore.measures.atlas import token_weighted_bi
-    from deffcore.measures.similarity import similarity_matrix
-
-    def report(done: int, total: int, stage: str) -> None:
-        if progress is not None:
-            progress(done, total, stage)
-
+    report = progress or (lambda done, total, stage: None)
     s, L = setup, loaded.layers
     if L < 3:
         raise InvalidStatesError(f"The pruning check needs at least 3 blocks; {s.model} has {L}.")

