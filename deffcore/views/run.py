@@ -30,6 +30,7 @@ import numpy as np
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.files import DATA_DIR
+from deffcore.core.json_values import json_safe
 from deffcore.views.labels import SPEC_DEFAULTS, SPEC_FIELDS, run_identity, run_label
 
 DEFAULT_RUN_PATH = DATA_DIR / "default_run.json"
@@ -149,7 +150,7 @@ class Run:
             "format": SNAPSHOT_FORMAT,
             "command": command,
             "key": self.key,
-            "spec": json_ready(self.spec),
+            "spec": json_safe(self.spec, _DECIMALS),
             "layers": self.layers,
             "d_model": self.d_model,
             "n": self.n,
@@ -164,13 +165,15 @@ class Run:
                 for p in POOLINGS
             },
             # the CLI's JSON: per pooling, update depth, matched references, random-null band
-            "measurement": json_ready(m.to_dict()),
+            "measurement": json_safe(m.to_dict(), _DECIMALS),
             # the depth-use atlas stored beside the run (SPEC 16), when it has one
-            "atlas": json_ready(atlas.to_dict()) if (atlas := self.atlas()) is not None else None,
+            "atlas": json_safe(atlas.to_dict(), _DECIMALS)
+            if (atlas := self.atlas()) is not None
+            else None,
             # the paired bootstrap the run's BOS answer and trust were given from, when it has one
             **({"paired": pb.to_dict()} if (pb := m.paired_latest()) is not None else {}),
             # the tables across similarity measures the run holds (SPEC 17.4), per pooling
-            **({"measures": json_ready(tables)} if tables else {}),
+            **({"measures": json_safe(tables, _DECIMALS)} if tables else {}),
         }
 
     # -- what the run holds ------------------------------------------------------------------
@@ -433,19 +436,6 @@ class Run:
 
 def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), _DECIMALS).tolist()
-
-
-def json_ready(obj: Any) -> Any:
-    """Floats rounded, numpy values to Python values, NaN to None (JSON-ready)."""
-    if isinstance(obj, dict):
-        return {str(k): json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [json_ready(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return json_ready(obj.tolist())
-    if isinstance(obj, float):
-        return round(obj, _DECIMALS) if np.isfinite(obj) else None
-    return obj
 
 
 def load_snapshot(path: Path | str = DEFAULT_RUN_PATH) -> Run | None:
