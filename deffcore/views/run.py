@@ -1,22 +1,15 @@
 """A run as it is shown: one `Run`, live (with its states) or opened from its plain form.
 
-A run measured here holds its `Measurement` (`Run.from_measurement`): its pooled states, so the
-bootstrap and anything else can still be computed. A run opened from a snapshot file
-(`Run.from_snapshot`, `sharing.open_snapshot`) is the same run without its states: its plain,
-JSON-ready form (`Run.to_snapshot`), read the same way. Pages, the notebook and the report read
-both through the same methods; `Run.measurement` is None for a run without states. Headline
-numbers are always recomputed from the similarity matrix with the engine's own functions
-(`lag_profile`, `effective_depth`, `gap_percent`), so a snapshot and a live run of the same data
-give the same numbers for every pooling, metric and K.
+A live run (`Run.from_measurement`) holds its `Measurement`, so the bootstrap and anything else
+can still be computed; a run opened from a snapshot (`Run.from_snapshot`) is the same run
+without its states, read through the same methods (`Run.measurement` is None). Headline numbers
+are always recomputed from the similarity matrix with the engine's own functions, so a snapshot
+and a live run of the same data give the same numbers for every pooling, metric and K.
 
-The app's first screen must show a result before anything is computed, so the default run
-(smollm2-135m + bbc-news) ships as a snapshot in `deffcore/data/default_run.json`: every
-similarity matrix (each pooling x metric, `(L, L)`), the position-0 norm ratios, the update-based
-depth and the matched references; the gallery (`deffcore/data/gallery/`) holds more, made by
-`scripts/make_gallery.sh`. Regenerate the shipped snapshot with `bash
-scripts/make_default_run.sh` (one `measure ... --snapshot` with the random-weight seeds, the
-bootstrap, the BOS diagnostics and the BOS on/off check, so every page of the first screen's run
-is whole: `deffcore.lenses.run_extras`).
+The first screen shows the default run (smollm2-135m + bbc-news) before anything is computed:
+it ships as a whole snapshot, `deffcore/data/default_run.json` (`bash
+scripts/make_default_run.sh` remakes it); the gallery (`deffcore/data/gallery/`,
+`scripts/make_gallery.sh`) holds more.
 """
 
 from __future__ import annotations
@@ -146,6 +139,9 @@ class Run:
         from deffcore.views.run_schema import SNAPSHOT_FORMAT
 
         tables = {p: t.to_dict() for p in POOLINGS if (t := m.stored_measure_table(p)) is not None}
+        # the SPEC 17 measures' matrices a live run holds (a stand-in without the method: none)
+        held = getattr(m, "held_measures", None) or (lambda pooling: {})
+        atlas = self.atlas()
         return {
             "format": SNAPSHOT_FORMAT,
             "command": command,
@@ -160,16 +156,14 @@ class Run:
             "similarity": {
                 p: {
                     **{k: _rounded(self.similarity(p, k)) for k in METRICS},
-                    **{k: _rounded(S) for k, S in _held(m, p).items()},
+                    **{k: _rounded(S) for k, S in held(p).items()},
                 }
                 for p in POOLINGS
             },
             # the CLI's JSON: per pooling, update depth, matched references, random-null band
             "measurement": json_safe(m.to_dict(), _DECIMALS),
             # the depth-use atlas stored beside the run (SPEC 16), when it has one
-            "atlas": json_safe(atlas.to_dict(), _DECIMALS)
-            if (atlas := self.atlas()) is not None
-            else None,
+            "atlas": None if atlas is None else json_safe(atlas.to_dict(), _DECIMALS),
             # the paired bootstrap the run's BOS answer and trust were given from, when it has one
             **({"paired": pb.to_dict()} if (pb := m.paired_latest()) is not None else {}),
             # the tables across similarity measures the run holds (SPEC 17.4), per pooling
@@ -261,9 +255,8 @@ class Run:
         self, pooling: str = "default", metric: str = "cka", K: int | None = None
     ) -> dict[str, Any] | None:
         """The passage bootstrap this run was stored with for this headline (`BootstrapResult
-        .to_dict()`), or None (`deffcore.views.run_spread.stored_bootstrap`): a live run's from
-        its paired bootstrap (one it computed, or the live estimates' on its passages that it
-        adopted), so a trust level reads the run's measured spread, never the prior."""
+        .to_dict()`), or None: a live run's from its paired bootstrap, a snapshot's
+        (`run_spread.stored_bootstrap`) else from its paired one."""
         if self._m is not None:
             pb = self._m.paired_latest()
             if pb is None or not pb.has(pooling, metric):
@@ -362,12 +355,10 @@ class Run:
         ci: tuple[float, float] | None = None,
         bootstrap_mean: float | None = None,
     ) -> Any:
-        """How far to trust this headline (`deffcore.statistics.trust_rule.trust_badge`): N against
-        d, whether
-        the CKA bias moves D_eff/L (against unbiased CKA, when the run has it), the bootstrap
-        interval `ci` (and its replicates' mean) when one was computed, else the bootstrap the
-        run was stored with (`stored_bootstrap`: the run's measured spread, never the prior
-        when the run has one), the random-weight band when the run has one."""
+        """How far to trust this headline (`trust_rule.trust_badge`): the bootstrap interval
+        `ci` (and its replicates' mean) when one was computed, else the one the run was stored
+        with (`stored_bootstrap`); unbiased CKA's D_eff/L beside linear CKA's when the run has
+        it; the random-weight band when it has one."""
         if ci is None:
             boot = self.stored_bootstrap(pooling, metric, K)
             if boot is not None:
@@ -483,9 +474,3 @@ def load_gallery(
         keys.add(run.key)
         runs.append(run)
     return runs
-
-
-def _held(measurement: Any, pooling: str) -> dict[str, Any]:
-    """The SPEC 17 measures' matrices a live run holds (a stand-in without the method: none)."""
-    held = getattr(measurement, "held_measures", None)
-    return held(pooling) if held is not None else {}
