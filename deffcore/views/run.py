@@ -359,6 +359,8 @@ class Run:
         `ci` (and its replicates' mean) when one was computed, else the one the run was stored
         with (`stored_bootstrap`); unbiased CKA's D_eff/L beside linear CKA's when the run has
         it; the random-weight band when it has one."""
+        from deffcore.statistics.trust_rule import trust_badge, with_supply
+
         if ci is None:
             boot = self.stored_bootstrap(pooling, metric, K)
             if boot is not None:
@@ -368,26 +370,6 @@ class Run:
         if metric == "cka":
             with contextlib.suppress(KeyError):  # a snapshot may lack unbiased CKA
                 unbiased = self.headline(pooling, "unbiased_cka", K).deff_over_L
-        return self.trust_of(
-            pooling, metric, h.deff_over_L, ci, bootstrap_mean, unbiased, layers=h.layers
-        )
-
-    def trust_of(
-        self,
-        pooling: str,
-        metric: str,
-        deff_over_L: float,
-        ci: tuple[float, float] | None = None,
-        bootstrap_mean: float | None = None,
-        unbiased: float | None = None,
-        *,
-        layers: int,
-    ) -> Any:
-        """The trust rule of `trust` for a D_eff/L of this run's passages; N and d are the
-        run's, `layers` the number's (a headline's). The BOS answer judges its numbers with
-        `bos_answer.answer_trust` (a paired bootstrap's, the live estimates' too)."""
-        from deffcore.statistics.trust_rule import trust_badge, with_supply
-
         band = self.random_band(pooling, metric) or {}
         seeds = len(band.get("seeds") or band.get("deff_over_L") or [])
         null = (band["low"], band["high"]) if seeds and {"low", "high"} <= set(band) else None
@@ -395,12 +377,12 @@ class Run:
             self.n,
             self.d_model,
             metric=metric,
-            value=deff_over_L,
+            value=h.deff_over_L,
             unbiased_value=unbiased,
             ci=ci,
             null_band=null,
             null_seeds=seeds,
-            layers=layers,  # the gap's regime is part of the claim
+            layers=h.layers,  # the gap's regime is part of the claim
             bootstrap_mean=bootstrap_mean if ci is not None else None,
         )
         return with_supply(t, self.spec or None, self.window_source())  # actions the data gives
