@@ -29,7 +29,6 @@ def precomputed_note(view: Run) -> None:
         shared_note(view)
     elif view.source == "precomputed":
         tokens = view.n * int(view.spec.get("max_tokens", 128))
-        # ~600 tokens/s: SmolLM2-135M on a quiet 2-core CPU (BENCHMARKS.md, extraction)
         minutes = max(1, round(tokens / CPU_TOKENS_PER_S / 60))
         st.info(
             f"Precomputed with {md_code(view.command)}. To compute it here, press **Run** on "

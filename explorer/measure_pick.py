@@ -1,19 +1,12 @@
 """The sidebar's metric beyond the CKA family (SPEC 17): which pages draw it, and what a page
 shows while the run holds no matrix of the chosen measure.
 
-The sidebar offers every measure of the table across measures (`TABLE_MEASURES`: the CKA
-family first, linear CKA the default, then the SPEC 17 measures). A page that draws a chosen
-SPEC 17 measure (Overview, Similarity, Lag decay, Gap to F_L) reads the run's point-estimate
-matrix (`Measurement.similarity`, the snapshot's `similarity`) and computes D_eff, the lag
-profile and the gap from it as it does from CKA. A run without that matrix never computes it
-on view: `measure_ready` says in one sentence what it would take
-(`runs.measure.measure_missing_sentence`, priced by `action_costs.measure_cost`) and offers a
-button that computes it in the background (`deffcore.work.jobs.start_task`, as the BOS page's
-paired draw), with its progress (`explorer.background.follow_task`); the page shows it when it
-lands. Every other page is defined
-for the CKA family only (the trust rule, the BOS answer, the baselines and the labs are
-calibrated or computed under linear CKA, unbiased CKA or cosine): it shows linear CKA and says
-so (`cka_only`). A surface: no numbers are computed here.
+A page that draws a SPEC 17 measure (Overview, Similarity, Lag decay, Gap to F_L) reads the
+run's matrix of it and computes D_eff, the lag profile and the gap from it as from CKA. A run
+without that matrix never computes it on view: `measure_ready` says what it would take and
+offers to compute it in the background. Every other page is defined for the CKA family only
+(the trust rule, the BOS answer, the baselines and the labs): it shows linear CKA and says so
+(`cka_only`). No numbers are computed here.
 """
 
 from __future__ import annotations
@@ -31,14 +24,12 @@ from explorer.background import follow_task, show_failure
 
 #: What the sidebar's metric picker offers: the CKA family, then the SPEC 17 measures.
 PICKER_METRICS: tuple[str, ...] = TABLE_MEASURES
-#: The pages that draw a SPEC 17 measure (the rest show linear CKA, `cka_only`).
-MEASURE_PAGES = ("Overview", "Similarity", "Lag decay", "Gap to F_L")
 
 
 def metric_label(name: str) -> str:
     """How a metric reads in the picker: its group, then its name."""
     group = "CKA family" if name in METRICS else "SPEC 17, computed on request"
-    return f"{MEASURE_LABELS.get(name, name)} ({group})"
+    return f"{label(name)} ({group})"
 
 
 def cka_family(metric: str) -> bool:

@@ -2,12 +2,8 @@
 progress; returns the run and settings.
 
 Every page starts with `page()` (or `require_view()` when it needs a run). The run panel (the
-run settings and Run) is drawn by one page only, Runs (`page("Runs", run_panel=True)`); every
-other page reads the run settings as last chosen there. `page_links` draws a tab-like row of
-links to related pages (the pages the navigation lists under one entry). Caching: the expensive
-step (the forward pass) is cached on disk by `deffcore.extraction.cache`, keyed by model, data, N,
-max
-tokens, seed, passages mode and BOS option; everything a page draws from a run is cheap.
+run settings and Run) is drawn by the Runs page only; every other page reads the run settings
+as last chosen there. `page_links` draws a tab-like row of links to related pages.
 """
 
 from __future__ import annotations

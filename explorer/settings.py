@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -84,15 +83,6 @@ def run_defaults() -> dict[str, Any]:
         "passages": spec.get("passages") or PASSAGE_MODES[0],
         "bos": spec.get("bos") or BOS_OPTIONS[0],
     }
-
-
-@contextlib.contextmanager
-def _drawing(draw: bool) -> Iterator[None]:
-    token = _DRAW.set(draw)
-    try:
-        yield
-    finally:
-        _DRAW.reset(token)
 
 
 @dataclass(kw_only=True)
@@ -384,11 +374,14 @@ def run_panel_settings() -> tuple[Settings, bool]:
 def run_settings(*, draw: bool = True) -> Settings:
     """What to measure: model, data, N, max tokens, passages, BOS, seed (view left default).
     `draw=False` reads the values last chosen (or the shipped run's) without drawing them."""
-    with _drawing(draw):
-        return _run_settings()
+    token = _DRAW.set(draw)
+    try:
+        return _drawn_run_settings()
+    finally:
+        _DRAW.reset(token)
 
 
-def _run_settings() -> Settings:
+def _drawn_run_settings() -> Settings:
     first = run_defaults()
     left, right = st.columns(2) if _DRAW.get() else [contextlib.nullcontext()] * 2
     with left:

@@ -1,7 +1,6 @@
 """Shared runs on the Runs page: a snapshot file someone sent is uploaded, checked and kept in
 the cache's `.shared/` (`deffcore.views.sharing.save_shared`), becomes the current run, and is
-listed
-beside the cached runs (status "shared": open, compare, delete).
+listed beside the cached runs (status "shared": open, compare, delete).
 
 A snapshot is data from someone else: it is never executed, and every piece of its text the
 page shows (file name, model, command) is escaped (`md_escape`) or shown as plain text.

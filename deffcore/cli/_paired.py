@@ -1,22 +1,14 @@
 """The commands' paired bootstrap options (`measure`, `bos`; SPEC 15).
 
-Stage: cli (the arguments; the numbers are `deffcore.statistics.paired`, the answer and its
-words `deffcore.statistics.bos_answer`, which the commands call: `run_answer`, `answer_line`).
-
     python -m deffcore measure ... --bootstrap 100 --json     # position0_answer, paired
     python -m deffcore bos ... --json                          # the same answer
 
-Without `--bootstrap` the answer is paired all the same: from the bootstrap the run holds, else
-one of `ANSWER_B` replicates drawn now and kept with the run (the BOS page's). `--bootstrap B`
-draws one bootstrap for the run (`Measurement.paired_bootstrap`): the
-poolings of `--bootstrap-poolings` (default: default and no_pos0, what the answer compares)
-under the run's metric, those of `--bootstrap-metrics` and, beside linear CKA, unbiased CKA,
-whose replicates answer linear CKA's BOS question (`Measurement.answer_bootstrap`), all on
-the same B passage multisets. The default pooling's `bootstrap` object and the trust
-interval come from those replicates (the same numbers a separate bootstrap with the same seed
-gives), and
-`position0_answer` (verdict, delta, interval, tolerance, paired, sentence, ...) is the page's
-answer: paired with a bootstrap, unpaired (said so) without.
+Without `--bootstrap` the BOS answer is paired all the same: from the bootstrap the run holds,
+else one of `ANSWER_B` replicates drawn now and kept with the run (the BOS page's). `--bootstrap
+B` draws one for the run (`Measurement.answer_bootstrap`) over the poolings of
+`--bootstrap-poolings` and the metrics of `--bootstrap-metrics` (with unbiased CKA beside
+linear CKA), all on the same B passage multisets; the default pooling's `bootstrap`, the trust
+interval and `position0_answer` come from those replicates.
 """
 
 from __future__ import annotations

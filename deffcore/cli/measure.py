@@ -267,12 +267,20 @@ def run(args: argparse.Namespace) -> int:
 def check_extras_args(args: argparse.Namespace) -> None:
     """--diagnostics and --bos-on-off go into a snapshot, and --bos-on-off measures through the
     cache: refused before anything loads when that cannot be."""
-    wanted = [f for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off",
-              args.bos_on_off)) if on]  # fmt: skip
+    wanted = _extras_flags(args)
     if wanted and args.snapshot is None:
         raise DeffError(f"{' and '.join(wanted)} go into the snapshot: add --snapshot PATH.")
     if args.bos_on_off and args.no_cache:
         raise DeffError("--bos-on-off measures two more runs through the cache; drop --no-cache.")
+
+
+def _extras_flags(args: argparse.Namespace) -> list[str]:
+    """The flags of the extras a snapshot carries: --diagnostics, --bos-on-off, as given."""
+    return [
+        f
+        for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off", args.bos_on_off))
+        if on
+    ]
 
 
 def measure_extras(m, args: argparse.Namespace, progress) -> dict:
@@ -304,8 +312,7 @@ def _write_snapshot(
     from deffcore.views.run_report import remake_command
 
     fields = {**m.spec.__dict__, "model": args.model, "dataset": args.dataset}
-    flags = [f for f, on in (("--diagnostics", args.diagnostics), ("--bos-on-off",
-             args.bos_on_off)) if on]  # fmt: skip
+    flags = _extras_flags(args)
     if pb is not None and args.bootstrap is not None:  # its poolings and metrics remake it too
         flags.append(f"--bootstrap-poolings {','.join(dict.fromkeys(p for p, _ in pb.profiles))}")
         metrics = ",".join(dict.fromkeys(mt for _, mt in pb.profiles))

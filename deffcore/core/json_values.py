@@ -17,14 +17,17 @@ def finite_number(x: Any) -> bool:
         return False
 
 
-def json_safe(obj: Any) -> Any:
-    """`obj` with every float NaN/inf replaced by None, numpy values by Python ones."""
+def json_safe(obj: Any, decimals: int | None = None) -> Any:
+    """`obj` with every float NaN/inf replaced by None, numpy values by Python ones, and the
+    other floats rounded to `decimals` when given."""
     if isinstance(obj, float):  # numpy's float64 too: a Python float out
-        return float(obj) if math.isfinite(obj) else None
+        if not math.isfinite(obj):
+            return None
+        return float(obj) if decimals is None else round(float(obj), decimals)
     if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v, decimals) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [json_safe(v) for v in obj]
+        return [json_safe(v, decimals) for v in obj]
     if hasattr(obj, "tolist"):
-        return json_safe(obj.tolist())
+        return json_safe(obj.tolist(), decimals)
     return obj

@@ -1,9 +1,5 @@
-"""A measured run's depth-use atlas as stored beside it, summarised (nothing is run here).
-
-Stage: views (reads `deffcore.extraction.atlas`, summarises with
-`deffcore.measures.atlas`; the views and the correlation lab read a run's atlas through it,
-`deffcore.lenses.atlas` computes one).
-"""
+"""A measured run's depth-use atlas as stored beside it, summarised (nothing is run here;
+`deffcore.lenses.atlas` computes one)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deffcore.core.checks import check_choice
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.errors import DeffError
 
@@ -30,13 +31,6 @@ FIGURE_NAMES: tuple[str, ...] = ("heatmap", "lag", "gap", "controls")
 HEATMAP_PX = 180
 #: Most cells per side of the inline heatmap (larger L: block means of layers).
 MAX_CELLS = 64
-
-
-def _check(pooling: str, metric: str) -> None:
-    if pooling not in POOLINGS:
-        raise DeffError(f"Unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
-    if metric not in METRICS:
-        raise DeffError(f"Unknown metric {metric!r}; choose one of {', '.join(METRICS)}.")
 
 
 #: The options `figure(name, **options)` takes (`run_figure`'s keyword arguments).
@@ -72,9 +66,12 @@ def run_figure(
     with `paper`, the paper's published models; controls: the gap under every pooling control.
     K applies to the gap and controls figures (default L-1).
     """
-    if name not in FIGURE_NAMES:
-        raise DeffError(f"Unknown figure {name!r}; choose one of {', '.join(FIGURE_NAMES)}.")
-    _check(pooling, metric)
+    for value, allowed, what in (
+        (name, FIGURE_NAMES, "figure"),
+        (pooling, POOLINGS, "pooling"),
+        (metric, METRICS, "metric"),
+    ):
+        check_choice(value, allowed, what)
     from deffcore import figures
 
     if name == "heatmap":

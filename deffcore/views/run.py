@@ -1,22 +1,15 @@
 """A run as it is shown: one `Run`, live (with its states) or opened from its plain form.
 
-A run measured here holds its `Measurement` (`Run.from_measurement`): its pooled states, so the
-bootstrap and anything else can still be computed. A run opened from a snapshot file
-(`Run.from_snapshot`, `sharing.open_snapshot`) is the same run without its states: its plain,
-JSON-ready form (`Run.to_snapshot`), read the same way. Pages, the notebook and the report read
-both through the same methods; `Run.measurement` is None for a run without states. Headline
-numbers are always recomputed from the similarity matrix with the engine's own functions
-(`lag_profile`, `effective_depth`, `gap_percent`), so a snapshot and a live run of the same data
-give the same numbers for every pooling, metric and K.
+A live run (`Run.from_measurement`) holds its `Measurement`, so the bootstrap and anything else
+can still be computed; a run opened from a snapshot (`Run.from_snapshot`) is the same run
+without its states, read through the same methods (`Run.measurement` is None). Headline numbers
+are always recomputed from the similarity matrix with the engine's own functions, so a snapshot
+and a live run of the same data give the same numbers for every pooling, metric and K.
 
-The app's first screen must show a result before anything is computed, so the default run
-(smollm2-135m + bbc-news) ships as a snapshot in `deffcore/data/default_run.json`: every
-similarity matrix (each pooling x metric, `(L, L)`), the position-0 norm ratios, the update-based
-depth and the matched references; the gallery (`deffcore/data/gallery/`) holds more, made by
-`scripts/make_gallery.sh`. Regenerate the shipped snapshot with `bash
-scripts/make_default_run.sh` (one `measure ... --snapshot` with the random-weight seeds, the
-bootstrap, the BOS diagnostics and the BOS on/off check, so every page of the first screen's run
-is whole: `deffcore.lenses.run_extras`).
+The first screen shows the default run (smollm2-135m + bbc-news) before anything is computed:
+it ships as a whole snapshot, `deffcore/data/default_run.json` (`bash
+scripts/make_default_run.sh` remakes it); the gallery (`deffcore/data/gallery/`,
+`scripts/make_gallery.sh`) holds more.
 """
 
 from __future__ import annotations
@@ -30,6 +23,7 @@ import numpy as np
 
 from deffcore.core.constants import METRICS, POOLINGS
 from deffcore.core.files import DATA_DIR
+from deffcore.core.json_values import json_safe
 from deffcore.views.labels import SPEC_DEFAULTS, SPEC_FIELDS, run_identity, run_label
 
 DEFAULT_RUN_PATH = DATA_DIR / "default_run.json"
@@ -153,11 +147,14 @@ class Run:
         from deffcore.views.run_schema import SNAPSHOT_FORMAT
 
         tables = {p: t.to_dict() for p in POOLINGS if (t := m.stored_measure_table(p)) is not None}
+        # the SPEC 17 measures' matrices a live run holds (a stand-in without the method: none)
+        held = getattr(m, "held_measures", None) or (lambda pooling: {})
+        atlas = self.atlas()
         return {
             "format": SNAPSHOT_FORMAT,
             "command": command,
             "key": self.key,
-            "spec": json_ready(self.spec),
+            "spec": json_safe(self.spec, _DECIMALS),
             "layers": self.layers,
             "d_model": self.d_model,
             "n": self.n,
@@ -167,18 +164,18 @@ class Run:
             "similarity": {
                 p: {
                     **{k: _rounded(self.similarity(p, k)) for k in METRICS},
-                    **{k: _rounded(S) for k, S in _held(m, p).items()},
+                    **{k: _rounded(S) for k, S in held(p).items()},
                 }
                 for p in POOLINGS
             },
             # the CLI's JSON: per pooling, update depth, matched references, random-null band
-            "measurement": json_ready(m.to_dict()),
+            "measurement": json_safe(m.to_dict(), _DECIMALS),
             # the depth-use atlas stored beside the run (SPEC 16), when it has one
-            "atlas": json_ready(atlas.to_dict()) if (atlas := self.atlas()) is not None else None,
+            "atlas": None if atlas is None else json_safe(atlas.to_dict(), _DECIMALS),
             # the paired bootstrap the run's BOS answer and trust were given from, when it has one
             **({"paired": pb.to_dict()} if (pb := m.paired_latest()) is not None else {}),
             # the tables across similarity measures the run holds (SPEC 17.4), per pooling
-            **({"measures": json_ready(tables)} if tables else {}),
+            **({"measures": json_safe(tables, _DECIMALS)} if tables else {}),
         }
 
     # -- what the run holds ------------------------------------------------------------------
@@ -266,9 +263,8 @@ class Run:
         self, pooling: str = "default", metric: str = "cka", K: int | None = None
     ) -> dict[str, Any] | None:
         """The passage bootstrap this run was stored with for this headline (`BootstrapResult
-        .to_dict()`), or None (`deffcore.views.run_spread.stored_bootstrap`): a live run's from
-        its paired bootstrap (one it computed, or the live estimates' on its passages that it
-        adopted), so a trust level reads the run's measured spread, never the prior."""
+        .to_dict()`), or None: a live run's from its paired bootstrap, a snapshot's
+        (`run_spread.stored_bootstrap`) else from its paired one."""
         if self._m is not None:
             pb = self._m.paired_latest()
             if pb is None or not pb.has(pooling, metric):
@@ -367,12 +363,12 @@ class Run:
         ci: tuple[float, float] | None = None,
         bootstrap_mean: float | None = None,
     ) -> Any:
-        """How far to trust this headline (`deffcore.statistics.trust_rule.trust_badge`): N against
-        d, whether
-        the CKA bias moves D_eff/L (against unbiased CKA, when the run has it), the bootstrap
-        interval `ci` (and its replicates' mean) when one was computed, else the bootstrap the
-        run was stored with (`stored_bootstrap`: the run's measured spread, never the prior
-        when the run has one), the random-weight band when the run has one."""
+        """How far to trust this headline (`trust_rule.trust_badge`): the bootstrap interval
+        `ci` (and its replicates' mean) when one was computed, else the one the run was stored
+        with (`stored_bootstrap`); unbiased CKA's D_eff/L beside linear CKA's when the run has
+        it; the random-weight band when it has one."""
+        from deffcore.statistics.trust_rule import trust_badge, with_supply
+
         if ci is None:
             boot = self.stored_bootstrap(pooling, metric, K)
             if boot is not None:
@@ -382,26 +378,6 @@ class Run:
         if metric == "cka":
             with contextlib.suppress(KeyError):  # a snapshot may lack unbiased CKA
                 unbiased = self.headline(pooling, "unbiased_cka", K).deff_over_L
-        return self.trust_of(
-            pooling, metric, h.deff_over_L, ci, bootstrap_mean, unbiased, layers=h.layers
-        )
-
-    def trust_of(
-        self,
-        pooling: str,
-        metric: str,
-        deff_over_L: float,
-        ci: tuple[float, float] | None = None,
-        bootstrap_mean: float | None = None,
-        unbiased: float | None = None,
-        *,
-        layers: int,
-    ) -> Any:
-        """The trust rule of `trust` for a D_eff/L of this run's passages; N and d are the
-        run's, `layers` the number's (a headline's). The BOS answer judges its numbers with
-        `bos_answer.answer_trust` (a paired bootstrap's, the live estimates' too)."""
-        from deffcore.statistics.trust_rule import trust_badge, with_supply
-
         band = self.random_band(pooling, metric) or {}
         seeds = len(band.get("seeds") or band.get("deff_over_L") or [])
         null = (band["low"], band["high"]) if seeds and {"low", "high"} <= set(band) else None
@@ -409,12 +385,12 @@ class Run:
             self.n,
             self.d_model,
             metric=metric,
-            value=deff_over_L,
+            value=h.deff_over_L,
             unbiased_value=unbiased,
             ci=ci,
             null_band=null,
             null_seeds=seeds,
-            layers=layers,  # the gap's regime is part of the claim
+            layers=h.layers,  # the gap's regime is part of the claim
             bootstrap_mean=bootstrap_mean if ci is not None else None,
         )
         return with_supply(t, self.spec or None, self.window_source())  # actions the data gives
@@ -441,19 +417,6 @@ class Run:
 
 def _rounded(x: Any) -> Any:
     return np.round(np.asarray(x, dtype=np.float64), _DECIMALS).tolist()
-
-
-def json_ready(obj: Any) -> Any:
-    """Floats rounded, numpy values to Python values, NaN to None (JSON-ready)."""
-    if isinstance(obj, dict):
-        return {str(k): json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [json_ready(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return json_ready(obj.tolist())
-    if isinstance(obj, float):
-        return round(obj, _DECIMALS) if np.isfinite(obj) else None
-    return obj
 
 
 def shipped_digests() -> dict[str, str]:
@@ -525,9 +488,3 @@ def load_gallery(
         keys.add(run.key)
         runs.append(run)
     return runs
-
-
-def _held(measurement: Any, pooling: str) -> dict[str, Any]:
-    """The SPEC 17 measures' matrices a live run holds (a stand-in without the method: none)."""
-    held = getattr(measurement, "held_measures", None)
-    return held(pooling) if held is not None else {}

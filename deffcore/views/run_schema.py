@@ -1,39 +1,27 @@
 """The one schema of a run snapshot: what every page, the notebook and the report may read.
 
-Stage: views (beside `run` and `sharing`; it imports only core's constants and errors,
-`measures.depth` and `views.labels`' spec fields).
-
 A snapshot (`deffcore.views.run.Run.to_snapshot`, `deffcore measure --snapshot`) is also the
 file a colleague sends, so it is hostile until it passes `check_snapshot`, the single door every
-reader goes through (`Run.from_snapshot`, hence `sharing.read_snapshot`, `open_snapshot`,
-`open_shared`, `list_shared`, `run.load_snapshot` and `load_gallery`). It checks, in
-this order:
+reader goes through (`Run.from_snapshot`, hence every reader in `sharing` and `run`). It checks,
+in this order:
 
-1. Text (`_check_text`): every string and key is valid Unicode text: no lone surrogate (they
-   raise `UnicodeEncodeError` wherever the text is sent to a browser), no control character
-   (C0/C1 but tab and line feed, the bidirectional overrides: `safe_text.NOT_TEXT`, the one
-   definition of text; a passage's "\n" token is text), at most `MAX_TEXT` characters; the
-   document is at most `MAX_DEPTH` deep.
-2. Types and bounds (the pydantic models below): every field a reader reads has its type,
-   numbers are finite (a JSON `1e400` is `inf`, `NaN` is refused), integers are not booleans,
-   strings are not numbers, counts lie in their bounds (N, L, d, max tokens, seeds).
-3. Self-consistency (`Snapshot._consistent`): every similarity matrix is L x L, symmetric,
-   with a unit diagonal and values in [-1, 1]; L + 1 position-0 ratios; N no more than the
-   spec's N; the CLI JSON's N, L, d, key, finite-sample bias d/(N+d) and each pooling's D_eff
-   agree with the top level and with the matrices they were computed from; a random-weight
-   band's mean is the mean of its seeds and lies inside [low, high].
-4. The stored sections every page, the report and the notebook read, each typed and of this
-   run's L and N: the depth-use atlas (`StoredAtlas`, SPEC 16: every per-block measure L
-   long, the angular distances (L+1) x (L+1), Gromov et al.'s curve, the sublayers, every
-   interval of its measure's shape, the skip effect L x L), the paired bootstrap
-   (`StoredPaired`, SPEC 15: of this run's L and N, one entry per pooling and metric), the
-   BOS diagnostics of the current format (`Diagnostics`, SPEC 11: the massive-activation,
-   Sun et al. and Gu et al. fields, the sink scores and the passage inspector, L or L + 1
-   long), and a random-weight seed is a whole number (in a JSON number or in digits).
+1. Text (`_check_text`): every string and key is text (`safe_text.NOT_TEXT`: no lone surrogate,
+   no control character but tab and line feed), at most `MAX_TEXT` characters; the document is
+   at most `MAX_DEPTH` deep.
+2. Types and bounds (the pydantic models below): numbers are finite JSON numbers (a JSON `1e400`
+   is `inf`, `NaN` is refused), integers are not booleans, strings are not numbers, counts lie
+   in their bounds.
+3. Self-consistency (`Snapshot._consistent`): every similarity matrix is L x L, symmetric, with
+   a unit diagonal and values within its measure's bound; L + 1 position-0 ratios; the CLI
+   JSON's sizes, key, bias d/(N+d) and each pooling's D_eff agree with the top level and the
+   matrices; a random-weight band's mean is the mean of its seeds, inside [low, high].
+4. The stored sections, each typed and of this run's L and N: the depth-use atlas
+   (`StoredAtlas`, SPEC 16), the paired bootstrap (`StoredPaired`, SPEC 15), the BOS
+   diagnostics of the current format (`Diagnostics`, SPEC 11), the measure tables (SPEC 17.4).
 
 A file that breaks any rule gets one sentence (`SnapshotError`, naming the file and the
-field) and nothing of it is shown. A file is parsed by `parse_snapshot_json`, which refuses a
-duplicated key in any object (`json.loads` would keep the last one silently).
+field) and nothing of it is shown. `parse_snapshot_json` also refuses a key named twice in one
+object (`json.loads` would keep the last one silently).
 """
 
 from __future__ import annotations
@@ -64,6 +52,7 @@ from deffcore.core.constants import (
     similarity_bound,
 )
 from deffcore.core.errors import DeffError, SnapshotError
+from deffcore.core.json_values import finite_number
 from deffcore.core.safe_text import NOT_TEXT
 
 # --- field types: plain JSON numbers, bounded counts and texts, the run's spec
@@ -99,16 +88,26 @@ def _plain_number(value: Any) -> Any:
     return value
 
 
-Number = Annotated[float, BeforeValidator(_plain_number), Field(allow_inf_nan=False)]
-NonNegative = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, allow_inf_nan=False)]
+def Bounded(**bounds: float) -> Any:  # a type factory: named like the types it makes
+    """A finite JSON number within `bounds` (pydantic's ge, le, gt, lt)."""
+    return Annotated[float, BeforeValidator(_plain_number), Field(allow_inf_nan=False, **bounds)]
 
 
-def Count(low: int, high: int) -> Any:  # a type factory: named like the types it makes
+Number = Bounded()
+NonNegative = Bounded(ge=0)
+Share = Bounded(ge=0, le=1)
+#: A confidence level of an interval.
+Level = Bounded(gt=0, lt=1)
+
+
+def Count(low: int, high: int) -> Any:
     return Annotated[int, Strict(), Field(ge=low, le=high)]
 
 
 Name = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_NAME)]
 Text = Annotated[str, Strict(), Field(max_length=MAX_TEXT)]
+#: A run's key: 20 hex digits, or empty.
+Key = Annotated[str, Strict(), Field(pattern=r"^([0-9a-f]{20})?$")]
 Pooling = Literal[POOLINGS]  # type: ignore[valid-type]
 Metric = Literal[METRICS]  # type: ignore[valid-type]
 #: A similarity matrix's name: a metric, or a SPEC 17 measure the run held (SPEC 17.4)
@@ -220,11 +219,8 @@ class StoredSkip(_Part):
     kl: Values
     intervals: dict[Name, Interval] = Field(default_factory=dict)
     B: Count(1, MAX_PASSAGES) = 100
-    ci: Annotated[float, BeforeValidator(_plain_number), Field(gt=0, lt=1)] = 0.95
+    ci: Level = 0.95
     meta: dict[Name, Text | Number | None] = Field(default_factory=dict)
-
-
-Share = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=1, allow_inf_nan=False)]
 
 
 class LogitLens(_Part):
@@ -236,17 +232,13 @@ class LogitLens(_Part):
     prediction_depth: NonNegative | None = None
 
 
-Degrees = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=180, allow_inf_nan=False)]
-Residual = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=2, allow_inf_nan=False)]
-
-
 class BlockGeometry(_Part):
     """Consecutive-layer geometry per block (SPEC 16.3): the token-level displacement, the
     Procrustes rotation angle (degrees) and residual of the centred pooled states."""
 
     displacement: list[NonNegative | None] | None = None
-    rotation_angle: list[Degrees | None]
-    procrustes_residual: list[Residual | None]
+    rotation_angle: list[Bounded(ge=0, le=180) | None]
+    procrustes_residual: list[Bounded(ge=0, le=2) | None]
 
 
 class AtlasRun(_Part):
@@ -297,7 +289,7 @@ class StoredAtlas(_Part):
     layers: Count(2, MAX_LAYERS)
     n: Count(1, MAX_PASSAGES)
     B: Count(1, MAX_PASSAGES) = 100
-    ci: Annotated[float, BeforeValidator(_plain_number), Field(gt=0, lt=1)] = 0.95
+    ci: Level = 0.95
     seed: Count(0, MAX_SEED) = 0
     relative_contribution: Values
     alignment: Values
@@ -388,7 +380,7 @@ class StoredPaired(_Part):
     n: Count(2, MAX_PASSAGES)
     B: Count(2, 100_000)
     seed: Count(0, MAX_SEED) = 0
-    ci: Annotated[float, BeforeValidator(_plain_number), Field(gt=0, lt=1)] = 0.95
+    ci: Level = 0.95
     keys: list[tuple[Pooling, Metric]]
     points: list[list[Number]]
     profiles: list[list[list[Number]]]
@@ -407,7 +399,6 @@ class StoredPaired(_Part):
 
 
 Counts = list[Count(0, 2**53)]
-Share = Annotated[float, BeforeValidator(_plain_number), Field(ge=0, le=1)]
 
 
 class Inspector(_Part):
@@ -427,7 +418,7 @@ class Diagnostics(_Part):
     al.'s on whole passages and on 64 tokens), the passage inspector."""
 
     format: Count(0, 1000)
-    key: Annotated[str, Strict(), Field(pattern=r"^([0-9a-f]{20})?$")] = ""
+    key: Key = ""
     spec: Spec | None = None
     created: Text | None = None
     elapsed_s: NonNegative | None = None
@@ -663,7 +654,7 @@ class Snapshot(BaseModel):
 
     format: Literal[SNAPSHOT_FORMAT]  # type: ignore[valid-type]
     command: Text = ""
-    key: Annotated[str, Strict(), Field(pattern=r"^([0-9a-f]{20})?$")] = ""
+    key: Key = ""
     spec: Spec
     layers: Count(2, MAX_LAYERS)
     d_model: Count(1, MAX_D_MODEL)
@@ -782,10 +773,6 @@ def check_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
     return data
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _check_measures(tables: Any, L: int, N: int, where: str) -> None:
     """The tables across similarity measures a snapshot may carry (SPEC 17.4): per pooling, a
     `MeasureTable` of this run's L and N whose numbers are finite (or absent) and whose regimes
@@ -807,7 +794,7 @@ def _check_measures(tables: Any, L: int, N: int, where: str) -> None:
             if not isinstance(r.undefined, str | None) or not isinstance(r.caveat, str | None):
                 raise SnapshotError(f"{where}: its {pooling} measure table has a non-text reason.")
             numbers = (r.deff, r.deff_over_L, r.gap_pct, r.low, r.high, r.gap_low, r.gap_high)
-            if any(v is not None and not _finite(v) for v in (*numbers, r.cal)):
+            if any(v is not None and not finite_number(v) for v in (*numbers, r.cal)):
                 raise SnapshotError(f"{where}: its {pooling} measure table has a non-number.")
             if r.regime not in (None, "below", "above", "at the reference"):
                 raise SnapshotError(f"{where}: its {pooling} measure table has an unknown regime.")
@@ -820,12 +807,10 @@ def _check_paired_and_supply(data: dict[str, Any], where: str) -> None:
     if "paired" in data:
         from deffcore.statistics.paired import PairedBootstrap
 
-        try:
-            pb = PairedBootstrap.from_dict(data["paired"])
+        try:  # its L and N are checked already (`StoredPaired`)
+            PairedBootstrap.from_dict(data["paired"])
         except DeffError as err:
             raise SnapshotError(f"{where}: {err}") from None
-        if (pb.layers, pb.n) != (data["layers"], data["n"]):
-            raise SnapshotError(f"{where}: its paired bootstrap is not of this run's L and N.")
     if "supply" in data:
         from deffcore.inputs.texts import WindowSource
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from deffcore.core.errors import SnapshotError
 from deffcore.views.run import Run
@@ -26,15 +25,6 @@ _SHARED_NAME = re.compile(r"[0-9a-f]{16}\.json")
 #: `deffcore app --run FILE` keeps the file (`share_file`) and names its content id here; each
 #: new app session opens that shared run first (`open_shared`).
 APP_RUN_ENV = "DEFF_APP_RUN"
-
-
-def validate_snapshot(data: Any, where: str = "The snapshot") -> dict[str, Any]:
-    """`data` if it is a run snapshot that follows the one schema (`run_schema.check_snapshot`:
-    every field a reader reads, typed, bounded and consistent, its depth-use atlas included);
-    SnapshotError otherwise."""
-    from deffcore.views.run_schema import check_snapshot  # pydantic: not on the first screen
-
-    return check_snapshot(data, where)
 
 
 def read_snapshot(data: bytes, *, name: str = "The file") -> Run:
@@ -49,10 +39,7 @@ def read_snapshot(data: bytes, *, name: str = "The file") -> Run:
     if not isinstance(data, bytes | bytearray):
         raise SnapshotError(f"{where}: a snapshot is read from bytes, got {type(data).__name__}.")
     if len(data) > MAX_SNAPSHOT_BYTES:
-        raise SnapshotError(
-            f"{where} is {len(data) / 2**20:.1f} MiB, more than a snapshot's limit of "
-            f"{MAX_SNAPSHOT_BYTES // 2**20} MiB."
-        )
+        raise _too_large(where, len(data))
     try:
         parsed = parse_snapshot_json(bytes(data).decode("utf-8"), where)
     except SnapshotError:
@@ -64,6 +51,13 @@ def read_snapshot(data: bytes, *, name: str = "The file") -> Run:
     view.source = "shared"
     view.sha256 = hashlib.sha256(bytes(data)).hexdigest()
     return view
+
+
+def _too_large(shown: str, size: int) -> SnapshotError:
+    return SnapshotError(
+        f"{shown} is {size / 2**20:.1f} MiB, more than a snapshot's limit of "
+        f"{MAX_SNAPSHOT_BYTES // 2**20} MiB."
+    )
 
 
 def _read_bounded(path: Path, shown: str, *, follow_links: bool = True) -> bytes:
@@ -83,10 +77,7 @@ def _read_bounded(path: Path, shown: str, *, follow_links: bool = True) -> bytes
             if not stat.S_ISREG(info.st_mode):
                 raise SnapshotError(f"{shown} is not a regular file.")
             if info.st_size > MAX_SNAPSHOT_BYTES:
-                raise SnapshotError(
-                    f"{shown} is {info.st_size / 2**20:.1f} MiB, more than a snapshot's limit "
-                    f"of {MAX_SNAPSHOT_BYTES // 2**20} MiB."
-                )
+                raise _too_large(shown, info.st_size)
             return f.read(MAX_SNAPSHOT_BYTES + 1)
     except OSError as err:
         raise SnapshotError(f"{shown} cannot be read ({err.strerror or err}).") from None
