@@ -280,3 +280,46 @@ def test_the_shipped_default_run_gets_every_measure_by_default(tmp_path):
     assert measure_names("none") == () and measure_names(" rsa, procrustes") == (
         "procrustes", "rsa",
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# The digests of the shipped files' checked bytes
+
+
+def test_digests_record_each_shipped_file_the_schema_accepts_and_nothing_else(
+    tmp_path, monkeypatch
+):
+    """`--digests` checks every shipped snapshot and records the sha256 of its bytes; one file
+    the schema refuses stops it with that file named, and the recorded digests stay as they
+    were (a refused file is never vouched for)."""
+    import hashlib
+    import importlib.util
+    import shutil
+
+    import deffcore.core.files as files
+    import deffcore.views.run as run_module
+
+    spec = importlib.util.spec_from_file_location("build_shipped", REPO / "scripts" / SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    data = tmp_path / "data"
+    (data / "gallery").mkdir(parents=True)
+    shutil.copy(run_module.DEFAULT_RUN_PATH, data / "default_run.json")
+    gallery = sorted(run_module.GALLERY_DIR.glob("*.json"))[0]
+    shutil.copy(gallery, data / "gallery" / gallery.name)
+    digests = data / "checked_snapshots.json"
+    monkeypatch.setattr(files, "DATA_DIR", data)
+    monkeypatch.setattr(run_module, "DEFAULT_RUN_PATH", data / "default_run.json")
+    monkeypatch.setattr(run_module, "GALLERY_DIR", data / "gallery")
+    monkeypatch.setattr(run_module, "CHECKED_DIGESTS", digests)
+    got = script.record_digests()
+    sha = {p: hashlib.sha256((data / p).read_bytes()).hexdigest() for p in got}
+    assert set(got) == {"default_run.json", f"gallery/{gallery.name}"} and got == sha
+    assert json.loads(digests.read_text()) == got
+    before = digests.read_bytes()
+    bad = json.loads((data / "gallery" / gallery.name).read_text())
+    bad["layers"] = -3
+    (data / "gallery" / gallery.name).write_text(json.dumps(bad))
+    with pytest.raises(SystemExit, match=f"{gallery.name}.*no digest recorded"):
+        script.record_digests()
+    assert digests.read_bytes() == before
