@@ -121,7 +121,7 @@ def test_plan_line_beside_run_without_loading_a_model(monkeypatch):
     from explorer import plan_line
     from explorer.settings import Settings
 
-    monkeypatch.setattr(priors, "_load_now", lambda: 3.0)  # one load for the app and the test
+    monkeypatch.setattr(priors, "load_average", lambda: 3.0)  # one load for the app and the test
     # a plan of these settings (the run panel's defaults) drawn by an earlier test is kept for
     # 30 s, priced at that moment's load: this test prices its own
     plan_line._plan.clear()

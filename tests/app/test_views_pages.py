@@ -352,10 +352,34 @@ def test_first_screen_shows_linear_and_unbiased_cka_side_by_side(cache_dir):
     assert snap is not None and snap.n >= 4096
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=300).run()
     assert not at.exception
-    table = next(df.value for df in at.dataframe if "similarity" in df.value.columns)
-    assert list(table["similarity"]) == ["linear CKA", "unbiased CKA"]
-    for row, metric in zip(table.itertuples(), ("cka", "unbiased_cka"), strict=True):
+    table = next(m.value for m in at.markdown if m.value.startswith("| similarity"))
+    rows = _markdown_rows(table)
+    assert [row["similarity"] for row in rows] == ["linear CKA", "unbiased CKA"]
+    for row, metric in zip(rows, ("cka", "unbiased_cka"), strict=True):
         h = snap.headline("default", metric)
-        assert row.D_eff == round(h.deff, 3)
-        assert row._4 == round(h.gap_pct, 1)
+        assert float(row["D_eff"]) == round(h.deff, 3)
+        assert float(row["gap to F_L (%)"]) == round(h.gap_pct, 1)
     assert round(snap.headline("default", "cka").cka_bias, 2) == 0.12
+
+
+def _markdown_rows(table: str) -> list[dict[str, str]]:
+    """The rows of a Markdown table `explorer.tables.markdown_table` drew, cells unescaped."""
+    import re
+
+    def cells(line: str) -> list[str]:
+        inner = line.strip()[2:-2]  # "| a | b |" -> "a | b"
+        return [re.sub(r"\\(.)", r"\1", c) for c in re.split(r"(?<!\\) \| ", inner)]
+
+    header, _, *body = table.splitlines()
+    return [dict(zip(cells(header), cells(line), strict=True)) for line in body]
+
+
+def test_a_markdown_table_shows_every_cell_literally():
+    """Cells are text, never Markdown: a pipe, a star or a link stays as typed; None reads —."""
+    from explorer.tables import MISSING, markdown_table
+
+    rows = [{"name": "a|b *c* [x](y)", "D_eff / L": 0.5, "gap": None}]
+    table = markdown_table(rows)
+    assert table.splitlines()[1] == "|---|---|---|"
+    assert _markdown_rows(table) == [{"name": "a|b *c* [x](y)", "D_eff / L": "0.5", "gap": MISSING}]
+    assert markdown_table([]) == ""
