@@ -296,7 +296,6 @@ def record_digests() -> dict[str, str]:
     (module docstring); a file the schema refuses stops the script, nothing recorded."""
     import hashlib
 
-    from deffcore.core.errors import DeffError
     from deffcore.core.files import DATA_DIR, write_output
     from deffcore.views.run import CHECKED_DIGESTS, DEFAULT_RUN_PATH, GALLERY_DIR
     from deffcore.views.run_schema import check_snapshot, parse_snapshot_json
@@ -306,7 +305,7 @@ def record_digests() -> dict[str, str]:
         raw = path.read_bytes()
         try:
             check_snapshot(parse_snapshot_json(raw.decode("utf-8"), path.name), path.name)
-        except (DeffError, UnicodeDecodeError) as err:
+        except ValueError as err:  # SnapshotError, not UTF-8, not JSON: each a ValueError
             sys.exit(f"{path}: {err}; no digest recorded")
         digests[path.relative_to(DATA_DIR).as_posix()] = hashlib.sha256(raw).hexdigest()
     body = (json.dumps(digests, indent=1, sort_keys=True) + "\n").encode()

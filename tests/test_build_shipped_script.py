@@ -323,3 +323,7 @@ def test_digests_record_each_shipped_file_the_schema_accepts_and_nothing_else(
     with pytest.raises(SystemExit, match=f"{gallery.name}.*no digest recorded"):
         script.record_digests()
     assert digests.read_bytes() == before
+    (data / "gallery" / gallery.name).write_text("{not json")  # one sentence, no traceback
+    with pytest.raises(SystemExit, match=f"{gallery.name}.*no digest recorded"):
+        script.record_digests()
+    assert digests.read_bytes() == before
