@@ -104,6 +104,14 @@ CASES = [
      "Each of --random-seeds must be an integer >= 0, got -1"),
     (["measure", "--model", "tiny-llama", *RUN, "--dataset", "/no/such/file.txt"],
      "The dataset file /no/such/file.txt does not exist"),
+    # a seed beyond 2^63 - 1: torch's manual_seed overflows, a snapshot cannot store it
+    (["measure", "--model", "tiny-llama", *RUN, "--seed", str(2**63)],
+     "--seed must be at most 9,223,372,036,854,775,807 (2^63 - 1), got 9,223,372,036,854,775,808."),
+    (["measure", "--model", "tiny-llama", *RUN, "--random-seeds", f"0,{10**23}"],
+     "Each of --random-seeds must be at most 9,223,372,036,854,775,807"),
+    (["measure", "--model", f"random:tiny-llama:{10**23}", *RUN], "with a whole-number seed"),
+    (["measure", "--model", "random:tiny-llama:\u00b2", *RUN], "with a whole-number seed"),
+    (["atlas", "--model", "random:tiny-llama:\u00b2", *RUN], "with a whole-number seed"),
     # siblings
     (["aggregations", "--model", "tiny-llama", *RUN, "--seed", "-1"], "--seed must be"),
     (["aggregations", "--model", "tiny-llama", *RUN, "--pooling", "max"], "invalid choice: 'max'"),

@@ -99,6 +99,8 @@ def test_a_negative_manifest_seed_is_refused(tmp_path):
         manifest_cells(path)
     with pytest.raises(SweepError, match="negative seed"):
         grid_cells(["tiny-llama"], random_seeds=[-2])
+    with pytest.raises(SweepError, match=r"a seed beyond 2\^63 - 1"):
+        grid_cells(["tiny-llama"], random_seeds=[2**63])
 
 
 def _dead_port() -> int:
