@@ -111,6 +111,11 @@ CASES = [
      "Each of --random-seeds must be at most 9,223,372,036,854,775,807"),
     (["measure", "--model", f"random:tiny-llama:{10**23}", *RUN], "with a whole-number seed"),
     (["measure", "--model", "random:tiny-llama:\u00b2", *RUN], "with a whole-number seed"),
+    # the calibrated column's permutations: bounded before the model loads, not hours later
+    (["measure", "--model", "tiny-llama", *RUN, "--measures", "cka", "--measures-permutations",
+      "0"], "--measures-permutations must be a whole number from 1 to 10,000, got 0."),
+    (["measure", "--model", "tiny-llama", *RUN, "--metric", "rsa", "--measures-permutations",
+      str(10**11)], "--measures-permutations must be a whole number from 1 to 10,000"),
     (["atlas", "--model", "random:tiny-llama:\u00b2", *RUN], "with a whole-number seed"),
     # siblings
     (["aggregations", "--model", "tiny-llama", *RUN, "--seed", "-1"], "--seed must be"),
