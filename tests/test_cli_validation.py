@@ -138,6 +138,10 @@ CASES = [
     (["synthetic", "--n", "-3"], "got -3"),
     (["synthetic", "--seed", "-1"], "--seed must be an integer >= 0"),
     (["synthetic", "--d", "0"], "--d must be"),
+    # sizes numpy cannot allocate: one sentence before it tries, never its MemoryError
+    (["synthetic", "--d", str(10**11)], "A construction of 32 layers x 1,000 passages x "
+     "100,000,000,000 features (float32) need"),
+    (["synthetic", "--layers", str(10**11)], "A construction has at most 1,000 layers"),
     (["synthetic", "--metric", "l2"], "invalid choice: 'l2'"),
     (["carry", "--preset", "tiny", "--iters", "0", "--no-progress"], "--iters must be"),
     (["carry", "--preset", "tiny", "--batch-size", "0", "--no-progress"], "--batch-size must"),
