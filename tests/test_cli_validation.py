@@ -206,6 +206,17 @@ def test_truncated_gguf_is_named_not_a_struct_error(capsys, truncated_gguf):
     assert f"The file {truncated_gguf} is not a valid GGUF file (truncated or corrupt)." in err
 
 
+@pytest.mark.parametrize("command", ["measure", "bos", "atlas"])
+def test_a_model_folder_without_config_json_is_named_before_loading(capsys, tmp_path, command):
+    """transformers' own error was cut to "Couldn't instantiate the backend tokenizer from one
+    of:", after the load had begun."""
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "README.md").write_text("not a model")
+    err = _one_line_exit_2(capsys, [command, "--model", str(folder), *RUN])
+    assert f"The model folder {folder} has no config.json, so it holds no model" in err
+
+
 def test_dataset_folder_and_missing_column_before_the_model(capsys, tmp_path):
     folder = tmp_path / "texts"
     folder.mkdir()

@@ -1671,13 +1671,19 @@ class _Bad(Exception):
 
 
 def check_model_folder(folder: Path) -> None:
-    """Refuse a model folder that asks to run its own code, whose config.json is not a
-    decoder-only language model of sane sizes (`folder_config`), or that holds an invalid
-    safetensors file.
+    """Refuse a model folder without a config.json, one that asks to run its own code, whose
+    config.json is not a decoder-only language model of sane sizes (`folder_config`), or that
+    holds an invalid safetensors file.
 
     Raises UnknownModelError or UnsupportedArchitectureError (one sentence naming the file and
     why)."""
     folder = Path(folder)
+    if not (folder / "config.json").is_file():  # transformers' own error is a cut-off list
+        raise UnknownModelError(
+            f"The model folder {folder} has no config.json, so it holds no model "
+            "(`save_pretrained` writes config.json beside the weights and tokenizer files); "
+            "name the folder that holds them."
+        )
     for name in CODE_CONFIGS:
         _refuse_code(folder / name)
     folder_config(folder)
