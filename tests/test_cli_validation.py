@@ -110,6 +110,11 @@ CASES = [
     (["measure", "--model", "tiny-llama", *RUN, "--random-seeds", f"0,{10**23}"],
      "Each of --random-seeds must be at most 9,223,372,036,854,775,807"),
     (["measure", "--model", f"random:tiny-llama:{10**23}", *RUN], "with a whole-number seed"),
+    # one seed twice is one random model counted twice: a band of zero width
+    (["measure", "--model", "tiny-llama", *RUN, "--random-seeds", "0,1,0"],
+     "--random-seeds repeats the seed 0; the same seed gives the same result"),
+    (["carry", "--preset", "tiny", "--seeds", "2,2", "--no-progress"],
+     "--seeds repeats the seed 2"),
     (["measure", "--model", "random:tiny-llama:\u00b2", *RUN], "with a whole-number seed"),
     # the calibrated column's permutations: bounded before the model loads, not hours later
     (["measure", "--model", "tiny-llama", *RUN, "--measures", "cka", "--measures-permutations",
@@ -243,6 +248,7 @@ def test_the_library_checks_before_loading_too(monkeypatch, a_file, tiny_dataset
         ({"device": "tpu"}, "Unknown device 'tpu'"),
         ({"max_tokens": 4096}, "which is 512 tokens"),
         ({"dataset": str(a_file.parent / "missing.txt")}, "does not exist"),
+        ({"random_seeds": [3, 3]}, "random_seeds repeats the seed 3"),
     ]:
         with pytest.raises(DeffError, match=message):
             measure(**{**ok, **bad})

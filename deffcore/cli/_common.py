@@ -51,6 +51,7 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
         check_int,
         check_passages,
         check_seed,
+        check_seeds,
         check_writable_dir,
     )
     from deffcore.inputs.model import check_device, check_max_tokens
@@ -67,11 +68,11 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
     for attr, flag in (("random_seeds", "--random-seeds"), ("seeds", "--seeds"), ("ks", "--ks")):
         text = getattr(args, attr, None)
         if text:
+            if attr != "ks":  # seeds: each in range, none twice
+                check_seeds(int_list(text, flag), flag)
+                continue
             for value in int_list(text, flag):
-                if attr == "ks":
-                    check_int(value, f"Each of {flag}", 0)
-                else:
-                    check_seed(value, f"Each of {flag}")
+                check_int(value, f"Each of {flag}", 0)
     if getattr(args, "device", None) is not None:
         check_device(args.device)
     if getattr(args, "snapshot", None) is not None:

@@ -142,6 +142,22 @@ def check_seed(value: object, name: str = "seed") -> int:
     return value
 
 
+def check_seeds(values: object, name: str) -> list[int]:
+    """Seeds of several runs (random-weight models, trainings): each `check_seed`, none twice;
+    the same seed gives the same result, so a repeat would count one run twice (and narrow a
+    band across seeds, SPEC section 8). One sentence (InvalidArgumentError) naming `name`."""
+    seeds: list[int] = []
+    for value in values:  # type: ignore[attr-defined]
+        seed = check_seed(value, f"Each of {name}")
+        if seed in seeds:
+            raise InvalidArgumentError(
+                f"{name} repeats the seed {seed}; the same seed gives the same result, so a "
+                "repeat would count it twice: give each seed once."
+            )
+        seeds.append(seed)
+    return seeds
+
+
 #: Longest field of a user's CSV table (a model, task or family name; a number).
 MAX_CSV_FIELD = 1000
 
