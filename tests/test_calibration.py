@@ -130,7 +130,20 @@ def test_bad_arguments():
     st = _states()
     with pytest.raises(InvalidArgumentError, match="permutations"):
         calibrated_similarity(st, "cka", permutations=0)
+    with pytest.raises(InvalidArgumentError, match="from 1 to 10,000, got 10001"):
+        calibrated_similarity(st, "cka", permutations=10_001)
     with pytest.raises(InvalidArgumentError, match="alpha"):
         calibrated_similarity(st, "cka", alpha=1.0)
     with pytest.raises(InvalidArgumentError, match="seed"):
         calibrated_similarity(st, "cka", seed=-1)
+
+
+def test_permutations_beyond_the_machines_memory_are_one_sentence(monkeypatch):
+    from deffcore.core.errors import OutOfMemoryError
+    from deffcore.statistics.calibration import check_permutations
+
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "1")
+    assert check_permutations(19, n=1000, layers=30) == 19
+    # 10,000 x (8 x 10^6 + 8 x 30^2) bytes = 74.6 GiB: refused before any is drawn
+    with pytest.raises(OutOfMemoryError, match=r"use --p <= 134\b"):
+        check_permutations(10_000, "--p", n=10**6, layers=30)

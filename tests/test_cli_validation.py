@@ -104,6 +104,24 @@ CASES = [
      "Each of --random-seeds must be an integer >= 0, got -1"),
     (["measure", "--model", "tiny-llama", *RUN, "--dataset", "/no/such/file.txt"],
      "The dataset file /no/such/file.txt does not exist"),
+    # a seed beyond 2^63 - 1: torch's manual_seed overflows, a snapshot cannot store it
+    (["measure", "--model", "tiny-llama", *RUN, "--seed", str(2**63)],
+     "--seed must be at most 9,223,372,036,854,775,807 (2^63 - 1), got 9,223,372,036,854,775,808."),
+    (["measure", "--model", "tiny-llama", *RUN, "--random-seeds", f"0,{10**23}"],
+     "Each of --random-seeds must be at most 9,223,372,036,854,775,807"),
+    (["measure", "--model", f"random:tiny-llama:{10**23}", *RUN], "with a whole-number seed"),
+    # one seed twice is one random model counted twice: a band of zero width
+    (["measure", "--model", "tiny-llama", *RUN, "--random-seeds", "0,1,0"],
+     "--random-seeds repeats the seed 0; the same seed gives the same result"),
+    (["carry", "--preset", "tiny", "--seeds", "2,2", "--no-progress"],
+     "--seeds repeats the seed 2"),
+    (["measure", "--model", "random:tiny-llama:\u00b2", *RUN], "with a whole-number seed"),
+    # the calibrated column's permutations: bounded before the model loads, not hours later
+    (["measure", "--model", "tiny-llama", *RUN, "--measures", "cka", "--measures-permutations",
+      "0"], "--measures-permutations must be a whole number from 1 to 10,000, got 0."),
+    (["measure", "--model", "tiny-llama", *RUN, "--metric", "rsa", "--measures-permutations",
+      str(10**11)], "--measures-permutations must be a whole number from 1 to 10,000"),
+    (["atlas", "--model", "random:tiny-llama:\u00b2", *RUN], "with a whole-number seed"),
     # siblings
     (["aggregations", "--model", "tiny-llama", *RUN, "--seed", "-1"], "--seed must be"),
     (["aggregations", "--model", "tiny-llama", *RUN, "--pooling", "max"], "invalid choice: 'max'"),
@@ -125,6 +143,10 @@ CASES = [
     (["synthetic", "--n", "-3"], "got -3"),
     (["synthetic", "--seed", "-1"], "--seed must be an integer >= 0"),
     (["synthetic", "--d", "0"], "--d must be"),
+    # sizes numpy cannot allocate: one sentence before it tries, never its MemoryError
+    (["synthetic", "--d", str(10**11)], "A construction of 32 layers x 1,000 passages x "
+     "100,000,000,000 features (float32) need"),
+    (["synthetic", "--layers", str(10**11)], "A construction has at most 1,000 layers"),
     (["synthetic", "--metric", "l2"], "invalid choice: 'l2'"),
     (["carry", "--preset", "tiny", "--iters", "0", "--no-progress"], "--iters must be"),
     (["carry", "--preset", "tiny", "--batch-size", "0", "--no-progress"], "--batch-size must"),
@@ -189,6 +211,17 @@ def test_truncated_gguf_is_named_not_a_struct_error(capsys, truncated_gguf):
     assert f"The file {truncated_gguf} is not a valid GGUF file (truncated or corrupt)." in err
 
 
+@pytest.mark.parametrize("command", ["measure", "bos", "atlas"])
+def test_a_model_folder_without_config_json_is_named_before_loading(capsys, tmp_path, command):
+    """transformers' own error was cut to "Couldn't instantiate the backend tokenizer from one
+    of:", after the load had begun."""
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "README.md").write_text("not a model")
+    err = _one_line_exit_2(capsys, [command, "--model", str(folder), *RUN])
+    assert f"The model folder {folder} has no config.json, so it holds no model" in err
+
+
 def test_dataset_folder_and_missing_column_before_the_model(capsys, tmp_path):
     folder = tmp_path / "texts"
     folder.mkdir()
@@ -215,6 +248,7 @@ def test_the_library_checks_before_loading_too(monkeypatch, a_file, tiny_dataset
         ({"device": "tpu"}, "Unknown device 'tpu'"),
         ({"max_tokens": 4096}, "which is 512 tokens"),
         ({"dataset": str(a_file.parent / "missing.txt")}, "does not exist"),
+        ({"random_seeds": [3, 3]}, "random_seeds repeats the seed 3"),
     ]:
         with pytest.raises(DeffError, match=message):
             measure(**{**ok, **bad})

@@ -125,6 +125,8 @@ def test_bad_input_is_one_sentence():
         measure_table(x, ("cka", "cca"))
     with pytest.raises(DeffError, match="B"):
         measure_table(x, ("cka",), B=1)
+    with pytest.raises(InvalidArgumentError, match="permutations must be a whole number from 1"):
+        measure_table(x, ("cka",), permutations=10**9)  # refused, never drawn for hours
     with pytest.raises(InvalidArgumentError, match="groups"):
         prepare_layers(x, "rsa", groups=np.arange(3))
 

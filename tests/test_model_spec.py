@@ -85,6 +85,11 @@ def test_the_parts_of_each_form(tmp_path):
         ("random:tiny-llama", "must look like 'random:<model>:<seed>'"),
         ("random:tiny-llama:x", "must look like 'random:<model>:<seed>'"),
         ("random::3", "must look like 'random:<model>:<seed>'"),
+        # a seed int() refuses, a second name of seed 1, a negative or a beyond-64-bit seed
+        ("random:tiny-llama:\u00b2", "with a whole-number seed from 0 to 9223372036854775807"),
+        ("random:tiny-llama:\u0661", "must look like 'random:<model>:<seed>'"),
+        ("random:tiny-llama:-1", "must look like 'random:<model>:<seed>'"),
+        ("random:tiny-llama:9223372036854775808", "must look like 'random:<model>:<seed>'"),
         ("tiny-nope", "Unknown tiny model 'tiny-nope'; tiny models are: tiny-llama"),
         ("random:tiny-nope:1", "Unknown tiny model 'tiny-nope'"),
         ("", "The model spec is empty"),
@@ -95,6 +100,15 @@ def test_a_malformed_spec_is_one_sentence_naming_its_form(text, match):
     with pytest.raises(UnknownModelError, match=re.escape(match)) as err:
         ModelSpec.parse(text)
     assert isinstance(err.value, DeffError) and "\n" not in str(err.value)
+
+
+def test_the_largest_seed_is_a_random_model_and_beyond_it_is_refused():
+    top = ModelSpec.parse("random:tiny-llama:9223372036854775807")
+    assert top.seed == 2**63 - 1 and ModelSpec.random("tiny-llama", 2**63 - 1) == top
+    with pytest.raises(DeffError, match="seed must be at most 9,223,372,036,854,775,807"):
+        ModelSpec.random("tiny-llama", 2**63)
+    with pytest.raises(DeffError, match="seed must be an integer >= 0, got -1"):
+        ModelSpec.random("tiny-llama", -1)
 
 
 def test_split_random_leaves_the_base_unread():

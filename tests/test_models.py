@@ -253,7 +253,8 @@ def test_context_length_of_folders_gguf_and_unknowns(tmp_path):
     )
     assert context.context_length(str(flat)) == 77
     assert context.context_length(str(nested)) == 9  # the text model's, inside a wrapper
-    assert context.context_length(str(bare)) is None
+    with pytest.raises(UnknownModelError, match=r"has no config\.json, so it holds no model"):
+        context.context_length(str(bare))  # refused before loading, never transformers' list
     assert context.context_length(str(_write_gguf(tmp_path / "m.gguf", 123))) == 123
     assert context.context_length("org/not-on-this-machine") is None
     with pytest.raises(UnknownModelError, match="Unknown tiny model 'tiny-nope'"):

@@ -164,6 +164,8 @@ def test_refusals_are_one_sentence_and_touch_nothing(in_cache, tmp_path, capsys)
     snap = in_cache["path"]
     assert main(["report", "nothing-like-a-run", "-o", str(tmp_path / "r.html")]) == 2
     assert "neither a snapshot file nor" in capsys.readouterr().err
+    assert main(["report", "", "-o", str(tmp_path / "r.html")]) == 2  # not '.', the folder
+    assert "RUN '' is neither a snapshot file nor" in capsys.readouterr().err
     assert main(["report", str(snap), "-o", str(snap)]) == 2  # never over its input
     assert "is the RUN file" in capsys.readouterr().err
     target = tmp_path / "elsewhere.html"

@@ -66,6 +66,30 @@ def test_a_bad_shared_option_still_refuses_the_whole_sweep(tiny_dataset):
 
 
 @pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--cpus-per-cell", "nan"], "--cpus-per-cell must be a finite number > 0"),
+        (["--cpus-per-cell", "inf"], "got inf and None"),
+        (["--gpus-per-cell", "nan"], "--gpus-per-cell a finite number >= 0, got 1.0 and nan"),
+        (["--num-cpus", "0"], "--num-cpus must be a positive integer, got 0."),
+        (["--num-cpus", "-5"], "--num-cpus must be a positive integer, got -5."),
+    ],
+)
+def test_a_resource_that_is_no_number_refuses_the_sweep_before_any_cell(
+    capsys, monkeypatch, tiny_dataset, flags, match
+):
+    """NaN passed `cpus_per_cell <= 0`; a NaN GPU share made every cell ask for CUDA."""
+    import deffcore.work.sweep.runner
+
+    monkeypatch.setattr(deffcore.work.sweep.runner, "run_plan", lambda *a, **k: pytest.fail("ran"))
+    argv = ["sweep", "--models", "tiny-llama", "--dataset", tiny_dataset, "--n", "8",
+            "--max-tokens", "16", "--engine", "serial", "--no-progress", *flags]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and match in err, err
+
+
+@pytest.mark.parametrize(
     ("grid", "match"),
     [
         ("{models: [[tiny-llama, tiny-gpt2]]}", "holds \\['tiny-llama', 'tiny-gpt2'\\]"),
@@ -99,6 +123,8 @@ def test_a_negative_manifest_seed_is_refused(tmp_path):
         manifest_cells(path)
     with pytest.raises(SweepError, match="negative seed"):
         grid_cells(["tiny-llama"], random_seeds=[-2])
+    with pytest.raises(SweepError, match=r"a seed beyond 2\^63 - 1"):
+        grid_cells(["tiny-llama"], random_seeds=[2**63])
 
 
 def _dead_port() -> int:

@@ -388,3 +388,15 @@ def test_a_link_names_a_step_by_number_or_key():
     for bad in ("0", "7", "-1", "h_0", ""):
         with pytest.raises(DeffError, match="give its number, 1 to 6"):
             teaching.step_for(bad)
+
+
+@pytest.mark.parametrize("build", [independent_states, orthogonal_states, orthogonal_updates])
+def test_a_construction_beyond_memory_is_one_sentence_before_allocating(build, monkeypatch):
+    from deffcore.core.errors import OutOfMemoryError
+
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "1")
+    # 4 copies x 4 bytes x 8 x 1000 x 10^4 = 1.19 GiB > 1 GiB: refused, nothing allocated
+    with pytest.raises(OutOfMemoryError, match=r"need 1\.2 GiB of memory.*\(1\.0 GiB\)"):
+        build(1000, 10_000, 8)
+    with pytest.raises(DeffError, match=r"at most 1,000 layers \(.*\), got layers=1,001\."):
+        build(4, 1, 1001)

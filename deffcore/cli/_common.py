@@ -24,7 +24,6 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 _INT_ARGS: dict[str, tuple[str, int]] = {
     "n": ("--n", 1),
     "max_tokens": ("--max-tokens", 2),
-    "seed": ("--seed", 0),
     "batch_size": ("--batch-size", 1),
     "n_heldout": ("--n-heldout", 1),
     "d": ("--d", 1),
@@ -51,6 +50,8 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
         check_cache_dir,
         check_int,
         check_passages,
+        check_seed,
+        check_seeds,
         check_writable_dir,
     )
     from deffcore.inputs.model import check_device, check_max_tokens
@@ -62,9 +63,14 @@ def check_args(args: argparse.Namespace, *, uses_cache: bool = True) -> None:
             check_int(value, flag, minimum)
     if getattr(args, "n", None) is not None:  # any magnitude: one sentence, nothing allocated
         check_passages(args.n, "--n")
+    if getattr(args, "seed", None) is not None:  # a seed any generator takes, a snapshot stores
+        check_seed(args.seed, "--seed")
     for attr, flag in (("random_seeds", "--random-seeds"), ("seeds", "--seeds"), ("ks", "--ks")):
         text = getattr(args, attr, None)
         if text:
+            if attr != "ks":  # seeds: each in range, none twice
+                check_seeds(int_list(text, flag), flag)
+                continue
             for value in int_list(text, flag):
                 check_int(value, f"Each of {flag}", 0)
     if getattr(args, "device", None) is not None:

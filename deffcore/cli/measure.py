@@ -206,6 +206,7 @@ def trust_lines(trust: dict, bootstrap: dict | None = None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from deffcore.runs.measure import measure
     from deffcore.statistics.bootstrap import check_b
+    from deffcore.statistics.calibration import check_permutations
     from deffcore.statistics.trust_rule import measurement_trust
 
     measures = args.table_measures = table_measures(args)  # before anything loads
@@ -214,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
     measures_b = args.measures_b if args.measures_b is not None else args.bootstrap
     if measures and measures_b is not None:
         check_b(measures_b, "--measures-b", n=args.n)
+    if args.measures_permutations is not None:  # bounded before anything loads
+        check_permutations(args.measures_permutations, "--measures-permutations")
     check_paired_args(args)
     check_args(args)
     check_live_args(args)

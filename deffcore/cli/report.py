@@ -44,7 +44,7 @@ def open_run(ref: str) -> Any:
     from deffcore.views.run import Run, load_gallery
 
     path = Path(ref).expanduser()
-    if path.exists():
+    if ref.strip() and path.exists():  # Path("") is ".", the working folder
         from deffcore.views.sharing import open_snapshot
 
         return open_snapshot(path)

@@ -126,9 +126,36 @@ def check_memory(need: int, memory: int | None, what: str, advice: str) -> None:
         )
 
 
+#: The largest seed: numpy's generators take only non-negative integers, torch's `manual_seed`
+#: at most a 64-bit one, and a run snapshot stores at most this (`views.run_schema`).
+MAX_SEED = 2**63 - 1
+
+
 def check_seed(value: object, name: str = "seed") -> int:
-    """A sampling seed: numpy's generators take only non-negative integers."""
-    return check_int(value, name, 0)
+    """A seed (of the passage sampling, a random-weight model, a bootstrap): an integer from 0
+    to `MAX_SEED`, else one sentence (InvalidArgumentError)."""
+    value = check_int(value, name, 0)
+    if value > MAX_SEED:
+        raise InvalidArgumentError(
+            f"{name} must be at most {MAX_SEED:,} (2^63 - 1), got {value:,}."
+        )
+    return value
+
+
+def check_seeds(values: object, name: str) -> list[int]:
+    """Seeds of several runs (random-weight models, trainings): each `check_seed`, none twice;
+    the same seed gives the same result, so a repeat would count one run twice (and narrow a
+    band across seeds, SPEC section 8). One sentence (InvalidArgumentError) naming `name`."""
+    seeds: list[int] = []
+    for value in values:  # type: ignore[attr-defined]
+        seed = check_seed(value, f"Each of {name}")
+        if seed in seeds:
+            raise InvalidArgumentError(
+                f"{name} repeats the seed {seed}; the same seed gives the same result, so a "
+                "repeat would count it twice: give each seed once."
+            )
+        seeds.append(seed)
+    return seeds
 
 
 #: Longest field of a user's CSV table (a model, task or family name; a number).

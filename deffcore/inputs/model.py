@@ -585,7 +585,9 @@ class ModelSpec:
     @classmethod
     def random(cls, base: str | ModelSpec, seed: int) -> ModelSpec:
         """`random:<base>:<seed>`: the random-weight model of `base`'s config."""
-        base, seed = cls.parse(base), int(seed)
+        from deffcore.core.checks import check_seed
+
+        base, seed = cls.parse(base), check_seed(int(seed), "A random-weight model's seed")
         return cls(f"{RANDOM_PREFIX}{base.text}:{seed}", Kind.RANDOM, base=base, seed=seed)
 
     @property
@@ -644,17 +646,22 @@ class ModelSpec:
 
 def split_random(text: str) -> tuple[str, int] | None:
     """'random:smollm2-135m:0' -> ('smollm2-135m', 0), the base left unread; None when `text` is
-    not a random null; UnknownModelError for a `random:` spec without a whole-number seed.
+    not a random null; UnknownModelError for a `random:` spec without a whole-number seed from
+    0 to `core.checks.MAX_SEED` (ASCII digits).
 
     For a door that reports each model's own error later (a sweep's grid); elsewhere
     `ModelSpec.parse` reads the base too."""
+    from deffcore.core.checks import MAX_SEED
+
     if not text.startswith(RANDOM_PREFIX):
         return None
     inner, sep, seed = text.removeprefix(RANDOM_PREFIX).rpartition(":")
-    if not sep or not inner or not seed.lstrip("-").isdigit():
+    # ASCII digits only: str.isdigit() also takes '²' (which int() refuses) and '١' (a second
+    # name, and cache key, of seed 1); torch's manual_seed takes at most a 64-bit seed
+    if not sep or not inner or not (seed.isascii() and seed.isdigit()) or int(seed) > MAX_SEED:
         raise UnknownModelError(
-            f"Random-weight model spec {text!r} must look like 'random:<model>:<seed>', "
-            "e.g. 'random:smollm2-135m:0'."
+            f"Random-weight model spec {text!r} must look like 'random:<model>:<seed>' with a "
+            f"whole-number seed from 0 to {MAX_SEED} (2^63 - 1), e.g. 'random:smollm2-135m:0'."
         )
     return inner, int(seed)
 
@@ -1664,13 +1671,19 @@ class _Bad(Exception):
 
 
 def check_model_folder(folder: Path) -> None:
-    """Refuse a model folder that asks to run its own code, whose config.json is not a
-    decoder-only language model of sane sizes (`folder_config`), or that holds an invalid
-    safetensors file.
+    """Refuse a model folder without a config.json, one that asks to run its own code, whose
+    config.json is not a decoder-only language model of sane sizes (`folder_config`), or that
+    holds an invalid safetensors file.
 
     Raises UnknownModelError or UnsupportedArchitectureError (one sentence naming the file and
     why)."""
     folder = Path(folder)
+    if not (folder / "config.json").is_file():  # transformers' own error is a cut-off list
+        raise UnknownModelError(
+            f"The model folder {folder} has no config.json, so it holds no model "
+            "(`save_pretrained` writes config.json beside the weights and tokenizer files); "
+            "name the folder that holds them."
+        )
     for name in CODE_CONFIGS:
         _refuse_code(folder / name)
     folder_config(folder)

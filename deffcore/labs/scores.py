@@ -93,9 +93,11 @@ def _columns(header: list[str] | None, path: Path) -> dict[str, int]:
         raise InvalidArgumentError(f"The scores file {path} is empty; it needs a header row.")
     names = [h.strip().lower() for h in header]
     unknown = [h for h in names if h not in REQUIRED + OPTIONAL]
-    if unknown:
+    if unknown:  # a few, each cut short: a JSON file's first line is thousands of "columns"
+        shown = [repr(h) if len(h) <= 40 else repr(h[:37] + "...") for h in unknown[:3]]
+        more = f" and {len(unknown) - 3:,} more" if len(unknown) > 3 else ""
         raise InvalidArgumentError(
-            f"The scores file {path} has the unknown column(s) {', '.join(map(repr, unknown))}; "
+            f"The scores file {path} has the unknown column(s) {', '.join(shown)}{more}; "
             f"the columns are {', '.join(REQUIRED)} and optionally {', '.join(OPTIONAL)}."
         )
     missing = [c for c in REQUIRED if c not in names]

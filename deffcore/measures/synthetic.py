@@ -51,12 +51,34 @@ class SyntheticStates:
         return np.concatenate([self.h0[None], self.states])
 
 
+#: Copies of the (L, N, d) float32 states a construction and its measurement hold at once
+#: (states, updates, their differences; the centred copy `similarity_matrix` makes).
+STATE_COPIES = 4
+
+
 def _check(n: int, d: int, layers: int) -> None:
+    """Sizes a construction can be built from, before anything is allocated: n >= 2, d >= 1,
+    2 to `MAX_LAYERS` layers, and its states (`STATE_COPIES` float32 copies, the (L, L)
+    similarity) within this machine's memory; one sentence, never numpy's MemoryError."""
+    from deffcore.core.checks import check_memory
+    from deffcore.inputs.model import MAX_LAYERS, host_memory_bytes
+
     if n < 2 or d < 1 or layers < 2:
         raise DeffError(
             f"A construction needs n >= 2 passages, d >= 1 features and at least 2 layers; "
             f"got n={n}, d={d}, layers={layers}."
         )
+    if layers > MAX_LAYERS:
+        raise DeffError(
+            f"A construction has at most {MAX_LAYERS:,} layers (deeper than any published "
+            f"model), got layers={layers:,}."
+        )
+    check_memory(
+        STATE_COPIES * 4 * layers * n * d + 8 * layers * layers,
+        host_memory_bytes(),
+        f"A construction of {layers:,} layers x {n:,} passages x {d:,} features (float32)",
+        "ask for fewer passages, features or layers",
+    )
 
 
 def independent_states(n: int, d: int, layers: int, seed: int = 0) -> SyntheticStates:

@@ -59,6 +59,41 @@ class CalibratedSimilarity:
     deff_cal: float
 
 
+#: The most permutations a calibrated null draws: its (1 - alpha) threshold settles within a
+#: few hundred (SPEC section 17.3), and each one recomputes every layer pair.
+MAX_PERMUTATIONS = 10_000
+
+
+def check_permutations(
+    permutations: object, name: str = "permutations", *, n: int | None = None, layers: int = 0
+) -> int:
+    """`permutations` of a calibrated null, checked before any is drawn: a whole number from 1
+    to `MAX_PERMUTATIONS` and, when the passages `n` (and `layers`) are known, its drawn
+    permutations and (L, L) null matrices within this machine's memory. One sentence
+    (InvalidArgumentError, OutOfMemoryError) naming `name`."""
+    if (
+        isinstance(permutations, bool)
+        or not isinstance(permutations, int)
+        or not 1 <= permutations <= MAX_PERMUTATIONS
+    ):
+        raise InvalidArgumentError(
+            f"{name} must be a whole number from 1 to {MAX_PERMUTATIONS:,}, got {permutations!r}."
+        )
+    if n is not None:
+        from deffcore.core.checks import check_memory
+        from deffcore.inputs.model import host_memory_bytes
+
+        memory = host_memory_bytes()
+        each = 8 * n + 8 * layers * layers  # one permutation (int64) and its null (float64)
+        check_memory(
+            permutations * each,
+            memory,
+            f"{permutations:,} permutations of {n:,} passages and their {layers} x {layers} nulls",
+            f"use {name} <= {max((memory or 0) // each, 1):,}",
+        )
+    return permutations
+
+
 def permutations_for(n: int, permutations: int, seed: int) -> list[np.ndarray]:
     """The B seeded permutations of N passages the null uses (one generator, drawn in order)."""
     rng = np.random.default_rng(seed)
@@ -95,10 +130,7 @@ def calibrated_similarity(
     permutations, the null's (1 - alpha) threshold, S_cal and D_eff of S and of S_cal
     (SPEC section 17.3). Cost: B + 1 times the measure's pair step (each layer prepared once).
     """
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise InvalidArgumentError(
-            f"permutations must be a positive integer; got {permutations!r}."
-        )
+    check_permutations(permutations)
     if not 0.0 < float(alpha) < 1.0:
         raise InvalidArgumentError(f"alpha must be in (0, 1); got {alpha!r}.")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -107,6 +139,7 @@ def calibrated_similarity(
     prepared = prepare_layers(states, measure, opts, max_bytes=max_bytes)
     s = pairs_matrix(prepared, measure, opts)
     n = _passages(states)
+    check_permutations(permutations, n=n, layers=len(s))  # before the null is drawn
     null = np.stack(
         [
             pairs_matrix(prepared, measure, opts, Permutation(pi))

@@ -56,7 +56,7 @@ from deffcore.statistics.bootstrap import (
     percentile_interval,
     resample_indices,
 )
-from deffcore.statistics.calibration import calibrated_similarity
+from deffcore.statistics.calibration import calibrated_similarity, check_permutations
 from deffcore.statistics.trust_rule import gap_of, regime_of
 
 #: Default bootstrap replicates of the table (modest: each is a whole matrix per measure).
@@ -377,10 +377,7 @@ def measure_table(
     x = _validated(states, min_passages=4)
     n_layers, n, d = (int(v) for v in x.shape)
     B = check_b(B, n=n, layers=n_layers)
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise InvalidArgumentError(
-            f"permutations must be a positive integer; got {permutations!r}."
-        )
+    check_permutations(permutations, n=n, layers=n_layers)
     indices = resample_indices(n, B, seed)
     opts = MeasureOptions(k=k)
     table = MeasureTable(n_layers, n, d, B, seed, float(ci), permutations, float(alpha))

@@ -42,6 +42,7 @@ from pydantic import (
     model_validator,
 )
 
+from deffcore.core.checks import MAX_SEED
 from deffcore.core.constants import (
     BOS_OPTIONS,
     DIAG_FORMAT,
@@ -66,7 +67,6 @@ MAX_LAYERS = 2048
 MAX_PASSAGES = 10**9
 MAX_D_MODEL = 2**20
 MAX_TOKENS = 2**24
-MAX_SEED = 2**63 - 1
 #: Most random-weight seeds in one band.
 MAX_SEEDS = 1000
 #: Longest string anywhere in a snapshot (a command line), and longest name (model, dataset).

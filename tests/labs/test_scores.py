@@ -46,6 +46,19 @@ def test_bad_files(tmp_path, text, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_json_file_given_as_scores_is_a_short_sentence(tmp_path):
+    """A snapshot's one compact JSON line reads as hundreds of "columns": a few are named."""
+    import json
+
+    row = {f"key{i}": "v" * 60 for i in range(400)}
+    with pytest.raises(InvalidArgumentError) as err:
+        read_scores(_write(tmp_path, json.dumps(row) + "\n"))
+    message = str(err.value)
+    assert 'unknown column(s) \'{"key0": "' + "v" * 27 + "...', '\"key1\"" in message, message
+    assert "and 397 more; the columns are model, task, score" in message
+    assert len(message) < 400 and "\n" not in message
+
+
 def test_missing_folder_binary_and_huge(tmp_path):
     with pytest.raises(InvalidArgumentError, match="does not exist"):
         read_scores(tmp_path / "nope.csv")

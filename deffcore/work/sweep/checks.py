@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from deffcore.core.checks import MAX_SEED
 from deffcore.core.errors import DeffError
 
 #: A Ray cluster that does not answer within this many seconds is refused (TCP probe first).
@@ -78,20 +79,21 @@ _AXES: dict[str, tuple[tuple[type, ...], str, str]] = {
 
 def check_axes(where: str = "The sweep", **axes: Any) -> dict[str, list[Any]]:
     """Each axis as a list of plain values; SweepError (one sentence) for a nested list,
-    a value of the wrong kind or a negative seed. A single value (a string such as
-    `"tiny-llama"`, or one seed) is an axis of one value."""
+    a value of the wrong kind or a seed outside 0 .. `core.checks.MAX_SEED`. A single value
+    (a string such as `"tiny-llama"`, or one seed) is an axis of one value."""
     out: dict[str, list[Any]] = {}
     for name, value in axes.items():
         kinds, words, example = _AXES[name]
         values = list(value) if isinstance(value, list | tuple) else [value]
         for v in values:
             bad_kind = isinstance(v, bool) or not isinstance(v, kinds)
-            if bad_kind or (name == "random_seeds" and v < 0):
+            if bad_kind or (name == "random_seeds" and not 0 <= v <= MAX_SEED):
                 shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-                why = "a negative seed" if not bad_kind else f"not one of its {words}"
+                seed = "a negative seed" if not bad_kind and v < 0 else "a seed beyond 2^63 - 1"
+                why = seed if not bad_kind else f"not one of its {words}"
                 raise SweepError(
                     f"{where}: the axis {name!r} holds {shown}, {why}; write a list of "
-                    f"{words}{' (>= 0)' if name == 'random_seeds' else ''}, e.g. "
+                    f"{words}{' (0 to 2^63 - 1)' if name == 'random_seeds' else ''}, e.g. "
                     f"{example}."
                 )
         out[name] = values

@@ -40,6 +40,7 @@ cancelled and RunCancelled is raised. Cells that landed stay in the cache.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import threading
@@ -300,7 +301,7 @@ def plan_sweep(
     `plan.errors` and the cell fails alone when the plan runs.
     """
     cells = check_cells(cells)
-    _check_options(engine, pooling, cpus_per_cell, gpus_per_cell)
+    _check_options(engine, pooling, cpus_per_cell, gpus_per_cell, num_cpus)
     prune = pruning_options(pruning)
     if gpus_per_cell and device is None:
         device = "cuda"  # a GPU per cell: the workers have CUDA even if this driver has none
@@ -335,14 +336,28 @@ def plan_sweep(
 
 
 def _check_options(
-    engine: str, pooling: str, cpus_per_cell: float, gpus_per_cell: float | None
+    engine: str,
+    pooling: str,
+    cpus_per_cell: float,
+    gpus_per_cell: float | None,
+    num_cpus: int | None = None,
 ) -> None:
+    """The engine, pooling and resources, before anything runs: a NaN or infinite share of a
+    CPU or GPU (which `x <= 0` lets through) or a runtime of no CPUs is one sentence."""
     if engine not in ENGINES:
         raise SweepError(f"Unknown sweep engine {engine!r}; choose one of {', '.join(ENGINES)}.")
     if pooling not in POOLINGS:
         raise SweepError(f"Unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}.")
-    if cpus_per_cell <= 0 or (gpus_per_cell is not None and gpus_per_cell < 0):
-        raise SweepError("--cpus-per-cell must be > 0 and --gpus-per-cell >= 0.")
+    gpus_ok = gpus_per_cell is None or (math.isfinite(gpus_per_cell) and gpus_per_cell >= 0)
+    if not (math.isfinite(cpus_per_cell) and cpus_per_cell > 0) or not gpus_ok:
+        raise SweepError(
+            "--cpus-per-cell must be a finite number > 0 and --gpus-per-cell a finite number "
+            f">= 0, got {cpus_per_cell!r} and {gpus_per_cell!r}."
+        )
+    if num_cpus is not None and (
+        isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1
+    ):
+        raise SweepError(f"--num-cpus must be a positive integer, got {num_cpus!r}.")
 
 
 def run_sweep(
