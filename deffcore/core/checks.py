@@ -131,6 +131,20 @@ def check_seed(value: object, name: str = "seed") -> int:
     return check_int(value, name, 0)
 
 
+def check_seeds(values: object, name: str = "random_seeds") -> list[int]:
+    """A list or tuple (or range) of sampling seeds, each an integer >= 0 (numpy's as the int
+    it is), checked before anything runs: a bare number, text ("12" is not seeds 1 and 2) or
+    a mapping is one sentence (InvalidArgumentError) naming `name`."""
+    if not isinstance(values, list | tuple | range):
+        raise InvalidArgumentError(
+            f"{name} must be a list or tuple of seeds, e.g. (1, 2, 3); got {values!r}."
+        )
+    import numpy as np
+
+    whole = [int(v) if isinstance(v, np.integer) else v for v in values]
+    return [check_seed(v, f"each of {name}") for v in whole]
+
+
 #: Longest field of a user's CSV table (a model, task or family name; a number).
 MAX_CSV_FIELD = 1000
 

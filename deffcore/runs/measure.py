@@ -28,6 +28,7 @@ from deffcore.core.checks import (
     check_int,
     check_passages,
     check_seed,
+    check_seeds,
 )
 from deffcore.core.constants import (
     BOS_OPTIONS,
@@ -419,6 +420,7 @@ def measure(
         raise DeffError(
             f"cache_id names a model in memory; {model!r} is named by its spec already."
         )
+    random_seeds = check_seeds(random_seeds)  # before the main run, not after it
     spec, device = run_spec(
         model, dataset, 512 if n is None else n, max_tokens, seed, metric, revision, device,
         dtype, intervention, passages=passages, bos=bos, batch_size=batch_size,
