@@ -24,6 +24,16 @@ def check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
         raise DeffError(f"Unknown {what} {value!r}; choose one of {', '.join(allowed)}.")
 
 
+def is_real(value: object) -> bool:
+    """A real number, Python's or numpy's (NaN and inf too: test them apart), not a bool,
+    text or an array."""
+    import numpy as np
+
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
 def check_int(value: object, name: str, minimum: int) -> int:
     """`value` as an int >= `minimum`; `name` is how the user wrote it (e.g. '--batch-size')."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
