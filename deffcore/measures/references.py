@@ -77,8 +77,14 @@ def accumulated_similarity(a: Any, *, a0: float = 0.0, r: Any = None) -> np.ndar
 
 def iid_reference_depth(n: int, d: int, L: int) -> float:
     """Finite-sample iid reference: D = L / (1 + b (L-1)), b = d/(N+d) (SPEC section 7)."""
-    if n < 1 or d < 1 or L < 1:
-        raise DeffError(f"n, d and L must all be >= 1; got n={n}, d={d}, L={L}.")
+    from deffcore.core.checks import is_real
+
+    numbers = all(is_real(v) for v in (n, d, L))
+    if not (numbers and n >= 1 and d >= 1 and 1 <= L < np.inf and int(L) == L):
+        raise DeffError(
+            f"n, d and L must all be numbers >= 1 (L a whole number of layers); got n={n!r}, "
+            f"d={d!r}, L={L!r}."
+        )
     return L / (1.0 + cka_finite_sample_bias(n, d) * (L - 1))
 
 
