@@ -140,6 +140,9 @@ def test_the_iid_reference_and_the_cka_bias_take_only_sizes() -> None:
 
 
 def test_bad_reference_input() -> None:
+    for bad in ({"a": "x"}, {"a": [1.0, "b"]}, {"a": [1.0], "a0": "0"}, {"a": [1.0], "r": ["1"]}):
+        with pytest.raises(DeffError, match="must be numbers"):  # numpy's ValueError before
+            accumulated_similarity(**bad)
     with pytest.raises(DeffError, match="at least L = 3"):
         accumulated_similarity([1.0, 1.0, 1.0], r=[1.0, 0.5])
     with pytest.raises(DeffError, match="r\\[0\\] = 1"):

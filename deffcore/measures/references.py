@@ -40,7 +40,17 @@ def accumulated_similarity(a: Any, *, a0: float = 0.0, r: Any = None) -> np.ndar
     a: update sizes a_1..a_L (>= 0); a0: size of the initial state (>= 0);
     r: update lag correlations r[0..], r[0] = 1, length >= L (None: uncorrelated updates).
     """
-    a = np.asarray(a, dtype=np.float64)
+    from deffcore.core.checks import is_real
+
+    try:  # text or objects: numpy's ValueError, or "1" read as 1.0, is no answer
+        given = [np.asarray(v) for v in ((a,) if r is None else (a, r))]
+    except (TypeError, ValueError):
+        given = []
+    if not given or any(v.dtype.kind not in "iuf" for v in given) or not is_real(a0):
+        raise DeffError(
+            "Update sizes a, the initial size a0 and the lag correlation r must be numbers."
+        )
+    a = given[0].astype(np.float64)
     if a.ndim != 1 or a.size < 1:
         raise DeffError(
             f"Update sizes must be a 1-D sequence of L >= 1 values; got shape {a.shape}."
