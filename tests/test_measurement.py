@@ -131,6 +131,22 @@ def test_random_seeds_are_checked_before_the_run(tiny_dataset, monkeypatch):
             measure(object(), object(), ["a b c"], max_tokens=16, random_seeds=bad)
 
 
+def test_a_pooling_or_metric_that_is_not_a_name_is_one_sentence():
+    """m.similarity(["default"]) raised 'unhashable type: list' from the memo's key."""
+    from deffcore.runs.measure import measure_states
+
+    rng = np.random.default_rng(0)
+    m = measure_states(rng.standard_normal((3, 6, 5, 4)).astype(np.float32), np.ones((6, 5)))
+    for call in (
+        lambda: m.similarity(["default"]),
+        lambda: m.similarity("default", ["cka"]),
+        lambda: m.summary(["default"]),
+        lambda: m.trust(pooling={"default": 1}),
+    ):
+        with pytest.raises(DeffError, match=r"Unknown (pooling|metric)"):
+            call()
+
+
 def test_bootstrap_uses_the_engine(tiny_dataset):
     m = measure(model="tiny-llama", dataset=tiny_dataset, n=10, max_tokens=32)
     b = m.bootstrap(B=20, seed=0)

@@ -611,6 +611,7 @@ class Measurement:
         `measure_similarity` or `measure_table` computed for the run (memoised or kept with its
         cache entry); MeasureNotComputedError (one sentence, with its cost) when there is none."""
         metric = metric or self.metric
+        check_choice(pooling, POOLINGS, "pooling")  # a list is one sentence, not a TypeError
         if metric in TABLE_MEASURES and metric not in METRICS:
             held = self.stored_measure_similarity(pooling, metric)
             if held is None:
