@@ -177,6 +177,13 @@ def test_bad_arguments() -> None:
         bootstrap_deff_over_L(x, ci=1.5)
     with pytest.raises(DeffError, match="Unknown bootstrap method"):
         bootstrap_deff_over_L(x, method="jackknife")
+    for seed in (-1, 1.5, "0"):  # numpy's ValueError / TypeError before; checked first now
+        with pytest.raises(DeffError, match="seed must be an integer >= 0"):
+            bootstrap_deff_over_L(x, B=5, seed=seed)
+    with pytest.raises(DeffError, match="strictly between 0 and 1"):
+        bootstrap_deff_over_L(x, ci="0.9")
+    same = bootstrap_deff_over_L(x, B=5, seed=np.int64(3)).samples
+    assert np.array_equal(same, bootstrap_deff_over_L(x, B=5, seed=3).samples)
 
 
 def _reference(x: np.ndarray, idx: np.ndarray, metric: str) -> np.ndarray:

@@ -160,6 +160,9 @@ def test_constant_input_is_undefined_with_a_warning():
         ([1, 2, 3], [1, 2], "one value per model each"),
         ([1, 2], [1, 2], "at least 3 models"),
         ([1, 2, float("nan")], [1, 2, 3], "not finite for: 2"),
+        ("abc", "abd", "sequences of numbers"),  # numpy's ValueError before
+        ([1, 2, "x"], [1, 2, 3], "sequences of numbers"),
+        ([[1, 2], [3]], [1, 2, 3], "sequences of numbers"),
     ],
 )
 def test_bad_input_is_one_sentence(x, y, message):

@@ -93,3 +93,31 @@ def test_bad_matrices() -> None:
         dc.effective_depth(np.eye(3), K=3)
     with pytest.raises(DeffError, match="undefined"):
         dc.effective_depth(np.array([[1.0, -0.9], [-0.9, 1.0]]) * 2 - np.eye(2))
+
+
+def test_a_matrix_that_is_not_a_symmetric_real_one_is_refused() -> None:
+    """S is symmetric (SPEC 3) and D_eff reads only its upper triangle, so a transposed
+    directional score or a lower-triangular S gave a number for a matrix it never read; text,
+    objects and complex numbers were numpy's ValueError or a silently dropped imaginary part."""
+    lower = np.tril(np.full((4, 4), 0.5)) + np.eye(4) * 0.5
+    for call in (dc.effective_depth, dc.depth_summary, dc.lag_profile, dc.lag_sensitivity):
+        with pytest.raises(InvalidStatesError, match="symmetric"):
+            call(lower)
+        for bad in ("x", np.array([[1, "a"], ["a", 1]], dtype=object), np.eye(3) * (1 + 1j)):
+            with pytest.raises(InvalidStatesError, match="real numbers"):
+                call(bad)
+    S = dc.accumulated_similarity(np.ones(5))
+    noisy = S + np.triu(np.full((5, 5), 1e-9), 1)  # float rounding of a symmetric measure
+    assert dc.effective_depth(noisy) == pytest.approx(dc.effective_depth(S), abs=1e-8)
+    assert dc.effective_depth(np.eye(3, dtype=int)) == 3.0  # integers are real numbers
+
+
+def test_reference_depth_and_gap_take_a_whole_number_of_layers() -> None:
+    for bad in (2.5, float("nan"), float("inf"), "5", [3], None, True, 0, -1):
+        with pytest.raises(DeffError, match="number of layers"):
+            dc.reference_depth(bad)
+        with pytest.raises(DeffError, match="number of layers"):
+            dc.gap_percent(1.0, bad)
+    with pytest.raises(DeffError, match="D_eff must be a number"):
+        dc.gap_percent("1", 4)
+    assert dc.reference_depth(np.int64(4)) == dc.reference_depth(4.0) == 1.6

@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import ClassVar
 
+import pytest
 import torch
 from torch import nn
 
@@ -107,3 +108,15 @@ class _Hybrid(nn.Module):
 def test_the_attention_blocks_are_those_holding_the_recorded_class():
     model = _Hybrid()
     assert Adapter().attention_blocks(model, model.layers) == [0, 2]
+
+
+def test_what_is_not_a_module_is_one_sentence():
+    """dc.architecture_of(5), dc.decoder_layers(None) or dc.final_norm("tiny-llama") raised an
+    AttributeError ('named_modules') from deep inside."""
+    import deffcore as dc
+    from deffcore.core.errors import UnsupportedArchitectureError
+
+    for look in (dc.architecture_of, dc.base_model, dc.decoder_layers, dc.final_norm):
+        for thing in (5, None, "tiny-llama"):
+            with pytest.raises(UnsupportedArchitectureError, match="loaded torch module"):
+                look(thing)

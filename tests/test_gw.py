@@ -239,3 +239,20 @@ def test_a_round_off_negative_value_is_stored_as_zero(monkeypatch):
     monkeypatch.setattr(ot.gromov, "gromov_wasserstein2", solver)
     for init in ("both", "product", "identity"):
         assert gw_distance(C, C, init=init) == 0.0
+
+
+def test_gw_distance_refuses_what_is_not_a_distance_matrix():
+    """gw_distance(states_a, states_b) with (N, d) states, not (N, N) distances, raised
+    numpy's 'shapes not aligned' ValueError; text was numpy's conversion error; NaN, a
+    negative or an asymmetric 'distance' gave a number for a problem POT was told is
+    symmetric. Each is one sentence naming the argument."""
+    rng = np.random.default_rng(0)
+    C = distance_matrix(rng.standard_normal((6, 3)))
+    asym = C.copy()
+    asym[0, 1] += 0.5
+    for bad in (rng.standard_normal((6, 3)), "x", np.full((6, 6), np.nan), -C, asym, C[None]):
+        with pytest.raises(InvalidStatesError, match="C2 must be"):
+            gw_distance(C, bad)
+        with pytest.raises(InvalidStatesError, match="C1 must be"):
+            gw_distance(bad, C)
+    assert gw_distance(C, C) == pytest.approx(0.0, abs=1e-12)

@@ -114,6 +114,39 @@ def test_random_null_band(tiny_dataset):
     assert "random_null" in m.to_dict()
 
 
+def test_random_seeds_are_checked_before_the_run(tiny_dataset, monkeypatch):
+    """random_seeds="12" measured seeds '1' and '2', (-1,) a "random:<model>:-1" that the
+    spec parser itself refuses, and 5 a TypeError -- each after the main run. Now one sentence
+    before anything loads, for a named model and a model in memory alike."""
+    from deffcore.runs import measure as measure_module
+
+    def never(*args, **kwargs):
+        raise AssertionError("the run started before its random_seeds were checked")
+
+    monkeypatch.setattr(measure_module, "measure_spec", never)
+    for bad in ("12", 5, (-1,), (1.5,), [0, "1"], {0: 1}):
+        with pytest.raises(DeffError, match="random_seeds"):
+            measure(model="tiny-llama", dataset=tiny_dataset, n=8, max_tokens=16, random_seeds=bad)
+        with pytest.raises(DeffError, match="random_seeds"):
+            measure(object(), object(), ["a b c"], max_tokens=16, random_seeds=bad)
+
+
+def test_a_pooling_or_metric_that_is_not_a_name_is_one_sentence():
+    """m.similarity(["default"]) raised 'unhashable type: list' from the memo's key."""
+    from deffcore.runs.measure import measure_states
+
+    rng = np.random.default_rng(0)
+    m = measure_states(rng.standard_normal((3, 6, 5, 4)).astype(np.float32), np.ones((6, 5)))
+    for call in (
+        lambda: m.similarity(["default"]),
+        lambda: m.similarity("default", ["cka"]),
+        lambda: m.summary(["default"]),
+        lambda: m.trust(pooling={"default": 1}),
+    ):
+        with pytest.raises(DeffError, match=r"Unknown (pooling|metric)"):
+            call()
+
+
 def test_bootstrap_uses_the_engine(tiny_dataset):
     m = measure(model="tiny-llama", dataset=tiny_dataset, n=10, max_tokens=32)
     b = m.bootstrap(B=20, seed=0)

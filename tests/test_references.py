@@ -125,7 +125,24 @@ def test_iid_reference_depth() -> None:
     assert iid_reference_depth(10**12, 1, 7) == pytest.approx(7.0)
 
 
+def test_the_iid_reference_and_the_cka_bias_take_only_sizes() -> None:
+    """cka_finite_sample_bias(-1, 8) was 1.14 and (0, 8) 1.0 (a 'bias' no CKA can have);
+    iid_reference_depth(nan, 8, 4) was nan and (2.5 layers) a number; text a TypeError."""
+    for n, d in ((0, 8), (-1, 8), (16, 0), (float("nan"), 8), (16, float("inf")), ("16", 8)):
+        with pytest.raises(DeffError, match="n >= 1 passages and d >= 1 features"):
+            dc.cka_finite_sample_bias(n, d)
+    for n, d, L in ((float("nan"), 8, 4), (16, 8, 2.5), ("16", 8, 4), (16, 8, True), (0, 8, 4)):
+        with pytest.raises(DeffError, match="numbers >= 1"):
+            iid_reference_depth(n, d, L)
+    assert dc.cka_finite_sample_bias(np.int64(56), np.float64(8.0)) == 0.125
+    assert dc.cka_finite_sample_bias(float("inf"), 8) == 0.0  # the population: no bias
+    assert iid_reference_depth(16, 8, 4.0) == iid_reference_depth(16, 8, 4)
+
+
 def test_bad_reference_input() -> None:
+    for bad in ({"a": "x"}, {"a": [1.0, "b"]}, {"a": [1.0], "a0": "0"}, {"a": [1.0], "r": ["1"]}):
+        with pytest.raises(DeffError, match="must be numbers"):  # numpy's ValueError before
+            accumulated_similarity(**bad)
     with pytest.raises(DeffError, match="at least L = 3"):
         accumulated_similarity([1.0, 1.0, 1.0], r=[1.0, 0.5])
     with pytest.raises(DeffError, match="r\\[0\\] = 1"):

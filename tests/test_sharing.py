@@ -164,3 +164,11 @@ def test_the_runs_listing_never_prints_a_control_character(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "evil?[2Jmodel" in out and "data?.txt" in out
     assert "\x1b" not in out and "\x07" not in out
+
+
+@pytest.mark.parametrize("path", [None, 5, b"/tmp/run.json", ["run.json"]])
+def test_a_path_that_is_not_one_is_one_sentence(path):
+    """dc.open_snapshot(None) or a bytes path was a TypeError from pathlib."""
+    for entry in (sharing.open_snapshot, sharing.share_file):
+        with pytest.raises(SnapshotError, match="path to a snapshot file"):
+            entry(path)

@@ -114,6 +114,32 @@ def test_headline_is_the_engine_on_S(tiny_measurement):
     assert by_K[3] == pytest.approx(tiny_measurement.summary().deff_over_L)
 
 
+def test_a_pooling_or_metric_a_shared_run_lacks_is_one_sentence(tiny_measurement):
+    """In a notebook, `run.headline("bogus")` or `run.trust(metric="nope")` on an opened
+    snapshot is a DeffError naming what the run holds, as on a live run, never a bare KeyError
+    or TypeError; it stays a KeyError too, so a surface skipping what an older snapshot lacks
+    (a pooling made after it) keeps skipping it."""
+    from deffcore.core.errors import DeffError
+
+    data = json.loads(json.dumps(Run.from_measurement(tiny_measurement).to_snapshot()))
+    del data["similarity"]["no_pos0"]
+    snap = Run.from_snapshot(data)
+    calls = [
+        lambda: snap.similarity("bogus"),
+        lambda: snap.similarity("default", "nope"),
+        lambda: snap.similarity(["default"]),
+        lambda: snap.headline("no_pos0"),
+        lambda: snap.trust(metric="nope"),
+        lambda: snap.lag_profile(pooling=None),
+    ]
+    for call in calls:
+        with pytest.raises(DeffError, match=r"holds poolings default.*metrics cka") as err:
+            call()
+        assert isinstance(err.value, KeyError) and "\n" not in str(err.value)
+        assert not str(err.value).startswith(("'", '"'))  # a sentence, not a KeyError's repr
+    assert snap.trust().level  # the default pooling and metric are there
+
+
 def test_other_format_is_rejected_and_missing_file_is_none(tmp_path):
     with pytest.raises(ValueError, match="format"):
         Run.from_snapshot({"format": 999})

@@ -74,6 +74,26 @@ def test_bad_construction_arguments() -> None:
         independent_states(10, 3, 2).states_with_h0()
 
 
+@pytest.mark.parametrize("build", [independent_states, orthogonal_states, orthogonal_updates])
+def test_construction_sizes_and_seeds_are_checked_before_allocating(build, monkeypatch) -> None:
+    """A float, a string, a size beyond memory or a negative seed is one sentence, before any
+    array is drawn (never a TypeError, MemoryError or numpy's ValueError); numpy integers work."""
+    monkeypatch.setenv("DEFF_HOST_MEMORY_GIB", "1")
+    for bad in ({"n": 8.0}, {"d": "4"}, {"layers": 2.5}, {"seed": -1}, {"seed": 1.5}):
+        with pytest.raises(DeffError, match=next(iter(bad))):
+            build(**{"n": 8, "d": 4, "layers": 3, "seed": 0, **bad})
+    for huge in ({"n": 10**12}, {"d": 10**12}, {"n": 10**5, "d": 10**5}):
+        with pytest.raises(DeffError, match=r"memory|passages"):
+            build(**{"n": 8, "d": 4, "layers": 3, **huge})
+    states = build(np.int64(8), np.int64(4), np.int64(3), seed=np.int64(0)).states
+    assert np.array_equal(states, build(8, 4, 3, seed=0).states)
+
+
+def test_orthogonal_updates_refuses_a_scale_that_is_not_a_number() -> None:
+    with pytest.raises(DeffError, match="scale"):
+        orthogonal_updates(8, 4, 3, scale="1")
+
+
 # ---------------------------------------------------------------------------------------------
 # The Synthetic lab page (AppTest): every story step and preset renders, extremes stay safe
 

@@ -242,6 +242,17 @@ def test_bad_arguments():
         assess(100, 4, layers=1)
 
 
+def test_the_bootstrap_argument_is_a_count_or_a_result():
+    """dc.trust(states, bootstrap=np.int64(20)) (or 2.5, "50", a dict) raised AttributeError
+    'low' from reading it as a BootstrapResult; numpy's integer is now B, the rest a sentence."""
+    states = dc.orthogonal_updates(n=32, d=8, layers=4, seed=0).states_with_h0()
+    for bad in (2.5, "50", [1, 2], {"low": 0.1}):
+        with pytest.raises(DeffError, match="bootstrap must be a number of replicates"):
+            dc.trust(states, bootstrap=bad)
+    same = dc.trust(states, bootstrap=np.int64(20), seed=1)
+    assert same.interval == dc.trust(states, bootstrap=20, seed=1).interval is not None
+
+
 # ---------------------------------------------------------------------------------------------
 # dc.trust on states whose population value is known
 

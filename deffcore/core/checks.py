@@ -24,6 +24,16 @@ def check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
         raise DeffError(f"Unknown {what} {value!r}; choose one of {', '.join(allowed)}.")
 
 
+def is_real(value: object) -> bool:
+    """A real number, Python's or numpy's (NaN and inf too: test them apart), not a bool,
+    text or an array."""
+    import numpy as np
+
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
 def check_int(value: object, name: str, minimum: int) -> int:
     """`value` as an int >= `minimum`; `name` is how the user wrote it (e.g. '--batch-size')."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -142,13 +152,21 @@ def check_seed(value: object, name: str = "seed") -> int:
     return value
 
 
-def check_seeds(values: object, name: str) -> list[int]:
-    """Seeds of several runs (random-weight models, trainings): each `check_seed`, none twice;
-    the same seed gives the same result, so a repeat would count one run twice (and narrow a
-    band across seeds, SPEC section 8). One sentence (InvalidArgumentError) naming `name`."""
+def check_seeds(values: object, name: str = "random_seeds") -> list[int]:
+    """Seeds of several runs (random-weight models, trainings), checked before anything runs:
+    a list or tuple (or range), each `check_seed` (numpy's integers as the ints they are),
+    none twice; the same seed gives the same result, so a repeat would count one run twice
+    (and narrow a band across seeds, SPEC section 8). A bare number, text ("12" is not seeds 1
+    and 2), a mapping or a repeat is one sentence (InvalidArgumentError) naming `name`."""
+    if not isinstance(values, list | tuple | range):
+        raise InvalidArgumentError(
+            f"{name} must be a list or tuple of seeds, e.g. (1, 2, 3); got {values!r}."
+        )
+    import numpy as np
+
     seeds: list[int] = []
-    for value in values:  # type: ignore[attr-defined]
-        seed = check_seed(value, f"Each of {name}")
+    for value in values:
+        seed = check_seed(int(value) if isinstance(value, np.integer) else value, f"Each of {name}")
         if seed in seeds:
             raise InvalidArgumentError(
                 f"{name} repeats the seed {seed}; the same seed gives the same result, so a "

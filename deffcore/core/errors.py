@@ -88,6 +88,14 @@ class SnapshotError(DeffError):
     schema is `deffcore.views.run_schema`)."""
 
 
+class NotInRunError(SnapshotError, KeyError):
+    """A stored run holds no similarity for the pooling or metric asked of it (a name it never
+    had, or one made after it was written). A KeyError too, so a surface that skips what an
+    older snapshot lacks keeps skipping it; its message is the sentence, not a key's repr."""
+
+    __str__ = DeffError.__str__
+
+
 class GWSolverError(DeffError):
     """A Gromov–Wasserstein solve gave no valid coupling (e.g. an entropic epsilon so small
     that Sinkhorn underflows): its number is not a GW value and is never stored."""

@@ -635,7 +635,12 @@ class Architecture:
 
 def architecture_of(model: nn.Module) -> Architecture:
     """The `Architecture` of `model`; UnsupportedArchitectureError (one sentence) when no rule
-    finds its blocks."""
+    finds its blocks, or when `model` is not a module at all (a name, None, a tokenizer)."""
+    if not callable(getattr(model, "named_modules", None)):
+        raise UnsupportedArchitectureError(
+            f"A model here is a loaded torch module (e.g. dc.load_model(name).model), not a "
+            f"{type(model).__name__}."
+        )
     kind = model_type(model)
     adapter = adapter_for(kind)
     base = adapter.base(model)

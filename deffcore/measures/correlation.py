@@ -149,8 +149,13 @@ def _core(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 
 
 def _check(x: Sequence[float], y: Sequence[float], labels: Sequence[str] | None) -> tuple:
-    xa = np.asarray(x, dtype=np.float64).ravel()
-    ya = np.asarray(y, dtype=np.float64).ravel()
+    try:
+        xa = np.asarray(x, dtype=np.float64).ravel()
+        ya = np.asarray(y, dtype=np.float64).ravel()
+    except (TypeError, ValueError):  # text, ragged lists, objects: numpy's message is no sentence
+        raise CorrelationInputError(
+            "x and y must be sequences of numbers, one per model (a missing value is NaN)."
+        ) from None
     if xa.shape != ya.shape:
         raise CorrelationInputError(
             f"x and y must have one value per model each; got {xa.size} and {ya.size} values."

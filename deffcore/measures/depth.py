@@ -18,12 +18,28 @@ from typing import Any
 
 import numpy as np
 
+from deffcore.core.checks import is_real
 from deffcore.core.constants import SENSITIVITY_LAGS
 from deffcore.core.errors import DeffError, InvalidStatesError
 
+#: Largest |S(i, j) - S(j, i)| read as float rounding of a symmetric measure, relative to
+#: max(1, max |S|) (the stored snapshot's own tolerance, `run_schema`, is the same 1e-6).
+SYMMETRY_TOL = 1e-6
+
 
 def _check_matrix(s: Any) -> np.ndarray:
-    s = np.asarray(s, dtype=np.float64)
+    """S as float64 (L, L): real numbers, square, L >= 2, finite and symmetric (SPEC 3),
+    else one sentence (InvalidStatesError): D_eff reads only the upper triangle, so a
+    matrix that is not symmetric would give a number for a matrix it never read."""
+    try:
+        complex_ = np.iscomplexobj(s)
+        s = None if complex_ else np.asarray(s, dtype=np.float64)
+    except (TypeError, ValueError):
+        s = None
+    if s is None:
+        raise InvalidStatesError(
+            "A similarity matrix must hold real numbers (an (L, L) array of floats)."
+        )
     if s.ndim != 2 or s.shape[0] != s.shape[1]:
         raise InvalidStatesError(
             f"A similarity matrix must be square (L, L); got shape {tuple(s.shape)}."
@@ -35,6 +51,12 @@ def _check_matrix(s: Any) -> np.ndarray:
         )
     if not np.all(np.isfinite(s)):
         raise InvalidStatesError("The similarity matrix contains NaN or inf values.")
+    asymmetry = float(np.abs(s - s.T).max())
+    if asymmetry > SYMMETRY_TOL * max(1.0, float(np.abs(s).max())):
+        raise InvalidStatesError(
+            f"A similarity matrix must be symmetric, S(i, j) = S(j, i); this one differs by up "
+            f"to {asymmetry:.3g} (symmetrise it, (S + S.T) / 2, if that is what it means)."
+        )
     return s
 
 
@@ -83,14 +105,17 @@ def effective_depth(S: Any, K: int | None = None) -> float:
 
 
 def reference_depth(L: int) -> float:
-    """F_L = 2L/(L+1): effective depth of accumulated equal-size orthogonal updates."""
-    if L < 1:
-        raise DeffError(f"The number of layers must be at least 1; got {L}.")
+    """F_L = 2L/(L+1): effective depth of accumulated equal-size orthogonal updates. L is a
+    whole number of layers >= 1 (4 or 4.0, numpy's too), else one sentence (DeffError)."""
+    if not (is_real(L) and np.isfinite(L) and L >= 1 and int(L) == L):
+        raise DeffError(f"The number of layers must be a whole number >= 1; got {L!r}.")
     return 2.0 * L / (L + 1)
 
 
 def gap_percent(D: float, L: int) -> float:
     """100 * (1 - D / F_L); positive means below the orthogonal-update reference."""
+    if not is_real(D):
+        raise DeffError(f"D_eff must be a number; got {D!r}.")
     return 100.0 * (1.0 - D / reference_depth(L))
 
 

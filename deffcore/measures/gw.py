@@ -125,12 +125,33 @@ def gw_distance(
     GWSolverError when a solve gives no valid coupling."""
     check_choice(solver, SOLVERS, "GW solver")
     check_choice(init, INITS, "GW init")
-    C1 = np.asarray(C1, dtype=np.float64)
-    C2 = np.asarray(C2, dtype=np.float64)
+    C1 = _distances(C1, "C1")
+    C2 = _distances(C2, "C2")
     if solver == "entropic":
         init = "product"  # the entropic solver starts from the product coupling
     names = STARTS if init == "both" else (init,)
     return min(_solve(C1, C2, _start(C1, C2, name), solver, epsilon) for name in names)
+
+
+def _distances(C: Any, name: str) -> np.ndarray:
+    """`C` as a float64 (n, n) distance matrix: real, finite, >= 0 and symmetric (the square
+    loss is solved as symmetric), else one sentence (InvalidStatesError) naming `name` --
+    (N, d) states where distances belong included (`distance_matrix` makes them)."""
+    try:
+        out = None if np.iscomplexobj(C) else np.asarray(C, dtype=np.float64)
+    except (TypeError, ValueError):
+        out = None
+    shape = None if out is None else out.shape
+    ok = out is not None and out.ndim == 2 and out.shape[0] == out.shape[1] and out.size > 0
+    if ok and np.all(np.isfinite(out)) and out.min() >= 0:
+        scale = max(1.0, float(out.max()))
+        if float(np.abs(out - out.T).max()) <= 1e-9 * scale:
+            return out
+    raise InvalidStatesError(
+        f"{name} must be an (n, n) matrix of pairwise distances: finite, >= 0 and symmetric "
+        f"(got {'not real numbers' if out is None else f'shape {shape}'}); make one from "
+        "(n, d) points with gw.distance_matrix."
+    )
 
 
 def _start(C1: np.ndarray, C2: np.ndarray, name: str) -> np.ndarray | None:

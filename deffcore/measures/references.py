@@ -40,7 +40,17 @@ def accumulated_similarity(a: Any, *, a0: float = 0.0, r: Any = None) -> np.ndar
     a: update sizes a_1..a_L (>= 0); a0: size of the initial state (>= 0);
     r: update lag correlations r[0..], r[0] = 1, length >= L (None: uncorrelated updates).
     """
-    a = np.asarray(a, dtype=np.float64)
+    from deffcore.core.checks import is_real
+
+    try:  # text or objects: numpy's ValueError, or "1" read as 1.0, is no answer
+        given = [np.asarray(v) for v in ((a,) if r is None else (a, r))]
+    except (TypeError, ValueError):
+        given = []
+    if not given or any(v.dtype.kind not in "iuf" for v in given) or not is_real(a0):
+        raise DeffError(
+            "Update sizes a, the initial size a0 and the lag correlation r must be numbers."
+        )
+    a = given[0].astype(np.float64)
     if a.ndim != 1 or a.size < 1:
         raise DeffError(
             f"Update sizes must be a 1-D sequence of L >= 1 values; got shape {a.shape}."
@@ -77,8 +87,14 @@ def accumulated_similarity(a: Any, *, a0: float = 0.0, r: Any = None) -> np.ndar
 
 def iid_reference_depth(n: int, d: int, L: int) -> float:
     """Finite-sample iid reference: D = L / (1 + b (L-1)), b = d/(N+d) (SPEC section 7)."""
-    if n < 1 or d < 1 or L < 1:
-        raise DeffError(f"n, d and L must all be >= 1; got n={n}, d={d}, L={L}.")
+    from deffcore.core.checks import is_real
+
+    numbers = all(is_real(v) for v in (n, d, L))
+    if not (numbers and n >= 1 and d >= 1 and 1 <= L < np.inf and int(L) == L):
+        raise DeffError(
+            f"n, d and L must all be numbers >= 1 (L a whole number of layers); got n={n!r}, "
+            f"d={d!r}, L={L!r}."
+        )
     return L / (1.0 + cka_finite_sample_bias(n, d) * (L - 1))
 
 

@@ -76,7 +76,16 @@ ROUTES = ("auto", "gram", "feature")
 
 
 def cka_finite_sample_bias(n: int, d: int) -> float:
-    """Expected linear CKA of independent isotropic data, about d / (n + d) (SPEC section 3)."""
+    """Expected linear CKA of independent isotropic data, about d / (n + d) (SPEC section 3).
+    n >= 1 passages (inf: the population, bias 0) and d >= 1 features, finite; else one
+    sentence (InvalidArgumentError), never a bias outside [0, 1) or a TypeError."""
+    from deffcore.core.checks import is_real
+    from deffcore.core.errors import InvalidArgumentError
+
+    if not (is_real(n) and is_real(d) and n >= 1 and 1 <= d < np.inf):
+        raise InvalidArgumentError(
+            f"The CKA bias needs n >= 1 passages and d >= 1 features; got n={n!r}, d={d!r}."
+        )
     return float(d) / float(n + d)
 
 

@@ -56,18 +56,28 @@ class SyntheticStates:
 STATE_COPIES = 4
 
 
-def _check(n: int, d: int, layers: int) -> None:
-    """Sizes a construction can be built from, before anything is allocated: n >= 2, d >= 1,
-    2 to `MAX_LAYERS` layers, and its states (`STATE_COPIES` float32 copies, the (L, L)
-    similarity) within this machine's memory; one sentence, never numpy's MemoryError."""
-    from deffcore.core.checks import check_memory
+def _whole(value: object) -> object:
+    """A numpy integer as the int it is (what `check_int` takes); anything else unchanged."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
+def _check(n: int, d: int, layers: int, seed: int = 0) -> tuple[int, int, int, int]:
+    """(n, d, layers, seed) as ints, checked before anything is drawn: integers (numpy's
+    too), n >= 2, d >= 1, 2 to `MAX_LAYERS` layers, a seed >= 0, and the states
+    (`STATE_COPIES` float32 copies, the (L, L) similarity) within the memory this machine can
+    give; else one sentence (a DeffError), never numpy's MemoryError."""
+    from deffcore.core.checks import check_int, check_memory, check_passages, check_seed
     from deffcore.inputs.model import MAX_LAYERS, host_memory_bytes
 
-    if n < 2 or d < 1 or layers < 2:
+    if all(isinstance(_whole(v), int) for v in (n, d, layers)) and (n < 2 or d < 1 or layers < 2):
         raise DeffError(
             f"A construction needs n >= 2 passages, d >= 1 features and at least 2 layers; "
             f"got n={n}, d={d}, layers={layers}."
         )
+    n = check_passages(_whole(n), "n", 2)
+    d = check_int(_whole(d), "d", 1)
+    layers = check_int(_whole(layers), "layers", 2)
+    seed = check_seed(_whole(seed))
     if layers > MAX_LAYERS:
         raise DeffError(
             f"A construction has at most {MAX_LAYERS:,} layers (deeper than any published "
@@ -79,11 +89,12 @@ def _check(n: int, d: int, layers: int) -> None:
         f"A construction of {layers:,} layers x {n:,} passages x {d:,} features (float32)",
         "ask for fewer passages, features or layers",
     )
+    return n, d, layers, seed
 
 
 def independent_states(n: int, d: int, layers: int, seed: int = 0) -> SyntheticStates:
     """X_l iid standard normal: the finite-sample iid reference D/L = 1/(1 + b(L-1))."""
-    _check(n, d, layers)
+    n, d, layers, seed = _check(n, d, layers, seed)
     rng = np.random.default_rng(seed)
     states = rng.standard_normal((layers, n, d), dtype=np.float32)
     return SyntheticStates(states=states, updates=None, h0=None, name="independent")
@@ -103,7 +114,7 @@ def centred_orthonormal(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
 
 def orthogonal_states(n: int, d: int, layers: int, seed: int = 0) -> SyntheticStates:
     """Layers with mutually orthogonal centred column spaces: CKA(i, j) = 0, D_eff/L ~ 1."""
-    _check(n, d, layers)
+    n, d, layers, seed = _check(n, d, layers, seed)
     b = min(d, (n - 1) // layers, ORTHOGONAL_RANK_CAP)
     if b < 1:
         raise DeffError(
@@ -123,9 +134,10 @@ def orthogonal_updates(
     n: int, d: int, layers: int, scale: float = 1.0, seed: int = 0
 ) -> SyntheticStates:
     """h_l = h_0 + scale * sum_{m<=l} f_m with h_0, f_m iid standard normal (Table S2)."""
-    _check(n, d, layers)
-    if not np.isfinite(scale) or scale <= 0:
-        raise DeffError(f"The update scale must be a positive number; got {scale}.")
+    n, d, layers, seed = _check(n, d, layers, seed)
+    real = isinstance(scale, int | float | np.integer | np.floating) and not isinstance(scale, bool)
+    if not real or not np.isfinite(scale) or scale <= 0:
+        raise DeffError(f"The update scale must be a positive number; got {scale!r}.")
     rng = np.random.default_rng(seed)
     h0 = rng.standard_normal((n, d), dtype=np.float32)
     updates = rng.standard_normal((layers, n, d), dtype=np.float32)
@@ -177,7 +189,7 @@ def position0_construction(
 
     which for k = d is G^2 / (G_ii G_jj) with G = g + w w^T; no_pos0 is G_no^2 / (...).
     """
-    _check(n, d, layers)
+    n, d, layers, seed = _check(n, d, layers, seed)
     if not (h0 >= 0 and pos0 >= 0 and np.isfinite(h0) and np.isfinite(pos0)):
         raise DeffError(f"h0 and pos0 must be sizes >= 0; got {h0} and {pos0}.")
     k = d if dims is None else int(dims)

@@ -75,7 +75,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.core.checks import check_choice, check_int, check_seed
+from deffcore.core.checks import check_choice, check_int, check_seed, check_seeds
 from deffcore.core.constants import BOS_OPTIONS, METRICS, PASSAGE_MODES, WINDOW_MODES
 from deffcore.core.constants import EXTRACTED_POOLINGS as POOLED
 from deffcore.core.errors import (
@@ -310,7 +310,7 @@ def plan_loaded_run(
     check_seed(seed)
     if batch_size is not None:
         check_int(batch_size, "batch_size", 1)
-    seeds = [check_seed(s, "each of random_seeds") for s in random_seeds]
+    seeds = check_seeds(random_seeds)
     cache_id = check_cache_id(cache_id)
     dataset, n, docs = _documents(texts, n, passages)
     loaded = wrap_loaded(model, tokenizer, "loaded")

@@ -420,7 +420,7 @@ def measure(
         raise DeffError(
             f"cache_id names a model in memory; {model!r} is named by its spec already."
         )
-    random_seeds = check_seeds(random_seeds, "random_seeds")  # before the main run is measured
+    random_seeds = check_seeds(random_seeds)  # before the main run is measured
     spec, device = run_spec(
         model, dataset, 512 if n is None else n, max_tokens, seed, metric, revision, device,
         dtype, intervention, passages=passages, bos=bos, batch_size=batch_size,
@@ -611,6 +611,7 @@ class Measurement:
         `measure_similarity` or `measure_table` computed for the run (memoised or kept with its
         cache entry); MeasureNotComputedError (one sentence, with its cost) when there is none."""
         metric = metric or self.metric
+        check_choice(pooling, POOLINGS, "pooling")  # a list is one sentence, not a TypeError
         if metric in TABLE_MEASURES and metric not in METRICS:
             held = self.stored_measure_similarity(pooling, metric)
             if held is None:

@@ -212,9 +212,17 @@ def cheaper_method(n: int, d: int, n_layers: int, B: int, metric: str) -> str:
     return "gram" if costs["gram"] <= costs["recompute"] else "recompute"
 
 
+def check_draw_seed(seed: Any) -> int:
+    """The seed of a draw: an integer >= 0 (numpy's too, as the int it is), else one sentence
+    (`core.checks.check_seed`) -- never numpy's ValueError or SeedSequence's TypeError."""
+    from deffcore.core.checks import check_seed
+
+    return check_seed(int(seed) if isinstance(seed, np.integer) else seed)
+
+
 def resample_indices(n: int, B: int, seed: int = 0) -> np.ndarray:
     """(B, n) passage indices drawn with replacement; the same seed gives the same draws."""
-    return np.random.default_rng(seed).integers(0, n, size=(B, n))
+    return np.random.default_rng(check_draw_seed(seed)).integers(0, n, size=(B, n))
 
 
 def bootstrap_costs(n: int, d: int, n_layers: int, B: int, metric: str = "cka") -> dict[str, float]:
@@ -585,8 +593,10 @@ def bootstrap_deff_over_L(
     pass over the Gram matrices, see the module docstring) or "recompute" (resample the
     stack and call `similarity_matrix`); both give the same numbers.
     """
-    if not 0 < ci < 1:
-        raise DeffError(f"The confidence level must lie strictly between 0 and 1; got {ci}.")
+    real = isinstance(ci, int | float | np.integer | np.floating) and not isinstance(ci, bool)
+    if not (real and 0 < ci < 1):
+        raise DeffError(f"The confidence level must lie strictly between 0 and 1; got {ci!r}.")
+    seed = check_draw_seed(seed)
     x = _as_tensor(states)
     n_layers = x.shape[0] if x.ndim == 3 else 0
     B = check_b(B, n=int(x.shape[1]) if x.ndim == 3 else None, layers=n_layers)

@@ -59,7 +59,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from deffcore.core.constants import METRICS, NOISE_MIN_N, REGIME_TOLERANCE
-from deffcore.core.errors import DeffError
+from deffcore.core.errors import DeffError, InvalidArgumentError
 
 # NOISE_MIN_N (core.constants): fewer passages than this are noise whatever else.
 #: Spread of D_eff/L without an interval: SPREAD_C / sqrt(N), relative (module docstring:
@@ -540,6 +540,7 @@ def trust(
     from deffcore.statistics.bootstrap import bootstrap_deff_over_L, check_metrics
 
     check_metrics((metric,))
+    bootstrap = _bootstrap_arg(bootstrap)
     x = _validated(states, min_layers=3 if h0 else 2, min_passages=4)
     measured = x[1:] if h0 else x
     n_layers, n, d = (int(v) for v in measured.shape)
@@ -553,6 +554,24 @@ def trust(
         bootstrap, n, d, metric=metric, point=point, layers=n_layers, unbiased=unbiased,
         band=null_band,
     )  # fmt: skip
+
+
+def _bootstrap_arg(bootstrap: Any) -> Any:
+    """`bootstrap` as None, a number of replicates B (an int; numpy's as the int it is) or a
+    `BootstrapResult`; anything else is one sentence (InvalidArgumentError), never an
+    AttributeError ('low') from reading it as a result."""
+    import numpy as np
+
+    from deffcore.statistics.bootstrap import BootstrapResult
+
+    if isinstance(bootstrap, np.integer):
+        return int(bootstrap)
+    if bootstrap is None or isinstance(bootstrap, int | BootstrapResult):
+        return bootstrap  # a bool goes on to B's own sentence
+    raise InvalidArgumentError(
+        f"bootstrap must be a number of replicates B (e.g. 200) or a BootstrapResult already "
+        f"computed for these states; got {bootstrap!r}."
+    )
 
 
 def _assess_with(res: Any, n: int, d: int, **numbers: Any) -> Trust:
@@ -575,6 +594,7 @@ def measurement_trust(
     bootstrap's interval: `bootstrap` B replicates (seeded by `seed`), or a `BootstrapResult`
     already computed for this pooling, metric and K."""
     metric = metric or measurement.metric
+    bootstrap = _bootstrap_arg(bootstrap)
     summary = measurement.summary(pooling, metric, K)
     unbiased = None
     if metric == "cka":

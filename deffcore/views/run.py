@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from deffcore.core.constants import METRICS, POOLINGS
+from deffcore.core.errors import NotInRunError
 from deffcore.core.files import DATA_DIR
 from deffcore.core.json_values import json_safe
 from deffcore.views.labels import SPEC_DEFAULTS, SPEC_FIELDS, run_identity, run_label
@@ -183,10 +184,18 @@ class Run:
     def similarity(self, pooling: str = "default", metric: str = "cka") -> np.ndarray:
         if self._m is not None:
             return np.asarray(self._m.similarity(pooling, metric), dtype=np.float64)
+        held = self.data["similarity"]
         try:
-            return np.asarray(self.data["similarity"][pooling][metric], dtype=np.float64)
-        except KeyError:
-            raise KeyError(f"The snapshot has no similarity for {pooling} / {metric}.") from None
+            return np.asarray(held[pooling][metric], dtype=np.float64)
+        except (KeyError, TypeError):  # an unknown or unhashable name: one sentence, below
+            pass
+        metrics = (held.get(pooling) if isinstance(pooling, str) else None) or next(
+            iter(held.values()), {}
+        )
+        raise NotInRunError(
+            f"This run holds no similarity for pooling {pooling!r} / metric {metric!r}; it "
+            f"holds poolings {', '.join(held)} and metrics {', '.join(metrics)}."
+        )
 
     def pos0_norm_ratio(self) -> np.ndarray:
         """(L+1,) ratios for h_0 .. h_L."""
@@ -376,7 +385,7 @@ class Run:
         h = self.headline(pooling, metric, K)
         unbiased = None
         if metric == "cka":
-            with contextlib.suppress(KeyError):  # a snapshot may lack unbiased CKA
+            with contextlib.suppress(NotInRunError):  # a snapshot may lack unbiased CKA
                 unbiased = self.headline(pooling, "unbiased_cka", K).deff_over_L
         band = self.random_band(pooling, metric) or {}
         seeds = len(band.get("seeds") or band.get("deff_over_L") or [])

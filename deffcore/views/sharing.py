@@ -83,6 +83,19 @@ def _read_bounded(path: Path, shown: str, *, follow_links: bool = True) -> bytes
         raise SnapshotError(f"{shown} cannot be read ({err.strerror or err}).") from None
 
 
+def _shown(path: Path | str) -> str:
+    """The file's name as messages show it; one sentence unless `path` is a path (text or an
+    os.PathLike of text), never pathlib's TypeError."""
+    import os
+
+    if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str):
+        raise SnapshotError(
+            f"Give the path to a snapshot file as text or a pathlib.Path, not "
+            f"{type(path).__name__}."
+        )
+    return Path(path).name or str(path)
+
+
 def _resolved(path: Path | str, shown: str) -> Path:
     try:
         return Path(path).expanduser().resolve(strict=True)
@@ -94,7 +107,7 @@ def _resolved(path: Path | str, shown: str) -> Path:
 def open_snapshot(path: Path | str) -> Run:
     """A shared run from a snapshot file on disk (see `read_snapshot`). The path is resolved
     once and the opened file itself is checked (a regular file, within the size limit)."""
-    shown = Path(path).name or str(path)
+    shown = _shown(path)
     resolved = _resolved(path, shown)
     view = read_snapshot(_read_bounded(resolved, shown), name=shown)
     view.path = resolved
@@ -105,7 +118,7 @@ def share_file(path: Path | str) -> Run:
     """Keep the snapshot file at `path` among the shared runs (`save_shared`): the file is
     read once, as `open_snapshot` reads it, and checked before it is kept (`deffcore app --run`).
     """
-    shown = Path(path).name or str(path)
+    shown = _shown(path)
     return save_shared(_read_bounded(_resolved(path, shown), shown), name=shown)
 
 
