@@ -255,3 +255,28 @@ def test_a_shared_file_without_a_bootstrap_says_unpaired_everywhere(tmp_path, ca
     _same(surfaces)
     assert not surfaces["page"]["paired"], surfaces["page"]
     assert "holds no states" in surfaces["page"]["sentence"]
+
+
+def test_a_notebook_asking_trust_first_gets_the_trust_its_view_shows():
+    """In a notebook, `m.trust()` asked before the run is shown is the trust the view shows
+    after (the answer's paired bootstrap is drawn once, by whichever asks first, and kept with
+    the run); a snapshot written before either carries that bootstrap, so the file opened
+    elsewhere answers and trusts as the run does."""
+    from deffcore.runs.measure import measure
+    from deffcore.views.run import Run
+
+    m = measure(**RUN, seed=0)
+    first = m.trust()
+    shown = m._repr_html_()
+    later = m.trust()
+    assert first == later and first.interval is not None  # paired: the bootstrap interval
+    assert f"Trust: {html.escape(first.badge)}" in shown
+
+    m = measure(**RUN, seed=1)
+    data = json.loads(json.dumps(m.view().to_snapshot()))  # written before anything asked
+    assert "paired" in data
+    opened = Run.from_snapshot(data)
+    _same({"live": _notebook(m.view()), "file": _notebook(opened)})
+    assert _notebook(opened)["paired"]
+    assert opened.trust().level == m.trust().level
+    assert opened.trust().error == pytest.approx(m.trust().error, abs=1e-5)

@@ -997,8 +997,18 @@ class Measurement:
         ci: tuple[float, float] | None = None,
     ):
         """Trust level of the headline (`deffcore.statistics.trust_rule.Trust`: level, reasons,
-        action)."""
-        return self.view().trust(pooling, metric or self.metric, K, ci)
+        action): the one every surface shows. Under the CKA family, without an explicit `ci`,
+        from the paired bootstrap the run's BOS answer is given from (`bos_answer
+        .answer_bootstrap_of`: kept with the run, drawn now when it holds none, as `measure`,
+        the pages and this run's notebook view draw it), so asking before or after any of them
+        gives the same trust."""
+        metric = metric or self.metric
+        if ci is None and metric in METRICS:
+            from deffcore.statistics.bos_answer import answer_bootstrap_of
+
+            self.similarity(pooling, metric)  # the pooling checked before anything is drawn
+            answer_bootstrap_of(self, metric)
+        return self.view().trust(pooling, metric, K, ci)
 
     def figure(self, name: str = "heatmap", **options: Any):
         """The explorer's Plotly figure: "heatmap", "lag", "gap" or "controls" (options:

@@ -145,7 +145,11 @@ class Run:
         m = self._m
         if m is None:
             return self.data
+        from deffcore.statistics.bos_answer import answer_bootstrap_of
         from deffcore.views.run_schema import SNAPSHOT_FORMAT
+
+        if m.metric in METRICS:  # its states are at hand: the file answers paired, as the run
+            answer_bootstrap_of(m, m.metric)  # does (kept with it; drawn now if it has none)
 
         tables = {p: t.to_dict() for p in POOLINGS if (t := m.stored_measure_table(p)) is not None}
         # the SPEC 17 measures' matrices a live run holds (a stand-in without the method: none)
