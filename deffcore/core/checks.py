@@ -24,6 +24,14 @@ def check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
         raise DeffError(f"Unknown {what} {value!r}; choose one of {', '.join(allowed)}.")
 
 
+def as_int(value: object) -> object:
+    """A numpy integer as the int it is (what `check_int` and `check_seed` take); anything
+    else unchanged, for the check that follows to judge."""
+    import numpy as np
+
+    return int(value) if isinstance(value, np.integer) else value
+
+
 def is_real(value: object) -> bool:
     """A real number, Python's or numpy's (NaN and inf too: test them apart), not a bool,
     text or an array."""
@@ -162,11 +170,9 @@ def check_seeds(values: object, name: str = "random_seeds") -> list[int]:
         raise InvalidArgumentError(
             f"{name} must be a list or tuple of seeds, e.g. (1, 2, 3); got {values!r}."
         )
-    import numpy as np
-
     seeds: list[int] = []
     for value in values:
-        seed = check_seed(int(value) if isinstance(value, np.integer) else value, f"Each of {name}")
+        seed = check_seed(as_int(value), f"Each of {name}")
         if seed in seeds:
             raise InvalidArgumentError(
                 f"{name} repeats the seed {seed}; the same seed gives the same result, so a "

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deffcore.core.checks import check_choice
+from deffcore.core.checks import check_choice, is_real
 from deffcore.core.errors import DeffError
 
 if TYPE_CHECKING:
@@ -56,28 +56,29 @@ class SyntheticStates:
 STATE_COPIES = 4
 
 
-def _whole(value: object) -> object:
-    """A numpy integer as the int it is (what `check_int` takes); anything else unchanged."""
-    return int(value) if isinstance(value, np.integer) else value
-
-
 def _check(n: int, d: int, layers: int, seed: int = 0) -> tuple[int, int, int, int]:
     """(n, d, layers, seed) as ints, checked before anything is drawn: integers (numpy's
     too), n >= 2, d >= 1, 2 to `MAX_LAYERS` layers, a seed >= 0, and the states
     (`STATE_COPIES` float32 copies, the (L, L) similarity) within the memory this machine can
     give; else one sentence (a DeffError), never numpy's MemoryError."""
-    from deffcore.core.checks import check_int, check_memory, check_passages, check_seed
+    from deffcore.core.checks import (
+        as_int,
+        check_int,
+        check_memory,
+        check_passages,
+        check_seed,
+    )
     from deffcore.inputs.model import MAX_LAYERS, host_memory_bytes
 
-    if all(isinstance(_whole(v), int) for v in (n, d, layers)) and (n < 2 or d < 1 or layers < 2):
+    if all(isinstance(as_int(v), int) for v in (n, d, layers)) and (n < 2 or d < 1 or layers < 2):
         raise DeffError(
             f"A construction needs n >= 2 passages, d >= 1 features and at least 2 layers; "
             f"got n={n}, d={d}, layers={layers}."
         )
-    n = check_passages(_whole(n), "n", 2)
-    d = check_int(_whole(d), "d", 1)
-    layers = check_int(_whole(layers), "layers", 2)
-    seed = check_seed(_whole(seed))
+    n = check_passages(as_int(n), "n", 2)
+    d = check_int(as_int(d), "d", 1)
+    layers = check_int(as_int(layers), "layers", 2)
+    seed = check_seed(as_int(seed))
     if layers > MAX_LAYERS:
         raise DeffError(
             f"A construction has at most {MAX_LAYERS:,} layers (deeper than any published "
@@ -135,8 +136,7 @@ def orthogonal_updates(
 ) -> SyntheticStates:
     """h_l = h_0 + scale * sum_{m<=l} f_m with h_0, f_m iid standard normal (Table S2)."""
     n, d, layers, seed = _check(n, d, layers, seed)
-    real = isinstance(scale, int | float | np.integer | np.floating) and not isinstance(scale, bool)
-    if not real or not np.isfinite(scale) or scale <= 0:
+    if not is_real(scale) or not np.isfinite(scale) or scale <= 0:
         raise DeffError(f"The update scale must be a positive number; got {scale!r}.")
     rng = np.random.default_rng(seed)
     h0 = rng.standard_normal((n, d), dtype=np.float32)

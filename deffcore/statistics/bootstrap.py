@@ -215,9 +215,9 @@ def cheaper_method(n: int, d: int, n_layers: int, B: int, metric: str) -> str:
 def check_draw_seed(seed: Any) -> int:
     """The seed of a draw: an integer >= 0 (numpy's too, as the int it is), else one sentence
     (`core.checks.check_seed`) -- never numpy's ValueError or SeedSequence's TypeError."""
-    from deffcore.core.checks import check_seed
+    from deffcore.core.checks import as_int, check_seed
 
-    return check_seed(int(seed) if isinstance(seed, np.integer) else seed)
+    return check_seed(as_int(seed))
 
 
 def resample_indices(n: int, B: int, seed: int = 0) -> np.ndarray:
@@ -593,8 +593,9 @@ def bootstrap_deff_over_L(
     pass over the Gram matrices, see the module docstring) or "recompute" (resample the
     stack and call `similarity_matrix`); both give the same numbers.
     """
-    real = isinstance(ci, int | float | np.integer | np.floating) and not isinstance(ci, bool)
-    if not (real and 0 < ci < 1):
+    from deffcore.core.checks import is_real
+
+    if not (is_real(ci) and 0 < ci < 1):
         raise DeffError(f"The confidence level must lie strictly between 0 and 1; got {ci!r}.")
     seed = check_draw_seed(seed)
     x = _as_tensor(states)

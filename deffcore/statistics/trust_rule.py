@@ -560,12 +560,10 @@ def _bootstrap_arg(bootstrap: Any) -> Any:
     """`bootstrap` as None, a number of replicates B (an int; numpy's as the int it is) or a
     `BootstrapResult`; anything else is one sentence (InvalidArgumentError), never an
     AttributeError ('low') from reading it as a result."""
-    import numpy as np
-
+    from deffcore.core.checks import as_int
     from deffcore.statistics.bootstrap import BootstrapResult
 
-    if isinstance(bootstrap, np.integer):
-        return int(bootstrap)
+    bootstrap = as_int(bootstrap)
     if bootstrap is None or isinstance(bootstrap, int | BootstrapResult):
         return bootstrap  # a bool goes on to B's own sentence
     raise InvalidArgumentError(
