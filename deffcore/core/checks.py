@@ -13,9 +13,13 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deffcore.core.errors import DeffError, InvalidArgumentError
 from deffcore.core.files import reason
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
@@ -30,6 +34,17 @@ def as_int(value: object) -> object:
     import numpy as np
 
     return int(value) if isinstance(value, np.integer) else value
+
+
+def real_array(value: object) -> np.ndarray | None:
+    """`value` as a float64 numpy array, or None when it does not hold real numbers (complex,
+    text, ragged lists, objects): the caller says its own sentence, never numpy's error."""
+    import numpy as np
+
+    try:
+        return None if np.iscomplexobj(value) else np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
 
 
 def is_real(value: object) -> bool:

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.core.checks import is_real
+from deffcore.core.checks import is_real, real_array
 from deffcore.core.constants import SENSITIVITY_LAGS
 from deffcore.core.errors import DeffError, InvalidStatesError
 
 #: Largest |S(i, j) - S(j, i)| read as float rounding of a symmetric measure, relative to
-#: max(1, max |S|) (the stored snapshot's own tolerance, `run_schema`, is the same 1e-6).
+#: max(1, max |S|); a stored snapshot's matrices are checked with it too (`run_schema`).
 SYMMETRY_TOL = 1e-6
 
 
@@ -31,11 +31,7 @@ def _check_matrix(s: Any) -> np.ndarray:
     """S as float64 (L, L): real numbers, square, L >= 2, finite and symmetric (SPEC 3),
     else one sentence (InvalidStatesError): D_eff reads only the upper triangle, so a
     matrix that is not symmetric would give a number for a matrix it never read."""
-    try:
-        complex_ = np.iscomplexobj(s)
-        s = None if complex_ else np.asarray(s, dtype=np.float64)
-    except (TypeError, ValueError):
-        s = None
+    s = real_array(s)
     if s is None:
         raise InvalidStatesError(
             "A similarity matrix must hold real numbers (an (L, L) array of floats)."

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from deffcore.core.checks import check_choice
+from deffcore.core.checks import check_choice, real_array
 from deffcore.core.errors import DeffError, GWSolverError, InvalidStatesError
 
 #: Passages of the subsample per layer (SPEC 13 default).
@@ -137,10 +137,7 @@ def _distances(C: Any, name: str) -> np.ndarray:
     """`C` as a float64 (n, n) distance matrix: real, finite, >= 0 and symmetric (the square
     loss is solved as symmetric), else one sentence (InvalidStatesError) naming `name` --
     (N, d) states where distances belong included (`distance_matrix` makes them)."""
-    try:
-        out = None if np.iscomplexobj(C) else np.asarray(C, dtype=np.float64)
-    except (TypeError, ValueError):
-        out = None
+    out = real_array(C)
     shape = None if out is None else out.shape
     ok = out is not None and out.ndim == 2 and out.shape[0] == out.shape[1] and out.size > 0
     if ok and np.all(np.isfinite(out)) and out.min() >= 0:

@@ -55,6 +55,7 @@ from deffcore.core.constants import (
 from deffcore.core.errors import DeffError, SnapshotError
 from deffcore.core.json_values import finite_number
 from deffcore.core.safe_text import NOT_TEXT
+from deffcore.measures.depth import SYMMETRY_TOL
 
 # --- field types: plain JSON numbers, bounded counts and texts, the run's spec
 
@@ -515,7 +516,6 @@ class Diagnostics(_Part):
 
 #: Agreement asked of numbers stored beside the matrix they came from (rounded to 1e-6).
 _DIAGONAL_TOL = 1e-4
-_SYMMETRY_TOL = 1e-6
 _AGREE_REL = 1e-3
 
 #: What a one-line message may not repeat from a file: every control character (line feed and
@@ -538,7 +538,7 @@ def _similarity(rows: list[list[float]]) -> list[list[float]]:
     widest = max(similarity_bound(m) for m in TABLE_MEASURES)
     if np.abs(S).max() > widest + 1e-6:
         raise ValueError(f"has a value outside [-{widest:g}, {widest:g}]")
-    if np.abs(S - S.T).max() > _SYMMETRY_TOL:
+    if np.abs(S - S.T).max() > SYMMETRY_TOL:  # D_eff's own (SPEC 3)
         raise ValueError("is not symmetric")
     if np.abs(np.diag(S) - 1.0).max() > _DIAGONAL_TOL:
         raise ValueError("does not have a unit diagonal (every layer is itself)")
